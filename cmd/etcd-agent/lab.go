@@ -1,0 +1,203 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"github.com/etcd-agent/etcd-agent/internal/lab"
+	"github.com/etcd-agent/etcd-agent/internal/lab/supervisor"
+	"github.com/spf13/cobra"
+)
+
+// defaultBinDir is the folder of this executable when it holds etcd (the
+// repo's bin/ after `make`), else ./bin.
+func defaultBinDir() string {
+	if exe, err := os.Executable(); err == nil {
+		dir := filepath.Dir(exe)
+		if _, err := os.Stat(filepath.Join(dir, "etcd")); err == nil {
+			return dir
+		}
+	}
+	abs, _ := filepath.Abs("bin")
+	return abs
+}
+
+func newLabCmd(g *globalFlags) *cobra.Command {
+	var dir string
+	cmd := &cobra.Command{Use: "lab", Short: "Run a local etcd + kube-apiserver control plane to demo and test the agent"}
+	cmd.PersistentFlags().StringVar(&dir, "dir", "lab", "the lab's folder")
+	open := func() (*lab.Lab, error) {
+		log, err := g.logger()
+		if err != nil {
+			return nil, err
+		}
+		return lab.Open(dir, log)
+	}
+	cmd.AddCommand(newLabUpCmd(g, &dir), newLabDownCmd(open), newLabStatusCmd(open), newLabSuperviseCmd(g))
+	cmd.AddCommand(newLabFaultCmds(open)...)
+	return cmd
+}
+
+func newLabUpCmd(g *globalFlags, dir *string) *cobra.Command {
+	o := lab.Options{}
+	c := &cobra.Command{
+		Use:   "up",
+		Short: "Create the lab's nodes, start etcd under each node's supervisor, then kube-apiserver",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			log, err := g.logger()
+			if err != nil {
+				return err
+			}
+			o.Dir, o.Log = *dir, log
+			if o.AgentBinary == "" {
+				if o.AgentBinary, err = os.Executable(); err != nil {
+					return err
+				}
+			}
+			if o.BinDir, err = filepath.Abs(o.BinDir); err != nil {
+				return err
+			}
+			start := time.Now()
+			l, err := lab.Up(cmd.Context(), o)
+			if err != nil {
+				return fmt.Errorf("lab up: %w (stop what started with `etcd-agent lab down --dir %s`)", err, *dir)
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "lab up in %s (%.1fs)\n\n", l.Spec.Dir, time.Since(start).Seconds())
+			printStatus(cmd, l, l.Status(cmd.Context()))
+			printHowToReach(cmd, l)
+			return nil
+		},
+	}
+	c.Flags().IntVar(&o.Nodes, "nodes", 3, "number of nodes (etcd members)")
+	c.Flags().StringVar(&o.BinDir, "bin-dir", defaultBinDir(), "folder with etcd, etcdctl, kube-apiserver (from `make tools`)")
+	c.Flags().StringVar(&o.AgentBinary, "agent-binary", "", "etcd-agent binary for supervisors and agents (default: this executable)")
+	c.Flags().BoolVar(&o.NoAPIServer, "no-apiserver", false, "do not start kube-apiserver")
+	c.Flags().BoolVar(&o.Agents, "agents", false, "run `etcd-agent run` on every node")
+	c.Flags().StringArrayVar(&o.AgentArgs, "agent-arg", nil, "extra flag for every agent (repeatable)")
+	return c
+}
+
+func printHowToReach(cmd *cobra.Command, l *lab.Lab) {
+	w := cmd.OutOrStdout()
+	fmt.Fprintf(w, "\netcd:  %s/etcdctl --endpoints=%s member list -w table\n", l.Spec.BinDir, joinComma(l.Spec.ClientURLs()))
+	if a := l.Spec.APIServer; a != nil {
+		fmt.Fprintf(w, "API:   %s  (kubeconfig %s)\n", a.URL, a.Kubeconfig)
+		fmt.Fprintf(w, "       curl --cacert %s/pki/ca.crt -H 'Authorization: Bearer %s' %s/apis/coordination.k8s.io/v1/namespaces/%s/leases\n",
+			a.Dir, a.Token, a.URL, lab.AgentNamespace)
+	}
+	fmt.Fprintf(w, "lab:   %s/lab.json; stop with: etcd-agent lab down --dir %s\n", l.Spec.Dir, l.Spec.Dir)
+}
+
+func joinComma(s []string) string {
+	out := ""
+	for i, v := range s {
+		if i > 0 {
+			out += ","
+		}
+		out += v
+	}
+	return out
+}
+
+func newLabDownCmd(open func() (*lab.Lab, error)) *cobra.Command {
+	return &cobra.Command{
+		Use:   "down",
+		Short: "Stop every process the lab started (by PID); keep its folder",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			l, err := open()
+			if err != nil {
+				return err
+			}
+			if err := l.Down(cmd.Context()); err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "lab in %s stopped; no lab process left; files kept\n", l.Spec.Dir)
+			return nil
+		},
+	}
+}
+
+func newLabStatusCmd(open func() (*lab.Lab, error)) *cobra.Command {
+	var output string
+	c := &cobra.Command{
+		Use:   "status",
+		Short: "Show the lab's members, their health, the leader and whether the API is ready",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			l, err := open()
+			if err != nil {
+				return err
+			}
+			st := l.Status(cmd.Context())
+			if output == "json" {
+				enc := json.NewEncoder(cmd.OutOrStdout())
+				enc.SetIndent("", "  ")
+				return enc.Encode(st)
+			}
+			printStatus(cmd, l, st)
+			return nil
+		},
+	}
+	c.Flags().StringVarP(&output, "output", "o", "table", "table or json")
+	return c
+}
+
+func printStatus(cmd *cobra.Command, l *lab.Lab, st lab.Status) {
+	w := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
+	fmt.Fprintln(w, "NODE\tMEMBER\tID\tROLE\tLEADER\tHEALTHY\tAPPLIED\tCLIENT URL\tERROR")
+	for _, m := range st.Members {
+		role := "voter"
+		if m.Learner {
+			role = "learner"
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%v\t%v\t%d\t%s\t%s\n", m.Node, m.Name, m.ID, role, m.Leader, m.Healthy, m.AppliedIndex, m.ClientURL, m.Error)
+	}
+	w.Flush()
+	voters, healthy := st.Healthy()
+	fmt.Fprintf(cmd.OutOrStdout(), "voters %d, healthy %d, leader %s", voters, healthy, st.LeaderID)
+	if st.MemberList != "" {
+		fmt.Fprintf(cmd.OutOrStdout(), ", member list failed: %s", st.MemberList)
+	}
+	if l.Spec.APIServer != nil {
+		fmt.Fprintf(cmd.OutOrStdout(), ", API ready %v %s", st.APIReady, st.APIError)
+	}
+	fmt.Fprintln(cmd.OutOrStdout())
+}
+
+func newLabSuperviseCmd(g *globalFlags) *cobra.Command {
+	var nodeDir string
+	c := &cobra.Command{
+		Use:    "supervise",
+		Short:  "Run a lab node's static pods like a kubelet (started by `lab up`)",
+		Hidden: true,
+		Args:   cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			log, err := g.logger()
+			if err != nil {
+				return err
+			}
+			s, err := supervisor.New(supervisor.Config{
+				ManifestsDir: filepath.Join(nodeDir, "manifests"), LogsDir: filepath.Join(nodeDir, "logs"),
+				StateFile: filepath.Join(nodeDir, "supervisor.json"), Log: log.With(),
+			})
+			if err != nil {
+				return err
+			}
+			ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+			defer stop()
+			return s.Run(ctx)
+		},
+	}
+	c.Flags().StringVar(&nodeDir, "node-dir", "", "the node's folder")
+	_ = c.MarkFlagRequired("node-dir")
+	return c
+}

@@ -1,0 +1,74 @@
+package main
+
+import (
+	"fmt"
+
+	"github.com/etcd-agent/etcd-agent/internal/lab"
+	"github.com/spf13/cobra"
+)
+
+// newLabFaultCmds are the fault verbs a person uses to break a running lab
+// by hand and watch the agents heal it.
+func newLabFaultCmds(open func() (*lab.Lab, error)) []*cobra.Command {
+	type verb struct {
+		use, short string
+		do         func(*cobra.Command, *lab.Lab, string) error
+	}
+	var removeDisk bool
+	verbs := []verb{
+		{"wipe", "Remove the node's etcd data dir (etcd keeps running on open files)", func(_ *cobra.Command, l *lab.Lab, n string) error { return l.WipeDataDir(n) }},
+		{"corrupt", "Overwrite bytes of the node's member/snap/db", func(_ *cobra.Command, l *lab.Lab, n string) error { return l.CorruptDB(n) }},
+		{"corrupt-wal", "Overwrite bytes of the node's newest WAL file", func(_ *cobra.Command, l *lab.Lab, n string) error { return l.CorruptWAL(n) }},
+		{"kill-member", "SIGKILL the node's etcd (its supervisor restarts it)", func(c *cobra.Command, l *lab.Lab, n string) error {
+			pid, err := l.KillMember(n)
+			if err == nil {
+				fmt.Fprintf(c.OutOrStdout(), "killed etcd pid %d on %s\n", pid, n)
+			}
+			return err
+		}},
+		{"lose-node", "Kill the node's supervisor and everything it runs (a dead node)", func(_ *cobra.Command, l *lab.Lab, n string) error { return l.LoseNode(n, removeDisk) }},
+		{"pause", "SIGSTOP the node's etcd (a hung member)", func(_ *cobra.Command, l *lab.Lab, n string) error { return l.Pause(n) }},
+		{"resume", "SIGCONT the node's etcd", func(_ *cobra.Command, l *lab.Lab, n string) error { return l.Resume(n) }},
+	}
+	var cmds []*cobra.Command
+	for _, v := range verbs {
+		var node string
+		c := &cobra.Command{
+			Use: v.use, Short: v.short, Args: cobra.NoArgs,
+			RunE: func(cmd *cobra.Command, _ []string) error {
+				l, err := open()
+				if err != nil {
+					return err
+				}
+				if err := v.do(cmd, l, node); err != nil {
+					return fmt.Errorf("%s %s: %w", v.use, node, err)
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "%s %s: done\n", v.use, node)
+				return nil
+			},
+		}
+		c.Flags().StringVar(&node, "node", "", "the lab node, e.g. node2")
+		_ = c.MarkFlagRequired("node")
+		if v.use == "lose-node" {
+			c.Flags().BoolVar(&removeDisk, "remove-disk", false, "also remove the node's local disk")
+		}
+		cmds = append(cmds, c)
+	}
+	cmds = append(cmds, &cobra.Command{
+		Use: "add-node", Short: "Add an empty node (own IP, supervisor, Node object); place a manifest on it to give it a member",
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			l, err := open()
+			if err != nil {
+				return err
+			}
+			n, err := l.AddNode(cmd.Context())
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "added %s (%s), manifests dir %s\n", n.Name, n.IP, n.ManifestsDir)
+			return nil
+		},
+	})
+	return cmds
+}

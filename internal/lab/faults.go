@@ -1,0 +1,221 @@
+package lab
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"syscall"
+	"time"
+
+	"go.uber.org/zap"
+)
+
+// containerPID returns the PID of a running container of the node's static
+// pod manifest (e.g. "etcd.yaml", "etcd").
+func (l *Lab) containerPID(node, manifest, container string) (int, error) {
+	n, err := l.Spec.Node(node)
+	if err != nil {
+		return 0, err
+	}
+	st, err := readSupervisorState(*n)
+	if err != nil {
+		return 0, fmt.Errorf("node %s supervisor state: %w", node, err)
+	}
+	c, ok := st.Container(manifest, container)
+	if !ok || c.State != "running" || c.PID == 0 {
+		return 0, fmt.Errorf("node %s: container %s of %s is not running", node, container, manifest)
+	}
+	return c.PID, nil
+}
+
+// EtcdPID is the PID of the node's running etcd member.
+func (l *Lab) EtcdPID(node string) (int, error) { return l.containerPID(node, "etcd.yaml", "etcd") }
+
+// KillMember SIGKILLs the node's etcd process; its supervisor restarts it.
+func (l *Lab) KillMember(node string) (int, error) {
+	pid, err := l.EtcdPID(node)
+	if err != nil {
+		return 0, err
+	}
+	l.log.Info("fault: kill member", zap.String("node", node), zap.Int("pid", pid))
+	return pid, syscall.Kill(pid, syscall.SIGKILL)
+}
+
+// Pause SIGSTOPs the node's etcd process (a hung member); Resume undoes it.
+func (l *Lab) Pause(node string) error { return l.signalEtcd(node, syscall.SIGSTOP) }
+
+// Resume SIGCONTs a paused etcd process.
+func (l *Lab) Resume(node string) error { return l.signalEtcd(node, syscall.SIGCONT) }
+
+func (l *Lab) signalEtcd(node string, sig syscall.Signal) error {
+	pid, err := l.EtcdPID(node)
+	if err != nil {
+		return err
+	}
+	l.log.Info("fault: signal member", zap.String("node", node), zap.Int("pid", pid), zap.Stringer("signal", sig))
+	return syscall.Kill(pid, sig)
+}
+
+// WipeDataDir removes the node's etcd data dir while etcd may be running
+// (the disk lost its contents). This is the fault; the agent itself never deletes.
+func (l *Lab) WipeDataDir(node string) error {
+	n, err := l.Spec.Node(node)
+	if err != nil {
+		return err
+	}
+	if n.DataDir == "" {
+		return fmt.Errorf("node %s has no etcd data dir", node)
+	}
+	l.log.Info("fault: wipe data dir", zap.String("node", node), zap.String("dir", n.DataDir))
+	return os.RemoveAll(n.DataDir)
+}
+
+// CorruptDB overwrites bytes in the middle of the node's member/snap/db
+// and its two bbolt meta pages, so that bbolt refuses to open it.
+func (l *Lab) CorruptDB(node string) error {
+	n, err := l.Spec.Node(node)
+	if err != nil {
+		return err
+	}
+	path := filepath.Join(n.DataDir, "member", "snap", "db")
+	l.log.Info("fault: corrupt db", zap.String("node", node), zap.String("file", path))
+	return corruptFile(path, []int64{0, 4096, -1})
+}
+
+// CorruptWAL overwrites bytes in the newest WAL file of the node's member.
+func (l *Lab) CorruptWAL(node string) error {
+	n, err := l.Spec.Node(node)
+	if err != nil {
+		return err
+	}
+	files, err := filepath.Glob(filepath.Join(n.DataDir, "member", "wal", "*.wal"))
+	if err != nil || len(files) == 0 {
+		return fmt.Errorf("node %s: no WAL files under %s", node, n.DataDir)
+	}
+	sort.Strings(files)
+	l.log.Info("fault: corrupt wal", zap.String("node", node), zap.String("file", files[len(files)-1]))
+	return corruptFile(files[len(files)-1], []int64{64, -1})
+}
+
+// corruptFile writes 512 garbage bytes at each offset (-1 = the middle).
+func corruptFile(path string, offsets []int64) error {
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return err
+	}
+	junk := make([]byte, 512)
+	for i := range junk {
+		junk[i] = byte(0xA5 ^ i)
+	}
+	for _, off := range offsets {
+		if off < 0 {
+			off = st.Size() / 2
+		}
+		if off >= st.Size() {
+			continue
+		}
+		if _, err := f.WriteAt(junk, off); err != nil {
+			return err
+		}
+	}
+	return f.Sync()
+}
+
+// LoseNode kills the node's supervisor, and with it its containers, at once
+// (a node that died). With removeDisk its local disk is gone too.
+func (l *Lab) LoseNode(node string, removeDisk bool) error {
+	n, err := l.Spec.Node(node)
+	if err != nil {
+		return err
+	}
+	l.log.Info("fault: lose node", zap.String("node", node), zap.Bool("removeDisk", removeDisk))
+	if procAlive(n.SupervisorPID, n.NodeDir) {
+		_ = syscall.Kill(n.SupervisorPID, syscall.SIGKILL)
+		if !waitGone(n.SupervisorPID, n.NodeDir, 5*time.Second) {
+			return fmt.Errorf("supervisor %d of %s survived SIGKILL", n.SupervisorPID, node)
+		}
+	}
+	// Its containers die with it (Pdeathsig); make sure by PID.
+	if st, err := readSupervisorState(*n); err == nil {
+		for _, p := range st.Pods {
+			for _, c := range p.Containers {
+				if procAlive(c.PID, l.Spec.Dir) {
+					_ = syscall.Kill(c.PID, syscall.SIGKILL)
+					waitGone(c.PID, l.Spec.Dir, 5*time.Second)
+				}
+			}
+		}
+	}
+	n.Lost = true
+	if removeDisk {
+		if err := os.RemoveAll(n.DiskDir); err != nil {
+			return err
+		}
+	}
+	return l.Spec.save()
+}
+
+// AddNode creates a new empty node (next number, own loopback IP), starts its
+// supervisor and creates its Node object. Its manifests dir is empty: place a
+// static-pod manifest there to give it a member.
+func (l *Lab) AddNode(ctx context.Context) (*Node, error) {
+	n, err := l.newNode(len(l.Spec.Nodes)+1, false)
+	if err != nil {
+		return nil, err
+	}
+	if err := l.startSupervisor(&n); err != nil {
+		return nil, err
+	}
+	l.Spec.Nodes = append(l.Spec.Nodes, n)
+	if err := l.Spec.save(); err != nil {
+		return nil, err
+	}
+	if l.Spec.APIServer != nil {
+		kc, err := l.KubeClient()
+		if err != nil {
+			return nil, err
+		}
+		if err := l.createNodeObject(ctx, kc, n); err != nil {
+			return nil, err
+		}
+	}
+	l.log.Info("added node", zap.String("node", n.Name), zap.String("ip", n.IP))
+	return &l.Spec.Nodes[len(l.Spec.Nodes)-1], nil
+}
+
+// StopAPIServer stops kube-apiserver (the agents then have no Lease).
+func (l *Lab) StopAPIServer() error {
+	a := l.Spec.APIServer
+	if a == nil {
+		return fmt.Errorf("this lab has no kube-apiserver")
+	}
+	return stopPID(a.PID, a.Dir, 15*time.Second)
+}
+
+// StartAPIServer starts kube-apiserver again with the same flags and waits
+// until it is ready.
+func (l *Lab) StartAPIServer(ctx context.Context) error {
+	a := l.Spec.APIServer
+	if a == nil {
+		return fmt.Errorf("this lab has no kube-apiserver")
+	}
+	if procAlive(a.PID, a.Dir) {
+		return nil
+	}
+	cmd, err := startDetached(a.Args, a.LogFile)
+	if err != nil {
+		return err
+	}
+	a.PID = cmd.Process.Pid
+	if err := l.Spec.save(); err != nil {
+		return err
+	}
+	return waitAPIReady(ctx, a, 120*time.Second)
+}

@@ -1,0 +1,283 @@
+package lab
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+)
+
+// Options configure Up.
+type Options struct {
+	Dir   string
+	Nodes int
+	// BinDir holds etcd, etcdctl and kube-apiserver (built by `make tools`).
+	BinDir string
+	// AgentBinary is the etcd-agent binary; the lab runs its `lab supervise`
+	// as each node's supervisor (and `run` as the agent, with Agents).
+	AgentBinary string
+	// NoAPIServer skips the kube-apiserver (faster, for etcd-only tests).
+	NoAPIServer bool
+	Agents      bool
+	AgentArgs   []string
+	Log         *zap.Logger
+}
+
+// AgentNamespace is where the agents' Leases live in the lab.
+const AgentNamespace = "etcd-agent"
+
+// Lab is a running (or stopped) lab described by its Spec.
+type Lab struct {
+	Spec *Spec
+	log  *zap.Logger
+}
+
+// Open attaches to the lab in dir (started by Up, maybe by another process).
+func Open(dir string, log *zap.Logger) (*Lab, error) {
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return nil, err
+	}
+	s, err := LoadSpec(abs)
+	if err != nil {
+		return nil, err
+	}
+	if log == nil {
+		log = zap.NewNop()
+	}
+	return &Lab{Spec: s, log: log}, nil
+}
+
+// Up creates the lab's nodes, starts their supervisors (which start etcd),
+// waits for a healthy cluster, then starts kube-apiserver on it, waits for
+// it to be ready and creates a Node object per lab node.
+func Up(ctx context.Context, o Options) (*Lab, error) {
+	if o.Nodes < 1 || o.Nodes > 9 {
+		return nil, fmt.Errorf("--nodes must be 1..9, got %d", o.Nodes)
+	}
+	if o.Log == nil {
+		o.Log = zap.NewNop()
+	}
+	dir, err := filepath.Abs(o.Dir)
+	if err != nil {
+		return nil, err
+	}
+	if s, err := LoadSpec(dir); err == nil && len((&Lab{Spec: s}).liveProcesses()) > 0 {
+		return nil, fmt.Errorf("a lab is already running in %s: run `etcd-agent lab down --dir %s` first", dir, dir)
+	}
+	if err := checkBinaries(o); err != nil {
+		return nil, err
+	}
+	for _, sub := range []string{"", "apiserver"} {
+		if err := os.MkdirAll(filepath.Join(dir, sub), 0o755); err != nil {
+			return nil, err
+		}
+	}
+	tok := make([]byte, 4)
+	_, _ = rand.Read(tok)
+	spec := &Spec{Dir: dir, ClusterToken: "lab-" + hex.EncodeToString(tok), BinDir: o.BinDir,
+		AgentBinary: o.AgentBinary, AgentArgs: o.AgentArgs, Agents: o.Agents, CreatedAt: time.Now().UTC()}
+	l := &Lab{Spec: spec, log: o.Log}
+	for i := 1; i <= o.Nodes; i++ {
+		n, err := l.newNode(i, true)
+		if err != nil {
+			return nil, err
+		}
+		spec.Nodes = append(spec.Nodes, n)
+	}
+	ic := initialCluster(spec.Nodes)
+	for _, n := range spec.Nodes {
+		m, err := etcdPodManifest(o.BinDir, n, ic, "new", spec.ClusterToken)
+		if err != nil {
+			return nil, err
+		}
+		if err := os.WriteFile(n.EtcdManifest(), m, 0o644); err != nil {
+			return nil, err
+		}
+	}
+	for i := range spec.Nodes {
+		if err := l.startSupervisor(&spec.Nodes[i]); err != nil {
+			return l, err
+		}
+	}
+	if err := spec.save(); err != nil {
+		return l, err
+	}
+	start := time.Now()
+	if err := l.WaitHealthy(ctx, len(spec.Nodes), 60*time.Second); err != nil {
+		return l, err
+	}
+	o.Log.Info("etcd cluster healthy", zap.Int("members", len(spec.Nodes)), zap.Duration("took", time.Since(start)))
+	if o.NoAPIServer {
+		return l, nil
+	}
+	a, err := startAPIServer(o.BinDir, filepath.Join(dir, "apiserver"), spec.ClientURLs())
+	if err != nil {
+		return l, err
+	}
+	spec.APIServer = a
+	if err := spec.save(); err != nil {
+		return l, err
+	}
+	if err := waitAPIReady(ctx, a, 120*time.Second); err != nil {
+		return l, err
+	}
+	o.Log.Info("kube-apiserver ready", zap.String("url", a.URL), zap.Duration("took", time.Since(start)))
+	if err := l.bootstrapObjects(ctx); err != nil {
+		return l, err
+	}
+	return l, spec.save()
+}
+
+func checkBinaries(o Options) error {
+	var missing []string
+	need := []string{filepath.Join(o.BinDir, "etcd"), o.AgentBinary}
+	if !o.NoAPIServer {
+		need = append(need, filepath.Join(o.BinDir, "kube-apiserver"))
+	}
+	for _, p := range need {
+		if st, err := os.Stat(p); err != nil || st.IsDir() {
+			missing = append(missing, p)
+		}
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("missing binaries %s: run `make tools` (etcd, kube-apiserver) and `make build` (etcd-agent)", strings.Join(missing, ", "))
+	}
+	return nil
+}
+
+// newNode lays out node i's folders and picks its loopback IP and ports.
+// withMember gives it an etcd member named after the node.
+func (l *Lab) newNode(i int, withMember bool) (Node, error) {
+	name := fmt.Sprintf("node%d", i)
+	nodeDir := filepath.Join(l.Spec.Dir, name)
+	n := Node{Name: name, IP: fmt.Sprintf("127.0.0.%d", 10+i), NodeDir: nodeDir,
+		DiskDir: filepath.Join(nodeDir, "disk"), ManifestsDir: filepath.Join(nodeDir, "manifests"),
+		LogsDir: filepath.Join(nodeDir, "logs"), StateDir: filepath.Join(nodeDir, "agent-state")}
+	for _, d := range []string{n.DiskDir, n.ManifestsDir, n.LogsDir, n.StateDir} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return n, err
+		}
+	}
+	if withMember {
+		ports, err := freePorts(n.IP, 2)
+		if err != nil {
+			return n, err
+		}
+		n.Member = name
+		n.ClientURL = fmt.Sprintf("http://%s:%d", n.IP, ports[0])
+		n.PeerURL = fmt.Sprintf("http://%s:%d", n.IP, ports[1])
+		n.DataDir = filepath.Join(n.DiskDir, "etcd")
+	}
+	return n, nil
+}
+
+// startSupervisor starts the node's kubelet-like supervisor process.
+func (l *Lab) startSupervisor(n *Node) error {
+	argv := []string{l.Spec.AgentBinary, "lab", "supervise", "--node-dir", n.NodeDir, "--log-format", "json"}
+	cmd, err := startDetached(argv, filepath.Join(n.LogsDir, "supervisor.log"))
+	if err != nil {
+		return err
+	}
+	n.SupervisorPID = cmd.Process.Pid
+	n.Lost = false
+	return nil
+}
+
+// bootstrapObjects creates what the agents expect in the API: their
+// namespace and a Node object per lab node.
+func (l *Lab) bootstrapObjects(ctx context.Context) error {
+	kc, err := l.KubeClient()
+	if err != nil {
+		return err
+	}
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: AgentNamespace}}
+	if _, err := kc.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("create namespace %s: %w", AgentNamespace, err)
+	}
+	for _, n := range l.Spec.Nodes {
+		if err := l.createNodeObject(ctx, kc, n); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (l *Lab) createNodeObject(ctx context.Context, kc kubernetes.Interface, n Node) error {
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n.Name, Labels: map[string]string{
+		"node-role.kubernetes.io/control-plane": "", "kubernetes.io/hostname": n.Name}}}
+	node.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: n.IP}}
+	if _, err := kc.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("create node %s: %w", n.Name, err)
+	}
+	return nil
+}
+
+// EtcdClient returns a client for all live members' client URLs.
+func (l *Lab) EtcdClient() (*clientv3.Client, error) {
+	return clientv3.New(clientv3.Config{Endpoints: l.Spec.ClientURLs(), DialTimeout: 3 * time.Second,
+		Logger: zap.NewNop()})
+}
+
+// KubeClient returns a client-go clientset for the lab's API server.
+func (l *Lab) KubeClient() (kubernetes.Interface, error) {
+	if l.Spec.APIServer == nil {
+		return nil, errors.New("this lab has no kube-apiserver")
+	}
+	cfg, err := clientcmd.BuildConfigFromFlags("", l.Spec.APIServer.Kubeconfig)
+	if err != nil {
+		return nil, err
+	}
+	cfg.QPS, cfg.Burst = 200, 400
+	return kubernetes.NewForConfig(cfg)
+}
+
+// Down stops every process the lab started, by PID (supervisors stop their
+// containers), and leaves the folder for inspection. It fails if any lab
+// process is still running afterwards.
+func (l *Lab) Down(ctx context.Context) error {
+	var errs []error
+	if a := l.Spec.APIServer; a != nil {
+		errs = append(errs, stopPID(a.PID, a.Dir, 15*time.Second))
+	}
+	for _, n := range l.Spec.Nodes {
+		// The supervisor gives its containers SIGTERM and up to 10 s.
+		errs = append(errs, stopPID(n.SupervisorPID, n.NodeDir, 15*time.Second))
+	}
+	// Containers whose supervisor died without stopping them (Pdeathsig
+	// should have taken them) are stopped by the PIDs the supervisor published.
+	for _, n := range l.Spec.Nodes {
+		st, err := readSupervisorState(n)
+		if err != nil {
+			continue
+		}
+		for _, p := range st.Pods {
+			for _, c := range p.Containers {
+				errs = append(errs, stopPID(c.PID, l.Spec.Dir, 10*time.Second))
+			}
+		}
+	}
+	if left := l.liveProcesses(); len(left) > 0 {
+		errs = append(errs, fmt.Errorf("lab processes still running after down: %v", left))
+	}
+	return errors.Join(errs...)
+}
+
+// liveProcesses lists lab processes (etcd, kube-apiserver, etcd-agent) still running.
+func (l *Lab) liveProcesses() []int { return labProcesses(l.Spec.Dir) }
+
+// LiveProcesses is liveProcesses for tests and `lab status`.
+func (l *Lab) LiveProcesses() []int { return l.liveProcesses() }

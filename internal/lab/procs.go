@@ -1,0 +1,134 @@
+package lab
+
+import (
+	"bytes"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// freePorts reserves n free TCP ports on ip, holding all listeners open
+// until every port is chosen so that no two come out equal.
+func freePorts(ip string, n int) ([]int, error) {
+	var ls []net.Listener
+	defer func() {
+		for _, l := range ls {
+			l.Close()
+		}
+	}()
+	ports := make([]int, 0, n)
+	for range n {
+		l, err := net.Listen("tcp", net.JoinHostPort(ip, "0"))
+		if err != nil {
+			return nil, fmt.Errorf("find a free port on %s: %w", ip, err)
+		}
+		ls = append(ls, l)
+		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+	}
+	return ports, nil
+}
+
+// startDetached starts a long-lived lab process in its own session so that it
+// outlives the `lab up` command that started it; output goes to logPath.
+func startDetached(argv []string, logPath string) (*exec.Cmd, error) {
+	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	defer logf.Close()
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start %s: %w", argv[0], err)
+	}
+	// Reap it when it exits while we are still around (tests); after the CLI
+	// exits the process is reparented and reaped by init.
+	go func() { _ = cmd.Wait() }()
+	return cmd, nil
+}
+
+// procAlive reports whether pid is a live (not zombie) process whose command
+// line mentions marker. The marker (the lab dir) guards against signalling a
+// stranger that reused a PID of ours.
+func procAlive(pid int, marker string) bool {
+	if pid <= 0 {
+		return false
+	}
+	stat, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return false
+	}
+	// The state follows the ")" that closes the command name.
+	if i := bytes.LastIndexByte(stat, ')'); i < 0 || i+2 >= len(stat) || stat[i+2] == 'Z' || stat[i+2] == 'X' {
+		return false
+	}
+	if marker == "" {
+		return true
+	}
+	cmdline, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline")
+	if err != nil {
+		return false
+	}
+	return strings.Contains(string(cmdline), marker)
+}
+
+// stopPID sends SIGTERM to pid (if it is still ours), waits up to grace for it
+// to exit, then SIGKILLs it. It returns an error only if the process survives.
+func stopPID(pid int, marker string, grace time.Duration) error {
+	if !procAlive(pid, marker) {
+		return nil
+	}
+	_ = syscall.Kill(pid, syscall.SIGTERM)
+	if waitGone(pid, marker, grace) {
+		return nil
+	}
+	_ = syscall.Kill(pid, syscall.SIGKILL)
+	if waitGone(pid, marker, 5*time.Second) {
+		return nil
+	}
+	return fmt.Errorf("process %d survived SIGKILL", pid)
+}
+
+// waitGone polls until pid is no longer a live process of ours, up to d.
+func waitGone(pid int, marker string, d time.Duration) bool {
+	deadline := time.Now().Add(d)
+	for time.Now().Before(deadline) {
+		if !procAlive(pid, marker) {
+			return true
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return !procAlive(pid, marker)
+}
+
+// labProcesses lists live etcd, kube-apiserver and etcd-agent processes whose
+// command line mentions dir: what a `lab down` must leave none of.
+func labProcesses(dir string) []int {
+	entries, _ := os.ReadDir("/proc")
+	var out []int
+	self := os.Getpid()
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid == self {
+			continue
+		}
+		exe, err := os.Readlink("/proc/" + e.Name() + "/exe")
+		if err != nil {
+			continue
+		}
+		switch filepath.Base(strings.TrimSuffix(exe, " (deleted)")) {
+		case "etcd", "kube-apiserver", "etcd-agent":
+			if procAlive(pid, dir+"/") {
+				out = append(out, pid)
+			}
+		}
+	}
+	return out
+}

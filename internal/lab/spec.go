@@ -1,0 +1,120 @@
+// Package lab runs a local etcd control plane for the demo and the e2e
+// tests: N "nodes" on one machine, each a folder with a kubelet-like
+// supervisor (see package supervisor) running the node's static pods (etcd,
+// later the agent), a real kube-apiserver whose storage is that etcd cluster,
+// and fault verbs to break it. Everything listens on 127.0.0.0/8 with free
+// ports, and every process started is recorded by PID in lab.json so that
+// `lab down` stops exactly those.
+package lab
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+)
+
+// SpecFile is the lab's description, written in the lab dir by Up.
+const SpecFile = "lab.json"
+
+// Spec is lab.json: everything a person or a test needs to reach the lab.
+type Spec struct {
+	Dir          string     `json:"dir"`
+	ClusterToken string     `json:"clusterToken"`
+	BinDir       string     `json:"binDir"`
+	AgentBinary  string     `json:"agentBinary"`
+	AgentArgs    []string   `json:"agentArgs,omitempty"`
+	Agents       bool       `json:"agents"`
+	CreatedAt    time.Time  `json:"createdAt"`
+	Nodes        []Node     `json:"nodes"`
+	APIServer    *APIServer `json:"apiServer,omitempty"`
+}
+
+// Node is one lab node: its own loopback IP, manifests dir, local disk and
+// supervisor.
+type Node struct {
+	Name string `json:"name"`
+	IP   string `json:"ip"`
+	// Member is the etcd member name of the static pod this node was created
+	// with ("" for a node added empty, until a manifest is placed on it).
+	Member          string `json:"member,omitempty"`
+	ClientURL       string `json:"clientURL,omitempty"`
+	PeerURL         string `json:"peerURL,omitempty"`
+	NodeDir         string `json:"nodeDir"`
+	DiskDir         string `json:"diskDir"`
+	DataDir         string `json:"dataDir,omitempty"`
+	ManifestsDir    string `json:"manifestsDir"`
+	LogsDir         string `json:"logsDir"`
+	StateDir        string `json:"stateDir"`
+	SupervisorPID   int    `json:"supervisorPID"`
+	AgentMetricsURL string `json:"agentMetricsURL,omitempty"`
+	Lost            bool   `json:"lost,omitempty"`
+}
+
+// APIServer is the lab's kube-apiserver.
+type APIServer struct {
+	URL        string `json:"url"`
+	Kubeconfig string `json:"kubeconfig"`
+	Token      string `json:"token"`
+	PID        int    `json:"pid"`
+	Dir        string `json:"dir"`
+	LogFile    string `json:"logFile"`
+	Args       []string `json:"args"`
+}
+
+// SupervisorStateFile is where a node's supervisor publishes its containers.
+func (n Node) SupervisorStateFile() string { return filepath.Join(n.NodeDir, "supervisor.json") }
+
+// EtcdManifest is the path of the node's etcd static-pod manifest.
+func (n Node) EtcdManifest() string { return filepath.Join(n.ManifestsDir, "etcd.yaml") }
+
+// Node returns the node called name.
+func (s *Spec) Node(name string) (*Node, error) {
+	for i := range s.Nodes {
+		if s.Nodes[i].Name == name {
+			return &s.Nodes[i], nil
+		}
+	}
+	return nil, fmt.Errorf("no node %q in lab %s", name, s.Dir)
+}
+
+// ClientURLs lists the client URLs of the nodes' etcd members that are not lost.
+func (s *Spec) ClientURLs() []string {
+	var out []string
+	for _, n := range s.Nodes {
+		if n.ClientURL != "" && !n.Lost {
+			out = append(out, n.ClientURL)
+		}
+	}
+	return out
+}
+
+// LoadSpec reads dir/lab.json.
+func LoadSpec(dir string) (*Spec, error) {
+	b, err := os.ReadFile(filepath.Join(dir, SpecFile))
+	if err != nil {
+		if os.IsNotExist(err) {
+			return nil, fmt.Errorf("no lab at %s (no %s): run `etcd-agent lab up --dir %s` first", dir, SpecFile, dir)
+		}
+		return nil, err
+	}
+	var s Spec
+	if err := json.Unmarshal(b, &s); err != nil {
+		return nil, fmt.Errorf("%s: %w", filepath.Join(dir, SpecFile), err)
+	}
+	return &s, nil
+}
+
+func (s *Spec) save() error {
+	b, err := json.MarshalIndent(s, "", "  ")
+	if err != nil {
+		return err
+	}
+	path := filepath.Join(s.Dir, SpecFile)
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, append(b, '\n'), 0o644); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}

@@ -1,0 +1,197 @@
+package supervisor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"time"
+
+	"go.uber.org/zap"
+	corev1 "k8s.io/api/core/v1"
+)
+
+// Backoff between restarts of a container that exited: 1 s doubling to 10 s,
+// reset once a container has run for backoffReset (a crash loop slows down,
+// an occasional crash restarts quickly).
+const (
+	backoffInitial = time.Second
+	backoffMax     = 10 * time.Second
+	backoffReset   = 10 * time.Second
+)
+
+type podRunner struct {
+	sup      *Supervisor
+	manifest string
+	hash     string
+	pod      *corev1.Pod
+	cancel   context.CancelFunc
+	done     chan struct{}
+
+	mu     sync.Mutex
+	states map[string]ContainerState
+}
+
+func newPodRunner(s *Supervisor, manifest, hash string, pod *corev1.Pod) *podRunner {
+	pr := &podRunner{sup: s, manifest: manifest, hash: hash, pod: pod, done: make(chan struct{}), states: map[string]ContainerState{}}
+	for _, c := range pod.Spec.InitContainers {
+		pr.states[c.Name] = ContainerState{State: "waiting", Init: true}
+	}
+	for _, c := range pod.Spec.Containers {
+		pr.states[c.Name] = ContainerState{State: "waiting"}
+	}
+	return pr
+}
+
+func (pr *podRunner) snapshot() PodState {
+	pr.mu.Lock()
+	defer pr.mu.Unlock()
+	ps := PodState{Manifest: pr.manifest, Name: pr.pod.Name, Containers: map[string]ContainerState{}}
+	for k, v := range pr.states {
+		ps.Containers[k] = v
+	}
+	return ps
+}
+
+func (pr *podRunner) update(name string, f func(*ContainerState)) {
+	pr.mu.Lock()
+	st := pr.states[name]
+	f(&st)
+	pr.states[name] = st
+	pr.mu.Unlock()
+	pr.sup.writeState()
+}
+
+// run starts the pod: init containers in order (each retried with backoff
+// until it succeeds), then every container, each restarted when it exits.
+func (pr *podRunner) run(parent context.Context) {
+	ctx, cancel := context.WithCancel(parent)
+	pr.mu.Lock()
+	pr.cancel = cancel
+	pr.mu.Unlock()
+	defer close(pr.done)
+	for _, c := range pr.pod.Spec.InitContainers {
+		backoff := backoffInitial
+		for {
+			err := pr.runOnce(ctx, c, true)
+			if ctx.Err() != nil {
+				return
+			}
+			if err == nil {
+				break
+			}
+			if !sleepCtx(ctx, backoff) {
+				return
+			}
+			backoff = min(2*backoff, backoffMax)
+		}
+	}
+	var wg sync.WaitGroup
+	for _, c := range pr.pod.Spec.Containers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			backoff := backoffInitial
+			for {
+				started := time.Now()
+				_ = pr.runOnce(ctx, c, false)
+				if ctx.Err() != nil {
+					return
+				}
+				if time.Since(started) >= backoffReset {
+					backoff = backoffInitial
+				}
+				if !sleepCtx(ctx, backoff) {
+					return
+				}
+				backoff = min(2*backoff, backoffMax)
+				pr.update(c.Name, func(s *ContainerState) { s.Restarts++ })
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+// stop cancels the pod and waits until all its processes have exited.
+func (pr *podRunner) stop() {
+	pr.mu.Lock()
+	cancel := pr.cancel
+	pr.mu.Unlock()
+	if cancel != nil {
+		cancel()
+		<-pr.done
+	}
+}
+
+// runOnce runs one container process to its end. When ctx ends first the
+// process gets SIGTERM, then SIGKILL after the stop timeout, like a kubelet.
+func (pr *podRunner) runOnce(ctx context.Context, c corev1.Container, init bool) error {
+	log := pr.sup.cfg.Log.With(zap.String("pod", pr.pod.Name), zap.String("container", c.Name))
+	argv := append(append([]string{}, c.Command...), c.Args...)
+	if len(argv) == 0 {
+		err := errors.New("container has no command (images are not supported by the lab)")
+		pr.update(c.Name, func(s *ContainerState) { s.State, s.LastExit = "exited", err.Error() })
+		return err
+	}
+	logPath := filepath.Join(pr.sup.cfg.LogsDir, fmt.Sprintf("%s_%s.log", pr.pod.Name, c.Name))
+	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
+	}
+	defer logf.Close()
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Dir = c.WorkingDir
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.Env = os.Environ()
+	for _, e := range c.Env {
+		cmd.Env = append(cmd.Env, e.Name+"="+e.Value)
+	}
+	// Pdeathsig: a supervisor that dies (a "lost node") takes its containers with it.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		fmt.Fprintf(logf, "supervisor: start failed: %v\n", err)
+		pr.update(c.Name, func(s *ContainerState) { s.State, s.LastExit, s.PID = "exited", "start failed: "+err.Error(), 0 })
+		return err
+	}
+	pid := cmd.Process.Pid
+	log.Info("container started", zap.Int("pid", pid))
+	pr.update(c.Name, func(s *ContainerState) { s.State, s.PID, s.StartedAt = "running", pid, time.Now().UTC() })
+	waitErr := make(chan error, 1)
+	go func() { waitErr <- cmd.Wait() }()
+	var werr error
+	select {
+	case werr = <-waitErr:
+	case <-ctx.Done():
+		_ = syscall.Kill(pid, syscall.SIGTERM)
+		select {
+		case werr = <-waitErr:
+		case <-time.After(pr.sup.cfg.StopTimeout):
+			log.Warn("container ignored SIGTERM; killing", zap.Int("pid", pid))
+			_ = syscall.Kill(-pid, syscall.SIGKILL)
+			werr = <-waitErr
+		}
+	}
+	exit := "exit 0"
+	if werr != nil {
+		exit = werr.Error()
+	}
+	log.Info("container exited", zap.Int("pid", pid), zap.String("exit", exit))
+	fmt.Fprintf(logf, "supervisor: container exited: %s\n", exit)
+	pr.update(c.Name, func(s *ContainerState) { s.State, s.LastExit, s.PID = "exited", exit, 0 })
+	return werr
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
