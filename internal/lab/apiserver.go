@@ -49,41 +49,41 @@ func apiServerArgs(binDir, dir string, port int, pki apiserverPKI, etcdServers [
 
 // startAPIServer writes the PKI, token file and kubeconfig under dir and
 // starts kube-apiserver; it does not wait for readiness (waitAPIReady does).
-func startAPIServer(binDir, dir string, etcdServers []string) (*APIServer, error) {
+func startAPIServer(binDir, dir string, etcdServers []string) (*APIServer, *process, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	pki, err := writePKI(filepath.Join(dir, "pki"))
 	if err != nil {
-		return nil, fmt.Errorf("lab PKI: %w", err)
+		return nil, nil, fmt.Errorf("lab PKI: %w", err)
 	}
 	tok := make([]byte, 16)
 	if _, err := rand.Read(tok); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	token := hex.EncodeToString(tok)
 	if err := os.WriteFile(filepath.Join(dir, "tokens.csv"),
 		[]byte(token+`,lab-admin,lab-admin,"system:masters"`+"\n"), 0o600); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	ports, err := freePorts("127.0.0.1", 1)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	url := fmt.Sprintf("https://127.0.0.1:%d", ports[0])
 	kubeconfig := filepath.Join(filepath.Dir(dir), "kubeconfig")
 	if err := writeKubeconfig(kubeconfig, url, token, pki.CAPEM); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	a := &APIServer{URL: url, Kubeconfig: kubeconfig, Token: token, Dir: dir,
 		LogFile: filepath.Join(dir, "kube-apiserver.log"),
 		Args:    apiServerArgs(binDir, dir, ports[0], pki, etcdServers)}
-	cmd, err := startDetached(a.Args, a.LogFile)
+	proc, err := startDetached(a.Args, a.LogFile)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	a.PID = cmd.Process.Pid
-	return a, nil
+	a.PID = proc.PID
+	return a, proc, nil
 }
 
 func writeKubeconfig(path, server, token string, ca []byte) error {
@@ -119,12 +119,13 @@ func apiReady(ctx context.Context, a *APIServer) error {
 }
 
 // waitAPIReady polls /readyz until it answers 200 or timeout passes.
-func waitAPIReady(ctx context.Context, a *APIServer, timeout time.Duration) error {
+// proc is the started process, to notice it exiting early.
+func waitAPIReady(ctx context.Context, a *APIServer, proc *process, timeout time.Duration) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	var last error
 	for {
-		if !procAlive(a.PID, a.Dir) {
+		if exited(proc) {
 			return fmt.Errorf("kube-apiserver (pid %d) exited; see %s:\n%s", a.PID, a.LogFile, tail(a.LogFile, 15))
 		}
 		if last = apiReady(ctx, a); last == nil {

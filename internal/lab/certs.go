@@ -18,7 +18,7 @@ import (
 // for 127.0.0.1, and a service-account signing key. Generated fresh per lab.
 type apiserverPKI struct {
 	CAFile, CertFile, KeyFile, SAKeyFile, SAPubFile string
-	CAPEM                                          []byte
+	CAPEM                                           []byte
 }
 
 func writePKI(dir string) (apiserverPKI, error) {

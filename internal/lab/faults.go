@@ -209,13 +209,13 @@ func (l *Lab) StartAPIServer(ctx context.Context) error {
 	if procAlive(a.PID, a.Dir) {
 		return nil
 	}
-	cmd, err := startDetached(a.Args, a.LogFile)
+	proc, err := startDetached(a.Args, a.LogFile)
 	if err != nil {
 		return err
 	}
-	a.PID = cmd.Process.Pid
+	a.PID = proc.PID
 	if err := l.Spec.save(); err != nil {
 		return err
 	}
-	return waitAPIReady(ctx, a, 120*time.Second)
+	return waitAPIReady(ctx, a, proc, 120*time.Second)
 }

@@ -124,7 +124,7 @@ func Up(ctx context.Context, o Options) (*Lab, error) {
 	if o.NoAPIServer {
 		return l, nil
 	}
-	a, err := startAPIServer(o.BinDir, filepath.Join(dir, "apiserver"), spec.ClientURLs())
+	a, proc, err := startAPIServer(o.BinDir, filepath.Join(dir, "apiserver"), spec.ClientURLs())
 	if err != nil {
 		return l, err
 	}
@@ -132,7 +132,7 @@ func Up(ctx context.Context, o Options) (*Lab, error) {
 	if err := spec.save(); err != nil {
 		return l, err
 	}
-	if err := waitAPIReady(ctx, a, 120*time.Second); err != nil {
+	if err := waitAPIReady(ctx, a, proc, 120*time.Second); err != nil {
 		return l, err
 	}
 	o.Log.Info("kube-apiserver ready", zap.String("url", a.URL), zap.Duration("took", time.Since(start)))
@@ -188,11 +188,11 @@ func (l *Lab) newNode(i int, withMember bool) (Node, error) {
 // startSupervisor starts the node's kubelet-like supervisor process.
 func (l *Lab) startSupervisor(n *Node) error {
 	argv := []string{l.Spec.AgentBinary, "lab", "supervise", "--node-dir", n.NodeDir, "--log-format", "json"}
-	cmd, err := startDetached(argv, filepath.Join(n.LogsDir, "supervisor.log"))
+	proc, err := startDetached(argv, filepath.Join(n.LogsDir, "supervisor.log"))
 	if err != nil {
 		return err
 	}
-	n.SupervisorPID = cmd.Process.Pid
+	n.SupervisorPID = proc.PID
 	n.Lost = false
 	return nil
 }

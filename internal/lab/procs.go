@@ -34,9 +34,29 @@ func freePorts(ip string, n int) ([]int, error) {
 	return ports, nil
 }
 
+// process is a lab process started by this one.
+type process struct {
+	PID  int
+	done chan struct{} // closed when it has exited (and was reaped)
+}
+
+// exited reports whether p has exited. Use it rather than /proc right after a
+// start: during execve /proc/PID/cmdline reads empty for a moment.
+func exited(p *process) bool {
+	if p == nil {
+		return false
+	}
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}
+
 // startDetached starts a long-lived lab process in its own session so that it
 // outlives the `lab up` command that started it; output goes to logPath.
-func startDetached(argv []string, logPath string) (*exec.Cmd, error) {
+func startDetached(argv []string, logPath string) (*process, error) {
 	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return nil, err
@@ -49,9 +69,10 @@ func startDetached(argv []string, logPath string) (*exec.Cmd, error) {
 		return nil, fmt.Errorf("start %s: %w", argv[0], err)
 	}
 	// Reap it when it exits while we are still around (tests); after the CLI
-	// exits the process is reparented and reaped by init.
-	go func() { _ = cmd.Wait() }()
-	return cmd, nil
+	// exits the process is reparented.
+	p := &process{PID: cmd.Process.Pid, done: make(chan struct{})}
+	go func() { _ = cmd.Wait(); close(p.done) }()
+	return p, nil
 }
 
 // procAlive reports whether pid is a live (not zombie) process whose command

@@ -54,12 +54,12 @@ type Node struct {
 
 // APIServer is the lab's kube-apiserver.
 type APIServer struct {
-	URL        string `json:"url"`
-	Kubeconfig string `json:"kubeconfig"`
-	Token      string `json:"token"`
-	PID        int    `json:"pid"`
-	Dir        string `json:"dir"`
-	LogFile    string `json:"logFile"`
+	URL        string   `json:"url"`
+	Kubeconfig string   `json:"kubeconfig"`
+	Token      string   `json:"token"`
+	PID        int      `json:"pid"`
+	Dir        string   `json:"dir"`
+	LogFile    string   `json:"logFile"`
 	Args       []string `json:"args"`
 }
 

@@ -1,0 +1,159 @@
+// Package e2e runs scenarios against the real lab: etcd and kube-apiserver
+// processes from bin/ (built by `make tools`) and the etcd-agent binary built
+// fresh by TestMain. Scenarios that do not break the cluster share one lab.
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/etcd-agent/etcd-agent/internal/lab"
+	"go.uber.org/zap"
+)
+
+var (
+	repoRoot    string
+	binDir      string
+	agentBinary string
+
+	sharedOnce sync.Once
+	sharedLab  *lab.Lab
+	sharedErr  error
+	tmpRoot    string
+	failed     bool
+)
+
+func TestMain(m *testing.M) {
+	code, err := run(m)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "e2e:", err)
+		code = 1
+	}
+	os.Exit(code)
+}
+
+func run(m *testing.M) (int, error) {
+	wd, _ := os.Getwd()
+	repoRoot = filepath.Clean(filepath.Join(wd, "..", ".."))
+	binDir = filepath.Join(repoRoot, "bin")
+	for _, b := range []string{"etcd", "etcdctl", "kube-apiserver"} {
+		if _, err := os.Stat(filepath.Join(binDir, b)); err != nil {
+			return 1, fmt.Errorf("%s missing: run `make tools` first (the e2e suite needs the real binaries)", filepath.Join(binDir, b))
+		}
+	}
+	var err error
+	if tmpRoot, err = os.MkdirTemp("", "etcd-agent-e2e-"); err != nil {
+		return 1, err
+	}
+	// Build the agent fresh so the lab never runs a stale binary.
+	agentBinary = filepath.Join(tmpRoot, "etcd-agent")
+	build := exec.Command("go", "build", "-o", agentBinary, "./cmd/etcd-agent")
+	build.Dir, build.Stdout, build.Stderr = repoRoot, os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		return 1, fmt.Errorf("build etcd-agent: %w", err)
+	}
+	code := m.Run()
+	if sharedLab != nil {
+		if err := sharedLab.Down(context.Background()); err != nil {
+			fmt.Fprintln(os.Stderr, "e2e: shared lab down:", err)
+			code = 1
+		}
+	}
+	if code == 0 && !failed {
+		os.RemoveAll(tmpRoot)
+	} else {
+		fmt.Fprintln(os.Stderr, "e2e: lab folders kept for inspection in", tmpRoot)
+	}
+	return code, nil
+}
+
+// newLab brings up a lab of its own for a scenario that breaks it; it is
+// stopped when the test ends.
+func newLab(t *testing.T, o lab.Options) *lab.Lab {
+	t.Helper()
+	o.Dir = filepath.Join(tmpRoot, strings.ReplaceAll(t.Name(), "/", "_"))
+	o.BinDir, o.AgentBinary = binDir, agentBinary
+	if o.Log == nil {
+		o.Log = zap.NewNop()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	l, err := lab.Up(ctx, o)
+	if l != nil {
+		t.Cleanup(func() {
+			if t.Failed() {
+				failed = true
+				dumpLogs(t, l)
+			}
+			if err := l.Down(context.Background()); err != nil {
+				t.Errorf("lab down: %v", err)
+			}
+		})
+	}
+	if err != nil {
+		t.Fatalf("lab up: %v", err)
+	}
+	return l
+}
+
+// shared returns the lab that scenarios which leave it healthy share.
+func shared(t *testing.T) *lab.Lab {
+	t.Helper()
+	sharedOnce.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+		defer cancel()
+		sharedLab, sharedErr = lab.Up(ctx, lab.Options{Dir: filepath.Join(tmpRoot, "shared"), Nodes: 3,
+			BinDir: binDir, AgentBinary: agentBinary, Log: zap.NewNop()})
+	})
+	if sharedErr != nil {
+		t.Fatalf("shared lab up: %v", sharedErr)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			failed = true
+			dumpLogs(t, sharedLab)
+		}
+	})
+	return sharedLab
+}
+
+// dumpLogs prints the tail of every lab log to the test output, so that a
+// failure in CI can be read without the lab folder.
+func dumpLogs(t *testing.T, l *lab.Lab) {
+	files, _ := filepath.Glob(filepath.Join(l.Spec.Dir, "node*", "logs", "*.log"))
+	if l.Spec.APIServer != nil {
+		files = append(files, l.Spec.APIServer.LogFile)
+	}
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+		if len(lines) > 25 {
+			lines = lines[len(lines)-25:]
+		}
+		t.Logf("==> %s <==\n%s", f, strings.Join(lines, "\n"))
+	}
+}
+
+// eventually polls cond every 100 ms until it returns nil or d passes.
+func eventually(t *testing.T, d time.Duration, what string, cond func() error) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	var err error
+	for time.Now().Before(deadline) {
+		if err = cond(); err == nil {
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Fatalf("%s: not true after %s: %v", what, d, err)
+}
