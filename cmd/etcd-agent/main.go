@@ -3,6 +3,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"strings"
@@ -43,6 +44,8 @@ func newRootCmd() *cobra.Command {
 			Run:   func(cmd *cobra.Command, _ []string) { fmt.Fprintln(cmd.OutOrStdout(), version.String()) },
 		},
 		newLabCmd(g),
+		newRunCmd(g),
+		newStatusCmd(g),
 	)
 	return root
 }
@@ -67,7 +70,10 @@ func bindEnv(fs *pflag.FlagSet) error {
 
 func main() {
 	if err := newRootCmd().Execute(); err != nil {
-		fmt.Fprintln(os.Stderr, "etcd-agent:", err)
+		var se statusExit
+		if !errors.As(err, &se) { // status already printed its verdict
+			fmt.Fprintln(os.Stderr, "etcd-agent:", err)
+		}
 		os.Exit(exitCode(err))
 	}
 }
@@ -76,7 +82,8 @@ func main() {
 type exitCoder interface{ ExitCode() int }
 
 func exitCode(err error) int {
-	if ec, ok := err.(exitCoder); ok {
+	var ec exitCoder
+	if errors.As(err, &ec) {
 		return ec.ExitCode()
 	}
 	return 1

@@ -173,6 +173,11 @@ func (l *Lab) AddNode(ctx context.Context) (*Node, error) {
 	if err := l.startSupervisor(&n); err != nil {
 		return nil, err
 	}
+	if l.Spec.Agents {
+		if err := l.writeAgentManifest(&n); err != nil {
+			return nil, err
+		}
+	}
 	l.Spec.Nodes = append(l.Spec.Nodes, n)
 	if err := l.Spec.save(); err != nil {
 		return nil, err

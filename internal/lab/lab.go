@@ -122,7 +122,7 @@ func Up(ctx context.Context, o Options) (*Lab, error) {
 	}
 	o.Log.Info("etcd cluster healthy", zap.Int("members", len(spec.Nodes)), zap.Duration("took", time.Since(start)))
 	if o.NoAPIServer {
-		return l, nil
+		return l, l.startAgents(ctx)
 	}
 	a, proc, err := startAPIServer(o.BinDir, filepath.Join(dir, "apiserver"), spec.ClientURLs())
 	if err != nil {
@@ -137,6 +137,9 @@ func Up(ctx context.Context, o Options) (*Lab, error) {
 	}
 	o.Log.Info("kube-apiserver ready", zap.String("url", a.URL), zap.Duration("took", time.Since(start)))
 	if err := l.bootstrapObjects(ctx); err != nil {
+		return l, err
+	}
+	if err := l.startAgents(ctx); err != nil {
 		return l, err
 	}
 	return l, spec.save()
@@ -194,6 +197,28 @@ func (l *Lab) startSupervisor(n *Node) error {
 	}
 	n.SupervisorPID = proc.PID
 	n.Lost = false
+	return nil
+}
+
+// startAgents places the agent's static pod on every node (with Agents) and
+// waits until each agent serves /readyz.
+func (l *Lab) startAgents(ctx context.Context) error {
+	if !l.Spec.Agents {
+		return nil
+	}
+	for i := range l.Spec.Nodes {
+		if err := l.writeAgentManifest(&l.Spec.Nodes[i]); err != nil {
+			return err
+		}
+	}
+	if err := l.Spec.save(); err != nil {
+		return err
+	}
+	for _, n := range l.Spec.Nodes {
+		if err := waitAgentReady(ctx, n, 60*time.Second); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 

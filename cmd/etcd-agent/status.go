@@ -1,0 +1,103 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/etcd-agent/etcd-agent/internal/agent"
+	"github.com/spf13/cobra"
+)
+
+// statusExit carries status's exit code (0 healthy, 1 degraded/down, 2 lost,
+// 3 majority lost) without printing an error.
+type statusExit int
+
+func (e statusExit) Error() string { return fmt.Sprintf("exit %d", int(e)) }
+func (e statusExit) ExitCode() int { return int(e) }
+
+func newStatusCmd(g *globalFlags) *cobra.Command {
+	c := agent.Config{}
+	var output string
+	cmd := &cobra.Command{
+		Use:   "status",
+		Short: "Observe once and print what the agent sees and why (exit 0 healthy, 1 degraded/down, 2 lost, 3 majority lost)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if output != "json" && output != "table" {
+				return fmt.Errorf("bad -o %q: want json or table", output)
+			}
+			log, err := g.logger()
+			if err != nil {
+				return err
+			}
+			c.Log = log
+			rep, err := agent.Status(cmd.Context(), c)
+			if err != nil {
+				return err
+			}
+			if output == "json" {
+				enc := json.NewEncoder(cmd.OutOrStdout())
+				enc.SetIndent("", "  ")
+				if err := enc.Encode(rep); err != nil {
+					return err
+				}
+			} else {
+				printReport(cmd.OutOrStdout(), rep)
+			}
+			if code := rep.ExitCode(); code != 0 {
+				return statusExit(code)
+			}
+			return nil
+		},
+	}
+	addMemberFlags(cmd.Flags(), &c)
+	cmd.Flags().StringVarP(&output, "output", "o", "table", "table or json")
+	return cmd
+}
+
+func printReport(out io.Writer, r agent.Report) {
+	o := r.Observation
+	l := o.Local
+	fmt.Fprintf(out, "member %s: %s (%s)\n", l.Name, strings.ToUpper(string(r.State)), r.Reason)
+	if r.Detail != "" {
+		fmt.Fprintf(out, "  %s\n", r.Detail)
+	}
+	fmt.Fprintf(out, "data dir %s: %s", l.DataDir, l.DataDirClass)
+	if l.DataDirDetail != "" {
+		fmt.Fprintf(out, " (%s)", l.DataDirDetail)
+	}
+	fmt.Fprintf(out, "\nidentity: %s", l.Match)
+	if l.MatchDetail != "" {
+		fmt.Fprintf(out, " (%s)", l.MatchDetail)
+	}
+	fmt.Fprintf(out, "\nquorum: %d healthy of %d voters, quorum %d, margin %d", r.HealthyVoters, r.Voters, r.Quorum, r.QuorumMargin)
+	if r.MajorityLost {
+		fmt.Fprint(out, "  MAJORITY LOST: the agent will not act; restoring from a backup is a human's call")
+	}
+	if o.MemberListError != "" {
+		fmt.Fprintf(out, "\nmember list failed: %s (showing the last list seen)", o.MemberListError)
+	}
+	fmt.Fprintln(out)
+	fmt.Fprintln(out)
+	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(w, "ID\tNAME\tPEER URL\tROLE\tLEADER\tSERVING\tAPPLIED\tERROR")
+	for _, m := range o.Members {
+		role := "voter"
+		if m.IsLearner {
+			role = "learner"
+		}
+		peer := ""
+		if len(m.PeerURLs) > 0 {
+			peer = m.PeerURLs[0]
+		}
+		local := ""
+		if l.ID != 0 && m.ID == l.ID {
+			local = " *"
+		}
+		fmt.Fprintf(w, "%s%s\t%s\t%s\t%s\t%v\t%v\t%d\t%s\n", agent.Hex(m.ID), local, m.Name, peer, role, m.IsLeader, m.Serving, m.AppliedIndex, m.ProbeError)
+	}
+	w.Flush()
+}

@@ -1,0 +1,117 @@
+// Package agent wires the daemon together: it resolves the local member's
+// identity, runs the watchdog, and reports each observation as metrics,
+// logs and a status file. Decisions and actions hang off the same loop.
+package agent
+
+import (
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"time"
+
+	"github.com/etcd-agent/etcd-agent/internal/manifest"
+	"github.com/etcd-agent/etcd-agent/internal/watchdog"
+	"go.etcd.io/etcd/client/pkg/v3/transport"
+	"go.uber.org/zap"
+)
+
+// Config is everything `etcd-agent run` and `status` are told.
+type Config struct {
+	NodeName          string
+	StaticPodManifest string
+	// Overrides of what the manifest says; empty means "from the manifest".
+	MemberName string
+	DataDir    string
+	ClientURL  string
+	PeerURLs   []string
+	// Endpoints are other members' client URLs, to reach the cluster while
+	// the local member is down.
+	Endpoints    []string
+	CACert       string
+	Cert         string
+	Key          string
+	PollInterval time.Duration
+	GracePeriod  time.Duration
+	MetricsAddr  string
+	StateDir     string
+	// Kubeconfig for the Lease, Node annotations and Events ("" = in-cluster).
+	Kubeconfig string
+	Log          *zap.Logger
+}
+
+// Validate rejects flag values that cannot work, before anything runs.
+func (c Config) Validate() error {
+	var errs []error
+	if c.PollInterval <= 0 {
+		errs = append(errs, fmt.Errorf("--poll-interval must be > 0, got %s", c.PollInterval))
+	}
+	if c.GracePeriod < 0 {
+		errs = append(errs, fmt.Errorf("--grace-period must be >= 0, got %s", c.GracePeriod))
+	}
+	if (c.Cert == "") != (c.Key == "") {
+		errs = append(errs, errors.New("--cert and --key go together"))
+	}
+	if c.StateDir == "" {
+		errs = append(errs, errors.New("--state-dir is required"))
+	}
+	return errors.Join(errs...)
+}
+
+// ResolveIdentity reads the member's identity from the static-pod manifest,
+// then applies the overrides. With every override given, no manifest is
+// needed. The data dir is mapped to its host path through the pod's mounts.
+func ResolveIdentity(c Config) (watchdog.Identity, error) {
+	id := watchdog.Identity{Name: c.MemberName, DataDir: c.DataDir, ClientURL: c.ClientURL, PeerURLs: c.PeerURLs}
+	if id.Name != "" && id.DataDir != "" && id.ClientURL != "" && len(id.PeerURLs) > 0 {
+		return id, nil
+	}
+	m, err := manifest.LoadMember(c.StaticPodManifest)
+	if err != nil {
+		return id, fmt.Errorf("member identity: %w (or give --member-name, --data-dir, --client-url and --peer-urls)", err)
+	}
+	if id.Name == "" {
+		id.Name = m.Name
+	}
+	if id.DataDir == "" {
+		host, ok := m.HostPath(m.DataDir)
+		if !ok {
+			return id, fmt.Errorf("member identity: the data dir %s of %s is not on a hostPath mount; give --data-dir", m.DataDir, c.StaticPodManifest)
+		}
+		id.DataDir = host
+	}
+	if id.ClientURL == "" && len(m.ClientURLs) > 0 {
+		id.ClientURL = m.ClientURLs[0]
+	}
+	if len(id.PeerURLs) == 0 {
+		id.PeerURLs = m.PeerURLs
+	}
+	if len(id.PeerURLs) == 0 || id.ClientURL == "" {
+		return id, fmt.Errorf("member identity: %s has no --initial-advertise-peer-urls or --advertise-client-urls", c.StaticPodManifest)
+	}
+	return id, nil
+}
+
+// TLSConfig builds the etcd client TLS config from --cacert/--cert/--key
+// (nil when none is given: plain HTTP, as in the lab).
+func (c Config) TLSConfig() (*tls.Config, error) {
+	if c.CACert == "" && c.Cert == "" {
+		return nil, nil
+	}
+	info := transport.TLSInfo{TrustedCAFile: c.CACert, CertFile: c.Cert, KeyFile: c.Key}
+	cfg, err := info.ClientConfig()
+	if err != nil {
+		return nil, fmt.Errorf("etcd client TLS: %w", err)
+	}
+	return cfg, nil
+}
+
+// WatchdogConfig derives the watchdog's configuration.
+func (c Config) WatchdogConfig(id watchdog.Identity) (watchdog.Config, error) {
+	t, err := c.TLSConfig()
+	if err != nil {
+		return watchdog.Config{}, err
+	}
+	return watchdog.Config{Identity: id, Endpoints: c.Endpoints, TLS: t, PollInterval: c.PollInterval,
+		GracePeriod: c.GracePeriod, EndpointsFile: filepath.Join(c.StateDir, "endpoints.json"), Log: c.Log}, nil
+}

@@ -1,0 +1,88 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/etcd-agent/etcd-agent/internal/memberstate"
+	"github.com/etcd-agent/etcd-agent/internal/observation"
+	"github.com/etcd-agent/etcd-agent/internal/watchdog"
+	"go.uber.org/zap"
+)
+
+// Report is what `etcd-agent status` prints: what the agent sees, the
+// member's state and why.
+type Report struct {
+	At            time.Time               `json:"at"`
+	State         memberstate.State       `json:"state"`
+	Reason        string                  `json:"reason"`
+	Detail        string                  `json:"detail"`
+	MajorityLost  bool                    `json:"majorityLost"`
+	Voters        int                     `json:"voters"`
+	HealthyVoters int                     `json:"healthyVoters"`
+	Quorum        int                     `json:"quorum"`
+	QuorumMargin  int                     `json:"quorumMargin"`
+	Observation   observation.Observation `json:"observation"`
+}
+
+// NewReport summarises one watchdog result.
+func NewReport(r watchdog.Result) Report {
+	o := r.Observation
+	voters, healthy := o.Voters(), o.HealthyVoters()
+	q := memberstate.Quorum(voters)
+	return Report{At: o.At, State: r.Verdict.State, Reason: r.Verdict.Reason, Detail: r.Verdict.Detail,
+		MajorityLost: r.Verdict.MajorityLost, Voters: voters, HealthyVoters: healthy, Quorum: q,
+		QuorumMargin: healthy - q, Observation: o}
+}
+
+// ExitCode is status's exit code: 0 healthy (or learner), 1 degraded or
+// down, 2 lost, 3 majority lost (it wins over the member's own state).
+func (r Report) ExitCode() int {
+	switch {
+	case r.MajorityLost:
+		return 3
+	case r.State == memberstate.Lost:
+		return 2
+	case r.State == memberstate.Healthy || r.State == memberstate.Learner:
+		return 0
+	default:
+		return 1
+	}
+}
+
+// Status makes one observation. Without history a member is "lost" only by
+// the at-once rule (data dir gone and not serving); otherwise "down".
+func Status(ctx context.Context, c Config) (Report, error) {
+	if c.Log == nil {
+		c.Log = zap.NewNop()
+	}
+	if c.PollInterval <= 0 {
+		c.PollInterval = 5 * time.Second
+	}
+	id, err := ResolveIdentity(c)
+	if err != nil {
+		return Report{}, err
+	}
+	wcfg, err := c.WatchdogConfig(id)
+	if err != nil {
+		return Report{}, err
+	}
+	if c.StateDir == "" {
+		wcfg.EndpointsFile = ""
+	}
+	wd, err := watchdog.New(wcfg)
+	if err != nil {
+		return Report{}, err
+	}
+	defer wd.Close()
+	return NewReport(wd.Observe(ctx, time.Now())), nil
+}
+
+// Hex formats a member or cluster ID as etcdctl does.
+func Hex(id uint64) string {
+	if id == 0 {
+		return ""
+	}
+	return fmt.Sprintf("%x", id)
+}

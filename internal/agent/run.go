@@ -1,0 +1,139 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sync/atomic"
+	"time"
+
+	"github.com/etcd-agent/etcd-agent/internal/memberstate"
+	"github.com/etcd-agent/etcd-agent/internal/watchdog"
+	"github.com/etcd-agent/etcd-agent/metrics"
+	"go.uber.org/zap"
+)
+
+// StatusFile is where the daemon publishes its latest result in --state-dir.
+const StatusFile = "status.json"
+
+// Run is the daemon: observe, report, until ctx ends.
+func Run(ctx context.Context, c Config) error {
+	if err := c.Validate(); err != nil {
+		return err
+	}
+	if c.Log == nil {
+		c.Log = zap.NewNop()
+	}
+	id, err := ResolveIdentity(c)
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(c.StateDir, 0o755); err != nil {
+		return err
+	}
+	wcfg, err := c.WatchdogConfig(id)
+	if err != nil {
+		return err
+	}
+	wd, err := watchdog.New(wcfg)
+	if err != nil {
+		return err
+	}
+	defer wd.Close()
+	m := metrics.New()
+	m.Init(id.Name, nil)
+	var ready atomic.Bool
+	srv, err := serveHTTP(c.MetricsAddr, m, &ready)
+	if err != nil {
+		return err
+	}
+	defer srv.Shutdown(context.Background())
+	log := c.Log.With(zap.String("member", id.Name), zap.String("node", c.NodeName))
+	log.Info("agent started", zap.String("dataDir", id.DataDir), zap.Strings("peerURLs", id.PeerURLs),
+		zap.String("clientURL", id.ClientURL), zap.String("metrics", srv.Addr), zap.Duration("poll", c.PollInterval),
+		zap.Duration("grace", c.GracePeriod))
+	rep := &reporter{log: log, metrics: m, member: id.Name, statusPath: filepath.Join(c.StateDir, StatusFile)}
+	return wd.Run(ctx, func(r watchdog.Result) {
+		rep.report(r)
+		ready.Store(true)
+	})
+}
+
+// serveHTTP serves /metrics, /healthz (the process lives) and /readyz (it
+// has completed an observation).
+func serveHTTP(addr string, m *metrics.Metrics, ready *atomic.Bool) (*http.Server, error) {
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", m.Handler())
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { w.Write([]byte("ok\n")) })
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if !ready.Load() {
+			http.Error(w, "no observation yet", http.StatusServiceUnavailable)
+			return
+		}
+		w.Write([]byte("ok\n"))
+	})
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	srv := &http.Server{Addr: ln.Addr().String(), Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go func() {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			zap.L().Error("metrics server", zap.Error(err))
+		}
+	}()
+	return srv, nil
+}
+
+// reporter turns results into metrics, a status file, and a log line when
+// the state or its reason changes (not every poll).
+type reporter struct {
+	log        *zap.Logger
+	metrics    *metrics.Metrics
+	member     string
+	statusPath string
+	last       memberstate.Verdict
+	lastMajor  bool
+}
+
+func (r *reporter) report(res watchdog.Result) {
+	v, obs := res.Verdict, res.Observation
+	r.metrics.Observed(r.member, obs, v.State, time.Since(obs.At))
+	if v.State != r.last.State || v.Reason != r.last.Reason {
+		lvl := r.log.Info
+		if v.State == memberstate.Lost || v.State == memberstate.Down || v.State == memberstate.Degraded {
+			lvl = r.log.Warn
+		}
+		lvl("member state changed", zap.String("from", string(r.last.State)), zap.String("to", string(v.State)),
+			zap.String("reason", v.Reason), zap.String("detail", v.Detail), zap.String("dataDir", obs.Local.DataDirClass),
+			zap.Int("voters", obs.Voters()), zap.Int("healthyVoters", obs.HealthyVoters()))
+	}
+	if v.MajorityLost != r.lastMajor {
+		if v.MajorityLost {
+			r.log.Error("majority-lost: the cluster has no quorum; the agent will not act (restore from backup is a human's call)",
+				zap.Int("voters", obs.Voters()), zap.Int("healthyVoters", obs.HealthyVoters()), zap.String("memberList", obs.MemberListError))
+		} else {
+			r.log.Info("quorum is back", zap.Int("voters", obs.Voters()), zap.Int("healthyVoters", obs.HealthyVoters()))
+		}
+	}
+	changed := v.State != r.last.State || v.Reason != r.last.Reason || v.MajorityLost != r.lastMajor
+	r.last, r.lastMajor = v, v.MajorityLost
+	if changed {
+		writeStatus(r.statusPath, NewReport(res))
+	}
+}
+
+func writeStatus(path string, rep Report) {
+	b, err := json.MarshalIndent(rep, "", "  ")
+	if err != nil {
+		return
+	}
+	tmp := path + ".tmp"
+	if os.WriteFile(tmp, b, 0o644) == nil {
+		_ = os.Rename(tmp, path)
+	}
+}

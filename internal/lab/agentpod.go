@@ -1,0 +1,101 @@
+package lab
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/yaml"
+)
+
+// Lab agents run with short timings so that scenarios take seconds; the
+// product's defaults (poll 5 s, grace 60 s) stay production-sane.
+const (
+	LabPollInterval = "1s"
+	LabGracePeriod  = "3s"
+)
+
+// AgentManifest is the agent's static-pod manifest on a node.
+func (n Node) AgentManifest() string { return filepath.Join(n.ManifestsDir, "etcd-agent.yaml") }
+
+// agentArgs is the command line of node n's agent.
+func (l *Lab) agentArgs(n *Node) ([]string, error) {
+	if n.AgentMetricsURL == "" {
+		ports, err := freePorts(n.IP, 1)
+		if err != nil {
+			return nil, err
+		}
+		n.AgentMetricsURL = fmt.Sprintf("http://%s:%d/metrics", n.IP, ports[0])
+	}
+	addr := strings.TrimSuffix(strings.TrimPrefix(n.AgentMetricsURL, "http://"), "/metrics")
+	args := []string{l.Spec.AgentBinary, "run",
+		"--node-name=" + n.Name,
+		"--static-pod-manifest=" + n.EtcdManifest(),
+		"--state-dir=" + n.StateDir,
+		"--metrics-addr=" + addr,
+		"--poll-interval=" + LabPollInterval,
+		"--grace-period=" + LabGracePeriod,
+		"--endpoints=" + strings.Join(l.Spec.ClientURLs(), ","),
+		"--log-format=json",
+	}
+	if a := l.Spec.APIServer; a != nil {
+		args = append(args, "--kubeconfig="+a.Kubeconfig)
+	}
+	return append(args, l.Spec.AgentArgs...), nil
+}
+
+// writeAgentManifest places the agent's static pod on node n; its
+// supervisor starts it (and restarts it when it exits, as a DaemonSet would).
+func (l *Lab) writeAgentManifest(n *Node) error {
+	args, err := l.agentArgs(n)
+	if err != nil {
+		return err
+	}
+	pod := corev1.Pod{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"},
+		ObjectMeta: metav1.ObjectMeta{Name: "etcd-agent-" + n.Name, Namespace: AgentNamespace, Labels: map[string]string{"app": "etcd-agent"}},
+		Spec: corev1.PodSpec{HostNetwork: true, Containers: []corev1.Container{{
+			Name: "etcd-agent", Image: "etcd-agent:dev", Command: args,
+			Env: []corev1.EnvVar{{Name: "NODE_NAME", Value: n.Name}},
+		}}},
+	}
+	b, err := yaml.Marshal(&pod)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(n.AgentManifest(), b, 0o644)
+}
+
+// AgentURL is the base URL of node n's agent (metrics, healthz, readyz).
+func (n Node) AgentURL() string { return strings.TrimSuffix(n.AgentMetricsURL, "/metrics") }
+
+// waitAgentReady polls the agent's /readyz until it answers 200.
+func waitAgentReady(ctx context.Context, n Node, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	c := &http.Client{Timeout: 2 * time.Second}
+	var last error
+	for {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, n.AgentURL()+"/readyz", nil)
+		resp, err := c.Do(req)
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+			err = fmt.Errorf("/readyz: %s", resp.Status)
+		}
+		last = err
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("agent on %s not ready after %s: %v; see %s", n.Name, timeout, last, filepath.Join(n.LogsDir, "etcd-agent-"+n.Name+"_etcd-agent.log"))
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}

@@ -1,0 +1,60 @@
+// Package localdisk inspects and, where explicitly asked, moves an etcd
+// member's local data dir.
+//
+// Classification never writes: the bbolt db is opened read-only, the WAL is
+// opened with wal.OpenForRead, and snapshot files are read with snap.Read
+// (not Snapshotter.Load*, which renames broken .snap files and deletes
+// orphaned db.tmp files). The only mutating operation is
+// QuarantineDataDir, which renames a data dir but never deletes anything.
+//
+// The on-disk formats are read with etcd's own packages (wal, snap, schema,
+// bbolt) so this package agrees with what the etcd server would accept at
+// startup.
+//
+// Classify's deep checks run in a child process, a re-exec of the current
+// binary, because bbolt can crash the whole process on a damaged db (see
+// isolate.go). Importing this package therefore installs an init hook: a
+// process started with LOCALDISK_INSPECT_REQUEST in its environment runs
+// one inspection and exits before main. It is inert otherwise.
+package localdisk
+
+// Class is the verdict on a data dir.
+type Class string
+
+const (
+	// ClassOK: the data dir can be used to restart the member.
+	ClassOK Class = "ok"
+	// ClassMissing: the data dir does not exist.
+	ClassMissing Class = "missing"
+	// ClassEmpty: the data dir holds no member data; etcd would start a new member in it.
+	ClassEmpty Class = "empty"
+	// ClassCorrupt: the member data is present but unusable.
+	ClassCorrupt Class = "corrupt"
+	// ClassForeign: the member data is intact but belongs to another member or cluster.
+	ClassForeign Class = "foreign"
+	// ClassInUse: a running process (normally the member itself) holds the db lock.
+	ClassInUse Class = "in-use"
+)
+
+// AllClasses lists every class in a stable order (used for one-hot metrics).
+func AllClasses() []Class {
+	return []Class{ClassOK, ClassMissing, ClassEmpty, ClassCorrupt, ClassForeign, ClassInUse}
+}
+
+// Expect says what identity the data dir must carry; zero values mean
+// "unknown, don't check".
+type Expect struct {
+	MemberID  uint64
+	ClusterID uint64
+}
+
+// Result is the outcome of inspecting a data dir.
+type Result struct {
+	Class Class
+	// Detail is human readable and says what is wrong and where.
+	Detail string
+	// MemberID and ClusterID come from the WAL metadata when readable.
+	MemberID, ClusterID uint64
+	// ConsistentIndex comes from the db when readable (0 otherwise).
+	ConsistentIndex uint64
+}

@@ -1,0 +1,14 @@
+package localdisk
+
+import "syscall"
+
+// FreeBytes reports the bytes an unprivileged writer can still use on the
+// filesystem holding path: statfs f_bavail, which (unlike f_bfree) leaves
+// out the blocks reserved for root.
+func FreeBytes(path string) (uint64, error) {
+	var st syscall.Statfs_t
+	if err := syscall.Statfs(path, &st); err != nil {
+		return 0, err
+	}
+	return uint64(st.Bavail) * uint64(st.Bsize), nil
+}

@@ -1,0 +1,84 @@
+package localdisk
+
+import (
+	"errors"
+	"fmt"
+	"path/filepath"
+	"time"
+)
+
+// inspectRequest is what the parent asks the inspection child to check.
+type inspectRequest struct {
+	DataDir     string
+	Expect      Expect
+	LockTimeout time.Duration
+}
+
+// inspect does the deep checks on a data dir whose layout is ok. It runs in
+// the inspection child, where panics (ours or bbolt's) are allowed to crash
+// the process: stage is called before each step with what is known so far,
+// so the parent can say where it crashed and keep the IDs already read.
+func inspect(req inspectRequest, stage func(step string, partial Result)) Result {
+	dbPath := filepath.Join(req.DataDir, dbRelPath)
+	walDir := filepath.Join(req.DataDir, walRelPath)
+
+	stage("open "+dbPath, Result{})
+	// The parent holds a shared flock too, so a member cannot hold (or take)
+	// the exclusive one; locked here only means something raced the parent.
+	db, err := openDBReadOnly(dbPath, req.LockTimeout)
+	if errors.Is(err, errDBLocked) {
+		return inUse(dbPath, walDir)
+	}
+	if err != nil {
+		return corruptf("open %s: %v", dbPath, err)
+	}
+	defer db.Close()
+
+	stage("read WAL "+walDir, Result{})
+	ws, err := readWAL(req.DataDir)
+	if err != nil {
+		return corruptf("%s: %v", walDir, err)
+	}
+	r := Result{MemberID: ws.memberID, ClusterID: ws.clusterID}
+	if mismatch := identityMismatch(ws.memberID, ws.clusterID, req.Expect); mismatch != "" {
+		r.Class = ClassForeign
+		r.Detail = fmt.Sprintf("%s metadata %s", walDir, mismatch)
+		return r
+	}
+
+	stage("check "+dbPath, r)
+	r.ConsistentIndex, err = checkDB(db)
+	if err != nil {
+		r.Class = ClassCorrupt
+		r.Detail = fmt.Sprintf("%s: %v", dbPath, err)
+		return r
+	}
+	if r.ConsistentIndex > ws.lastIndex {
+		// etcd replays the WAL from the db's consistent index; entries the
+		// db has applied but the WAL lacks mean the WAL lost synced data.
+		r.Class = ClassCorrupt
+		r.Detail = fmt.Sprintf("%s has applied up to raft index %d but %s ends at index %d: WAL entries are missing",
+			dbPath, r.ConsistentIndex, walDir, ws.lastIndex)
+		return r
+	}
+
+	r.Class = ClassOK
+	r.Detail = fmt.Sprintf("member %x in cluster %x; db consistent index %d; WAL read from snapshot index %d to index %d%s",
+		r.MemberID, r.ClusterID, r.ConsistentIndex, ws.start.Index, ws.lastIndex, formatBrokenSnaps(ws.brokenSnaps))
+	return r
+}
+
+// inUse builds the in-use verdict. The IDs come from the head of the newest
+// WAL segment, which is safe to read while the member appends to its tail.
+func inUse(dbPath, walDir string) Result {
+	r := Result{Class: ClassInUse}
+	memberID, clusterID, err := readWALIdentity(walDir)
+	if err != nil {
+		r.Detail = fmt.Sprintf("%s is locked by another process (is the member running?); WAL identity unreadable: %v", dbPath, err)
+		return r
+	}
+	r.MemberID, r.ClusterID = memberID, clusterID
+	r.Detail = fmt.Sprintf("%s is locked by another process (is the member running?); WAL says member %x in cluster %x",
+		dbPath, memberID, clusterID)
+	return r
+}

@@ -1,0 +1,131 @@
+package localdisk
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+// Paths inside a data dir, as laid out by etcd (member/wal, member/snap/db).
+// A dedicated --wal-dir is not supported: the WAL must live in member/wal.
+const (
+	memberDirName = "member"
+	walRelPath    = "member/wal"
+	snapRelPath   = "member/snap"
+	dbRelPath     = "member/snap/db"
+)
+
+// ClassifyLayout is the cheap check: it only stats paths and lists
+// directories, never opening the db or WAL files, so it is safe to call while
+// the member runs (e.g. on every fsnotify event).
+//
+// It returns ClassMissing, ClassEmpty, ClassCorrupt (layout broken) or
+// ClassOK (layout only; contents unverified). While a brand-new member
+// bootstraps, etcd creates member/snap/db before member/wal, so a layout
+// verdict of corrupt can be transient in that window; confirm with Classify
+// (which then reports in-use) before acting on it.
+func ClassifyLayout(dataDir string) Result {
+	fi, err := os.Stat(dataDir)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return Result{Class: ClassMissing, Detail: fmt.Sprintf("data dir %s does not exist", dataDir)}
+	case err != nil:
+		// Unreadable counts as corrupt: etcd could not start from it either.
+		return corruptf("stat data dir: %v", err)
+	case !fi.IsDir():
+		return corruptf("data dir %s is not a directory (mode %s)", dataDir, fi.Mode())
+	}
+
+	entries, err := os.ReadDir(dataDir)
+	if err != nil {
+		return corruptf("list data dir %s: %v", dataDir, err)
+	}
+	if len(entries) == 0 {
+		return Result{Class: ClassEmpty, Detail: fmt.Sprintf("data dir %s has no entries", dataDir)}
+	}
+
+	memberDir := filepath.Join(dataDir, memberDirName)
+	fi, err = os.Stat(memberDir)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		// etcd only looks at member/; anything else (lost+found on a fresh
+		// volume, stray files) is ignored and a new member would start here.
+		return Result{Class: ClassEmpty, Detail: fmt.Sprintf(
+			"data dir %s has no %s dir; ignoring other entries: %s", dataDir, memberDirName, entryNames(entries))}
+	case err != nil:
+		return corruptf("stat %s: %v", memberDir, err)
+	case !fi.IsDir():
+		return corruptf("%s is not a directory", memberDir)
+	}
+
+	memberEntries, err := os.ReadDir(memberDir)
+	if err != nil {
+		return corruptf("list %s: %v", memberDir, err)
+	}
+	if len(memberEntries) == 0 && len(entries) == 1 {
+		return Result{Class: ClassEmpty, Detail: fmt.Sprintf("data dir %s has only an empty %s dir", dataDir, memberDirName)}
+	}
+
+	if r, ok := checkWALDirLayout(filepath.Join(dataDir, walRelPath)); !ok {
+		return r
+	}
+	if r, ok := checkDBLayout(filepath.Join(dataDir, dbRelPath)); !ok {
+		return r
+	}
+	return Result{Class: ClassOK, Detail: fmt.Sprintf("layout of %s ok (contents not verified)", dataDir)}
+}
+
+// checkWALDirLayout requires member/wal to be a directory holding at least
+// one .wal segment; ok is false with a corrupt Result otherwise.
+func checkWALDirLayout(walDir string) (Result, bool) {
+	entries, err := os.ReadDir(walDir)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return corruptf("%s is missing while the member dir exists", walDir), false
+	case err != nil:
+		return corruptf("list %s: %v", walDir, err), false
+	}
+	for _, e := range entries {
+		if strings.HasSuffix(e.Name(), ".wal") && e.Type().IsRegular() {
+			return Result{}, true
+		}
+	}
+	return corruptf("%s has no .wal files", walDir), false
+}
+
+// checkDBLayout requires member/snap/db to be a regular file.
+func checkDBLayout(dbPath string) (Result, bool) {
+	fi, err := os.Stat(dbPath)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return corruptf("%s is missing while the member dir exists", dbPath), false
+	case err != nil:
+		return corruptf("stat %s: %v", dbPath, err), false
+	case !fi.Mode().IsRegular():
+		return corruptf("%s is not a regular file (mode %s)", dbPath, fi.Mode()), false
+	case fi.Size() == 0:
+		// bbolt would try to initialise a zero-length file; it holds no data either way.
+		return corruptf("%s is empty (0 bytes)", dbPath), false
+	}
+	return Result{}, true
+}
+
+func entryNames(entries []os.DirEntry) string {
+	const limit = 5
+	names := make([]string, 0, limit)
+	for i, e := range entries {
+		if i == limit {
+			names = append(names, fmt.Sprintf("... (%d more)", len(entries)-limit))
+			break
+		}
+		names = append(names, e.Name())
+	}
+	return strings.Join(names, ", ")
+}
+
+func corruptf(format string, args ...any) Result {
+	return Result{Class: ClassCorrupt, Detail: fmt.Sprintf(format, args...)}
+}

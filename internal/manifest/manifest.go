@@ -1,0 +1,279 @@
+// Package manifest reads and edits the etcd static-pod manifest that the
+// kubelet runs on a control-plane node.
+//
+// The manifest is the source of truth for the local member's identity (name,
+// data dir, URLs, TLS files): the agent never guesses them. It is also how the
+// static-pod member runtime restarts etcd with new flags (SetFlags), e.g.
+// --initial-cluster-state=existing after a rejoin.
+//
+// Values are read the way etcd itself reads them: command-line flags (Command
+// then Args, "--flag=value" or "--flag value", one or two dashes) win over the
+// ETCD_* environment variable of the same flag, and an empty environment
+// variable counts as unset. Kubernetes "$(VAR)" references in command, args
+// and env values are expanded as the kubelet does.
+package manifest
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/yaml"
+)
+
+// EtcdContainerName is the container name that identifies the etcd container
+// outright (kubeadm and OpenShift both use it).
+const EtcdContainerName = "etcd"
+
+// ErrNoEtcdContainer is returned when no container of the pod runs etcd.
+var ErrNoEtcdContainer = errors.New("no etcd container")
+
+// ErrAmbiguousEtcdContainer is returned when several containers run an etcd
+// binary and none is named "etcd".
+var ErrAmbiguousEtcdContainer = errors.New("ambiguous etcd container")
+
+// ErrIncompleteIdentity is returned when the manifest does not say the
+// member's name or data dir (or says it only through values the manifest
+// alone cannot resolve).
+var ErrIncompleteIdentity = errors.New("incomplete member identity")
+
+// Member is the local etcd member as its static-pod manifest describes it.
+// Paths are as seen inside the etcd container; use HostPath to translate them
+// to the node's filesystem.
+type Member struct {
+	Name    string
+	DataDir string
+
+	ClientURLs       []string // --advertise-client-urls
+	PeerURLs         []string // --initial-advertise-peer-urls
+	ListenClientURLs []string // --listen-client-urls
+
+	// Empty when the manifest does not set them (etcd then uses its defaults,
+	// e.g. "new" for the cluster state).
+	InitialCluster      string
+	InitialClusterState string
+	InitialClusterToken string
+
+	// Client TLS (--cert-file, --key-file, --trusted-ca-file).
+	CertFile, KeyFile, TrustedCAFile string
+	// Peer TLS (--peer-cert-file, --peer-key-file, --peer-trusted-ca-file).
+	PeerCertFile, PeerKeyFile, PeerTrustedCAFile string
+
+	ContainerName string
+
+	// HostMounts are the etcd container's hostPath mounts.
+	HostMounts []HostMount
+}
+
+// HostMount maps a directory inside the etcd container to the node's
+// filesystem (a hostPath volume mount).
+type HostMount struct {
+	ContainerPath string
+	HostPath      string
+	ReadOnly      bool
+}
+
+// HostPath translates a path inside the etcd container (e.g. DataDir) to the
+// node's filesystem through the deepest hostPath mount that contains it. It
+// reports false when the path is not on a hostPath volume: the agent must not
+// inspect or replace a directory it cannot locate on the node (a data dir
+// mounted at /var/lib/etcd from /mnt/disks/etcd is "missing" at
+// /var/lib/etcd on the host, which would look like a wiped member).
+func (m Member) HostPath(containerPath string) (string, bool) {
+	p := path.Clean(containerPath)
+	if !path.IsAbs(p) {
+		return "", false
+	}
+	best := -1
+	for i, mnt := range m.HostMounts {
+		if !pathContains(mnt.ContainerPath, p) {
+			continue
+		}
+		if best < 0 || len(mnt.ContainerPath) > len(m.HostMounts[best].ContainerPath) {
+			best = i
+		}
+	}
+	if best < 0 {
+		return "", false
+	}
+	mnt := m.HostMounts[best]
+	rel := strings.TrimPrefix(p, mnt.ContainerPath)
+	return path.Join(mnt.HostPath, rel), true
+}
+
+// pathContains reports whether p is dir or below it (both clean and absolute).
+func pathContains(dir, p string) bool {
+	if dir == "/" || p == dir {
+		return true
+	}
+	return strings.HasPrefix(p, dir+"/")
+}
+
+// LoadMember reads the static-pod manifest at path and returns its member.
+func LoadMember(path string) (Member, error) {
+	data, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return Member{}, fmt.Errorf("static pod manifest %s not found: %w (is the member runtime pointed at the kubelet's manifests dir, or was the manifest moved away to stop etcd?)", path, err)
+	}
+	if err != nil {
+		return Member{}, fmt.Errorf("read static pod manifest %s: %w", path, err)
+	}
+	m, err := ParseMember(data)
+	if err != nil {
+		return Member{}, fmt.Errorf("static pod manifest %s: %w", path, err)
+	}
+	return m, nil
+}
+
+// ParseMember returns the member described by a static-pod manifest (YAML or
+// JSON). It refuses to guess: a manifest without a member name or data dir is
+// an error, not etcd's defaults ("default", "${name}.etcd").
+func ParseMember(data []byte) (Member, error) {
+	pod, err := decodePod(data)
+	if err != nil {
+		return Member{}, err
+	}
+	idx, err := findEtcdContainer(pod)
+	if err != nil {
+		return Member{}, err
+	}
+	c := pod.Spec.Containers[idx]
+	cfg := newEtcdConfig(c)
+
+	var errs []error
+	get := func(flag string) string {
+		v, err := cfg.Value(flag)
+		if err != nil {
+			errs = append(errs, err)
+		}
+		return v
+	}
+	m := Member{
+		Name:                get("name"),
+		DataDir:             get("data-dir"),
+		ClientURLs:          splitURLs(get("advertise-client-urls")),
+		PeerURLs:            splitURLs(get("initial-advertise-peer-urls")),
+		ListenClientURLs:    splitURLs(get("listen-client-urls")),
+		InitialCluster:      get("initial-cluster"),
+		InitialClusterState: get("initial-cluster-state"),
+		InitialClusterToken: get("initial-cluster-token"),
+		CertFile:            get("cert-file"),
+		KeyFile:             get("key-file"),
+		TrustedCAFile:       get("trusted-ca-file"),
+		PeerCertFile:        get("peer-cert-file"),
+		PeerKeyFile:         get("peer-key-file"),
+		PeerTrustedCAFile:   get("peer-trusted-ca-file"),
+		ContainerName:       c.Name,
+		HostMounts:          hostMounts(pod, c),
+	}
+	if len(errs) > 0 {
+		return Member{}, fmt.Errorf("%w: etcd container %q: %w", ErrIncompleteIdentity, c.Name, errors.Join(errs...))
+	}
+	if m.Name == "" {
+		return Member{}, fmt.Errorf("%w: etcd container %q sets neither --name nor ETCD_NAME; refusing to guess the member name (etcd would use %q)", ErrIncompleteIdentity, c.Name, "default")
+	}
+	if m.DataDir == "" {
+		return Member{}, fmt.Errorf("%w: etcd container %q sets neither --data-dir nor ETCD_DATA_DIR; refusing to guess (etcd would use %q relative to its working directory)", ErrIncompleteIdentity, c.Name, m.Name+".etcd")
+	}
+	return m, nil
+}
+
+// decodePod parses a manifest and checks that it is a core/v1 Pod.
+func decodePod(data []byte) (*corev1.Pod, error) {
+	j, err := yaml.YAMLToJSON(data)
+	if err != nil {
+		return nil, fmt.Errorf("parse manifest as YAML: %w", err)
+	}
+	if s := strings.TrimSpace(string(j)); s == "null" || s == "" {
+		return nil, errors.New("manifest is empty")
+	}
+	var pod corev1.Pod
+	if err := json.Unmarshal(j, &pod); err != nil {
+		return nil, fmt.Errorf("manifest is not a Pod: %w", err)
+	}
+	if pod.Kind != "Pod" || pod.APIVersion != "v1" {
+		return nil, fmt.Errorf("manifest is not a Pod (apiVersion %q, kind %q; want v1 Pod)", pod.APIVersion, pod.Kind)
+	}
+	return &pod, nil
+}
+
+// findEtcdContainer returns the index in pod.Spec.Containers of the container
+// named "etcd" or, failing that, of the only container that runs an etcd
+// binary. Init containers never count: they are not the member (e.g. the
+// agent's own start gate).
+func findEtcdContainer(pod *corev1.Pod) (int, error) {
+	for i, c := range pod.Spec.Containers {
+		if c.Name == EtcdContainerName {
+			return i, nil
+		}
+	}
+	var found []int
+	for i, c := range pod.Spec.Containers {
+		if runsEtcdBinary(c) {
+			found = append(found, i)
+		}
+	}
+	switch len(found) {
+	case 1:
+		return found[0], nil
+	case 0:
+		names := make([]string, 0, len(pod.Spec.Containers))
+		for _, c := range pod.Spec.Containers {
+			names = append(names, c.Name)
+		}
+		return 0, fmt.Errorf("%w: pod %q has no container named %q and none of its containers %q runs an etcd binary", ErrNoEtcdContainer, pod.Name, EtcdContainerName, names)
+	default:
+		names := make([]string, 0, len(found))
+		for _, i := range found {
+			names = append(names, pod.Spec.Containers[i].Name)
+		}
+		return 0, fmt.Errorf("%w: pod %q has no container named %q and containers %q all run etcd; name the member's container %q", ErrAmbiguousEtcdContainer, pod.Name, EtcdContainerName, names, EtcdContainerName)
+	}
+}
+
+// runsEtcdBinary reports whether the container executes an etcd binary
+// directly (command[0], or args[0] when the image entrypoint is used).
+func runsEtcdBinary(c corev1.Container) bool {
+	argv := append(append([]string{}, c.Command...), c.Args...)
+	return len(argv) > 0 && path.Base(argv[0]) == "etcd"
+}
+
+// hostMounts lists the container's mounts that come from hostPath volumes.
+func hostMounts(pod *corev1.Pod, c corev1.Container) []HostMount {
+	hostPaths := map[string]string{}
+	for _, v := range pod.Spec.Volumes {
+		if v.HostPath != nil {
+			hostPaths[v.Name] = v.HostPath.Path
+		}
+	}
+	var mounts []HostMount
+	for _, vm := range c.VolumeMounts {
+		hp, ok := hostPaths[vm.Name]
+		// A subPathExpr is expanded by the kubelet at runtime; skip rather
+		// than point at the wrong directory.
+		if !ok || vm.SubPathExpr != "" || !path.IsAbs(vm.MountPath) {
+			continue
+		}
+		mounts = append(mounts, HostMount{
+			ContainerPath: path.Clean(vm.MountPath),
+			HostPath:      path.Join(hp, vm.SubPath),
+			ReadOnly:      vm.ReadOnly,
+		})
+	}
+	return mounts
+}
+
+// splitURLs splits etcd's comma-separated URL lists.
+func splitURLs(s string) []string {
+	var urls []string
+	for _, u := range strings.Split(s, ",") {
+		if u = strings.TrimSpace(u); u != "" {
+			urls = append(urls, u)
+		}
+	}
+	return urls
+}

@@ -1,0 +1,132 @@
+// Package observation holds what the agent saw at one moment: the cluster's
+// members and their health, and the local member and its data dir. It is
+// plain data: the watchdog fills it, the decision core and `status` read it.
+package observation
+
+import (
+	"slices"
+	"time"
+)
+
+// Member is one etcd member as seen in the member list and probed directly.
+type Member struct {
+	ID         uint64   `json:"id"`
+	Name       string   `json:"name"`
+	PeerURLs   []string `json:"peerURLs"`
+	ClientURLs []string `json:"clientURLs"`
+	IsLearner  bool     `json:"isLearner"`
+	// Serving: answered Status over its client URL and, for a voter, a
+	// linearizable read through it, in this poll.
+	Serving      bool     `json:"serving"`
+	IsLeader     bool     `json:"isLeader"`
+	RaftTerm     uint64   `json:"raftTerm,omitempty"`
+	RaftIndex    uint64   `json:"raftIndex,omitempty"`
+	AppliedIndex uint64   `json:"appliedIndex,omitempty"`
+	DBSize       int64    `json:"dbSize,omitempty"`
+	Version      string   `json:"version,omitempty"`
+	Errors       []string `json:"errors,omitempty"` // from Status (e.g. alarms)
+	ProbeError   string   `json:"probeError,omitempty"`
+}
+
+// Match says how the local member was found in the member list (rule 7:
+// by name AND peer URL; anything else is not good enough to act on).
+type Match string
+
+// Match values.
+const (
+	MatchOK        Match = "ok"
+	MatchNotFound  Match = "not-found"
+	MatchAmbiguous Match = "ambiguous"
+)
+
+// Local is this node's member.
+type Local struct {
+	Name      string   `json:"name"`
+	PeerURLs  []string `json:"peerURLs"`
+	ClientURL string   `json:"clientURL"`
+	DataDir   string   `json:"dataDir"`
+	// DataDirClass is a localdisk class: ok, missing, empty, corrupt, foreign, in-use.
+	DataDirClass  string `json:"dataDirClass"`
+	DataDirDetail string `json:"dataDirDetail,omitempty"`
+	Match         Match  `json:"match"`
+	MatchDetail   string `json:"matchDetail,omitempty"`
+	// ID is the matched member's ID (0 unless Match is ok).
+	ID        uint64   `json:"id,omitempty"`
+	Serving   bool     `json:"serving"`
+	IsLearner bool     `json:"isLearner"`
+	Alarms    []string `json:"alarms,omitempty"`
+}
+
+// Observation is one poll's view.
+type Observation struct {
+	At        time.Time `json:"at"`
+	ClusterID uint64    `json:"clusterID,omitempty"`
+	LeaderID  uint64    `json:"leaderID,omitempty"`
+	Members   []Member  `json:"members"`
+	// MemberListError is set when no endpoint returned the member list
+	// (with require-leader): the cluster has no quorum or is unreachable.
+	// Members are then the last list seen, each still probed directly.
+	MemberListError string `json:"memberListError,omitempty"`
+	Local           Local  `json:"local"`
+}
+
+// Voters counts the voting members.
+func (o Observation) Voters() int {
+	n := 0
+	for _, m := range o.Members {
+		if !m.IsLearner {
+			n++
+		}
+	}
+	return n
+}
+
+// ServingVoters counts voters that answered a linearizable read.
+func (o Observation) ServingVoters() int {
+	n := 0
+	for _, m := range o.Members {
+		if !m.IsLearner && m.Serving {
+			n++
+		}
+	}
+	return n
+}
+
+// HealthyVoters counts serving voters, except the local member when its data
+// dir is not ok: it serves from open files and cannot survive a restart.
+func (o Observation) HealthyVoters() int {
+	n := 0
+	for _, m := range o.Members {
+		if m.IsLearner || !m.Serving {
+			continue
+		}
+		if o.Local.Match == MatchOK && m.ID == o.Local.ID && !DataDirUsable(o.Local.DataDirClass) {
+			continue
+		}
+		n++
+	}
+	return n
+}
+
+// Learners lists the learner members.
+func (o Observation) Learners() []Member {
+	var out []Member
+	for _, m := range o.Members {
+		if m.IsLearner {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// Member returns the member with id.
+func (o Observation) Member(id uint64) (Member, bool) {
+	i := slices.IndexFunc(o.Members, func(m Member) bool { return m.ID == id })
+	if i < 0 {
+		return Member{}, false
+	}
+	return o.Members[i], true
+}
+
+// DataDirUsable reports whether a data dir class is one a member can restart on.
+func DataDirUsable(class string) bool { return class == "ok" || class == "in-use" }

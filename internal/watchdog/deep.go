@@ -1,0 +1,54 @@
+package watchdog
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+
+	"github.com/etcd-agent/etcd-agent/internal/localdisk"
+)
+
+// deepCache remembers the deep classification of a data dir while its files
+// are unchanged: a stopped member's db can be large, and checking it every
+// poll would cost a core.
+type deepCache struct {
+	mu     sync.Mutex
+	key    string
+	result localdisk.Result
+}
+
+func (c *deepCache) classify(ctx context.Context, dir string, exp localdisk.Expect) localdisk.Result {
+	key := fingerprint(dir) + fmt.Sprintf("|%x|%x", exp.MemberID, exp.ClusterID)
+	c.mu.Lock()
+	if key == c.key {
+		r := c.result
+		c.mu.Unlock()
+		return r
+	}
+	c.mu.Unlock()
+	r := localdisk.Classify(ctx, dir, exp)
+	if r.Class == localdisk.ClassInUse {
+		return r // someone holds it now; check again next time
+	}
+	c.mu.Lock()
+	c.key, c.result = key, r
+	c.mu.Unlock()
+	return r
+}
+
+// fingerprint names the db and WAL files by size and mtime.
+func fingerprint(dir string) string {
+	files, _ := filepath.Glob(filepath.Join(dir, "member", "wal", "*.wal"))
+	files = append(files, filepath.Join(dir, "member", "snap", "db"))
+	snaps, _ := filepath.Glob(filepath.Join(dir, "member", "snap", "*.snap"))
+	files = append(files, snaps...)
+	out := ""
+	for _, f := range files {
+		if st, err := os.Stat(f); err == nil {
+			out += fmt.Sprintf("%s:%d:%d;", f, st.Size(), st.ModTime().UnixNano())
+		}
+	}
+	return out
+}

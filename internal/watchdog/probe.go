@@ -1,0 +1,118 @@
+package watchdog
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/etcd-agent/etcd-agent/internal/observation"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+)
+
+// clients keeps one etcd client per endpoint, so that every member is asked
+// about itself over its own URL (a cluster client would balance away from a
+// sick member and hide it).
+type clients struct {
+	tls     *tls.Config
+	timeout time.Duration
+	mu      sync.Mutex
+	byURL   map[string]*clientv3.Client
+}
+
+func newClients(tlsCfg *tls.Config, timeout time.Duration) *clients {
+	return &clients{tls: tlsCfg, timeout: timeout, byURL: map[string]*clientv3.Client{}}
+}
+
+func (c *clients) get(url string) (*clientv3.Client, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if cl, ok := c.byURL[url]; ok {
+		return cl, nil
+	}
+	cl, err := clientv3.New(clientv3.Config{Endpoints: []string{url}, DialTimeout: c.timeout, TLS: c.tls,
+		Logger: zap.NewNop(), DialKeepAliveTime: 10 * time.Second, DialKeepAliveTimeout: c.timeout})
+	if err != nil {
+		return nil, err
+	}
+	c.byURL[url] = cl
+	return cl, nil
+}
+
+// forget closes clients of endpoints no longer wanted.
+func (c *clients) forget(keep map[string]bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for url, cl := range c.byURL {
+		if !keep[url] {
+			cl.Close()
+			delete(c.byURL, url)
+		}
+	}
+}
+
+func (c *clients) close() { c.forget(nil) }
+
+// memberList asks the endpoints in turn for the member list, with
+// require-leader so that a member cut off from the quorum does not answer
+// with a stale list.
+func (c *clients) memberList(ctx context.Context, endpoints []string) (*clientv3.MemberListResponse, error) {
+	var lastErr error
+	for _, ep := range endpoints {
+		cl, err := c.get(ep)
+		if err != nil {
+			lastErr = err
+			continue
+		}
+		rctx, cancel := context.WithTimeout(clientv3.WithRequireLeader(ctx), c.timeout)
+		resp, err := cl.MemberList(rctx)
+		cancel()
+		if err == nil {
+			return resp, nil
+		}
+		lastErr = fmt.Errorf("%s: %w", ep, err)
+	}
+	if lastErr == nil {
+		lastErr = fmt.Errorf("no etcd endpoint known")
+	}
+	return nil, lastErr
+}
+
+// probe fills m from its own Status and, for a voter, a linearizable read
+// served through it (Status alone answers even without a quorum).
+func (c *clients) probe(ctx context.Context, m *observation.Member) {
+	if len(m.ClientURLs) == 0 {
+		m.ProbeError = "no client URL (member not started yet)"
+		return
+	}
+	url := m.ClientURLs[0]
+	cl, err := c.get(url)
+	if err != nil {
+		m.ProbeError = err.Error()
+		return
+	}
+	rctx, cancel := context.WithTimeout(ctx, c.timeout)
+	defer cancel()
+	st, err := cl.Status(rctx, url)
+	if err != nil {
+		m.ProbeError = "status: " + err.Error()
+		return
+	}
+	m.IsLeader = st.Leader == st.Header.MemberId
+	m.RaftTerm, m.RaftIndex, m.AppliedIndex = st.RaftTerm, st.RaftIndex, st.RaftAppliedIndex
+	m.DBSize, m.Version = st.DbSize, st.Version
+	m.Errors = st.Errors
+	if st.Leader == 0 {
+		m.ProbeError = "member has no leader"
+		return
+	}
+	if !m.IsLearner {
+		if _, err := cl.Get(rctx, "etcd-agent-health", clientv3.WithCountOnly()); err != nil {
+			m.ProbeError = "linearizable read: " + err.Error()
+			return
+		}
+	}
+	m.Serving = true
+}

@@ -1,0 +1,76 @@
+package watchdog
+
+import (
+	"context"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/fsnotify/fsnotify"
+	"go.uber.org/zap"
+)
+
+// Run observes every poll interval, and at once when the data dir changes,
+// calling onResult with each result, until ctx ends.
+func (w *Watchdog) Run(ctx context.Context, onResult func(Result)) error {
+	fsw, err := fsnotify.NewWatcher()
+	if err != nil {
+		return err
+	}
+	defer fsw.Close()
+	dir := w.cfg.Identity.DataDir
+	// The parent survives the data dir being removed and re-created; the dir
+	// and its member/ subdir report a wipe of the member's files.
+	watched := []string{filepath.Dir(dir), dir, filepath.Join(dir, "member")}
+	addWatches := func() {
+		for _, p := range watched {
+			_ = fsw.Add(p) // fails while p does not exist; re-added on the next event
+		}
+	}
+	addWatches()
+	trigger := make(chan struct{}, 1)
+	go func() {
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case ev, ok := <-fsw.Events:
+				if !ok {
+					return
+				}
+				if !relevant(ev.Name, dir) {
+					continue
+				}
+				w.cfg.Log.Debug("data dir event", zap.String("path", ev.Name), zap.String("op", ev.Op.String()))
+				addWatches()
+				select {
+				case trigger <- struct{}{}:
+				default: // an observation is already due
+				}
+			case err, ok := <-fsw.Errors:
+				if !ok {
+					return
+				}
+				w.cfg.Log.Warn("data dir watch", zap.Error(err))
+			}
+		}
+	}()
+	tick := time.NewTicker(w.cfg.PollInterval)
+	defer tick.Stop()
+	for {
+		onResult(w.Observe(ctx, time.Now()))
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-tick.C:
+		case <-trigger:
+		}
+	}
+}
+
+// relevant: events on the data dir itself or anything inside it (the parent
+// may hold other things, e.g. the quarantine).
+func relevant(path, dir string) bool {
+	rel, err := filepath.Rel(dir, path)
+	return err == nil && rel != ".." && !strings.HasPrefix(rel, "../")
+}

@@ -1,0 +1,257 @@
+// Package watchdog observes the local etcd member: its data dir (fsnotify for
+// instant events plus a periodic deep check), its own health over its client
+// URL, and the cluster's membership and per-member health. Each poll yields a
+// timestamped observation.Observation and the member's state with hysteresis
+// (package memberstate). It changes nothing.
+package watchdog
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"slices"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/etcd-agent/etcd-agent/internal/localdisk"
+	"github.com/etcd-agent/etcd-agent/internal/memberstate"
+	"github.com/etcd-agent/etcd-agent/internal/observation"
+	"go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.uber.org/zap"
+)
+
+// Identity is who the local member is (from the static-pod manifest, with
+// flag overrides).
+type Identity struct {
+	Name      string
+	PeerURLs  []string
+	ClientURL string
+	// DataDir is the data dir's path on this node (the host side of the
+	// static pod's mount).
+	DataDir string
+}
+
+// Config configures a Watchdog.
+type Config struct {
+	Identity Identity
+	// Endpoints are other members' client URLs to reach the cluster when the
+	// local member is down; the watchdog adds every client URL it learns.
+	Endpoints    []string
+	TLS          *tls.Config
+	PollInterval time.Duration
+	GracePeriod  time.Duration
+	// ProbeTimeout bounds each request to a member.
+	ProbeTimeout time.Duration
+	// EndpointsFile persists learned client URLs across agent restarts.
+	EndpointsFile string
+	Log           *zap.Logger
+}
+
+// Result is one poll: the observation and the member's state.
+type Result struct {
+	Observation observation.Observation
+	Verdict     memberstate.Verdict
+}
+
+// Watchdog observes; Observe is one poll, Run polls until its context ends.
+type Watchdog struct {
+	cfg     Config
+	clients *clients
+	tracker memberstate.Tracker
+	deep    deepCache
+
+	mu        sync.Mutex
+	endpoints []string
+	clusterID uint64
+	// lastMembers is the last member list seen: when no member answers the
+	// list (no leader), the members it named are still probed one by one,
+	// so that a lost majority is reported with real counts.
+	lastMembers []observation.Member
+}
+
+// New checks cfg and returns a Watchdog.
+func New(cfg Config) (*Watchdog, error) {
+	if cfg.Identity.Name == "" || len(cfg.Identity.PeerURLs) == 0 || cfg.Identity.DataDir == "" {
+		return nil, fmt.Errorf("watchdog: the local member's name, peer URL and data dir are required")
+	}
+	if cfg.PollInterval <= 0 {
+		cfg.PollInterval = 5 * time.Second
+	}
+	if cfg.ProbeTimeout <= 0 {
+		cfg.ProbeTimeout = min(cfg.PollInterval, 3*time.Second)
+	}
+	if cfg.Log == nil {
+		cfg.Log = zap.NewNop()
+	}
+	w := &Watchdog{cfg: cfg, clients: newClients(cfg.TLS, cfg.ProbeTimeout)}
+	w.endpoints = uniq(append(append([]string{cfg.Identity.ClientURL}, cfg.Endpoints...), loadEndpoints(cfg.EndpointsFile)...))
+	return w, nil
+}
+
+// Close releases the etcd clients.
+func (w *Watchdog) Close() { w.clients.close() }
+
+// Observe makes one observation at now and updates the member state.
+func (w *Watchdog) Observe(ctx context.Context, now time.Time) Result {
+	obs := w.observe(ctx, now)
+	v := w.tracker.Observe(sampleOf(obs), memberstate.Config{GracePeriod: w.cfg.GracePeriod})
+	return Result{Observation: obs, Verdict: v}
+}
+
+func (w *Watchdog) observe(ctx context.Context, now time.Time) observation.Observation {
+	id := w.cfg.Identity
+	obs := observation.Observation{At: now, Local: observation.Local{Name: id.Name, PeerURLs: id.PeerURLs,
+		ClientURL: id.ClientURL, DataDir: id.DataDir}}
+	w.mu.Lock()
+	eps := slices.Clone(w.endpoints)
+	w.mu.Unlock()
+	resp, err := w.clients.memberList(ctx, eps)
+	if err != nil {
+		obs.MemberListError = err.Error()
+		w.mu.Lock()
+		obs.ClusterID = w.clusterID
+		for _, m := range w.lastMembers {
+			obs.Members = append(obs.Members, observation.Member{ID: m.ID, Name: m.Name,
+				PeerURLs: m.PeerURLs, ClientURLs: m.ClientURLs, IsLearner: m.IsLearner})
+		}
+		w.mu.Unlock()
+	} else {
+		obs.ClusterID = resp.Header.ClusterId
+		for _, m := range resp.Members {
+			obs.Members = append(obs.Members, observation.Member{ID: m.ID, Name: m.Name,
+				PeerURLs: m.PeerURLs, ClientURLs: m.ClientURLs, IsLearner: m.IsLearner})
+		}
+		sort.Slice(obs.Members, func(i, j int) bool { return obs.Members[i].Name < obs.Members[j].Name })
+		w.learnEndpoints(obs.Members, obs.ClusterID)
+		w.mu.Lock()
+		w.lastMembers = slices.Clone(obs.Members)
+		w.mu.Unlock()
+	}
+	var wg sync.WaitGroup
+	for i := range obs.Members {
+		wg.Add(1)
+		go func() { defer wg.Done(); w.clients.probe(ctx, &obs.Members[i]) }()
+	}
+	wg.Wait()
+	for _, m := range obs.Members {
+		if m.IsLeader && m.Serving {
+			obs.LeaderID = m.ID
+		}
+	}
+	matchLocal(&obs)
+	if obs.Local.Match == observation.MatchOK {
+		m, _ := obs.Member(obs.Local.ID)
+		obs.Local.Serving, obs.Local.IsLearner = m.Serving, m.IsLearner
+		obs.Local.Alarms = w.alarms(ctx, eps, m.ID)
+	} else if id.ClientURL != "" {
+		// Not (unambiguously) in the member list, but maybe a process answers.
+		probe := observation.Member{ClientURLs: []string{id.ClientURL}}
+		w.clients.probe(ctx, &probe)
+		obs.Local.Serving = probe.Serving
+	}
+	w.classifyDataDir(ctx, &obs)
+	return obs
+}
+
+// alarms returns the alarms raised for member id.
+func (w *Watchdog) alarms(ctx context.Context, eps []string, id uint64) []string {
+	for _, ep := range eps {
+		cl, err := w.clients.get(ep)
+		if err != nil {
+			continue
+		}
+		rctx, cancel := context.WithTimeout(ctx, w.cfg.ProbeTimeout)
+		resp, err := cl.AlarmList(rctx)
+		cancel()
+		if err != nil {
+			continue
+		}
+		var out []string
+		for _, a := range resp.Alarms {
+			if a.MemberID == id && a.Alarm != etcdserverpb.AlarmType_NONE {
+				out = append(out, a.Alarm.String())
+			}
+		}
+		return out
+	}
+	return nil
+}
+
+// classifyDataDir runs the cheap layout check always and the deep check
+// (bbolt + WAL + identity) when the member is not serving: a running member
+// holds the db lock, and its open files are not what a restart would read.
+func (w *Watchdog) classifyDataDir(ctx context.Context, obs *observation.Observation) {
+	dir := obs.Local.DataDir
+	r := localdisk.ClassifyLayout(dir)
+	if r.Class == localdisk.ClassOK && !obs.Local.Serving {
+		exp := localdisk.Expect{ClusterID: obs.ClusterID}
+		if obs.Local.Match == observation.MatchOK {
+			exp.MemberID = obs.Local.ID
+		}
+		r = w.deep.classify(ctx, dir, exp)
+	}
+	obs.Local.DataDirClass, obs.Local.DataDirDetail = string(r.Class), r.Detail
+}
+
+// matchLocal finds the local member by name AND peer URL (rule 7). A member
+// added but not started yet has no name; its peer URL alone matches it.
+func matchLocal(obs *observation.Observation) {
+	l := &obs.Local
+	var byBoth, byName, byPeer []observation.Member
+	for _, m := range obs.Members {
+		nameOK := m.Name == l.Name
+		peerOK := overlaps(m.PeerURLs, l.PeerURLs)
+		switch {
+		case nameOK && peerOK:
+			byBoth = append(byBoth, m)
+		case nameOK:
+			byName = append(byName, m)
+		case peerOK:
+			byPeer = append(byPeer, m)
+		}
+	}
+	switch {
+	case obs.MemberListError != "" && len(obs.Members) == 0:
+		l.Match, l.MatchDetail = observation.MatchNotFound, "no member list"
+	case len(byBoth) == 1 && len(byName) == 0 && len(byPeer) == 0:
+		l.Match, l.ID = observation.MatchOK, byBoth[0].ID
+	case len(byBoth) == 0 && len(byName) == 0 && len(byPeer) == 1 && byPeer[0].Name == "":
+		l.Match, l.ID = observation.MatchOK, byPeer[0].ID
+		l.MatchDetail = "unstarted member with our peer URL"
+	case len(byBoth)+len(byName)+len(byPeer) == 0:
+		l.Match, l.MatchDetail = observation.MatchNotFound, fmt.Sprintf("no member named %s with peer URL %v", l.Name, l.PeerURLs)
+	default:
+		l.Match = observation.MatchAmbiguous
+		l.MatchDetail = fmt.Sprintf("%d member(s) match name and peer URL, %d only the name, %d only the peer URL",
+			len(byBoth), len(byName), len(byPeer))
+	}
+}
+
+// sampleOf turns an observation into the state tracker's input.
+func sampleOf(o observation.Observation) memberstate.Sample {
+	return memberstate.Sample{
+		At: o.At, Serving: o.Local.Serving, IsLearner: o.Local.IsLearner, DataDir: o.Local.DataDirClass,
+		Alarms: o.Local.Alarms, HealthyVoters: o.HealthyVoters(), Voters: o.Voters(),
+		HasLeader: o.LeaderID != 0, InMemberList: o.Local.Match == observation.MatchOK,
+	}
+}
+
+func overlaps(a, b []string) bool {
+	for _, x := range a {
+		if slices.Contains(b, x) {
+			return true
+		}
+	}
+	return false
+}
+
+func uniq(in []string) []string {
+	var out []string
+	for _, s := range in {
+		if s != "" && !slices.Contains(out, s) {
+			out = append(out, s)
+		}
+	}
+	return out
+}

@@ -1,0 +1,126 @@
+// Package metrics defines the agent's Prometheus metrics (prefix etcd_agent_,
+// label member where per member) and sets them from what the agent observes
+// and does. Names and labels are the contract with the alerts in deploy/.
+package metrics
+
+import (
+	"net/http"
+	"time"
+
+	"github.com/etcd-agent/etcd-agent/internal/localdisk"
+	"github.com/etcd-agent/etcd-agent/internal/memberstate"
+	"github.com/etcd-agent/etcd-agent/internal/observation"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+const namespace = "etcd_agent"
+
+// Metrics holds every collector of the agent.
+type Metrics struct {
+	Registry *prometheus.Registry
+
+	MemberState          *prometheus.GaugeVec
+	DataDirStatus        *prometheus.GaugeVec
+	VotingMembers        *prometheus.GaugeVec
+	HealthyVotingMembers *prometheus.GaugeVec
+	QuorumMargin         *prometheus.GaugeVec
+	RecoveryInProgress   *prometheus.GaugeVec
+	LeaseHeld            *prometheus.GaugeVec
+	RecoveriesTotal      *prometheus.CounterVec
+	RefusalsTotal        *prometheus.CounterVec
+	RecoveryDuration     *prometheus.HistogramVec
+	PhaseDuration        *prometheus.HistogramVec
+	LearnerLag           *prometheus.GaugeVec
+	SnapshotBytesTotal   *prometheus.CounterVec
+	LastRecovery         *prometheus.GaugeVec
+	ObservationDuration  *prometheus.HistogramVec
+}
+
+// New registers every metric (and the Go and process collectors) in a fresh registry.
+func New() *Metrics {
+	g := func(name, help string, labels ...string) *prometheus.GaugeVec {
+		return prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: namespace, Name: name, Help: help}, labels)
+	}
+	c := func(name, help string, labels ...string) *prometheus.CounterVec {
+		return prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Name: name, Help: help}, labels)
+	}
+	h := func(name, help string, buckets []float64, labels ...string) *prometheus.HistogramVec {
+		return prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: namespace, Name: name, Help: help, Buckets: buckets}, labels)
+	}
+	durations := []float64{1, 2, 5, 10, 20, 30, 60, 120, 300, 600, 1800}
+	m := &Metrics{
+		Registry:             prometheus.NewRegistry(),
+		MemberState:          g("member_state", "The local member's state, one-hot: healthy, degraded, down, lost, recovering, learner.", "member", "state"),
+		DataDirStatus:        g("data_dir_status", "The local data dir's class, one-hot: ok, missing, empty, corrupt, foreign, in-use.", "member", "status"),
+		VotingMembers:        g("cluster_voting_members", "Voting members in the cluster's member list.", "member"),
+		HealthyVotingMembers: g("cluster_healthy_voting_members", "Voting members that answered a linearizable read (the local one only with a usable data dir).", "member"),
+		QuorumMargin:         g("cluster_quorum_margin", "Healthy voting members minus quorum: 0 means one more failure loses the API; < 0 means the majority is lost.", "member"),
+		RecoveryInProgress:   g("recovery_in_progress", "1 while this agent heals its member.", "member"),
+		LeaseHeld:            g("lease_held", "1 while this agent holds the cluster's recovery Lease.", "member"),
+		RecoveriesTotal:      c("recoveries_total", "Recoveries finished, by result (succeeded, failed).", "member", "result"),
+		RefusalsTotal:        c("recovery_refusals_total", "Recoveries refused, by reason code.", "member", "reason"),
+		RecoveryDuration:     h("recovery_duration_seconds", "Time from a recovery's start to the member promoted and verified.", durations, "member"),
+		PhaseDuration:        h("recovery_phase_duration_seconds", "Time spent in each recovery phase.", durations, "member", "phase"),
+		LearnerLag:           g("learner_lag_entries", "The rejoining learner's applied index behind the leader's commit index.", "member"),
+		SnapshotBytesTotal:   c("snapshot_bytes_total", "Bytes of snapshots streamed from peers.", "member"),
+		LastRecovery:         g("last_recovery_timestamp_seconds", "Unix time of the last recovery's end.", "member"),
+		ObservationDuration: h("observation_duration_seconds", "Time one observation (member list, probes, data dir check) takes.",
+			prometheus.ExponentialBuckets(0.001, 2, 14), "member"),
+	}
+	m.Registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		m.MemberState, m.DataDirStatus, m.VotingMembers, m.HealthyVotingMembers, m.QuorumMargin, m.RecoveryInProgress,
+		m.LeaseHeld, m.RecoveriesTotal, m.RefusalsTotal, m.RecoveryDuration, m.PhaseDuration, m.LearnerLag,
+		m.SnapshotBytesTotal, m.LastRecovery, m.ObservationDuration)
+	return m
+}
+
+// Handler serves the registry.
+func (m *Metrics) Handler() http.Handler {
+	return promhttp.HandlerFor(m.Registry, promhttp.HandlerOpts{Registry: m.Registry})
+}
+
+// Init sets every series of member to its zero so that dashboards and
+// alerts see them before the first event (a counter that appears only on its
+// first increment makes rate() and absent() lie).
+func (m *Metrics) Init(member string, reasons []string) {
+	for _, r := range []string{"succeeded", "failed"} {
+		m.RecoveriesTotal.WithLabelValues(member, r)
+	}
+	for _, r := range reasons {
+		m.RefusalsTotal.WithLabelValues(member, r)
+	}
+	m.RecoveryInProgress.WithLabelValues(member).Set(0)
+	m.LeaseHeld.WithLabelValues(member).Set(0)
+	m.SnapshotBytesTotal.WithLabelValues(member)
+}
+
+// Observed sets the state metrics from one observation and verdict. A
+// recovering agent passes memberstate.Recovering as the state.
+func (m *Metrics) Observed(member string, obs observation.Observation, state memberstate.State, took time.Duration) {
+	for _, s := range memberstate.AllStates() {
+		m.MemberState.WithLabelValues(member, string(s)).Set(b2f(s == state))
+	}
+	for _, c := range localdisk.AllClasses() {
+		m.DataDirStatus.WithLabelValues(member, string(c)).Set(b2f(string(c) == obs.Local.DataDirClass))
+	}
+	voters, healthy := obs.Voters(), obs.HealthyVoters()
+	m.VotingMembers.WithLabelValues(member).Set(float64(voters))
+	m.HealthyVotingMembers.WithLabelValues(member).Set(float64(healthy))
+	// With no member list the agent cannot count voters; it still knows no
+	// quorum answered, which is what the margin must say.
+	margin := healthy - memberstate.Quorum(voters)
+	if obs.MemberListError != "" {
+		margin = -1
+	}
+	m.QuorumMargin.WithLabelValues(member).Set(float64(margin))
+	m.ObservationDuration.WithLabelValues(member).Observe(took.Seconds())
+}
+
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}
