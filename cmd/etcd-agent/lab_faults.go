@@ -27,6 +27,8 @@ func newLabFaultCmds(open func() (*lab.Lab, error)) []*cobra.Command {
 			return err
 		}},
 		{"lose-node", "Kill the node's supervisor and everything it runs (a dead node)", func(_ *cobra.Command, l *lab.Lab, n string) error { return l.LoseNode(n, removeDisk) }},
+		{"stop-member", "Stop the node's etcd as a kubelet would: move its manifest out of the manifests dir", func(_ *cobra.Command, l *lab.Lab, n string) error { return l.StopMember(n) }},
+		{"start-member", "Move a manifest stopped by stop-member back", func(_ *cobra.Command, l *lab.Lab, n string) error { return l.StartMember(n) }},
 		{"pause", "SIGSTOP the node's etcd (a hung member)", func(_ *cobra.Command, l *lab.Lab, n string) error { return l.Pause(n) }},
 		{"resume", "SIGCONT the node's etcd", func(_ *cobra.Command, l *lab.Lab, n string) error { return l.Resume(n) }},
 	}

@@ -37,7 +37,7 @@ type Config struct {
 	StateDir     string
 	// Kubeconfig for the Lease, Node annotations and Events ("" = in-cluster).
 	Kubeconfig string
-	Log          *zap.Logger
+	Log        *zap.Logger
 }
 
 // Validate rejects flag values that cannot work, before anything runs.

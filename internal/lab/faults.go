@@ -224,3 +224,44 @@ func (l *Lab) StartAPIServer(ctx context.Context) error {
 	}
 	return waitAPIReady(ctx, a, proc, 120*time.Second)
 }
+
+// StopMember stops the node's etcd the way a static pod is stopped: its
+// manifest is moved out of the manifests dir (the supervisor SIGTERMs it).
+func (l *Lab) StopMember(node string) error {
+	n, err := l.Spec.Node(node)
+	if err != nil {
+		return err
+	}
+	l.log.Info("fault: stop member", zap.String("node", node))
+	if err := os.Rename(n.EtcdManifest(), stoppedManifest(*n)); err != nil {
+		return err
+	}
+	return l.waitEtcdGone(*n)
+}
+
+// StartMember moves a manifest stopped by StopMember back.
+func (l *Lab) StartMember(node string) error {
+	n, err := l.Spec.Node(node)
+	if err != nil {
+		return err
+	}
+	l.log.Info("fault: start member", zap.String("node", node))
+	return os.Rename(stoppedManifest(*n), n.EtcdManifest())
+}
+
+func stoppedManifest(n Node) string { return filepath.Join(n.NodeDir, "etcd.yaml.stopped") }
+
+// waitEtcdGone polls the supervisor state until the node runs no etcd.
+func (l *Lab) waitEtcdGone(n Node) error {
+	deadline := time.Now().Add(20 * time.Second)
+	for time.Now().Before(deadline) {
+		st, err := readSupervisorState(n)
+		if err == nil {
+			if _, ok := st.Pods["etcd.yaml"]; !ok {
+				return nil
+			}
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return fmt.Errorf("etcd on %s still running 20s after its manifest was moved out", n.Name)
+}

@@ -55,10 +55,11 @@ func (c *clients) forget(keep map[string]bool) {
 
 func (c *clients) close() { c.forget(nil) }
 
-// memberList asks the endpoints in turn for the member list, with
-// require-leader so that a member cut off from the quorum does not answer
-// with a stale list.
-func (c *clients) memberList(ctx context.Context, endpoints []string) (*clientv3.MemberListResponse, error) {
+// memberList asks the endpoints in turn for the member list. With
+// requireLeader it is linearizable (etcd 3.6's default) and a member cut off
+// from the quorum refuses; without, a member answers from its own, maybe
+// stale, view.
+func (c *clients) memberList(ctx context.Context, endpoints []string, requireLeader bool) (*clientv3.MemberListResponse, error) {
 	var lastErr error
 	for _, ep := range endpoints {
 		cl, err := c.get(ep)
@@ -66,8 +67,15 @@ func (c *clients) memberList(ctx context.Context, endpoints []string) (*clientv3
 			lastErr = err
 			continue
 		}
-		rctx, cancel := context.WithTimeout(clientv3.WithRequireLeader(ctx), c.timeout)
-		resp, err := cl.MemberList(rctx)
+		if requireLeader {
+			ctx = clientv3.WithRequireLeader(ctx)
+		}
+		rctx, cancel := context.WithTimeout(ctx, c.timeout)
+		var opts []clientv3.OpOption
+		if !requireLeader {
+			opts = append(opts, clientv3.WithSerializable())
+		}
+		resp, err := cl.MemberList(rctx, opts...)
 		cancel()
 		if err == nil {
 			return resp, nil

@@ -106,7 +106,7 @@ func (w *Watchdog) observe(ctx context.Context, now time.Time) observation.Obser
 	w.mu.Lock()
 	eps := slices.Clone(w.endpoints)
 	w.mu.Unlock()
-	resp, err := w.clients.memberList(ctx, eps)
+	resp, err := w.clients.memberList(ctx, eps, true)
 	if err != nil {
 		obs.MemberListError = err.Error()
 		w.mu.Lock()
@@ -116,6 +116,17 @@ func (w *Watchdog) observe(ctx context.Context, now time.Time) observation.Obser
 				PeerURLs: m.PeerURLs, ClientURLs: m.ClientURLs, IsLearner: m.IsLearner})
 		}
 		w.mu.Unlock()
+		if len(obs.Members) == 0 {
+			// Never saw a list (a one-shot status): any member's own,
+			// possibly stale, view is better than none for counting.
+			if stale, err := w.clients.memberList(ctx, eps, false); err == nil {
+				obs.ClusterID = stale.Header.ClusterId
+				for _, m := range stale.Members {
+					obs.Members = append(obs.Members, observation.Member{ID: m.ID, Name: m.Name,
+						PeerURLs: m.PeerURLs, ClientURLs: m.ClientURLs, IsLearner: m.IsLearner})
+				}
+			}
+		}
 	} else {
 		obs.ClusterID = resp.Header.ClusterId
 		for _, m := range resp.Members {

@@ -5,6 +5,7 @@ package e2e
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -157,3 +158,5 @@ func eventually(t *testing.T, d time.Duration, what string, cond func() error) {
 	}
 	t.Fatalf("%s: not true after %s: %v", what, d, err)
 }
+
+func errorsAs(err error, target any) bool { return errors.As(err, target) }

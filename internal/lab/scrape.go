@@ -1,0 +1,96 @@
+package lab
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+)
+
+// Metrics is one scrape: metric families by name.
+type Metrics map[string]*dto.MetricFamily
+
+// Scrape reads a Prometheus /metrics endpoint.
+func Scrape(ctx context.Context, url string) (Metrics, error) {
+	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("%s: %s", url, resp.Status)
+	}
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := p.TextToMetricFamilies(resp.Body)
+	return Metrics(fams), err
+}
+
+// AgentMetrics scrapes node's agent.
+func (l *Lab) AgentMetrics(ctx context.Context, node string) (Metrics, error) {
+	n, err := l.Spec.Node(node)
+	if err != nil {
+		return nil, err
+	}
+	if n.AgentMetricsURL == "" {
+		return nil, fmt.Errorf("node %s runs no agent", node)
+	}
+	return Scrape(ctx, n.AgentMetricsURL)
+}
+
+// Value returns the value of the series of metric name whose labels include
+// all of labels (gauge, counter or untyped); ok is false when none matches.
+func (m Metrics) Value(name string, labels map[string]string) (float64, bool) {
+	fam, ok := m[name]
+	if !ok {
+		return 0, false
+	}
+	for _, s := range fam.Metric {
+		if !hasLabels(s, labels) {
+			continue
+		}
+		switch {
+		case s.Gauge != nil:
+			return s.Gauge.GetValue(), true
+		case s.Counter != nil:
+			return s.Counter.GetValue(), true
+		case s.Untyped != nil:
+			return s.Untyped.GetValue(), true
+		}
+	}
+	return 0, false
+}
+
+// OneHot returns the label value of the series of a one-hot metric that is 1.
+func (m Metrics) OneHot(name, label string) string {
+	fam, ok := m[name]
+	if !ok {
+		return ""
+	}
+	for _, s := range fam.Metric {
+		if s.Gauge != nil && s.Gauge.GetValue() == 1 {
+			for _, lp := range s.Label {
+				if lp.GetName() == label {
+					return lp.GetValue()
+				}
+			}
+		}
+	}
+	return ""
+}
+
+func hasLabels(s *dto.Metric, want map[string]string) bool {
+	found := 0
+	for _, lp := range s.Label {
+		if v, ok := want[lp.GetName()]; ok && v == lp.GetValue() {
+			found++
+		}
+	}
+	return found == len(want)
+}
