@@ -26,3 +26,25 @@ func addMemberFlags(fs *pflag.FlagSet, c *agent.Config) {
 	fs.StringVar(&c.Kubeconfig, "kubeconfig", "", "kubeconfig for the Kubernetes API (default: in-cluster config)")
 	fs.StringVar(&c.StateDir, "state-dir", "/var/lib/etcd-agent", "the agent's own state (journal, learned endpoints, status)")
 }
+
+// addHealFlags are the flags of the recovery itself (run and recover).
+func addHealFlags(fs *pflag.FlagSet, c *agent.Config) {
+	ns := os.Getenv("POD_NAMESPACE")
+	if ns == "" {
+		ns = "etcd-agent"
+	}
+	fs.StringVar(&c.Namespace, "namespace", ns, "namespace of the recovery Lease (default $POD_NAMESPACE or etcd-agent)")
+	fs.DurationVar(&c.LeaseTTL, "lease-ttl", 30*time.Second, "recovery Lease duration; renewed every third of it while held")
+	fs.BoolVar(&c.AutoHeal, "auto-heal", true, "heal a lost member automatically (false: only on a manual request)")
+	fs.BoolVar(&c.DryRun, "dry-run", false, "plan and report every recovery, change nothing")
+	fs.Uint64Var(&c.MaxLearnerLag, "max-learner-lag", 1000, "promote the learner once its applied index is within this many entries of the leader's")
+	fs.DurationVar(&c.LearnerStallTimeout, "learner-stall-timeout", 5*time.Minute, "remove a learner that makes no progress for this long, and fail the attempt")
+	fs.DurationVar(&c.RecoveryTimeout, "recovery-timeout", 30*time.Minute, "give a recovery up after this long")
+	fs.DurationVar(&c.RetryBackoff, "retry-backoff", time.Minute, "wait after a failed recovery before the next automatic one (doubles per failure)")
+	fs.DurationVar(&c.MaxRetryBackoff, "max-retry-backoff", 30*time.Minute, "cap of --retry-backoff")
+	fs.StringVar(&c.QuarantineDir, "quarantine-dir", "", "where replaced data dirs and pre-change snapshots are kept; same filesystem as the data dir (default: <data dir's parent>/etcd-agent-quarantine)")
+	fs.IntVar(&c.QuarantineKeep, "quarantine-keep", 2, "quarantined data dirs to keep before warning (nothing is ever deleted)")
+	fs.StringVar(&c.MemberRuntime, "member-runtime", "static-pod", "how to stop/start the local member: static-pod or exec")
+	fs.StringVar(&c.StopCommand, "stop-command", "", "with --member-runtime=exec: command that stops etcd (e.g. systemctl stop etcd)")
+	fs.StringVar(&c.StartCommand, "start-command", "", "with --member-runtime=exec: command that starts etcd; gets ETCD_INITIAL_CLUSTER and ETCD_INITIAL_CLUSTER_STATE=existing")
+}

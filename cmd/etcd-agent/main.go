@@ -46,6 +46,7 @@ func newRootCmd() *cobra.Command {
 		newLabCmd(g),
 		newRunCmd(g),
 		newStatusCmd(g),
+		newGateCmd(g),
 	)
 	return root
 }

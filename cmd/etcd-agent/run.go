@@ -28,6 +28,7 @@ func newRunCmd(g *globalFlags) *cobra.Command {
 		},
 	}
 	addMemberFlags(cmd.Flags(), &c)
+	addHealFlags(cmd.Flags(), &c)
 	cmd.Flags().StringVar(&c.MetricsAddr, "metrics-addr", ":9793", "address for /metrics, /healthz and /readyz")
 	return cmd
 }

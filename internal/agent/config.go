@@ -37,6 +37,24 @@ type Config struct {
 	StateDir     string
 	// Kubeconfig for the Lease, Node annotations and Events ("" = in-cluster).
 	Kubeconfig string
+	// Namespace holds the recovery Lease.
+	Namespace string
+	LeaseTTL  time.Duration
+
+	// Healing.
+	AutoHeal            bool
+	DryRun              bool
+	MaxLearnerLag       uint64
+	LearnerStallTimeout time.Duration
+	RecoveryTimeout     time.Duration
+	RetryBackoff        time.Duration
+	MaxRetryBackoff     time.Duration
+	QuarantineDir       string
+	QuarantineKeep      int
+	// MemberRuntime is "static-pod" or "exec" (with StopCommand/StartCommand).
+	MemberRuntime string
+	StopCommand   string
+	StartCommand  string
 	Log        *zap.Logger
 }
 
@@ -54,6 +72,18 @@ func (c Config) Validate() error {
 	}
 	if c.StateDir == "" {
 		errs = append(errs, errors.New("--state-dir is required"))
+	}
+	switch c.MemberRuntime {
+	case "static-pod", "":
+	case "exec":
+		if c.StopCommand == "" || c.StartCommand == "" {
+			errs = append(errs, errors.New("--member-runtime=exec needs --stop-command and --start-command"))
+		}
+	default:
+		errs = append(errs, fmt.Errorf("--member-runtime must be static-pod or exec, got %q", c.MemberRuntime))
+	}
+	if c.QuarantineKeep < 1 {
+		errs = append(errs, fmt.Errorf("--quarantine-keep must be >= 1, got %d", c.QuarantineKeep))
 	}
 	return errors.Join(errs...)
 }

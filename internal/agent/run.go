@@ -11,7 +11,10 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/etcd-agent/etcd-agent/internal/heal"
 	"github.com/etcd-agent/etcd-agent/internal/memberstate"
+	"github.com/etcd-agent/etcd-agent/internal/nodereport"
+	"github.com/etcd-agent/etcd-agent/internal/plan"
 	"github.com/etcd-agent/etcd-agent/internal/watchdog"
 	"github.com/etcd-agent/etcd-agent/metrics"
 	"go.uber.org/zap"
@@ -45,7 +48,6 @@ func Run(ctx context.Context, c Config) error {
 	}
 	defer wd.Close()
 	m := metrics.New()
-	m.Init(id.Name, nil)
 	var ready atomic.Bool
 	srv, err := serveHTTP(c.MetricsAddr, m, &ready)
 	if err != nil {
@@ -55,12 +57,103 @@ func Run(ctx context.Context, c Config) error {
 	log := c.Log.With(zap.String("member", id.Name), zap.String("node", c.NodeName))
 	log.Info("agent started", zap.String("dataDir", id.DataDir), zap.Strings("peerURLs", id.PeerURLs),
 		zap.String("clientURL", id.ClientURL), zap.String("metrics", srv.Addr), zap.Duration("poll", c.PollInterval),
-		zap.Duration("grace", c.GracePeriod))
+		zap.Duration("grace", c.GracePeriod), zap.Bool("autoHeal", c.AutoHeal), zap.Bool("dryRun", c.DryRun))
 	rep := &reporter{log: log, metrics: m, member: id.Name, statusPath: filepath.Join(c.StateDir, StatusFile)}
+	m.Init(id.Name, reasonStrings())
+
+	kc, err := c.KubeClient()
+	if err != nil {
+		log.Warn("no Kubernetes API: observing only; every recovery is refused (api-unavailable)", zap.Error(err))
+		kc = nil
+	}
+	var nodeRep *nodereport.Reporter
+	requests := make(chan request, 1)
+	if kc != nil && c.NodeName != "" {
+		nodeRep = nodereport.NewReporter(kc, c.NodeName, "etcd-agent", log)
+		defer nodeRep.Shutdown()
+		go func() {
+			err := nodereport.WatchRequests(ctx, kc, c.NodeName, func(r nodereport.Request, err error) {
+				select {
+				case requests <- request{req: r, err: err}:
+				default: // one pending request is enough; the annotation stays until handled
+				}
+			})
+			if err != nil && ctx.Err() == nil {
+				log.Error("watching the Node for recovery requests stopped", zap.Error(err))
+			}
+		}()
+	}
+	var healerRep heal.Reporter
+	if nodeRep != nil {
+		healerRep = nodeRep
+	}
+	h, err := c.newHealer(id, reportingObserver{wd: wd, rep: rep}, kc, healerRep, m)
+	if err != nil {
+		return err
+	}
 	return wd.Run(ctx, func(r watchdog.Result) {
 		rep.report(r)
 		ready.Store(true)
+		var req *plan.Request
+		select {
+		case pending := <-requests:
+			if pending.err != nil {
+				badRequest(ctx, log, m, nodeRep, id.Name, pending.err)
+				return
+			}
+			req = &plan.Request{Action: pending.req.Action, DryRun: pending.req.DryRun}
+			log.Info("manual recovery requested", zap.String("action", req.Action), zap.Bool("dryRun", req.DryRun))
+		default:
+		}
+		out := h.Consider(ctx, r, req)
+		if req != nil && out.Result == "" {
+			// Decide said "nothing to do" to a manual request: say so.
+			reportNothing(ctx, nodeRep, req, out)
+		}
+		if out.Result != "" {
+			log.Info("recovery outcome", zap.String("result", out.Result), zap.String("reason", string(out.Decision.Reason)), zap.Error(out.Err))
+		}
 	})
+}
+
+type request struct {
+	req nodereport.Request
+	err error
+}
+
+func reasonStrings() []string {
+	var out []string
+	for _, r := range plan.RefusalReasons() {
+		out = append(out, string(r))
+	}
+	return out
+}
+
+// badRequest: an annotation value that is not understood is refused with
+// reason bad-request, and nothing else changes.
+func badRequest(ctx context.Context, log *zap.Logger, m *metrics.Metrics, rep *nodereport.Reporter, member string, err error) {
+	log.Warn("recovery request refused", zap.String("reason", string(plan.ReasonBadRequest)), zap.Error(err))
+	m.RefusalsTotal.WithLabelValues(member, string(plan.ReasonBadRequest)).Inc()
+	if rep == nil {
+		return
+	}
+	rep.Eventf("Warning", nodereport.ReasonRecoveryRefused, "%s: %v", plan.ReasonBadRequest, err)
+	now := time.Now().UTC()
+	_ = rep.SetLastRecovery(ctx, nodereport.LastRecovery{Request: "invalid", Result: "refused", Reason: string(plan.ReasonBadRequest),
+		StartedAt: now, FinishedAt: now, Message: err.Error()})
+	_ = rep.ClearRequest(ctx)
+}
+
+// reportNothing answers a manual request that needed no action (e.g. the
+// member is healthy and no recovery was due) so the SRE is not left waiting.
+func reportNothing(ctx context.Context, rep *nodereport.Reporter, req *plan.Request, out heal.Outcome) {
+	if rep == nil {
+		return
+	}
+	now := time.Now().UTC()
+	_ = rep.SetLastRecovery(ctx, nodereport.LastRecovery{Request: req.Action, Result: "refused", Reason: string(out.Decision.Reason),
+		StartedAt: now, FinishedAt: now, Message: out.Decision.Detail})
+	_ = rep.ClearRequest(ctx)
 }
 
 // serveHTTP serves /metrics, /healthz (the process lives) and /readyz (it

@@ -41,6 +41,11 @@ func (l *Lab) agentArgs(n *Node) ([]string, error) {
 		"--metrics-addr=" + addr,
 		"--poll-interval=" + LabPollInterval,
 		"--grace-period=" + LabGracePeriod,
+		"--retry-backoff=2s",
+		"--learner-stall-timeout=30s",
+		"--recovery-timeout=3m",
+		"--lease-ttl=15s",
+		"--namespace=" + AgentNamespace,
 		"--endpoints=" + strings.Join(l.Spec.ClientURLs(), ","),
 		"--log-format=json",
 	}

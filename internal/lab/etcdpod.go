@@ -12,8 +12,9 @@ import (
 
 // etcdPodManifest renders a kubeadm-style etcd static pod for node n whose
 // container runs the real etcd binary from binDir. initialCluster is the
-// --initial-cluster value, state "new" or "existing".
-func etcdPodManifest(binDir string, n Node, initialCluster, state, token string) ([]byte, error) {
+// --initial-cluster value, state "new" or "existing". gate, when set, is the
+// agent's start gate, run as the pod's init container.
+func etcdPodManifest(binDir string, n Node, initialCluster, state, token string, gate []string) ([]byte, error) {
 	args := []string{
 		"--name=" + n.Member,
 		"--data-dir=" + n.DataDir,
@@ -57,7 +58,19 @@ func etcdPodManifest(binDir string, n Node, initialCluster, state, token string)
 			}},
 		},
 	}
+	if len(gate) > 0 {
+		pod.Spec.InitContainers = []corev1.Container{{Name: "etcd-agent-gate", Image: "etcd-agent:dev", Command: gate}}
+	}
 	return yaml.Marshal(&pod)
+}
+
+// gateCommand is the start gate's command line for node n's etcd pod.
+func (l *Lab) gateCommand(n Node) []string {
+	if !l.Spec.Agents {
+		return nil
+	}
+	return []string{l.Spec.AgentBinary, "gate", "--static-pod-manifest=" + n.EtcdManifest(), "--state-dir=" + n.StateDir,
+		"--endpoints=" + strings.Join(l.Spec.ClientURLs(), ","), "--poll-interval=500ms", "--log-format=json"}
 }
 
 // initialCluster renders name=peerURL pairs for --initial-cluster.

@@ -265,3 +265,38 @@ func (l *Lab) waitEtcdGone(n Node) error {
 	}
 	return fmt.Errorf("etcd on %s still running 20s after its manifest was moved out", n.Name)
 }
+
+// MoveMember places the etcd member of node from on node to, as after a
+// node was lost for good (UC1): the static-pod manifest keeps the member's
+// name and peer URL, and points at to's (empty) local disk. Lose from first.
+func (l *Lab) MoveMember(from, to string) error {
+	src, err := l.Spec.Node(from)
+	if err != nil {
+		return err
+	}
+	dst, err := l.Spec.Node(to)
+	if err != nil {
+		return err
+	}
+	if !src.Lost {
+		return fmt.Errorf("node %s is not lost: lose it first (two processes must never serve one member)", from)
+	}
+	moved := *dst
+	moved.Member, moved.ClientURL, moved.PeerURL = src.Member, src.ClientURL, src.PeerURL
+	moved.DataDir = filepath.Join(dst.DiskDir, "etcd")
+	m, err := etcdPodManifest(l.Spec.BinDir, moved, initialCluster(l.Spec.Nodes), "existing", l.Spec.ClusterToken, l.gateCommand(moved))
+	if err != nil {
+		return err
+	}
+	l.log.Info("move member", zap.String("member", src.Member), zap.String("from", from), zap.String("to", to))
+	dst.Member, dst.ClientURL, dst.PeerURL, dst.DataDir = moved.Member, moved.ClientURL, moved.PeerURL, moved.DataDir
+	src.ClientURL, src.PeerURL = "", ""
+	if err := l.Spec.save(); err != nil {
+		return err
+	}
+	tmp := filepath.Join(dst.NodeDir, ".etcd.yaml.tmp")
+	if err := os.WriteFile(tmp, m, 0o644); err != nil {
+		return err
+	}
+	return os.Rename(tmp, dst.EtcdManifest())
+}

@@ -100,7 +100,7 @@ func Up(ctx context.Context, o Options) (*Lab, error) {
 	}
 	ic := initialCluster(spec.Nodes)
 	for _, n := range spec.Nodes {
-		m, err := etcdPodManifest(o.BinDir, n, ic, "new", spec.ClusterToken)
+		m, err := etcdPodManifest(o.BinDir, n, ic, "new", spec.ClusterToken, l.gateCommand(n))
 		if err != nil {
 			return nil, err
 		}

@@ -1,0 +1,93 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"time"
+
+	"github.com/etcd-agent/etcd-agent/internal/heal"
+	"github.com/etcd-agent/etcd-agent/internal/lease"
+	"github.com/etcd-agent/etcd-agent/internal/memberruntime"
+	"github.com/etcd-agent/etcd-agent/internal/plan"
+	"github.com/etcd-agent/etcd-agent/internal/watchdog"
+	"github.com/etcd-agent/etcd-agent/metrics"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+)
+
+// KubeClient builds the Kubernetes client from --kubeconfig, else the
+// in-cluster config; nil (and the reason) when neither is available: the
+// agent then observes and reports, and refuses to act (api-unavailable).
+func (c Config) KubeClient() (kubernetes.Interface, error) {
+	var cfg *rest.Config
+	var err error
+	if c.Kubeconfig != "" {
+		cfg, err = clientcmd.BuildConfigFromFlags("", c.Kubeconfig)
+	} else {
+		cfg, err = rest.InClusterConfig()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes client: %w", err)
+	}
+	cfg.Timeout = 10 * time.Second
+	cfg.UserAgent = "etcd-agent"
+	return kubernetes.NewForConfig(cfg)
+}
+
+// PlanConfig is the decision core's configuration.
+func (c Config) PlanConfig() plan.Config {
+	return plan.Config{AutoHeal: c.AutoHeal, DryRun: c.DryRun, MaxLearnerLag: c.MaxLearnerLag,
+		LearnerStallTimeout: c.LearnerStallTimeout, RetryBackoff: c.RetryBackoff, MaxRetryBackoff: c.MaxRetryBackoff}
+}
+
+// Runtime builds the member runtime.
+func (c Config) Runtime(id watchdog.Identity) (memberruntime.Runtime, error) {
+	if c.MemberRuntime == "exec" {
+		return memberruntime.NewExec(c.StopCommand, c.StartCommand, id.ClientURL, id.DataDir, c.Log), nil
+	}
+	if c.StaticPodManifest == "" {
+		return nil, errors.New("--member-runtime=static-pod needs --static-pod-manifest")
+	}
+	return memberruntime.NewStaticPod(c.StaticPodManifest, filepath.Join(c.StateDir, "parked"), id.ClientURL, c.Log), nil
+}
+
+// newHealer wires the executor: kc may be nil (no API: no Lease).
+func (c Config) newHealer(id watchdog.Identity, obs heal.Observer, kc kubernetes.Interface, rep heal.Reporter, m *metrics.Metrics) (*heal.Healer, error) {
+	rt, err := c.Runtime(id)
+	if err != nil {
+		return nil, err
+	}
+	t, err := c.TLSConfig()
+	if err != nil {
+		return nil, err
+	}
+	var newLease func(uint64) (heal.Lease, error)
+	if kc != nil {
+		newLease = func(clusterID uint64) (heal.Lease, error) {
+			return lease.New(lease.Config{Client: kc, Namespace: c.Namespace, Name: lease.Name(clusterID),
+				Holder: c.NodeName + "/" + id.Name, TTL: c.LeaseTTL, Log: c.Log})
+		}
+	}
+	return heal.New(heal.Config{Member: id.Name, Node: c.NodeName, PeerURLs: id.PeerURLs, DataDir: id.DataDir,
+		StateDir: c.StateDir, QuarantineDir: c.QuarantineDir, QuarantineKeep: c.QuarantineKeep, Plan: c.PlanConfig(),
+		RecoveryTimeout: c.RecoveryTimeout, StepInterval: 250 * time.Millisecond, TLS: t, Log: c.Log},
+		obs, newLease, rt, rep, m), nil
+}
+
+// reportingObserver reports every observation the healer makes during a
+// recovery (state "recovering"), so metrics stay live while it works.
+type reportingObserver struct {
+	wd  *watchdog.Watchdog
+	rep *reporter
+}
+
+func (o reportingObserver) Observe(ctx context.Context, now time.Time) watchdog.Result {
+	r := o.wd.Observe(ctx, now)
+	shown := r
+	shown.Verdict.State = "recovering"
+	o.rep.report(shown)
+	return r
+}

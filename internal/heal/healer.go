@@ -1,0 +1,212 @@
+// Package heal is the executor of the decision core: it carries out one
+// plan.Decision at a time (stop, quarantine, snapshot, remove, add learner,
+// prepare, start, promote, verify), writing each step to the journal before
+// and after, holding the recovery Lease and confirming it before every
+// membership change, and reporting each step as metrics, Events and the
+// Node's last-recovery annotation. Whether a step is safe is never decided
+// here: plan.Decide decides, on a fresh observation, before every step.
+package heal
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"time"
+
+	"github.com/etcd-agent/etcd-agent/internal/journal"
+	"github.com/etcd-agent/etcd-agent/internal/lease"
+	"github.com/etcd-agent/etcd-agent/internal/memberruntime"
+	"github.com/etcd-agent/etcd-agent/internal/nodereport"
+	"github.com/etcd-agent/etcd-agent/internal/plan"
+	"github.com/etcd-agent/etcd-agent/internal/watchdog"
+	"github.com/etcd-agent/etcd-agent/metrics"
+	"go.uber.org/zap"
+)
+
+// Lease is the recovery Lease as the executor uses it (package lease).
+type Lease interface {
+	TryAcquire(ctx context.Context, info lease.Info) error
+	SetPhase(ctx context.Context, phase string) error
+	Confirm(ctx context.Context) error
+	Release(ctx context.Context) error
+	Holding() bool
+	Current(ctx context.Context) (holder string, info lease.Info, expired bool, err error)
+}
+
+// Reporter tells people on the Node (package nodereport); nil without an API.
+type Reporter interface {
+	Eventf(eventType, reason, format string, args ...any)
+	SetLastRecovery(ctx context.Context, lr nodereport.LastRecovery) error
+	ClearRequest(ctx context.Context) error
+}
+
+// Observer makes a fresh observation (package watchdog).
+type Observer interface {
+	Observe(ctx context.Context, now time.Time) watchdog.Result
+}
+
+// Config configures the Healer.
+type Config struct {
+	Member   string
+	Node     string
+	PeerURLs []string
+	DataDir  string
+	StateDir string
+	// QuarantineDir holds replaced data dirs and the pre-change snapshots;
+	// it must be on the data dir's filesystem (renames, never copies).
+	QuarantineDir   string
+	QuarantineKeep  int
+	Plan            plan.Config
+	RecoveryTimeout time.Duration
+	// StepInterval is the pause between observations while waiting.
+	StepInterval time.Duration
+	TLS          *tls.Config
+	Log          *zap.Logger
+}
+
+// Healer runs recoveries for the local member.
+type Healer struct {
+	cfg      Config
+	obs      Observer
+	newLease func(clusterID uint64) (Lease, error)
+	runtime  memberruntime.Runtime
+	reporter Reporter
+	metrics  *metrics.Metrics
+	lease    Lease
+	leaseFor uint64
+	log      *zap.Logger
+}
+
+// New returns a Healer. newLease builds the Lease of a cluster (nil when
+// there is no Kubernetes API: then every recovery is refused api-unavailable).
+func New(cfg Config, obs Observer, newLease func(uint64) (Lease, error), rt memberruntime.Runtime, rep Reporter, m *metrics.Metrics) *Healer {
+	if cfg.Log == nil {
+		cfg.Log = zap.NewNop()
+	}
+	if cfg.StepInterval <= 0 {
+		cfg.StepInterval = 500 * time.Millisecond
+	}
+	if cfg.RecoveryTimeout <= 0 {
+		cfg.RecoveryTimeout = 30 * time.Minute
+	}
+	if cfg.QuarantineDir == "" {
+		cfg.QuarantineDir = filepath.Join(filepath.Dir(cfg.DataDir), "etcd-agent-quarantine")
+	}
+	return &Healer{cfg: cfg, obs: obs, newLease: newLease, runtime: rt, reporter: rep, metrics: m,
+		log: cfg.Log.With(zap.String("member", cfg.Member))}
+}
+
+// Outcome is how a Consider call ended.
+type Outcome struct {
+	Decision plan.Decision
+	// Result is "" when nothing was attempted, else succeeded|failed|refused.
+	Result string
+	Err    error
+}
+
+// Consider decides on one observation; when a recovery may begin (or an
+// open one resumes) it runs it to its end before returning. req is a
+// manual request (nil for the automatic path).
+func (h *Healer) Consider(ctx context.Context, res watchdog.Result, req *plan.Request) Outcome {
+	j, _, err := journal.Load(h.cfg.StateDir, h.cfg.Member)
+	if err != nil {
+		return Outcome{Err: err}
+	}
+	in := h.input(ctx, res, req, j)
+	d := plan.Decide(in, h.cfg.Plan)
+	switch d.Action {
+	case plan.Begin:
+		return h.recover(ctx, res, req, j)
+	case plan.Refuse:
+		h.refused(ctx, req, d)
+		return Outcome{Decision: d, Result: journal.ResultRefused}
+	}
+	return Outcome{Decision: d}
+}
+
+// Plan returns what Decide says now, without acting (status, dry runs).
+func (h *Healer) Plan(ctx context.Context, res watchdog.Result, req *plan.Request) plan.Decision {
+	j, _, err := journal.Load(h.cfg.StateDir, h.cfg.Member)
+	if err != nil {
+		return plan.Decision{Action: plan.Nothing, Detail: err.Error()}
+	}
+	return plan.Decide(h.input(ctx, res, req, j), h.cfg.Plan)
+}
+
+// input gathers what Decide needs besides the observation: the Lease's
+// state (asked of the API server) and the free disk space.
+func (h *Healer) input(ctx context.Context, res watchdog.Result, req *plan.Request, j journal.Record) plan.Input {
+	in := plan.Input{Now: res.Observation.At, Obs: res.Observation, Verdict: res.Verdict, Request: req, Journal: j}
+	if req == nil && j.Active() && j.Request != "" && j.Request != "auto" {
+		in.Request = &plan.Request{Action: j.Request} // a resumed manual recovery stays manual
+	}
+	in.FreeBytes = freeBytes(h.cfg.QuarantineDir)
+	l, err := h.leaseOf(res.Observation.ClusterID)
+	if err != nil || l == nil {
+		return in
+	}
+	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	holder, _, expired, err := l.Current(cctx)
+	if err != nil && !errors.Is(err, lease.ErrNotHeld) {
+		return in
+	}
+	in.APIAvailable = true
+	in.LeaseHeld = l.Holding()
+	if holder != "" && !expired && !in.LeaseHeld && holder != h.holder() {
+		in.LeaseHolder = holder
+	}
+	return in
+}
+
+func (h *Healer) holder() string { return h.cfg.Node + "/" + h.cfg.Member }
+
+// leaseOf returns the Lease of the cluster (one per cluster ID).
+func (h *Healer) leaseOf(clusterID uint64) (Lease, error) {
+	if h.newLease == nil {
+		return nil, errors.New("no Kubernetes API configured")
+	}
+	if clusterID == 0 {
+		return nil, errors.New("cluster ID unknown")
+	}
+	if h.lease != nil && h.leaseFor == clusterID {
+		return h.lease, nil
+	}
+	l, err := h.newLease(clusterID)
+	if err != nil {
+		return nil, err
+	}
+	h.lease, h.leaseFor = l, clusterID
+	return l, nil
+}
+
+// refused reports a refusal: metric, Event, and for a manual request the
+// last-recovery annotation (and the trigger is cleared: it was handled).
+func (h *Healer) refused(ctx context.Context, req *plan.Request, d plan.Decision) {
+	h.metrics.RefusalsTotal.WithLabelValues(h.cfg.Member, string(d.Reason)).Inc()
+	h.log.Warn("recovery refused", zap.String("reason", string(d.Reason)), zap.String("detail", d.Detail))
+	if h.reporter == nil {
+		return
+	}
+	h.reporter.Eventf("Warning", nodereport.ReasonRecoveryRefused, "%s: %s", d.Reason, d.Detail)
+	if req != nil {
+		now := time.Now().UTC()
+		_ = h.reporter.SetLastRecovery(ctx, nodereport.LastRecovery{Request: requestName(req), Result: journal.ResultRefused,
+			Reason: string(d.Reason), StartedAt: now, FinishedAt: now, Message: d.Detail})
+		_ = h.reporter.ClearRequest(ctx)
+	}
+}
+
+func requestName(req *plan.Request) string {
+	if req == nil {
+		return "auto"
+	}
+	if req.DryRun {
+		return req.Action + " (dry-run)"
+	}
+	return req.Action
+}
+
+func fmtID(id uint64) string { return fmt.Sprintf("%x", id) }

@@ -1,0 +1,201 @@
+package heal
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/etcd-agent/etcd-agent/internal/journal"
+	"github.com/etcd-agent/etcd-agent/internal/lease"
+	"github.com/etcd-agent/etcd-agent/internal/memberstate"
+	"github.com/etcd-agent/etcd-agent/internal/nodereport"
+	"github.com/etcd-agent/etcd-agent/internal/plan"
+	"github.com/etcd-agent/etcd-agent/internal/watchdog"
+	"go.uber.org/zap"
+)
+
+// maxStepErrors is how many times in a row a step may fail before the
+// recovery is given up (each retry is on a fresh observation).
+const maxStepErrors = 5
+
+// recover runs one recovery (new or resumed) until it finishes, fails, or
+// the recovery timeout passes.
+func (h *Healer) recover(parent context.Context, first watchdog.Result, req *plan.Request, j journal.Record) Outcome {
+	ctx, cancel := context.WithTimeout(parent, h.cfg.RecoveryTimeout)
+	defer cancel()
+	h.metrics.RecoveryInProgress.WithLabelValues(h.cfg.Member).Set(1)
+	defer h.metrics.RecoveryInProgress.WithLabelValues(h.cfg.Member).Set(0)
+	res := first
+	var last plan.Decision
+	stepErrors := 0
+	for {
+		in := h.input(ctx, res, req, j)
+		d := plan.Decide(in, h.cfg.Plan)
+		if d.Action != last.Action || d.Reason != last.Reason {
+			h.log.Info("recovery step", zap.String("action", string(d.Action)), zap.String("reason", string(d.Reason)),
+				zap.String("detail", d.Detail), zap.String("phase", string(j.Phase)))
+		}
+		last = d
+		if !j.Active() && d.Action != plan.Begin {
+			// Decide changed its mind before we began (e.g. the member came back).
+			if d.Action == plan.Refuse {
+				h.refused(ctx, req, d)
+				return Outcome{Decision: d, Result: journal.ResultRefused}
+			}
+			return Outcome{Decision: d}
+		}
+		if d.Action == plan.Finish {
+			return h.finish(ctx, &j, d)
+		}
+		if d.Action == plan.Refuse {
+			return h.finish(ctx, &j, plan.Decision{Action: plan.Finish, Reason: d.Reason, Detail: d.Detail})
+		}
+		if d.Action == plan.RemoveStalledLearner {
+			// Rule 4: a learner that makes no progress is removed again and
+			// the attempt fails cleanly (retried later with backoff).
+			if err := h.removeMember(ctx, res, d.MemberID); err != nil {
+				return h.fail(ctx, &j, d, fmt.Errorf("remove stalled learner: %w", err))
+			}
+			return h.fail(ctx, &j, d, fmt.Errorf("learner %s stalled: %s", fmtID(d.MemberID), d.Detail))
+		}
+		err := h.step(ctx, res, req, &j, d)
+		switch {
+		case errors.Is(err, lease.ErrHeldByOther), errors.Is(err, lease.ErrNotHeld):
+			// Fencing: another agent holds the Lease. Stop at once; the
+			// journal stays open so this (or the next holder) resumes
+			// from the cluster's actual membership.
+			h.log.Warn("recovery stopped: the Lease is not ours", zap.Error(err), zap.String("phase", string(j.Phase)))
+			h.metrics.LeaseHeld.WithLabelValues(h.cfg.Member).Set(0)
+			return Outcome{Decision: d, Err: err}
+		case err != nil:
+			stepErrors++
+			h.log.Warn("recovery step failed", zap.String("action", string(d.Action)), zap.Int("attempt", stepErrors), zap.Error(err))
+			if stepErrors >= maxStepErrors {
+				return h.fail(ctx, &j, d, err)
+			}
+		default:
+			stepErrors = 0
+		}
+		if ctx.Err() != nil {
+			return h.fail(parent, &j, d, fmt.Errorf("recovery timed out after %s in phase %s: %w", h.cfg.RecoveryTimeout, j.Phase, ctx.Err()))
+		}
+		if d.Action == plan.Nothing || d.Action == plan.WaitCatchUp || d.Action == plan.Verify || err != nil {
+			select {
+			case <-ctx.Done():
+			case <-time.After(h.cfg.StepInterval):
+			}
+		}
+		res = h.obs.Observe(ctx, time.Now())
+		res.Verdict.State = memberstate.Recovering
+	}
+}
+
+// step carries out one decision and records it in the journal.
+func (h *Healer) step(ctx context.Context, res watchdog.Result, req *plan.Request, j *journal.Record, d plan.Decision) error {
+	now := time.Now().UTC()
+	switch d.Action {
+	case plan.Begin:
+		return h.begin(ctx, res, req, j)
+	case plan.StopMember:
+		return h.timed(j, journal.PhaseStopped, func() error { return h.stopAndQuarantine(ctx, j) })
+	case plan.TakeSnapshot:
+		return h.timed(j, journal.PhaseSnapshotted, func() error { return h.snapshot(ctx, res, j) })
+	case plan.RemoveMember:
+		return h.timed(j, journal.PhaseRemoved, func() error { return h.removeMember(ctx, res, d.MemberID) })
+	case plan.AddLearner:
+		return h.timed(j, journal.PhaseLearnerAdded, func() error { return h.addLearner(ctx, res, j) })
+	case plan.AdoptLearner:
+		j.NewMemberID = journal.MemberID(d.MemberID)
+		h.log.Info("adopting the learner an earlier add created", zap.String("id", fmtID(d.MemberID)))
+		return h.advance(ctx, j, journal.PhaseLearnerAdded)
+	case plan.PrepareDataDir:
+		return h.timed(j, journal.PhasePrepared, func() error { return h.prepareDataDir(j) })
+	case plan.StartMember:
+		j.LearnerProgressAt = now
+		return h.timed(j, journal.PhaseMemberStarted, func() error { return h.startMember(ctx, res, j) })
+	case plan.WaitCatchUp:
+		h.trackLearner(j, res, now)
+		return journal.Save(h.cfg.StateDir, *j)
+	case plan.Promote:
+		return h.promote(ctx, res, j, d.MemberID)
+	case plan.Verify:
+		ok, detail, err := h.verify(ctx, res, uint64(j.NewMemberID))
+		if err != nil || !ok {
+			h.log.Info("verify: not yet", zap.String("detail", detail), zap.Error(err))
+			return nil
+		}
+		return h.advance(ctx, j, journal.PhaseVerified)
+	case plan.Nothing:
+		return nil
+	}
+	return fmt.Errorf("unexpected action %q", d.Action)
+}
+
+// begin acquires the Lease and opens (or resumes) the journal.
+func (h *Healer) begin(ctx context.Context, res watchdog.Result, req *plan.Request, j *journal.Record) error {
+	l, err := h.leaseOf(res.Observation.ClusterID)
+	if err != nil {
+		return err
+	}
+	resumed := j.Active()
+	if !resumed {
+		now := time.Now().UTC()
+		*j = journal.Record{ID: strconv.FormatInt(now.UnixNano(), 36), Member: h.cfg.Member, Node: h.cfg.Node,
+			Request: requestName(req), StartedAt: now, PeerURLs: h.cfg.PeerURLs,
+			Failures: j.Failures, LastFailureAt: j.LastFailureAt}
+		if res.Observation.Local.Match == "ok" {
+			j.OldMemberID = journal.MemberID(res.Observation.Local.ID)
+		}
+	}
+	info := lease.Info{Target: h.cfg.Member, Phase: string(j.Phase), StartedAt: j.StartedAt}
+	if info.Phase == "" {
+		info.Phase = string(journal.PhaseStarted)
+	}
+	if err := l.TryAcquire(ctx, info); err != nil {
+		return err
+	}
+	h.metrics.LeaseHeld.WithLabelValues(h.cfg.Member).Set(1)
+	if resumed {
+		h.log.Info("recovery resumed", zap.String("id", j.ID), zap.String("phase", string(j.Phase)))
+		return nil
+	}
+	if err := h.advance(ctx, j, journal.PhaseStarted); err != nil {
+		return err
+	}
+	if h.reporter != nil {
+		h.reporter.Eventf("Normal", nodereport.ReasonRecoveryStarted, "rejoining member %s (%s): old ID %x, request %s",
+			h.cfg.Member, res.Verdict.Reason, uint64(j.OldMemberID), j.Request)
+		if req != nil {
+			_ = h.reporter.ClearRequest(ctx)
+		}
+	}
+	return nil
+}
+
+// timed runs a step, then advances the journal to phase and records the
+// step's duration.
+func (h *Healer) timed(j *journal.Record, phase journal.Phase, do func() error) error {
+	start := time.Now()
+	if err := do(); err != nil {
+		return err
+	}
+	h.metrics.PhaseDuration.WithLabelValues(h.cfg.Member, string(phase)).Observe(time.Since(start).Seconds())
+	return h.advance(context.Background(), j, phase)
+}
+
+// advance records phase in the journal (fsynced) and on the Lease.
+func (h *Healer) advance(ctx context.Context, j *journal.Record, phase journal.Phase) error {
+	j.Advance(phase, time.Now().UTC())
+	if err := journal.Save(h.cfg.StateDir, *j); err != nil {
+		return err
+	}
+	h.log.Info("recovery phase done", zap.String("phase", string(phase)), zap.String("id", j.ID))
+	if h.lease != nil && h.lease.Holding() {
+		if err := h.lease.SetPhase(ctx, string(phase)); err != nil {
+			h.log.Warn("lease phase annotation", zap.Error(err))
+		}
+	}
+	return nil
+}

@@ -1,0 +1,241 @@
+package heal
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/etcd-agent/etcd-agent/internal/journal"
+	"github.com/etcd-agent/etcd-agent/internal/localdisk"
+	"github.com/etcd-agent/etcd-agent/internal/observation"
+	"github.com/etcd-agent/etcd-agent/internal/peerseed"
+	"github.com/etcd-agent/etcd-agent/internal/plan"
+	"github.com/etcd-agent/etcd-agent/internal/watchdog"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+)
+
+// stopAndQuarantine stops the local member and renames its data dir into
+// the quarantine (never deletes: rule 8).
+func (h *Healer) stopAndQuarantine(ctx context.Context, j *journal.Record) error {
+	if err := h.runtime.Stop(ctx); err != nil {
+		return fmt.Errorf("stop member (%s): %w", h.runtime.Describe(), err)
+	}
+	if _, err := os.Lstat(h.cfg.DataDir); os.IsNotExist(err) {
+		return nil // nothing to keep
+	}
+	if err := os.MkdirAll(h.cfg.QuarantineDir, 0o700); err != nil {
+		return err
+	}
+	dst, err := localdisk.QuarantineDataDir(h.cfg.DataDir, h.cfg.QuarantineDir, time.Now())
+	if err != nil {
+		return fmt.Errorf("quarantine %s: %w", h.cfg.DataDir, err)
+	}
+	j.QuarantinePath = dst
+	h.log.Info("data dir quarantined (kept, not deleted)", zap.String("from", h.cfg.DataDir), zap.String("to", dst))
+	if over, err := localdisk.QuarantineOverflow(h.cfg.QuarantineDir, h.cfg.QuarantineKeep); err == nil && len(over) > 0 {
+		h.log.Warn("quarantine holds more than --quarantine-keep entries; remove old ones by hand when no longer needed",
+			zap.Int("keep", h.cfg.QuarantineKeep), zap.Strings("beyond", over))
+	}
+	return nil
+}
+
+// snapshot streams the pre-change backup from the healthiest follower into
+// the quarantine and verifies it.
+func (h *Healer) snapshot(ctx context.Context, res watchdog.Result, j *journal.Record) error {
+	src, why, err := peerseed.PickSource(res.Observation, uint64(j.OldMemberID))
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(h.cfg.QuarantineDir, 0o700); err != nil {
+		return err
+	}
+	dest := filepath.Join(h.cfg.QuarantineDir, fmt.Sprintf("snapshot-%s-%s.db", h.cfg.Member, time.Now().UTC().Format("2006-01-02T15-04-05Z")))
+	counter := h.metrics.SnapshotBytesTotal.WithLabelValues(h.cfg.Member)
+	snap, err := peerseed.Stream(ctx, src.ClientURLs[0], h.cfg.TLS, dest, peerseed.NeedBytes(src.DBSize),
+		func(n int64) { counter.Add(float64(n)) })
+	if err != nil {
+		return fmt.Errorf("snapshot from %s: %w", src.Name, err)
+	}
+	j.SnapshotPath, j.SnapshotBytes, j.SnapshotSHA256, j.SnapshotSource = snap.Path, snap.Size, snap.SHA256, src.Name
+	h.log.Info("snapshot streamed and verified", zap.String("source", src.Name), zap.String("why", why),
+		zap.String("path", snap.Path), zap.Int64("bytes", snap.Size), zap.Duration("took", snap.Took))
+	return nil
+}
+
+// clusterClient reaches the serving voters of the observation.
+func (h *Healer) clusterClient(o observation.Observation) (*clientv3.Client, error) {
+	var eps []string
+	for _, m := range o.Members {
+		if m.Serving && !m.IsLearner && len(m.ClientURLs) > 0 {
+			eps = append(eps, m.ClientURLs...)
+		}
+	}
+	if len(eps) == 0 {
+		return nil, errors.New("no serving voter to send the change to")
+	}
+	return clientv3.New(clientv3.Config{Endpoints: eps, DialTimeout: 5 * time.Second, TLS: h.cfg.TLS, Logger: zap.NewNop()})
+}
+
+// fence confirms, right before a membership change, that we still hold the
+// Lease (rule 5); the caller decided on a fresh member list.
+func (h *Healer) fence(ctx context.Context) error {
+	if h.lease == nil {
+		return errors.New("no Lease")
+	}
+	return h.lease.Confirm(ctx)
+}
+
+func (h *Healer) removeMember(ctx context.Context, res watchdog.Result, id uint64) error {
+	if err := h.fence(ctx); err != nil {
+		return err
+	}
+	cli, err := h.clusterClient(res.Observation)
+	if err != nil {
+		return err
+	}
+	defer cli.Close()
+	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	_, err = cli.MemberRemove(rctx, id)
+	if errors.Is(err, rpctypes.ErrMemberNotFound) {
+		h.log.Info("member already removed", zap.String("id", fmtID(id)))
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("remove member %s: %w", fmtID(id), err)
+	}
+	h.log.Info("member removed", zap.String("id", fmtID(id)))
+	return nil
+}
+
+// addLearner adds our peer URLs as a learner. An add that times out may
+// still be applied: the next observation then shows a learner with our peer
+// URL, which Decide adopts instead of adding a second one.
+func (h *Healer) addLearner(ctx context.Context, res watchdog.Result, j *journal.Record) error {
+	if err := h.fence(ctx); err != nil {
+		return err
+	}
+	cli, err := h.clusterClient(res.Observation)
+	if err != nil {
+		return err
+	}
+	defer cli.Close()
+	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	resp, err := cli.MemberAddAsLearner(rctx, j.PeerURLs)
+	if err != nil {
+		return fmt.Errorf("add learner %v: %w", j.PeerURLs, err)
+	}
+	j.NewMemberID = journal.MemberID(resp.Member.ID)
+	h.log.Info("learner added", zap.String("id", fmtID(resp.Member.ID)), zap.Strings("peerURLs", j.PeerURLs))
+	return nil
+}
+
+// prepareDataDir, raft mode: an empty data dir; the leader sends the
+// learner a raft snapshot (upstream-supported). Anything left in the data
+// dir is quarantined first.
+func (h *Healer) prepareDataDir(j *journal.Record) error {
+	if entries, err := os.ReadDir(h.cfg.DataDir); err == nil && len(entries) > 0 {
+		dst, err := localdisk.QuarantineDataDir(h.cfg.DataDir, h.cfg.QuarantineDir, time.Now())
+		if err != nil {
+			return fmt.Errorf("quarantine leftover %s: %w", h.cfg.DataDir, err)
+		}
+		h.log.Info("leftover data dir quarantined", zap.String("to", dst))
+	}
+	if err := os.MkdirAll(h.cfg.DataDir, 0o700); err != nil {
+		return err
+	}
+	return syncDir(filepath.Dir(h.cfg.DataDir))
+}
+
+// startMember starts the local member with --initial-cluster = the current
+// members + self, --initial-cluster-state=existing.
+func (h *Healer) startMember(ctx context.Context, res watchdog.Result, j *journal.Record) error {
+	var parts []string
+	for _, m := range res.Observation.Members {
+		name := m.Name
+		if m.ID == uint64(j.NewMemberID) {
+			name = h.cfg.Member
+		}
+		if name == "" {
+			continue
+		}
+		for _, u := range m.PeerURLs {
+			parts = append(parts, name+"="+u)
+		}
+	}
+	sort.Strings(parts)
+	ic := strings.Join(parts, ",")
+	if err := h.runtime.Start(ctx, ic); err != nil {
+		return fmt.Errorf("start member (%s): %w", h.runtime.Describe(), err)
+	}
+	h.log.Info("member started as learner", zap.String("initialCluster", ic))
+	return nil
+}
+
+// trackLearner records the learner's progress (for the stall timeout) and its lag.
+func (h *Healer) trackLearner(j *journal.Record, res watchdog.Result, now time.Time) {
+	m, ok := res.Observation.Member(uint64(j.NewMemberID))
+	if !ok || !m.Serving {
+		return
+	}
+	if m.AppliedIndex > j.LearnerApplied {
+		j.LearnerApplied, j.LearnerProgressAt = m.AppliedIndex, now
+	}
+	if lag, ok := plan.LearnerLag(res.Observation, m.ID); ok {
+		h.metrics.LearnerLag.WithLabelValues(h.cfg.Member).Set(float64(lag))
+	}
+}
+
+// promote promotes the learner; ErrLearnerNotReady just means "not yet".
+func (h *Healer) promote(ctx context.Context, res watchdog.Result, j *journal.Record, id uint64) error {
+	if err := h.fence(ctx); err != nil {
+		return err
+	}
+	cli, err := h.clusterClient(res.Observation)
+	if err != nil {
+		return err
+	}
+	defer cli.Close()
+	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	start := time.Now()
+	if _, err := cli.MemberPromote(rctx, id); err != nil {
+		if errors.Is(err, rpctypes.ErrMemberLearnerNotReady) || strings.Contains(err.Error(), "not in sync with leader") {
+			h.log.Info("learner not ready to promote yet", zap.String("id", fmtID(id)))
+			return nil
+		}
+		return fmt.Errorf("promote %s: %w", fmtID(id), err)
+	}
+	h.metrics.LearnerLag.WithLabelValues(h.cfg.Member).Set(0)
+	h.metrics.PhaseDuration.WithLabelValues(h.cfg.Member, string(journal.PhasePromoted)).Observe(time.Since(start).Seconds())
+	h.log.Info("learner promoted", zap.String("id", fmtID(id)))
+	return h.advance(ctx, j, journal.PhasePromoted)
+}
+
+func freeBytes(dir string) uint64 {
+	for d := dir; ; d = filepath.Dir(d) {
+		if n, err := localdisk.FreeBytes(d); err == nil {
+			return n
+		}
+		if d == filepath.Dir(d) {
+			return 0
+		}
+	}
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}

@@ -1,0 +1,187 @@
+// Package journal is the recovery's write-ahead record: one small JSON file
+// per member in the agent's state dir, written atomically (temp file, fsync,
+// rename, fsync of the dir) before and after every step, so that an agent
+// killed at any point resumes from what it did, and never repeats an add
+// that was applied or removes a member twice.
+package journal
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+)
+
+// Phase is the last step a recovery completed.
+type Phase string
+
+// Phases, in order.
+const (
+	PhaseNone          Phase = ""
+	PhaseStarted       Phase = "started"        // Lease acquired, recovery opened
+	PhaseStopped       Phase = "stopped"        // local member stopped, data dir quarantined
+	PhaseSnapshotted   Phase = "snapshotted"    // pre-change backup streamed and verified
+	PhaseRemoved       Phase = "removed"        // old member ID removed (or already gone)
+	PhaseLearnerAdded  Phase = "learner-added"  // new learner in the member list
+	PhasePrepared      Phase = "prepared"       // data dir ready for the learner
+	PhaseMemberStarted Phase = "member-started" // local member started as the learner
+	PhasePromoted      Phase = "promoted"       // learner promoted to voter
+	PhaseVerified      Phase = "verified"       // healthy, HashKV equal
+	PhaseDone          Phase = "done"           // closed; see Result
+)
+
+var order = []Phase{PhaseNone, PhaseStarted, PhaseStopped, PhaseSnapshotted, PhaseRemoved, PhaseLearnerAdded,
+	PhasePrepared, PhaseMemberStarted, PhasePromoted, PhaseVerified, PhaseDone}
+
+// AtLeast reports whether p is q or later.
+func (p Phase) AtLeast(q Phase) bool { return index(p) >= index(q) }
+
+func index(p Phase) int {
+	for i, o := range order {
+		if o == p {
+			return i
+		}
+	}
+	return -1
+}
+
+// MemberID is an etcd member ID, written in hex as etcdctl shows it (a
+// JSON number would lose precision in jq and friends).
+type MemberID uint64
+
+// MarshalJSON writes the ID as a hex string.
+func (id MemberID) MarshalJSON() ([]byte, error) {
+	if id == 0 {
+		return []byte(`""`), nil
+	}
+	return json.Marshal(strconv.FormatUint(uint64(id), 16))
+}
+
+// UnmarshalJSON reads a hex string.
+func (id *MemberID) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err != nil {
+		return err
+	}
+	if s == "" {
+		*id = 0
+		return nil
+	}
+	v, err := strconv.ParseUint(s, 16, 64)
+	*id = MemberID(v)
+	return err
+}
+
+// Results of a closed recovery.
+const (
+	ResultSucceeded = "succeeded"
+	ResultFailed    = "failed"
+	ResultRefused   = "refused"
+)
+
+// Record is one member's current (or last) recovery.
+type Record struct {
+	ID        string    `json:"id"`
+	Member    string    `json:"member"`
+	Node      string    `json:"node"`
+	Request   string    `json:"request"` // "auto" or the manual annotation value
+	Phase     Phase     `json:"phase"`
+	StartedAt time.Time `json:"startedAt"`
+	UpdatedAt time.Time `json:"updatedAt"`
+
+	OldMemberID MemberID `json:"oldMemberID"`
+	NewMemberID MemberID `json:"newMemberID"`
+	PeerURLs    []string `json:"peerURLs"`
+
+	QuarantinePath string `json:"quarantinePath,omitempty"`
+	SnapshotPath   string `json:"snapshotPath,omitempty"`
+	SnapshotBytes  int64  `json:"snapshotBytes,omitempty"`
+	SnapshotSHA256 string `json:"snapshotSHA256,omitempty"`
+	SnapshotSource string `json:"snapshotSource,omitempty"`
+
+	// Learner catch-up progress, for the stall timeout.
+	LearnerApplied    uint64    `json:"learnerApplied,omitempty"`
+	LearnerProgressAt time.Time `json:"learnerProgressAt,omitzero"`
+
+	PhaseTimes map[Phase]time.Time `json:"phaseTimes,omitempty"`
+
+	Result     string    `json:"result,omitempty"`
+	Reason     string    `json:"reason,omitempty"`
+	Message    string    `json:"message,omitempty"`
+	FinishedAt time.Time `json:"finishedAt,omitzero"`
+
+	// Failures counts consecutive failed attempts (reset on success), for backoff.
+	Failures      int       `json:"failures,omitempty"`
+	LastFailureAt time.Time `json:"lastFailureAt,omitzero"`
+}
+
+// Active reports whether a recovery is open (begun and not closed).
+func (r Record) Active() bool { return r.Phase != PhaseNone && r.Phase != PhaseDone }
+
+// Advance records that phase p completed at now.
+func (r *Record) Advance(p Phase, now time.Time) {
+	r.Phase, r.UpdatedAt = p, now
+	if r.PhaseTimes == nil {
+		r.PhaseTimes = map[Phase]time.Time{}
+	}
+	r.PhaseTimes[p] = now
+}
+
+// Path is member's journal file in stateDir.
+func Path(stateDir, member string) string {
+	return filepath.Join(stateDir, "journal-"+member+".json")
+}
+
+// Load reads member's journal; ok is false when there is none.
+func Load(stateDir, member string) (r Record, ok bool, err error) {
+	b, err := os.ReadFile(Path(stateDir, member))
+	if os.IsNotExist(err) {
+		return Record{}, false, nil
+	}
+	if err != nil {
+		return Record{}, false, err
+	}
+	if err := json.Unmarshal(b, &r); err != nil {
+		return Record{}, false, fmt.Errorf("journal %s is unreadable (move it aside to start afresh): %w", Path(stateDir, member), err)
+	}
+	return r, true, nil
+}
+
+// Save writes r atomically: a crash leaves the old or the new record, never half of one.
+func Save(stateDir string, r Record) error {
+	if err := os.MkdirAll(stateDir, 0o700); err != nil {
+		return err
+	}
+	b, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return err
+	}
+	path := Path(stateDir, r.Member)
+	tmp, err := os.CreateTemp(stateDir, ".journal-*.tmp")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name())
+	if _, err := tmp.Write(append(b, '\n')); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Sync(); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp.Name(), path); err != nil {
+		return err
+	}
+	d, err := os.Open(stateDir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}

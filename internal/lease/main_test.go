@@ -1,0 +1,208 @@
+package lease_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/etcd-agent/etcd-agent/internal/lab"
+	"github.com/etcd-agent/etcd-agent/internal/lease"
+)
+
+// testLab is the one real etcd + kube-apiserver every test in this package
+// shares; tests keep apart by using Leases of their own.
+var testLab *lab.Lab
+
+func TestMain(m *testing.M) {
+	code, err := runWithLab(m)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "lease tests:", err)
+		code = 1
+	}
+	os.Exit(code)
+}
+
+func runWithLab(m *testing.M) (code int, err error) {
+	wd, err := os.Getwd()
+	if err != nil {
+		return 1, err
+	}
+	root := filepath.Clean(filepath.Join(wd, "..", ".."))
+	binDir := filepath.Join(root, "bin")
+	for _, b := range []string{"etcd", "kube-apiserver"} {
+		if _, err := os.Stat(filepath.Join(binDir, b)); err != nil {
+			return 1, fmt.Errorf("%s missing: run `make tools` first", filepath.Join(binDir, b))
+		}
+	}
+	tmp, err := os.MkdirTemp("", "etcd-agent-lease-test-")
+	if err != nil {
+		return 1, err
+	}
+	// The lab's node supervisor is the agent binary; build it fresh so that
+	// the lab never runs a stale one.
+	agent := filepath.Join(tmp, "etcd-agent")
+	build := exec.Command("go", "build", "-o", agent, "./cmd/etcd-agent")
+	build.Dir, build.Stdout, build.Stderr = root, os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		return 1, fmt.Errorf("build etcd-agent: %w", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	testLab, err = lab.Up(ctx, lab.Options{Dir: filepath.Join(tmp, "lab"), Nodes: 1, BinDir: binDir,
+		AgentBinary: agent, Log: zap.NewNop()})
+	if testLab != nil {
+		defer func() {
+			if derr := testLab.Down(context.Background()); derr != nil {
+				err = errors.Join(err, fmt.Errorf("lab down: %w", derr))
+			}
+			if code == 0 && err == nil {
+				os.RemoveAll(tmp)
+			} else {
+				fmt.Fprintln(os.Stderr, "lease tests: lab folder kept in", tmp)
+			}
+		}()
+	}
+	if err != nil {
+		return 1, fmt.Errorf("lab up: %w", err)
+	}
+	return m.Run(), nil
+}
+
+func restConfig(t *testing.T) *rest.Config {
+	t.Helper()
+	cfg, err := clientcmd.BuildConfigFromFlags("", testLab.Spec.APIServer.Kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// client-go's default 5 QPS would make the tests measure its rate
+	// limiter instead of the API server.
+	cfg.QPS, cfg.Burst = 200, 400
+	return cfg
+}
+
+func newClient(t *testing.T) kubernetes.Interface {
+	t.Helper()
+	kc, err := kubernetes.NewForConfig(restConfig(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return kc
+}
+
+// partition is a client whose connection to the API server can be cut, the
+// way a network partition or a frozen node cuts an agent off.
+type partition struct{ cut atomic.Bool }
+
+func (p *partition) client(t *testing.T) kubernetes.Interface {
+	t.Helper()
+	cfg := restConfig(t)
+	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper {
+		return roundTripFunc(func(r *http.Request) (*http.Response, error) {
+			if p.cut.Load() {
+				return nil, errors.New("test partition: connection cut")
+			}
+			return rt.RoundTrip(r)
+		})
+	})
+	kc, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return kc
+}
+
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// closedPortClient points at a port nothing listens on.
+func closedPortClient(t *testing.T) kubernetes.Interface {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	kc, err := kubernetes.NewForConfig(&rest.Config{Host: "http://" + addr, Timeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return kc
+}
+
+// leaseName is unique per test (and per run, should a lab be reused).
+func leaseName(t *testing.T) string {
+	h := fnv.New64a()
+	fmt.Fprintf(h, "%s/%d", t.Name(), time.Now().UnixNano())
+	return lease.Name(h.Sum64())
+}
+
+// newLease returns a handle for holder on the Lease name; it is released
+// when the test ends so that no renewer outlives the test.
+func newLease(t *testing.T, kc kubernetes.Interface, name, holder string, ttl time.Duration) *lease.Lease {
+	t.Helper()
+	l, err := lease.New(lease.Config{Client: kc, Namespace: lab.AgentNamespace, Name: name, Holder: holder, TTL: ttl,
+		Log: zaptest.NewLogger(t).Named(holder)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		// Handles cut off from the API cannot clear the Lease; stopping
+		// their renewer is all that matters here.
+		if err := l.Release(ctx); err != nil && !errors.Is(err, lease.ErrAPIUnavailable) {
+			t.Errorf("release %s: %v", holder, err)
+		}
+	})
+	return l
+}
+
+func ctxFor(t *testing.T, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// eventually polls cond every 100 ms until it returns nil or d passes.
+func eventually(t *testing.T, d time.Duration, what string, cond func() error) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	var err error
+	for time.Now().Before(deadline) {
+		if err = cond(); err == nil {
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Fatalf("%s: not true after %s: %v", what, d, err)
+}
+
+func requireErrorIs(t *testing.T, err, target error, mentions ...string) {
+	t.Helper()
+	if !errors.Is(err, target) {
+		t.Fatalf("got error %v, want %v", err, target)
+	}
+	for _, m := range mentions {
+		if !strings.Contains(err.Error(), m) {
+			t.Errorf("error %q does not mention %q", err, m)
+		}
+	}
+}

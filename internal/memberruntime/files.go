@@ -1,0 +1,114 @@
+package memberruntime
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"syscall"
+)
+
+// syncDir fsyncs a directory so that a rename or remove in it survives a
+// crash.
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil {
+		return fmt.Errorf("fsync %s: %w", dir, err)
+	}
+	return nil
+}
+
+// writeFileAtomic writes data to a temp file in tmpDir (named by pattern,
+// see os.CreateTemp), fsyncs it and renames it over path, then fsyncs
+// path's dir. committed says whether the rename happened: after it, path
+// holds data even if an error (a failed dir fsync) is returned. tmpDir must
+// be on path's filesystem; otherwise the rename fails with EXDEV and nothing
+// is left behind.
+func writeFileAtomic(path, tmpDir, pattern string, data []byte, perm os.FileMode) (committed bool, err error) {
+	f, err := os.CreateTemp(tmpDir, pattern)
+	if err != nil {
+		return false, err
+	}
+	tmp := f.Name()
+	defer func() {
+		if !committed {
+			os.Remove(tmp)
+		}
+	}()
+	if _, err := f.Write(data); err != nil {
+		f.Close()
+		return false, fmt.Errorf("write %s: %w", tmp, err)
+	}
+	if err := f.Chmod(perm); err != nil {
+		f.Close()
+		return false, err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return false, fmt.Errorf("fsync %s: %w", tmp, err)
+	}
+	if err := f.Close(); err != nil {
+		return false, err
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return false, err
+	}
+	return true, syncDir(filepath.Dir(path))
+}
+
+// moveFile renames src to dst (replacing dst) and fsyncs both dirs. Across
+// filesystems (EXDEV) it copies src to dst atomically, then removes src:
+// a crash in between leaves both copies, never neither.
+func moveFile(src, dst string) error {
+	err := os.Rename(src, dst)
+	if err == nil {
+		return errors.Join(syncDir(filepath.Dir(dst)), syncDir(filepath.Dir(src)))
+	}
+	if !errors.Is(err, syscall.EXDEV) {
+		return err
+	}
+	data, st, err := readWithMode(src)
+	if err != nil {
+		return err
+	}
+	if _, err := writeFileAtomic(dst, filepath.Dir(dst), "."+filepath.Base(dst)+".*.tmp", data, st); err != nil {
+		return fmt.Errorf("copy %s to %s: %w", src, dst, err)
+	}
+	if err := os.Remove(src); err != nil {
+		return err
+	}
+	return syncDir(filepath.Dir(src))
+}
+
+// readWithMode reads a file and its permission bits.
+func readWithMode(path string) ([]byte, os.FileMode, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, 0, err
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return nil, 0, err
+	}
+	data, err := io.ReadAll(f)
+	return data, st.Mode().Perm(), err
+}
+
+// exists reports whether path exists; errors other than "not found" are
+// returned so that a permission problem is not taken for absence.
+func exists(path string) (bool, error) {
+	_, err := os.Lstat(path)
+	if err == nil {
+		return true, nil
+	}
+	if errors.Is(err, os.ErrNotExist) {
+		return false, nil
+	}
+	return false, err
+}

@@ -1,0 +1,181 @@
+// Package memberruntime stops and starts the local etcd member: the only way
+// the agent touches the member's process. Two runtimes exist (DESIGN.md §6):
+//
+//   - static-pod: the kubelet runs etcd from a manifest in its manifests dir;
+//     stopping parks that manifest in the agent's state dir, starting puts it
+//     back with --initial-cluster-state=existing and --initial-cluster set.
+//   - exec: user-given shell commands (e.g. systemctl stop/start etcd).
+//
+// Stop returns only once the process is really gone: its client URL refuses
+// connections and nobody holds the bbolt lock of its db. Both matter: etcd
+// closes its listeners before it closes the db, and the next step of a
+// rejoin (quarantining the data dir) must not race a member still writing.
+package memberruntime
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"path/filepath"
+	"syscall"
+	"time"
+)
+
+// Runtime stops and starts the local etcd member.
+type Runtime interface {
+	// Stop stops the local member and returns once its process is gone
+	// (client URL refuses connections, db lock free). Idempotent. Bounded
+	// by ctx.
+	Stop(ctx context.Context) error
+	// Start starts the member to join an existing cluster:
+	// --initial-cluster-state=existing and --initial-cluster=initialCluster.
+	// It does not wait for the member to serve (a new learner may take a
+	// while to catch up; the caller waits for that). Idempotent.
+	Start(ctx context.Context, initialCluster string) error
+	// Stopped reports whether the runtime has the member stopped.
+	Stopped() (bool, error)
+	// Describe says which runtime this is and what it acts on, for logs
+	// and `status`.
+	Describe() string
+}
+
+const (
+	// pollInterval paces the "is the process gone" checks.
+	pollInterval = 100 * time.Millisecond
+	// goneSettle is how long "gone" must hold before Stop believes it: a
+	// member that was crash-looping may be down at the first check yet be
+	// restarted once more by a kubelet that has not yet seen the manifest
+	// disappear.
+	goneSettle = time.Second
+	// dialTimeout bounds one connection attempt to the client URL.
+	dialTimeout = 500 * time.Millisecond
+)
+
+// dbRelPath is where etcd keeps its bbolt db inside the data dir.
+var dbRelPath = filepath.Join("member", "snap", "db")
+
+// processState is one look at whether the member's process is still there.
+type processState struct {
+	listening bool // something accepted a connection on the client URL
+	dbLocked  bool // someone holds the db's flock
+	detail    string
+}
+
+func (s processState) gone() bool { return !s.listening && !s.dbLocked }
+
+// probeProcess checks the client URL and, when dataDir is known, the db lock.
+func probeProcess(clientURL, dataDir string) processState {
+	var st processState
+	refused, err := clientURLRefuses(clientURL)
+	switch {
+	case err != nil:
+		st.listening = true // unknown counts as "maybe still there"
+		st.detail = err.Error()
+	case !refused:
+		st.listening = true
+		st.detail = clientURL + " accepts connections"
+	}
+	if dataDir == "" {
+		return st
+	}
+	dbPath := filepath.Join(dataDir, dbRelPath)
+	locked, err := dbLocked(dbPath)
+	if err != nil {
+		st.dbLocked = true
+		st.detail = joinDetail(st.detail, err.Error())
+	} else if locked {
+		st.dbLocked = true
+		st.detail = joinDetail(st.detail, dbPath+" is locked by a process")
+	}
+	return st
+}
+
+func joinDetail(a, b string) string {
+	if a == "" {
+		return b
+	}
+	return a + "; " + b
+}
+
+// clientURLRefuses dials the client URL once. It reports refused=true only
+// on a definite "nobody listens" (ECONNREFUSED, or a missing unix socket); a
+// timeout proves nothing and is returned as an error.
+func clientURLRefuses(clientURL string) (refused bool, err error) {
+	u, err := url.Parse(clientURL)
+	if err != nil {
+		return false, fmt.Errorf("parse client URL %q: %w", clientURL, err)
+	}
+	network, addr := "tcp", u.Host
+	switch u.Scheme {
+	case "unix", "unixs":
+		network, addr = "unix", u.Host+u.Path
+	case "http", "https":
+		if u.Port() == "" {
+			return false, fmt.Errorf("client URL %q has no port", clientURL)
+		}
+	default:
+		return false, fmt.Errorf("client URL %q: unsupported scheme %q", clientURL, u.Scheme)
+	}
+	conn, err := net.DialTimeout(network, addr, dialTimeout)
+	if err == nil {
+		conn.Close()
+		return false, nil
+	}
+	if errors.Is(err, syscall.ECONNREFUSED) || (network == "unix" && errors.Is(err, syscall.ENOENT)) {
+		return true, nil
+	}
+	return false, fmt.Errorf("dial %s: %w", clientURL, err)
+}
+
+// dbLocked reports whether another process holds bbolt's flock on the db.
+// It takes the flock directly, as bbolt does, rather than opening the db
+// with bbolt: no page is read, so a damaged db cannot make this panic.
+func dbLocked(dbPath string) (bool, error) {
+	f, err := os.Open(dbPath)
+	if errors.Is(err, os.ErrNotExist) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("open %s: %w", dbPath, err)
+	}
+	defer f.Close()
+	err = syscall.Flock(int(f.Fd()), syscall.LOCK_SH|syscall.LOCK_NB)
+	if errors.Is(err, syscall.EWOULDBLOCK) {
+		return true, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("flock %s: %w", dbPath, err)
+	}
+	_ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
+	return false, nil
+}
+
+// waitGone polls until the member's process has been gone for goneSettle,
+// or ctx ends. dataDir may be "" when unknown (only the client URL is
+// checked then).
+func waitGone(ctx context.Context, clientURL, dataDir string) error {
+	var goneSince time.Time
+	var last processState
+	for {
+		last = probeProcess(clientURL, dataDir)
+		switch {
+		case !last.gone():
+			goneSince = time.Time{}
+		case goneSince.IsZero():
+			goneSince = time.Now()
+		case time.Since(goneSince) >= goneSettle:
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			if last.gone() {
+				return fmt.Errorf("member process gone for less than %s (not yet trusted): %w", goneSettle, ctx.Err())
+			}
+			return fmt.Errorf("member process still running: %s: %w", last.detail, ctx.Err())
+		case <-time.After(pollInterval):
+		}
+	}
+}

@@ -1,0 +1,216 @@
+package memberruntime
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+
+	"github.com/etcd-agent/etcd-agent/internal/manifest"
+	"go.uber.org/zap"
+)
+
+// staticPod runs the member as a kubelet static pod.
+type staticPod struct {
+	manifestPath string // in the kubelet's manifests dir
+	parkDir      string
+	parkedPath   string // parkDir/<manifest file name>
+	clientURL    string
+	log          *zap.Logger
+
+	mu sync.Mutex // one Stop/Start at a time: both move the same files
+}
+
+// NewStaticPod returns the static-pod runtime. Stop moves manifestPath (in
+// the kubelet's manifests dir) into parkDir, e.g. <state-dir>/parked, so the
+// kubelet stops etcd; Start puts it back with the rejoin flags. parkDir
+// should be on the manifests dir's filesystem (the move is then one atomic
+// rename); otherwise the manifest is copied and fsynced before the original
+// is removed. clientURL is the member's client URL, used to see that the
+// process is gone.
+func NewStaticPod(manifestPath, parkDir, clientURL string, log *zap.Logger) Runtime {
+	if log == nil {
+		log = zap.NewNop()
+	}
+	return &staticPod{
+		manifestPath: manifestPath,
+		parkDir:      parkDir,
+		parkedPath:   filepath.Join(parkDir, filepath.Base(manifestPath)),
+		clientURL:    clientURL,
+		log:          log.With(zap.String("runtime", "static-pod"), zap.String("manifest", manifestPath)),
+	}
+}
+
+func (s *staticPod) Describe() string {
+	return fmt.Sprintf("static-pod: manifest %s, parked at %s while stopped", s.manifestPath, s.parkedPath)
+}
+
+// where says which copies of the manifest exist.
+func (s *staticPod) where() (live, parked bool, err error) {
+	live, err = exists(s.manifestPath)
+	if err != nil {
+		return false, false, err
+	}
+	parked, err = exists(s.parkedPath)
+	return live, parked, err
+}
+
+func (s *staticPod) errNoManifest() error {
+	return fmt.Errorf("static pod manifest is neither at %s nor parked at %s: the agent cannot stop or start etcd without it", s.manifestPath, s.parkedPath)
+}
+
+func (s *staticPod) Stopped() (bool, error) {
+	live, parked, err := s.where()
+	switch {
+	case err != nil:
+		return false, err
+	case live:
+		return false, nil
+	case parked:
+		return true, nil
+	default:
+		return false, s.errNoManifest()
+	}
+}
+
+func (s *staticPod) Stop(ctx context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	live, parked, err := s.where()
+	if err != nil {
+		return err
+	}
+	switch {
+	case live:
+		// A parked copy next to a live manifest is stale (a crash during an
+		// earlier move): the live one is what the kubelet runs, so it wins.
+		if err := os.MkdirAll(s.parkDir, 0o700); err != nil {
+			return fmt.Errorf("create park dir: %w", err)
+		}
+		if err := moveFile(s.manifestPath, s.parkedPath); err != nil {
+			return fmt.Errorf("park manifest %s in %s: %w", s.manifestPath, s.parkDir, err)
+		}
+		s.log.Info("parked etcd manifest to stop the member", zap.String("parked", s.parkedPath))
+	case parked:
+		s.log.Debug("etcd manifest already parked", zap.String("parked", s.parkedPath))
+	default:
+		return s.errNoManifest()
+	}
+	if err := waitGone(ctx, s.clientURL, s.hostDataDir(s.parkedPath)); err != nil {
+		return fmt.Errorf("manifest parked at %s but etcd has not stopped: %w", s.parkedPath, err)
+	}
+	s.log.Info("etcd member stopped")
+	return nil
+}
+
+// hostDataDir returns the member's data dir on the node, from the manifest
+// at path, or "" when it cannot be located (Stop then relies on the client
+// URL alone).
+func (s *staticPod) hostDataDir(path string) string {
+	m, err := manifest.LoadMember(path)
+	if err != nil {
+		s.log.Warn("cannot read the member's data dir from its manifest; checking only its client URL", zap.Error(err))
+		return ""
+	}
+	dir, ok := m.HostPath(m.DataDir)
+	if !ok {
+		s.log.Warn("data dir is not on a hostPath volume; checking only the client URL", zap.String("dataDir", m.DataDir))
+		return ""
+	}
+	return dir
+}
+
+func (s *staticPod) Start(ctx context.Context, initialCluster string) error {
+	if strings.TrimSpace(initialCluster) == "" {
+		return errors.New("start: empty --initial-cluster")
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	live, parked, err := s.where()
+	if err != nil {
+		return err
+	}
+	src := s.manifestPath
+	switch {
+	case live:
+		// Running already (or a Start crashed after its rename): edit in place.
+	case parked:
+		src = s.parkedPath
+	default:
+		return s.errNoManifest()
+	}
+	data, perm, err := readWithMode(src)
+	if err != nil {
+		return err
+	}
+	out, err := withRejoinFlags(data, initialCluster)
+	if err != nil {
+		return fmt.Errorf("manifest %s: %w", src, err)
+	}
+	if live && bytes.Equal(out, data) {
+		s.log.Debug("etcd manifest already in place with the rejoin flags")
+	} else {
+		if err := s.install(out, perm); err != nil {
+			return err
+		}
+		s.log.Info("installed etcd manifest to start the member",
+			zap.String("initialCluster", initialCluster), zap.Bool("wasParked", !live))
+	}
+	if parked {
+		if err := os.Remove(s.parkedPath); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("remove parked manifest: %w", err)
+		}
+		return syncDir(s.parkDir)
+	}
+	return nil
+}
+
+// withRejoinFlags returns data with --initial-cluster-state=existing and
+// --initial-cluster=initialCluster, or data itself when it already says so
+// (SetFlags re-renders the YAML, which would restart a running member for
+// nothing).
+func withRejoinFlags(data []byte, initialCluster string) ([]byte, error) {
+	m, err := manifest.ParseMember(data)
+	if err != nil {
+		return nil, err
+	}
+	if m.InitialCluster == initialCluster && m.InitialClusterState == "existing" {
+		return data, nil
+	}
+	return manifest.SetFlags(data, map[string]string{
+		"initial-cluster-state": "existing",
+		"initial-cluster":       initialCluster,
+	})
+}
+
+// install atomically replaces the live manifest with data. The temp file
+// must be on the manifests dir's filesystem, so several dirs are tried:
+// the park dir, the manifests dir's parent, and finally the manifests dir
+// itself under a hidden name ending in .tmp, which the kubelet ignores (it
+// skips dot files and would run any *.yaml it finds).
+func (s *staticPod) install(data []byte, perm os.FileMode) error {
+	manifestsDir := filepath.Dir(s.manifestPath)
+	pattern := "." + filepath.Base(s.manifestPath) + ".*.tmp"
+	var errs []error
+	for _, dir := range []string{s.parkDir, filepath.Dir(manifestsDir), manifestsDir} {
+		if dir == s.parkDir {
+			if err := os.MkdirAll(dir, 0o700); err != nil {
+				errs = append(errs, err)
+				continue
+			}
+		}
+		committed, err := writeFileAtomic(s.manifestPath, dir, pattern, data, perm)
+		if committed {
+			return err
+		}
+		errs = append(errs, fmt.Errorf("via %s: %w", dir, err))
+	}
+	return fmt.Errorf("write manifest %s: %w", s.manifestPath, errors.Join(errs...))
+}

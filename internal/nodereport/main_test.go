@@ -1,0 +1,144 @@
+package nodereport_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"go.uber.org/zap"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/etcd-agent/etcd-agent/internal/lab"
+)
+
+// testLab is the one real etcd + kube-apiserver every test in this package
+// shares; tests keep apart by using Node objects of their own.
+var testLab *lab.Lab
+
+func TestMain(m *testing.M) {
+	code, err := runWithLab(m)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "nodereport tests:", err)
+		code = 1
+	}
+	os.Exit(code)
+}
+
+func runWithLab(m *testing.M) (code int, err error) {
+	wd, err := os.Getwd()
+	if err != nil {
+		return 1, err
+	}
+	root := filepath.Clean(filepath.Join(wd, "..", ".."))
+	binDir := filepath.Join(root, "bin")
+	for _, b := range []string{"etcd", "kube-apiserver"} {
+		if _, err := os.Stat(filepath.Join(binDir, b)); err != nil {
+			return 1, fmt.Errorf("%s missing: run `make tools` first", filepath.Join(binDir, b))
+		}
+	}
+	tmp, err := os.MkdirTemp("", "etcd-agent-nodereport-test-")
+	if err != nil {
+		return 1, err
+	}
+	// The lab's node supervisor is the agent binary; build it fresh so that
+	// the lab never runs a stale one.
+	agent := filepath.Join(tmp, "etcd-agent")
+	build := exec.Command("go", "build", "-o", agent, "./cmd/etcd-agent")
+	build.Dir, build.Stdout, build.Stderr = root, os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		return 1, fmt.Errorf("build etcd-agent: %w", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	testLab, err = lab.Up(ctx, lab.Options{Dir: filepath.Join(tmp, "lab"), Nodes: 1, BinDir: binDir,
+		AgentBinary: agent, Log: zap.NewNop()})
+	if testLab != nil {
+		defer func() {
+			if derr := testLab.Down(context.Background()); derr != nil {
+				err = errors.Join(err, fmt.Errorf("lab down: %w", derr))
+			}
+			if code == 0 && err == nil {
+				os.RemoveAll(tmp)
+			} else {
+				fmt.Fprintln(os.Stderr, "nodereport tests: lab folder kept in", tmp)
+			}
+		}()
+	}
+	if err != nil {
+		return 1, fmt.Errorf("lab up: %w", err)
+	}
+	return m.Run(), nil
+}
+
+func restConfig(t *testing.T) *rest.Config {
+	t.Helper()
+	cfg, err := clientcmd.BuildConfigFromFlags("", testLab.Spec.APIServer.Kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// client-go's default 5 QPS would make the tests measure its rate
+	// limiter instead of the API server.
+	cfg.QPS, cfg.Burst = 200, 400
+	return cfg
+}
+
+func newClient(t *testing.T) kubernetes.Interface {
+	t.Helper()
+	kc, err := kubernetes.NewForConfig(restConfig(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return kc
+}
+
+// newNode creates a Node object of the test's own (the lab's nodes belong
+// to the lab) and deletes it when the test ends.
+func newNode(t *testing.T, kc kubernetes.Interface, annotations map[string]string) *corev1.Node {
+	t.Helper()
+	h := fnv.New32a()
+	fmt.Fprintf(h, "%s/%d", t.Name(), time.Now().UnixNano())
+	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("nodereport-%08x", h.Sum32()), Annotations: annotations}}
+	ctx := ctxFor(t, 10*time.Second)
+	n, err := kc.CoreV1().Nodes().Create(ctx, n, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := kc.CoreV1().Nodes().Delete(ctx, n.Name, metav1.DeleteOptions{}); err != nil {
+			t.Errorf("delete node %s: %v", n.Name, err)
+		}
+	})
+	return n
+}
+
+func ctxFor(t *testing.T, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// eventually polls cond every 100 ms until it returns nil or d passes.
+func eventually(t *testing.T, d time.Duration, what string, cond func() error) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	var err error
+	for time.Now().Before(deadline) {
+		if err = cond(); err == nil {
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Fatalf("%s: not true after %s: %v", what, d, err)
+}

@@ -1,0 +1,115 @@
+// Package nodereport is what the agent tells people through its Node object
+// (DESIGN.md section 7): the manual recovery trigger it reads from the Node's
+// annotations, the outcome it writes back (etcd-agent.io/last-recovery), and
+// the Events it records on the Node so that `kubectl describe node` shows
+// what the agent did and why.
+//
+// Triggering a recovery by hand, in one command so that the agent never sees
+// the trigger without its dry-run flag:
+//
+//	kubectl annotate node cp-2 etcd-agent.io/recover=rejoin etcd-agent.io/recover-dry-run=true
+package nodereport
+
+import (
+	"encoding/json"
+	"fmt"
+	"time"
+)
+
+// Node annotations.
+const (
+	// AnnotationRecover is the manual trigger; the only accepted value is
+	// ActionRejoin. The agent removes it once it has handled the request.
+	AnnotationRecover = "etcd-agent.io/recover"
+	// AnnotationRecoverDryRun "true" asks for the plan only.
+	AnnotationRecoverDryRun = "etcd-agent.io/recover-dry-run"
+	// AnnotationLastRecovery holds the JSON of the last LastRecovery.
+	AnnotationLastRecovery = "etcd-agent.io/last-recovery"
+	// AnnotationStatus is the agent's one-line view of its member.
+	AnnotationStatus = "etcd-agent.io/status"
+)
+
+// ActionRejoin re-creates the local member from its peers (DESIGN.md section 6).
+const ActionRejoin = "rejoin"
+
+// Event reasons.
+const (
+	ReasonRecoveryStarted   = "RecoveryStarted"
+	ReasonRecoveryRefused   = "RecoveryRefused"
+	ReasonRecoverySucceeded = "RecoverySucceeded"
+	ReasonRecoveryFailed    = "RecoveryFailed"
+	ReasonMemberLost        = "MemberLost"
+)
+
+// LastRecovery.Result values.
+const (
+	ResultSucceeded = "succeeded"
+	ResultFailed    = "failed"
+	ResultRefused   = "refused"
+)
+
+// LastRecovery is the outcome of the last recovery request, automatic or
+// manual, as written to AnnotationLastRecovery.
+type LastRecovery struct {
+	Request    string    `json:"request"` // e.g. "rejoin", "rejoin (dry run)", "automatic"
+	Result     string    `json:"result"`  // ResultSucceeded, ResultFailed or ResultRefused
+	Reason     string    `json:"reason,omitempty"`
+	Phase      string    `json:"phase,omitempty"` // the step reached (or failed at)
+	StartedAt  time.Time `json:"startedAt"`
+	FinishedAt time.Time `json:"finishedAt"`
+	Message    string    `json:"message,omitempty"`
+}
+
+// LastRecoveryFrom reads AnnotationLastRecovery; ok is false when the Node
+// has none.
+func LastRecoveryFrom(annotations map[string]string) (lr LastRecovery, ok bool, err error) {
+	v, ok := annotations[AnnotationLastRecovery]
+	if !ok {
+		return LastRecovery{}, false, nil
+	}
+	if err := json.Unmarshal([]byte(v), &lr); err != nil {
+		return LastRecovery{}, true, fmt.Errorf("annotation %s is not valid JSON: %w", AnnotationLastRecovery, err)
+	}
+	return lr, true, nil
+}
+
+// Request is a manual recovery request read from the Node.
+type Request struct {
+	Action string // ActionRejoin
+	DryRun bool
+}
+
+// ParseRequest reads the trigger annotations. ok is false when there is no
+// request: AnnotationRecover absent (a dry-run flag alone is not a request).
+// err is set, with ok true, for a value it does not understand, so the
+// caller can refuse the request and say which values are accepted.
+func ParseRequest(annotations map[string]string) (req Request, ok bool, err error) {
+	action, ok := annotations[AnnotationRecover]
+	if !ok {
+		return Request{}, false, nil
+	}
+	if action != ActionRejoin {
+		return Request{Action: action}, true, fmt.Errorf("annotation %s=%q is not understood: the accepted value is %q",
+			AnnotationRecover, action, ActionRejoin)
+	}
+	req.Action = action
+	switch dry, set := annotations[AnnotationRecoverDryRun]; {
+	case !set || dry == "false":
+	case dry == "true":
+		req.DryRun = true
+	default:
+		// Refuse rather than guess: a typo must not turn a dry run into a
+		// real membership change.
+		return req, true, fmt.Errorf("annotation %s=%q is not understood: the accepted values are \"true\" and \"false\"",
+			AnnotationRecoverDryRun, dry)
+	}
+	return req, true, nil
+}
+
+// String is how a request is named in LastRecovery.Request and Events.
+func (r Request) String() string {
+	if r.DryRun {
+		return r.Action + " (dry run)"
+	}
+	return r.Action
+}

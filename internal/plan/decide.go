@@ -1,0 +1,320 @@
+package plan
+
+import (
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/etcd-agent/etcd-agent/internal/journal"
+	"github.com/etcd-agent/etcd-agent/internal/memberstate"
+	"github.com/etcd-agent/etcd-agent/internal/observation"
+)
+
+// Decide returns the next safe step for the local member, or why there is none.
+func Decide(in Input, cfg Config) Decision {
+	if in.Journal.Active() {
+		return decideActive(in, cfg)
+	}
+	return decideIdle(in, cfg)
+}
+
+// decideIdle: no recovery is open. Is one wanted, and is it safe to begin?
+func decideIdle(in Input, cfg Config) Decision {
+	o, v := in.Obs, in.Verdict
+	if in.Request != nil && in.Request.Action != "" && in.Request.Action != "rejoin" {
+		// Rule 10: an unknown manual request never triggers a rejoin (which
+		// may stop a healthy member).
+		return refuse(ReasonBadRequest, fmt.Sprintf("unknown request %q (the only one is \"rejoin\")", in.Request.Action))
+	}
+	if in.Request == nil {
+		switch {
+		case v.State != memberstate.Lost && (v.State == memberstate.Degraded || v.State == memberstate.Down):
+			return Decision{Action: Nothing, Reason: ReasonInGracePeriod, Detail: v.Detail}
+		case v.State != memberstate.Lost:
+			return Decision{Action: Nothing, Detail: "member " + string(v.State)}
+		case !cfg.AutoHeal:
+			return Decision{Action: Nothing, Reason: ReasonAutoHealDisabled, Detail: "member lost; automatic healing is off (use the recover annotation)"}
+		}
+		if wait := backoffLeft(in, cfg); wait > 0 {
+			return Decision{Action: Nothing, Reason: ReasonBackoff,
+				Detail: fmt.Sprintf("last attempt failed (%s); next in %s", in.Journal.Reason, wait.Round(time.Second))}
+		}
+	}
+	if d, ok := checkBegin(in, cfg); !ok {
+		return d
+	}
+	if !in.APIAvailable {
+		return refuse(ReasonAPIUnavailable, "the Kubernetes API is unreachable: no Lease, no action")
+	}
+	if in.LeaseHolder != "" {
+		return refuse(ReasonLeaseHeldByOther, "the recovery Lease is held by "+in.LeaseHolder+"; one change at a time")
+	}
+	if cfg.DryRun || (in.Request != nil && in.Request.DryRun) {
+		return refuse(ReasonDryRun, "would: "+planText(o))
+	}
+	return Decision{Action: Begin, Detail: planText(o)}
+}
+
+// checkBegin applies the rules that must hold to begin (and, after the
+// Lease is acquired, to go on): rules 1, 2, 3, 6 and 7 of the design.
+func checkBegin(in Input, cfg Config) (Decision, bool) {
+	o := in.Obs
+	n := o.Voters()
+	if quorumLost(o) {
+		return refuse(ReasonMajorityLost, fmt.Sprintf("%d of %d voters serve, quorum is %d (or no leader): restoring from a backup is a human's call",
+			o.ServingVoters(), n, memberstate.Quorum(n))), false
+	}
+	if o.Local.Match == observation.MatchAmbiguous {
+		return refuse(ReasonAmbiguousIdentity, o.Local.MatchDetail), false
+	}
+	local, inList := localMember(o)
+	if inList && local.IsLearner {
+		// A learner with our identity that no journal of ours explains.
+		return refuse(ReasonAmbiguousIdentity, fmt.Sprintf("learner %x with our peer URL is of unknown origin", local.ID)), false
+	}
+	healthy := o.HealthyVoters()
+	localHealthy := inList && local.Serving && observation.DataDirUsable(o.Local.DataDirClass)
+	if localHealthy {
+		if in.Request == nil {
+			return refuse(ReasonMemberHealthy, "the member is healthy; never removed automatically"), false
+		}
+		if healthy-1 < memberstate.Quorum(n) {
+			return refuse(ReasonWouldLoseQuorum, fmt.Sprintf("stopping this healthy member leaves %d healthy of %d voters, quorum is %d",
+				healthy-1, n, memberstate.Quorum(n))), false
+		}
+	}
+	if inList && local.Serving && o.ServingVoters()-1 < memberstate.Quorum(n) {
+		return refuse(ReasonWouldLoseQuorum, fmt.Sprintf("stopping this serving member leaves %d serving of %d voters, quorum is %d",
+			o.ServingVoters()-1, n, memberstate.Quorum(n))), false
+	}
+	if inList {
+		remaining := healthy
+		if localHealthy {
+			remaining--
+		}
+		if remaining < memberstate.Quorum(n-1) {
+			return refuse(ReasonWouldLoseQuorum, fmt.Sprintf("after removing this member %d healthy of %d voters remain, quorum is %d",
+				remaining, n-1, memberstate.Quorum(n-1))), false
+		}
+	}
+	if ls := o.Learners(); len(ls) > 0 {
+		return refuse(ReasonLearnerPresent, fmt.Sprintf("learner %x (%s) is present; one learner at a time", ls[0].ID, ls[0].Name)), false
+	}
+	if need := snapshotBytesNeeded(o); in.FreeBytes < need {
+		return refuse(ReasonDiskFull, fmt.Sprintf("%d bytes free for the snapshot, need %d", in.FreeBytes, need)), false
+	}
+	return Decision{}, true
+}
+
+// decideActive: a recovery is open. Steps that change membership are judged
+// from the cluster's actual member list, not from the journal's memory, so a
+// resumed (or taken-over) recovery never repeats an add or a remove.
+func decideActive(in Input, cfg Config) Decision {
+	o, j := in.Obs, in.Journal
+	if !in.LeaseHeld {
+		switch {
+		case !in.APIAvailable:
+			return wait(ReasonAPIUnavailable, "recovery open in phase "+string(j.Phase)+"; the Kubernetes API is unreachable")
+		case in.LeaseHolder != "":
+			return wait(ReasonLeaseHeldByOther, "recovery open; the Lease is held by "+in.LeaseHolder)
+		}
+		return Decision{Action: Begin, Detail: "resume from phase " + string(j.Phase)}
+	}
+	if !j.Phase.AtLeast(journal.PhaseStopped) {
+		// Rule 6: the condition is re-verified once the Lease is held.
+		// Recovering is the executor's own mark on its re-observations, not
+		// the tracker's judgement: then the observation alone is re-checked
+		// (checkBegin refuses a healthy member without a request).
+		if in.Request == nil && in.Verdict.State != memberstate.Lost && in.Verdict.State != memberstate.Recovering {
+			return Decision{Action: Finish, Reason: ReasonMemberHealthy, Detail: "member is " + string(in.Verdict.State) + " again; nothing to do"}
+		}
+		if d, ok := checkBegin(in, cfg); !ok {
+			d.Action = Finish
+			return d
+		}
+		return Decision{Action: StopMember}
+	}
+	if quorumLost(o) {
+		return wait(ReasonMajorityLost, "quorum lost during the recovery; waiting, nothing destructive")
+	}
+	if !j.Phase.AtLeast(journal.PhaseSnapshotted) {
+		if !slices.ContainsFunc(o.Members, func(m observation.Member) bool {
+			return !m.IsLearner && m.Serving && uint64(j.OldMemberID) != m.ID
+		}) {
+			return wait(ReasonNoSnapshotSource, "no serving peer to stream the snapshot from")
+		}
+		return Decision{Action: TakeSnapshot}
+	}
+	if old, ok := o.Member(uint64(j.OldMemberID)); ok && j.OldMemberID != 0 && j.OldMemberID != j.NewMemberID {
+		return decideRemove(o, old)
+	}
+	ours, found := memberWithPeerURLs(o, j.PeerURLs, uint64(j.OldMemberID))
+	if !found {
+		if j.Phase.AtLeast(journal.PhaseLearnerAdded) {
+			return Decision{Action: Finish, Reason: ReasonLearnerGone, Detail: fmt.Sprintf("learner %x is no longer a member", uint64(j.NewMemberID))}
+		}
+		return decideAdd(o)
+	}
+	if uint64(j.NewMemberID) != ours.ID {
+		if !ours.IsLearner {
+			return Decision{Action: Finish, Reason: ReasonAmbiguousIdentity,
+				Detail: fmt.Sprintf("voter %x has our peer URL but is not the learner this recovery added", ours.ID)}
+		}
+		// Rule 7: adopt only the learner of an add whose answer we lost (no
+		// ID recorded), unstarted or started under our name; any other
+		// learner with our peer URL is of unknown origin.
+		if j.NewMemberID != 0 || (ours.Name != "" && ours.Name != o.Local.Name) {
+			return Decision{Action: Finish, Reason: ReasonAmbiguousIdentity,
+				Detail: fmt.Sprintf("learner %x (%q) has our peer URL but is not the learner this recovery added (%x)", ours.ID, ours.Name, uint64(j.NewMemberID))}
+		}
+		return Decision{Action: AdoptLearner, MemberID: ours.ID, Detail: "a learner with our peer URL exists (an add that was applied): reuse it"}
+	}
+	if !j.Phase.AtLeast(journal.PhasePrepared) {
+		return Decision{Action: PrepareDataDir, MemberID: ours.ID}
+	}
+	if !j.Phase.AtLeast(journal.PhaseMemberStarted) {
+		return Decision{Action: StartMember, MemberID: ours.ID}
+	}
+	if ours.IsLearner {
+		return decidePromote(in, cfg, ours)
+	}
+	if !j.Phase.AtLeast(journal.PhaseVerified) {
+		return Decision{Action: Verify, MemberID: ours.ID}
+	}
+	return Decision{Action: Finish, Detail: "member rejoined, promoted and verified"}
+}
+
+// decideRemove: rule 2. The old member must not be healthy, and the voters
+// left must keep a quorum of the smaller cluster.
+func decideRemove(o observation.Observation, old observation.Member) Decision {
+	n := o.Voters()
+	if old.Serving {
+		return wait(ReasonMemberHealthy, fmt.Sprintf("old member %x still serves; it must be stopped before it is removed", old.ID))
+	}
+	remaining := o.HealthyVoters()
+	if !old.IsLearner && remaining < memberstate.Quorum(n-1) {
+		return wait(ReasonWouldLoseQuorum, fmt.Sprintf("removing %x leaves %d healthy of %d voters, quorum is %d", old.ID, remaining, n-1, memberstate.Quorum(n-1)))
+	}
+	return Decision{Action: RemoveMember, MemberID: old.ID, Detail: fmt.Sprintf("remove old member %x (%s)", old.ID, old.Name)}
+}
+
+// decideAdd: rule 3. Only as a learner, only when no other learner exists
+// and the healthy voters are a quorum.
+func decideAdd(o observation.Observation) Decision {
+	if ls := o.Learners(); len(ls) > 0 {
+		return wait(ReasonLearnerPresent, fmt.Sprintf("learner %x (%s) is present; one learner at a time", ls[0].ID, ls[0].Name))
+	}
+	n := o.Voters()
+	if h := o.HealthyVoters(); h < memberstate.Quorum(n) {
+		return wait(ReasonWouldLoseQuorum, fmt.Sprintf("%d healthy of %d voters, quorum is %d: no add", h, n, memberstate.Quorum(n)))
+	}
+	return Decision{Action: AddLearner}
+}
+
+// decidePromote: rule 4. Promote once the learner's applied index is within
+// MaxLearnerLag of the leader's index; remove a learner that stalls.
+func decidePromote(in Input, cfg Config, learner observation.Member) Decision {
+	j := in.Journal
+	leader, ok := in.Obs.Member(in.Obs.LeaderID)
+	if learner.Serving && ok {
+		lag := lagOf(leader, learner)
+		if lag <= cfg.MaxLearnerLag {
+			return Decision{Action: Promote, MemberID: learner.ID, Detail: fmt.Sprintf("learner is %d entries behind (max %d)", lag, cfg.MaxLearnerLag)}
+		}
+	}
+	if !j.LearnerProgressAt.IsZero() && in.Now.Sub(j.LearnerProgressAt) > cfg.LearnerStallTimeout {
+		return Decision{Action: RemoveStalledLearner, MemberID: learner.ID, Reason: ReasonLearnerStalled,
+			Detail: fmt.Sprintf("no progress since %s (applied %d)", j.LearnerProgressAt.Format(time.RFC3339), j.LearnerApplied)}
+	}
+	detail := "learner not serving yet"
+	if learner.Serving && ok {
+		detail = fmt.Sprintf("learner is %d entries behind (max %d)", lagOf(leader, learner), cfg.MaxLearnerLag)
+	}
+	return Decision{Action: WaitCatchUp, MemberID: learner.ID, Detail: detail}
+}
+
+// LearnerLag is how many entries the learner's applied index is behind the
+// leader's raft index (0 when ahead).
+func LearnerLag(o observation.Observation, learnerID uint64) (uint64, bool) {
+	leader, ok1 := o.Member(o.LeaderID)
+	learner, ok2 := o.Member(learnerID)
+	if !ok1 || !ok2 || !learner.Serving {
+		return 0, false
+	}
+	return lagOf(leader, learner), true
+}
+
+func lagOf(leader, learner observation.Member) uint64 {
+	if learner.AppliedIndex >= leader.RaftIndex {
+		return 0
+	}
+	return leader.RaftIndex - learner.AppliedIndex
+}
+
+func quorumLost(o observation.Observation) bool {
+	return o.MemberListError != "" || o.LeaderID == 0 || o.ServingVoters() < memberstate.Quorum(o.Voters())
+}
+
+func localMember(o observation.Observation) (observation.Member, bool) {
+	if o.Local.Match != observation.MatchOK {
+		return observation.Member{}, false
+	}
+	return o.Member(o.Local.ID)
+}
+
+// memberWithPeerURLs finds the member (other than exclude) that has one of
+// peerURLs: the learner this recovery added, named or not yet.
+func memberWithPeerURLs(o observation.Observation, peerURLs []string, exclude uint64) (observation.Member, bool) {
+	for _, m := range o.Members {
+		if m.ID == exclude {
+			continue
+		}
+		for _, u := range m.PeerURLs {
+			if slices.Contains(peerURLs, u) {
+				return m, true
+			}
+		}
+	}
+	return observation.Member{}, false
+}
+
+// snapshotBytesNeeded: the largest member db plus 10% and 64 MiB of slack.
+func snapshotBytesNeeded(o observation.Observation) uint64 {
+	var maxDB int64
+	for _, m := range o.Members {
+		maxDB = max(maxDB, m.DBSize)
+	}
+	return uint64(maxDB)*11/10 + 64<<20
+}
+
+func backoffLeft(in Input, cfg Config) time.Duration {
+	j := in.Journal
+	if j.Failures == 0 || j.LastFailureAt.IsZero() {
+		return 0
+	}
+	b := cfg.RetryBackoff
+	for i := 1; i < j.Failures && b < cfg.MaxRetryBackoff; i++ {
+		b *= 2
+	}
+	if cfg.MaxRetryBackoff > 0 {
+		b = min(b, cfg.MaxRetryBackoff)
+	}
+	return max(0, j.LastFailureAt.Add(b).Sub(in.Now))
+}
+
+func planText(o observation.Observation) string {
+	local, inList := localMember(o)
+	remove := "member not in the list: no remove"
+	if inList {
+		remove = fmt.Sprintf("remove member %x", local.ID)
+	}
+	return fmt.Sprintf("stop member %s, quarantine %s, stream a snapshot from a follower, %s, add %v as a learner, start it, promote when caught up, verify HashKV",
+		o.Local.Name, o.Local.DataDir, remove, o.Local.PeerURLs)
+}
+
+func refuse(r Reason, detail string) Decision {
+	return Decision{Action: Refuse, Reason: r, Detail: detail}
+}
+func wait(r Reason, detail string) Decision {
+	return Decision{Action: Nothing, Reason: r, Detail: detail}
+}

@@ -1,0 +1,123 @@
+// Package plan is the agent's decision core: Decide(Input, Config) says what,
+// if anything, is safe to do next, or refuses with a reason code. It holds
+// every safety rule of the design (DESIGN.md §4) in one place and does no I/O:
+// time, the observation, the Lease and the journal are inputs, as ticks and
+// messages are for go.etcd.io/raft's state machine. The executor (package
+// heal) does what the Decision says and calls Decide again.
+package plan
+
+import (
+	"time"
+
+	"github.com/etcd-agent/etcd-agent/internal/journal"
+	"github.com/etcd-agent/etcd-agent/internal/memberstate"
+	"github.com/etcd-agent/etcd-agent/internal/observation"
+)
+
+// Action is what to do next.
+type Action string
+
+// Actions. Each membership-changing one (RemoveMember, AddLearner, Promote,
+// RemoveStalledLearner) is done only after the executor has confirmed it
+// still holds the Lease (fencing) on a fresh observation.
+const (
+	Nothing              Action = "nothing"        // all is well, or wait (Reason says why)
+	Refuse               Action = "refuse"         // a recovery is wanted but not safe or not allowed (Reason)
+	Begin                Action = "begin"          // acquire the Lease and open (or resume) the journal
+	StopMember           Action = "stop-member"    // stop the local member and quarantine its data dir
+	TakeSnapshot         Action = "snapshot"       // stream the pre-change backup from a follower
+	RemoveMember         Action = "remove-member"  // MemberRemove the old ID
+	AddLearner           Action = "add-learner"    // MemberAddAsLearner with our peer URLs
+	AdoptLearner         Action = "adopt-learner"  // a learner with our peer URLs exists (an add that timed out but was applied): record its ID
+	PrepareDataDir       Action = "prepare"        // make the data dir ready for the learner
+	StartMember          Action = "start-member"   // start the local member against the existing cluster
+	WaitCatchUp          Action = "wait-catch-up"  // the learner is catching up
+	Promote              Action = "promote"        // MemberPromote the learner
+	RemoveStalledLearner Action = "remove-learner" // the learner made no progress: remove it, fail cleanly
+	Verify               Action = "verify"         // check health and HashKV across voters
+	Finish               Action = "finish"         // release the Lease, close the journal with Result
+)
+
+// Reason is a refusal or wait code; exported as a metric label, an Event and in status.
+type Reason string
+
+// Reason codes.
+const (
+	ReasonNone              Reason = ""
+	ReasonMajorityLost      Reason = "majority-lost"
+	ReasonWouldLoseQuorum   Reason = "would-lose-quorum"
+	ReasonLearnerPresent    Reason = "learner-present"
+	ReasonLeaseHeldByOther  Reason = "lease-held-by-other"
+	ReasonAPIUnavailable    Reason = "api-unavailable"
+	ReasonAmbiguousIdentity Reason = "ambiguous-identity"
+	ReasonInGracePeriod     Reason = "in-grace-period"
+	ReasonMemberHealthy     Reason = "member-healthy"
+	ReasonDryRun            Reason = "dry-run"
+	ReasonDiskFull          Reason = "disk-full"
+	ReasonBadRequest        Reason = "bad-request"
+	ReasonBackoff           Reason = "backoff"
+	ReasonNoSnapshotSource  Reason = "no-snapshot-source"
+	ReasonLearnerStalled    Reason = "learner-stalled"
+	ReasonLearnerGone       Reason = "learner-gone"
+	ReasonAutoHealDisabled  Reason = "auto-heal-disabled"
+	ReasonLeaseLost         Reason = "lease-lost"
+)
+
+// RefusalReasons lists the codes a recovery can be refused with (for
+// initialising the refusal counter's series).
+func RefusalReasons() []Reason {
+	return []Reason{ReasonMajorityLost, ReasonWouldLoseQuorum, ReasonLearnerPresent, ReasonLeaseHeldByOther,
+		ReasonAPIUnavailable, ReasonAmbiguousIdentity, ReasonMemberHealthy, ReasonDryRun, ReasonDiskFull,
+		ReasonBadRequest, ReasonNoSnapshotSource}
+}
+
+// Request is a manual trigger (Node annotation or `etcd-agent recover`).
+type Request struct {
+	Action string // "rejoin"
+	DryRun bool
+}
+
+// Input is everything Decide looks at.
+type Input struct {
+	Now     time.Time
+	Obs     observation.Observation
+	Verdict memberstate.Verdict
+	// Request is a manual request; nil for the automatic path.
+	Request *Request
+	// Journal is the member's journal (zero when none).
+	Journal journal.Record
+	// APIAvailable: the Kubernetes API answered (no API, no Lease, no action).
+	APIAvailable bool
+	// LeaseHeld: we hold the recovery Lease (confirmed against the API).
+	LeaseHeld bool
+	// LeaseHolder names another holder of an unexpired Lease ("" if free).
+	LeaseHolder string
+	// FreeBytes is the free space where the snapshot and quarantine go.
+	FreeBytes uint64
+}
+
+// Config is the decision's tunables.
+type Config struct {
+	AutoHeal            bool
+	DryRun              bool
+	MaxLearnerLag       uint64
+	LearnerStallTimeout time.Duration
+	// RetryBackoff is the wait after a failed attempt, doubled per
+	// consecutive failure up to MaxRetryBackoff.
+	RetryBackoff    time.Duration
+	MaxRetryBackoff time.Duration
+}
+
+// Decision is Decide's answer.
+type Decision struct {
+	Action Action
+	Reason Reason
+	Detail string
+	// MemberID is the member the action is about (to remove, to adopt, to promote).
+	MemberID uint64
+	// SourceID is the member to stream the snapshot from.
+	SourceID uint64
+}
+
+// Refused reports whether d refuses a wanted recovery.
+func (d Decision) Refused() bool { return d.Action == Refuse }
