@@ -46,5 +46,7 @@ func addHealFlags(fs *pflag.FlagSet, c *agent.Config) {
 	fs.IntVar(&c.QuarantineKeep, "quarantine-keep", 2, "quarantined data dirs to keep before warning (nothing is ever deleted)")
 	fs.StringVar(&c.MemberRuntime, "member-runtime", "static-pod", "how to stop/start the local member: static-pod or exec")
 	fs.StringVar(&c.StopCommand, "stop-command", "", "with --member-runtime=exec: command that stops etcd (e.g. systemctl stop etcd)")
+	fs.StringSliceVar(&c.CrashBefore, "test-crash-before-phase", nil, "test hook: SIGKILL the agent after the step of these phases, before the journal records it")
+	_ = fs.MarkHidden("test-crash-before-phase")
 	fs.StringVar(&c.StartCommand, "start-command", "", "with --member-runtime=exec: command that starts etcd; gets ETCD_INITIAL_CLUSTER and ETCD_INITIAL_CLUSTER_STATE=existing")
 }

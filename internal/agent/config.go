@@ -55,7 +55,9 @@ type Config struct {
 	MemberRuntime string
 	StopCommand   string
 	StartCommand  string
-	Log        *zap.Logger
+	// CrashBefore is the e2e suite's crash hook (hidden flag).
+	CrashBefore []string
+	Log           *zap.Logger
 }
 
 // Validate rejects flag values that cannot work, before anything runs.

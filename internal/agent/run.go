@@ -18,6 +18,8 @@ import (
 	"github.com/etcd-agent/etcd-agent/internal/watchdog"
 	"github.com/etcd-agent/etcd-agent/metrics"
 	"go.uber.org/zap"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 )
 
 // StatusFile is where the daemon publishes its latest result in --state-dir.
@@ -97,6 +99,9 @@ func Run(ctx context.Context, c Config) error {
 		var req *plan.Request
 		select {
 		case pending := <-requests:
+			if !stillRequested(ctx, kc, c.NodeName) {
+				break // handled already (the watch delivers every Node update while the trigger is on)
+			}
 			if pending.err != nil {
 				badRequest(ctx, log, m, nodeRep, id.Name, pending.err)
 				return
@@ -114,6 +119,19 @@ func Run(ctx context.Context, c Config) error {
 			log.Info("recovery outcome", zap.String("result", out.Result), zap.String("reason", string(out.Decision.Reason)), zap.Error(out.Err))
 		}
 	})
+}
+
+// stillRequested re-reads the Node: a request is acted on only while its
+// trigger annotation is still there.
+func stillRequested(ctx context.Context, kc kubernetes.Interface, node string) bool {
+	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	n, err := kc.CoreV1().Nodes().Get(rctx, node, metav1.GetOptions{})
+	if err != nil {
+		return false
+	}
+	_, ok, _ := nodereport.ParseRequest(n.Annotations)
+	return ok
 }
 
 type request struct {
@@ -139,9 +157,9 @@ func badRequest(ctx context.Context, log *zap.Logger, m *metrics.Metrics, rep *n
 	}
 	rep.Eventf("Warning", nodereport.ReasonRecoveryRefused, "%s: %v", plan.ReasonBadRequest, err)
 	now := time.Now().UTC()
+	_ = rep.ClearRequest(ctx)
 	_ = rep.SetLastRecovery(ctx, nodereport.LastRecovery{Request: "invalid", Result: "refused", Reason: string(plan.ReasonBadRequest),
 		StartedAt: now, FinishedAt: now, Message: err.Error()})
-	_ = rep.ClearRequest(ctx)
 }
 
 // reportNothing answers a manual request that needed no action (e.g. the
@@ -151,9 +169,9 @@ func reportNothing(ctx context.Context, rep *nodereport.Reporter, req *plan.Requ
 		return
 	}
 	now := time.Now().UTC()
+	_ = rep.ClearRequest(ctx)
 	_ = rep.SetLastRecovery(ctx, nodereport.LastRecovery{Request: req.Action, Result: "refused", Reason: string(out.Decision.Reason),
 		StartedAt: now, FinishedAt: now, Message: out.Decision.Detail})
-	_ = rep.ClearRequest(ctx)
 }
 
 // serveHTTP serves /metrics, /healthz (the process lives) and /readyz (it

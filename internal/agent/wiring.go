@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/etcd-agent/etcd-agent/internal/heal"
+	"github.com/etcd-agent/etcd-agent/internal/journal"
 	"github.com/etcd-agent/etcd-agent/internal/lease"
 	"github.com/etcd-agent/etcd-agent/internal/memberruntime"
 	"github.com/etcd-agent/etcd-agent/internal/plan"
@@ -45,13 +46,14 @@ func (c Config) PlanConfig() plan.Config {
 
 // Runtime builds the member runtime.
 func (c Config) Runtime(id watchdog.Identity) (memberruntime.Runtime, error) {
+	urls := append([]string{id.ClientURL}, id.PeerURLs...)
 	if c.MemberRuntime == "exec" {
-		return memberruntime.NewExec(c.StopCommand, c.StartCommand, id.ClientURL, id.DataDir, c.Log), nil
+		return memberruntime.NewExec(c.StopCommand, c.StartCommand, urls, id.DataDir, c.Log), nil
 	}
 	if c.StaticPodManifest == "" {
 		return nil, errors.New("--member-runtime=static-pod needs --static-pod-manifest")
 	}
-	return memberruntime.NewStaticPod(c.StaticPodManifest, filepath.Join(c.StateDir, "parked"), id.ClientURL, c.Log), nil
+	return memberruntime.NewStaticPod(c.StaticPodManifest, filepath.Join(c.StateDir, "parked"), urls, c.Log), nil
 }
 
 // newHealer wires the executor: kc may be nil (no API: no Lease).
@@ -73,7 +75,7 @@ func (c Config) newHealer(id watchdog.Identity, obs heal.Observer, kc kubernetes
 	}
 	return heal.New(heal.Config{Member: id.Name, Node: c.NodeName, PeerURLs: id.PeerURLs, DataDir: id.DataDir,
 		StateDir: c.StateDir, QuarantineDir: c.QuarantineDir, QuarantineKeep: c.QuarantineKeep, Plan: c.PlanConfig(),
-		RecoveryTimeout: c.RecoveryTimeout, StepInterval: 250 * time.Millisecond, TLS: t, Log: c.Log},
+		RecoveryTimeout: c.RecoveryTimeout, StepInterval: 250 * time.Millisecond, TLS: t, Log: c.Log, CrashBefore: phases(c.CrashBefore)},
 		obs, newLease, rt, rep, m), nil
 }
 
@@ -90,4 +92,12 @@ func (o reportingObserver) Observe(ctx context.Context, now time.Time) watchdog.
 	shown.Verdict.State = "recovering"
 	o.rep.report(shown)
 	return r
+}
+
+func phases(names []string) []journal.Phase {
+	var out []journal.Phase
+	for _, n := range names {
+		out = append(out, journal.Phase(n))
+	}
+	return out
 }

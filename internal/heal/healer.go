@@ -64,6 +64,11 @@ type Config struct {
 	StepInterval time.Duration
 	TLS          *tls.Config
 	Log          *zap.Logger
+	// CrashBefore, for the e2e suite only, SIGKILLs the agent itself after
+	// the step that completes one of these phases and before the journal
+	// records it: the worst moment to die (the change is applied, the
+	// journal does not know).
+	CrashBefore []journal.Phase
 }
 
 // Healer runs recoveries for the local member.
@@ -193,9 +198,9 @@ func (h *Healer) refused(ctx context.Context, req *plan.Request, d plan.Decision
 	h.reporter.Eventf("Warning", nodereport.ReasonRecoveryRefused, "%s: %s", d.Reason, d.Detail)
 	if req != nil {
 		now := time.Now().UTC()
+		_ = h.reporter.ClearRequest(ctx)
 		_ = h.reporter.SetLastRecovery(ctx, nodereport.LastRecovery{Request: requestName(req), Result: journal.ResultRefused,
 			Reason: string(d.Reason), StartedAt: now, FinishedAt: now, Message: d.Detail})
-		_ = h.reporter.ClearRequest(ctx)
 	}
 }
 

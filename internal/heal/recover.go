@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"slices"
+	"syscall"
 	"strconv"
 	"time"
 
@@ -99,7 +102,7 @@ func (h *Healer) step(ctx context.Context, res watchdog.Result, req *plan.Reques
 	case plan.Begin:
 		return h.begin(ctx, res, req, j)
 	case plan.StopMember:
-		return h.timed(j, journal.PhaseStopped, func() error { return h.stopAndQuarantine(ctx, j) })
+		return h.timed(j, journal.PhaseStopped, func() error { return h.stopAndQuarantine(ctx, res, j) })
 	case plan.TakeSnapshot:
 		return h.timed(j, journal.PhaseSnapshotted, func() error { return h.snapshot(ctx, res, j) })
 	case plan.RemoveMember:
@@ -187,6 +190,12 @@ func (h *Healer) timed(j *journal.Record, phase journal.Phase, do func() error) 
 
 // advance records phase in the journal (fsynced) and on the Lease.
 func (h *Healer) advance(ctx context.Context, j *journal.Record, phase journal.Phase) error {
+	if slices.Contains(h.cfg.CrashBefore, phase) {
+		h.log.Warn("crash injected (test hook): SIGKILL before the journal records the phase", zap.String("phase", string(phase)))
+		_ = h.log.Sync()
+		_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+		select {} // SIGKILL is not delivered synchronously; never go on
+	}
 	j.Advance(phase, time.Now().UTC())
 	if err := journal.Save(h.cfg.StateDir, *j); err != nil {
 		return err

@@ -23,7 +23,11 @@ import (
 
 // stopAndQuarantine stops the local member and renames its data dir into
 // the quarantine (never deletes: rule 8).
-func (h *Healer) stopAndQuarantine(ctx context.Context, j *journal.Record) error {
+func (h *Healer) stopAndQuarantine(ctx context.Context, res watchdog.Result, j *journal.Record) error {
+	if err := h.handOffLeadership(ctx, res, uint64(j.OldMemberID)); err != nil {
+		// Not fatal: stopping a leader costs an election, not safety.
+		h.log.Warn("leadership hand-off before the stop failed; the cluster will elect a new leader", zap.Error(err))
+	}
 	if err := h.runtime.Stop(ctx); err != nil {
 		return fmt.Errorf("stop member (%s): %w", h.runtime.Describe(), err)
 	}
@@ -43,6 +47,40 @@ func (h *Healer) stopAndQuarantine(ctx context.Context, j *journal.Record) error
 		h.log.Warn("quarantine holds more than --quarantine-keep entries; remove old ones by hand when no longer needed",
 			zap.Int("keep", h.cfg.QuarantineKeep), zap.Strings("beyond", over))
 	}
+	return nil
+}
+
+// handOffLeadership moves leadership away from the local member before it is
+// stopped. A leader that shuts down keeps its peers waiting for an election
+// timeout (and longer while it drains), and every write and linearizable
+// read stalls meanwhile: exactly the API disruption a heal must not cause.
+func (h *Healer) handOffLeadership(ctx context.Context, res watchdog.Result, local uint64) error {
+	o := res.Observation
+	me, ok := o.Member(local)
+	if !ok || !me.IsLeader || !me.Serving || len(me.ClientURLs) == 0 {
+		return nil
+	}
+	var to observation.Member
+	for _, m := range o.Members {
+		if m.ID != local && !m.IsLearner && m.Serving && m.AppliedIndex >= to.AppliedIndex {
+			to = m
+		}
+	}
+	if to.ID == 0 {
+		return errors.New("no serving follower to hand leadership to")
+	}
+	cli, err := clientv3.New(clientv3.Config{Endpoints: me.ClientURLs, DialTimeout: 3 * time.Second, TLS: h.cfg.TLS, Logger: zap.NewNop()})
+	if err != nil {
+		return err
+	}
+	defer cli.Close()
+	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	start := time.Now()
+	if _, err := cli.MoveLeader(rctx, to.ID); err != nil {
+		return fmt.Errorf("move leader to %s: %w", to.Name, err)
+	}
+	h.log.Info("leadership handed off before stopping the member", zap.String("to", to.Name), zap.Duration("took", time.Since(start)))
 	return nil
 }
 

@@ -22,7 +22,8 @@ const maxOutputInError = 4096
 // execRuntime runs user-given shell commands, e.g. for etcd under systemd.
 type execRuntime struct {
 	stopCommand, startCommand string
-	clientURL, dataDir        string
+	urls    []string
+	dataDir string
 	log                       *zap.Logger
 
 	mu sync.Mutex
@@ -33,15 +34,15 @@ type execRuntime struct {
 // are). The start command gets ETCD_INITIAL_CLUSTER and
 // ETCD_INITIAL_CLUSTER_STATE=existing in its environment; under systemd the
 // command must hand them on itself (e.g. `systemctl set-environment`), since
-// a unit does not inherit the caller's environment. clientURL and dataDir
+// a unit does not inherit the caller's environment. listenURLs (client and peer) and dataDir
 // (on the node) are used to see that the process is gone.
-func NewExec(stopCommand, startCommand, clientURL, dataDir string, log *zap.Logger) Runtime {
+func NewExec(stopCommand, startCommand string, listenURLs []string, dataDir string, log *zap.Logger) Runtime {
 	if log == nil {
 		log = zap.NewNop()
 	}
 	return &execRuntime{
 		stopCommand: stopCommand, startCommand: startCommand,
-		clientURL: clientURL, dataDir: dataDir,
+		urls: listenURLs, dataDir: dataDir,
 		log: log.With(zap.String("runtime", "exec")),
 	}
 }
@@ -57,7 +58,7 @@ func (e *execRuntime) Stop(ctx context.Context) error {
 		return err
 	}
 	e.log.Info("ran stop command", zap.String("command", e.stopCommand))
-	if err := waitGone(ctx, e.clientURL, e.dataDir); err != nil {
+	if err := waitGone(ctx, e.urls, e.dataDir); err != nil {
 		return fmt.Errorf("stop command %q succeeded but etcd has not stopped: %w", e.stopCommand, err)
 	}
 	return nil
@@ -80,7 +81,7 @@ func (e *execRuntime) Start(ctx context.Context, initialCluster string) error {
 // Stopped is answered from the process itself: the commands leave no state
 // the agent could read.
 func (e *execRuntime) Stopped() (bool, error) {
-	return probeProcess(e.clientURL, e.dataDir).gone(), nil
+	return probeProcess(e.urls, e.dataDir).gone(), nil
 }
 
 // runShell runs command with /bin/sh -c. On ctx's end the whole process

@@ -16,7 +16,7 @@ func TestExecRunsTheUserCommandsAndHandsStartTheInitialCluster(t *testing.T) {
 	envFile := filepath.Join(dir, "env")
 	stop := "rm -f " + marker
 	start := "touch " + marker + ` && printf '%s\n%s\n' "$ETCD_INITIAL_CLUSTER" "$ETCD_INITIAL_CLUSTER_STATE" > ` + envFile
-	rt := NewExec(stop, start, "http://"+closedAddr(t), filepath.Join(dir, "etcd"), zaptest.NewLogger(t))
+	rt := NewExec(stop, start, []string{"http://" + closedAddr(t)}, filepath.Join(dir, "etcd"), zaptest.NewLogger(t))
 
 	const ic = "a=http://127.0.0.1:2380,b=http://127.0.0.2:2380"
 	for i := range 2 { // idempotent
@@ -45,7 +45,7 @@ func TestExecRunsTheUserCommandsAndHandsStartTheInitialCluster(t *testing.T) {
 
 func TestExecCommandFailureReportsItsOutput(t *testing.T) {
 	rt := NewExec("echo 'Failed to stop etcd.service: Unit etcd.service not loaded.' >&2; exit 5", "true",
-		"http://"+closedAddr(t), "", zaptest.NewLogger(t))
+		[]string{"http://" + closedAddr(t)}, "", zaptest.NewLogger(t))
 	err := rt.Stop(ctxWithTimeout(t, 5*time.Second))
 	if err == nil {
 		t.Fatal("Stop: want an error from a failing command")
@@ -59,7 +59,7 @@ func TestExecCommandFailureReportsItsOutput(t *testing.T) {
 
 func TestExecCommandIsKilledWhenTheContextEnds(t *testing.T) {
 	// The sleep is a grandchild of the shell: the whole group must die.
-	rt := NewExec("sleep 30 & wait", "true", "http://"+closedAddr(t), "", zaptest.NewLogger(t))
+	rt := NewExec("sleep 30 & wait", "true", []string{"http://" + closedAddr(t)}, "", zaptest.NewLogger(t))
 	begin := time.Now()
 	err := rt.Stop(ctxWithTimeout(t, 300*time.Millisecond))
 	if err == nil || !strings.Contains(err.Error(), "deadline") {
@@ -71,7 +71,7 @@ func TestExecCommandIsKilledWhenTheContextEnds(t *testing.T) {
 }
 
 func TestExecWithoutACommandFails(t *testing.T) {
-	rt := NewExec("", "", "http://"+closedAddr(t), "", zaptest.NewLogger(t))
+	rt := NewExec("", "", []string{"http://" + closedAddr(t)}, "", zaptest.NewLogger(t))
 	if err := rt.Stop(ctxWithTimeout(t, time.Second)); err == nil {
 		t.Error("Stop without a command: want an error")
 	}

@@ -136,7 +136,7 @@ func reversedInitialCluster(l *lab.Lab) string {
 func TestStaticPodStopsAndStartsARealMember(t *testing.T) {
 	l := realLab(t)
 	n := l.Spec.Nodes[1]
-	rt := NewStaticPod(n.EtcdManifest(), filepath.Join(n.StateDir, "parked"), n.ClientURL, zaptest.NewLogger(t))
+	rt := NewStaticPod(n.EtcdManifest(), filepath.Join(n.StateDir, "parked"), []string{n.ClientURL, n.PeerURL}, zaptest.NewLogger(t))
 	t.Log(rt.Describe())
 
 	begin := time.Now()
@@ -192,7 +192,7 @@ func TestExecStopsARealMemberAndWaitsUntilItsProcessIsGone(t *testing.T) {
 	n := l.Spec.Nodes[2]
 	aside := filepath.Join(n.NodeDir, "etcd.yaml.exec-stopped")
 	rt := NewExec(fmt.Sprintf("mv %q %q", n.EtcdManifest(), aside), fmt.Sprintf("mv %q %q", aside, n.EtcdManifest()),
-		n.ClientURL, n.DataDir, zaptest.NewLogger(t))
+		[]string{n.ClientURL, n.PeerURL}, n.DataDir, zaptest.NewLogger(t))
 	mustStopped(t, rt, false)
 
 	begin := time.Now()

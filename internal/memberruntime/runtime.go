@@ -66,17 +66,22 @@ type processState struct {
 
 func (s processState) gone() bool { return !s.listening && !s.dbLocked }
 
-// probeProcess checks the client URL and, when dataDir is known, the db lock.
-func probeProcess(clientURL, dataDir string) processState {
+// probeProcess checks every URL the member listens on and, when dataDir is
+// known, the db lock. The peer URL matters: etcd closes its client listener
+// first on shutdown and keeps talking raft to its peers for seconds after,
+// and with a wiped data dir there is no db lock left to tell.
+func probeProcess(urls []string, dataDir string) processState {
 	var st processState
-	refused, err := clientURLRefuses(clientURL)
-	switch {
-	case err != nil:
-		st.listening = true // unknown counts as "maybe still there"
-		st.detail = err.Error()
-	case !refused:
-		st.listening = true
-		st.detail = clientURL + " accepts connections"
+	for _, u := range urls {
+		refused, err := clientURLRefuses(u)
+		switch {
+		case err != nil:
+			st.listening = true // unknown counts as "maybe still there"
+			st.detail = joinDetail(st.detail, err.Error())
+		case !refused:
+			st.listening = true
+			st.detail = joinDetail(st.detail, u+" accepts connections")
+		}
 	}
 	if dataDir == "" {
 		return st
@@ -156,11 +161,11 @@ func dbLocked(dbPath string) (bool, error) {
 // waitGone polls until the member's process has been gone for goneSettle,
 // or ctx ends. dataDir may be "" when unknown (only the client URL is
 // checked then).
-func waitGone(ctx context.Context, clientURL, dataDir string) error {
+func waitGone(ctx context.Context, urls []string, dataDir string) error {
 	var goneSince time.Time
 	var last processState
 	for {
-		last = probeProcess(clientURL, dataDir)
+		last = probeProcess(urls, dataDir)
 		switch {
 		case !last.gone():
 			goneSince = time.Time{}

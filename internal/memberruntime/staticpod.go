@@ -19,7 +19,7 @@ type staticPod struct {
 	manifestPath string // in the kubelet's manifests dir
 	parkDir      string
 	parkedPath   string // parkDir/<manifest file name>
-	clientURL    string
+	urls         []string
 	log          *zap.Logger
 
 	mu sync.Mutex // one Stop/Start at a time: both move the same files
@@ -30,9 +30,9 @@ type staticPod struct {
 // kubelet stops etcd; Start puts it back with the rejoin flags. parkDir
 // should be on the manifests dir's filesystem (the move is then one atomic
 // rename); otherwise the manifest is copied and fsynced before the original
-// is removed. clientURL is the member's client URL, used to see that the
+// is removed. listenURLs are the member's client and peer URLs, used to see that the
 // process is gone.
-func NewStaticPod(manifestPath, parkDir, clientURL string, log *zap.Logger) Runtime {
+func NewStaticPod(manifestPath, parkDir string, listenURLs []string, log *zap.Logger) Runtime {
 	if log == nil {
 		log = zap.NewNop()
 	}
@@ -40,7 +40,7 @@ func NewStaticPod(manifestPath, parkDir, clientURL string, log *zap.Logger) Runt
 		manifestPath: manifestPath,
 		parkDir:      parkDir,
 		parkedPath:   filepath.Join(parkDir, filepath.Base(manifestPath)),
-		clientURL:    clientURL,
+		urls:         listenURLs,
 		log:          log.With(zap.String("runtime", "static-pod"), zap.String("manifest", manifestPath)),
 	}
 }
@@ -100,7 +100,7 @@ func (s *staticPod) Stop(ctx context.Context) error {
 	default:
 		return s.errNoManifest()
 	}
-	if err := waitGone(ctx, s.clientURL, s.hostDataDir(s.parkedPath)); err != nil {
+	if err := waitGone(ctx, s.urls, s.hostDataDir(s.parkedPath)); err != nil {
 		return fmt.Errorf("manifest parked at %s but etcd has not stopped: %w", s.parkedPath, err)
 	}
 	s.log.Info("etcd member stopped")

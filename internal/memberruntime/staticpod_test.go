@@ -71,7 +71,7 @@ func newPodFixture(t *testing.T) podFixture {
 }
 
 func (f podFixture) runtime(t *testing.T) Runtime {
-	return NewStaticPod(f.manifestPath, f.parkDir, f.clientURL, zaptest.NewLogger(t))
+	return NewStaticPod(f.manifestPath, f.parkDir, []string{f.clientURL}, zaptest.NewLogger(t))
 }
 
 // closedAddr returns a loopback address nobody listens on.

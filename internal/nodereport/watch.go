@@ -36,6 +36,7 @@ func WatchRequests(ctx context.Context, kc kubernetes.Interface, nodeName string
 	var lastRV string
 	deliver := func(obj any) {
 		n, ok := obj.(*corev1.Node)
+		// The name check is for clients that ignore field selectors (fakes).
 		if !ok || n.Name != nodeName {
 			return
 		}

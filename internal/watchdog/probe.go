@@ -4,6 +4,9 @@ import (
 	"context"
 	"crypto/tls"
 	"fmt"
+	"net"
+	"net/url"
+	"slices"
 	"sync"
 	"time"
 
@@ -20,6 +23,9 @@ type clients struct {
 	timeout time.Duration
 	mu      sync.Mutex
 	byURL   map[string]*clientv3.Client
+	// preferred is the endpoint that last answered the member list: asked
+	// first, so a down local member does not cost a timeout every poll.
+	preferred string
 }
 
 func newClients(tlsCfg *tls.Config, timeout time.Duration) *clients {
@@ -55,13 +61,35 @@ func (c *clients) forget(keep map[string]bool) {
 
 func (c *clients) close() { c.forget(nil) }
 
+// drop closes the client of url after a failure: gRPC's reconnect backoff
+// grows while a member is down (to many seconds), and a member that comes
+// back (a learner starting) must be seen at once, not after the backoff.
+func (c *clients) drop(url string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if cl, ok := c.byURL[url]; ok {
+		cl.Close()
+		delete(c.byURL, url)
+	}
+}
+
 // memberList asks the endpoints in turn for the member list. With
 // requireLeader it is linearizable (etcd 3.6's default) and a member cut off
 // from the quorum refuses; without, a member answers from its own, maybe
 // stale, view.
-func (c *clients) memberList(ctx context.Context, endpoints []string, requireLeader bool) (*clientv3.MemberListResponse, error) {
+func (c *clients) memberList(ctx context.Context, endpoints []string, requireLeader bool) (*clientv3.MemberListResponse, string, error) {
 	var lastErr error
+	c.mu.Lock()
+	if i := slices.Index(endpoints, c.preferred); i > 0 {
+		endpoints = append([]string{c.preferred}, slices.Delete(slices.Clone(endpoints), i, i+1)...)
+	}
+	c.mu.Unlock()
 	for _, ep := range endpoints {
+		if !reachable(ep) {
+			lastErr = fmt.Errorf("%s: connection refused", ep)
+			c.drop(ep)
+			continue
+		}
 		cl, err := c.get(ep)
 		if err != nil {
 			lastErr = err
@@ -78,14 +106,33 @@ func (c *clients) memberList(ctx context.Context, endpoints []string, requireLea
 		resp, err := cl.MemberList(rctx, opts...)
 		cancel()
 		if err == nil {
-			return resp, nil
+			c.mu.Lock()
+			c.preferred = ep
+			c.mu.Unlock()
+			return resp, ep, nil
 		}
 		lastErr = fmt.Errorf("%s: %w", ep, err)
 	}
 	if lastErr == nil {
 		lastErr = fmt.Errorf("no etcd endpoint known")
 	}
-	return nil, lastErr
+	return nil, "", lastErr
+}
+
+// reachable is a quick TCP connect to an http(s) endpoint: a member whose
+// port refuses is down now, and asking it over gRPC would wait out the
+// whole timeout (clientv3 waits for a ready connection).
+func reachable(endpoint string) bool {
+	u, err := url.Parse(endpoint)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") {
+		return true // unix sockets and the like: let gRPC tell
+	}
+	conn, err := net.DialTimeout("tcp", u.Host, 300*time.Millisecond)
+	if err != nil {
+		return false
+	}
+	conn.Close()
+	return true
 }
 
 // probe fills m from its own Status and, for a voter, a linearizable read
@@ -95,17 +142,23 @@ func (c *clients) probe(ctx context.Context, m *observation.Member) {
 		m.ProbeError = "no client URL (member not started yet)"
 		return
 	}
-	url := m.ClientURLs[0]
-	cl, err := c.get(url)
+	ep := m.ClientURLs[0]
+	if !reachable(ep) {
+		m.ProbeError = "unreachable: connection refused"
+		c.drop(ep)
+		return
+	}
+	cl, err := c.get(ep)
 	if err != nil {
 		m.ProbeError = err.Error()
 		return
 	}
 	rctx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
-	st, err := cl.Status(rctx, url)
+	st, err := cl.Status(rctx, ep)
 	if err != nil {
 		m.ProbeError = "status: " + err.Error()
+		c.drop(ep)
 		return
 	}
 	m.IsLeader = st.Leader == st.Header.MemberId
@@ -119,6 +172,7 @@ func (c *clients) probe(ctx context.Context, m *observation.Member) {
 	if !m.IsLearner {
 		if _, err := cl.Get(rctx, "etcd-agent-health", clientv3.WithCountOnly()); err != nil {
 			m.ProbeError = "linearizable read: " + err.Error()
+			c.drop(ep)
 			return
 		}
 	}

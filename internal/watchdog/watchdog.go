@@ -106,7 +106,7 @@ func (w *Watchdog) observe(ctx context.Context, now time.Time) observation.Obser
 	w.mu.Lock()
 	eps := slices.Clone(w.endpoints)
 	w.mu.Unlock()
-	resp, err := w.clients.memberList(ctx, eps, true)
+	resp, listEP, err := w.clients.memberList(ctx, eps, true)
 	if err != nil {
 		obs.MemberListError = err.Error()
 		w.mu.Lock()
@@ -119,7 +119,7 @@ func (w *Watchdog) observe(ctx context.Context, now time.Time) observation.Obser
 		if len(obs.Members) == 0 {
 			// Never saw a list (a one-shot status): any member's own,
 			// possibly stale, view is better than none for counting.
-			if stale, err := w.clients.memberList(ctx, eps, false); err == nil {
+			if stale, _, err := w.clients.memberList(ctx, eps, false); err == nil {
 				obs.ClusterID = stale.Header.ClusterId
 				for _, m := range stale.Members {
 					obs.Members = append(obs.Members, observation.Member{ID: m.ID, Name: m.Name,
@@ -154,7 +154,7 @@ func (w *Watchdog) observe(ctx context.Context, now time.Time) observation.Obser
 	if obs.Local.Match == observation.MatchOK {
 		m, _ := obs.Member(obs.Local.ID)
 		obs.Local.Serving, obs.Local.IsLearner = m.Serving, m.IsLearner
-		obs.Local.Alarms = w.alarms(ctx, eps, m.ID)
+		obs.Local.Alarms = w.alarms(ctx, append([]string{listEP}, eps...), m.ID)
 	} else if id.ClientURL != "" {
 		// Not (unambiguously) in the member list, but maybe a process answers.
 		probe := observation.Member{ClientURLs: []string{id.ClientURL}}
@@ -168,6 +168,9 @@ func (w *Watchdog) observe(ctx context.Context, now time.Time) observation.Obser
 // alarms returns the alarms raised for member id.
 func (w *Watchdog) alarms(ctx context.Context, eps []string, id uint64) []string {
 	for _, ep := range eps {
+		if ep == "" {
+			continue
+		}
 		cl, err := w.clients.get(ep)
 		if err != nil {
 			continue
