@@ -57,7 +57,7 @@ type Config struct {
 	StartCommand  string
 	// CrashBefore is the e2e suite's crash hook (hidden flag).
 	CrashBefore []string
-	Log           *zap.Logger
+	Log         *zap.Logger
 }
 
 // Validate rejects flag values that cannot work, before anything runs.

@@ -6,8 +6,8 @@ import (
 	"fmt"
 	"os"
 	"slices"
-	"syscall"
 	"strconv"
+	"syscall"
 	"time"
 
 	"github.com/etcd-agent/etcd-agent/internal/journal"

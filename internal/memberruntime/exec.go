@@ -22,8 +22,8 @@ const maxOutputInError = 4096
 // execRuntime runs user-given shell commands, e.g. for etcd under systemd.
 type execRuntime struct {
 	stopCommand, startCommand string
-	urls    []string
-	dataDir string
+	urls                      []string
+	dataDir                   string
 	log                       *zap.Logger
 
 	mu sync.Mutex
