@@ -36,10 +36,9 @@ e2e: tools build
 test: tools build vet
 	@hack/gotest.sh -count=1 -timeout $(E2E_TIMEOUT) ./cmd/... ./internal/... ./test/...
 
-## demo: bring up the local lab and show it
+## demo: the heal demo: lab with agents, API load, wipe node2, live timeline, summary
 demo: tools build
-	@$(BIN)/etcd-agent lab down --dir $(LAB_DIR) --log-level error >/dev/null 2>&1 || true
-	$(BIN)/etcd-agent lab up --dir $(LAB_DIR)
+	$(BIN)/etcd-agent lab demo --dir $(LAB_DIR) --log-level warn
 
 demo-down:
 	$(BIN)/etcd-agent lab down --dir $(LAB_DIR)

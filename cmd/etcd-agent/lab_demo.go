@@ -1,0 +1,57 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/etcd-agent/etcd-agent/internal/lab"
+	"github.com/etcd-agent/etcd-agent/internal/lab/demo"
+	"github.com/spf13/cobra"
+)
+
+func newLabDemoCmd(g *globalFlags, dir *string) *cobra.Command {
+	o := demo.Options{}
+	var binDir string
+	c := &cobra.Command{
+		Use:   "demo",
+		Short: "Bring up the lab with agents, load the API, wipe a member's data dir and show the heal (exit 0 only if it healed)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			log, err := g.logger()
+			if err != nil {
+				return err
+			}
+			if l, err := lab.Open(*dir, log); err == nil {
+				_ = l.Down(cmd.Context()) // a previous demo's lab
+			}
+			exe, err := os.Executable()
+			if err != nil {
+				return err
+			}
+			if binDir, err = filepath.Abs(binDir); err != nil {
+				return err
+			}
+			o.Lab = lab.Options{Dir: *dir, Nodes: o.Lab.Nodes, BinDir: binDir, AgentBinary: exe, Log: log}
+			o.Out = cmd.OutOrStdout()
+			res, l, err := demo.Run(cmd.Context(), o)
+			if err != nil {
+				return fmt.Errorf("demo: %w (stop what started with `etcd-agent lab down --dir %s`)", err, *dir)
+			}
+			res.Print(cmd.OutOrStdout())
+			fmt.Fprintf(cmd.OutOrStdout(), "\nThe lab keeps running: etcd-agent lab status --dir %s; stop it with etcd-agent lab down --dir %s (or make demo-down)\n", l.Spec.Dir, l.Spec.Dir)
+			if !res.Healed {
+				return errors.New("the heal did not succeed")
+			}
+			return nil
+		},
+	}
+	c.Flags().IntVar(&o.Lab.Nodes, "nodes", 3, "number of nodes")
+	c.Flags().StringVar(&o.Victim, "victim", "node2", "node whose data dir is wiped")
+	c.Flags().DurationVar(&o.Baseline, "baseline", 5*time.Second, "API load before the fault, for the latency baseline")
+	c.Flags().DurationVar(&o.Timeout, "timeout", 3*time.Minute, "how long the heal may take")
+	c.Flags().StringVar(&binDir, "bin-dir", defaultBinDir(), "folder with etcd and kube-apiserver (from `make tools`)")
+	return c
+}
