@@ -5,6 +5,7 @@ COPY go.mod go.sum ./
 RUN go mod download
 COPY cmd ./cmd
 COPY internal ./internal
+COPY metrics ./metrics
 ARG VERSION=dev
 RUN CGO_ENABLED=0 go build -trimpath \
     -ldflags "-s -w -X github.com/etcd-agent/etcd-agent/internal/version.Version=${VERSION}" \
@@ -17,5 +18,6 @@ RUN CGO_ENABLED=0 go build -trimpath \
 FROM gcr.io/distroless/static-debian12:latest
 COPY --from=build /out/etcd-agent /usr/local/bin/etcd-agent
 USER 0:0
+EXPOSE 9793
 ENTRYPOINT ["/usr/local/bin/etcd-agent"]
 CMD ["run"]

@@ -22,7 +22,8 @@ build:
 
 vet:
 	$(GO) vet ./...
-	@out=$$(gofmt -l cmd internal test 2>/dev/null); if [ -n "$$out" ]; then echo "gofmt needed: $$out"; exit 1; fi
+	cd hack/render-dashboard && $(GO) vet ./...
+	@out=$$(gofmt -l cmd internal metrics test hack/render-dashboard 2>/dev/null); if [ -n "$$out" ]; then echo "gofmt needed: $$out"; exit 1; fi
 
 ## unit: tests that need no running lab (some start a real etcd from bin/)
 unit: tools build
@@ -32,9 +33,19 @@ unit: tools build
 e2e: tools build
 	@hack/gotest.sh -count=1 -timeout $(E2E_TIMEOUT) ./test/e2e/...
 
-## test: everything CI runs
+## test: everything CI runs. -p 1: the lab-based packages each run real
+## etcd and kube-apiserver processes; two at once on 2 cores starve each other.
 test: tools build vet
-	@hack/gotest.sh -count=1 -timeout $(E2E_TIMEOUT) ./cmd/... ./internal/... ./test/...
+	@hack/gotest.sh -p 1 -count=1 -timeout $(E2E_TIMEOUT) ./cmd/... ./internal/... ./metrics/... ./test/...
+	cd hack/render-dashboard && $(GO) test -count=1 ./...
+
+## deploy-test: the manifests (server-side dry-run), RBAC and alert rules (promtool)
+deploy-test: tools build
+	@hack/gotest.sh -count=1 ./test/deploy/...
+
+## dashboard-png: re-render docs/dashboard.png from the recorded lab run
+dashboard-png:
+	cd hack/render-dashboard && $(GO) run . render -in testdata/lab-run.jsonl.gz -out ../../docs/dashboard.png
 
 ## demo: the heal demo: lab with agents, API load, wipe node2, live timeline, summary
 demo: tools build
@@ -43,9 +54,11 @@ demo: tools build
 demo-down:
 	$(BIN)/etcd-agent lab down --dir $(LAB_DIR)
 
-## bench: benchmarks (not part of make test)
+## bench: micro-benchmarks, then the heal vs. bare etcd rejoin table (not part of make test)
+BENCH_SIZES ?= 100MB,500MB
 bench: tools build
 	$(GO) test -run '^$$' -bench . -benchmem ./internal/...
+	$(BIN)/etcd-agent lab bench --dir $(CURDIR)/.lab-bench --sizes $(BENCH_SIZES) --log-level warn
 
 clean:
 	rm -f $(BIN)/etcd-agent

@@ -40,7 +40,7 @@ func newLabCmd(g *globalFlags) *cobra.Command {
 		}
 		return lab.Open(dir, log)
 	}
-	cmd.AddCommand(newLabUpCmd(g, &dir), newLabDownCmd(open), newLabStatusCmd(open), newLabSuperviseCmd(g), newLabDemoCmd(g, &dir))
+	cmd.AddCommand(newLabUpCmd(g, &dir), newLabDownCmd(open), newLabStatusCmd(open), newLabSuperviseCmd(g), newLabDemoCmd(g, &dir), newLabBenchCmd(g, &dir))
 	cmd.AddCommand(newLabFaultCmds(open)...)
 	return cmd
 }

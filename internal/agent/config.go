@@ -7,6 +7,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"io/fs"
 	"path/filepath"
 	"time"
 
@@ -99,6 +100,14 @@ func ResolveIdentity(c Config) (watchdog.Identity, error) {
 		return id, nil
 	}
 	m, err := manifest.LoadMember(c.StaticPodManifest)
+	if errors.Is(err, fs.ErrNotExist) && c.StateDir != "" && c.MemberRuntime != "exec" {
+		// The static-pod runtime parks the manifest to stop etcd: an agent
+		// restarted mid-recovery (killed, evicted, upgraded) must still
+		// know its member to resume, so it reads the parked copy.
+		if pm, perr := manifest.LoadMember(c.parkedManifest()); perr == nil {
+			m, err = pm, nil
+		}
+	}
 	if err != nil {
 		return id, fmt.Errorf("member identity: %w (or give --member-name, --data-dir, --client-url and --peer-urls)", err)
 	}
@@ -122,6 +131,14 @@ func ResolveIdentity(c Config) (watchdog.Identity, error) {
 		return id, fmt.Errorf("member identity: %s has no --initial-advertise-peer-urls or --advertise-client-urls", c.StaticPodManifest)
 	}
 	return id, nil
+}
+
+// parkDir is where the static-pod runtime parks the etcd manifest while
+// the member is stopped; parkedManifest is the parked copy.
+func (c Config) parkDir() string { return filepath.Join(c.StateDir, "parked") }
+
+func (c Config) parkedManifest() string {
+	return filepath.Join(c.parkDir(), filepath.Base(c.StaticPodManifest))
 }
 
 // TLSConfig builds the etcd client TLS config from --cacert/--cert/--key

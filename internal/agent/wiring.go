@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"path/filepath"
 	"time"
 
 	"github.com/etcd-agent/etcd-agent/internal/heal"
@@ -35,6 +34,9 @@ func (c Config) KubeClient() (kubernetes.Interface, error) {
 	}
 	cfg.Timeout = 10 * time.Second
 	cfg.UserAgent = "etcd-agent"
+	// client-go's default 5 QPS would queue a recovery's Lease renewals,
+	// phase updates and Events behind each other (200 ms apiece).
+	cfg.QPS, cfg.Burst = 50, 100
 	return kubernetes.NewForConfig(cfg)
 }
 
@@ -53,7 +55,7 @@ func (c Config) Runtime(id watchdog.Identity) (memberruntime.Runtime, error) {
 	if c.StaticPodManifest == "" {
 		return nil, errors.New("--member-runtime=static-pod needs --static-pod-manifest")
 	}
-	return memberruntime.NewStaticPod(c.StaticPodManifest, filepath.Join(c.StateDir, "parked"), urls, c.Log), nil
+	return memberruntime.NewStaticPod(c.StaticPodManifest, c.parkDir(), urls, c.Log), nil
 }
 
 // newHealer wires the executor: kc may be nil (no API: no Lease).

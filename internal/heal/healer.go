@@ -67,7 +67,8 @@ type Config struct {
 	// CrashBefore, for the e2e suite only, SIGKILLs the agent itself after
 	// the step that completes one of these phases and before the journal
 	// records it: the worst moment to die (the change is applied, the
-	// journal does not know).
+	// journal does not know). Once per recovery and phase, so that the
+	// restarted agent can resume.
 	CrashBefore []journal.Phase
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"syscall"
@@ -34,8 +35,10 @@ func (h *Healer) recover(parent context.Context, first watchdog.Result, req *pla
 	var last plan.Decision
 	stepErrors := 0
 	for {
+		t0 := time.Now()
 		in := h.input(ctx, res, req, j)
 		d := plan.Decide(in, h.cfg.Plan)
+		tInput := time.Since(t0)
 		if d.Action != last.Action || d.Reason != last.Reason {
 			h.log.Info("recovery step", zap.String("action", string(d.Action)), zap.String("reason", string(d.Reason)),
 				zap.String("detail", d.Detail), zap.String("phase", string(j.Phase)))
@@ -90,8 +93,11 @@ func (h *Healer) recover(parent context.Context, first watchdog.Result, req *pla
 			case <-time.After(h.cfg.StepInterval):
 			}
 		}
+		t1 := time.Now()
 		res = h.obs.Observe(ctx, time.Now())
 		res.Verdict.State = memberstate.Recovering
+		h.log.Debug("recovery loop timing", zap.String("action", string(d.Action)), zap.Duration("input", tInput),
+			zap.Duration("step", t1.Sub(t0)-tInput), zap.Duration("observe", time.Since(t1)))
 	}
 }
 
@@ -190,7 +196,7 @@ func (h *Healer) timed(j *journal.Record, phase journal.Phase, do func() error) 
 
 // advance records phase in the journal (fsynced) and on the Lease.
 func (h *Healer) advance(ctx context.Context, j *journal.Record, phase journal.Phase) error {
-	if slices.Contains(h.cfg.CrashBefore, phase) {
+	if slices.Contains(h.cfg.CrashBefore, phase) && h.firstCrash(j.ID, phase) {
 		h.log.Warn("crash injected (test hook): SIGKILL before the journal records the phase", zap.String("phase", string(phase)))
 		_ = h.log.Sync()
 		_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
@@ -207,4 +213,20 @@ func (h *Healer) advance(ctx context.Context, j *journal.Record, phase journal.P
 		}
 	}
 	return nil
+}
+
+// firstCrash reports whether the test hook has not yet crashed this recovery
+// in phase, and marks it done (a file in the state dir, written before the
+// SIGKILL). Once per recovery and phase: the restarted agent redoes an
+// idempotent step or adopts the change (AdoptLearner also records
+// learner-added), and must then go on instead of crashing again forever.
+func (h *Healer) firstCrash(recoveryID string, phase journal.Phase) bool {
+	marker := filepath.Join(h.cfg.StateDir, fmt.Sprintf(".test-crash-injected-%s-%s", recoveryID, phase))
+	f, err := os.OpenFile(marker, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+	if err != nil {
+		return false // injected already (or the state dir is unusable: do not crash blind)
+	}
+	_ = f.Sync()
+	_ = f.Close()
+	return true
 }

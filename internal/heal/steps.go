@@ -176,8 +176,8 @@ func (h *Healer) addLearner(ctx context.Context, res watchdog.Result, j *journal
 	return nil
 }
 
-// prepareDataDir, raft mode: an empty data dir; the leader sends the
-// learner a raft snapshot (upstream-supported). Anything left in the data
+// prepareDataDir, raft mode: no data dir; the leader sends the learner a
+// raft snapshot (upstream-supported). Anything left in the data
 // dir is quarantined first.
 func (h *Healer) prepareDataDir(j *journal.Record) error {
 	if entries, err := os.ReadDir(h.cfg.DataDir); err == nil && len(entries) > 0 {
@@ -187,9 +187,7 @@ func (h *Healer) prepareDataDir(j *journal.Record) error {
 		}
 		h.log.Info("leftover data dir quarantined", zap.String("to", dst))
 	}
-	if err := os.MkdirAll(h.cfg.DataDir, 0o700); err != nil {
-		return err
-	}
+	// Left absent: etcd creates it with the layout and modes it wants.
 	return syncDir(filepath.Dir(h.cfg.DataDir))
 }
 

@@ -1,0 +1,68 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/etcd-agent/etcd-agent/internal/lab"
+	"github.com/etcd-agent/etcd-agent/internal/lab/bench"
+	"github.com/spf13/cobra"
+)
+
+func newLabBenchCmd(g *globalFlags, dir *string) *cobra.Command {
+	var sizes []string
+	var binDir string
+	c := &cobra.Command{
+		Use:   "bench",
+		Short: "Measure the agent's heal against the bare etcd rejoin on the same db, per db size, and print a table",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			log, err := g.logger()
+			if err != nil {
+				return err
+			}
+			var bytes []int64
+			for _, s := range sizes {
+				b, err := parseSize(s)
+				if err != nil {
+					return err
+				}
+				bytes = append(bytes, b)
+			}
+			exe, err := os.Executable()
+			if err != nil {
+				return err
+			}
+			if binDir, err = filepath.Abs(binDir); err != nil {
+				return err
+			}
+			_, err = bench.Run(cmd.Context(), bench.Options{
+				Lab:   lab.Options{Dir: *dir, Nodes: 3, BinDir: binDir, AgentBinary: exe, Log: log},
+				Sizes: bytes, Out: cmd.OutOrStdout(), Log: log,
+			})
+			return err
+		},
+	}
+	c.Flags().StringSliceVar(&sizes, "sizes", []string{"100MB", "500MB"}, "db sizes to measure (e.g. 100MB,500MB,1GB)")
+	c.Flags().StringVar(&binDir, "bin-dir", defaultBinDir(), "folder with etcd and kube-apiserver (from `make tools`)")
+	return c
+}
+
+func parseSize(s string) (int64, error) {
+	u := strings.ToUpper(strings.TrimSpace(s))
+	mult := int64(1)
+	for suffix, m := range map[string]int64{"GB": 1 << 30, "MB": 1 << 20, "KB": 1 << 10} {
+		if strings.HasSuffix(u, suffix) {
+			u, mult = strings.TrimSuffix(u, suffix), m
+			break
+		}
+	}
+	n, err := strconv.ParseInt(u, 10, 64)
+	if err != nil || n <= 0 {
+		return 0, fmt.Errorf("bad size %q: want e.g. 100MB or 1GB", s)
+	}
+	return n * mult, nil
+}

@@ -1,0 +1,253 @@
+package main
+
+import (
+	"bytes"
+	"compress/gzip"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/base64"
+	"errors"
+	"flag"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// labCmd runs the scenario the committed screenshot shows: a 3-node lab with
+// agents under a steady write load; node2's data dir is wiped under its
+// running member and its agent heals it; a dry-run manual request on node1 is
+// refused (reason dry-run); node3's etcd is killed and restarted by its
+// supervisor inside the grace period. Every agent's /metrics is recorded
+// once a second throughout, then rendered.
+func labCmd(args []string) error {
+	fs := flag.NewFlagSet("lab", flag.ExitOnError)
+	repo := fs.String("repo", "../..", "the etcd-agent repository (bin/ must hold etcd and kube-apiserver: make tools)")
+	dir := fs.String("dir", "", "lab folder (default: a new temporary folder)")
+	recPath := fs.String("recording", "lab-run.jsonl.gz", "recording to write")
+	out := fs.String("out", "dashboard.png", "PNG to write")
+	dash := fs.String("dashboard", "", "the Grafana dashboard JSON (default <repo>/deploy/grafana/etcd-agent-dashboard.json)")
+	seedMiB := fs.Int("seed-mib", 24, "MiB of data written before the scenario (the snapshot the learner needs)")
+	_ = fs.Parse(args)
+	root, err := filepath.Abs(*repo)
+	if err != nil {
+		return err
+	}
+	if *dash == "" {
+		*dash = filepath.Join(root, "deploy", "grafana", "etcd-agent-dashboard.json")
+	}
+	if *dir == "" {
+		if *dir, err = os.MkdirTemp("", "render-dashboard-lab-"); err != nil {
+			return err
+		}
+	}
+	if *dir, err = filepath.Abs(*dir); err != nil {
+		return err
+	}
+	ctx := context.Background()
+
+	agent := filepath.Join(*dir, "etcd-agent")
+	step("build etcd-agent")
+	if err := run(root, "go", "build", "-o", agent, "./cmd/etcd-agent"); err != nil {
+		return err
+	}
+	labDir := filepath.Join(*dir, "lab")
+	lab := func(verb string, more ...string) error {
+		return run(root, agent, append([]string{"lab", verb, "--dir", labDir}, more...)...)
+	}
+	step("lab up: 3 nodes with agents")
+	if err := lab("up", "--nodes", "3", "--agents", "--bin-dir", filepath.Join(root, "bin"), "--agent-binary", agent); err != nil {
+		_ = lab("down")
+		return err
+	}
+	defer func() {
+		step("lab down")
+		_ = lab("down")
+	}()
+	spec, err := readLabSpec(labDir)
+	if err != nil {
+		return err
+	}
+	targets, err := labTargets(labDir)
+	if err != nil {
+		return err
+	}
+	etcdURL := spec.Nodes[0].ClientURL
+
+	step(fmt.Sprintf("seed %d MiB into etcd", *seedMiB))
+	if err := seed(ctx, etcdURL, *seedMiB); err != nil {
+		return err
+	}
+
+	// Record and write in the background.
+	f, err := os.Create(*recPath)
+	if err != nil {
+		return err
+	}
+	gz := gzip.NewWriter(f)
+	rctx, stopRec := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	var rounds int
+	var recErr error
+	wg.Go(func() { rounds, recErr = record(rctx, targets, time.Second, gz) })
+	var puts atomic.Int64
+	wg.Go(func() { writeLoad(rctx, etcdURL, &puts) })
+
+	scenario := func() error {
+		time.Sleep(12 * time.Second)
+		step("wipe node2's data dir under its running member")
+		if err := lab("wipe", "--node", "node2"); err != nil {
+			return err
+		}
+		if err := waitState(ctx, targets["node2"], false, 30*time.Second); err != nil {
+			return fmt.Errorf("node2 never left healthy: %w", err)
+		}
+		if err := waitState(ctx, targets["node2"], true, 3*time.Minute); err != nil {
+			return fmt.Errorf("node2 not healed: %w", err)
+		}
+		step("node2 healed")
+		time.Sleep(10 * time.Second)
+		step("dry-run manual request on node1")
+		if err := annotate(ctx, spec, "node1", `{"metadata":{"annotations":{"etcd-agent.io/recover-dry-run":"true","etcd-agent.io/recover":"rejoin"}}}`); err != nil {
+			return err
+		}
+		time.Sleep(8 * time.Second)
+		step("kill node3's etcd (its supervisor restarts it)")
+		if err := lab("kill-member", "--node", "node3"); err != nil {
+			return err
+		}
+		time.Sleep(15 * time.Second)
+		return nil
+	}
+	serr := scenario()
+	stopRec()
+	wg.Wait()
+	if err := errors.Join(recErr, gz.Close(), f.Close()); err != nil {
+		return err
+	}
+	step(fmt.Sprintf("recorded %d rounds, %d writes acknowledged during the run", rounds, puts.Load()))
+	if serr != nil {
+		return serr
+	}
+	return render(*recPath, *dash, *out)
+}
+
+func step(s string) { fmt.Printf("%s  %s\n", time.Now().UTC().Format("15:04:05"), s) }
+
+func run(dir, name string, args ...string) error {
+	cmd := exec.Command(name, args...)
+	cmd.Dir, cmd.Stdout, cmd.Stderr = dir, os.Stdout, os.Stderr
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("%s %v: %w", name, args, err)
+	}
+	return nil
+}
+
+// put writes one key through etcd's JSON gateway.
+func put(ctx context.Context, etcdURL, key string, value []byte) error {
+	body := fmt.Sprintf(`{"key":%q,"value":%q}`, base64.StdEncoding.EncodeToString([]byte(key)), base64.StdEncoding.EncodeToString(value))
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, etcdURL+"/v3/kv/put", bytes.NewBufferString(body))
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("put %s: %s", key, resp.Status)
+	}
+	return nil
+}
+
+func seed(ctx context.Context, etcdURL string, mib int) error {
+	value := bytes.Repeat([]byte("x"), 64<<10)
+	n := mib * 16
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	sem := make(chan struct{}, 4)
+	for i := range n {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			if err := put(ctx, etcdURL, fmt.Sprintf("seed/%05d", i), value); err != nil {
+				errs <- err
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	return <-errs
+}
+
+// writeLoad writes ~100 small keys a second until ctx ends.
+func writeLoad(ctx context.Context, etcdURL string, acked *atomic.Int64) {
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	value := bytes.Repeat([]byte("w"), 1024)
+	for i := 0; ; i++ {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		if put(ctx, etcdURL, fmt.Sprintf("load/%07d", i), value) == nil {
+			acked.Add(1)
+		}
+	}
+}
+
+// waitState polls an agent's /metrics until its member is (or is not) healthy.
+func waitState(ctx context.Context, url string, healthy bool, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	last := ""
+	for time.Now().Before(deadline) {
+		if samples, err := scrapeOnce(ctx, url); err == nil {
+			s := &Scrape{Up: true, Samples: samples}
+			st, _ := s.oneHot("etcd_agent_member_state", "state")
+			last = st
+			if (st == "healthy") == healthy && st != "" {
+				return nil
+			}
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+	return fmt.Errorf("after %s the member state is %q", timeout, last)
+}
+
+// annotate merge-patches a Node through the lab's API server (admin token).
+func annotate(ctx context.Context, spec labSpec, node, patch string) error {
+	if spec.APIServer == nil {
+		return errors.New("the lab has no API server")
+	}
+	ca, err := os.ReadFile(filepath.Join(spec.APIServer.Dir, "pki", "ca.crt"))
+	if err != nil {
+		return err
+	}
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(ca)
+	c := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPatch, spec.APIServer.URL+"/api/v1/nodes/"+node, bytes.NewBufferString(patch))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Authorization", "Bearer "+spec.APIServer.Token)
+	req.Header.Set("Content-Type", "application/merge-patch+json")
+	resp, err := c.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("patch node %s: %s", node, resp.Status)
+	}
+	return nil
+}

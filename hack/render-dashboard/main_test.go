@@ -1,0 +1,138 @@
+package main
+
+import (
+	"fmt"
+	"image/png"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestParseText(t *testing.T) {
+	in := `# HELP etcd_agent_member_state The local member's state.
+# TYPE etcd_agent_member_state gauge
+etcd_agent_member_state{member="node1",state="healthy"} 1
+etcd_agent_member_state{member="node1",state="lost"} 0
+etcd_agent_recovery_phase_duration_seconds_bucket{member="n\"1",phase="stopped",le="+Inf"} 3
+etcd_agent_cluster_quorum_margin{member="node1"} -1
+go_goroutines 42
+`
+	got, err := parseText(strings.NewReader(in), "etcd_agent_")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 4 {
+		t.Fatalf("got %d samples, want 4: %+v", len(got), got)
+	}
+	if got[2].Labels["member"] != `n"1` || got[2].Labels["le"] != "+Inf" || got[2].Value != 3 {
+		t.Errorf("escaped label: %+v", got[2])
+	}
+	if got[3].Value != -1 {
+		t.Errorf("value: %+v", got[3])
+	}
+}
+
+// synthetic is a recording shaped like a lab heal: node2 degraded at 10s,
+// recovering 11-20s, healthy after; a refusal on node1 at 30s.
+func synthetic() Recording {
+	t0 := time.Date(2026, 1, 2, 3, 4, 0, 0, time.UTC)
+	var rec Recording
+	for i := 0; i <= 45; i++ {
+		r := Round{T: t0.Add(time.Duration(i) * time.Second), Nodes: map[string]*Scrape{}}
+		for n := 1; n <= 3; n++ {
+			node := fmt.Sprintf("node%d", n)
+			state, dd, margin, healthy := "healthy", "ok", 1.0, 3.0
+			inProgress, lag, snap := 0.0, 0.0, 0.0
+			if n == 2 && i >= 10 && i < 11 {
+				state, dd = "degraded", "missing"
+			}
+			if n == 2 && i >= 11 && i < 20 {
+				state, dd, inProgress = "recovering", "empty", 1
+				lag = float64(max(0, 3000-(i-11)*400))
+			}
+			if i >= 10 && i < 20 {
+				margin, healthy = 0, 2
+			}
+			if n == 2 && i >= 13 {
+				snap = 24 << 20
+			}
+			up := !(n == 3 && i == 38)
+			s := &Scrape{Up: up}
+			if up {
+				for _, st := range []string{"healthy", "degraded", "down", "lost", "recovering", "learner"} {
+					s.Samples = append(s.Samples, Sample{Name: "etcd_agent_member_state", Labels: map[string]string{"state": st}, Value: b2f(st == state)})
+				}
+				for _, st := range []string{"ok", "missing", "empty", "corrupt", "foreign", "in-use"} {
+					s.Samples = append(s.Samples, Sample{Name: "etcd_agent_data_dir_status", Labels: map[string]string{"status": st}, Value: b2f(st == dd)})
+				}
+				refusals := 0.0
+				if n == 1 && i >= 30 {
+					refusals = 1
+				}
+				recovered := 0.0
+				if n == 2 && i >= 20 {
+					recovered = 1
+				}
+				s.Samples = append(s.Samples,
+					Sample{Name: "etcd_agent_cluster_quorum_margin", Value: margin},
+					Sample{Name: "etcd_agent_cluster_voting_members", Value: 3},
+					Sample{Name: "etcd_agent_cluster_healthy_voting_members", Value: healthy},
+					Sample{Name: "etcd_agent_recovery_in_progress", Value: inProgress},
+					Sample{Name: "etcd_agent_lease_held", Value: inProgress},
+					Sample{Name: "etcd_agent_learner_lag_entries", Value: lag},
+					Sample{Name: "etcd_agent_snapshot_bytes_total", Value: snap},
+					Sample{Name: "etcd_agent_recoveries_total", Labels: map[string]string{"result": "succeeded"}, Value: recovered},
+					Sample{Name: "etcd_agent_recoveries_total", Labels: map[string]string{"result": "failed"}, Value: 0},
+					Sample{Name: "etcd_agent_recovery_refusals_total", Labels: map[string]string{"reason": "dry-run"}, Value: refusals},
+				)
+				if n == 2 && i >= 20 {
+					for p, d := range map[string]float64{"started": 0.05, "stopped": 1.2, "snapshotted": 0.8, "removed": 0.02, "learner-added": 0.03, "member-started": 2.5, "promoted": 3.1, "verified": 0.4} {
+						s.Samples = append(s.Samples,
+							Sample{Name: "etcd_agent_recovery_phase_duration_seconds_sum", Labels: map[string]string{"phase": p}, Value: d},
+							Sample{Name: "etcd_agent_recovery_phase_duration_seconds_count", Labels: map[string]string{"phase": p}, Value: 1})
+					}
+				}
+			}
+			r.Nodes[node] = s
+		}
+		rec = append(rec, r)
+	}
+	return rec
+}
+
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// TestRenderSynthetic renders every panel of the real dashboard from a
+// synthetic recording (RENDER_OUT=path keeps the PNG to look at).
+func TestRenderSynthetic(t *testing.T) {
+	d, err := readDashboard(filepath.Join("..", "..", "deploy", "grafana", "etcd-agent-dashboard.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := renderDashboard(d, synthetic(), "a synthetic recording")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := os.Getenv("RENDER_OUT")
+	if out == "" {
+		out = filepath.Join(t.TempDir(), "dashboard.png")
+	}
+	f, err := os.Create(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := png.Encode(f, c.img); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	if c.img.Rect.Dx() != imageWidth || c.img.Rect.Dy() < 800 {
+		t.Errorf("image %v", c.img.Rect)
+	}
+}

@@ -1,0 +1,257 @@
+// Package bench is `etcd-agent lab bench`: for each db size, in one lab, it
+// measures side by side (1) the bare etcd rejoin (remove + learner + start +
+// promote, driven directly, no agent) of one member and (2) the agent's heal
+// of another member on the same db, with API write latency before and during.
+package bench
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/etcd-agent/etcd-agent/internal/journal"
+	"github.com/etcd-agent/etcd-agent/internal/lab"
+	"github.com/etcd-agent/etcd-agent/internal/lab/invariant"
+	"github.com/etcd-agent/etcd-agent/internal/memberruntime"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+)
+
+// Row is one db size's figures.
+type Row struct {
+	DBBytes      int64
+	Bare         time.Duration // remove -> promoted and serving, no agent
+	Agent        time.Duration // fault -> promoted by the agent (no grace applies: data dir gone, member down)
+	AgentTotal   time.Duration // fault -> verified and Lease released
+	Snapshot     time.Duration // the agent's pre-change backup stream
+	BaselineP99  time.Duration
+	HealP99      time.Duration
+	APIFailed    int
+	APIAttempted int
+}
+
+// Options configure a run.
+type Options struct {
+	Lab   lab.Options
+	Sizes []int64 // db bytes to fill before measuring
+	Out   io.Writer
+	Log   *zap.Logger
+}
+
+// Run measures every size on a fresh lab each and prints the table.
+func Run(ctx context.Context, o Options) ([]Row, error) {
+	var rows []Row
+	for i, size := range o.Sizes {
+		lo := o.Lab
+		lo.Dir = filepath.Join(o.Lab.Dir, fmt.Sprintf("size-%d", i))
+		lo.Agents = true
+		fmt.Fprintf(o.Out, "== %s: lab up, filling the db ...\n", human(size))
+		row, err := runOne(ctx, lo, size, o.Out)
+		if err != nil {
+			return rows, fmt.Errorf("%s: %w", human(size), err)
+		}
+		rows = append(rows, row)
+	}
+	Print(o.Out, rows)
+	return rows, nil
+}
+
+func runOne(ctx context.Context, lo lab.Options, size int64, out io.Writer) (Row, error) {
+	var row Row
+	l, err := lab.Up(ctx, lo)
+	if l != nil {
+		defer l.Down(context.Background())
+	}
+	if err != nil {
+		return row, err
+	}
+	cli, err := l.EtcdClient()
+	if err != nil {
+		return row, err
+	}
+	defer cli.Close()
+	if err := fill(ctx, cli, size); err != nil {
+		return row, err
+	}
+	st, err := cli.Status(ctx, l.Spec.Nodes[0].ClientURL)
+	if err != nil {
+		return row, err
+	}
+	row.DBBytes = st.DbSize
+	kc, err := l.KubeClient()
+	if err != nil {
+		return row, err
+	}
+	w, err := invariant.StartWriter(ctx, kc, nil, 50*time.Millisecond)
+	if err != nil {
+		return row, err
+	}
+	defer w.Stop()
+	time.Sleep(5 * time.Second) // a baseline is a duration of load
+	base := w.Snapshot()
+	row.BaselineP99 = invariant.Percentile(base.APILatencies, 99)
+
+	fmt.Fprintf(out, "   db %s; bare etcd rejoin of node3 (its agent stopped) ...\n", human(row.DBBytes))
+	if row.Bare, err = bareRejoin(ctx, l, cli, "node3"); err != nil {
+		return row, fmt.Errorf("bare rejoin: %w", err)
+	}
+	if err := l.WaitHealthy(ctx, 3, 5*time.Minute); err != nil {
+		return row, err
+	}
+	fmt.Fprintf(out, "   bare: %s; agent heal of node2 (member stopped, data dir wiped) ...\n", row.Bare.Round(time.Millisecond))
+	mid := w.Snapshot()
+	if err := agentHeal(ctx, l, "node2", &row); err != nil {
+		return row, fmt.Errorf("agent heal: %w", err)
+	}
+	end := w.Snapshot()
+	row.HealP99 = invariant.Percentile(end.APILatencies[len(mid.APILatencies):], 99)
+	row.APIAttempted, row.APIFailed = end.APIAttempted-mid.APIAttempted, end.APIFailed-mid.APIFailed
+	fmt.Fprintf(out, "   agent: %s to promoted\n", row.Agent.Round(time.Millisecond))
+	return row, nil
+}
+
+// fill writes 512 KiB values until the db holds about size bytes.
+func fill(ctx context.Context, cli *clientv3.Client, size int64) error {
+	val := strings.Repeat("x", 512<<10)
+	for i := 0; int64(i)*int64(len(val)) < size; i++ {
+		rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		_, err := cli.Put(rctx, fmt.Sprintf("/bench/fill/%06d", i), val)
+		cancel()
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// bareRejoin is the upstream procedure with no agent: stop the member, set
+// its data dir aside, remove it, add it back as a learner, start it on an
+// empty data dir, promote it once etcd lets us. Timed from the remove.
+func bareRejoin(ctx context.Context, l *lab.Lab, cli *clientv3.Client, node string) (time.Duration, error) {
+	n, err := l.Spec.Node(node)
+	if err != nil {
+		return 0, err
+	}
+	// Its agent would heal the member itself: stop it as a kubelet would.
+	parked := filepath.Join(n.NodeDir, "etcd-agent.yaml.parked")
+	if err := os.Rename(n.AgentManifest(), parked); err != nil {
+		return 0, err
+	}
+	defer os.Rename(parked, n.AgentManifest())
+	rt := memberruntime.NewStaticPod(n.EtcdManifest(), filepath.Join(n.NodeDir, "bench-parked"), []string{n.ClientURL, n.PeerURL}, zap.NewNop())
+	ml, err := cli.MemberList(ctx)
+	if err != nil {
+		return 0, err
+	}
+	var oldID uint64
+	var others []string
+	for _, m := range ml.Members {
+		if m.Name == n.Member {
+			oldID = m.ID
+		} else {
+			others = append(others, m.Name+"="+m.PeerURLs[0])
+		}
+	}
+	if err := rt.Stop(ctx); err != nil {
+		return 0, err
+	}
+	if err := os.Rename(n.DataDir, n.DataDir+".bench-aside"); err != nil {
+		return 0, err
+	}
+	start := time.Now()
+	if _, err := cli.MemberRemove(ctx, oldID); err != nil {
+		return 0, err
+	}
+	add, err := cli.MemberAddAsLearner(ctx, []string{n.PeerURL})
+	if err != nil {
+		return 0, err
+	}
+	ic := strings.Join(append(others, n.Member+"="+n.PeerURL), ",")
+	if err := rt.Start(ctx, ic); err != nil {
+		return 0, err
+	}
+	deadline := time.Now().Add(10 * time.Minute)
+	promoted := false
+	for time.Now().Before(deadline) {
+		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		if !promoted {
+			// etcd answers "not ready" until the learner has caught up.
+			_, err := cli.MemberPromote(rctx, add.Member.ID)
+			promoted = err == nil
+		}
+		if promoted {
+			// Done when the member serves, as the agent's TTR counts it.
+			if _, err := cli.Status(rctx, n.ClientURL); err == nil {
+				cancel()
+				return time.Since(start), nil
+			}
+		}
+		cancel()
+		time.Sleep(50 * time.Millisecond) // polling etcd
+	}
+	return 0, fmt.Errorf("learner not promoted and serving after 10 minutes")
+}
+
+// agentHeal breaks node's member (stopped, data dir gone; its start gate
+// then holds etcd back) and waits for its agent to heal it.
+func agentHeal(ctx context.Context, l *lab.Lab, node string, row *Row) error {
+	n, err := l.Spec.Node(node)
+	if err != nil {
+		return err
+	}
+	if err := l.StopMember(node); err != nil {
+		return err
+	}
+	// Down for a moment is within the grace; down with its data dir gone is
+	// lost at once: the clock starts at the wipe.
+	t0 := time.Now()
+	if err := l.WipeDataDir(node); err != nil {
+		return err
+	}
+	if err := l.StartMember(node); err != nil {
+		return err
+	}
+	deadline := t0.Add(15 * time.Minute)
+	for time.Now().Before(deadline) {
+		rec, ok, _ := journal.Load(n.StateDir, n.Member)
+		if ok && rec.Phase == journal.PhaseDone && rec.StartedAt.After(t0) {
+			if rec.Result != journal.ResultSucceeded {
+				return fmt.Errorf("recovery %s: %s %s", rec.Result, rec.Reason, rec.Message)
+			}
+			row.Agent = rec.PhaseTimes[journal.PhasePromoted].Sub(t0)
+			row.AgentTotal = rec.FinishedAt.Sub(t0)
+			row.Snapshot = rec.PhaseTimes[journal.PhaseSnapshotted].Sub(rec.PhaseTimes[journal.PhaseStopped])
+			return nil
+		}
+		time.Sleep(100 * time.Millisecond) // polling the journal file
+	}
+	return fmt.Errorf("not healed in 15 minutes")
+}
+
+// Print writes the table.
+func Print(w io.Writer, rows []Row) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "db size\tbare etcd rejoin\tagent TTR-grace\tratio\tof which snapshot backup\tagent total\tAPI p99 before\tAPI p99 during\tAPI writes failed\t")
+	for _, r := range rows {
+		ratio := float64(r.Agent) / float64(r.Bare)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%.2fx\t%s\t%s\t%s\t%s\t%d/%d\t\n", human(r.DBBytes), r.Bare.Round(10*time.Millisecond),
+			r.Agent.Round(10*time.Millisecond), ratio, r.Snapshot.Round(10*time.Millisecond), r.AgentTotal.Round(10*time.Millisecond),
+			r.BaselineP99.Round(time.Millisecond), r.HealP99.Round(time.Millisecond), r.APIFailed, r.APIAttempted)
+	}
+	tw.Flush()
+}
+
+func human(b int64) string {
+	switch {
+	case b >= 1<<30:
+		return fmt.Sprintf("%.1f GiB", float64(b)/(1<<30))
+	case b >= 1<<20:
+		return fmt.Sprintf("%.0f MiB", float64(b)/(1<<20))
+	}
+	return fmt.Sprintf("%d KiB", b>>10)
+}
