@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io/fs"
 	"net"
 	"net/http"
 	"os"
@@ -33,11 +34,18 @@ func Run(ctx context.Context, c Config) error {
 	if c.Log == nil {
 		c.Log = zap.NewNop()
 	}
-	id, err := ResolveIdentity(c)
+	if err := os.MkdirAll(c.StateDir, 0o755); err != nil {
+		return err
+	}
+	m := metrics.New()
+	var ready atomic.Bool
+	srv, err := serveHTTP(c.MetricsAddr, m, &ready)
 	if err != nil {
 		return err
 	}
-	if err := os.MkdirAll(c.StateDir, 0o755); err != nil {
+	defer srv.Shutdown(context.Background())
+	id, err := waitForIdentity(ctx, c)
+	if err != nil {
 		return err
 	}
 	wcfg, err := c.WatchdogConfig(id)
@@ -49,13 +57,6 @@ func Run(ctx context.Context, c Config) error {
 		return err
 	}
 	defer wd.Close()
-	m := metrics.New()
-	var ready atomic.Bool
-	srv, err := serveHTTP(c.MetricsAddr, m, &ready)
-	if err != nil {
-		return err
-	}
-	defer srv.Shutdown(context.Background())
 	log := c.Log.With(zap.String("member", id.Name), zap.String("node", c.NodeName))
 	log.Info("agent started", zap.String("dataDir", id.DataDir), zap.Strings("peerURLs", id.PeerURLs),
 		zap.String("clientURL", id.ClientURL), zap.String("metrics", srv.Addr), zap.Duration("poll", c.PollInterval),
@@ -172,6 +173,29 @@ func reportNothing(ctx context.Context, rep *nodereport.Reporter, req *plan.Requ
 	_ = rep.ClearRequest(ctx)
 	_ = rep.SetLastRecovery(ctx, nodereport.LastRecovery{Request: req.Action, Result: "refused", Reason: string(out.Decision.Reason),
 		StartedAt: now, FinishedAt: now, Message: out.Decision.Detail})
+}
+
+// waitForIdentity resolves the member's identity, waiting while the etcd
+// static-pod manifest does not exist yet: a DaemonSet pod on a control-plane
+// node that has no member (yet: a new node, UC1) idles, live but not ready,
+// instead of crash-looping. Any other identity error is fatal.
+func waitForIdentity(ctx context.Context, c Config) (watchdog.Identity, error) {
+	logged := false
+	for {
+		id, err := ResolveIdentity(c)
+		if err == nil || !errors.Is(err, fs.ErrNotExist) {
+			return id, err
+		}
+		if !logged {
+			c.Log.Warn("no etcd static-pod manifest on this node yet; waiting for one", zap.String("manifest", c.StaticPodManifest), zap.Error(err))
+			logged = true
+		}
+		select {
+		case <-ctx.Done():
+			return id, ctx.Err()
+		case <-time.After(c.PollInterval):
+		}
+	}
 }
 
 // serveHTTP serves /metrics, /healthz (the process lives) and /readyz (it

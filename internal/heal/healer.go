@@ -120,8 +120,7 @@ func (h *Healer) Consider(ctx context.Context, res watchdog.Result, req *plan.Re
 	if err != nil {
 		return Outcome{Err: err}
 	}
-	in := h.input(ctx, res, req, j)
-	d := plan.Decide(in, h.cfg.Plan)
+	d := h.decide(ctx, res, req, j)
 	switch d.Action {
 	case plan.Begin:
 		return h.recover(ctx, res, req, j)
@@ -138,17 +137,29 @@ func (h *Healer) Plan(ctx context.Context, res watchdog.Result, req *plan.Reques
 	if err != nil {
 		return plan.Decision{Action: plan.Nothing, Detail: err.Error()}
 	}
+	return h.decide(ctx, res, req, j)
+}
+
+// decide asks the core, and asks the API for the Lease only when the answer
+// depends on it: most polls (a healthy member, a member in its grace, a
+// refusal for quorum) need no API call, and with the majority lost the API
+// cannot answer anyway.
+func (h *Healer) decide(ctx context.Context, res watchdog.Result, req *plan.Request, j journal.Record) plan.Decision {
+	if !j.Active() {
+		in := h.baseInput(res, req, j)
+		in.APIAvailable = true // optimistic; checked below if it matters
+		d := plan.Decide(in, h.cfg.Plan)
+		if d.Action != plan.Begin && !(d.Action == plan.Refuse && d.Reason == plan.ReasonDryRun) {
+			return d
+		}
+	}
 	return plan.Decide(h.input(ctx, res, req, j), h.cfg.Plan)
 }
 
 // input gathers what Decide needs besides the observation: the Lease's
 // state (asked of the API server) and the free disk space.
 func (h *Healer) input(ctx context.Context, res watchdog.Result, req *plan.Request, j journal.Record) plan.Input {
-	in := plan.Input{Now: res.Observation.At, Obs: res.Observation, Verdict: res.Verdict, Request: req, Journal: j}
-	if req == nil && j.Active() && j.Request != "" && j.Request != "auto" {
-		in.Request = &plan.Request{Action: j.Request} // a resumed manual recovery stays manual
-	}
-	in.FreeBytes = freeBytes(h.cfg.QuarantineDir)
+	in := h.baseInput(res, req, j)
 	l, err := h.leaseOf(res.Observation.ClusterID)
 	if err != nil || l == nil {
 		return in
@@ -164,6 +175,16 @@ func (h *Healer) input(ctx context.Context, res watchdog.Result, req *plan.Reque
 	if holder != "" && !expired && !in.LeaseHeld && holder != h.holder() {
 		in.LeaseHolder = holder
 	}
+	return in
+}
+
+// baseInput is the input without the Lease's state (API not asked).
+func (h *Healer) baseInput(res watchdog.Result, req *plan.Request, j journal.Record) plan.Input {
+	in := plan.Input{Now: res.Observation.At, Obs: res.Observation, Verdict: res.Verdict, Request: req, Journal: j}
+	if req == nil && j.Active() && j.Request != "" && j.Request != "auto" {
+		in.Request = &plan.Request{Action: j.Request} // a resumed manual recovery stays manual
+	}
+	in.FreeBytes = freeBytes(h.cfg.QuarantineDir)
 	return in
 }
 

@@ -22,13 +22,13 @@ import (
 	"go.uber.org/zap"
 )
 
-// Row is one db size's figures.
+// Row is one db size's figures; durations are per run, reported as the median.
 type Row struct {
 	DBBytes      int64
-	Bare         time.Duration // remove -> promoted and serving, no agent
-	Agent        time.Duration // fault -> promoted by the agent (no grace applies: data dir gone, member down)
-	AgentTotal   time.Duration // fault -> verified and Lease released
-	Snapshot     time.Duration // the agent's pre-change backup stream
+	Bare         []time.Duration // remove -> promoted and serving, no agent
+	Agent        []time.Duration // fault -> promoted by the agent (no grace applies: data dir gone, member down)
+	AgentTotal   []time.Duration // fault -> verified and Lease released
+	Snapshot     []time.Duration // the agent's pre-change backup stream
 	BaselineP99  time.Duration
 	HealP99      time.Duration
 	APIFailed    int
@@ -39,6 +39,9 @@ type Row struct {
 type Options struct {
 	Lab   lab.Options
 	Sizes []int64 // db bytes to fill before measuring
+	// Runs per size: etcd itself is noisy (a new member's first publish
+	// sometimes times out after 7 s), so each side is run several times.
+	Runs int
 	Out   io.Writer
 	Log   *zap.Logger
 }
@@ -50,8 +53,12 @@ func Run(ctx context.Context, o Options) ([]Row, error) {
 		lo := o.Lab
 		lo.Dir = filepath.Join(o.Lab.Dir, fmt.Sprintf("size-%d", i))
 		lo.Agents = true
+		// Only "data dir gone and not serving" (lost at once, no grace) may
+		// start a heal here: stopping etcd under API load takes longer than
+		// the lab's 3 s grace, which would start the clock early.
+		lo.AgentArgs = append(lo.AgentArgs, "--grace-period=1h")
 		fmt.Fprintf(o.Out, "== %s: lab up, filling the db ...\n", human(size))
-		row, err := runOne(ctx, lo, size, o.Out)
+		row, err := runOne(ctx, lo, size, max(1, o.Runs), o.Out)
 		if err != nil {
 			return rows, fmt.Errorf("%s: %w", human(size), err)
 		}
@@ -61,7 +68,7 @@ func Run(ctx context.Context, o Options) ([]Row, error) {
 	return rows, nil
 }
 
-func runOne(ctx context.Context, lo lab.Options, size int64, out io.Writer) (Row, error) {
+func runOne(ctx context.Context, lo lab.Options, size int64, runs int, out io.Writer) (Row, error) {
 	var row Row
 	l, err := lab.Up(ctx, lo)
 	if l != nil {
@@ -96,22 +103,32 @@ func runOne(ctx context.Context, lo lab.Options, size int64, out io.Writer) (Row
 	base := w.Snapshot()
 	row.BaselineP99 = invariant.Percentile(base.APILatencies, 99)
 
-	fmt.Fprintf(out, "   db %s; bare etcd rejoin of node3 (its agent stopped) ...\n", human(row.DBBytes))
-	if row.Bare, err = bareRejoin(ctx, l, cli, "node3"); err != nil {
-		return row, fmt.Errorf("bare rejoin: %w", err)
+	var healLat []time.Duration
+	for r := 1; r <= runs; r++ {
+		fmt.Fprintf(out, "   run %d/%d, db %s: bare etcd rejoin of node3 (its agent stopped) ...\n", r, runs, human(row.DBBytes))
+		bare, err := bareRejoin(ctx, l, cli, "node3")
+		if err != nil {
+			return row, fmt.Errorf("bare rejoin: %w", err)
+		}
+		row.Bare = append(row.Bare, bare)
+		if err := l.WaitHealthy(ctx, 3, 5*time.Minute); err != nil {
+			return row, err
+		}
+		fmt.Fprintf(out, "   bare: %s; agent heal of node2 (member stopped, data dir wiped) ...\n", bare.Round(time.Millisecond))
+		mid := w.Snapshot()
+		if err := agentHeal(ctx, l, "node2", &row); err != nil {
+			return row, fmt.Errorf("agent heal: %w", err)
+		}
+		end := w.Snapshot()
+		healLat = append(healLat, end.APILatencies[len(mid.APILatencies):]...)
+		row.APIAttempted += end.APIAttempted - mid.APIAttempted
+		row.APIFailed += end.APIFailed - mid.APIFailed
+		fmt.Fprintf(out, "   agent: %s to promoted\n", row.Agent[len(row.Agent)-1].Round(time.Millisecond))
+		if err := l.WaitHealthy(ctx, 3, 5*time.Minute); err != nil {
+			return row, err
+		}
 	}
-	if err := l.WaitHealthy(ctx, 3, 5*time.Minute); err != nil {
-		return row, err
-	}
-	fmt.Fprintf(out, "   bare: %s; agent heal of node2 (member stopped, data dir wiped) ...\n", row.Bare.Round(time.Millisecond))
-	mid := w.Snapshot()
-	if err := agentHeal(ctx, l, "node2", &row); err != nil {
-		return row, fmt.Errorf("agent heal: %w", err)
-	}
-	end := w.Snapshot()
-	row.HealP99 = invariant.Percentile(end.APILatencies[len(mid.APILatencies):], 99)
-	row.APIAttempted, row.APIFailed = end.APIAttempted-mid.APIAttempted, end.APIFailed-mid.APIFailed
-	fmt.Fprintf(out, "   agent: %s to promoted\n", row.Agent.Round(time.Millisecond))
+	row.HealP99 = invariant.Percentile(healLat, 99)
 	return row, nil
 }
 
@@ -223,9 +240,9 @@ func agentHeal(ctx context.Context, l *lab.Lab, node string, row *Row) error {
 			if rec.Result != journal.ResultSucceeded {
 				return fmt.Errorf("recovery %s: %s %s", rec.Result, rec.Reason, rec.Message)
 			}
-			row.Agent = rec.PhaseTimes[journal.PhasePromoted].Sub(t0)
-			row.AgentTotal = rec.FinishedAt.Sub(t0)
-			row.Snapshot = rec.PhaseTimes[journal.PhaseSnapshotted].Sub(rec.PhaseTimes[journal.PhaseStopped])
+			row.Agent = append(row.Agent, rec.PhaseTimes[journal.PhasePromoted].Sub(t0))
+			row.AgentTotal = append(row.AgentTotal, rec.FinishedAt.Sub(t0))
+			row.Snapshot = append(row.Snapshot, rec.PhaseTimes[journal.PhaseSnapshotted].Sub(rec.PhaseTimes[journal.PhaseStopped]))
 			return nil
 		}
 		time.Sleep(100 * time.Millisecond) // polling the journal file
@@ -236,14 +253,25 @@ func agentHeal(ctx context.Context, l *lab.Lab, node string, row *Row) error {
 // Print writes the table.
 func Print(w io.Writer, rows []Row) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "db size\tbare etcd rejoin\tagent TTR-grace\tratio\tof which snapshot backup\tagent total\tAPI p99 before\tAPI p99 during\tAPI writes failed\t")
+	fmt.Fprintln(tw, "db size\truns\tbare etcd rejoin\tagent TTR-grace\tratio\tof which snapshot backup\tagent total\tAPI p99 before\tAPI p99 during\tAPI writes failed\t")
 	for _, r := range rows {
-		ratio := float64(r.Agent) / float64(r.Bare)
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%.2fx\t%s\t%s\t%s\t%s\t%d/%d\t\n", human(r.DBBytes), r.Bare.Round(10*time.Millisecond),
-			r.Agent.Round(10*time.Millisecond), ratio, r.Snapshot.Round(10*time.Millisecond), r.AgentTotal.Round(10*time.Millisecond),
+		bare, agent := median(r.Bare), median(r.Agent)
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%.2fx\t%s\t%s\t%s\t%s\t%d/%d\t\n", human(r.DBBytes), len(r.Bare), spread(r.Bare),
+			spread(r.Agent), float64(agent)/float64(bare), median(r.Snapshot).Round(10*time.Millisecond), median(r.AgentTotal).Round(10*time.Millisecond),
 			r.BaselineP99.Round(time.Millisecond), r.HealP99.Round(time.Millisecond), r.APIFailed, r.APIAttempted)
 	}
 	tw.Flush()
+	fmt.Fprintln(w, "(durations: median [min-max] over the runs; ratio = median agent / median bare)")
+}
+
+func median(ds []time.Duration) time.Duration { return invariant.Percentile(ds, 50) }
+
+func spread(ds []time.Duration) string {
+	r := func(d time.Duration) string { return d.Round(10 * time.Millisecond).String() }
+	if len(ds) < 2 {
+		return r(median(ds))
+	}
+	return fmt.Sprintf("%s [%s-%s]", r(median(ds)), r(invariant.Percentile(ds, 0)), r(invariant.Percentile(ds, 100)))
 }
 
 func human(b int64) string {

@@ -1,0 +1,115 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/etcd-agent/etcd-agent/internal/journal"
+	"github.com/etcd-agent/etcd-agent/internal/lab"
+	"github.com/etcd-agent/etcd-agent/internal/nodereport"
+)
+
+// TestManualRecover drives the manual trigger (Node annotations, DESIGN §7)
+// on one lab, with automatic healing off so that only requests act:
+// (a) a rejoin of a healthy member is carried out (rule 2 allows it while
+// quorum survives the stop); (b) a dry run only plans; (c) a value that is
+// not understood is refused bad-request; (d) a rejoin that would lose quorum
+// (node3 stopped) is refused would-lose-quorum. (b)-(d) change nothing.
+func TestManualRecover(t *testing.T) {
+	ctx := context.Background()
+	l := newLab(t, lab.Options{Nodes: 3, Agents: true, AgentArgs: []string{"--auto-heal=false"}})
+	waitAgentState(t, l, "node2", "healthy", "ok", 30*time.Second)
+	// node1 leads: neither (a) nor (d) stops the leader (see ensureNotLeader).
+	ensureNotLeader(t, l, "node2", "node3")
+	h := startHeal(t, l)
+	kc := h.kc
+	p2 := peerOf(t, l, "node2")
+
+	// (a) rejoin a healthy member.
+	before := idsByPeer(mustMembers(t, l))
+	h.fault()
+	annotate(t, kc, "node2", map[string]any{nodereport.AnnotationRecover: "rejoin"})
+	lr, raw := waitLastRecovery(t, kc, "node2", "", 90*time.Second)
+	if lr.Result != nodereport.ResultSucceeded || lr.Request != "rejoin" {
+		t.Fatalf("(a) last-recovery %s: want a succeeded rejoin", raw)
+	}
+	j := h.waitHealed("node2", "node2", 3, 30*time.Second)
+	if j.Request != "rejoin" {
+		t.Fatalf("(a) journal request %q, want rejoin", j.Request)
+	}
+	afterA := idsByPeer(mustMembers(t, l))
+	if afterA[p2] == before[p2] || afterA[p2] != uint64(j.NewMemberID) {
+		t.Fatalf("(a) node2's member: before %x, after %x, journal new %x: want a new ID", before[p2], afterA[p2], uint64(j.NewMemberID))
+	}
+	// A healthy member's data dir is complete: it is all kept.
+	assertQuarantine(t, l, "node2", j, "member/snap/db", "member/wal/*.wal")
+	t.Logf("(a) last-recovery: %s", raw)
+
+	// (b) dry run: the plan, and nothing else.
+	annotate(t, kc, "node2", map[string]any{nodereport.AnnotationRecover: "rejoin", nodereport.AnnotationRecoverDryRun: "true"})
+	lr, raw = waitLastRecovery(t, kc, "node2", raw, 30*time.Second)
+	if lr.Result != nodereport.ResultRefused || lr.Reason != "dry-run" {
+		t.Fatalf("(b) last-recovery %s: want refused dry-run", raw)
+	}
+	if want := fmt.Sprintf("remove member %x", afterA[p2]); !strings.Contains(lr.Message, "would:") || !strings.Contains(lr.Message, want) {
+		t.Fatalf("(b) dry-run message %q does not give the plan (%q)", lr.Message, want)
+	}
+	t.Logf("(b) last-recovery: %s", raw)
+	assertUnchanged(t, l, "(b)", afterA, j)
+
+	// (c) a request the agent does not understand.
+	annotate(t, kc, "node2", map[string]any{nodereport.AnnotationRecover: "reboot", nodereport.AnnotationRecoverDryRun: nil})
+	lr, raw = waitLastRecovery(t, kc, "node2", raw, 30*time.Second)
+	if lr.Result != nodereport.ResultRefused || lr.Reason != "bad-request" || !strings.Contains(lr.Message, "reboot") {
+		t.Fatalf("(c) last-recovery %s: want refused bad-request naming the value", raw)
+	}
+	t.Logf("(c) last-recovery: %s", raw)
+	assertUnchanged(t, l, "(c)", afterA, j)
+
+	// (d) node3 stopped: 2 of 3 healthy, stopping node2 would lose quorum.
+	if err := l.StopMember("node3"); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 30*time.Second, "node2 agent sees 2 healthy voters", func() error {
+		v, err := metricValue(l, "node2", "etcd_agent_cluster_healthy_voting_members", nil)
+		if err != nil {
+			return err
+		}
+		if v != 2 {
+			return fmt.Errorf("healthy voters %v", v)
+		}
+		return nil
+	})
+	annotate(t, kc, "node2", map[string]any{nodereport.AnnotationRecover: "rejoin"})
+	lr, raw = waitLastRecovery(t, kc, "node2", raw, 30*time.Second)
+	if lr.Result != nodereport.ResultRefused || lr.Reason != "would-lose-quorum" {
+		t.Fatalf("(d) last-recovery %s: want refused would-lose-quorum", raw)
+	}
+	t.Logf("(d) last-recovery: %s", raw)
+	assertUnchanged(t, l, "(d)", afterA, j)
+	// node3's own agent did not heal it either: automatic healing is off.
+	assertNoRecovery(t, l, "node3", "node3")
+	if err := l.StartMember("node3"); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.WaitHealthy(ctx, 3, 60*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	h.finish(invariantDefaults())
+}
+
+// assertUnchanged: a refused request left the membership and node2's
+// journal as they were.
+func assertUnchanged(t *testing.T, l *lab.Lab, step string, ids map[string]uint64, last journal.Record) {
+	t.Helper()
+	if now := idsByPeer(mustMembers(t, l)); !sameIDs(now, ids) {
+		t.Fatalf("%s membership changed: %v → %v", step, ids, now)
+	}
+	j, _ := loadJournal(t, l, "node2", "node2")
+	if j.ID != last.ID || j.Phase != last.Phase || j.Result != last.Result {
+		t.Fatalf("%s node2's journal changed: %s %s %s → %s %s %s", step, last.ID, last.Phase, last.Result, j.ID, j.Phase, j.Result)
+	}
+}
