@@ -42,8 +42,8 @@ type Options struct {
 	// Runs per size: etcd itself is noisy (a new member's first publish
 	// sometimes times out after 7 s), so each side is run several times.
 	Runs int
-	Out   io.Writer
-	Log   *zap.Logger
+	Out  io.Writer
+	Log  *zap.Logger
 }
 
 // Run measures every size on a fresh lab each and prints the table.
