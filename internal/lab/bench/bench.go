@@ -177,7 +177,7 @@ func bareRejoin(ctx context.Context, l *lab.Lab, cli *clientv3.Client, node stri
 	if err := rt.Stop(ctx); err != nil {
 		return 0, err
 	}
-	if err := os.Rename(n.DataDir, n.DataDir+".bench-aside"); err != nil {
+	if err := os.Rename(n.DataDir, fmt.Sprintf("%s.bench-aside-%d", n.DataDir, time.Now().UnixNano())); err != nil {
 		return 0, err
 	}
 	start := time.Now()

@@ -1,0 +1,47 @@
+package watchdog
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/etcd-agent/etcd-agent/internal/lab"
+)
+
+// BenchmarkObserve measures one observation of a healthy 3-member cluster
+// (member list, Status + linearizable read per member, alarms, data dir
+// layout): the agent's cost per poll. It runs the real lab from bin/
+// (`make tools build` first).
+func BenchmarkObserve(b *testing.B) {
+	bin, _ := filepath.Abs("../../bin")
+	for _, f := range []string{"etcd", "etcd-agent"} {
+		if _, err := os.Stat(filepath.Join(bin, f)); err != nil {
+			b.Fatalf("%s missing: run `make tools build`", filepath.Join(bin, f))
+		}
+	}
+	ctx := context.Background()
+	l, err := lab.Up(ctx, lab.Options{Dir: b.TempDir(), Nodes: 3, BinDir: bin,
+		AgentBinary: filepath.Join(bin, "etcd-agent"), NoAPIServer: true})
+	if l != nil {
+		defer l.Down(ctx)
+	}
+	if err != nil {
+		b.Fatal(err)
+	}
+	n := l.Spec.Nodes[1]
+	w, err := New(Config{Identity: Identity{Name: n.Member, PeerURLs: []string{n.PeerURL}, ClientURL: n.ClientURL, DataDir: n.DataDir},
+		Endpoints: l.Spec.ClientURLs(), PollInterval: time.Second, GracePeriod: time.Minute})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer w.Close()
+	if r := w.Observe(ctx, time.Now()); r.Verdict.State != "healthy" {
+		b.Fatalf("cluster not healthy: %s %s", r.Verdict.State, r.Verdict.Detail)
+	}
+	b.ResetTimer()
+	for b.Loop() {
+		w.Observe(ctx, time.Now())
+	}
+}
