@@ -104,3 +104,56 @@ func waitAgentReady(ctx context.Context, n Node, timeout time.Duration) error {
 		}
 	}
 }
+
+// RestartAgents rewrites every agent's static pod with extra flags appended
+// (a later flag wins) and waits until each node runs a new, ready agent
+// process, as a DaemonSet rollout would.
+func (l *Lab) RestartAgents(ctx context.Context, extra ...string) error {
+	old := map[string]int{}
+	for _, n := range l.Spec.Nodes {
+		if st, err := readSupervisorState(n); err == nil {
+			if c, ok := st.Container("etcd-agent.yaml", "etcd-agent"); ok {
+				old[n.Name] = c.PID
+			}
+		}
+	}
+	l.Spec.AgentArgs = append(l.Spec.AgentArgs, extra...)
+	for i := range l.Spec.Nodes {
+		if l.Spec.Nodes[i].Lost {
+			continue
+		}
+		if err := l.writeAgentManifest(&l.Spec.Nodes[i]); err != nil {
+			return err
+		}
+	}
+	if err := l.Spec.save(); err != nil {
+		return err
+	}
+	for _, n := range l.Spec.Nodes {
+		if n.Lost {
+			continue
+		}
+		deadline := time.Now().Add(60 * time.Second)
+		for {
+			st, err := readSupervisorState(n)
+			if err == nil {
+				if c, ok := st.Container("etcd-agent.yaml", "etcd-agent"); ok && c.State == "running" && c.PID != old[n.Name] {
+					break
+				}
+			}
+			if time.Now().After(deadline) {
+				return fmt.Errorf("agent on %s not restarted after 60s", n.Name)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		if err := waitAgentReady(ctx, n, 60*time.Second); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// AgentPID is the PID of node's running agent.
+func (l *Lab) AgentPID(node string) (int, error) {
+	return l.containerPID(node, "etcd-agent.yaml", "etcd-agent")
+}
