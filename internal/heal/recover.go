@@ -114,7 +114,19 @@ func (h *Healer) step(ctx context.Context, res watchdog.Result, req *plan.Reques
 	case plan.RemoveMember:
 		return h.timed(j, journal.PhaseRemoved, func() error { return h.removeMember(ctx, res, d.MemberID) })
 	case plan.AddLearner:
-		return h.timed(j, journal.PhaseLearnerAdded, func() error { return h.addLearner(ctx, res, j) })
+		if err := h.timed(j, journal.PhaseLearnerAdded, func() error { return h.addLearner(ctx, res, j) }); err != nil {
+			return err
+		}
+		// Start the learner right away: the leader begins replicating to it
+		// at the add, and a learner that appears seconds later is more
+		// likely to lose its first publish to the cluster (etcd then waits
+		// its 7 s request timeout before retrying). Prepare and start change
+		// no membership; on a crash in between, Decide resumes them.
+		if err := h.timed(j, journal.PhasePrepared, func() error { return h.prepareDataDir(j) }); err != nil {
+			return err
+		}
+		j.LearnerProgressAt = time.Now().UTC()
+		return h.timed(j, journal.PhaseMemberStarted, func() error { return h.startMember(ctx, res, j) })
 	case plan.AdoptLearner:
 		j.NewMemberID = journal.MemberID(d.MemberID)
 		h.log.Info("adopting the learner an earlier add created", zap.String("id", fmtID(d.MemberID)))

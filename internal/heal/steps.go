@@ -194,17 +194,16 @@ func (h *Healer) prepareDataDir(j *journal.Record) error {
 // startMember starts the local member with --initial-cluster = the current
 // members + self, --initial-cluster-state=existing.
 func (h *Healer) startMember(ctx context.Context, res watchdog.Result, j *journal.Record) error {
-	var parts []string
+	parts := []string{}
+	for _, u := range j.PeerURLs {
+		parts = append(parts, h.cfg.Member+"="+u)
+	}
 	for _, m := range res.Observation.Members {
-		name := m.Name
-		if m.ID == uint64(j.NewMemberID) {
-			name = h.cfg.Member
-		}
-		if name == "" {
-			continue
+		if m.Name == "" || m.ID == uint64(j.OldMemberID) || m.ID == uint64(j.NewMemberID) || overlaps(m.PeerURLs, j.PeerURLs) {
+			continue // self is listed above, under our name
 		}
 		for _, u := range m.PeerURLs {
-			parts = append(parts, name+"="+u)
+			parts = append(parts, m.Name+"="+u)
 		}
 	}
 	sort.Strings(parts)
@@ -214,6 +213,17 @@ func (h *Healer) startMember(ctx context.Context, res watchdog.Result, j *journa
 	}
 	h.log.Info("member started as learner", zap.String("initialCluster", ic))
 	return nil
+}
+
+func overlaps(a, b []string) bool {
+	for _, x := range a {
+		for _, y := range b {
+			if x == y {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // trackLearner records the learner's progress (for the stall timeout) and its lag.
