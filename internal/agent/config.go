@@ -52,6 +52,8 @@ type Config struct {
 	MaxRetryBackoff     time.Duration
 	QuarantineDir       string
 	QuarantineKeep      int
+	// RejoinMode is "raft" (default) or "seed" (heal.RejoinRaft/RejoinSeed).
+	RejoinMode string
 	// MemberRuntime is "static-pod" or "exec" (with StopCommand/StartCommand).
 	MemberRuntime string
 	StopCommand   string
@@ -84,6 +86,11 @@ func (c Config) Validate() error {
 		}
 	default:
 		errs = append(errs, fmt.Errorf("--member-runtime must be static-pod or exec, got %q", c.MemberRuntime))
+	}
+	switch c.RejoinMode {
+	case "", "raft", "seed":
+	default:
+		errs = append(errs, fmt.Errorf("--rejoin-mode must be raft or seed, got %q", c.RejoinMode))
 	}
 	if c.QuarantineKeep < 1 {
 		errs = append(errs, fmt.Errorf("--quarantine-keep must be >= 1, got %d", c.QuarantineKeep))

@@ -56,8 +56,13 @@ type Config struct {
 	StateDir string
 	// QuarantineDir holds replaced data dirs and the pre-change snapshots;
 	// it must be on the data dir's filesystem (renames, never copies).
-	QuarantineDir   string
-	QuarantineKeep  int
+	QuarantineDir  string
+	QuarantineKeep int
+	// RejoinMode is how the learner's data dir is prepared: RejoinRaft
+	// (default: left absent, the leader sends a raft snapshot) or RejoinSeed
+	// (built from a snapshot streamed after the add; any seeding error
+	// falls back to raft mode and is journaled).
+	RejoinMode      string
 	Plan            plan.Config
 	RecoveryTimeout time.Duration
 	// StepInterval is the pause between observations while waiting.
@@ -71,6 +76,12 @@ type Config struct {
 	// restarted agent can resume.
 	CrashBefore []journal.Phase
 }
+
+// Rejoin modes (Config.RejoinMode).
+const (
+	RejoinRaft = "raft"
+	RejoinSeed = "seed"
+)
 
 // Healer runs recoveries for the local member.
 type Healer struct {

@@ -122,7 +122,7 @@ func (h *Healer) step(ctx context.Context, res watchdog.Result, req *plan.Reques
 		// likely to lose its first publish to the cluster (etcd then waits
 		// its 7 s request timeout before retrying). Prepare and start change
 		// no membership; on a crash in between, Decide resumes them.
-		if err := h.timed(j, journal.PhasePrepared, func() error { return h.prepareDataDir(j) }); err != nil {
+		if err := h.timed(j, journal.PhasePrepared, func() error { return h.prepareDataDir(ctx, res, j) }); err != nil {
 			return err
 		}
 		j.LearnerProgressAt = time.Now().UTC()
@@ -132,7 +132,7 @@ func (h *Healer) step(ctx context.Context, res watchdog.Result, req *plan.Reques
 		h.log.Info("adopting the learner an earlier add created", zap.String("id", fmtID(d.MemberID)))
 		return h.advance(ctx, j, journal.PhaseLearnerAdded)
 	case plan.PrepareDataDir:
-		return h.timed(j, journal.PhasePrepared, func() error { return h.prepareDataDir(j) })
+		return h.timed(j, journal.PhasePrepared, func() error { return h.prepareDataDir(ctx, res, j) })
 	case plan.StartMember:
 		j.LearnerProgressAt = now
 		return h.timed(j, journal.PhaseMemberStarted, func() error { return h.startMember(ctx, res, j) })

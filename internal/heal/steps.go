@@ -176,10 +176,12 @@ func (h *Healer) addLearner(ctx context.Context, res watchdog.Result, j *journal
 	return nil
 }
 
-// prepareDataDir, raft mode: no data dir; the leader sends the learner a
-// raft snapshot (upstream-supported). Anything left in the data
-// dir is quarantined first.
-func (h *Healer) prepareDataDir(j *journal.Record) error {
+// prepareDataDir readies the learner's data dir; anything left in it is
+// quarantined first. Raft mode: no data dir; the leader sends the learner a
+// raft snapshot (upstream-supported). Seed mode: the data dir is built from
+// a snapshot streamed after the add (seedDataDir); on any seeding error it
+// falls back to raft mode and journals why.
+func (h *Healer) prepareDataDir(ctx context.Context, res watchdog.Result, j *journal.Record) error {
 	if entries, err := os.ReadDir(h.cfg.DataDir); err == nil && len(entries) > 0 {
 		dst, err := localdisk.QuarantineDataDir(h.cfg.DataDir, h.cfg.QuarantineDir, time.Now())
 		if err != nil {
@@ -187,8 +189,67 @@ func (h *Healer) prepareDataDir(j *journal.Record) error {
 		}
 		h.log.Info("leftover data dir quarantined", zap.String("to", dst))
 	}
+	j.RejoinMode, j.SeedFallback, j.SeedDetail, j.SeedIndex, j.SeedTerm, j.SeedSource = RejoinRaft, "", "", 0, 0, ""
+	if h.cfg.RejoinMode == RejoinSeed {
+		err := h.seedDataDir(ctx, res, j)
+		if err == nil {
+			j.RejoinMode = RejoinSeed
+			return nil // BuildDataDir synced the data dir and its parent
+		}
+		j.SeedFallback, j.SeedDetail = peerseed.SeedReason(err), err.Error()
+		h.log.Warn("seeding the learner's data dir failed; falling back to raft mode (empty data dir, the leader sends a snapshot)",
+			zap.String("reason", j.SeedFallback), zap.Error(err))
+	}
 	// Left absent: etcd creates it with the layout and modes it wants.
 	return syncDir(filepath.Dir(h.cfg.DataDir))
+}
+
+// seedDataDir, seed mode: streams a snapshot from a follower once it has
+// applied the learner's add (so the snapshot's membership has the learner)
+// and builds the learner's data dir from it (peerseed.BuildDataDir): the
+// learner then restarts at the snapshot's index and catches up from the
+// leader's log instead of receiving a raft snapshot. The streamed file is
+// removed afterwards: the data dir holds its copy, and the pre-change backup
+// (step 3) stays in the quarantine. On error no data dir is left.
+func (h *Healer) seedDataDir(ctx context.Context, res watchdog.Result, j *journal.Record) error {
+	if j.NewMemberID == 0 || res.Observation.ClusterID == 0 {
+		return fmt.Errorf("learner ID (%x) or cluster ID (%x) unknown", uint64(j.NewMemberID), res.Observation.ClusterID)
+	}
+	// BuildDataDir never replaces a data dir: an empty one is dropped (a
+	// non-empty one was quarantined). A mount point cannot be: raft mode.
+	if err := os.Remove(h.cfg.DataDir); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("remove the empty data dir %s: %w", h.cfg.DataDir, err)
+	}
+	src, why, err := peerseed.PickSource(res.Observation, uint64(j.OldMemberID))
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(h.cfg.QuarantineDir, 0o700); err != nil {
+		return err
+	}
+	dest := filepath.Join(h.cfg.QuarantineDir, fmt.Sprintf("seed-%s-%s.db", h.cfg.Member, time.Now().UTC().Format("2006-01-02T15-04-05Z")))
+	defer func() {
+		for _, p := range []string{dest, peerseed.SeedSourcePath(dest)} {
+			if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
+				h.log.Warn("could not remove the seed snapshot", zap.String("path", p), zap.Error(err))
+			}
+		}
+	}()
+	counter := h.metrics.SnapshotBytesTotal.WithLabelValues(h.cfg.Member)
+	snap, ss, err := peerseed.StreamForSeed(ctx, src.ClientURLs[0], h.cfg.TLS, dest, peerseed.NeedBytes(src.DBSize),
+		func(n int64) { counter.Add(float64(n)) })
+	if err != nil {
+		return fmt.Errorf("seed snapshot from %s: %w", src.Name, err)
+	}
+	info, err := peerseed.BuildDataDir(dest, h.cfg.DataDir, uint64(j.NewMemberID), res.Observation.ClusterID, h.log)
+	if err != nil {
+		return err
+	}
+	j.SeedIndex, j.SeedTerm, j.SeedSource = info.ConsistentIndex, info.Term, src.Name
+	h.log.Info("learner data dir seeded from a snapshot", zap.String("source", src.Name), zap.String("why", why),
+		zap.Int64("bytes", snap.Size), zap.Uint64("leaderIndex", ss.LeaderIndex), zap.Uint64("consistentIndex", info.ConsistentIndex),
+		zap.Uint64("term", info.Term), zap.Duration("streamTook", snap.Took), zap.Duration("buildTook", info.Took))
+	return nil
 }
 
 // startMember starts the local member with --initial-cluster = the current

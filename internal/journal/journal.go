@@ -101,6 +101,17 @@ type Record struct {
 	SnapshotSHA256 string `json:"snapshotSHA256,omitempty"`
 	SnapshotSource string `json:"snapshotSource,omitempty"`
 
+	// RejoinMode is how the learner's data dir was prepared: "raft" or
+	// "seed". SeedFallback is why seed mode fell back to raft mode (a
+	// peerseed.SeedReason) and SeedDetail the error; SeedIndex, SeedTerm
+	// and SeedSource describe a seeded data dir.
+	RejoinMode   string `json:"rejoinMode,omitempty"`
+	SeedFallback string `json:"seedFallback,omitempty"`
+	SeedDetail   string `json:"seedDetail,omitempty"`
+	SeedIndex    uint64 `json:"seedIndex,omitempty"`
+	SeedTerm     uint64 `json:"seedTerm,omitempty"`
+	SeedSource   string `json:"seedSource,omitempty"`
+
 	// Learner catch-up progress, for the stall timeout.
 	LearnerApplied    uint64    `json:"learnerApplied,omitempty"`
 	LearnerProgressAt time.Time `json:"learnerProgressAt,omitzero"`

@@ -1,0 +1,22 @@
+package peerseed
+
+import (
+	"errors"
+	"os"
+
+	"golang.org/x/sys/unix"
+)
+
+// renameNoReplace renames from to to, failing with os.ErrExist if to exists
+// (a plain rename would silently replace an empty directory at to).
+func renameNoReplace(from, to string) error {
+	err := unix.Renameat2(unix.AT_FDCWD, from, unix.AT_FDCWD, to, unix.RENAME_NOREPLACE)
+	if errors.Is(err, unix.EINVAL) || errors.Is(err, unix.ENOSYS) {
+		// The filesystem (or kernel) lacks RENAME_NOREPLACE.
+		return renameIfAbsent(from, to)
+	}
+	if err != nil {
+		return &os.LinkError{Op: "rename", Old: from, New: to, Err: err}
+	}
+	return nil
+}

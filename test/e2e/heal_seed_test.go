@@ -1,0 +1,50 @@
+package e2e
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/etcd-agent/etcd-agent/internal/lab"
+	"github.com/etcd-agent/etcd-agent/internal/lab/invariant"
+)
+
+// TestHealWipedDataDirSeedMode: as TestHealWipedDataDirOfRunningMember, with
+// --rejoin-mode=seed: the agent builds the learner's data dir from a
+// snapshot streamed after the add, so etcd restarts at the snapshot's index
+// ("restarting local member") instead of starting empty and receiving a
+// raft snapshot. The seed stream is not kept; the pre-change backup is.
+func TestHealWipedDataDirSeedMode(t *testing.T) {
+	l := newLab(t, lab.Options{Nodes: 3, Agents: true, AgentArgs: []string{"--rejoin-mode=seed"}})
+	ensureNotLeader(t, l, "node2")
+	h := startHeal(t, l)
+	h.fault()
+	if err := l.WipeDataDir("node2"); err != nil {
+		t.Fatal(err)
+	}
+	j := h.waitHealed("node2", "node2", 3, 90*time.Second)
+	t.Logf("rejoin mode %q (fallback %q %s), seeded at index %d term %d from %s", j.RejoinMode, j.SeedFallback, j.SeedDetail,
+		j.SeedIndex, j.SeedTerm, j.SeedSource)
+	if j.RejoinMode != "seed" || j.SeedFallback != "" || j.SeedIndex == 0 || j.SeedTerm == 0 {
+		t.Fatalf("want a seeded rejoin, journal says mode %q fallback %q: %s", j.RejoinMode, j.SeedFallback, j.SeedDetail)
+	}
+	n := nodeOf(t, l, "node2")
+	logs, _ := filepath.Glob(filepath.Join(n.LogsDir, "etcd-*etcd.log"))
+	want := fmt.Sprintf(`"local-member-id":"%x","commit-index":%d`, uint64(j.NewMemberID), j.SeedIndex)
+	found := false
+	for _, p := range logs {
+		b, _ := os.ReadFile(p)
+		found = found || (strings.Contains(string(b), `"restarting local member"`) && strings.Contains(string(b), want))
+	}
+	if !found {
+		t.Errorf("node2's etcd logs %v lack \"restarting local member\" with %s", logs, want)
+	}
+	if seeds, _ := filepath.Glob(filepath.Join(filepath.Dir(n.DataDir), "etcd-agent-quarantine", "seed-*")); len(seeds) > 0 {
+		t.Errorf("seed streams left in the quarantine: %v", seeds)
+	}
+	assertQuarantine(t, l, "node2", j)
+	h.finish(invariant.Options{})
+}
