@@ -200,7 +200,10 @@ func describe(p journal.Phase, r journal.Record) string {
 	case journal.PhaseLearnerAdded:
 		return fmt.Sprintf("new learner %x added with peer URLs %v", uint64(r.NewMemberID), r.PeerURLs)
 	case journal.PhasePrepared:
-		return "empty data dir ready (raft mode: the leader sends a raft snapshot); start gate opens"
+		if r.RejoinMode == "seed" {
+			return fmt.Sprintf("data dir seeded from %s's snapshot at index %d; start gate opens", r.SeedSource, r.SeedIndex)
+		}
+		return "data dir left for etcd to create (raft mode: the leader sends a raft snapshot); start gate opens"
 	case journal.PhaseMemberStarted:
 		return "etcd started with --initial-cluster-state=existing"
 	case journal.PhasePromoted:
