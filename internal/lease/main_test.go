@@ -7,86 +7,30 @@ import (
 	"hash/fnv"
 	"net"
 	"net/http"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/etcd-agent/etcd-agent/internal/lab"
+	"github.com/etcd-agent/etcd-agent/internal/lab/labtest"
 	"github.com/etcd-agent/etcd-agent/internal/lease"
 )
 
-// testLab is the one real etcd + kube-apiserver every test in this package
-// shares; tests keep apart by using Leases of their own.
-var testLab *lab.Lab
+// shared is the one real etcd + kube-apiserver every test in this package
+// uses; tests keep apart by using objects of their own.
+var shared = labtest.NewShared("lease", lab.Options{Nodes: 1})
 
-func TestMain(m *testing.M) {
-	code, err := runWithLab(m)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "lease tests:", err)
-		code = 1
-	}
-	os.Exit(code)
-}
-
-func runWithLab(m *testing.M) (code int, err error) {
-	wd, err := os.Getwd()
-	if err != nil {
-		return 1, err
-	}
-	root := filepath.Clean(filepath.Join(wd, "..", ".."))
-	binDir := filepath.Join(root, "bin")
-	for _, b := range []string{"etcd", "kube-apiserver"} {
-		if _, err := os.Stat(filepath.Join(binDir, b)); err != nil {
-			return 1, fmt.Errorf("%s missing: run `make tools` first", filepath.Join(binDir, b))
-		}
-	}
-	tmp, err := os.MkdirTemp("", "etcd-agent-lease-test-")
-	if err != nil {
-		return 1, err
-	}
-	// The lab's node supervisor is the agent binary; build it fresh so that
-	// the lab never runs a stale one.
-	agent := filepath.Join(tmp, "etcd-agent")
-	build := exec.Command("go", "build", "-o", agent, "./cmd/etcd-agent")
-	build.Dir, build.Stdout, build.Stderr = root, os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
-		return 1, fmt.Errorf("build etcd-agent: %w", err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	testLab, err = lab.Up(ctx, lab.Options{Dir: filepath.Join(tmp, "lab"), Nodes: 1, BinDir: binDir,
-		AgentBinary: agent, Log: zap.NewNop()})
-	if testLab != nil {
-		defer func() {
-			if derr := testLab.Down(context.Background()); derr != nil {
-				err = errors.Join(err, fmt.Errorf("lab down: %w", derr))
-			}
-			if code == 0 && err == nil {
-				os.RemoveAll(tmp)
-			} else {
-				fmt.Fprintln(os.Stderr, "lease tests: lab folder kept in", tmp)
-			}
-		}()
-	}
-	if err != nil {
-		return 1, fmt.Errorf("lab up: %w", err)
-	}
-	return m.Run(), nil
-}
+func TestMain(m *testing.M) { shared.Main(m) }
 
 func restConfig(t *testing.T) *rest.Config {
 	t.Helper()
-	cfg, err := clientcmd.BuildConfigFromFlags("", testLab.Spec.APIServer.Kubeconfig)
+	cfg, err := clientcmd.BuildConfigFromFlags("", shared.Lab(t).Spec.APIServer.Kubeconfig)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,16 +2,11 @@ package nodereport_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"hash/fnv"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"testing"
 	"time"
 
-	"go.uber.org/zap"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -19,70 +14,18 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/etcd-agent/etcd-agent/internal/lab"
+	"github.com/etcd-agent/etcd-agent/internal/lab/labtest"
 )
 
-// testLab is the one real etcd + kube-apiserver every test in this package
-// shares; tests keep apart by using Node objects of their own.
-var testLab *lab.Lab
+// shared is the one real etcd + kube-apiserver every test in this package
+// uses; tests keep apart by using objects of their own.
+var shared = labtest.NewShared("nodereport", lab.Options{Nodes: 1})
 
-func TestMain(m *testing.M) {
-	code, err := runWithLab(m)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "nodereport tests:", err)
-		code = 1
-	}
-	os.Exit(code)
-}
-
-func runWithLab(m *testing.M) (code int, err error) {
-	wd, err := os.Getwd()
-	if err != nil {
-		return 1, err
-	}
-	root := filepath.Clean(filepath.Join(wd, "..", ".."))
-	binDir := filepath.Join(root, "bin")
-	for _, b := range []string{"etcd", "kube-apiserver"} {
-		if _, err := os.Stat(filepath.Join(binDir, b)); err != nil {
-			return 1, fmt.Errorf("%s missing: run `make tools` first", filepath.Join(binDir, b))
-		}
-	}
-	tmp, err := os.MkdirTemp("", "etcd-agent-nodereport-test-")
-	if err != nil {
-		return 1, err
-	}
-	// The lab's node supervisor is the agent binary; build it fresh so that
-	// the lab never runs a stale one.
-	agent := filepath.Join(tmp, "etcd-agent")
-	build := exec.Command("go", "build", "-o", agent, "./cmd/etcd-agent")
-	build.Dir, build.Stdout, build.Stderr = root, os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
-		return 1, fmt.Errorf("build etcd-agent: %w", err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	testLab, err = lab.Up(ctx, lab.Options{Dir: filepath.Join(tmp, "lab"), Nodes: 1, BinDir: binDir,
-		AgentBinary: agent, Log: zap.NewNop()})
-	if testLab != nil {
-		defer func() {
-			if derr := testLab.Down(context.Background()); derr != nil {
-				err = errors.Join(err, fmt.Errorf("lab down: %w", derr))
-			}
-			if code == 0 && err == nil {
-				os.RemoveAll(tmp)
-			} else {
-				fmt.Fprintln(os.Stderr, "nodereport tests: lab folder kept in", tmp)
-			}
-		}()
-	}
-	if err != nil {
-		return 1, fmt.Errorf("lab up: %w", err)
-	}
-	return m.Run(), nil
-}
+func TestMain(m *testing.M) { shared.Main(m) }
 
 func restConfig(t *testing.T) *rest.Config {
 	t.Helper()
-	cfg, err := clientcmd.BuildConfigFromFlags("", testLab.Spec.APIServer.Kubeconfig)
+	cfg, err := clientcmd.BuildConfigFromFlags("", shared.Lab(t).Spec.APIServer.Kubeconfig)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,91 +4,27 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strconv"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/etcd-agent/etcd-agent/internal/lab"
+	"github.com/etcd-agent/etcd-agent/internal/lab/labtest"
 	"github.com/etcd-agent/etcd-agent/internal/observation"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 )
 
-// One real 3-member lab serves every test and benchmark of this package that
-// needs one. It is started on first use (pure tests do not pay for it) and
-// stopped by TestMain.
-var (
-	labOnce   sync.Once
-	sharedLab *lab.Lab
-	labErr    error
-	labTmp    string
-	labFailed bool
-)
+// One real 3-member lab serves every test (and benchmark) of this package
+// that needs one, started on first use: tests that need none do not pay.
+var shared = labtest.NewShared("peerseed", lab.Options{Nodes: 3, NoAPIServer: true})
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	if sharedLab != nil {
-		if err := sharedLab.Down(context.Background()); err != nil {
-			fmt.Fprintln(os.Stderr, "peerseed: lab down:", err)
-			code = 1
-		}
-	}
-	if labTmp != "" {
-		if code == 0 && !labFailed {
-			os.RemoveAll(labTmp)
-		} else {
-			fmt.Fprintln(os.Stderr, "peerseed: lab folder kept for inspection in", labTmp)
-		}
-	}
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { shared.Main(m) }
 
 // realLab returns the package's lab, bringing it up on first use.
 func realLab(t testing.TB) *lab.Lab {
 	t.Helper()
-	labOnce.Do(func() { sharedLab, labErr = upLab() })
-	if labErr != nil {
-		t.Fatalf("lab: %v", labErr)
-	}
-	t.Cleanup(func() {
-		if t.Failed() {
-			labFailed = true
-		}
-	})
-	return sharedLab
-}
-
-func upLab() (*lab.Lab, error) {
-	repo, err := filepath.Abs(filepath.Join("..", ".."))
-	if err != nil {
-		return nil, err
-	}
-	binDir := filepath.Join(repo, "bin")
-	if _, err := os.Stat(filepath.Join(binDir, "etcd")); err != nil {
-		return nil, fmt.Errorf("%s missing: run make tools", filepath.Join(binDir, "etcd"))
-	}
-	if labTmp, err = os.MkdirTemp("", "peerseed-lab-"); err != nil {
-		return nil, err
-	}
-	// The lab's supervisors are `etcd-agent lab supervise`: build it fresh.
-	agent := filepath.Join(labTmp, "etcd-agent")
-	build := exec.Command("go", "build", "-o", agent, "./cmd/etcd-agent")
-	build.Dir = repo
-	if out, err := build.CombinedOutput(); err != nil {
-		return nil, fmt.Errorf("build etcd-agent: %v\n%s", err, out)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	l, err := lab.Up(ctx, lab.Options{Dir: filepath.Join(labTmp, "lab"), Nodes: 3, BinDir: binDir,
-		AgentBinary: agent, NoAPIServer: true, Log: zap.NewNop()})
-	if err != nil && l != nil {
-		sharedLab = l // so that TestMain stops what did start
-	}
-	return l, err
+	return shared.Lab(t)
 }
 
 // observe turns the lab's status into the observation the agent would

@@ -154,7 +154,7 @@ func getSeedFixture(t *testing.T) seedFixture {
 			}
 		}
 		endpoint, _ := followerEndpoint(t)
-		dir, err := os.MkdirTemp(labTmp, "seed-fixture-")
+		dir, err := os.MkdirTemp(shared.Dir(), "seed-fixture-")
 		if err != nil {
 			fixtureErr = err
 			return
@@ -304,8 +304,7 @@ func TestSeededLearnerJoinsWithoutARaftSnapshot(t *testing.T) {
 		t.Errorf("the seeded learner applied a raft snapshot from the leader (log %s)", logPath)
 	}
 	if t.Failed() {
-		labFailed = true
-		keep := filepath.Join(labTmp, "seeded-etcd.log")
+		keep := filepath.Join(shared.Dir(), "seeded-etcd.log")
 		_ = os.WriteFile(keep, logs, 0o644)
 		t.Logf("etcd log copied to %s", keep)
 	}

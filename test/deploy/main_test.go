@@ -10,82 +10,52 @@
 package deploy
 
 import (
-	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/etcd-agent/etcd-agent/internal/lab"
-	"go.uber.org/zap"
+	"github.com/etcd-agent/etcd-agent/internal/lab/labtest"
 )
 
 var (
 	repoRoot string
 	binDir   string
-	tmpRoot  string
-	failed   bool
 
 	agentOnce   sync.Once
+	agentDir    string
 	agentBinary string
 	agentErr    error
 
-	labOnce sync.Once
-	theLab  *lab.Lab
-	labErr  error
+	// shared is one 1-node lab (etcd + kube-apiserver, no agents), started
+	// on first use: the alert and render tests need none.
+	shared = labtest.NewShared("deploy", lab.Options{Nodes: 1})
 )
 
 func TestMain(m *testing.M) {
-	code, err := run(m)
+	var err error
+	if repoRoot, err = labtest.RepoRoot(); err == nil {
+		binDir = filepath.Join(repoRoot, "bin")
+		// promtool is needed by the alert tests, which always run: fail
+		// loudly rather than skip.
+		err = labtest.CheckBinaries(binDir, "promtool")
+	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "deploy:", err)
-		code = 1
+		os.Exit(1)
 	}
-	os.Exit(code)
-}
-
-func run(m *testing.M) (int, error) {
-	wd, _ := os.Getwd()
-	repoRoot = filepath.Clean(filepath.Join(wd, "..", ".."))
-	binDir = filepath.Join(repoRoot, "bin")
-	// promtool is needed by the alert tests, which always run: fail loudly
-	// rather than skip.
-	if _, err := os.Stat(filepath.Join(binDir, "promtool")); err != nil {
-		return 1, fmt.Errorf("%s missing: run `make tools` first (the alert tests need the real promtool)", filepath.Join(binDir, "promtool"))
-	}
-	var err error
-	if tmpRoot, err = os.MkdirTemp("", "etcd-agent-deploy-"); err != nil {
-		return 1, err
-	}
-	code := m.Run()
-	if theLab != nil {
-		if err := theLab.Down(context.Background()); err != nil {
-			fmt.Fprintln(os.Stderr, "deploy: lab down:", err)
-			code = 1
-		}
-	}
-	if code == 0 && !failed {
-		os.RemoveAll(tmpRoot)
-	} else {
-		fmt.Fprintln(os.Stderr, "deploy: test folders kept for inspection in", tmpRoot)
-	}
-	return code, nil
+	shared.Main(m, func() { os.RemoveAll(agentDir) })
 }
 
 // agent builds the etcd-agent binary once (fresh, never a stale bin/ copy).
 func agent(t *testing.T) string {
 	t.Helper()
 	agentOnce.Do(func() {
-		agentBinary = filepath.Join(tmpRoot, "etcd-agent")
-		build := exec.Command("go", "build", "-o", agentBinary, "./cmd/etcd-agent")
-		build.Dir = repoRoot
-		out, err := build.CombinedOutput()
-		if err != nil {
-			agentErr = fmt.Errorf("build etcd-agent: %v\n%s", err, out)
+		if agentDir, agentErr = os.MkdirTemp("", "etcd-agent-deploy-"); agentErr == nil {
+			agentBinary, agentErr = labtest.BuildAgent(repoRoot, agentDir)
 		}
 	})
 	if agentErr != nil {
@@ -94,36 +64,16 @@ func agent(t *testing.T) string {
 	return agentBinary
 }
 
-// sharedLab brings up one 1-node lab (etcd + kube-apiserver, no agents) on
-// first use; TestMain stops it.
+// sharedLab is the package's lab; a failing test prints the API server's log.
 func sharedLab(t *testing.T) *lab.Lab {
 	t.Helper()
-	for _, b := range []string{"etcd", "kube-apiserver"} {
-		if _, err := os.Stat(filepath.Join(binDir, b)); err != nil {
-			t.Fatalf("%s missing: run `make tools` first (these tests need the real binaries)", filepath.Join(binDir, b))
-		}
-	}
-	bin := agent(t)
-	labOnce.Do(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-		defer cancel()
-		theLab, labErr = lab.Up(ctx, lab.Options{Dir: filepath.Join(tmpRoot, "lab"), Nodes: 1,
-			BinDir: binDir, AgentBinary: bin, Log: zap.NewNop()})
-		if labErr != nil && theLab == nil {
-			return
-		}
-	})
-	if labErr != nil {
-		failed = true
-		t.Fatalf("lab up: %v", labErr)
-	}
+	l := shared.Lab(t)
 	t.Cleanup(func() {
 		if t.Failed() {
-			failed = true
-			dumpAPIServerLog(t, theLab)
+			dumpAPIServerLog(t, l)
 		}
 	})
-	return theLab
+	return l
 }
 
 func dumpAPIServerLog(t *testing.T, l *lab.Lab) {

@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -16,6 +15,7 @@ import (
 	"time"
 
 	"github.com/etcd-agent/etcd-agent/internal/lab"
+	"github.com/etcd-agent/etcd-agent/internal/lab/labtest"
 	"go.uber.org/zap"
 )
 
@@ -41,24 +41,19 @@ func TestMain(m *testing.M) {
 }
 
 func run(m *testing.M) (int, error) {
-	wd, _ := os.Getwd()
-	repoRoot = filepath.Clean(filepath.Join(wd, "..", ".."))
-	binDir = filepath.Join(repoRoot, "bin")
-	for _, b := range []string{"etcd", "etcdctl", "kube-apiserver"} {
-		if _, err := os.Stat(filepath.Join(binDir, b)); err != nil {
-			return 1, fmt.Errorf("%s missing: run `make tools` first (the e2e suite needs the real binaries)", filepath.Join(binDir, b))
-		}
-	}
 	var err error
+	if repoRoot, err = labtest.RepoRoot(); err != nil {
+		return 1, err
+	}
+	binDir = filepath.Join(repoRoot, "bin")
+	if err := labtest.CheckBinaries(binDir, "etcd", "etcdctl", "kube-apiserver"); err != nil {
+		return 1, err
+	}
 	if tmpRoot, err = os.MkdirTemp("", "etcd-agent-e2e-"); err != nil {
 		return 1, err
 	}
-	// Build the agent fresh so the lab never runs a stale binary.
-	agentBinary = filepath.Join(tmpRoot, "etcd-agent")
-	build := exec.Command("go", "build", "-o", agentBinary, "./cmd/etcd-agent")
-	build.Dir, build.Stdout, build.Stderr = repoRoot, os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
-		return 1, fmt.Errorf("build etcd-agent: %w", err)
+	if agentBinary, err = labtest.BuildAgent(repoRoot, tmpRoot); err != nil {
+		return 1, err
 	}
 	code := m.Run()
 	if sharedLab != nil {

@@ -1,0 +1,152 @@
+// Package labtest is the harness every test package that runs against the
+// real lab shares: it finds the repo's bin/, builds the etcd-agent binary
+// (the lab's node supervisor) fresh once per test binary, brings one lab up
+// on first use, and stops it when the tests end, keeping its folder only
+// when something failed.
+package labtest
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/etcd-agent/etcd-agent/internal/lab"
+	"go.uber.org/zap"
+)
+
+// RepoRoot walks up from the working directory (a package dir under test)
+// to the directory holding the module's go.mod.
+func RepoRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		if b, err := os.ReadFile(filepath.Join(dir, "go.mod")); err == nil && strings.HasPrefix(string(b), "module github.com/etcd-agent/etcd-agent\n") {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", fmt.Errorf("no etcd-agent go.mod above the working directory")
+		}
+		dir = parent
+	}
+}
+
+// CheckBinaries fails loudly (never skips) when a real binary is missing.
+func CheckBinaries(binDir string, names ...string) error {
+	for _, n := range names {
+		if _, err := os.Stat(filepath.Join(binDir, n)); err != nil {
+			return fmt.Errorf("%s missing: run `make tools` first (these tests need the real binaries)", filepath.Join(binDir, n))
+		}
+	}
+	return nil
+}
+
+// BuildAgent builds ./cmd/etcd-agent into dir, so a lab never runs a stale binary.
+func BuildAgent(root, dir string) (string, error) {
+	agent := filepath.Join(dir, "etcd-agent")
+	build := exec.Command("go", "build", "-o", agent, "./cmd/etcd-agent")
+	build.Dir = root
+	if out, err := build.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("build etcd-agent: %v\n%s", err, out)
+	}
+	return agent, nil
+}
+
+// Shared is one lab for a whole test binary, started on first use.
+type Shared struct {
+	name   string
+	opts   lab.Options
+	once   sync.Once
+	mu     sync.Mutex
+	lab    *lab.Lab
+	err    error
+	tmp    string
+	failed bool
+}
+
+// NewShared describes the package's lab; name labels its folder and messages.
+// Dir, BinDir and AgentBinary are filled in.
+func NewShared(name string, opts lab.Options) *Shared { return &Shared{name: name, opts: opts} }
+
+// Lab returns the shared lab, bringing it up on first use; a test that
+// fails keeps the lab folder for inspection.
+func (s *Shared) Lab(t testing.TB) *lab.Lab {
+	t.Helper()
+	s.once.Do(s.up)
+	if s.err != nil {
+		t.Fatalf("%s lab: %v", s.name, s.err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			s.mu.Lock()
+			s.failed = true
+			s.mu.Unlock()
+		}
+	})
+	return s.lab
+}
+
+func (s *Shared) up() {
+	root, err := RepoRoot()
+	if err != nil {
+		s.err = err
+		return
+	}
+	bin := filepath.Join(root, "bin")
+	need := []string{"etcd"}
+	if !s.opts.NoAPIServer {
+		need = append(need, "kube-apiserver")
+	}
+	if s.err = CheckBinaries(bin, need...); s.err != nil {
+		return
+	}
+	if s.tmp, s.err = os.MkdirTemp("", s.name+"-lab-"); s.err != nil {
+		return
+	}
+	o := s.opts
+	if o.AgentBinary, s.err = BuildAgent(root, s.tmp); s.err != nil {
+		return
+	}
+	o.Dir, o.BinDir = filepath.Join(s.tmp, "lab"), bin
+	if o.Log == nil {
+		o.Log = zap.NewNop()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	s.lab, s.err = lab.Up(ctx, o) // a partly started lab is still stopped by Main
+}
+
+// Main runs the tests, then stops the lab (if one was started), runs the
+// package's own cleanups and exits; call it from TestMain.
+func (s *Shared) Main(m *testing.M, cleanups ...func()) {
+	code := m.Run()
+	for _, c := range cleanups {
+		c()
+	}
+	if s.lab != nil {
+		if err := s.lab.Down(context.Background()); err != nil {
+			fmt.Fprintf(os.Stderr, "%s: lab down: %v\n", s.name, err)
+			code = 1
+		}
+	}
+	if s.tmp != "" {
+		if code == 0 && !s.failed {
+			os.RemoveAll(s.tmp)
+		} else {
+			fmt.Fprintf(os.Stderr, "%s: lab folder kept for inspection in %s\n", s.name, s.tmp)
+		}
+	}
+	os.Exit(code)
+}
+
+// Dir is the folder holding the lab (for a test's own files, kept with it
+// on failure); empty before the lab is up.
+func (s *Shared) Dir() string { return s.tmp }
