@@ -12,6 +12,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/etcd-agent/etcd-agent/internal/fsutil"
+
 	"github.com/etcd-agent/etcd-agent/internal/heal"
 	"github.com/etcd-agent/etcd-agent/internal/memberstate"
 	"github.com/etcd-agent/etcd-agent/internal/nodereport"
@@ -267,8 +269,5 @@ func writeStatus(path string, rep Report) {
 	if err != nil {
 		return
 	}
-	tmp := path + ".tmp"
-	if os.WriteFile(tmp, b, 0o644) == nil {
-		_ = os.Rename(tmp, path)
-	}
+	_ = fsutil.WriteFileAtomic(path, b, 0o644)
 }

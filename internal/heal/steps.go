@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/etcd-agent/etcd-agent/internal/fsutil"
 	"github.com/etcd-agent/etcd-agent/internal/journal"
 	"github.com/etcd-agent/etcd-agent/internal/localdisk"
 	"github.com/etcd-agent/etcd-agent/internal/observation"
@@ -201,7 +202,7 @@ func (h *Healer) prepareDataDir(ctx context.Context, res watchdog.Result, j *jou
 			zap.String("reason", j.SeedFallback), zap.Error(err))
 	}
 	// Left absent: etcd creates it with the layout and modes it wants.
-	return syncDir(filepath.Dir(h.cfg.DataDir))
+	return fsutil.SyncDir(filepath.Dir(h.cfg.DataDir))
 }
 
 // seedDataDir, seed mode: streams a snapshot from a follower once it has
@@ -336,13 +337,4 @@ func freeBytes(dir string) uint64 {
 			return 0
 		}
 	}
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
 }

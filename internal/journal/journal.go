@@ -12,6 +12,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"time"
+
+	"github.com/etcd-agent/etcd-agent/internal/fsutil"
 )
 
 // Phase is the last step a recovery completed.
@@ -169,30 +171,5 @@ func Save(stateDir string, r Record) error {
 	if err != nil {
 		return err
 	}
-	path := Path(stateDir, r.Member)
-	tmp, err := os.CreateTemp(stateDir, ".journal-*.tmp")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(append(b, '\n')); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
-		return err
-	}
-	d, err := os.Open(stateDir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
+	return fsutil.WriteFileAtomic(Path(stateDir, r.Member), append(b, '\n'), 0o600)
 }

@@ -13,6 +13,8 @@ import (
 	"os"
 	"path/filepath"
 	"time"
+
+	"github.com/etcd-agent/etcd-agent/internal/fsutil"
 )
 
 // SpecFile is the lab's description, written in the lab dir by Up.
@@ -111,10 +113,5 @@ func (s *Spec) save() error {
 	if err != nil {
 		return err
 	}
-	path := filepath.Join(s.Dir, SpecFile)
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, append(b, '\n'), 0o644); err != nil {
-		return err
-	}
-	return os.Rename(tmp, path)
+	return fsutil.WriteFileAtomic(filepath.Join(s.Dir, SpecFile), append(b, '\n'), 0o644)
 }

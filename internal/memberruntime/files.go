@@ -7,21 +7,9 @@ import (
 	"os"
 	"path/filepath"
 	"syscall"
-)
 
-// syncDir fsyncs a directory so that a rename or remove in it survives a
-// crash.
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("fsync %s: %w", dir, err)
-	}
-	return nil
-}
+	"github.com/etcd-agent/etcd-agent/internal/fsutil"
+)
 
 // writeFileAtomic writes data to a temp file in tmpDir (named by pattern,
 // see os.CreateTemp), fsyncs it and renames it over path, then fsyncs
@@ -58,7 +46,7 @@ func writeFileAtomic(path, tmpDir, pattern string, data []byte, perm os.FileMode
 	if err := os.Rename(tmp, path); err != nil {
 		return false, err
 	}
-	return true, syncDir(filepath.Dir(path))
+	return true, fsutil.SyncDir(filepath.Dir(path))
 }
 
 // moveFile renames src to dst (replacing dst) and fsyncs both dirs. Across
@@ -67,7 +55,7 @@ func writeFileAtomic(path, tmpDir, pattern string, data []byte, perm os.FileMode
 func moveFile(src, dst string) error {
 	err := os.Rename(src, dst)
 	if err == nil {
-		return errors.Join(syncDir(filepath.Dir(dst)), syncDir(filepath.Dir(src)))
+		return errors.Join(fsutil.SyncDir(filepath.Dir(dst)), fsutil.SyncDir(filepath.Dir(src)))
 	}
 	if !errors.Is(err, syscall.EXDEV) {
 		return err
@@ -82,7 +70,7 @@ func moveFile(src, dst string) error {
 	if err := os.Remove(src); err != nil {
 		return err
 	}
-	return syncDir(filepath.Dir(src))
+	return fsutil.SyncDir(filepath.Dir(src))
 }
 
 // readWithMode reads a file and its permission bits.

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/etcd-agent/etcd-agent/internal/fsutil"
+
 	"github.com/etcd-agent/etcd-agent/internal/manifest"
 	"go.uber.org/zap"
 )
@@ -167,7 +169,7 @@ func (s *staticPod) Start(ctx context.Context, initialCluster string) error {
 		if err := os.Remove(s.parkedPath); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return fmt.Errorf("remove parked manifest: %w", err)
 		}
-		return syncDir(s.parkDir)
+		return fsutil.SyncDir(s.parkDir)
 	}
 	return nil
 }

@@ -11,7 +11,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/etcd-agent/etcd-agent/internal/lab"
 	"github.com/etcd-agent/etcd-agent/internal/lab/labtest"
@@ -23,26 +22,9 @@ var shared = labtest.NewShared("nodereport", lab.Options{Nodes: 1})
 
 func TestMain(m *testing.M) { shared.Main(m) }
 
-func restConfig(t *testing.T) *rest.Config {
-	t.Helper()
-	cfg, err := clientcmd.BuildConfigFromFlags("", shared.Lab(t).Spec.APIServer.Kubeconfig)
-	if err != nil {
-		t.Fatal(err)
-	}
-	// client-go's default 5 QPS would make the tests measure its rate
-	// limiter instead of the API server.
-	cfg.QPS, cfg.Burst = 200, 400
-	return cfg
-}
+func restConfig(t *testing.T) *rest.Config { return shared.RestConfig(t) }
 
-func newClient(t *testing.T) kubernetes.Interface {
-	t.Helper()
-	kc, err := kubernetes.NewForConfig(restConfig(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return kc
-}
+func newClient(t *testing.T) kubernetes.Interface { return shared.KubeClient(t) }
 
 // newNode creates a Node object of the test's own (the lab's nodes belong
 // to the lab) and deletes it when the test ends.
@@ -72,16 +54,8 @@ func ctxFor(t *testing.T, d time.Duration) context.Context {
 	return ctx
 }
 
-// eventually polls cond every 100 ms until it returns nil or d passes.
+// eventually polls cond until it returns nil or d passes.
 func eventually(t *testing.T, d time.Duration, what string, cond func() error) {
 	t.Helper()
-	deadline := time.Now().Add(d)
-	var err error
-	for time.Now().Before(deadline) {
-		if err = cond(); err == nil {
-			return
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	t.Fatalf("%s: not true after %s: %v", what, d, err)
+	labtest.Eventually(t, d, what, cond)
 }

@@ -34,6 +34,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/etcd-agent/etcd-agent/internal/fsutil"
+
 	"github.com/etcd-agent/etcd-agent/internal/localdisk"
 	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/client/pkg/v3/fileutil"
@@ -218,7 +220,7 @@ func BuildDataDir(dbPath, dataDir string, newID, clusterID uint64, lg *zap.Logge
 		}
 		return SeedInfo{}, fmt.Errorf("rename %s to %s: %w", tmp, dataDir, err)
 	}
-	if err := syncDir(parent); err != nil {
+	if err := fsutil.SyncDir(parent); err != nil {
 		// The rename may not survive a crash: do not leave a data dir that
 		// might vanish (the caller falls back, or retries from scratch).
 		os.RemoveAll(dataDir)

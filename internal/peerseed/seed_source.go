@@ -7,9 +7,10 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"strconv"
 	"time"
+
+	"github.com/etcd-agent/etcd-agent/internal/fsutil"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
@@ -111,27 +112,7 @@ func writeSeedSource(dbPath string, s SeedSource) error {
 	if err != nil {
 		return err
 	}
-	path := SeedSourcePath(dbPath)
-	tmp, err := os.CreateTemp(filepath.Dir(path), ".seed-source-*.tmp")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(append(b, '\n')); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
-		return err
-	}
-	return syncDir(filepath.Dir(path))
+	return fsutil.WriteFileAtomic(SeedSourcePath(dbPath), append(b, '\n'), 0o600)
 }
 
 // seedPollInterval is how often StreamForSeed asks whether the source has

@@ -13,6 +13,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/etcd-agent/etcd-agent/internal/fsutil"
+
 	"github.com/etcd-agent/etcd-agent/internal/localdisk"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
@@ -156,7 +158,7 @@ func streamToFile(ctx context.Context, r io.Reader, dest string, onProgress func
 	if err := os.Rename(part, dest); err != nil {
 		return 0, nil, err
 	}
-	if err := syncDir(filepath.Dir(dest)); err != nil {
+	if err := fsutil.SyncDir(filepath.Dir(dest)); err != nil {
 		// dest is complete, but its name may not survive a crash: the caller
 		// must not rely on it, and a stale dest would block a retry.
 		os.Remove(dest)
@@ -197,16 +199,4 @@ func copyStream(ctx context.Context, w io.Writer, r io.Reader, onProgress func(i
 			return fmt.Errorf("%w after %d bytes: %w", ErrTruncated, received, rerr)
 		}
 	}
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("fsync %s: %w", dir, err)
-	}
-	return nil
 }

@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"slices"
 
+	"github.com/etcd-agent/etcd-agent/internal/fsutil"
+
 	"github.com/etcd-agent/etcd-agent/internal/observation"
 )
 
@@ -27,9 +29,8 @@ func (w *Watchdog) learnEndpoints(members []observation.Member, clusterID uint64
 	}
 	if changed && w.cfg.EndpointsFile != "" {
 		b, _ := json.Marshal(w.endpoints)
-		tmp := w.cfg.EndpointsFile + ".tmp"
-		if os.MkdirAll(filepath.Dir(tmp), 0o755) == nil && os.WriteFile(tmp, b, 0o644) == nil {
-			_ = os.Rename(tmp, w.cfg.EndpointsFile)
+		if os.MkdirAll(filepath.Dir(w.cfg.EndpointsFile), 0o755) == nil {
+			_ = fsutil.WriteFileAtomic(w.cfg.EndpointsFile, b, 0o644)
 		}
 	}
 }

@@ -140,18 +140,10 @@ func dumpLogs(t *testing.T, l *lab.Lab) {
 	}
 }
 
-// eventually polls cond every 100 ms until it returns nil or d passes.
+// eventually polls cond until it returns nil or d passes.
 func eventually(t *testing.T, d time.Duration, what string, cond func() error) {
 	t.Helper()
-	deadline := time.Now().Add(d)
-	var err error
-	for time.Now().Before(deadline) {
-		if err = cond(); err == nil {
-			return
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	t.Fatalf("%s: not true after %s: %v", what, d, err)
+	labtest.Eventually(t, d, what, cond)
 }
 
 func errorsAs(err error, target any) bool { return errors.As(err, target) }

@@ -18,6 +18,9 @@ import (
 
 	"github.com/etcd-agent/etcd-agent/internal/lab"
 	"go.uber.org/zap"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
 )
 
 // RepoRoot walks up from the working directory (a package dir under test)
@@ -150,3 +153,41 @@ func (s *Shared) Main(m *testing.M, cleanups ...func()) {
 // Dir is the folder holding the lab (for a test's own files, kept with it
 // on failure); empty before the lab is up.
 func (s *Shared) Dir() string { return s.tmp }
+
+// Eventually polls cond every 100 ms until it returns nil, or fails the test
+// after d with cond's last error.
+func Eventually(t testing.TB, d time.Duration, what string, cond func() error) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	var err error
+	for time.Now().Before(deadline) {
+		if err = cond(); err == nil {
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Fatalf("%s: not true after %s: %v", what, d, err)
+}
+
+// RestConfig is an admin client config for the lab's API server, with a
+// rate limit high enough that tests measure the server, not client-go's
+// default 5 QPS.
+func (s *Shared) RestConfig(t testing.TB) *rest.Config {
+	t.Helper()
+	cfg, err := clientcmd.BuildConfigFromFlags("", s.Lab(t).Spec.APIServer.Kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.QPS, cfg.Burst = 200, 400
+	return cfg
+}
+
+// KubeClient is a clientset over RestConfig.
+func (s *Shared) KubeClient(t testing.TB) kubernetes.Interface {
+	t.Helper()
+	kc, err := kubernetes.NewForConfig(s.RestConfig(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return kc
+}

@@ -18,6 +18,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/etcd-agent/etcd-agent/internal/fsutil"
+
 	"github.com/fsnotify/fsnotify"
 	"go.uber.org/zap"
 	corev1 "k8s.io/api/core/v1"
@@ -192,7 +194,7 @@ func (s *Supervisor) writeState() {
 	}
 	s.mu.Unlock()
 	b, _ := json.MarshalIndent(st, "", "  ")
-	if err := writeFileAtomic(s.cfg.StateFile, b); err != nil {
+	if err := fsutil.WriteFileAtomic(s.cfg.StateFile, b, 0o644); err != nil {
 		s.cfg.Log.Warn("write supervisor state", zap.Error(err))
 	}
 }
