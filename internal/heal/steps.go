@@ -131,7 +131,9 @@ func (h *Healer) fence(ctx context.Context) error {
 	return h.lease.Confirm(ctx)
 }
 
-func (h *Healer) removeMember(ctx context.Context, res watchdog.Result, id uint64) error {
+// memberChange runs one membership change: fenced on the Lease, sent to
+// the serving voters of the fresh observation, bounded in time.
+func (h *Healer) memberChange(ctx context.Context, res watchdog.Result, change func(context.Context, *clientv3.Client) error) error {
 	if err := h.fence(ctx); err != nil {
 		return err
 	}
@@ -142,7 +144,14 @@ func (h *Healer) removeMember(ctx context.Context, res watchdog.Result, id uint6
 	defer cli.Close()
 	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	_, err = cli.MemberRemove(rctx, id)
+	return change(rctx, cli)
+}
+
+func (h *Healer) removeMember(ctx context.Context, res watchdog.Result, id uint64) error {
+	err := h.memberChange(ctx, res, func(ctx context.Context, cli *clientv3.Client) error {
+		_, err := cli.MemberRemove(ctx, id)
+		return err
+	})
 	if errors.Is(err, rpctypes.ErrMemberNotFound) {
 		h.log.Info("member already removed", zap.String("id", fmtID(id)))
 		return nil
@@ -158,17 +167,11 @@ func (h *Healer) removeMember(ctx context.Context, res watchdog.Result, id uint6
 // still be applied: the next observation then shows a learner with our peer
 // URL, which Decide adopts instead of adding a second one.
 func (h *Healer) addLearner(ctx context.Context, res watchdog.Result, j *journal.Record) error {
-	if err := h.fence(ctx); err != nil {
+	var resp *clientv3.MemberAddResponse
+	err := h.memberChange(ctx, res, func(ctx context.Context, cli *clientv3.Client) (err error) {
+		resp, err = cli.MemberAddAsLearner(ctx, j.PeerURLs)
 		return err
-	}
-	cli, err := h.clusterClient(res.Observation)
-	if err != nil {
-		return err
-	}
-	defer cli.Close()
-	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	resp, err := cli.MemberAddAsLearner(rctx, j.PeerURLs)
+	})
 	if err != nil {
 		return fmt.Errorf("add learner %v: %w", j.PeerURLs, err)
 	}
@@ -304,18 +307,12 @@ func (h *Healer) trackLearner(j *journal.Record, res watchdog.Result, now time.T
 
 // promote promotes the learner; ErrLearnerNotReady just means "not yet".
 func (h *Healer) promote(ctx context.Context, res watchdog.Result, j *journal.Record, id uint64) error {
-	if err := h.fence(ctx); err != nil {
-		return err
-	}
-	cli, err := h.clusterClient(res.Observation)
-	if err != nil {
-		return err
-	}
-	defer cli.Close()
-	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
 	start := time.Now()
-	if _, err := cli.MemberPromote(rctx, id); err != nil {
+	err := h.memberChange(ctx, res, func(ctx context.Context, cli *clientv3.Client) error {
+		_, err := cli.MemberPromote(ctx, id)
+		return err
+	})
+	if err != nil {
 		if errors.Is(err, rpctypes.ErrMemberLearnerNotReady) || strings.Contains(err.Error(), "not in sync with leader") {
 			h.log.Info("learner not ready to promote yet", zap.String("id", fmtID(id)))
 			return nil

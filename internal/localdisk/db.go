@@ -49,7 +49,7 @@ func checkDB(db *bolt.DB) (consistentIndex uint64, err error) {
 	}
 	defer tx.Rollback()
 
-	consistentIndex, _ = schema.UnsafeReadConsistentIndex(boltTxReader{tx})
+	consistentIndex, _ = schema.UnsafeReadConsistentIndex(TxReader{Tx: tx})
 
 	var first error
 	problems := 0
@@ -66,12 +66,13 @@ func checkDB(db *bolt.DB) (consistentIndex uint64, err error) {
 	return consistentIndex, nil
 }
 
-// boltTxReader lets schema.UnsafeReadConsistentIndex (written against etcd's
-// backend) read straight from a read-only bbolt transaction.
-type boltTxReader struct{ tx *bolt.Tx }
+// TxReader lets etcd's schema package (written against its backend) read
+// straight from a plain read-only bbolt transaction; etcd's own backend
+// would open the file for writing.
+type TxReader struct{ Tx *bolt.Tx }
 
-func (r boltTxReader) UnsafeRange(bucket backend.Bucket, key, endKey []byte, limit int64) (keys, vals [][]byte) {
-	b := r.tx.Bucket(bucket.Name())
+func (r TxReader) UnsafeRange(bucket backend.Bucket, key, endKey []byte, limit int64) (keys, vals [][]byte) {
+	b := r.Tx.Bucket(bucket.Name())
 	if b == nil {
 		return nil, nil
 	}
@@ -91,8 +92,8 @@ func (r boltTxReader) UnsafeRange(bucket backend.Bucket, key, endKey []byte, lim
 	return keys, vals
 }
 
-func (r boltTxReader) UnsafeForEach(bucket backend.Bucket, visitor func(k, v []byte) error) error {
-	b := r.tx.Bucket(bucket.Name())
+func (r TxReader) UnsafeForEach(bucket backend.Bucket, visitor func(k, v []byte) error) error {
+	b := r.Tx.Bucket(bucket.Name())
 	if b == nil {
 		return nil
 	}

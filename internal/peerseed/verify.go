@@ -1,12 +1,12 @@
 package peerseed
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"os"
 	"time"
 
+	"github.com/etcd-agent/etcd-agent/internal/localdisk"
 	bolt "go.etcd.io/bbolt"
 	"go.etcd.io/etcd/server/v3/storage/backend"
 	"go.etcd.io/etcd/server/v3/storage/schema"
@@ -45,7 +45,7 @@ func VerifyDB(path string) (consistentIndex, term uint64, err error) {
 				return fmt.Errorf("no %q bucket: not an etcd db", b.Name())
 			}
 		}
-		consistentIndex, term = schema.UnsafeReadConsistentIndex(txReader{tx})
+		consistentIndex, term = schema.UnsafeReadConsistentIndex(localdisk.TxReader{Tx: tx})
 		if consistentIndex == 0 {
 			return errors.New("no consistent index: the db has applied no entries")
 		}
@@ -55,37 +55,4 @@ func VerifyDB(path string) (consistentIndex, term uint64, err error) {
 		return 0, 0, fmt.Errorf("%s: %w", path, err)
 	}
 	return consistentIndex, term, nil
-}
-
-// txReader lets etcd's schema package read from a plain read-only bbolt
-// transaction (etcd's own backend would open the file for writing).
-type txReader struct{ tx *bolt.Tx }
-
-func (r txReader) UnsafeRange(bucket backend.Bucket, key, endKey []byte, limit int64) (keys, vals [][]byte) {
-	b := r.tx.Bucket(bucket.Name())
-	if b == nil {
-		return nil, nil
-	}
-	if len(endKey) == 0 {
-		if v := b.Get(key); v != nil {
-			return [][]byte{key}, [][]byte{v}
-		}
-		return nil, nil
-	}
-	c := b.Cursor()
-	for k, v := c.Seek(key); k != nil && bytes.Compare(k, endKey) < 0; k, v = c.Next() {
-		keys, vals = append(keys, k), append(vals, v)
-		if limit > 0 && int64(len(keys)) >= limit {
-			break
-		}
-	}
-	return keys, vals
-}
-
-func (r txReader) UnsafeForEach(bucket backend.Bucket, visitor func(k, v []byte) error) error {
-	b := r.tx.Bucket(bucket.Name())
-	if b == nil {
-		return nil
-	}
-	return b.ForEach(visitor)
 }
