@@ -51,3 +51,10 @@ func addHealFlags(fs *pflag.FlagSet, c *agent.Config) {
 	_ = fs.MarkHidden("test-crash-before-phase")
 	fs.StringVar(&c.StartCommand, "start-command", "", "with --member-runtime=exec: command that starts etcd; gets ETCD_INITIAL_CLUSTER and ETCD_INITIAL_CLUSTER_STATE=existing")
 }
+
+func envOr(key, def string) string {
+	if v, ok := os.LookupEnv(key); ok {
+		return v
+	}
+	return def
+}

@@ -47,6 +47,7 @@ func newRootCmd() *cobra.Command {
 		newRunCmd(g),
 		newStatusCmd(g),
 		newGateCmd(g),
+		newRecoverCmd(g),
 	)
 	return root
 }
@@ -72,7 +73,8 @@ func bindEnv(fs *pflag.FlagSet) error {
 func main() {
 	if err := newRootCmd().Execute(); err != nil {
 		var se statusExit
-		if !errors.As(err, &se) { // status already printed its verdict
+		var re recoverExit
+		if !errors.As(err, &se) && !errors.As(err, &re) { // they printed their verdict
 			fmt.Fprintln(os.Stderr, "etcd-agent:", err)
 		}
 		os.Exit(exitCode(err))

@@ -1,0 +1,69 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func execute(args ...string) (string, error) {
+	root := newRootCmd()
+	var out bytes.Buffer
+	root.SetOut(&out)
+	root.SetErr(&out)
+	root.SetArgs(args)
+	err := root.Execute()
+	return out.String(), err
+}
+
+func TestBadInputGivesAClearErrorAndNonZeroExit(t *testing.T) {
+	dir := t.TempDir()
+	garbage := filepath.Join(dir, "etcd.yaml")
+	os.WriteFile(garbage, []byte("kind: [not yaml"), 0o644)
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"missing manifest", []string{"status", "--static-pod-manifest", filepath.Join(dir, "nope.yaml"), "--state-dir", dir}, "not found"},
+		{"unparsable manifest", []string{"status", "--static-pod-manifest", garbage, "--state-dir", dir}, "static pod manifest"},
+		{"bad output format", []string{"status", "-o", "yaml", "--state-dir", dir}, "bad -o"},
+		{"bad log level", []string{"status", "--log-level", "loud", "--state-dir", dir}, "bad --log-level"},
+		{"bad duration", []string{"run", "--grace-period", "soon"}, "invalid argument"},
+		{"bad member runtime", []string{"run", "--member-runtime", "systemd", "--state-dir", dir}, "--member-runtime"},
+		{"exec runtime without commands", []string{"run", "--member-runtime", "exec", "--state-dir", dir}, "--stop-command"},
+		{"bad rejoin mode", []string{"run", "--rejoin-mode", "magic", "--state-dir", dir}, "--rejoin-mode"},
+		{"bad lab size", []string{"lab", "bench", "--sizes", "lots"}, "bad size"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			out, err := execute(tc.args...)
+			if err == nil {
+				t.Fatalf("no error; output:\n%s", out)
+			}
+			if exitCode(err) == 0 {
+				t.Fatalf("exit code 0 for %v", err)
+			}
+			if !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("error %q does not say %q", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestEnvironmentSetsFlagsAndTheCommandLineWins(t *testing.T) {
+	t.Setenv("ETCD_AGENT_LOG_LEVEL", "loud")
+	if _, err := execute("version"); err != nil {
+		t.Fatalf("version does not log: %v", err)
+	}
+	_, err := execute("status", "--state-dir", t.TempDir())
+	if err == nil || !strings.Contains(err.Error(), "bad --log-level") {
+		t.Fatalf("ETCD_AGENT_LOG_LEVEL was not applied: %v", err)
+	}
+	t.Setenv("ETCD_AGENT_OUTPUT", "yaml")
+	_, err = execute("status", "-o", "json", "--log-level", "info", "--static-pod-manifest", "/nonexistent", "--state-dir", t.TempDir())
+	if err == nil || strings.Contains(err.Error(), "bad -o") {
+		t.Fatalf("the command line must win over the environment: %v", err)
+	}
+}
