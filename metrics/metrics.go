@@ -34,6 +34,7 @@ type Metrics struct {
 	PhaseDuration        *prometheus.HistogramVec
 	LearnerLag           *prometheus.GaugeVec
 	SnapshotBytesTotal   *prometheus.CounterVec
+	SeedFallbacksTotal   *prometheus.CounterVec
 	LastRecovery         *prometheus.GaugeVec
 	ObservationDuration  *prometheus.HistogramVec
 }
@@ -65,6 +66,7 @@ func New() *Metrics {
 		PhaseDuration:        h("recovery_phase_duration_seconds", "Time spent in each recovery phase.", durations, "member", "phase"),
 		LearnerLag:           g("learner_lag_entries", "The rejoining learner's applied index behind the leader's commit index.", "member"),
 		SnapshotBytesTotal:   c("snapshot_bytes_total", "Bytes of snapshots streamed from peers.", "member"),
+		SeedFallbacksTotal:   c("seed_fallbacks_total", "Seed-mode rejoins that fell back to raft mode, by reason.", "member", "reason"),
 		LastRecovery:         g("last_recovery_timestamp_seconds", "Unix time of the last recovery's end.", "member"),
 		ObservationDuration: h("observation_duration_seconds", "Time one observation (member list, probes, data dir check) takes.",
 			prometheus.ExponentialBuckets(0.001, 2, 14), "member"),
@@ -72,7 +74,7 @@ func New() *Metrics {
 	m.Registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		m.MemberState, m.DataDirStatus, m.VotingMembers, m.HealthyVotingMembers, m.QuorumMargin, m.RecoveryInProgress,
 		m.LeaseHeld, m.RecoveriesTotal, m.RefusalsTotal, m.RecoveryDuration, m.PhaseDuration, m.LearnerLag,
-		m.SnapshotBytesTotal, m.LastRecovery, m.ObservationDuration)
+		m.SnapshotBytesTotal, m.SeedFallbacksTotal, m.LastRecovery, m.ObservationDuration)
 	return m
 }
 

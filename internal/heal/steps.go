@@ -13,6 +13,7 @@ import (
 	"github.com/etcd-agent/etcd-agent/internal/fsutil"
 	"github.com/etcd-agent/etcd-agent/internal/journal"
 	"github.com/etcd-agent/etcd-agent/internal/localdisk"
+	"github.com/etcd-agent/etcd-agent/internal/nodereport"
 	"github.com/etcd-agent/etcd-agent/internal/observation"
 	"github.com/etcd-agent/etcd-agent/internal/peerseed"
 	"github.com/etcd-agent/etcd-agent/internal/plan"
@@ -201,8 +202,15 @@ func (h *Healer) prepareDataDir(ctx context.Context, res watchdog.Result, j *jou
 			return nil // BuildDataDir synced the data dir and its parent
 		}
 		j.SeedFallback, j.SeedDetail = peerseed.SeedReason(err), err.Error()
+		if errors.Is(err, errSeedUnsupportedVersion) {
+			j.SeedFallback = "seed-unsupported-version"
+		}
+		h.metrics.SeedFallbacksTotal.WithLabelValues(h.cfg.Member, j.SeedFallback).Inc()
 		h.log.Warn("seeding the learner's data dir failed; falling back to raft mode (empty data dir, the leader sends a snapshot)",
 			zap.String("reason", j.SeedFallback), zap.Error(err))
+		if h.reporter != nil {
+			h.reporter.Eventf("Warning", nodereport.ReasonRecoveryStarted, "seed mode fell back to raft mode (%s): %v", j.SeedFallback, err)
+		}
 	}
 	// Left absent: etcd creates it with the layout and modes it wants.
 	return fsutil.SyncDir(filepath.Dir(h.cfg.DataDir))
@@ -216,6 +224,9 @@ func (h *Healer) prepareDataDir(ctx context.Context, res watchdog.Result, j *jou
 // removed afterwards: the data dir holds its copy, and the pre-change backup
 // (step 3) stays in the quarantine. On error no data dir is left.
 func (h *Healer) seedDataDir(ctx context.Context, res watchdog.Result, j *journal.Record) error {
+	if err := seedSupported(res.Observation); err != nil {
+		return err
+	}
 	if j.NewMemberID == 0 || res.Observation.ClusterID == 0 {
 		return fmt.Errorf("learner ID (%x) or cluster ID (%x) unknown", uint64(j.NewMemberID), res.Observation.ClusterID)
 	}
@@ -253,6 +264,20 @@ func (h *Healer) seedDataDir(ctx context.Context, res watchdog.Result, j *journa
 	h.log.Info("learner data dir seeded from a snapshot", zap.String("source", src.Name), zap.String("why", why),
 		zap.Int64("bytes", snap.Size), zap.Uint64("leaderIndex", ss.LeaderIndex), zap.Uint64("consistentIndex", info.ConsistentIndex),
 		zap.Uint64("term", info.Term), zap.Duration("streamTook", snap.Took), zap.Duration("buildTook", info.Took))
+	return nil
+}
+
+// errSeedUnsupportedVersion: the data dir layout seed mode writes was
+// proven against etcd 3.6 only (the e2e suite's version); anything else
+// rejoins in raft mode, which every etcd supports.
+var errSeedUnsupportedVersion = errors.New("seed mode is proven against etcd 3.6 servers only")
+
+func seedSupported(o observation.Observation) error {
+	for _, m := range o.Members {
+		if m.Serving && !strings.HasPrefix(m.Version, "3.6.") {
+			return fmt.Errorf("%w: member %s runs %q", errSeedUnsupportedVersion, m.Name, m.Version)
+		}
+	}
 	return nil
 }
 
