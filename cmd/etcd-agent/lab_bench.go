@@ -16,6 +16,7 @@ func newLabBenchCmd(g *globalFlags, dir *string) *cobra.Command {
 	var sizes []string
 	var binDir string
 	var runs int
+	var modes []string
 	c := &cobra.Command{
 		Use:   "bench",
 		Short: "Measure the agent's heal against the bare etcd rejoin on the same db, per db size, and print a table",
@@ -42,13 +43,14 @@ func newLabBenchCmd(g *globalFlags, dir *string) *cobra.Command {
 			}
 			_, err = bench.Run(cmd.Context(), bench.Options{
 				Lab:   lab.Options{Dir: *dir, Nodes: 3, BinDir: binDir, AgentBinary: exe, Log: log},
-				Sizes: bytes, Runs: runs, Out: cmd.OutOrStdout(), Log: log,
+				Sizes: bytes, Runs: runs, Modes: modes, Out: cmd.OutOrStdout(), Log: log,
 			})
 			return err
 		},
 	}
 	c.Flags().StringSliceVar(&sizes, "sizes", []string{"100MB", "500MB"}, "db sizes to measure (e.g. 100MB,500MB,1GB)")
 	c.Flags().IntVar(&runs, "runs", 3, "runs per size (medians are reported)")
+	c.Flags().StringSliceVar(&modes, "modes", []string{"raft", "seed"}, "agent rejoin modes to measure side by side")
 	c.Flags().StringVar(&binDir, "bin-dir", defaultBinDir(), "folder with etcd and kube-apiserver (from `make tools`)")
 	return c
 }

@@ -19,18 +19,26 @@ import (
 	"github.com/etcd-agent/etcd-agent/internal/lab/invariant"
 	"github.com/etcd-agent/etcd-agent/internal/memberruntime"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"golang.org/x/sync/errgroup"
 	"go.uber.org/zap"
 )
 
 // Row is one db size's figures; durations are per run, reported as the median.
 type Row struct {
-	DBBytes      int64
-	Bare         []time.Duration // remove -> promoted and serving, no agent
-	Agent        []time.Duration // fault -> promoted by the agent (no grace applies: data dir gone, member down)
+	DBBytes     int64
+	Bare        []time.Duration // remove -> promoted and serving, no agent
+	BaselineP99 time.Duration
+	Modes       []string
+	Heals       map[string]*Heals // by rejoin mode
+}
+
+// Heals are the agent's heals of one rejoin mode.
+type Heals struct {
+	Agent        []time.Duration // fault -> promoted (no grace applies: data dir gone, member down)
 	AgentTotal   []time.Duration // fault -> verified and Lease released
-	Snapshot     []time.Duration // the agent's pre-change backup stream
-	BaselineP99  time.Duration
-	HealP99      time.Duration
+	Snapshot     []time.Duration // the pre-change backup stream
+	LeaderSnaps  float64         // raft snapshots the members sent during the heals (etcd_network_snapshot_send_success)
+	lat          []time.Duration
 	APIFailed    int
 	APIAttempted int
 }
@@ -42,8 +50,10 @@ type Options struct {
 	// Runs per size: etcd itself is noisy (a new member's first publish
 	// sometimes times out after 7 s), so each side is run several times.
 	Runs int
-	Out  io.Writer
-	Log  *zap.Logger
+	// Modes are the agent's rejoin modes to measure, side by side.
+	Modes []string
+	Out   io.Writer
+	Log   *zap.Logger
 }
 
 // Run measures every size on a fresh lab each and prints the table.
@@ -58,7 +68,11 @@ func Run(ctx context.Context, o Options) ([]Row, error) {
 		// the lab's 3 s grace, which would start the clock early.
 		lo.AgentArgs = append(lo.AgentArgs, "--grace-period=1h")
 		fmt.Fprintf(o.Out, "== %s: lab up, filling the db ...\n", human(size))
-		row, err := runOne(ctx, lo, size, max(1, o.Runs), o.Out)
+		modes := o.Modes
+		if len(modes) == 0 {
+			modes = []string{"raft"}
+		}
+		row, err := runOne(ctx, lo, size, max(1, o.Runs), modes, o.Out)
 		if err != nil {
 			return rows, fmt.Errorf("%s: %w", human(size), err)
 		}
@@ -68,8 +82,8 @@ func Run(ctx context.Context, o Options) ([]Row, error) {
 	return rows, nil
 }
 
-func runOne(ctx context.Context, lo lab.Options, size int64, runs int, out io.Writer) (Row, error) {
-	var row Row
+func runOne(ctx context.Context, lo lab.Options, size int64, runs int, modes []string, out io.Writer) (Row, error) {
+	row := Row{Modes: modes, Heals: map[string]*Heals{}}
 	l, err := lab.Up(ctx, lo)
 	if l != nil {
 		defer l.Down(context.Background())
@@ -103,7 +117,6 @@ func runOne(ctx context.Context, lo lab.Options, size int64, runs int, out io.Wr
 	base := w.Snapshot()
 	row.BaselineP99 = invariant.Percentile(base.APILatencies, 99)
 
-	var healLat []time.Duration
 	for r := 1; r <= runs; r++ {
 		fmt.Fprintf(out, "   run %d/%d, db %s: bare etcd rejoin of node3 (its agent stopped) ...\n", r, runs, human(row.DBBytes))
 		bare, err := bareRejoin(ctx, l, cli, "node3")
@@ -111,28 +124,61 @@ func runOne(ctx context.Context, lo lab.Options, size int64, runs int, out io.Wr
 			return row, fmt.Errorf("bare rejoin: %w", err)
 		}
 		row.Bare = append(row.Bare, bare)
-		if err := l.WaitHealthy(ctx, 3, 5*time.Minute); err != nil {
-			return row, err
-		}
-		fmt.Fprintf(out, "   bare: %s; agent heal of node2 (member stopped, data dir wiped) ...\n", bare.Round(time.Millisecond))
-		mid := w.Snapshot()
-		if err := agentHeal(ctx, l, "node2", &row); err != nil {
-			return row, fmt.Errorf("agent heal: %w", err)
-		}
-		end := w.Snapshot()
-		healLat = append(healLat, end.APILatencies[len(mid.APILatencies):]...)
-		row.APIAttempted += end.APIAttempted - mid.APIAttempted
-		row.APIFailed += end.APIFailed - mid.APIFailed
-		fmt.Fprintf(out, "   agent: %s to promoted\n", row.Agent[len(row.Agent)-1].Round(time.Millisecond))
+		fmt.Fprintf(out, "   bare: %s\n", bare.Round(time.Millisecond))
 		if err := l.WaitHealthy(ctx, 3, 5*time.Minute); err != nil {
 			return row, err
 		}
 	}
-	row.HealP99 = invariant.Percentile(healLat, 99)
+	for _, mode := range modes {
+		if err := l.RestartAgents(ctx, "--rejoin-mode="+mode); err != nil {
+			return row, err
+		}
+		h := &Heals{}
+		row.Heals[mode] = h
+		for r := 1; r <= runs; r++ {
+			fmt.Fprintf(out, "   run %d/%d: agent heal of node2 in %s mode (member stopped, data dir wiped) ...\n", r, runs, mode)
+			snapsBefore := snapshotsSent(ctx, l)
+			mid := w.Snapshot()
+			if err := agentHeal(ctx, l, "node2", h); err != nil {
+				return row, fmt.Errorf("agent heal (%s): %w", mode, err)
+			}
+			end := w.Snapshot()
+			h.LeaderSnaps += snapshotsSent(ctx, l) - snapsBefore
+			h.lat = append(h.lat, end.APILatencies[len(mid.APILatencies):]...)
+			h.APIAttempted += end.APIAttempted - mid.APIAttempted
+			h.APIFailed += end.APIFailed - mid.APIFailed
+			fmt.Fprintf(out, "   agent (%s): %s to promoted\n", mode, h.Agent[len(h.Agent)-1].Round(time.Millisecond))
+			if err := l.WaitHealthy(ctx, 3, 5*time.Minute); err != nil {
+				return row, err
+			}
+		}
+	}
 	return row, nil
 }
 
-// fill writes 512 KiB values until the db holds about size bytes.
+// snapshotsSent sums etcd_network_snapshot_send_success over the members:
+// the raft snapshots sent so far (a leader sends one to a learner that is
+// too far behind; seed mode's point is that it need not).
+func snapshotsSent(ctx context.Context, l *lab.Lab) float64 {
+	var sum float64
+	for _, u := range l.Spec.ClientURLs() {
+		if m, err := lab.Scrape(ctx, u+"/metrics"); err == nil {
+			if fam, ok := m["etcd_network_snapshot_send_success"]; ok {
+				for _, s := range fam.Metric {
+					if s.Counter != nil {
+						sum += s.Counter.GetValue()
+					}
+				}
+			}
+		}
+	}
+	return sum
+}
+
+// fill writes 512 KiB values until the db holds about size bytes, then
+// 12,000 small writes: the lab runs etcd with --snapshot-count=10000, so the
+// leader's raft log is compacted and a new learner needs a raft snapshot, as
+// on any long-lived cluster.
 func fill(ctx context.Context, cli *clientv3.Client, size int64) error {
 	val := strings.Repeat("x", 512<<10)
 	for i := 0; int64(i)*int64(len(val)) < size; i++ {
@@ -143,7 +189,21 @@ func fill(ctx context.Context, cli *clientv3.Client, size int64) error {
 			return err
 		}
 	}
-	return nil
+	g, gctx := errgroup.WithContext(ctx)
+	for w := range 8 {
+		g.Go(func() error {
+			for i := w; i < 12000; i += 8 {
+				rctx, cancel := context.WithTimeout(gctx, 30*time.Second)
+				_, err := cli.Put(rctx, fmt.Sprintf("/bench/entries/%06d", i), "x")
+				cancel()
+				if err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+	}
+	return g.Wait()
 }
 
 // bareRejoin is the upstream procedure with no agent: stop the member, set
@@ -216,7 +276,7 @@ func bareRejoin(ctx context.Context, l *lab.Lab, cli *clientv3.Client, node stri
 
 // agentHeal breaks node's member (stopped, data dir gone; its start gate
 // then holds etcd back) and waits for its agent to heal it.
-func agentHeal(ctx context.Context, l *lab.Lab, node string, row *Row) error {
+func agentHeal(ctx context.Context, l *lab.Lab, node string, row *Heals) error {
 	n, err := l.Spec.Node(node)
 	if err != nil {
 		return err
@@ -253,15 +313,21 @@ func agentHeal(ctx context.Context, l *lab.Lab, node string, row *Row) error {
 // Print writes the table.
 func Print(w io.Writer, rows []Row) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "db size\truns\tbare etcd rejoin\tagent TTR-grace\tratio\tof which snapshot backup\tagent total\tAPI p99 before\tAPI p99 during\tAPI writes failed\t")
+	fmt.Fprintln(tw, "db size\tmode\truns\tbare etcd rejoin\tagent TTR-grace\tratio\tpre-change backup\tagent total\tleader raft snapshots\tAPI p99 before\tAPI p99 during\tAPI writes failed\t")
 	for _, r := range rows {
-		bare, agent := median(r.Bare), median(r.Agent)
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%.2fx\t%s\t%s\t%s\t%s\t%d/%d\t\n", human(r.DBBytes), len(r.Bare), spread(r.Bare),
-			spread(r.Agent), float64(agent)/float64(bare), median(r.Snapshot).Round(10*time.Millisecond), median(r.AgentTotal).Round(10*time.Millisecond),
-			r.BaselineP99.Round(time.Millisecond), r.HealP99.Round(time.Millisecond), r.APIFailed, r.APIAttempted)
+		for _, mode := range r.Modes {
+			h := r.Heals[mode]
+			if h == nil {
+				continue
+			}
+			bare, agent := median(r.Bare), median(h.Agent)
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%.2fx\t%s\t%s\t%.0f\t%s\t%s\t%d/%d\t\n", human(r.DBBytes), mode, len(h.Agent), spread(r.Bare),
+				spread(h.Agent), float64(agent)/float64(bare), median(h.Snapshot).Round(10*time.Millisecond), median(h.AgentTotal).Round(10*time.Millisecond),
+				h.LeaderSnaps, r.BaselineP99.Round(time.Millisecond), invariant.Percentile(h.lat, 99).Round(time.Millisecond), h.APIFailed, h.APIAttempted)
+		}
 	}
 	tw.Flush()
-	fmt.Fprintln(w, "(durations: median [min-max] over the runs; ratio = median agent / median bare)")
+	fmt.Fprintln(w, "(durations: median [min-max] over the runs; ratio = median agent / median bare; leader raft snapshots: total over the runs)")
 }
 
 func median(ds []time.Duration) time.Duration { return invariant.Percentile(ds, 50) }
