@@ -7,7 +7,7 @@ LDFLAGS := -X github.com/etcd-agent/etcd-agent/internal/version.Version=$(VERSIO
 LAB_DIR ?= $(CURDIR)/lab
 E2E_TIMEOUT ?= 45m
 
-.PHONY: all tools build unit e2e test demo demo-down bench vet fmt clean
+.PHONY: all tools build unit e2e e2e-full test demo demo-down bench vet fmt clean deploy-test dashboard-png
 
 all: build
 
@@ -38,6 +38,10 @@ e2e: tools build
 test: tools build vet
 	@hack/gotest.sh -p 1 -count=1 -timeout $(E2E_TIMEOUT) ./cmd/... ./internal/... ./metrics/... ./test/...
 	cd hack/render-dashboard && $(GO) test -count=1 ./...
+
+## e2e-full: the long scenarios kept out of make test (10 seed-mode heals in a row)
+e2e-full: tools build
+	@hack/gotest.sh -tags e2efull -count=1 -timeout 60m -run 'TestSeedModeTenHealsInARow' ./test/e2e/...
 
 ## deploy-test: the manifests (server-side dry-run), RBAC and alert rules (promtool)
 deploy-test: tools build
