@@ -278,11 +278,11 @@ func TestStaticPodParksAndRestoresAcrossFilesystems(t *testing.T) {
 	f := newPodFixture(t)
 	shm, err := os.MkdirTemp("/dev/shm", "memberruntime-park-")
 	if err != nil {
-		t.Skipf("no /dev/shm to put the park dir on another filesystem: %v", err)
+		t.Fatalf("this test needs /dev/shm (a tmpfs) to put the park dir on another filesystem: %v", err)
 	}
 	t.Cleanup(func() { os.RemoveAll(shm) })
 	if device(t, shm) == device(t, f.manifestsDir) {
-		t.Skip("/dev/shm is on the same filesystem as the temp dir")
+		t.Fatalf("this test needs /dev/shm on another filesystem than %s", f.manifestsDir)
 	}
 	f.parkDir = filepath.Join(shm, "parked")
 	rt := f.runtime(t)

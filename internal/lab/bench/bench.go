@@ -19,8 +19,8 @@ import (
 	"github.com/etcd-agent/etcd-agent/internal/lab/invariant"
 	"github.com/etcd-agent/etcd-agent/internal/memberruntime"
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"golang.org/x/sync/errgroup"
 	"go.uber.org/zap"
+	"golang.org/x/sync/errgroup"
 )
 
 // Row is one db size's figures; durations are per run, reported as the median.
