@@ -162,12 +162,17 @@ func (c Config) TLSConfig() (*tls.Config, error) {
 	return cfg, nil
 }
 
-// WatchdogConfig derives the watchdog's configuration.
-func (c Config) WatchdogConfig(id watchdog.Identity) (watchdog.Config, error) {
+// NewWatchdog builds the watchdog of member id (run, status and the gate
+// all observe the same way). Learned endpoints persist in the state dir.
+func (c Config) NewWatchdog(id watchdog.Identity) (*watchdog.Watchdog, error) {
 	t, err := c.TLSConfig()
 	if err != nil {
-		return watchdog.Config{}, err
+		return nil, err
 	}
-	return watchdog.Config{Identity: id, Endpoints: c.Endpoints, TLS: t, PollInterval: c.PollInterval,
-		GracePeriod: c.GracePeriod, EndpointsFile: filepath.Join(c.StateDir, "endpoints.json"), Log: c.Log}, nil
+	cfg := watchdog.Config{Identity: id, Endpoints: c.Endpoints, TLS: t, PollInterval: c.PollInterval,
+		GracePeriod: c.GracePeriod, Log: c.Log}
+	if c.StateDir != "" {
+		cfg.EndpointsFile = filepath.Join(c.StateDir, "endpoints.json")
+	}
+	return watchdog.New(cfg)
 }

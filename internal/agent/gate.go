@@ -9,7 +9,6 @@ import (
 	"github.com/etcd-agent/etcd-agent/internal/localdisk"
 	"github.com/etcd-agent/etcd-agent/internal/manifest"
 	"github.com/etcd-agent/etcd-agent/internal/observation"
-	"github.com/etcd-agent/etcd-agent/internal/watchdog"
 	"go.uber.org/zap"
 )
 
@@ -66,11 +65,7 @@ func Gate(ctx context.Context, c Config, timeout time.Duration) error {
 	if m, err := manifest.LoadMember(c.StaticPodManifest); err == nil {
 		bootstrap = m.InitialClusterState == "" || m.InitialClusterState == "new"
 	}
-	wcfg, err := c.WatchdogConfig(id)
-	if err != nil {
-		return err
-	}
-	wd, err := watchdog.New(wcfg)
+	wd, err := c.NewWatchdog(id)
 	if err != nil {
 		return err
 	}

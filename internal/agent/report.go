@@ -64,14 +64,7 @@ func Status(ctx context.Context, c Config) (Report, error) {
 	if err != nil {
 		return Report{}, err
 	}
-	wcfg, err := c.WatchdogConfig(id)
-	if err != nil {
-		return Report{}, err
-	}
-	if c.StateDir == "" {
-		wcfg.EndpointsFile = ""
-	}
-	wd, err := watchdog.New(wcfg)
+	wd, err := c.NewWatchdog(id)
 	if err != nil {
 		return Report{}, err
 	}

@@ -50,11 +50,7 @@ func Run(ctx context.Context, c Config) error {
 	if err != nil {
 		return err
 	}
-	wcfg, err := c.WatchdogConfig(id)
-	if err != nil {
-		return err
-	}
-	wd, err := watchdog.New(wcfg)
+	wd, err := c.NewWatchdog(id)
 	if err != nil {
 		return err
 	}

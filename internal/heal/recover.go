@@ -72,9 +72,10 @@ func (h *Healer) recover(parent context.Context, first watchdog.Result, req *pla
 			// Fencing: another agent holds the Lease. Stop at once; the
 			// journal stays open so this (or the next holder) resumes
 			// from the cluster's actual membership.
-			h.log.Warn("recovery stopped: the Lease is not ours", zap.Error(err), zap.String("phase", string(j.Phase)))
+			h.log.Warn("recovery stopped: the Lease is not ours", zap.String("reason", string(plan.ReasonLeaseLost)),
+				zap.Error(err), zap.String("phase", string(j.Phase)))
 			h.metrics.LeaseHeld.WithLabelValues(h.cfg.Member).Set(0)
-			return Outcome{Decision: d, Err: err}
+			return Outcome{Decision: plan.Decision{Action: plan.Nothing, Reason: plan.ReasonLeaseLost, Detail: err.Error()}, Err: err}
 		case err != nil:
 			stepErrors++
 			h.log.Warn("recovery step failed", zap.String("action", string(d.Action)), zap.Int("attempt", stepErrors), zap.Error(err))

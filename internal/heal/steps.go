@@ -338,7 +338,7 @@ func (h *Healer) promote(ctx context.Context, res watchdog.Result, j *journal.Re
 		return err
 	})
 	if err != nil {
-		if errors.Is(err, rpctypes.ErrMemberLearnerNotReady) || strings.Contains(err.Error(), "not in sync with leader") {
+		if errors.Is(err, rpctypes.ErrMemberLearnerNotReady) {
 			h.log.Info("learner not ready to promote yet", zap.String("id", fmtID(id)))
 			return nil
 		}

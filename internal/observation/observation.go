@@ -4,6 +4,7 @@
 package observation
 
 import (
+	"fmt"
 	"slices"
 	"time"
 )
@@ -130,3 +131,47 @@ func (o Observation) Member(id uint64) (Member, bool) {
 
 // DataDirUsable reports whether a data dir class is one a member can restart on.
 func DataDirUsable(class string) bool { return class == "ok" || class == "in-use" }
+
+// MatchLocal sets obs.Local.Match: the local member is found by name AND
+// peer URL (rule 7 of the design); a member added but not started yet has
+// no name, and its peer URL alone matches it. Anything else is ambiguous.
+func MatchLocal(obs *Observation) {
+	l := &obs.Local
+	var byBoth, byName, byPeer []Member
+	for _, m := range obs.Members {
+		nameOK := m.Name == l.Name
+		peerOK := overlaps(m.PeerURLs, l.PeerURLs)
+		switch {
+		case nameOK && peerOK:
+			byBoth = append(byBoth, m)
+		case nameOK:
+			byName = append(byName, m)
+		case peerOK:
+			byPeer = append(byPeer, m)
+		}
+	}
+	switch {
+	case obs.MemberListError != "" && len(obs.Members) == 0:
+		l.Match, l.MatchDetail = MatchNotFound, "no member list"
+	case len(byBoth) == 1 && len(byName) == 0 && len(byPeer) == 0:
+		l.Match, l.ID = MatchOK, byBoth[0].ID
+	case len(byBoth) == 0 && len(byName) == 0 && len(byPeer) == 1 && byPeer[0].Name == "":
+		l.Match, l.ID = MatchOK, byPeer[0].ID
+		l.MatchDetail = "unstarted member with our peer URL"
+	case len(byBoth)+len(byName)+len(byPeer) == 0:
+		l.Match, l.MatchDetail = MatchNotFound, fmt.Sprintf("no member named %s with peer URL %v", l.Name, l.PeerURLs)
+	default:
+		l.Match = MatchAmbiguous
+		l.MatchDetail = fmt.Sprintf("%d member(s) match name and peer URL, %d only the name, %d only the peer URL",
+			len(byBoth), len(byName), len(byPeer))
+	}
+}
+
+func overlaps(a, b []string) bool {
+	for _, x := range a {
+		if slices.Contains(b, x) {
+			return true
+		}
+	}
+	return false
+}

@@ -134,33 +134,11 @@ func (s *spec) build() Input {
 	return in
 }
 
-// matchLocal mirrors the watchdog's rule 7 matching: name AND peer URL, or
-// the peer URL alone for an unstarted (nameless) member.
+// matchLocal matches the local member the way the watchdog does
+// (observation.MatchLocal) and copies its serving state, as the watchdog does.
 func matchLocal(o *observation.Observation) {
-	l := &o.Local
-	var both, name, peerOnly []observation.Member
-	for _, m := range o.Members {
-		n, p := m.Name == l.Name, len(m.PeerURLs) > 0 && m.PeerURLs[0] == l.PeerURLs[0]
-		switch {
-		case n && p:
-			both = append(both, m)
-		case n:
-			name = append(name, m)
-		case p:
-			peerOnly = append(peerOnly, m)
-		}
-	}
-	switch {
-	case len(both) == 1 && len(name)+len(peerOnly) == 0:
-		l.Match, l.ID = observation.MatchOK, both[0].ID
-	case len(both)+len(name) == 0 && len(peerOnly) == 1 && peerOnly[0].Name == "":
-		l.Match, l.ID = observation.MatchOK, peerOnly[0].ID
-	case len(both)+len(name)+len(peerOnly) == 0:
-		l.Match = observation.MatchNotFound
-	default:
-		l.Match, l.MatchDetail = observation.MatchAmbiguous, "two members claim our name or peer URL"
-	}
-	if l.Match == observation.MatchOK {
+	observation.MatchLocal(o)
+	if l := &o.Local; l.Match == observation.MatchOK {
 		m, _ := o.Member(l.ID)
 		l.Serving, l.IsLearner = m.Serving, m.IsLearner
 	}

@@ -150,7 +150,7 @@ func (w *Watchdog) observe(ctx context.Context, now time.Time) observation.Obser
 			obs.LeaderID = m.ID
 		}
 	}
-	matchLocal(&obs)
+	observation.MatchLocal(&obs)
 	if obs.Local.Match == observation.MatchOK {
 		m, _ := obs.Member(obs.Local.ID)
 		obs.Local.Serving, obs.Local.IsLearner = m.Serving, m.IsLearner
@@ -206,40 +206,6 @@ func (w *Watchdog) classifyDataDir(ctx context.Context, obs *observation.Observa
 		r = w.deep.classify(ctx, dir, exp)
 	}
 	obs.Local.DataDirClass, obs.Local.DataDirDetail = string(r.Class), r.Detail
-}
-
-// matchLocal finds the local member by name AND peer URL (rule 7). A member
-// added but not started yet has no name; its peer URL alone matches it.
-func matchLocal(obs *observation.Observation) {
-	l := &obs.Local
-	var byBoth, byName, byPeer []observation.Member
-	for _, m := range obs.Members {
-		nameOK := m.Name == l.Name
-		peerOK := overlaps(m.PeerURLs, l.PeerURLs)
-		switch {
-		case nameOK && peerOK:
-			byBoth = append(byBoth, m)
-		case nameOK:
-			byName = append(byName, m)
-		case peerOK:
-			byPeer = append(byPeer, m)
-		}
-	}
-	switch {
-	case obs.MemberListError != "" && len(obs.Members) == 0:
-		l.Match, l.MatchDetail = observation.MatchNotFound, "no member list"
-	case len(byBoth) == 1 && len(byName) == 0 && len(byPeer) == 0:
-		l.Match, l.ID = observation.MatchOK, byBoth[0].ID
-	case len(byBoth) == 0 && len(byName) == 0 && len(byPeer) == 1 && byPeer[0].Name == "":
-		l.Match, l.ID = observation.MatchOK, byPeer[0].ID
-		l.MatchDetail = "unstarted member with our peer URL"
-	case len(byBoth)+len(byName)+len(byPeer) == 0:
-		l.Match, l.MatchDetail = observation.MatchNotFound, fmt.Sprintf("no member named %s with peer URL %v", l.Name, l.PeerURLs)
-	default:
-		l.Match = observation.MatchAmbiguous
-		l.MatchDetail = fmt.Sprintf("%d member(s) match name and peer URL, %d only the name, %d only the peer URL",
-			len(byBoth), len(byName), len(byPeer))
-	}
 }
 
 // sampleOf turns an observation into the state tracker's input.
