@@ -390,24 +390,6 @@ func ensureNotLeader(t *testing.T, l *lab.Lab, nodes ...string) {
 	})
 }
 
-// finishKilled is finish for a fault that kills etcd processes: a request
-// in flight on the killed member fails with it (the connection is reset or
-// EOF), whether the test's own etcd client sent it or the API server's; no
-// heal can prevent that. Every write that started more than window before
-// or after the fault instant must succeed.
-func (h *healRun) finishKilled(window time.Duration) invariant.Report {
-	h.t.Helper()
-	rep := h.finish(invariant.Options{AllowFailedWrites: true})
-	for _, f := range rep.Writes.Failures {
-		if f.At.Before(h.faultAt.Add(-window)) || f.At.After(h.faultAt.Add(window)) {
-			h.t.Fatalf("a %s write failed at %s, %s from the fault (only those in flight on the killed member may): %s",
-				f.Via, f.At.Format("15:04:05.000"), f.At.Sub(h.faultAt).Round(time.Millisecond), f.Err)
-		}
-		h.t.Logf("write in flight on the killed member failed at the fault: %s %s: %s", f.At.Format("15:04:05.000"), f.Via, f.Err)
-	}
-	return rep
-}
-
 // invariantDefaults: every invariant enforced (no failed write, quorum kept).
 func invariantDefaults() invariant.Options { return invariant.Options{} }
 

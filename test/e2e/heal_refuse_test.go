@@ -182,7 +182,8 @@ func TestMemberRestartedWithinGraceIsLeftAlone(t *testing.T) {
 	ensureNotLeader(t, l, "node2")
 	h := startHeal(t, l)
 	h.fault()
-	pid, err := l.KillMember("node2")
+	var pid int
+	err := h.chk.HardFault(func() (err error) { pid, err = l.KillMember("node2"); return err })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -209,5 +210,5 @@ func TestMemberRestartedWithinGraceIsLeftAlone(t *testing.T) {
 	if err := l.WaitHealthy(context.Background(), 3, 30*time.Second); err != nil {
 		t.Fatal(err)
 	}
-	h.finishKilled(time.Second)
+	h.finish(invariantDefaults())
 }

@@ -92,7 +92,7 @@ func TestHealUC1MemberMovedToNewNode(t *testing.T) {
 	ensureNotLeader(t, l, "node3")
 	h := startHeal(t, l)
 	h.fault()
-	if err := l.LoseNode("node3", true); err != nil {
+	if err := h.chk.HardFault(func() error { return l.LoseNode("node3", true) }); err != nil {
 		t.Fatal(err)
 	}
 	// The API server's etcd client fails what it had in flight on node3
@@ -149,7 +149,7 @@ func TestHealUC1MemberMovedToNewNode(t *testing.T) {
 	}
 	t.Logf("gate: %v", holds[0]["reason"])
 	assertQuarantine(t, l, "node4", j)
-	h.finishKilled(time.Second)
+	h.finish(invariantDefaults())
 }
 
 // processesOf lists the live lab processes started for node (its supervisor,

@@ -118,10 +118,12 @@ func TestStoppedMemberIsDownThenLostAfterGraceButARestartWithinGraceIsNot(t *tes
 		t.Fatalf("want down and never lost for a member back within the grace period, saw %v", ch)
 	}
 	// Stopped and kept down: down, then lost once the grace has passed.
+	// The clock starts before the stop: StopMember returns only once the
+	// supervisor has reaped etcd, which can be after the agent saw it down.
+	stopped := time.Now()
 	if err := l.StopMember("node2"); err != nil {
 		t.Fatal(err)
 	}
-	stopped := time.Now()
 	waitAgentState(t, l, "node2", "down", "", 10*time.Second)
 	waitAgentState(t, l, "node2", "lost", "", 30*time.Second)
 	if took := time.Since(stopped); took < 8*time.Second {

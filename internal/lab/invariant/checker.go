@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -19,7 +20,13 @@ type Checker struct {
 	members *MembershipWatch
 	cli     *clientv3.Client
 	started time.Time
+
+	mu         sync.Mutex
+	hardFaults []hardFault
 }
+
+// hardFault is when a SIGKILL hit a member (see HardFault).
+type hardFault struct{ from, to time.Time }
 
 // Report is what a scenario's run looked like.
 type Report struct {
@@ -33,13 +40,17 @@ type Report struct {
 	HashKV        map[string]uint32
 	Duration      time.Duration
 	QuorumLostFor time.Duration
+	// AtHardFault counts the failed writes that were in flight on a member
+	// when it was SIGKILLed (see HardFault); they break no invariant.
+	// Each one's start, relative to its kill's.
+	AtHardFault []time.Duration
 }
 
 // String summarises the report in one line for test logs.
 func (r Report) String() string {
-	return fmt.Sprintf("api writes %d (failed %d, p50 %s, p99 %s), etcd writes %d (failed %d), probes %d, longest outage %s, max learners %d, hashkv %v, took %s",
+	return fmt.Sprintf("api writes %d (failed %d, p50 %s, p99 %s), etcd writes %d (failed %d), failed in flight at a SIGKILL %v, probes %d, longest outage %s, max learners %d, hashkv %v, took %s",
 		r.Writes.APIAttempted, r.Writes.APIFailed, r.APIp50.Round(time.Millisecond), r.APIp99.Round(time.Millisecond),
-		r.Writes.EtcdAttempted, r.Writes.EtcdFailed, r.Probes, r.QuorumLostFor.Round(time.Millisecond), r.MaxLearners, r.HashKV, r.Duration.Round(time.Millisecond))
+		r.Writes.EtcdAttempted, r.Writes.EtcdFailed, r.AtHardFault, r.Probes, r.QuorumLostFor.Round(time.Millisecond), r.MaxLearners, r.HashKV, r.Duration.Round(time.Millisecond))
 }
 
 // Start begins writing (kc may be nil for an etcd-only lab) and observing.
@@ -62,6 +73,52 @@ type Options struct {
 	AllowFailedWrites bool
 }
 
+// HardFault runs kill, a SIGKILL of member processes, and records when. A
+// request in flight on a killed member dies with its connection, and neither
+// clientv3 nor kube-apiserver resends a mutation whose connection broke, so
+// that one write per path (the writer has at most one in flight per path)
+// may fail. Finish excuses exactly those: a failed write that started before
+// the kill returned (plus a moment for gRPC to see the broken connection),
+// at most one per path per kill. Any other failure still breaks the
+// invariant.
+func (c *Checker) HardFault(kill func() error) error {
+	from := time.Now()
+	err := kill()
+	c.mu.Lock()
+	c.hardFaults = append(c.hardFaults, hardFault{from: from, to: time.Now()})
+	c.mu.Unlock()
+	return err
+}
+
+// hardFaultSettle is how long after a SIGKILL a new request may still be
+// routed to the dead connection before gRPC has read its reset.
+const hardFaultSettle = 100 * time.Millisecond
+
+// writeTimeout bounds how long before a kill a failed write can have started
+// and still have been in flight at it (the writer's longest request timeout).
+const writeTimeout = 15 * time.Second
+
+// unexcused returns the failures that no hard fault explains, and for each
+// excused one how long after its kill's start it began (negative: before).
+func unexcused(fs []Failure, faults []hardFault) (out []Failure, excusedAt []time.Duration) {
+	used := map[string]bool{} // "fault index/path"
+	for _, f := range fs {
+		excused := false
+		for i, hf := range faults {
+			key := fmt.Sprintf("%d/%s", i, f.Via)
+			if !used[key] && !f.At.Before(hf.from.Add(-writeTimeout)) && !f.At.After(hf.to.Add(hardFaultSettle)) {
+				used[key], excused = true, true
+				excusedAt = append(excusedAt, f.At.Sub(hf.from))
+				break
+			}
+		}
+		if !excused {
+			out = append(out, f)
+		}
+	}
+	return out, excusedAt
+}
+
 // Finish stops the checker and returns its report with an error naming every
 // invariant that was broken.
 func (c *Checker) Finish(ctx context.Context, o Options) (Report, error) {
@@ -78,9 +135,13 @@ func (c *Checker) Finish(ctx context.Context, o Options) (Report, error) {
 	if !o.AllowQuorumLoss && r.QuorumLostFor > QuorumLossThreshold {
 		errs = append(errs, fmt.Errorf("quorum lost: linearizable reads failed for %s (> %s): %v", r.QuorumLostFor, QuorumLossThreshold, r.Outages))
 	}
-	if !o.AllowFailedWrites && (r.Writes.APIFailed > 0 || r.Writes.EtcdFailed > 0) {
-		errs = append(errs, fmt.Errorf("writes failed: api %d/%d, etcd %d/%d: %s", r.Writes.APIFailed, r.Writes.APIAttempted,
-			r.Writes.EtcdFailed, r.Writes.EtcdAttempted, firstFailures(r.Writes.Failures, 5)))
+	c.mu.Lock()
+	bad, excusedAt := unexcused(r.Writes.Failures, c.hardFaults)
+	c.mu.Unlock()
+	r.AtHardFault = excusedAt
+	if !o.AllowFailedWrites && len(bad) > 0 {
+		errs = append(errs, fmt.Errorf("writes failed: api %d/%d, etcd %d/%d (%d of them in flight at a SIGKILL): %s", r.Writes.APIFailed, r.Writes.APIAttempted,
+			r.Writes.EtcdFailed, r.Writes.EtcdAttempted, len(r.AtHardFault), firstFailures(bad, 5)))
 	}
 	if r.MaxLearners > 1 {
 		errs = append(errs, fmt.Errorf("%d learners at once; memberships seen: %v", r.MaxLearners, r.Memberships))
