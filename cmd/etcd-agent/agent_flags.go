@@ -49,6 +49,8 @@ func addHealFlags(fs *pflag.FlagSet, c *agent.Config) {
 	fs.StringVar(&c.StopCommand, "stop-command", "", "with --member-runtime=exec: command that stops etcd (e.g. systemctl stop etcd)")
 	fs.StringSliceVar(&c.CrashBefore, "test-crash-before-phase", nil, "test hook: SIGKILL the agent after the step of these phases, before the journal records it")
 	_ = fs.MarkHidden("test-crash-before-phase")
+	fs.StringSliceVar(&c.HoldAt, "test-hold-at", nil, "test hook: hold the recovery at these points until <state-dir>/test-release-<point> exists")
+	_ = fs.MarkHidden("test-hold-at")
 	fs.StringVar(&c.StartCommand, "start-command", "", "with --member-runtime=exec: command that starts etcd; gets ETCD_INITIAL_CLUSTER and ETCD_INITIAL_CLUSTER_STATE=existing")
 }
 

@@ -35,6 +35,7 @@ func TestBadInputGivesAClearErrorAndNonZeroExit(t *testing.T) {
 		{"bad member runtime", []string{"run", "--member-runtime", "systemd", "--state-dir", dir}, "--member-runtime"},
 		{"exec runtime without commands", []string{"run", "--member-runtime", "exec", "--state-dir", dir}, "--stop-command"},
 		{"bad rejoin mode", []string{"run", "--rejoin-mode", "magic", "--state-dir", dir}, "--rejoin-mode"},
+		{"unknown hold point", []string{"run", "--test-hold-at", "nowhere", "--state-dir", dir}, "--test-hold-at: unknown point \"nowhere\""},
 		{"bad lab size", []string{"lab", "bench", "--sizes", "lots"}, "bad size"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -9,8 +9,10 @@ import (
 	"fmt"
 	"io/fs"
 	"path/filepath"
+	"slices"
 	"time"
 
+	"github.com/etcd-agent/etcd-agent/internal/heal"
 	"github.com/etcd-agent/etcd-agent/internal/manifest"
 	"github.com/etcd-agent/etcd-agent/internal/watchdog"
 	"go.etcd.io/etcd/client/pkg/v3/transport"
@@ -60,7 +62,9 @@ type Config struct {
 	StartCommand  string
 	// CrashBefore is the e2e suite's crash hook (hidden flag).
 	CrashBefore []string
-	Log         *zap.Logger
+	// HoldAt is the e2e suite's hold hook (hidden flag, heal.HoldPoints).
+	HoldAt []string
+	Log    *zap.Logger
 }
 
 // Validate rejects flag values that cannot work, before anything runs.
@@ -91,6 +95,11 @@ func (c Config) Validate() error {
 	case "", "raft", "seed":
 	default:
 		errs = append(errs, fmt.Errorf("--rejoin-mode must be raft or seed, got %q", c.RejoinMode))
+	}
+	for _, p := range c.HoldAt {
+		if !slices.Contains(heal.HoldPoints, p) {
+			errs = append(errs, fmt.Errorf("--test-hold-at: unknown point %q, want one of %v", p, heal.HoldPoints))
+		}
 	}
 	if c.QuarantineKeep < 1 {
 		errs = append(errs, fmt.Errorf("--quarantine-keep must be >= 1, got %d", c.QuarantineKeep))

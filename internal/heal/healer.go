@@ -75,7 +75,27 @@ type Config struct {
 	// journal does not know). Once per recovery and phase, so that the
 	// restarted agent can resume.
 	CrashBefore []journal.Phase
+	// HoldAt, for the e2e suite only, holds the recovery at these points
+	// (HoldPoints) until the test releases it (see holdAt), so that a test
+	// can act at a moment the heal otherwise passes in microseconds.
+	HoldAt []string
 }
+
+// Hold points (Config.HoldAt).
+const (
+	// HoldSeedStreamed: the seed snapshot is streamed and verified, the data
+	// dir not yet built.
+	HoldSeedStreamed = "seed-streamed"
+	// HoldSeedRename: the seeded data dir is built and synced in its temp
+	// dir, not yet renamed into place.
+	HoldSeedRename = "seed-rename"
+	// HoldMemberStart: the learner's data dir is ready, the member not yet
+	// started.
+	HoldMemberStart = "member-start"
+)
+
+// HoldPoints lists the valid Config.HoldAt values.
+var HoldPoints = []string{HoldSeedStreamed, HoldSeedRename, HoldMemberStart}
 
 // Rejoin modes (Config.RejoinMode).
 const (

@@ -243,3 +243,29 @@ func (h *Healer) firstCrash(recoveryID string, phase journal.Phase) bool {
 	_ = f.Close()
 	return true
 }
+
+// holdAt is the e2e suite's hold hook: at a point listed in Config.HoldAt it
+// logs "test hook: holding" and waits until the file
+// <state dir>/test-release-<point> exists (the test creates it; it stays, so
+// a restarted agent passes the point at once), or ctx ends.
+func (h *Healer) holdAt(ctx context.Context, point string) error {
+	if !slices.Contains(h.cfg.HoldAt, point) {
+		return nil
+	}
+	release := filepath.Join(h.cfg.StateDir, "test-release-"+point)
+	h.log.Warn("test hook: holding", zap.String("point", point), zap.String("release", release))
+	_ = h.log.Sync()
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		if _, err := os.Stat(release); err == nil {
+			h.log.Warn("test hook: released", zap.String("point", point))
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("held at %s: %w", point, ctx.Err())
+		case <-tick.C:
+		}
+	}
+}

@@ -221,7 +221,8 @@ func (h *Healer) prepareDataDir(ctx context.Context, res watchdog.Result, j *jou
 // and builds the learner's data dir from it (peerseed.BuildDataDir): the
 // learner then restarts at the snapshot's index and catches up from the
 // leader's log instead of receiving a raft snapshot. The streamed file is
-// removed afterwards: the data dir holds its copy, and the pre-change backup
+// moved into the data dir (peerseed.MoveDB: no second write of the whole
+// db) and whatever is left of it removed afterwards; the pre-change backup
 // (step 3) stays in the quarantine. On error no data dir is left.
 func (h *Healer) seedDataDir(ctx context.Context, res watchdog.Result, j *journal.Record) error {
 	if err := seedSupported(res.Observation); err != nil {
@@ -242,21 +243,22 @@ func (h *Healer) seedDataDir(ctx context.Context, res watchdog.Result, j *journa
 	if err := os.MkdirAll(h.cfg.QuarantineDir, 0o700); err != nil {
 		return err
 	}
-	dest := filepath.Join(h.cfg.QuarantineDir, fmt.Sprintf("seed-%s-%s.db", h.cfg.Member, time.Now().UTC().Format("2006-01-02T15-04-05Z")))
-	defer func() {
-		for _, p := range []string{dest, peerseed.SeedSourcePath(dest)} {
-			if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
-				h.log.Warn("could not remove the seed snapshot", zap.String("path", p), zap.Error(err))
-			}
-		}
-	}()
+	// Seed streams are transient copies (the pre-change backup is kept
+	// apart): remove what an agent killed mid-seed left, then our own.
+	h.removeSeedStreams()
+	dest := filepath.Join(h.cfg.QuarantineDir, fmt.Sprintf("%s%s.db", h.seedStreamPrefix(), time.Now().UTC().Format("2006-01-02T15-04-05.000Z")))
+	defer h.removeSeedStreams()
 	counter := h.metrics.SnapshotBytesTotal.WithLabelValues(h.cfg.Member)
 	snap, ss, err := peerseed.StreamForSeed(ctx, src.ClientURLs[0], h.cfg.TLS, dest, peerseed.NeedBytes(src.DBSize),
 		func(n int64) { counter.Add(float64(n)) })
 	if err != nil {
 		return fmt.Errorf("seed snapshot from %s: %w", src.Name, err)
 	}
-	info, err := peerseed.BuildDataDir(dest, h.cfg.DataDir, uint64(j.NewMemberID), res.Observation.ClusterID, h.log)
+	if err := h.holdAt(ctx, HoldSeedStreamed); err != nil {
+		return err
+	}
+	info, err := peerseed.BuildDataDir(dest, h.cfg.DataDir, uint64(j.NewMemberID), res.Observation.ClusterID, h.log,
+		peerseed.MoveDB(), peerseed.BeforeRename(func(string) error { return h.holdAt(ctx, HoldSeedRename) }))
 	if err != nil {
 		return err
 	}
@@ -265,6 +267,20 @@ func (h *Healer) seedDataDir(ctx context.Context, res watchdog.Result, j *journa
 		zap.Int64("bytes", snap.Size), zap.Uint64("leaderIndex", ss.LeaderIndex), zap.Uint64("consistentIndex", info.ConsistentIndex),
 		zap.Uint64("term", info.Term), zap.Duration("streamTook", snap.Took), zap.Duration("buildTook", info.Took))
 	return nil
+}
+
+// seedStreamPrefix names this member's seed streams in the quarantine:
+// <prefix><time>.db, with its .part and provenance record beside it.
+func (h *Healer) seedStreamPrefix() string { return "seed-" + h.cfg.Member + "-" }
+
+// removeSeedStreams removes this member's seed streams from the quarantine.
+func (h *Healer) removeSeedStreams() {
+	paths, _ := filepath.Glob(filepath.Join(h.cfg.QuarantineDir, h.seedStreamPrefix()+"*"))
+	for _, p := range paths {
+		if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
+			h.log.Warn("could not remove a seed snapshot", zap.String("path", p), zap.Error(err))
+		}
+	}
 }
 
 // errSeedUnsupportedVersion: the data dir layout seed mode writes was
@@ -284,6 +300,9 @@ func seedSupported(o observation.Observation) error {
 // startMember starts the local member with --initial-cluster = the current
 // members + self, --initial-cluster-state=existing.
 func (h *Healer) startMember(ctx context.Context, res watchdog.Result, j *journal.Record) error {
+	if err := h.holdAt(ctx, HoldMemberStart); err != nil {
+		return err
+	}
 	parts := []string{}
 	for _, u := range j.PeerURLs {
 		parts = append(parts, h.cfg.Member+"="+u)

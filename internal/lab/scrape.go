@@ -94,3 +94,33 @@ func hasLabels(s *dto.Metric, want map[string]string) bool {
 	}
 	return found == len(want)
 }
+
+// SnapshotsSent sums etcd_network_snapshot_send_success over every member
+// of the lab: the raft snapshots sent so far (a leader sends one to a
+// learner that is too far behind; seed mode's point is that it need not).
+// A running member that cannot be scraped is an error, not a zero: a
+// missed leader would hide a snapshot. A stopped one sends nothing (and its
+// counter restarts at 0 with it).
+func (l *Lab) SnapshotsSent(ctx context.Context) (float64, error) {
+	var sum float64
+	for _, n := range l.Spec.Nodes {
+		if n.ClientURL == "" || n.Lost {
+			continue
+		}
+		if _, err := l.EtcdPID(n.Name); err != nil {
+			continue // not running
+		}
+		m, err := Scrape(ctx, n.ClientURL+"/metrics")
+		if err != nil {
+			return 0, fmt.Errorf("scrape etcd of %s at %s: %w", n.Name, n.ClientURL, err)
+		}
+		if fam, ok := m["etcd_network_snapshot_send_success"]; ok {
+			for _, s := range fam.Metric {
+				if s.Counter != nil {
+					sum += s.Counter.GetValue()
+				}
+			}
+		}
+	}
+	return sum, nil
+}

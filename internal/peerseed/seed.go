@@ -9,7 +9,7 @@ package peerseed
 // The data dir is what `etcdutl snapshot restore` writes, except that the
 // member keeps its cluster and its place in the log:
 //
-//	member/snap/db                      the streamed db, copied
+//	member/snap/db                      the streamed db, copied (or moved: MoveDB)
 //	member/snap/<term>-<ci>.snap        raft snapshot at the db's consistent index
 //	member/wal/0000000000000000-0000000000000000.wal
 //	                                    metadata {NodeID: learner, ClusterID},
@@ -83,8 +83,9 @@ var (
 // SeedReason is a short, stable name for why seeding was refused, for the
 // journal, metrics labels and Events: "learner-absent", "not-learner",
 // "term-zero", "confstate-mismatch", "foreign-cluster", "no-provenance",
-// "corrupt-db", "data-dir-exists", "disk-full", or "error" for anything else
-// (I/O errors, a cancelled wait...). nil gives "".
+// "corrupt-db", "data-dir-exists", "disk-full", "snapshot-hash-mismatch",
+// "snapshot-truncated", or "error" for anything else (I/O errors, a
+// cancelled wait...). nil gives "".
 func SeedReason(err error) string {
 	if err == nil {
 		return ""
@@ -102,6 +103,8 @@ func SeedReason(err error) string {
 		{ErrSeedCorruptDB, "corrupt-db"},
 		{ErrSeedDataDirExists, "data-dir-exists"},
 		{ErrDiskFull, "disk-full"},
+		{ErrHashMismatch, "snapshot-hash-mismatch"},
+		{ErrTruncated, "snapshot-truncated"},
 	} {
 		if errors.Is(err, r.err) {
 			return r.name
@@ -135,6 +138,31 @@ type SeedInfo struct {
 	Took     time.Duration
 }
 
+// BuildOption adjusts BuildDataDir.
+type BuildOption func(*buildOptions)
+
+type buildOptions struct {
+	beforeRename func(tmp string) error
+	moveDB       bool
+}
+
+// MoveDB moves the db at dbPath into the data dir instead of copying it,
+// when both are on one filesystem (a copy otherwise): for a caller that
+// discards the stream anyway, it saves writing the whole db a second time.
+// The moved file is hashed again and must still match the stream. dbPath is
+// then consumed: on an error it is removed with the temp dir.
+func MoveDB() BuildOption {
+	return func(o *buildOptions) { o.moveDB = true }
+}
+
+// BeforeRename runs f once the data dir is built and synced in its temp dir
+// tmp, right before the rename; an error from f aborts the build (the temp
+// dir is removed). The e2e suite holds the build there to kill the agent
+// mid-build.
+func BeforeRename(f func(tmp string) error) BuildOption {
+	return func(o *buildOptions) { o.beforeRename = f }
+}
+
 // seedTmpInfix names BuildDataDir's temp dirs: <dataDir>.seed-tmp-<random>.
 const seedTmpInfix = ".seed-tmp-"
 
@@ -152,8 +180,12 @@ const seedTmpInfix = ".seed-tmp-"
 // membership lacks newID or has it as a voter, whose term is 0 or absent, or
 // whose stored ConfState differs from its membership; ErrDiskFull when the
 // filesystem lacks room for the copy (see NeedBytes).
-func BuildDataDir(dbPath, dataDir string, newID, clusterID uint64, lg *zap.Logger) (info SeedInfo, err error) {
+func BuildDataDir(dbPath, dataDir string, newID, clusterID uint64, lg *zap.Logger, opts ...BuildOption) (info SeedInfo, err error) {
 	begin := time.Now()
+	var o buildOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
 	if lg == nil {
 		lg = zap.NewNop()
 	}
@@ -207,12 +239,17 @@ func BuildDataDir(dbPath, dataDir string, newID, clusterID uint64, lg *zap.Logge
 	// etcd's code logs Fatal (os.Exit) on some errors; in the agent that
 	// must be a panic, which buildInto turns into an error.
 	elg := lg.WithOptions(zap.WithFatalHook(zapcore.WriteThenPanic))
-	info, err = buildInto(tmp, dbPath, src, newID, clusterID, elg)
+	info, err = buildInto(tmp, dbPath, src, newID, clusterID, o.moveDB, elg)
 	if err != nil {
 		return SeedInfo{}, err
 	}
 	if err := syncTree(tmp); err != nil {
 		return SeedInfo{}, err
+	}
+	if o.beforeRename != nil {
+		if err := o.beforeRename(tmp); err != nil {
+			return SeedInfo{}, err
+		}
 	}
 	if err := renameNoReplace(tmp, dataDir); err != nil {
 		if errors.Is(err, os.ErrExist) || errors.Is(err, syscall.ENOTEMPTY) {
@@ -237,20 +274,24 @@ func BuildDataDir(dbPath, dataDir string, newID, clusterID uint64, lg *zap.Logge
 }
 
 // buildInto lays out the data dir in dir (empty, ours).
-func buildInto(dir, dbPath string, src SeedSource, newID, clusterID uint64, lg *zap.Logger) (SeedInfo, error) {
+func buildInto(dir, dbPath string, src SeedSource, newID, clusterID uint64, move bool, lg *zap.Logger) (SeedInfo, error) {
 	snapDir := filepath.Join(dir, "member", "snap")
 	walDir := filepath.Join(dir, "member", "wal")
 	if err := fileutil.CreateDirAll(lg, snapDir); err != nil {
 		return SeedInfo{}, err
 	}
 	db := filepath.Join(snapDir, "db")
-	size, sum, err := copyFile(dbPath, db)
+	size, sum, err := placeDB(dbPath, db, move)
 	if err != nil {
 		return SeedInfo{}, err
 	}
-	if size != src.Size || sum != src.SHA256 {
-		return SeedInfo{}, fmt.Errorf("%w: %s has %d bytes with sha256 %s, the stream had %d bytes with sha256 %s",
-			ErrSeedCorruptDB, dbPath, size, sum, src.Size, src.SHA256)
+	if size != src.Size {
+		return SeedInfo{}, fmt.Errorf("%w: %s has %d bytes, the stream had %d", ErrSeedCorruptDB, dbPath, size, src.Size)
+	}
+	if sum != src.SHA256 {
+		// Changed on disk after the stream was verified (bit rot, a
+		// stray writer): the same refusal as a stream that fails its hash.
+		return SeedInfo{}, fmt.Errorf("%w: %s hashes to sha256 %s, the verified stream to %s", ErrHashMismatch, dbPath, sum, src.SHA256)
 	}
 	// A read-only look first: bbolt errors (and panics) on a damaged file
 	// are reported here, before etcd's backend opens it for writing.
@@ -430,6 +471,37 @@ func readBack(snapDir, walDir string, newID, clusterID, ci, term uint64, lg *zap
 			md.NodeID, md.ClusterID, hs.String(), len(ents), newID, clusterID, term, ci)
 	}
 	return nil
+}
+
+// placeDB puts the db at src into the new file dst: a rename when move is
+// set and both are on one filesystem, else a copy. It returns dst's size
+// and hex sha256, read back from dst either way.
+func placeDB(src, dst string, move bool) (int64, string, error) {
+	if !move {
+		return copyFile(src, dst)
+	}
+	if err := os.Rename(src, dst); err != nil {
+		if errors.Is(err, syscall.EXDEV) {
+			return copyFile(src, dst)
+		}
+		return 0, "", fmt.Errorf("move %s to %s: %w", src, dst, err)
+	}
+	return hashFile(dst)
+}
+
+// hashFile returns the size and hex sha256 of the file at path.
+func hashFile(path string) (int64, string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return 0, "", err
+	}
+	defer f.Close()
+	h := sha256.New()
+	n, err := io.CopyBuffer(h, f, make([]byte, writeBuffer))
+	if err != nil {
+		return 0, "", fmt.Errorf("hash %s: %w", path, err)
+	}
+	return n, hex.EncodeToString(h.Sum(nil)), nil
 }
 
 // copyFile copies src to the new file dst (0600), fsynced, and returns its

@@ -571,7 +571,7 @@ func TestBuildDataDirRefusesAndLeavesNoDataDir(t *testing.T) {
 					os.WriteFile(p, b, 0o600)
 				}, false)
 			},
-			want: ErrSeedCorruptDB, reason: "corrupt-db",
+			want: ErrHashMismatch, reason: "snapshot-hash-mismatch",
 		},
 		{
 			name: "garbled meta pages, matching record",
@@ -705,7 +705,74 @@ func TestSeedSourceRecordRoundTrips(t *testing.T) {
 	if got := SeedReason(fmt.Errorf("wrapped: %w", ErrDiskFull)); got != "disk-full" {
 		t.Errorf("SeedReason(disk full) = %q", got)
 	}
+	if got := SeedReason(fmt.Errorf("stream: %w", ErrHashMismatch)); got != "snapshot-hash-mismatch" {
+		t.Errorf("SeedReason(hash mismatch) = %q", got)
+	}
+	if got := SeedReason(fmt.Errorf("stream: %w after 5 bytes: EOF", ErrTruncated)); got != "snapshot-truncated" {
+		t.Errorf("SeedReason(truncated) = %q", got)
+	}
 	if got := SeedReason(context.DeadlineExceeded); got != "error" {
 		t.Errorf("SeedReason(other) = %q", got)
 	}
+}
+
+// BeforeRename sees the complete, synced temp dir while the data dir does
+// not exist yet; its error aborts the build and leaves neither behind.
+func TestBuildDataDirBeforeRenameSeesTheTempDirAndCanAbort(t *testing.T) {
+	fx := getSeedFixture(t)
+	dataDir := filepath.Join(t.TempDir(), "etcd")
+	stop := errors.New("held and abandoned")
+	var sawTemp string
+	_, err := BuildDataDir(fx.db, dataDir, fx.learner, fx.cluster, zap.NewNop(), BeforeRename(func(tmp string) error {
+		sawTemp = tmp
+		if _, err := os.Stat(filepath.Join(tmp, "member", "snap", "db")); err != nil {
+			t.Errorf("temp dir incomplete at the rename: %v", err)
+		}
+		if _, err := os.Lstat(dataDir); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("data dir exists before the rename: %v", err)
+		}
+		return stop
+	}))
+	if !errors.Is(err, stop) {
+		t.Fatalf("got %v, want the hook's error", err)
+	}
+	if !strings.HasPrefix(filepath.Base(sawTemp), filepath.Base(dataDir)+seedTmpInfix) {
+		t.Errorf("hook saw %q, want a %s temp dir next to the data dir", sawTemp, seedTmpInfix)
+	}
+	mustLeaveNoDataDir(t, dataDir)
+	mustHaveNoSeedTemps(t, dataDir)
+}
+
+// MoveDB: the streamed db becomes the data dir's db without a copy, and is
+// still checked against the stream's sha256 after the move.
+func TestBuildDataDirMoveDBMovesAndStillChecksTheHash(t *testing.T) {
+	fx := getSeedFixture(t)
+	db := dbVariant(t, fx, nil, false)
+	dataDir := filepath.Join(t.TempDir(), "etcd")
+	info, err := BuildDataDir(db, dataDir, fx.learner, fx.cluster, zap.NewNop(), MoveDB())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(db); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the streamed db is still at %s (%v): want it moved", db, err)
+	}
+	if info.DBSHA256 != fx.src.SHA256 || info.DBBytes != fx.src.Size {
+		t.Errorf("moved db %d bytes sha256 %s, the stream had %d bytes %s", info.DBBytes, info.DBSHA256, fx.src.Size, fx.src.SHA256)
+	}
+	r := localdisk.Classify(ctxWithTimeout(t, 30*time.Second), dataDir, localdisk.Expect{MemberID: fx.learner, ClusterID: fx.cluster})
+	if r.Class != localdisk.ClassOK {
+		t.Errorf("seeded data dir classifies %s: %s", r.Class, r.Detail)
+	}
+
+	flipped := dbVariant(t, fx, func(p string) {
+		b, _ := os.ReadFile(p)
+		b[len(b)/2] ^= 0x10
+		os.WriteFile(p, b, 0o600)
+	}, false)
+	dataDir2 := filepath.Join(t.TempDir(), "etcd")
+	if _, err := BuildDataDir(flipped, dataDir2, fx.learner, fx.cluster, zap.NewNop(), MoveDB()); !errors.Is(err, ErrHashMismatch) {
+		t.Fatalf("moved db with a flipped byte: %v, want ErrHashMismatch", err)
+	}
+	mustLeaveNoDataDir(t, dataDir2)
+	mustHaveNoSeedTemps(t, dataDir2)
 }

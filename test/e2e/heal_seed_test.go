@@ -21,6 +21,7 @@ func TestHealWipedDataDirSeedMode(t *testing.T) {
 	l := newLab(t, lab.Options{Nodes: 3, Agents: true, AgentArgs: []string{"--rejoin-mode=seed"}})
 	ensureNotLeader(t, l, "node2")
 	h := startHeal(t, l)
+	snapsBefore := snapshotsSent(t, l)
 	h.fault()
 	if err := l.WipeDataDir("node2"); err != nil {
 		t.Fatal(err)
@@ -30,6 +31,11 @@ func TestHealWipedDataDirSeedMode(t *testing.T) {
 		j.SeedIndex, j.SeedTerm, j.SeedSource)
 	if j.RejoinMode != "seed" || j.SeedFallback != "" || j.SeedIndex == 0 || j.SeedTerm == 0 {
 		t.Fatalf("want a seeded rejoin, journal says mode %q fallback %q: %s", j.RejoinMode, j.SeedFallback, j.SeedDetail)
+	}
+	// The point of seed mode: no member sent a raft snapshot (every
+	// member's etcd_network_snapshot_send_success, before and after).
+	if sent := snapshotsSent(t, l) - snapsBefore; sent != 0 {
+		t.Fatalf("%v raft snapshots sent during a seeded heal, want 0", sent)
 	}
 	n := nodeOf(t, l, "node2")
 	logs, _ := filepath.Glob(filepath.Join(n.LogsDir, "etcd-*etcd.log"))

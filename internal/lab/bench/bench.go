@@ -137,13 +137,20 @@ func runOne(ctx context.Context, lo lab.Options, size int64, runs int, modes []s
 		row.Heals[mode] = h
 		for r := 1; r <= runs; r++ {
 			fmt.Fprintf(out, "   run %d/%d: agent heal of node2 in %s mode (member stopped, data dir wiped) ...\n", r, runs, mode)
-			snapsBefore := snapshotsSent(ctx, l)
+			snapsBefore, err := l.SnapshotsSent(ctx)
+			if err != nil {
+				return row, err
+			}
 			mid := w.Snapshot()
 			if err := agentHeal(ctx, l, "node2", h); err != nil {
 				return row, fmt.Errorf("agent heal (%s): %w", mode, err)
 			}
 			end := w.Snapshot()
-			h.LeaderSnaps += snapshotsSent(ctx, l) - snapsBefore
+			snapsAfter, err := l.SnapshotsSent(ctx)
+			if err != nil {
+				return row, err
+			}
+			h.LeaderSnaps += snapsAfter - snapsBefore
 			h.lat = append(h.lat, end.APILatencies[len(mid.APILatencies):]...)
 			h.APIAttempted += end.APIAttempted - mid.APIAttempted
 			h.APIFailed += end.APIFailed - mid.APIFailed
@@ -154,25 +161,6 @@ func runOne(ctx context.Context, lo lab.Options, size int64, runs int, modes []s
 		}
 	}
 	return row, nil
-}
-
-// snapshotsSent sums etcd_network_snapshot_send_success over the members:
-// the raft snapshots sent so far (a leader sends one to a learner that is
-// too far behind; seed mode's point is that it need not).
-func snapshotsSent(ctx context.Context, l *lab.Lab) float64 {
-	var sum float64
-	for _, u := range l.Spec.ClientURLs() {
-		if m, err := lab.Scrape(ctx, u+"/metrics"); err == nil {
-			if fam, ok := m["etcd_network_snapshot_send_success"]; ok {
-				for _, s := range fam.Metric {
-					if s.Counter != nil {
-						sum += s.Counter.GetValue()
-					}
-				}
-			}
-		}
-	}
-	return sum
 }
 
 // fill writes 512 KiB values until the db holds about size bytes, then

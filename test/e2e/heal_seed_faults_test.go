@@ -1,0 +1,264 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/etcd-agent/etcd-agent/internal/lab"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// The seed-mode scenarios that need the heal stopped at one moment use the
+// agent's hidden hold hook (--test-hold-at): the agent logs "test hook:
+// holding" and waits for a release file in its state dir.
+
+// waitHold waits until node's agent holds at point.
+func waitHold(t *testing.T, l *lab.Lab, node, point string) {
+	t.Helper()
+	eventually(t, 90*time.Second, node+"'s agent holds at "+point, func() error {
+		for _, e := range logEntries(t, agentLog(t, l, node), "test hook: holding") {
+			if e["point"] == point {
+				return nil
+			}
+		}
+		return fmt.Errorf("not held yet")
+	})
+}
+
+// release lets node's agent pass point (now and after any restart).
+func release(t *testing.T, l *lab.Lab, node, point string) {
+	t.Helper()
+	if err := os.WriteFile(filepath.Join(nodeOf(t, l, node).StateDir, "test-release-"+point), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func snapshotsSent(t *testing.T, l *lab.Lab) float64 {
+	t.Helper()
+	n, err := l.SnapshotsSent(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// seededAt is the consistent index of the seed node's agent built, from
+// its log.
+func seededAt(t *testing.T, l *lab.Lab, node string) uint64 {
+	t.Helper()
+	es := logEntries(t, agentLog(t, l, node), "seeded learner data dir from the snapshot")
+	if len(es) == 0 {
+		t.Fatalf("%s's agent logged no seeded data dir", node)
+	}
+	ci, _ := es[len(es)-1]["consistent-index"].(float64)
+	if ci == 0 {
+		t.Fatalf("seeded data dir without a consistent index: %v", es[len(es)-1])
+	}
+	return uint64(ci)
+}
+
+// TestSeedModeLearnerStartedAfterTheLeaderCompactedGetsASnapshot: the seed
+// is built, then more than 6,000 entries are written before the learner
+// starts, so the leader has compacted its log past the seed's index (etcd
+// 3.6 keeps 5,000 entries behind its in-memory snapshot, taken every 100).
+// The leader then sends a raft snapshot, which replaces the seed: healed and
+// correct, just without seed mode's gain.
+func TestSeedModeLearnerStartedAfterTheLeaderCompactedGetsASnapshot(t *testing.T) {
+	l := newLab(t, lab.Options{Nodes: 3, Agents: true, AgentArgs: []string{"--rejoin-mode=seed", "--test-hold-at=member-start"}})
+	ensureNotLeader(t, l, "node2")
+	h := startHeal(t, l)
+	h.fault()
+	if err := l.WipeDataDir("node2"); err != nil {
+		t.Fatal(err)
+	}
+	waitHold(t, l, "node2", "member-start")
+	ci := seededAt(t, l, "node2")
+	before := snapshotsSent(t, l)
+	written := putMany(t, h.cli, 6500)
+	st, err := h.cli.Status(context.Background(), l.Spec.ClientURLs()[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("seeded at index %d; %d entries written while the learner was held, raft index now %d", ci, written, st.RaftIndex)
+	if st.RaftIndex < ci+6000 {
+		t.Fatalf("raft index %d is not 6,000 past the seed's %d", st.RaftIndex, ci)
+	}
+	release(t, l, "node2", "member-start")
+	j := h.waitHealed("node2", "node2", 3, 120*time.Second)
+	if j.RejoinMode != "seed" || j.SeedIndex != ci {
+		t.Fatalf("journal: mode %q seed index %d, want seed at %d", j.RejoinMode, j.SeedIndex, ci)
+	}
+	sent := snapshotsSent(t, l) - before
+	t.Logf("raft snapshots sent after the release: %v", sent)
+	if sent < 1 {
+		t.Fatalf("the leader sent no raft snapshot to a learner %d entries behind its compacted log", st.RaftIndex-ci)
+	}
+	h.finish(invariantDefaults())
+}
+
+// putMany writes n keys straight to etcd, 8 at a time, and returns n.
+func putMany(t *testing.T, cli *clientv3.Client, n int) int {
+	t.Helper()
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	for w := 0; w < 8; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := w; i < n; i += 8 {
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				_, err := cli.Put(ctx, fmt.Sprintf("/e2e-fill/%06d", i), strings.Repeat("v", 100))
+				cancel()
+				if err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatalf("fill write: %v", err)
+	}
+	return n
+}
+
+// TestSeedModeCorruptedSeedFallsBackToRaft: one byte of the streamed,
+// verified seed snapshot is flipped on disk before the data dir is built.
+// The build refuses it (snapshot-hash-mismatch), the agent falls back to
+// raft mode (metric, journal, Event) and the member heals from the leader's
+// raft snapshot.
+func TestSeedModeCorruptedSeedFallsBackToRaft(t *testing.T) {
+	l := newLab(t, lab.Options{Nodes: 3, Agents: true, AgentArgs: []string{"--rejoin-mode=seed", "--test-hold-at=seed-streamed"}})
+	ensureNotLeader(t, l, "node2")
+	h := startHeal(t, l)
+	h.fault()
+	if err := l.WipeDataDir("node2"); err != nil {
+		t.Fatal(err)
+	}
+	waitHold(t, l, "node2", "seed-streamed")
+	n := nodeOf(t, l, "node2")
+	seeds, _ := filepath.Glob(filepath.Join(filepath.Dir(n.DataDir), "etcd-agent-quarantine", "seed-*.db"))
+	if len(seeds) != 1 {
+		t.Fatalf("want one streamed seed in the quarantine, found %v", seeds)
+	}
+	flipByte(t, seeds[0])
+	before := snapshotsSent(t, l)
+	release(t, l, "node2", "seed-streamed")
+	j := h.waitHealed("node2", "node2", 3, 120*time.Second)
+	t.Logf("rejoin mode %q, fallback %q: %s", j.RejoinMode, j.SeedFallback, j.SeedDetail)
+	if j.RejoinMode != "raft" || j.SeedFallback != "snapshot-hash-mismatch" {
+		t.Fatalf("journal: mode %q fallback %q (%s), want raft after snapshot-hash-mismatch", j.RejoinMode, j.SeedFallback, j.SeedDetail)
+	}
+	if v, err := metricValue(l, "node2", "etcd_agent_seed_fallbacks_total", map[string]string{"reason": "snapshot-hash-mismatch"}); err != nil || v != 1 {
+		t.Fatalf("etcd_agent_seed_fallbacks_total{reason=snapshot-hash-mismatch} = %v (%v), want 1", v, err)
+	}
+	if sent := snapshotsSent(t, l) - before; sent < 1 {
+		t.Fatalf("raft mode, yet the leader sent %v raft snapshots", sent)
+	}
+	if _, err := os.Stat(seeds[0]); !os.IsNotExist(err) {
+		t.Errorf("the refused seed %s is still there (%v)", seeds[0], err)
+	}
+	assertQuarantine(t, l, "node2", j)
+	h.finish(invariantDefaults())
+}
+
+// flipByte flips one bit in the middle of the file at path.
+func flipByte(t *testing.T, path string) {
+	t.Helper()
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := make([]byte, 1)
+	off := st.Size() / 2
+	if _, err := f.ReadAt(b, off); err != nil {
+		t.Fatal(err)
+	}
+	b[0] ^= 0x10
+	if _, err := f.WriteAt(b, off); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestSeedModeAgentKilledMidBuildResumes: the agent is SIGKILLed while the
+// seeded data dir is complete in its temp dir but not yet renamed into
+// place. etcd never runs meanwhile (the data dir does not exist), the
+// restarted agent resumes the recovery, removes the temp dir, seeds again
+// and the member heals; etcd restarts exactly at the second seed's index.
+func TestSeedModeAgentKilledMidBuildResumes(t *testing.T) {
+	l := newLab(t, lab.Options{Nodes: 3, Agents: true, AgentArgs: []string{"--rejoin-mode=seed", "--test-hold-at=seed-rename"}})
+	ensureNotLeader(t, l, "node2")
+	h := startHeal(t, l)
+	h.fault()
+	if err := l.WipeDataDir("node2"); err != nil {
+		t.Fatal(err)
+	}
+	waitHold(t, l, "node2", "seed-rename")
+	n := nodeOf(t, l, "node2")
+	temps, _ := filepath.Glob(n.DataDir + ".seed-tmp-*")
+	if len(temps) != 1 {
+		t.Fatalf("want one seed temp dir while held, found %v", temps)
+	}
+	if _, err := os.Lstat(n.DataDir); !os.IsNotExist(err) {
+		t.Fatalf("the data dir exists before the rename: %v", err)
+	}
+	if pid, err := l.EtcdPID("node2"); err == nil {
+		t.Fatalf("etcd runs (pid %d) while its data dir is being built", pid)
+	}
+	pid, err := l.AgentPID("node2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("agent pid %d killed mid-build; temp dir %s", pid, temps[0])
+	release(t, l, "node2", "seed-rename")
+	j := h.waitHealed("node2", "node2", 3, 120*time.Second)
+	if j.RejoinMode != "seed" || j.SeedFallback != "" {
+		t.Fatalf("journal: mode %q fallback %q (%s), want seed", j.RejoinMode, j.SeedFallback, j.SeedDetail)
+	}
+	if resumed := logEntries(t, agentLog(t, l, "node2"), "recovery resumed"); len(resumed) < 1 {
+		t.Fatalf("the restarted agent did not resume the recovery")
+	}
+	if left, _ := filepath.Glob(n.DataDir + ".seed-tmp-*"); len(left) > 0 {
+		t.Fatalf("seed temp dirs left: %v", left)
+	}
+	if _, err := os.Stat(temps[0]); !os.IsNotExist(err) {
+		t.Fatalf("the killed build's temp dir %s is still there (%v)", temps[0], err)
+	}
+	if seeds, _ := filepath.Glob(filepath.Join(filepath.Dir(n.DataDir), "etcd-agent-quarantine", "seed-*")); len(seeds) > 0 {
+		t.Fatalf("seed streams left in the quarantine (the killed run's or the resumed one's): %v", seeds)
+	}
+	// etcd started once on node2 since the wipe, on the second seed.
+	logs, _ := filepath.Glob(filepath.Join(n.LogsDir, "etcd-*etcd.log"))
+	var starts []string
+	for _, p := range logs {
+		for _, e := range logEntries(t, p, "restarting local member") {
+			if entryTime(t, e).After(h.faultAt) {
+				ci, _ := e["commit-index"].(float64)
+				starts = append(starts, fmt.Sprintf("%v@%d", e["local-member-id"], uint64(ci)))
+			}
+		}
+	}
+	want := fmt.Sprintf("%x@%d", uint64(j.NewMemberID), j.SeedIndex)
+	if len(starts) != 1 || starts[0] != want {
+		t.Fatalf("etcd restarts on node2 since the fault: %v, want exactly [%s] (the resumed seed)", starts, want)
+	}
+	assertQuarantine(t, l, "node2", j)
+	h.finish(invariantDefaults())
+}
