@@ -54,7 +54,7 @@ type Config struct {
 	MaxRetryBackoff     time.Duration
 	QuarantineDir       string
 	QuarantineKeep      int
-	// RejoinMode is "raft" (default) or "seed" (heal.RejoinRaft/RejoinSeed).
+	// RejoinMode is "seed" (the flag's default) or "raft" (heal.RejoinSeed/RejoinRaft).
 	RejoinMode string
 	// MemberRuntime is "static-pod" or "exec" (with StopCommand/StartCommand).
 	MemberRuntime string

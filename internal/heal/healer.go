@@ -58,10 +58,11 @@ type Config struct {
 	// it must be on the data dir's filesystem (renames, never copies).
 	QuarantineDir  string
 	QuarantineKeep int
-	// RejoinMode is how the learner's data dir is prepared: RejoinRaft
-	// (default: left absent, the leader sends a raft snapshot) or RejoinSeed
-	// (built from a snapshot streamed after the add; any seeding error
-	// falls back to raft mode and is journaled).
+	// RejoinMode is how the learner's data dir is prepared: RejoinSeed
+	// (the agent's default: built from a snapshot streamed after the add;
+	// any seeding error falls back to raft mode and is journaled) or
+	// RejoinRaft (left absent, the leader sends a raft snapshot; also what
+	// an empty value means).
 	RejoinMode      string
 	Plan            plan.Config
 	RecoveryTimeout time.Duration

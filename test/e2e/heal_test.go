@@ -16,9 +16,10 @@ import (
 // TestHealWipedDataDirOfRunningMember: node2's data dir is wiped while its
 // etcd runs (serving, not healthy). The agent waits out the grace period,
 // then rejoins it: remove → learner → promote, under API write load with no
-// failed write. The member comes back under a new ID.
+// failed write. The member comes back under a new ID. In raft mode (seed
+// mode, the default, has its own scenarios): the learner starts empty.
 func TestHealWipedDataDirOfRunningMember(t *testing.T) {
-	l := newLab(t, lab.Options{Nodes: 3, Agents: true})
+	l := newLab(t, lab.Options{Nodes: 3, Agents: true, AgentArgs: []string{"--rejoin-mode=raft"}})
 	before := idsByPeer(mustMembers(t, l))
 	ensureNotLeader(t, l, "node2")
 	h := startHeal(t, l)
@@ -27,6 +28,9 @@ func TestHealWipedDataDirOfRunningMember(t *testing.T) {
 		t.Fatal(err)
 	}
 	j := h.waitHealed("node2", "node2", 3, 90*time.Second)
+	if j.RejoinMode != "raft" {
+		t.Fatalf("rejoin mode %q, want raft as asked", j.RejoinMode)
+	}
 	after := idsByPeer(mustMembers(t, l))
 	p2 := peerOf(t, l, "node2")
 	if after[p2] == 0 || after[p2] == before[p2] || uint64(j.NewMemberID) != after[p2] || uint64(j.OldMemberID) != before[p2] {
