@@ -19,6 +19,22 @@ import (
 // agent's hidden hold hook (--test-hold-at): the agent logs "test hook:
 // holding" and waits for a release file in its state dir.
 
+// wipeHeldAt starts a seed-mode lab whose agents hold at point, wipes
+// node2's data dir (node2 is not the leader) and waits until node2's agent
+// holds there; the invariant checker runs from before the wipe.
+func wipeHeldAt(t *testing.T, point string) (*lab.Lab, *healRun) {
+	t.Helper()
+	l := newLab(t, lab.Options{Nodes: 3, Agents: true, AgentArgs: []string{"--rejoin-mode=seed", "--test-hold-at=" + point}})
+	ensureNotLeader(t, l, "node2")
+	h := startHeal(t, l)
+	h.fault()
+	if err := l.WipeDataDir("node2"); err != nil {
+		t.Fatal(err)
+	}
+	waitHold(t, l, "node2", point)
+	return l, h
+}
+
 // waitHold waits until node's agent holds at point.
 func waitHold(t *testing.T, l *lab.Lab, node, point string) {
 	t.Helper()
@@ -71,14 +87,7 @@ func seededAt(t *testing.T, l *lab.Lab, node string) uint64 {
 // The leader then sends a raft snapshot, which replaces the seed: healed and
 // correct, just without seed mode's gain.
 func TestSeedModeLearnerStartedAfterTheLeaderCompactedGetsASnapshot(t *testing.T) {
-	l := newLab(t, lab.Options{Nodes: 3, Agents: true, AgentArgs: []string{"--rejoin-mode=seed", "--test-hold-at=member-start"}})
-	ensureNotLeader(t, l, "node2")
-	h := startHeal(t, l)
-	h.fault()
-	if err := l.WipeDataDir("node2"); err != nil {
-		t.Fatal(err)
-	}
-	waitHold(t, l, "node2", "member-start")
+	l, h := wipeHeldAt(t, "member-start")
 	ci := seededAt(t, l, "node2")
 	before := snapshotsSent(t, l)
 	written := putMany(t, h.cli, 6500)
@@ -137,14 +146,7 @@ func putMany(t *testing.T, cli *clientv3.Client, n int) int {
 // raft mode (metric, journal, Event) and the member heals from the leader's
 // raft snapshot.
 func TestSeedModeCorruptedSeedFallsBackToRaft(t *testing.T) {
-	l := newLab(t, lab.Options{Nodes: 3, Agents: true, AgentArgs: []string{"--rejoin-mode=seed", "--test-hold-at=seed-streamed"}})
-	ensureNotLeader(t, l, "node2")
-	h := startHeal(t, l)
-	h.fault()
-	if err := l.WipeDataDir("node2"); err != nil {
-		t.Fatal(err)
-	}
-	waitHold(t, l, "node2", "seed-streamed")
+	l, h := wipeHeldAt(t, "seed-streamed")
 	n := nodeOf(t, l, "node2")
 	seeds, _ := filepath.Glob(filepath.Join(filepath.Dir(n.DataDir), "etcd-agent-quarantine", "seed-*.db"))
 	if len(seeds) != 1 {
@@ -200,14 +202,7 @@ func flipByte(t *testing.T, path string) {
 // restarted agent resumes the recovery, removes the temp dir, seeds again
 // and the member heals; etcd restarts exactly at the second seed's index.
 func TestSeedModeAgentKilledMidBuildResumes(t *testing.T) {
-	l := newLab(t, lab.Options{Nodes: 3, Agents: true, AgentArgs: []string{"--rejoin-mode=seed", "--test-hold-at=seed-rename"}})
-	ensureNotLeader(t, l, "node2")
-	h := startHeal(t, l)
-	h.fault()
-	if err := l.WipeDataDir("node2"); err != nil {
-		t.Fatal(err)
-	}
-	waitHold(t, l, "node2", "seed-rename")
+	l, h := wipeHeldAt(t, "seed-rename")
 	n := nodeOf(t, l, "node2")
 	temps, _ := filepath.Glob(n.DataDir + ".seed-tmp-*")
 	if len(temps) != 1 {
