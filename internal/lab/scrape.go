@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"strconv"
 	"time"
 
 	dto "github.com/prometheus/client_model/go"
@@ -120,6 +121,32 @@ func (l *Lab) SnapshotsSent(ctx context.Context) (float64, error) {
 					sum += s.Counter.GetValue()
 				}
 			}
+		}
+	}
+	return sum, nil
+}
+
+// BytesSentTo sums etcd_network_peer_sent_bytes_total{To=<id>} over the
+// running members: every byte the cluster sent to member id over raft
+// (log entries and raft snapshots alike). For a new learner's ID it is what
+// its catch-up cost the leader. A running member that cannot be scraped is
+// an error.
+func (l *Lab) BytesSentTo(ctx context.Context, id uint64) (float64, error) {
+	to := strconv.FormatUint(id, 16)
+	var sum float64
+	for _, n := range l.Spec.Nodes {
+		if n.ClientURL == "" || n.Lost {
+			continue
+		}
+		if _, err := l.EtcdPID(n.Name); err != nil {
+			continue // not running
+		}
+		m, err := Scrape(ctx, n.ClientURL+"/metrics")
+		if err != nil {
+			return 0, fmt.Errorf("scrape etcd of %s at %s: %w", n.Name, n.ClientURL, err)
+		}
+		if v, ok := m.Value("etcd_network_peer_sent_bytes_total", map[string]string{"To": to}); ok {
+			sum += v
 		}
 	}
 	return sum, nil

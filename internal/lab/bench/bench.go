@@ -10,6 +10,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"sort"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -38,6 +39,7 @@ type Heals struct {
 	AgentTotal   []time.Duration // fault -> verified and Lease released
 	Snapshot     []time.Duration // the pre-change backup stream
 	LeaderSnaps  float64         // raft snapshots the members sent during the heals (etcd_network_snapshot_send_success)
+	ToLearner    []float64       // bytes the members sent to the new learner (etcd_network_peer_sent_bytes_total{To=learner})
 	lat          []time.Duration
 	APIFailed    int
 	APIAttempted int
@@ -291,6 +293,11 @@ func agentHeal(ctx context.Context, l *lab.Lab, node string, row *Heals) error {
 			row.Agent = append(row.Agent, rec.PhaseTimes[journal.PhasePromoted].Sub(t0))
 			row.AgentTotal = append(row.AgentTotal, rec.FinishedAt.Sub(t0))
 			row.Snapshot = append(row.Snapshot, rec.PhaseTimes[journal.PhaseSnapshotted].Sub(rec.PhaseTimes[journal.PhaseStopped]))
+			sent, err := l.BytesSentTo(ctx, uint64(rec.NewMemberID))
+			if err != nil {
+				return err
+			}
+			row.ToLearner = append(row.ToLearner, sent)
 			return nil
 		}
 		time.Sleep(100 * time.Millisecond) // polling the journal file
@@ -301,7 +308,7 @@ func agentHeal(ctx context.Context, l *lab.Lab, node string, row *Heals) error {
 // Print writes the table.
 func Print(w io.Writer, rows []Row) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "db size\tmode\truns\tbare etcd rejoin\tagent TTR-grace\tratio\tpre-change backup\tagent total\tleader raft snapshots\tAPI p99 before\tAPI p99 during\tAPI writes failed\t")
+	fmt.Fprintln(tw, "db size\tmode\truns\tbare etcd rejoin\tagent TTR-grace\tratio\tpre-change backup\tagent total\tleader raft snapshots\tsent to learner\tAPI p99 before\tAPI p99 during\tAPI writes failed\t")
 	for _, r := range rows {
 		for _, mode := range r.Modes {
 			h := r.Heals[mode]
@@ -309,16 +316,25 @@ func Print(w io.Writer, rows []Row) {
 				continue
 			}
 			bare, agent := median(r.Bare), median(h.Agent)
-			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%.2fx\t%s\t%s\t%.0f\t%s\t%s\t%d/%d\t\n", human(r.DBBytes), mode, len(h.Agent), spread(r.Bare),
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%.2fx\t%s\t%s\t%.0f\t%s\t%s\t%s\t%d/%d\t\n", human(r.DBBytes), mode, len(h.Agent), spread(r.Bare),
 				spread(h.Agent), float64(agent)/float64(bare), median(h.Snapshot).Round(10*time.Millisecond), median(h.AgentTotal).Round(10*time.Millisecond),
-				h.LeaderSnaps, r.BaselineP99.Round(time.Millisecond), invariant.Percentile(h.lat, 99).Round(time.Millisecond), h.APIFailed, h.APIAttempted)
+				h.LeaderSnaps, human(int64(medianF(h.ToLearner))), r.BaselineP99.Round(time.Millisecond), invariant.Percentile(h.lat, 99).Round(time.Millisecond), h.APIFailed, h.APIAttempted)
 		}
 	}
 	tw.Flush()
-	fmt.Fprintln(w, "(durations: median [min-max] over the runs; ratio = median agent / median bare; leader raft snapshots: total over the runs)")
+	fmt.Fprintln(w, "(durations: median [min-max] over the runs; ratio = median agent / median bare; leader raft snapshots: total over the runs; sent to learner: median bytes the members sent the new learner over raft)")
 }
 
 func median(ds []time.Duration) time.Duration { return invariant.Percentile(ds, 50) }
+
+func medianF(vs []float64) float64 {
+	if len(vs) == 0 {
+		return 0
+	}
+	s := append([]float64(nil), vs...)
+	sort.Float64s(s)
+	return s[(len(s)-1)/2]
+}
 
 func spread(ds []time.Duration) string {
 	r := func(d time.Duration) string { return d.Round(10 * time.Millisecond).String() }

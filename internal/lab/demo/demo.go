@@ -203,6 +203,9 @@ func describe(p journal.Phase, r journal.Record) string {
 		if r.RejoinMode == "seed" {
 			return fmt.Sprintf("data dir seeded from %s's snapshot at index %d; start gate opens", r.SeedSource, r.SeedIndex)
 		}
+		if r.SeedFallback != "" {
+			return "seeding refused (" + r.SeedFallback + "), fell back to raft mode: data dir left for etcd to create, the leader sends a raft snapshot; start gate opens"
+		}
 		return "data dir left for etcd to create (raft mode: the leader sends a raft snapshot); start gate opens"
 	case journal.PhaseMemberStarted:
 		return "etcd started with --initial-cluster-state=existing"
