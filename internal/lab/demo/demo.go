@@ -228,7 +228,11 @@ func (r Result) Print(w io.Writer) {
 	fmt.Fprintf(w, "   API writes:        %d attempted during the heal, %d failed\n", r.APIAttempted, r.APIFailed)
 	fmt.Fprintf(w, "   API write p99:     %s before, %s during the heal\n", r.BaselineP99.Round(time.Millisecond), r.HealP99.Round(time.Millisecond))
 	fmt.Fprintf(w, "   HashKV equal:      %v\n", r.HashKVEqual)
-	fmt.Fprintf(w, "   quarantine:        %s\n", r.QuarantinePath)
+	q := r.QuarantinePath
+	if q == "" {
+		q = "(nothing to keep: the data dir was gone)"
+	}
+	fmt.Fprintf(w, "   quarantine:        %s\n", q)
 	fmt.Fprintf(w, "   snapshot:          %s\n", r.SnapshotPath)
 	if r.FailureExplained != "" {
 		fmt.Fprintf(w, "   FAILED:            %s\n", r.FailureExplained)
