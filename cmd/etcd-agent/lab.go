@@ -81,13 +81,18 @@ func newLabUpCmd(g *globalFlags, dir *string) *cobra.Command {
 	c.Flags().StringVar(&o.AgentBinary, "agent-binary", "", "etcd-agent binary for supervisors and agents (default: this executable)")
 	c.Flags().BoolVar(&o.NoAPIServer, "no-apiserver", false, "do not start kube-apiserver")
 	c.Flags().BoolVar(&o.Agents, "agents", false, "run `etcd-agent run` on every node")
+	c.Flags().BoolVar(&o.EtcdTLS, "etcd-tls", false, "etcd serves client and peer TLS with client cert auth, as on kubeadm (certs in <dir>/pki/etcd)")
 	c.Flags().StringArrayVar(&o.AgentArgs, "agent-arg", nil, "extra flag for every agent (repeatable)")
 	return c
 }
 
 func printHowToReach(cmd *cobra.Command, l *lab.Lab) {
 	w := cmd.OutOrStdout()
-	fmt.Fprintf(w, "\netcd:  %s/etcdctl --endpoints=%s member list -w table\n", l.Spec.BinDir, joinComma(l.Spec.ClientURLs()))
+	tlsFlags := ""
+	if t := l.Spec.EtcdTLS; t != nil {
+		tlsFlags = fmt.Sprintf(" --cacert=%s --cert=%s --key=%s", t.CAFile, t.ClientCert, t.ClientKey)
+	}
+	fmt.Fprintf(w, "\netcd:  %s/etcdctl --endpoints=%s%s member list -w table\n", l.Spec.BinDir, joinComma(l.Spec.ClientURLs()), tlsFlags)
 	if a := l.Spec.APIServer; a != nil {
 		fmt.Fprintf(w, "API:   %s  (kubeconfig %s)\n", a.URL, a.Kubeconfig)
 		fmt.Fprintf(w, "       curl --cacert %s/pki/ca.crt -H 'Authorization: Bearer %s' %s/apis/coordination.k8s.io/v1/namespaces/%s/leases\n",

@@ -52,6 +52,9 @@ func (l *Lab) agentArgs(n *Node) ([]string, error) {
 	if a := l.Spec.APIServer; a != nil {
 		args = append(args, "--kubeconfig="+a.Kubeconfig)
 	}
+	if t := l.Spec.EtcdTLS; t != nil {
+		args = append(args, t.agentFlags()...)
+	}
 	return append(args, l.Spec.AgentArgs...), nil
 }
 

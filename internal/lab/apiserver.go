@@ -21,8 +21,8 @@ import (
 // apiServerArgs are the kube-apiserver flags of the lab: storage on every
 // etcd member (so the API depends on the cluster being healed, as on a real
 // control plane), static-token auth, RBAC, loopback only.
-func apiServerArgs(binDir, dir string, port int, pki apiserverPKI, etcdServers []string) []string {
-	return []string{
+func apiServerArgs(binDir, dir string, port int, pki apiserverPKI, etcdServers []string, etcdTLS *EtcdTLS) []string {
+	args := []string{
 		filepath.Join(binDir, "kube-apiserver"),
 		"--etcd-servers=" + strings.Join(etcdServers, ","),
 		"--bind-address=127.0.0.1",
@@ -45,11 +45,15 @@ func apiServerArgs(binDir, dir string, port int, pki apiserverPKI, etcdServers [
 		"--enable-priority-and-fairness=false",
 		"--v=1",
 	}
+	if t := etcdTLS; t != nil {
+		args = append(args, "--etcd-cafile="+t.CAFile, "--etcd-certfile="+t.ClientCert, "--etcd-keyfile="+t.ClientKey)
+	}
+	return args
 }
 
 // startAPIServer writes the PKI, token file and kubeconfig under dir and
 // starts kube-apiserver; it does not wait for readiness (waitAPIReady does).
-func startAPIServer(binDir, dir string, etcdServers []string) (*APIServer, *process, error) {
+func startAPIServer(binDir, dir string, etcdServers []string, etcdTLS *EtcdTLS) (*APIServer, *process, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, nil, err
 	}
@@ -77,7 +81,7 @@ func startAPIServer(binDir, dir string, etcdServers []string) (*APIServer, *proc
 	}
 	a := &APIServer{URL: url, Kubeconfig: kubeconfig, Token: token, Dir: dir,
 		LogFile: filepath.Join(dir, "kube-apiserver.log"),
-		Args:    apiServerArgs(binDir, dir, ports[0], pki, etcdServers)}
+		Args:    apiServerArgs(binDir, dir, ports[0], pki, etcdServers, etcdTLS)}
 	proc, err := startDetached(a.Args, a.LogFile)
 	if err != nil {
 		return nil, nil, err

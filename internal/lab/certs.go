@@ -30,35 +30,12 @@ func writePKI(dir string) (apiserverPKI, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return p, err
 	}
-	now := time.Now()
-	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	ca, err := newCA("etcd-agent-lab-ca")
 	if err != nil {
 		return p, err
 	}
-	caTmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "etcd-agent-lab-ca"},
-		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(10 * 365 * 24 * time.Hour),
-		IsCA: true, BasicConstraintsValid: true,
-		KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
-	}
-	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
-	if err != nil {
-		return p, err
-	}
-	caCert, _ := x509.ParseCertificate(caDER)
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return p, err
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "kube-apiserver"},
-		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(10 * 365 * 24 * time.Hour),
-		KeyUsage:    x509.KeyUsageDigitalSignature,
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-		DNSNames:    []string{"localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc"},
-		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, caCert, &key.PublicKey, caKey)
+	serving, err := ca.issue("kube-apiserver", []string{"localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc"},
+		[]net.IP{net.ParseIP("127.0.0.1")}, []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth})
 	if err != nil {
 		return p, err
 	}
@@ -66,11 +43,11 @@ func writePKI(dir string) (apiserverPKI, error) {
 	if err != nil {
 		return p, err
 	}
-	p.CAPEM = pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER})
+	p.CAPEM = ca.certPEM
 	files := map[string][]byte{
 		p.CAFile:    p.CAPEM,
-		p.CertFile:  pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
-		p.KeyFile:   mustECKeyPEM(key),
+		p.CertFile:  serving.certPEM,
+		p.KeyFile:   serving.keyPEM,
 		p.SAKeyFile: mustECKeyPEM(saKey),
 		p.SAPubFile: mustPubPEM(&saKey.PublicKey),
 	}
@@ -80,6 +57,60 @@ func writePKI(dir string) (apiserverPKI, error) {
 		}
 	}
 	return p, nil
+}
+
+// certAuthority is a lab CA (P-256, ten years), generated fresh per lab.
+type certAuthority struct {
+	cert    *x509.Certificate
+	key     *ecdsa.PrivateKey
+	certPEM []byte
+	serial  int64
+}
+
+// issued is a cert and its key, PEM-encoded.
+type issued struct{ certPEM, keyPEM []byte }
+
+func newCA(name string) (*certAuthority, error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, err
+	}
+	now := time.Now()
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: name},
+		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(10 * 365 * 24 * time.Hour),
+		IsCA: true, BasicConstraintsValid: true,
+		KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		return nil, err
+	}
+	cert, err := x509.ParseCertificate(der)
+	if err != nil {
+		return nil, err
+	}
+	return &certAuthority{cert: cert, key: key, certPEM: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), serial: 1}, nil
+}
+
+// issue signs a new key's cert for cn with the given SANs and usages.
+func (ca *certAuthority) issue(cn string, dns []string, ips []net.IP, usage []x509.ExtKeyUsage) (issued, error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return issued{}, err
+	}
+	ca.serial++
+	now := time.Now()
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(ca.serial), Subject: pkix.Name{CommonName: cn},
+		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(10 * 365 * 24 * time.Hour),
+		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: usage, DNSNames: dns, IPAddresses: ips,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
+	if err != nil {
+		return issued{}, err
+	}
+	return issued{certPEM: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), keyPEM: mustECKeyPEM(key)}, nil
 }
 
 func mustECKeyPEM(k *ecdsa.PrivateKey) []byte {

@@ -14,7 +14,7 @@ import (
 // container runs the real etcd binary from binDir. initialCluster is the
 // --initial-cluster value, state "new" or "existing". gate, when set, is the
 // agent's start gate, run as the pod's init container.
-func etcdPodManifest(binDir string, n Node, initialCluster, state, token string, gate []string) ([]byte, error) {
+func etcdPodManifest(binDir string, n Node, initialCluster, state, token string, gate []string, t *EtcdTLS) ([]byte, error) {
 	args := []string{
 		"--name=" + n.Member,
 		"--data-dir=" + n.DataDir,
@@ -28,6 +28,19 @@ func etcdPodManifest(binDir string, n Node, initialCluster, state, token string,
 		"--snapshot-count=10000",
 		"--logger=zap",
 		"--log-outputs=stderr",
+	}
+	mounts := []corev1.VolumeMount{{Name: "etcd-data", MountPath: n.DataDir}}
+	volumes := []corev1.Volume{{
+		Name: "etcd-data",
+		VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{
+			Path: n.DataDir, Type: ptr(corev1.HostPathDirectoryOrCreate),
+		}},
+	}}
+	if t != nil {
+		args = append(args, t.memberFlags()...)
+		mounts = append(mounts, corev1.VolumeMount{Name: "etcd-certs", MountPath: t.Dir, ReadOnly: true})
+		volumes = append(volumes, corev1.Volume{Name: "etcd-certs", VolumeSource: corev1.VolumeSource{
+			HostPath: &corev1.HostPathVolumeSource{Path: t.Dir, Type: ptr(corev1.HostPathDirectory)}}})
 	}
 	pod := corev1.Pod{
 		TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"},
@@ -43,19 +56,12 @@ func etcdPodManifest(binDir string, n Node, initialCluster, state, token string,
 			HostNetwork:       true,
 			PriorityClassName: "system-node-critical",
 			Containers: []corev1.Container{{
-				Name:    "etcd",
-				Image:   "registry.k8s.io/etcd:3.6.16-0",
-				Command: append([]string{filepath.Join(binDir, "etcd")}, args...),
-				VolumeMounts: []corev1.VolumeMount{
-					{Name: "etcd-data", MountPath: n.DataDir},
-				},
+				Name:         "etcd",
+				Image:        "registry.k8s.io/etcd:3.6.16-0",
+				Command:      append([]string{filepath.Join(binDir, "etcd")}, args...),
+				VolumeMounts: mounts,
 			}},
-			Volumes: []corev1.Volume{{
-				Name: "etcd-data",
-				VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{
-					Path: n.DataDir, Type: ptr(corev1.HostPathDirectoryOrCreate),
-				}},
-			}},
+			Volumes: volumes,
 		},
 	}
 	if len(gate) > 0 {
@@ -69,8 +75,12 @@ func (l *Lab) gateCommand(n Node) []string {
 	if !l.Spec.Agents {
 		return nil
 	}
-	return []string{l.Spec.AgentBinary, "gate", "--static-pod-manifest=" + n.EtcdManifest(), "--state-dir=" + n.StateDir,
+	cmd := []string{l.Spec.AgentBinary, "gate", "--static-pod-manifest=" + n.EtcdManifest(), "--state-dir=" + n.StateDir,
 		"--endpoints=" + strings.Join(l.Spec.ClientURLs(), ","), "--poll-interval=500ms", "--log-format=json"}
+	if t := l.Spec.EtcdTLS; t != nil {
+		cmd = append(cmd, t.agentFlags()...)
+	}
+	return cmd
 }
 
 // initialCluster renders name=peerURL pairs for --initial-cluster.

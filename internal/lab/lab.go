@@ -33,7 +33,10 @@ type Options struct {
 	NoAPIServer bool
 	Agents      bool
 	AgentArgs   []string
-	Log         *zap.Logger
+	// EtcdTLS runs etcd with client and peer TLS and client cert auth, as a
+	// kubeadm control plane does; everyone reaches it with a client cert.
+	EtcdTLS bool
+	Log     *zap.Logger
 }
 
 // AgentNamespace is where the agents' Leases live in the lab.
@@ -91,6 +94,11 @@ func Up(ctx context.Context, o Options) (*Lab, error) {
 	spec := &Spec{Dir: dir, ClusterToken: "lab-" + hex.EncodeToString(tok), BinDir: o.BinDir,
 		AgentBinary: o.AgentBinary, AgentArgs: o.AgentArgs, Agents: o.Agents, CreatedAt: time.Now().UTC()}
 	l := &Lab{Spec: spec, log: o.Log}
+	if o.EtcdTLS {
+		if spec.EtcdTLS, err = writeEtcdPKI(filepath.Join(dir, "pki", "etcd")); err != nil {
+			return nil, fmt.Errorf("lab etcd PKI: %w", err)
+		}
+	}
 	for i := 1; i <= o.Nodes; i++ {
 		n, err := l.newNode(i, true)
 		if err != nil {
@@ -100,7 +108,7 @@ func Up(ctx context.Context, o Options) (*Lab, error) {
 	}
 	ic := initialCluster(spec.Nodes)
 	for _, n := range spec.Nodes {
-		m, err := etcdPodManifest(o.BinDir, n, ic, "new", spec.ClusterToken, l.gateCommand(n))
+		m, err := etcdPodManifest(o.BinDir, n, ic, "new", spec.ClusterToken, l.gateCommand(n), spec.EtcdTLS)
 		if err != nil {
 			return nil, err
 		}
@@ -124,7 +132,7 @@ func Up(ctx context.Context, o Options) (*Lab, error) {
 	if o.NoAPIServer {
 		return l, l.startAgents(ctx)
 	}
-	a, proc, err := startAPIServer(o.BinDir, filepath.Join(dir, "apiserver"), spec.ClientURLs())
+	a, proc, err := startAPIServer(o.BinDir, filepath.Join(dir, "apiserver"), spec.ClientURLs(), spec.EtcdTLS)
 	if err != nil {
 		return l, err
 	}
@@ -181,8 +189,12 @@ func (l *Lab) newNode(i int, withMember bool) (Node, error) {
 			return n, err
 		}
 		n.Member = name
-		n.ClientURL = fmt.Sprintf("http://%s:%d", n.IP, ports[0])
-		n.PeerURL = fmt.Sprintf("http://%s:%d", n.IP, ports[1])
+		scheme := "http"
+		if l.Spec.EtcdTLS != nil {
+			scheme = "https"
+		}
+		n.ClientURL = fmt.Sprintf("%s://%s:%d", scheme, n.IP, ports[0])
+		n.PeerURL = fmt.Sprintf("%s://%s:%d", scheme, n.IP, ports[1])
 		n.DataDir = filepath.Join(n.DiskDir, "etcd")
 	}
 	return n, nil
@@ -253,8 +265,17 @@ func (l *Lab) createNodeObject(ctx context.Context, kc kubernetes.Interface, n N
 
 // EtcdClient returns a client for all live members' client URLs.
 func (l *Lab) EtcdClient() (*clientv3.Client, error) {
-	return clientv3.New(clientv3.Config{Endpoints: l.Spec.ClientURLs(), DialTimeout: 3 * time.Second,
-		Logger: zap.NewNop()})
+	return l.EtcdClientFor(l.Spec.ClientURLs()...)
+}
+
+// EtcdClientFor returns a client for the given client URLs only (with the
+// lab's client cert when etcd serves TLS).
+func (l *Lab) EtcdClientFor(endpoints ...string) (*clientv3.Client, error) {
+	t, err := l.EtcdTLSConfig()
+	if err != nil {
+		return nil, err
+	}
+	return clientv3.New(clientv3.Config{Endpoints: endpoints, DialTimeout: 3 * time.Second, TLS: t, Logger: zap.NewNop()})
 }
 
 // KubeClient returns a client-go clientset for the lab's API server.

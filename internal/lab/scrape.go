@@ -17,10 +17,14 @@ type Metrics map[string]*dto.MetricFamily
 
 // Scrape reads a Prometheus /metrics endpoint.
 func Scrape(ctx context.Context, url string) (Metrics, error) {
+	return scrapeWith(ctx, http.DefaultClient, url)
+}
+
+func scrapeWith(ctx context.Context, hc *http.Client, url string) (Metrics, error) {
 	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()
 	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := hc.Do(req)
 	if err != nil {
 		return nil, err
 	}
@@ -111,7 +115,7 @@ func (l *Lab) SnapshotsSent(ctx context.Context) (float64, error) {
 		if _, err := l.EtcdPID(n.Name); err != nil {
 			continue // not running
 		}
-		m, err := Scrape(ctx, n.ClientURL+"/metrics")
+		m, err := l.scrapeEtcd(ctx, n)
 		if err != nil {
 			return 0, fmt.Errorf("scrape etcd of %s at %s: %w", n.Name, n.ClientURL, err)
 		}
@@ -141,7 +145,7 @@ func (l *Lab) BytesSentTo(ctx context.Context, id uint64) (float64, error) {
 		if _, err := l.EtcdPID(n.Name); err != nil {
 			continue // not running
 		}
-		m, err := Scrape(ctx, n.ClientURL+"/metrics")
+		m, err := l.scrapeEtcd(ctx, n)
 		if err != nil {
 			return 0, fmt.Errorf("scrape etcd of %s at %s: %w", n.Name, n.ClientURL, err)
 		}

@@ -31,6 +31,8 @@ type Spec struct {
 	CreatedAt    time.Time  `json:"createdAt"`
 	Nodes        []Node     `json:"nodes"`
 	APIServer    *APIServer `json:"apiServer,omitempty"`
+	// EtcdTLS is set when the members serve TLS (client and peer).
+	EtcdTLS *EtcdTLS `json:"etcdTLS,omitempty"`
 }
 
 // Node is one lab node: its own loopback IP, manifests dir, local disk and

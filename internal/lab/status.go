@@ -2,6 +2,7 @@ package lab
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"sort"
 	"time"
@@ -69,6 +70,7 @@ func (l *Lab) Status(ctx context.Context) Status {
 		st.MemberList = err.Error()
 		return st
 	}
+	tlsCfg, _ := l.EtcdTLSConfig() // EtcdClient above built it already
 	nodeByPeer := map[string]string{}
 	for _, n := range l.Spec.Nodes {
 		if n.PeerURL != "" {
@@ -83,7 +85,7 @@ func (l *Lab) Status(ctx context.Context) Status {
 		}
 		if len(m.ClientURLs) > 0 {
 			ms.ClientURL = m.ClientURLs[0]
-			probeMember(ctx, &ms)
+			probeMember(ctx, &ms, tlsCfg)
 		} else {
 			ms.Error = "not started (no client URL yet)"
 		}
@@ -105,8 +107,8 @@ func (l *Lab) Status(ctx context.Context) Status {
 
 // probeMember fills ms from the member's own Status and a linearizable read
 // served through it (a learner serves no reads; its Status is enough).
-func probeMember(ctx context.Context, ms *MemberStatus) {
-	c, err := clientv3.New(clientv3.Config{Endpoints: []string{ms.ClientURL}, DialTimeout: 2 * time.Second, Logger: zap.NewNop()})
+func probeMember(ctx context.Context, ms *MemberStatus, tlsCfg *tls.Config) {
+	c, err := clientv3.New(clientv3.Config{Endpoints: []string{ms.ClientURL}, DialTimeout: 2 * time.Second, TLS: tlsCfg, Logger: zap.NewNop()})
 	if err != nil {
 		ms.Error = err.Error()
 		return

@@ -376,7 +376,7 @@ func ensureNotLeader(t *testing.T, l *lab.Lab, nodes ...string) {
 		}
 		var to uint64
 		fmt.Sscanf(other.ID, "%x", &to)
-		cli, err := clientv3.New(clientv3.Config{Endpoints: []string{leader.ClientURL}, DialTimeout: 2 * time.Second})
+		cli, err := l.EtcdClientFor(leader.ClientURL)
 		if err != nil {
 			return err
 		}
@@ -419,7 +419,7 @@ func metricSum(l *lab.Lab, node, name string) (float64, error) {
 // serializable read: it answers without a quorum).
 func serializableIDs(t *testing.T, l *lab.Lab, node string) map[string]uint64 {
 	t.Helper()
-	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{nodeOf(t, l, node).ClientURL}, DialTimeout: 2 * time.Second})
+	cli, err := l.EtcdClientFor(nodeOf(t, l, node).ClientURL)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,7 +6,6 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
 )
 
 // CheckHashKV compares HashKV of every voting member at one revision. A
@@ -29,7 +28,7 @@ func CheckHashKV(ctx context.Context, cli *clientv3.Client, timeout time.Duratio
 		if m.IsLearner || len(m.ClientURLs) == 0 {
 			continue
 		}
-		h, err := hashKVAt(ctx, m.ClientURLs[0], rev)
+		h, err := hashKVAt(ctx, cli, m.ClientURLs[0], rev)
 		if err != nil {
 			return hashes, fmt.Errorf("member %s: HashKV at revision %d: %w", m.Name, rev, err)
 		}
@@ -48,15 +47,12 @@ func CheckHashKV(ctx context.Context, cli *clientv3.Client, timeout time.Duratio
 	return hashes, nil
 }
 
-func hashKVAt(ctx context.Context, ep string, rev int64) (uint32, error) {
-	c, err := clientv3.New(clientv3.Config{Endpoints: []string{ep}, DialTimeout: 2 * time.Second, Logger: zap.NewNop()})
-	if err != nil {
-		return 0, err
-	}
-	defer c.Close()
+// hashKVAt asks the member at ep; Maintenance calls dial ep with cli's
+// credentials, so this works for TLS clusters too.
+func hashKVAt(ctx context.Context, cli *clientv3.Client, ep string, rev int64) (uint32, error) {
 	for {
 		rctx, cancel := context.WithTimeout(ctx, 3*time.Second)
-		resp, err := c.HashKV(rctx, ep, rev)
+		resp, err := cli.HashKV(rctx, ep, rev)
 		cancel()
 		if err == nil {
 			return resp.Hash, nil

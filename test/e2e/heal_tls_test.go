@@ -1,0 +1,47 @@
+package e2e
+
+import (
+	"context"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/etcd-agent/etcd-agent/internal/lab"
+)
+
+// TestHealOverTLS: etcd serves client and peer TLS with client cert auth,
+// as kubeadm sets it up, and the agents and their start gates reach it with
+// --cacert/--cert/--key (the DaemonSet's ETCD_AGENT_CACERT/CERT/KEY). A
+// wiped data dir is healed in seed mode: observation, both snapshot
+// streams, the member changes and HashKV all run over TLS, and no member
+// sends a raft snapshot.
+func TestHealOverTLS(t *testing.T) {
+	l := newLab(t, lab.Options{Nodes: 3, Agents: true, EtcdTLS: true})
+	n2 := nodeOf(t, l, "node2")
+	// The lab's TLS is real: without a client cert etcd refuses.
+	if resp, err := http.Get(n2.ClientURL + "/health"); err == nil {
+		resp.Body.Close()
+		t.Fatalf("GET %s/health without a client cert answered %s", n2.ClientURL, resp.Status)
+	}
+	ensureNotLeader(t, l, "node2")
+	h := startHeal(t, l)
+	snapsBefore := snapshotsSent(t, l)
+	h.fault()
+	if err := l.WipeDataDir("node2"); err != nil {
+		t.Fatal(err)
+	}
+	j := h.waitHealed("node2", "node2", 3, 90*time.Second)
+	if j.RejoinMode != "seed" || j.SeedFallback != "" {
+		t.Fatalf("journal: mode %q fallback %q (%s), want seed", j.RejoinMode, j.SeedFallback, j.SeedDetail)
+	}
+	if sent := snapshotsSent(t, l) - snapsBefore; sent != 0 {
+		t.Fatalf("%v raft snapshots sent during a seeded heal, want 0", sent)
+	}
+	if m, err := l.AgentMetrics(context.Background(), "node2"); err != nil {
+		t.Fatal(err)
+	} else if st := m.OneHot("etcd_agent_member_state", "state"); st != "healthy" {
+		t.Fatalf("node2's agent says %q, want healthy", st)
+	}
+	assertQuarantine(t, l, "node2", j)
+	h.finish(invariantDefaults())
+}
