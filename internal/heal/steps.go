@@ -209,7 +209,7 @@ func (h *Healer) prepareDataDir(ctx context.Context, res watchdog.Result, j *jou
 		h.log.Warn("seeding the learner's data dir failed; falling back to raft mode (empty data dir, the leader sends a snapshot)",
 			zap.String("reason", j.SeedFallback), zap.Error(err))
 		if h.reporter != nil {
-			h.reporter.Eventf("Warning", nodereport.ReasonRecoveryStarted, "seed mode fell back to raft mode (%s): %v", j.SeedFallback, err)
+			h.reporter.Eventf("Warning", nodereport.ReasonSeedFallback, "seed mode fell back to raft mode (%s): %v", j.SeedFallback, err)
 		}
 	}
 	// Left absent: etcd creates it with the layout and modes it wants.

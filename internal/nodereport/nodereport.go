@@ -39,6 +39,9 @@ const (
 	ReasonRecoverySucceeded = "RecoverySucceeded"
 	ReasonRecoveryFailed    = "RecoveryFailed"
 	ReasonMemberLost        = "MemberLost"
+	// ReasonSeedFallback: seed mode was refused and the rejoin goes on in
+	// raft mode (the message names the seeding reason).
+	ReasonSeedFallback = "SeedFallback"
 )
 
 // LastRecovery.Result values.

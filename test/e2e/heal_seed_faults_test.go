@@ -13,6 +13,7 @@ import (
 
 	"github.com/etcd-agent/etcd-agent/internal/lab"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 // The seed-mode scenarios that need the heal stopped at one moment use the
@@ -166,6 +167,22 @@ func TestSeedModeCorruptedSeedFallsBackToRaft(t *testing.T) {
 	if sent := snapshotsSent(t, l) - before; sent < 1 {
 		t.Fatalf("raft mode, yet the leader sent %v raft snapshots", sent)
 	}
+	kc, err := l.KubeClient()
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, "a SeedFallback Warning Event on node2", func() error {
+		evs, err := kc.CoreV1().Events("default").List(context.Background(), metav1.ListOptions{FieldSelector: "involvedObject.name=node2,reason=SeedFallback"})
+		if err != nil {
+			return err
+		}
+		for _, e := range evs.Items {
+			if e.Type == "Warning" && strings.Contains(e.Message, "snapshot-hash-mismatch") {
+				return nil
+			}
+		}
+		return fmt.Errorf("%d SeedFallback events, none a Warning naming snapshot-hash-mismatch", len(evs.Items))
+	})
 	if _, err := os.Stat(seeds[0]); !os.IsNotExist(err) {
 		t.Errorf("the refused seed %s is still there (%v)", seeds[0], err)
 	}
