@@ -100,13 +100,11 @@ func hasLabels(s *dto.Metric, want map[string]string) bool {
 	return found == len(want)
 }
 
-// SnapshotsSent sums etcd_network_snapshot_send_success over every member
-// of the lab: the raft snapshots sent so far (a leader sends one to a
-// learner that is too far behind; seed mode's point is that it need not).
-// A running member that cannot be scraped is an error, not a zero: a
-// missed leader would hide a snapshot. A stopped one sends nothing (and its
-// counter restarts at 0 with it).
-func (l *Lab) SnapshotsSent(ctx context.Context) (float64, error) {
+// sumOverRunningMembers scrapes every running member's etcd and adds up
+// what of(scrape) returns. A running member that cannot be scraped is an
+// error, not a zero: a missed leader would hide what it sent. A stopped one
+// sends nothing (and its counters restart at 0 with it).
+func (l *Lab) sumOverRunningMembers(ctx context.Context, of func(Metrics) float64) (float64, error) {
 	var sum float64
 	for _, n := range l.Spec.Nodes {
 		if n.ClientURL == "" || n.Lost {
@@ -119,6 +117,17 @@ func (l *Lab) SnapshotsSent(ctx context.Context) (float64, error) {
 		if err != nil {
 			return 0, fmt.Errorf("scrape etcd of %s at %s: %w", n.Name, n.ClientURL, err)
 		}
+		sum += of(m)
+	}
+	return sum, nil
+}
+
+// SnapshotsSent sums etcd_network_snapshot_send_success over the running
+// members: the raft snapshots sent so far (a leader sends one to a learner
+// that is too far behind; seed mode's point is that it need not).
+func (l *Lab) SnapshotsSent(ctx context.Context) (float64, error) {
+	return l.sumOverRunningMembers(ctx, func(m Metrics) float64 {
+		var sum float64
 		if fam, ok := m["etcd_network_snapshot_send_success"]; ok {
 			for _, s := range fam.Metric {
 				if s.Counter != nil {
@@ -126,32 +135,18 @@ func (l *Lab) SnapshotsSent(ctx context.Context) (float64, error) {
 				}
 			}
 		}
-	}
-	return sum, nil
+		return sum
+	})
 }
 
 // BytesSentTo sums etcd_network_peer_sent_bytes_total{To=<id>} over the
-// running members: every byte the cluster sent to member id over raft
-// (log entries and raft snapshots alike). For a new learner's ID it is what
-// its catch-up cost the leader. A running member that cannot be scraped is
-// an error.
+// running members: every byte the cluster sent to member id over raft (log
+// entries and raft snapshots alike). For a new learner's ID it is what its
+// catch-up cost the leader.
 func (l *Lab) BytesSentTo(ctx context.Context, id uint64) (float64, error) {
 	to := strconv.FormatUint(id, 16)
-	var sum float64
-	for _, n := range l.Spec.Nodes {
-		if n.ClientURL == "" || n.Lost {
-			continue
-		}
-		if _, err := l.EtcdPID(n.Name); err != nil {
-			continue // not running
-		}
-		m, err := l.scrapeEtcd(ctx, n)
-		if err != nil {
-			return 0, fmt.Errorf("scrape etcd of %s at %s: %w", n.Name, n.ClientURL, err)
-		}
-		if v, ok := m.Value("etcd_network_peer_sent_bytes_total", map[string]string{"To": to}); ok {
-			sum += v
-		}
-	}
-	return sum, nil
+	return l.sumOverRunningMembers(ctx, func(m Metrics) float64 {
+		v, _ := m.Value("etcd_network_peer_sent_bytes_total", map[string]string{"To": to})
+		return v
+	})
 }

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/etcd-agent/etcd-agent/internal/journal"
 	"github.com/etcd-agent/etcd-agent/internal/lab"
 	"github.com/etcd-agent/etcd-agent/internal/lab/invariant"
 )
@@ -19,24 +20,7 @@ import (
 // raft snapshot. The seed stream is not kept; the pre-change backup is.
 func TestHealWipedDataDirSeedMode(t *testing.T) {
 	l := newLab(t, lab.Options{Nodes: 3, Agents: true, AgentArgs: []string{"--rejoin-mode=seed"}})
-	ensureNotLeader(t, l, "node2")
-	h := startHeal(t, l)
-	snapsBefore := snapshotsSent(t, l)
-	h.fault()
-	if err := l.WipeDataDir("node2"); err != nil {
-		t.Fatal(err)
-	}
-	j := h.waitHealed("node2", "node2", 3, 90*time.Second)
-	t.Logf("rejoin mode %q (fallback %q %s), seeded at index %d term %d from %s", j.RejoinMode, j.SeedFallback, j.SeedDetail,
-		j.SeedIndex, j.SeedTerm, j.SeedSource)
-	if j.RejoinMode != "seed" || j.SeedFallback != "" || j.SeedIndex == 0 || j.SeedTerm == 0 {
-		t.Fatalf("want a seeded rejoin, journal says mode %q fallback %q: %s", j.RejoinMode, j.SeedFallback, j.SeedDetail)
-	}
-	// The point of seed mode: no member sent a raft snapshot (every
-	// member's etcd_network_snapshot_send_success, before and after).
-	if sent := snapshotsSent(t, l) - snapsBefore; sent != 0 {
-		t.Fatalf("%v raft snapshots sent during a seeded heal, want 0", sent)
-	}
+	h, j := seededWipeHeal(t, l)
 	n := nodeOf(t, l, "node2")
 	logs, _ := filepath.Glob(filepath.Join(n.LogsDir, "etcd-*etcd.log"))
 	want := fmt.Sprintf(`"local-member-id":"%x","commit-index":%d`, uint64(j.NewMemberID), j.SeedIndex)
@@ -53,4 +37,30 @@ func TestHealWipedDataDirSeedMode(t *testing.T) {
 	}
 	assertQuarantine(t, l, "node2", j)
 	h.finish(invariant.Options{})
+}
+
+// seededWipeHeal wipes node2's data dir (node2 is not the leader) under the
+// invariant checker and waits for the heal. It fails unless the heal was
+// seeded and no member sent a raft snapshot (every member's
+// etcd_network_snapshot_send_success, before and after): the point of seed
+// mode. The caller finishes h.
+func seededWipeHeal(t *testing.T, l *lab.Lab) (*healRun, journal.Record) {
+	t.Helper()
+	ensureNotLeader(t, l, "node2")
+	h := startHeal(t, l)
+	snapsBefore := snapshotsSent(t, l)
+	h.fault()
+	if err := l.WipeDataDir("node2"); err != nil {
+		t.Fatal(err)
+	}
+	j := h.waitHealed("node2", "node2", 3, 2*time.Minute)
+	t.Logf("rejoin mode %q (fallback %q %s), seeded at index %d term %d from %s", j.RejoinMode, j.SeedFallback, j.SeedDetail,
+		j.SeedIndex, j.SeedTerm, j.SeedSource)
+	if j.RejoinMode != "seed" || j.SeedFallback != "" || j.SeedIndex == 0 || j.SeedTerm == 0 {
+		t.Fatalf("want a seeded rejoin, journal says mode %q fallback %q: %s", j.RejoinMode, j.SeedFallback, j.SeedDetail)
+	}
+	if sent := snapshotsSent(t, l) - snapsBefore; sent != 0 {
+		t.Fatalf("%v raft snapshots sent during a seeded heal, want 0", sent)
+	}
+	return h, j
 }

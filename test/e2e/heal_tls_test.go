@@ -4,7 +4,6 @@ import (
 	"context"
 	"net/http"
 	"testing"
-	"time"
 
 	"github.com/etcd-agent/etcd-agent/internal/lab"
 )
@@ -23,20 +22,7 @@ func TestHealOverTLS(t *testing.T) {
 		resp.Body.Close()
 		t.Fatalf("GET %s/health without a client cert answered %s", n2.ClientURL, resp.Status)
 	}
-	ensureNotLeader(t, l, "node2")
-	h := startHeal(t, l)
-	snapsBefore := snapshotsSent(t, l)
-	h.fault()
-	if err := l.WipeDataDir("node2"); err != nil {
-		t.Fatal(err)
-	}
-	j := h.waitHealed("node2", "node2", 3, 90*time.Second)
-	if j.RejoinMode != "seed" || j.SeedFallback != "" {
-		t.Fatalf("journal: mode %q fallback %q (%s), want seed", j.RejoinMode, j.SeedFallback, j.SeedDetail)
-	}
-	if sent := snapshotsSent(t, l) - snapsBefore; sent != 0 {
-		t.Fatalf("%v raft snapshots sent during a seeded heal, want 0", sent)
-	}
+	h, j := seededWipeHeal(t, l)
 	if m, err := l.AgentMetrics(context.Background(), "node2"); err != nil {
 		t.Fatal(err)
 	} else if st := m.OneHot("etcd_agent_member_state", "state"); st != "healthy" {

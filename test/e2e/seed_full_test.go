@@ -16,16 +16,7 @@ import (
 func TestSeedModeTenHealsInARow(t *testing.T) {
 	l := newLab(t, lab.Options{Nodes: 3, Agents: true, AgentArgs: []string{"--rejoin-mode=seed"}})
 	for i := 1; i <= 10; i++ {
-		ensureNotLeader(t, l, "node2")
-		h := startHeal(t, l)
-		h.fault()
-		if err := l.WipeDataDir("node2"); err != nil {
-			t.Fatal(err)
-		}
-		j := h.waitHealed("node2", "node2", 3, 2*time.Minute)
-		if j.RejoinMode != "seed" || j.SeedFallback != "" {
-			t.Fatalf("heal %d: mode %q, fallback %q: %s", i, j.RejoinMode, j.SeedFallback, j.SeedDetail)
-		}
+		h, j := seededWipeHeal(t, l)
 		rep := h.finish(invariant.Options{})
 		t.Logf("heal %d/10: seeded at %d, TTR %s, api writes %d/%d failed", i, j.SeedIndex,
 			j.FinishedAt.Sub(j.StartedAt).Round(time.Millisecond), rep.Writes.APIFailed, rep.Writes.APIAttempted)
