@@ -61,6 +61,11 @@ type LastRecovery struct {
 	StartedAt  time.Time `json:"startedAt"`
 	FinishedAt time.Time `json:"finishedAt"`
 	Message    string    `json:"message,omitempty"`
+	// RejoinMode is how the learner got its data ("seed" or "raft"), and
+	// SeedFallback why seed mode fell back to raft, once the data dir was
+	// prepared.
+	RejoinMode   string `json:"rejoinMode,omitempty"`
+	SeedFallback string `json:"seedFallback,omitempty"`
 }
 
 // LastRecoveryFrom reads AnnotationLastRecovery; ok is false when the Node

@@ -33,8 +33,8 @@ func TestManualRecover(t *testing.T) {
 	h.fault()
 	annotate(t, kc, "node2", map[string]any{nodereport.AnnotationRecover: "rejoin"})
 	lr, raw := waitLastRecovery(t, kc, "node2", "", 90*time.Second)
-	if lr.Result != nodereport.ResultSucceeded || lr.Request != "rejoin" {
-		t.Fatalf("(a) last-recovery %s: want a succeeded rejoin", raw)
+	if lr.Result != nodereport.ResultSucceeded || lr.Request != "rejoin" || lr.RejoinMode != "seed" || lr.SeedFallback != "" {
+		t.Fatalf("(a) last-recovery %s: want a succeeded rejoin, seeded (the default rejoin mode)", raw)
 	}
 	j := h.waitHealed("node2", "node2", 3, 30*time.Second)
 	if j.Request != "rejoin" {
