@@ -81,6 +81,7 @@ func newLabUpCmd(g *globalFlags, dir *string) *cobra.Command {
 	c.Flags().StringVar(&o.AgentBinary, "agent-binary", "", "etcd-agent binary for supervisors and agents (default: this executable)")
 	c.Flags().BoolVar(&o.NoAPIServer, "no-apiserver", false, "do not start kube-apiserver")
 	c.Flags().BoolVar(&o.Agents, "agents", false, "run `etcd-agent run` on every node")
+	c.Flags().StringVar(&o.EtcdBinary, "etcd-binary", "", "etcd binary for the members (default: <bin-dir>/etcd; make tools also builds bin/etcd-3.7)")
 	c.Flags().BoolVar(&o.EtcdTLS, "etcd-tls", false, "etcd serves client and peer TLS with client cert auth, as on kubeadm (certs in <dir>/pki/etcd)")
 	c.Flags().StringArrayVar(&o.AgentArgs, "agent-arg", nil, "extra flag for every agent (repeatable)")
 	return c

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds the real etcd, etcdctl, etcdutl, kube-apiserver and promtool into bin/
+# Builds the real etcd, etcdctl, etcdutl, etcd-3.7, kube-apiserver and promtool into bin/
 # from the Go module proxy. Each tool has its own module under hack/tools/ (their
 # dependency graphs conflict: kubernetes 1.37 wants etcd client 3.7, the lab runs
 # etcd 3.6). A stamp per binary records the module version and Go version it was
@@ -15,6 +15,7 @@ tools=(
   "etcd|etcd|go.etcd.io/etcd/server/v3|go.etcd.io/etcd/server/v3"
   "etcdctl|etcd|go.etcd.io/etcd/etcdctl/v3|go.etcd.io/etcd/etcdctl/v3"
   "etcdutl|etcd|go.etcd.io/etcd/etcdutl/v3|go.etcd.io/etcd/etcdutl/v3"
+  "etcd-3.7|etcd37|go.etcd.io/etcd/server/v3|go.etcd.io/etcd/server/v3"
   "kube-apiserver|kube-apiserver|k8s.io/kubernetes/cmd/kube-apiserver|k8s.io/kubernetes"
   "promtool|promtool|github.com/prometheus/prometheus/cmd/promtool|github.com/prometheus/prometheus"
 )

@@ -7,7 +7,7 @@ import (
 	"github.com/etcd-agent/etcd-agent/internal/observation"
 )
 
-func TestSeedModeOnlyAgainstEtcd36(t *testing.T) {
+func TestSeedModeOnlyAgainstOneProvenMinor(t *testing.T) {
 	obs := func(versions ...string) observation.Observation {
 		var o observation.Observation
 		for i, v := range versions {
@@ -18,12 +18,15 @@ func TestSeedModeOnlyAgainstEtcd36(t *testing.T) {
 	if err := seedSupported(obs("3.6.16", "3.6.16", "3.6.15")); err != nil {
 		t.Fatalf("3.6 cluster refused: %v", err)
 	}
+	if err := seedSupported(obs("3.7.3", "3.7.3", "3.7.0")); err != nil {
+		t.Fatalf("3.7 cluster refused: %v", err)
+	}
 	if err := seedSupported(obs("3.6.16", "", "3.6.16")); err != nil {
 		t.Fatalf("a member that does not serve has no say: %v", err)
 	}
-	for _, v := range []string{"3.5.21", "3.7.0", "3.60.0-junk"} {
+	for _, v := range []string{"3.5.21", "3.8.0", "3.60.0-junk", "3.7.3"} {
 		if err := seedSupported(obs("3.6.16", v)); !errors.Is(err, errSeedUnsupportedVersion) {
-			t.Fatalf("version %s: %v, want errSeedUnsupportedVersion", v, err)
+			t.Fatalf("3.6.16 with %s: %v, want errSeedUnsupportedVersion", v, err)
 		}
 	}
 }

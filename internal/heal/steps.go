@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -283,16 +284,30 @@ func (h *Healer) removeSeedStreams() {
 	}
 }
 
-// errSeedUnsupportedVersion: the data dir layout seed mode writes was
-// proven against etcd 3.6 only (the e2e suite's version); anything else
-// rejoins in raft mode, which every etcd supports.
-var errSeedUnsupportedVersion = errors.New("seed mode is proven against etcd 3.6 servers only")
+// seedMinors are the etcd minor versions the e2e suite proves seed mode
+// against (bin/etcd 3.6, bin/etcd-3.7).
+var seedMinors = []string{"3.6.", "3.7."}
+
+// errSeedUnsupportedVersion: the data dir layout seed mode writes is proven
+// only against the seedMinors, one at a time; anything else (another
+// version, or a cluster halfway through an upgrade) rejoins in raft mode,
+// which every etcd supports.
+var errSeedUnsupportedVersion = errors.New("seed mode is proven against etcd 3.6 and 3.7 clusters only, not mixed")
 
 func seedSupported(o observation.Observation) error {
+	minor := ""
 	for _, m := range o.Members {
-		if m.Serving && !strings.HasPrefix(m.Version, "3.6.") {
+		if !m.Serving {
+			continue
+		}
+		i := slices.IndexFunc(seedMinors, func(p string) bool { return strings.HasPrefix(m.Version, p) })
+		if i < 0 {
 			return fmt.Errorf("%w: member %s runs %q", errSeedUnsupportedVersion, m.Name, m.Version)
 		}
+		if minor != "" && minor != seedMinors[i] {
+			return fmt.Errorf("%w: member %s runs %q, others %sx", errSeedUnsupportedVersion, m.Name, m.Version, minor)
+		}
+		minor = seedMinors[i]
 	}
 	return nil
 }

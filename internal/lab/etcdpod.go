@@ -2,7 +2,6 @@ package lab
 
 import (
 	"fmt"
-	"path/filepath"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -11,10 +10,10 @@ import (
 )
 
 // etcdPodManifest renders a kubeadm-style etcd static pod for node n whose
-// container runs the real etcd binary from binDir. initialCluster is the
+// container runs the real etcd binary etcdBin. initialCluster is the
 // --initial-cluster value, state "new" or "existing". gate, when set, is the
 // agent's start gate, run as the pod's init container.
-func etcdPodManifest(binDir string, n Node, initialCluster, state, token string, gate []string, t *EtcdTLS) ([]byte, error) {
+func etcdPodManifest(etcdBin string, n Node, initialCluster, state, token string, gate []string, t *EtcdTLS) ([]byte, error) {
 	args := []string{
 		"--name=" + n.Member,
 		"--data-dir=" + n.DataDir,
@@ -58,7 +57,7 @@ func etcdPodManifest(binDir string, n Node, initialCluster, state, token string,
 			Containers: []corev1.Container{{
 				Name:         "etcd",
 				Image:        "registry.k8s.io/etcd:3.6.16-0",
-				Command:      append([]string{filepath.Join(binDir, "etcd")}, args...),
+				Command:      append([]string{etcdBin}, args...),
 				VolumeMounts: mounts,
 			}},
 			Volumes: volumes,

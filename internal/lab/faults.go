@@ -284,7 +284,7 @@ func (l *Lab) MoveMember(from, to string) error {
 	moved := *dst
 	moved.Member, moved.ClientURL, moved.PeerURL = src.Member, src.ClientURL, src.PeerURL
 	moved.DataDir = filepath.Join(dst.DiskDir, "etcd")
-	m, err := etcdPodManifest(l.Spec.BinDir, moved, initialCluster(l.Spec.Nodes), "existing", l.Spec.ClusterToken, l.gateCommand(moved), l.Spec.EtcdTLS)
+	m, err := etcdPodManifest(l.Spec.etcdBinary(), moved, initialCluster(l.Spec.Nodes), "existing", l.Spec.ClusterToken, l.gateCommand(moved), l.Spec.EtcdTLS)
 	if err != nil {
 		return err
 	}

@@ -26,6 +26,9 @@ type Options struct {
 	Nodes int
 	// BinDir holds etcd, etcdctl and kube-apiserver (built by `make tools`).
 	BinDir string
+	// EtcdBinary, if set, is the etcd the members run instead of
+	// BinDir/etcd (e.g. bin/etcd-3.7).
+	EtcdBinary string
 	// AgentBinary is the etcd-agent binary; the lab runs its `lab supervise`
 	// as each node's supervisor (and `run` as the agent, with Agents).
 	AgentBinary string
@@ -91,7 +94,7 @@ func Up(ctx context.Context, o Options) (*Lab, error) {
 	}
 	tok := make([]byte, 4)
 	_, _ = rand.Read(tok)
-	spec := &Spec{Dir: dir, ClusterToken: "lab-" + hex.EncodeToString(tok), BinDir: o.BinDir,
+	spec := &Spec{Dir: dir, ClusterToken: "lab-" + hex.EncodeToString(tok), BinDir: o.BinDir, EtcdBinary: o.EtcdBinary,
 		AgentBinary: o.AgentBinary, AgentArgs: o.AgentArgs, Agents: o.Agents, CreatedAt: time.Now().UTC()}
 	l := &Lab{Spec: spec, log: o.Log}
 	if o.EtcdTLS {
@@ -108,7 +111,7 @@ func Up(ctx context.Context, o Options) (*Lab, error) {
 	}
 	ic := initialCluster(spec.Nodes)
 	for _, n := range spec.Nodes {
-		m, err := etcdPodManifest(o.BinDir, n, ic, "new", spec.ClusterToken, l.gateCommand(n), spec.EtcdTLS)
+		m, err := etcdPodManifest(spec.etcdBinary(), n, ic, "new", spec.ClusterToken, l.gateCommand(n), spec.EtcdTLS)
 		if err != nil {
 			return nil, err
 		}
@@ -155,7 +158,11 @@ func Up(ctx context.Context, o Options) (*Lab, error) {
 
 func checkBinaries(o Options) error {
 	var missing []string
-	need := []string{filepath.Join(o.BinDir, "etcd"), o.AgentBinary}
+	etcd := o.EtcdBinary
+	if etcd == "" {
+		etcd = filepath.Join(o.BinDir, "etcd")
+	}
+	need := []string{etcd, o.AgentBinary}
 	if !o.NoAPIServer {
 		need = append(need, filepath.Join(o.BinDir, "kube-apiserver"))
 	}

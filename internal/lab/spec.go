@@ -25,6 +25,7 @@ type Spec struct {
 	Dir          string     `json:"dir"`
 	ClusterToken string     `json:"clusterToken"`
 	BinDir       string     `json:"binDir"`
+	EtcdBinary   string     `json:"etcdBinary,omitempty"` // instead of binDir/etcd
 	AgentBinary  string     `json:"agentBinary"`
 	AgentArgs    []string   `json:"agentArgs,omitempty"`
 	Agents       bool       `json:"agents"`
@@ -116,4 +117,12 @@ func (s *Spec) save() error {
 		return err
 	}
 	return fsutil.WriteFileAtomic(filepath.Join(s.Dir, SpecFile), append(b, '\n'), 0o644)
+}
+
+// etcdBinary is the etcd the members run.
+func (s *Spec) etcdBinary() string {
+	if s.EtcdBinary != "" {
+		return s.EtcdBinary
+	}
+	return filepath.Join(s.BinDir, "etcd")
 }

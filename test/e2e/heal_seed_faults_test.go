@@ -20,12 +20,14 @@ import (
 // agent's hidden hold hook (--test-hold-at): the agent logs "test hook:
 // holding" and waits for a release file in its state dir.
 
-// wipeHeldAt starts a seed-mode lab whose agents hold at point, wipes
-// node2's data dir (node2 is not the leader) and waits until node2's agent
-// holds there; the invariant checker runs from before the wipe.
-func wipeHeldAt(t *testing.T, point string) (*lab.Lab, *healRun) {
+// wipeHeldAt starts a seed-mode lab of etcd e whose agents hold at point,
+// wipes node2's data dir (node2 is not the leader) and waits until node2's
+// agent holds there; the invariant checker runs from before the wipe.
+func wipeHeldAt(t *testing.T, e etcdUnderTest, point string) (*lab.Lab, *healRun) {
 	t.Helper()
-	l := newLab(t, lab.Options{Nodes: 3, Agents: true, AgentArgs: []string{"--rejoin-mode=seed", "--test-hold-at=" + point}})
+	l := newLab(t, lab.Options{Nodes: 3, Agents: true, EtcdBinary: e.binary,
+		AgentArgs: []string{"--rejoin-mode=seed", "--test-hold-at=" + point}})
+	requireVersion(t, l, e.version)
 	ensureNotLeader(t, l, "node2")
 	h := startHeal(t, l)
 	h.fault()
@@ -88,7 +90,13 @@ func seededAt(t *testing.T, l *lab.Lab, node string) uint64 {
 // The leader then sends a raft snapshot, which replaces the seed: healed and
 // correct, just without seed mode's gain.
 func TestSeedModeLearnerStartedAfterTheLeaderCompactedGetsASnapshot(t *testing.T) {
-	l, h := wipeHeldAt(t, "member-start")
+	seedThenCompactedLeaderSendsSnapshot(t, etcd36)
+}
+
+// seedThenCompactedLeaderSendsSnapshot is that scenario on etcd e.
+func seedThenCompactedLeaderSendsSnapshot(t *testing.T, e etcdUnderTest) {
+	t.Helper()
+	l, h := wipeHeldAt(t, e, "member-start")
 	ci := seededAt(t, l, "node2")
 	before := snapshotsSent(t, l)
 	written := putMany(t, h.cli, 6500)
@@ -147,7 +155,7 @@ func putMany(t *testing.T, cli *clientv3.Client, n int) int {
 // raft mode (metric, journal, Event) and the member heals from the leader's
 // raft snapshot.
 func TestSeedModeCorruptedSeedFallsBackToRaft(t *testing.T) {
-	l, h := wipeHeldAt(t, "seed-streamed")
+	l, h := wipeHeldAt(t, etcd36, "seed-streamed")
 	n := nodeOf(t, l, "node2")
 	seeds, _ := filepath.Glob(filepath.Join(filepath.Dir(n.DataDir), "etcd-agent-quarantine", "seed-*.db"))
 	if len(seeds) != 1 {
@@ -219,7 +227,7 @@ func flipByte(t *testing.T, path string) {
 // restarted agent resumes the recovery, removes the temp dir, seeds again
 // and the member heals; etcd restarts exactly at the second seed's index.
 func TestSeedModeAgentKilledMidBuildResumes(t *testing.T) {
-	l, h := wipeHeldAt(t, "seed-rename")
+	l, h := wipeHeldAt(t, etcd36, "seed-rename")
 	n := nodeOf(t, l, "node2")
 	temps, _ := filepath.Glob(n.DataDir + ".seed-tmp-*")
 	if len(temps) != 1 {

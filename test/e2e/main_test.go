@@ -46,7 +46,7 @@ func run(m *testing.M) (int, error) {
 		return 1, err
 	}
 	binDir = filepath.Join(repoRoot, "bin")
-	if err := labtest.CheckBinaries(binDir, "etcd", "etcdctl", "kube-apiserver"); err != nil {
+	if err := labtest.CheckBinaries(binDir, "etcd", "etcd-3.7", "etcdctl", "kube-apiserver"); err != nil {
 		return 1, err
 	}
 	if tmpRoot, err = os.MkdirTemp("", "etcd-agent-e2e-"); err != nil {
