@@ -6,6 +6,7 @@ import (
 	"io"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/etcd-agent/etcd-agent/internal/agent"
 	"github.com/spf13/cobra"
@@ -80,6 +81,9 @@ func printReport(out io.Writer, r agent.Report) {
 	if o.MemberListError != "" {
 		fmt.Fprintf(out, "\nmember list failed: %s (showing the last list seen)", o.MemberListError)
 	}
+	if line := lastRecoveryLine(r); line != "" {
+		fmt.Fprintf(out, "\nlast recovery: %s", line)
+	}
 	fmt.Fprintln(out)
 	fmt.Fprintln(out)
 	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
@@ -100,4 +104,35 @@ func printReport(out io.Writer, r agent.Report) {
 		fmt.Fprintf(w, "%s%s\t%s\t%s\t%s\t%v\t%v\t%d\t%s\n", agent.Hex(m.ID), local, m.Name, peer, role, m.IsLeader, m.Serving, m.AppliedIndex, m.ProbeError)
 	}
 	w.Flush()
+}
+
+// lastRecoveryLine summarises the recovery journal for the table output.
+func lastRecoveryLine(r agent.Report) string {
+	if r.JournalError != "" {
+		return "journal unreadable: " + r.JournalError
+	}
+	j := r.LastRecovery
+	if j == nil {
+		return ""
+	}
+	var b strings.Builder
+	if j.Active() {
+		fmt.Fprintf(&b, "%s IN PROGRESS, phase %s, started %s", j.ID, j.Phase, j.StartedAt.Format(time.RFC3339))
+	} else {
+		fmt.Fprintf(&b, "%s %s", j.ID, j.Result)
+		if j.Reason != "" {
+			fmt.Fprintf(&b, " (%s)", j.Reason)
+		}
+		fmt.Fprintf(&b, ", %s to %s", j.StartedAt.Format(time.RFC3339), j.FinishedAt.Format(time.RFC3339))
+	}
+	if j.RejoinMode != "" {
+		fmt.Fprintf(&b, ", %s mode", j.RejoinMode)
+		if j.SeedFallback != "" {
+			fmt.Fprintf(&b, " (seed fell back: %s)", j.SeedFallback)
+		}
+	}
+	if j.OldMemberID != 0 || j.NewMemberID != 0 {
+		fmt.Fprintf(&b, ", member %s -> %s", agent.Hex(uint64(j.OldMemberID)), agent.Hex(uint64(j.NewMemberID)))
+	}
+	return b.String()
 }

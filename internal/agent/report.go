@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/etcd-agent/etcd-agent/internal/journal"
 	"github.com/etcd-agent/etcd-agent/internal/memberstate"
 	"github.com/etcd-agent/etcd-agent/internal/observation"
 	"github.com/etcd-agent/etcd-agent/internal/watchdog"
@@ -24,6 +25,11 @@ type Report struct {
 	Quorum        int                     `json:"quorum"`
 	QuorumMargin  int                     `json:"quorumMargin"`
 	Observation   observation.Observation `json:"observation"`
+	// LastRecovery is the member's recovery journal in the state dir (the
+	// open one, or the last closed one); JournalError says why it could
+	// not be read.
+	LastRecovery *journal.Record `json:"lastRecovery,omitempty"`
+	JournalError string          `json:"journalError,omitempty"`
 }
 
 // NewReport summarises one watchdog result.
@@ -69,7 +75,15 @@ func Status(ctx context.Context, c Config) (Report, error) {
 		return Report{}, err
 	}
 	defer wd.Close()
-	return NewReport(wd.Observe(ctx, time.Now())), nil
+	rep := NewReport(wd.Observe(ctx, time.Now()))
+	if c.StateDir != "" {
+		if j, ok, err := journal.Load(c.StateDir, id.Name); err != nil {
+			rep.JournalError = err.Error()
+		} else if ok {
+			rep.LastRecovery = &j
+		}
+	}
+	return rep, nil
 }
 
 // Hex formats a member or cluster ID as etcdctl does.

@@ -2,8 +2,10 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -193,6 +195,23 @@ func TestSeedModeCorruptedSeedFallsBackToRaft(t *testing.T) {
 	})
 	if _, err := os.Stat(seeds[0]); !os.IsNotExist(err) {
 		t.Errorf("the refused seed %s is still there (%v)", seeds[0], err)
+	}
+	// `etcd-agent status` on the node says so too.
+	out, err := exec.Command(agentBinary, "status", "-o", "json", "--static-pod-manifest", n.EtcdManifest(), "--state-dir", n.StateDir,
+		"--endpoints", strings.Join(l.Spec.ClientURLs(), ","), "--poll-interval=1s").Output()
+	if err != nil {
+		t.Fatalf("status: %v\n%s", err, out)
+	}
+	var st struct {
+		LastRecovery struct {
+			Result, RejoinMode, SeedFallback string
+		} `json:"lastRecovery"`
+	}
+	if err := json.Unmarshal(out, &st); err != nil {
+		t.Fatalf("status -o json: %v\n%s", err, out)
+	}
+	if lr := st.LastRecovery; lr.Result != "succeeded" || lr.RejoinMode != "raft" || lr.SeedFallback != "snapshot-hash-mismatch" {
+		t.Fatalf("status lastRecovery %+v, want succeeded in raft mode after snapshot-hash-mismatch", lr)
 	}
 	assertQuarantine(t, l, "node2", j)
 	h.finish(invariantDefaults())

@@ -1,0 +1,39 @@
+package main
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/etcd-agent/etcd-agent/internal/agent"
+	"github.com/etcd-agent/etcd-agent/internal/journal"
+)
+
+func TestStatusTableNamesTheLastRecovery(t *testing.T) {
+	at := time.Date(2026, 11, 30, 6, 0, 0, 0, time.UTC)
+	done := journal.Record{ID: "abc", Phase: journal.PhaseDone, Result: journal.ResultSucceeded, StartedAt: at, FinishedAt: at.Add(9 * time.Second),
+		RejoinMode: "raft", SeedFallback: "snapshot-hash-mismatch", OldMemberID: 0xb4, NewMemberID: 0xdd}
+	open := journal.Record{ID: "def", Phase: journal.PhaseLearnerAdded, StartedAt: at}
+	for _, c := range []struct {
+		name string
+		rep  agent.Report
+		want []string
+	}{
+		{"none", agent.Report{}, nil},
+		{"closed, fell back", agent.Report{LastRecovery: &done}, []string{"last recovery: abc succeeded", "raft mode (seed fell back: snapshot-hash-mismatch)", "member b4 -> dd"}},
+		{"in progress", agent.Report{LastRecovery: &open}, []string{"last recovery: def IN PROGRESS, phase learner-added"}},
+		{"unreadable", agent.Report{JournalError: "unexpected end of JSON input"}, []string{"last recovery: journal unreadable: unexpected end of JSON input"}},
+	} {
+		var b strings.Builder
+		printReport(&b, c.rep)
+		out := b.String()
+		if c.want == nil && strings.Contains(out, "last recovery") {
+			t.Errorf("%s: a last-recovery line without a journal:\n%s", c.name, out)
+		}
+		for _, w := range c.want {
+			if !strings.Contains(out, w) {
+				t.Errorf("%s: output lacks %q:\n%s", c.name, w, out)
+			}
+		}
+	}
+}
