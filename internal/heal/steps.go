@@ -274,9 +274,11 @@ func (h *Healer) seedDataDir(ctx context.Context, res watchdog.Result, j *journa
 // <prefix><time>.db, with its .part and provenance record beside it.
 func (h *Healer) seedStreamPrefix() string { return "seed-" + h.cfg.Member + "-" }
 
-// removeSeedStreams removes this member's seed streams from the quarantine.
+// removeSeedStreams removes this member's seed streams from the quarantine
+// (the time after the prefix starts with a digit: member "a" never takes
+// member "a-b"'s).
 func (h *Healer) removeSeedStreams() {
-	paths, _ := filepath.Glob(filepath.Join(h.cfg.QuarantineDir, h.seedStreamPrefix()+"*"))
+	paths, _ := filepath.Glob(filepath.Join(h.cfg.QuarantineDir, h.seedStreamPrefix()+"[0-9]*"))
 	for _, p := range paths {
 		if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
 			h.log.Warn("could not remove a seed snapshot", zap.String("path", p), zap.Error(err))
