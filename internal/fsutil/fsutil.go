@@ -11,14 +11,27 @@ import (
 )
 
 // SyncDir fsyncs a directory.
-func SyncDir(dir string) error {
-	d, err := os.Open(dir)
+func SyncDir(dir string) error { return syncPath(dir) }
+
+// SyncTree fsyncs every file and directory under root, root included (a
+// tree built in a temp dir before it is renamed into place).
+func SyncTree(root string) error {
+	return filepath.WalkDir(root, func(p string, _ os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		return syncPath(p)
+	})
+}
+
+func syncPath(p string) error {
+	f, err := os.Open(p)
 	if err != nil {
 		return err
 	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("fsync %s: %w", dir, err)
+	defer f.Close()
+	if err := f.Sync(); err != nil {
+		return fmt.Errorf("fsync %s: %w", p, err)
 	}
 	return nil
 }

@@ -36,3 +36,20 @@ func TestWriteFileAtomicFailsInAMissingDir(t *testing.T) {
 		t.Fatal("no error")
 	}
 }
+
+// SyncTree walks files and dirs alike, and reports a root it cannot read.
+func TestSyncTreeSyncsFilesAndDirsAndFailsOnAMissingRoot(t *testing.T) {
+	root := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(root, "member", "snap"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(root, "member", "snap", "db"), []byte("x"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := SyncTree(root); err != nil {
+		t.Fatalf("SyncTree: %v", err)
+	}
+	if err := SyncTree(filepath.Join(root, "missing")); err == nil {
+		t.Fatal("SyncTree of a missing root succeeded")
+	}
+}

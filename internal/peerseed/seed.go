@@ -243,7 +243,7 @@ func BuildDataDir(dbPath, dataDir string, newID, clusterID uint64, lg *zap.Logge
 	if err != nil {
 		return SeedInfo{}, err
 	}
-	if err := syncTree(tmp); err != nil {
+	if err := fsutil.SyncTree(tmp); err != nil {
 		return SeedInfo{}, err
 	}
 	if o.beforeRename != nil {
@@ -528,24 +528,6 @@ func copyFile(src, dst string) (int64, string, error) {
 		return 0, "", fmt.Errorf("copy %s to %s: %w", src, dst, err)
 	}
 	return n, hex.EncodeToString(h.Sum(nil)), nil
-}
-
-// syncTree fsyncs every file and dir under root, root included.
-func syncTree(root string) error {
-	return filepath.WalkDir(root, func(p string, d os.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		f, err := os.Open(p)
-		if err != nil {
-			return err
-		}
-		defer f.Close()
-		if err := f.Sync(); err != nil {
-			return fmt.Errorf("fsync %s: %w", p, err)
-		}
-		return nil
-	})
 }
 
 // removeSeedTemps removes the temp dirs an earlier, killed BuildDataDir

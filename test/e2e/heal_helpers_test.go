@@ -58,6 +58,20 @@ func startHeal(t *testing.T, l *lab.Lab) *healRun {
 	return h
 }
 
+// wipeNode2 is the fault most heal scenarios start from: node2 (moved off
+// the leadership first) has its data dir wiped while its etcd runs, under an
+// invariant checker started just before; the TTR starts at the wipe.
+func wipeNode2(t *testing.T, l *lab.Lab) *healRun {
+	t.Helper()
+	ensureNotLeader(t, l, "node2")
+	h := startHeal(t, l)
+	h.fault()
+	if err := l.WipeDataDir("node2"); err != nil {
+		t.Fatal(err)
+	}
+	return h
+}
+
 // fault records the moment of the fault (the start of the TTR).
 func (h *healRun) fault() { h.faultAt = time.Now() }
 

@@ -18,12 +18,7 @@ import (
 func TestAgentKilledAfterRemoveAndAfterLearnerAddResumes(t *testing.T) {
 	l := newLab(t, lab.Options{Nodes: 3, Agents: true, AgentArgs: []string{"--test-crash-before-phase=removed,learner-added"}})
 	before := idsByPeer(mustMembers(t, l))
-	ensureNotLeader(t, l, "node2")
-	h := startHeal(t, l)
-	h.fault()
-	if err := l.WipeDataDir("node2"); err != nil {
-		t.Fatal(err)
-	}
+	h := wipeNode2(t, l)
 	j := h.waitHealed("node2", "node2", 3, 120*time.Second)
 
 	logPath := agentLog(t, l, "node2")

@@ -30,12 +30,7 @@ func wipeHeldAt(t *testing.T, e etcdUnderTest, point string) (*lab.Lab, *healRun
 	l := newLab(t, lab.Options{Nodes: 3, Agents: true, EtcdBinary: e.binary,
 		AgentArgs: []string{"--rejoin-mode=seed", "--test-hold-at=" + point}})
 	requireVersion(t, l, e.version)
-	ensureNotLeader(t, l, "node2")
-	h := startHeal(t, l)
-	h.fault()
-	if err := l.WipeDataDir("node2"); err != nil {
-		t.Fatal(err)
-	}
+	h := wipeNode2(t, l)
 	waitHold(t, l, "node2", point)
 	return l, h
 }

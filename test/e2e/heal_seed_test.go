@@ -46,13 +46,8 @@ func TestHealWipedDataDirSeedMode(t *testing.T) {
 // mode. The caller finishes h.
 func seededWipeHeal(t *testing.T, l *lab.Lab) (*healRun, journal.Record) {
 	t.Helper()
-	ensureNotLeader(t, l, "node2")
-	h := startHeal(t, l)
 	snapsBefore := snapshotsSent(t, l)
-	h.fault()
-	if err := l.WipeDataDir("node2"); err != nil {
-		t.Fatal(err)
-	}
+	h := wipeNode2(t, l)
 	j := h.waitHealed("node2", "node2", 3, 2*time.Minute)
 	t.Logf("rejoin mode %q (fallback %q %s), seeded at index %d term %d from %s", j.RejoinMode, j.SeedFallback, j.SeedDetail,
 		j.SeedIndex, j.SeedTerm, j.SeedSource)

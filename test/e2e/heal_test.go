@@ -21,12 +21,7 @@ import (
 func TestHealWipedDataDirOfRunningMember(t *testing.T) {
 	l := newLab(t, lab.Options{Nodes: 3, Agents: true, AgentArgs: []string{"--rejoin-mode=raft"}})
 	before := idsByPeer(mustMembers(t, l))
-	ensureNotLeader(t, l, "node2")
-	h := startHeal(t, l)
-	h.fault()
-	if err := l.WipeDataDir("node2"); err != nil {
-		t.Fatal(err)
-	}
+	h := wipeNode2(t, l)
 	j := h.waitHealed("node2", "node2", 3, 90*time.Second)
 	if j.RejoinMode != "raft" {
 		t.Fatalf("rejoin mode %q, want raft as asked", j.RejoinMode)
