@@ -37,6 +37,7 @@ type Metrics struct {
 	SeedFallbacksTotal   *prometheus.CounterVec
 	LastRecovery         *prometheus.GaugeVec
 	ObservationDuration  *prometheus.HistogramVec
+	StartGateWrapped     *prometheus.GaugeVec
 }
 
 // New registers every metric (and the Go and process collectors) in a fresh registry.
@@ -70,11 +71,12 @@ func New() *Metrics {
 		LastRecovery:         g("last_recovery_timestamp_seconds", "Unix time of the last recovery's end.", "member"),
 		ObservationDuration: h("observation_duration_seconds", "Time one observation (member list, probes, data dir check) takes.",
 			prometheus.ExponentialBuckets(0.001, 2, 14), "member"),
+		StartGateWrapped: g("start_gate_wrapped", "1 when the etcd static pod runs etcd through the start gate (`etcd-agent gate -- etcd ...`), so every start, container restarts included, is checked; 0 when it does not.", "member"),
 	}
 	m.Registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		m.MemberState, m.DataDirStatus, m.VotingMembers, m.HealthyVotingMembers, m.QuorumMargin, m.RecoveryInProgress,
 		m.LeaseHeld, m.RecoveriesTotal, m.RefusalsTotal, m.RecoveryDuration, m.PhaseDuration, m.LearnerLag,
-		m.SnapshotBytesTotal, m.SeedFallbacksTotal, m.LastRecovery, m.ObservationDuration)
+		m.SnapshotBytesTotal, m.SeedFallbacksTotal, m.LastRecovery, m.ObservationDuration, m.StartGateWrapped)
 	return m
 }
 

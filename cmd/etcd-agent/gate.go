@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"os/signal"
 	"syscall"
 	"time"
@@ -14,14 +15,31 @@ func newGateCmd(g *globalFlags) *cobra.Command {
 	c := agent.Config{}
 	var timeout time.Duration
 	cmd := &cobra.Command{
-		Use:   "gate",
-		Short: "Start gate for the etcd static pod's init container: hold etcd back from a data dir it must not start on",
-		Long: `gate exits 0 at once when the member's data dir is healthy. When it is missing,
-empty, corrupt or foreign while the member still exists in the cluster under its
-old ID, it waits until the agent has prepared the data dir: etcd must never start
-on empty data under an old member ID (raft would have lost its vote and log).`,
-		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
+		Use:   "gate [flags] [-- etcd [etcd flags]]",
+		Short: "Start gate: hold etcd back from a data dir it must not start on (etcd's wrapper, or an init container)",
+		Long: `gate passes at once when the member's data dir is healthy and its own. It holds
+etcd back while the data dir is missing, empty, corrupt, foreign or another
+member's and the member has served before under its ID (the agent pins the
+cluster and member IDs in --state-dir and on the Node the first time it sees the
+member serve), until the agent has prepared the data dir for a new member ID.
+"The cluster cannot be asked" means hold for a member that has served before:
+only a member never seen may bootstrap.
+
+As etcd's wrapper (recommended: it covers every start, container restarts
+included, which an init container does not):
+
+  etcd-agent gate --state-dir=/var/lib/etcd-agent [TLS flags] -- etcd --name=... --data-dir=...
+
+reads the member from the etcd command line after "--", checks, and then execs
+etcd in its place (same PID). Without "--" it reads the member from
+--static-pod-manifest and exits 0 when etcd may start (an init container).`,
+		Args: func(cmd *cobra.Command, args []string) error {
+			if len(args) > 0 && cmd.ArgsLenAtDash() != 0 {
+				return fmt.Errorf("unexpected arguments %q: the etcd command line goes after \"--\"", args)
+			}
+			return nil
+		},
+		RunE: func(cmd *cobra.Command, args []string) error {
 			log, err := g.logger()
 			if err != nil {
 				return err
@@ -29,7 +47,15 @@ on empty data under an old member ID (raft would have lost its vote and log).`,
 			c.Log = log
 			ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 			defer stop()
-			return agent.Gate(ctx, c, timeout)
+			if err := agent.Gate(ctx, c, timeout, args); err != nil {
+				return err
+			}
+			if len(args) == 0 {
+				return nil
+			}
+			stop()
+			_ = log.Sync()
+			return agent.ExecEtcd(args)
 		},
 	}
 	addMemberFlags(cmd.Flags(), &c)

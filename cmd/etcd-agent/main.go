@@ -47,6 +47,7 @@ func newRootCmd() *cobra.Command {
 		newRunCmd(g),
 		newStatusCmd(g),
 		newGateCmd(g),
+		newInstallGateCmd(),
 		newRecoverCmd(g),
 	)
 	return root

@@ -37,6 +37,9 @@ func TestBadInputGivesAClearErrorAndNonZeroExit(t *testing.T) {
 		{"bad rejoin mode", []string{"run", "--rejoin-mode", "magic", "--state-dir", dir}, "--rejoin-mode"},
 		{"unknown hold point", []string{"run", "--test-hold-at", "nowhere", "--state-dir", dir}, "--test-hold-at: unknown point \"nowhere\""},
 		{"bad lab size", []string{"lab", "bench", "--sizes", "lots"}, "bad size"},
+		{"gate with stray arguments", []string{"gate", "--state-dir", dir, "etcd"}, "goes after \"--\""},
+		{"gate wrapping a command line without URLs", []string{"gate", "--state-dir", dir, "--", "etcd", "--name=x", "--data-dir=" + dir}, "no --initial-advertise-peer-urls"},
+		{"install-gate without --to", []string{"install-gate"}, "--to is required"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			out, err := execute(tc.args...)
@@ -66,5 +69,17 @@ func TestEnvironmentSetsFlagsAndTheCommandLineWins(t *testing.T) {
 	_, err = execute("status", "-o", "json", "--log-level", "info", "--static-pod-manifest", "/nonexistent", "--state-dir", t.TempDir())
 	if err == nil || strings.Contains(err.Error(), "bad -o") {
 		t.Fatalf("the command line must win over the environment: %v", err)
+	}
+}
+
+func TestInstallGateCopiesTheBinaryExecutable(t *testing.T) {
+	dir := t.TempDir()
+	out, err := execute("install-gate", "--to", dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fi, err := os.Stat(filepath.Join(dir, "etcd-agent"))
+	if err != nil || fi.Mode().Perm()&0o111 == 0 || fi.Size() == 0 {
+		t.Fatalf("installed: %v %v (%s)", fi, err, out)
 	}
 }

@@ -2,105 +2,175 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"os"
+	"os/exec"
+	"syscall"
 	"time"
 
 	"github.com/etcd-agent/etcd-agent/internal/journal"
 	"github.com/etcd-agent/etcd-agent/internal/localdisk"
 	"github.com/etcd-agent/etcd-agent/internal/manifest"
-	"github.com/etcd-agent/etcd-agent/internal/observation"
+	"github.com/etcd-agent/etcd-agent/internal/nodereport"
+	"github.com/etcd-agent/etcd-agent/internal/pin"
+	"github.com/etcd-agent/etcd-agent/internal/plan"
+	"github.com/etcd-agent/etcd-agent/internal/watchdog"
 	"go.uber.org/zap"
 )
 
-// GateVerdict is the start gate's answer for one look at the data dir.
-type GateVerdict struct {
-	Pass   bool
-	Reason string
-}
+// gateStillHoldingEvery is how often a holding gate says so again: a gate
+// may wait for hours (a lost quorum), and silence looks like a hang.
+const gateStillHoldingEvery = time.Minute
 
-// DecideGate is the gate's rule, pure: etcd may start on a data dir that is
-// ok, or that the agent prepared; never on a missing/empty/corrupt/foreign
-// one while the member still exists under its old ID (it ran before: it has
-// client URLs), because raft would have lost its vote and log.
-func DecideGate(class localdisk.Class, j journal.Record, obs observation.Observation, listed bool, bootstrap bool) GateVerdict {
-	if class == localdisk.ClassOK {
-		return GateVerdict{true, "data dir ok"}
-	}
-	if j.Active() && j.Phase.AtLeast(journal.PhasePrepared) {
-		return GateVerdict{true, fmt.Sprintf("data dir prepared by the agent for learner %x", uint64(j.NewMemberID))}
-	}
-	if class == localdisk.ClassCorrupt || class == localdisk.ClassForeign || class == localdisk.ClassInUse {
-		return GateVerdict{false, fmt.Sprintf("data dir is %s: waiting for the agent to replace it", class)}
-	}
-	// missing or empty
-	if !listed {
-		if bootstrap {
-			return GateVerdict{true, "data dir " + string(class) + ", cluster not reachable and --initial-cluster-state=new: bootstrapping"}
-		}
-		return GateVerdict{false, "data dir " + string(class) + " and the cluster is not reachable: cannot tell whether the member exists"}
-	}
-	if obs.Local.Match == observation.MatchAmbiguous {
-		return GateVerdict{false, "member identity is ambiguous: " + obs.Local.MatchDetail}
-	}
-	if obs.Local.Match == observation.MatchOK {
-		if m, ok := obs.Member(obs.Local.ID); ok && len(m.ClientURLs) > 0 {
-			return GateVerdict{false, fmt.Sprintf("data dir %s while member %x still exists under its old ID: waiting for the agent to prepare it", class, m.ID)}
-		}
-		return GateVerdict{true, "member added but never started: a fresh member starts on an empty data dir"}
-	}
-	return GateVerdict{true, "data dir " + string(class) + " and the member is not in the cluster"}
-}
-
-// Gate blocks until DecideGate passes (or timeout, 0 = no limit); it is the
-// etcd static pod's init container.
-func Gate(ctx context.Context, c Config, timeout time.Duration) error {
+// Gate blocks until plan.DecideGate lets etcd start (or ctx ends, or
+// timeout, 0 = no limit). etcdArgv, when given, is the etcd command line the
+// gate wraps (`gate [flags] -- etcd ...`): the member's identity is read
+// from it, exactly what will run; the caller then execs it (ExecEtcd).
+// Without it the identity comes from the static-pod manifest (the gate as
+// an init container, which a container restart does not rerun).
+func Gate(ctx context.Context, c Config, timeout time.Duration, etcdArgv []string) error {
 	if c.Log == nil {
 		c.Log = zap.NewNop()
 	}
-	id, err := ResolveIdentity(c)
+	id, bootstrap, err := gateIdentity(c, etcdArgv)
 	if err != nil {
 		return err
 	}
-	bootstrap := false
-	if m, err := manifest.LoadMember(c.StaticPodManifest); err == nil {
-		bootstrap = m.InitialClusterState == "" || m.InitialClusterState == "new"
-	}
-	wd, err := c.NewWatchdog(id)
-	if err != nil {
-		return err
-	}
-	defer wd.Close()
 	if timeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, timeout)
 		defer cancel()
 	}
+	start := time.Now()
 	log := c.Log.With(zap.String("member", id.Name), zap.String("dataDir", id.DataDir))
-	lastReason := ""
+	p, pinErr := gatePin(ctx, c, id.Name, log)
+	var wd *watchdog.Watchdog
+	defer func() {
+		if wd != nil {
+			wd.Close()
+		}
+	}()
+	last, lastLogged := plan.GateVerdict{}, time.Time{}
 	for {
-		r := localdisk.Classify(ctx, id.DataDir, localdisk.Expect{})
+		if pinErr != nil { // fixed by hand meanwhile?
+			p, pinErr = gatePin(ctx, c, id.Name, log)
+		}
+		in := plan.GateInput{Pin: p, Bootstrap: bootstrap}
+		if pinErr != nil {
+			in.PinError = pinErr.Error()
+		}
+		r := localdisk.Classify(ctx, id.DataDir, localdisk.Expect{ClusterID: uint64(p.ClusterID)})
+		in.DataDirClass, in.DataDirDetail, in.DataDirMemberID = string(r.Class), r.Detail, r.MemberID
 		j, _, err := journal.Load(c.StateDir, id.Name)
 		if err != nil {
 			return err
 		}
-		v := GateVerdict{Pass: r.Class == localdisk.ClassOK, Reason: "data dir ok"}
-		if !v.Pass {
-			obs := wd.Observe(ctx, time.Now()).Observation
-			listed := obs.MemberListError == ""
-			v = DecideGate(r.Class, j, obs, listed, bootstrap)
+		in.Journal = j
+		if r.Class == localdisk.ClassMissing || r.Class == localdisk.ClassEmpty {
+			if wd == nil {
+				if wd, err = c.NewWatchdog(id); err != nil {
+					return err
+				}
+			}
+			in.Obs = wd.Observe(ctx, time.Now()).Observation
 		}
+		v := plan.DecideGate(in)
 		if v.Pass {
-			log.Info("start gate open", zap.String("reason", v.Reason))
+			log.Info("start gate open", zap.String("reason", string(v.Reason)), zap.String("detail", v.Detail), zap.String("pin", p.String()))
 			return nil
 		}
-		if v.Reason != lastReason {
-			log.Warn("start gate holds etcd back", zap.String("reason", v.Reason), zap.String("class", string(r.Class)), zap.String("detail", r.Detail))
-			lastReason = v.Reason
+		if v != last || time.Since(lastLogged) >= gateStillHoldingEvery {
+			log.Warn("start gate holds etcd back", zap.String("reason", string(v.Reason)), zap.String("detail", v.Detail),
+				zap.String("class", string(r.Class)), zap.String("pin", p.String()), zap.Duration("heldFor", time.Since(start).Round(time.Second)))
+			last, lastLogged = v, time.Now()
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("start gate: still closed (%s): %w", v.Reason, ctx.Err())
+			return fmt.Errorf("start gate: still closed (%s: %s): %w", v.Reason, v.Detail, ctx.Err())
 		case <-time.After(c.PollInterval):
 		}
 	}
 }
+
+// gateIdentity is the member the gate guards, and whether its flags would
+// bootstrap a new cluster.
+func gateIdentity(c Config, etcdArgv []string) (watchdog.Identity, bool, error) {
+	if len(etcdArgv) == 0 {
+		id, err := ResolveIdentity(c)
+		if err != nil {
+			return id, false, err
+		}
+		bootstrap := false
+		if m, err := manifest.LoadMember(c.StaticPodManifest); err == nil {
+			bootstrap = m.InitialClusterState == "" || m.InitialClusterState == "new"
+		}
+		return id, bootstrap, nil
+	}
+	m, err := manifest.MemberFromArgv(etcdArgv, os.Environ())
+	if err != nil {
+		return watchdog.Identity{}, false, fmt.Errorf("start gate: the etcd command line it wraps: %w", err)
+	}
+	id := watchdog.Identity{Name: m.Name, DataDir: m.DataDir, PeerURLs: m.PeerURLs}
+	if len(m.ClientURLs) > 0 {
+		id.ClientURL = m.ClientURLs[0]
+	}
+	if c.MemberName != "" {
+		id.Name = c.MemberName
+	}
+	if c.DataDir != "" {
+		id.DataDir = c.DataDir
+	}
+	if c.ClientURL != "" {
+		id.ClientURL = c.ClientURL
+	}
+	if len(c.PeerURLs) > 0 {
+		id.PeerURLs = c.PeerURLs
+	}
+	if len(id.PeerURLs) == 0 || id.ClientURL == "" {
+		return id, false, errors.New("start gate: the etcd command line sets no --initial-advertise-peer-urls or --advertise-client-urls")
+	}
+	return id, m.InitialClusterState == "" || m.InitialClusterState == "new", nil
+}
+
+// gatePin is what the agent has seen of member: its state dir's pin, else
+// the Node's (a reinstalled node). A pin that cannot be read is an error
+// (the gate then holds); no API means only the state dir is known.
+func gatePin(ctx context.Context, c Config, member string, log *zap.Logger) (pin.Pin, error) {
+	p, ok, err := pin.Load(c.StateDir, member)
+	if err != nil || ok {
+		return p, err
+	}
+	if c.NodeName == "" {
+		return pin.Pin{}, nil
+	}
+	kc, err := c.KubeClient()
+	if err != nil {
+		log.Info("start gate: no Kubernetes API to read the Node's pin; only the state dir's counts", zap.Error(err))
+		return pin.Pin{}, nil
+	}
+	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	p, ok, err = nodereport.ReadPin(rctx, kc, c.NodeName, member)
+	switch {
+	case errors.Is(err, nodereport.ErrMalformedPins):
+		return pin.Pin{}, err
+	case err != nil:
+		log.Info("start gate: the Node's pin cannot be read now; only the state dir's counts", zap.Error(err))
+	case ok:
+		log.Info("start gate: the state dir has no pin, the Node has one (a reinstalled node?)", zap.String("pin", p.String()))
+		return p, nil
+	}
+	return pin.Pin{}, nil
+}
+
+// ExecEtcd replaces this process with etcd (the gate as etcd's wrapper):
+// same PID, so the kubelet (or the lab supervisor) sees etcd itself.
+func ExecEtcd(argv []string) error {
+	path, err := exec.LookPath(argv[0])
+	if err != nil {
+		return fmt.Errorf("start gate: etcd binary: %w", err)
+	}
+	return syscall.Exec(path, argv, os.Environ())
+}
+

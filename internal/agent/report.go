@@ -8,6 +8,7 @@ import (
 	"github.com/etcd-agent/etcd-agent/internal/journal"
 	"github.com/etcd-agent/etcd-agent/internal/memberstate"
 	"github.com/etcd-agent/etcd-agent/internal/observation"
+	"github.com/etcd-agent/etcd-agent/internal/plan"
 	"github.com/etcd-agent/etcd-agent/internal/watchdog"
 	"go.uber.org/zap"
 )
@@ -25,6 +26,9 @@ type Report struct {
 	Quorum        int                     `json:"quorum"`
 	QuorumMargin  int                     `json:"quorumMargin"`
 	Observation   observation.Observation `json:"observation"`
+	// Decision is what the decision core said on this observation: what
+	// the agent does or would do, or why not.
+	Decision *plan.Decision `json:"decision,omitempty"`
 	// LastRecovery is the member's recovery journal in the state dir (the
 	// open one, or the last closed one); JournalError says why it could
 	// not be read.

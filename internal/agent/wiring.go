@@ -85,12 +85,14 @@ func (c Config) newHealer(id watchdog.Identity, obs heal.Observer, kc kubernetes
 // reportingObserver reports every observation the healer makes during a
 // recovery (state "recovering"), so metrics stay live while it works.
 type reportingObserver struct {
-	wd  *watchdog.Watchdog
-	rep *reporter
+	wd   *watchdog.Watchdog
+	rep  *reporter
+	pins *pinner
 }
 
 func (o reportingObserver) Observe(ctx context.Context, now time.Time) watchdog.Result {
 	r := o.wd.Observe(ctx, now)
+	o.pins.observe(ctx, r.Observation) // the rejoined member's new ID is pinned once it serves
 	shown := r
 	shown.Verdict.State = "recovering"
 	o.rep.report(shown)

@@ -17,6 +17,7 @@ import (
 
 	"github.com/etcd-agent/etcd-agent/internal/journal"
 	"github.com/etcd-agent/etcd-agent/internal/lease"
+	"github.com/etcd-agent/etcd-agent/internal/localdisk"
 	"github.com/etcd-agent/etcd-agent/internal/memberruntime"
 	"github.com/etcd-agent/etcd-agent/internal/nodereport"
 	"github.com/etcd-agent/etcd-agent/internal/plan"
@@ -217,6 +218,7 @@ func (h *Healer) baseInput(res watchdog.Result, req *plan.Request, j journal.Rec
 		in.Request = &plan.Request{Action: j.Request} // a resumed manual recovery stays manual
 	}
 	in.FreeBytes = freeBytes(h.cfg.QuarantineDir)
+	in.Backups = localdisk.BackupsHint(h.cfg.QuarantineDir)
 	return in
 }
 

@@ -1,7 +1,11 @@
 package lab
 
 import (
+	"errors"
 	"fmt"
+	"io/fs"
+	"os"
+	"slices"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -12,7 +16,8 @@ import (
 // etcdPodManifest renders a kubeadm-style etcd static pod for node n whose
 // container runs the real etcd binary etcdBin. initialCluster is the
 // --initial-cluster value, state "new" or "existing". gate, when set, is the
-// agent's start gate, run as the pod's init container.
+// agent's start gate, run as etcd's wrapper ("gate ... -- etcd ..."), so
+// every start of etcd, container restarts included, passes it.
 func etcdPodManifest(etcdBin string, n Node, initialCluster, state, token string, gate []string, t *EtcdTLS) ([]byte, error) {
 	args := []string{
 		"--name=" + n.Member,
@@ -57,16 +62,22 @@ func etcdPodManifest(etcdBin string, n Node, initialCluster, state, token string
 			Containers: []corev1.Container{{
 				Name:         "etcd",
 				Image:        "registry.k8s.io/etcd:3.6.16-0",
-				Command:      append([]string{etcdBin}, args...),
+				Command:      etcdCommand(gate, etcdBin, args),
 				VolumeMounts: mounts,
 			}},
 			Volumes: volumes,
 		},
 	}
-	if len(gate) > 0 {
-		pod.Spec.InitContainers = []corev1.Container{{Name: "etcd-agent-gate", Image: "etcd-agent:dev", Command: gate}}
-	}
 	return yaml.Marshal(&pod)
+}
+
+// etcdCommand is etcd's command line, through the start gate when there is one.
+func etcdCommand(gate []string, etcdBin string, args []string) []string {
+	cmd := append([]string{etcdBin}, args...)
+	if len(gate) == 0 {
+		return cmd
+	}
+	return append(append(slices.Clone(gate), "--"), cmd...)
 }
 
 // gateCommand is the start gate's command line for node n's etcd pod.
@@ -74,8 +85,11 @@ func (l *Lab) gateCommand(n Node) []string {
 	if !l.Spec.Agents {
 		return nil
 	}
-	cmd := []string{l.Spec.AgentBinary, "gate", "--static-pod-manifest=" + n.EtcdManifest(), "--state-dir=" + n.StateDir,
+	cmd := []string{l.Spec.AgentBinary, "gate", "--state-dir=" + n.StateDir, "--node-name=" + n.Name,
 		"--endpoints=" + strings.Join(l.Spec.ClientURLs(), ","), "--poll-interval=500ms", "--log-format=json"}
+	if a := l.Spec.APIServer; a != nil {
+		cmd = append(cmd, "--kubeconfig="+a.Kubeconfig)
+	}
 	if t := l.Spec.EtcdTLS; t != nil {
 		cmd = append(cmd, t.agentFlags()...)
 	}
@@ -94,3 +108,47 @@ func initialCluster(nodes []Node) string {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// KubeadmFirstNodeManifest rewrites node's etcd manifest (in place, or the
+// copy StopMember moved aside) the way kubeadm writes it on the first
+// control-plane node: --initial-cluster names only this member and there is
+// no --initial-cluster-state (etcd's default, "new").
+func (l *Lab) KubeadmFirstNodeManifest(node string) error {
+	n, err := l.Spec.Node(node)
+	if err != nil {
+		return err
+	}
+	path := n.EtcdManifest()
+	if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {
+		path = stoppedManifest(*n)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	var pod corev1.Pod
+	if err := yaml.Unmarshal(b, &pod); err != nil {
+		return err
+	}
+	for i, c := range pod.Spec.Containers {
+		if c.Name != "etcd" {
+			continue
+		}
+		var cmd []string
+		for _, tok := range c.Command {
+			switch {
+			case strings.HasPrefix(tok, "--initial-cluster-state="):
+				continue
+			case strings.HasPrefix(tok, "--initial-cluster="):
+				tok = "--initial-cluster=" + n.Member + "=" + n.PeerURL
+			}
+			cmd = append(cmd, tok)
+		}
+		pod.Spec.Containers[i].Command = cmd
+	}
+	out, err := yaml.Marshal(&pod)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, out, 0o644)
+}

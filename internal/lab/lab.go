@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/etcd-agent/etcd-agent/internal/pin"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 	corev1 "k8s.io/api/core/v1"
@@ -237,8 +238,34 @@ func (l *Lab) startAgents(ctx context.Context) error {
 		if err := waitAgentReady(ctx, n, 60*time.Second); err != nil {
 			return err
 		}
+		if err := waitPinned(ctx, n, 60*time.Second); err != nil {
+			return err
+		}
 	}
 	return nil
+}
+
+// waitPinned waits until node n's agent has pinned its member (seen it
+// serve): from then on its start gate knows that the member existed, and a
+// scenario's fault is judged as on a node that has run for a while.
+func waitPinned(ctx context.Context, n Node, timeout time.Duration) error {
+	if n.Member == "" {
+		return nil
+	}
+	deadline := time.Now().Add(timeout)
+	for {
+		if _, ok, err := pin.Load(n.StateDir, n.Member); err != nil || ok {
+			return err
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("agent on %s has not pinned member %s after %s", n.Name, n.Member, timeout)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
 }
 
 // bootstrapObjects creates what the agents expect in the API: their

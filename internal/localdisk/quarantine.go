@@ -151,3 +151,20 @@ func syncDir(dir string) error {
 	defer f.Close()
 	return f.Sync()
 }
+
+// BackupsHint says where a person finds the newest snapshot the agent kept
+// (the pre-change backups, snapshot-*.db in the quarantine), for refusals
+// that leave a restore to them.
+func BackupsHint(quarantineRoot string) string {
+	paths, _ := filepath.Glob(filepath.Join(quarantineRoot, "snapshot-*.db"))
+	newest, at := "", time.Time{}
+	for _, p := range paths {
+		if fi, err := os.Stat(p); err == nil && fi.Mode().IsRegular() && fi.ModTime().After(at) {
+			newest, at = p, fi.ModTime()
+		}
+	}
+	if newest == "" {
+		return "no snapshot in the quarantine " + quarantineRoot + " (use your own backups)"
+	}
+	return fmt.Sprintf("newest snapshot kept by the agent: %s (%s), quarantine %s", newest, at.UTC().Format(time.RFC3339), quarantineRoot)
+}

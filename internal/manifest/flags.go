@@ -28,7 +28,7 @@ type flagArg struct {
 // not start with "-".
 func scanFlags(argv []string) []flagArg {
 	var flags []flagArg
-	for i := 0; i < len(argv); i++ {
+	for i := etcdArgvStart(argv); i < len(argv); i++ {
 		tok := argv[i]
 		if tok == "--" {
 			break
@@ -54,6 +54,23 @@ func scanFlags(argv []string) []flagArg {
 		flags = append(flags, f)
 	}
 	return flags
+}
+
+// GateSubcommand is the agent's start gate; as a wrapper it runs
+// "<etcd-agent> gate [gate flags] -- <etcd> [etcd flags]", checks, then execs etcd.
+const GateSubcommand = "gate"
+
+// etcdArgvStart is the index of the etcd binary in argv: 0, or the token
+// after the start gate wrapper's "--" (the gate's own flags are not etcd's).
+func etcdArgvStart(argv []string) int {
+	if len(argv) >= 2 && argv[1] == GateSubcommand {
+		for i, tok := range argv {
+			if tok == "--" && i+1 < len(argv) {
+				return i + 1
+			}
+		}
+	}
+	return 0
 }
 
 // lastFlag returns the last occurrence of a flag: etcd keeps the last value

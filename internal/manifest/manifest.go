@@ -64,6 +64,10 @@ type Member struct {
 	PeerCertFile, PeerKeyFile, PeerTrustedCAFile string
 
 	ContainerName string
+	// GateWrapped: the etcd container runs etcd through the agent's start
+	// gate ("etcd-agent gate ... -- etcd ..."), so every start, container
+	// restarts included, is checked first.
+	GateWrapped bool
 
 	// HostMounts are the etcd container's hostPath mounts.
 	HostMounts []HostMount
@@ -141,7 +145,26 @@ func ParseMember(data []byte) (Member, error) {
 	if err != nil {
 		return Member{}, err
 	}
-	c := pod.Spec.Containers[idx]
+	return memberOf(pod.Spec.Containers[idx], hostMounts(pod, pod.Spec.Containers[idx]))
+}
+
+// MemberFromArgv is the member an etcd command line describes, with etcd's
+// ETCD_* variables from environ ("KEY=value"): what the start gate, as
+// etcd's wrapper, is about to exec. Paths are as this process sees them.
+func MemberFromArgv(argv, environ []string) (Member, error) {
+	c := corev1.Container{Name: EtcdContainerName}
+	for _, tok := range argv {
+		c.Command = append(c.Command, escapeExpansion(tok)) // the kubelet expanded them already
+	}
+	for _, kv := range environ {
+		if k, v, ok := strings.Cut(kv, "="); ok && strings.HasPrefix(k, "ETCD_") {
+			c.Env = append(c.Env, corev1.EnvVar{Name: k, Value: escapeExpansion(v)})
+		}
+	}
+	return memberOf(c, nil)
+}
+
+func memberOf(c corev1.Container, mounts []HostMount) (Member, error) {
 	cfg := newEtcdConfig(c)
 
 	var errs []error
@@ -168,7 +191,8 @@ func ParseMember(data []byte) (Member, error) {
 		PeerKeyFile:         get("peer-key-file"),
 		PeerTrustedCAFile:   get("peer-trusted-ca-file"),
 		ContainerName:       c.Name,
-		HostMounts:          hostMounts(pod, c),
+		GateWrapped:         etcdArgvStart(cfg.argv) > 0,
+		HostMounts:          mounts,
 	}
 	if len(errs) > 0 {
 		return Member{}, fmt.Errorf("%w: etcd container %q: %w", ErrIncompleteIdentity, c.Name, errors.Join(errs...))
@@ -239,7 +263,7 @@ func findEtcdContainer(pod *corev1.Pod) (int, error) {
 // directly (command[0], or args[0] when the image entrypoint is used).
 func runsEtcdBinary(c corev1.Container) bool {
 	argv := append(append([]string{}, c.Command...), c.Args...)
-	return len(argv) > 0 && path.Base(argv[0]) == "etcd"
+	return len(argv) > 0 && path.Base(argv[etcdArgvStart(argv)]) == "etcd"
 }
 
 // hostMounts lists the container's mounts that come from hostPath volumes.

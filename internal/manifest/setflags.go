@@ -141,7 +141,7 @@ func (e *containerEdit) set(container, name, value string) error {
 	// Appending only reaches etcd when the container runs etcd itself, not a
 	// shell script that starts it.
 	argv := e.argv()
-	direct := len(argv) > 0 && path.Base(argv[0]) == "etcd" ||
+	direct := len(argv) > 0 && path.Base(argv[etcdArgvStart(argv)]) == "etcd" ||
 		len(e.command) == 0 && len(e.args) > 0 && strings.HasPrefix(e.args[0], "-")
 	if !direct {
 		return fmt.Errorf("etcd container %q does not run etcd directly (argv %q); cannot add --%s safely: edit the manifest by hand", container, argv, name)

@@ -61,8 +61,8 @@ func checkBegin(in Input, cfg Config) (Decision, bool) {
 	o := in.Obs
 	n := o.Voters()
 	if quorumLost(o) {
-		return refuse(ReasonMajorityLost, fmt.Sprintf("%d of %d voters serve, quorum is %d (or no leader): restoring from a backup is a human's call",
-			o.ServingVoters(), n, memberstate.Quorum(n))), false
+		return refuse(ReasonMajorityLost, fmt.Sprintf("%d of %d voters serve, quorum is %d (or no leader): restoring from a backup is a human's call%s",
+			o.ServingVoters(), n, memberstate.Quorum(n), backups(in))), false
 	}
 	if o.Local.Match == observation.MatchAmbiguous {
 		return refuse(ReasonAmbiguousIdentity, o.Local.MatchDetail), false
@@ -310,6 +310,13 @@ func planText(o observation.Observation) string {
 	}
 	return fmt.Sprintf("stop member %s, quarantine %s, stream a snapshot from a follower, %s, add %v as a learner, start it, promote when caught up, verify HashKV",
 		o.Local.Name, o.Local.DataDir, remove, o.Local.PeerURLs)
+}
+
+func backups(in Input) string {
+	if in.Backups == "" {
+		return ""
+	}
+	return "; " + in.Backups
 }
 
 func refuse(r Reason, detail string) Decision {

@@ -94,6 +94,9 @@ type Input struct {
 	LeaseHolder string
 	// FreeBytes is the free space where the snapshot and quarantine go.
 	FreeBytes uint64
+	// Backups says where the newest snapshots are (the quarantine), for the
+	// refusals that leave a restore to a person.
+	Backups string
 }
 
 // Config is the decision's tunables.
@@ -110,13 +113,13 @@ type Config struct {
 
 // Decision is Decide's answer.
 type Decision struct {
-	Action Action
-	Reason Reason
-	Detail string
+	Action Action `json:"action"`
+	Reason Reason `json:"reason,omitempty"`
+	Detail string `json:"detail,omitempty"`
 	// MemberID is the member the action is about (to remove, to adopt, to promote).
-	MemberID uint64
+	MemberID uint64 `json:"memberID,omitempty"`
 	// SourceID is the member to stream the snapshot from.
-	SourceID uint64
+	SourceID uint64 `json:"sourceID,omitempty"`
 }
 
 // Refused reports whether d refuses a wanted recovery.

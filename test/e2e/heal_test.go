@@ -69,7 +69,7 @@ func TestHealCorruptDBOfCrashLoopingMember(t *testing.T) {
 	if after[p2] == before[p2] || uint64(j.NewMemberID) != after[p2] {
 		t.Fatalf("node2's member: before %x, after %x, journal new %x: want a new member ID", before[p2], after[p2], uint64(j.NewMemberID))
 	}
-	if holds := logEntries(t, filepath.Join(nodeOf(t, l, "node2").LogsDir, "etcd-node2_etcd-agent-gate.log"), "start gate holds etcd back"); len(holds) == 0 {
+	if holds := logEntries(t, filepath.Join(nodeOf(t, l, "node2").LogsDir, "etcd-node2_etcd.log"), "start gate holds etcd back"); len(holds) == 0 {
 		t.Error("node2's start gate never held etcd back on the corrupt data dir")
 	} else {
 		t.Logf("gate: %v (%v)", holds[0]["reason"], holds[0]["class"])
@@ -142,7 +142,7 @@ func TestHealUC1MemberMovedToNewNode(t *testing.T) {
 	if !firstEtcd.After(prepared) {
 		t.Fatalf("etcd started on node4 at %s, before the agent prepared its data dir at %s", firstEtcd, prepared)
 	}
-	holds := logEntries(t, filepath.Join(n4.LogsDir, "etcd-node4_etcd-agent-gate.log"), "start gate holds etcd back")
+	holds := logEntries(t, filepath.Join(n4.LogsDir, "etcd-node4_etcd.log"), "start gate holds etcd back")
 	if len(holds) == 0 {
 		t.Fatal("node4's start gate never held etcd back")
 	}

@@ -1,0 +1,86 @@
+package nodereport
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/etcd-agent/etcd-agent/internal/pin"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/util/retry"
+)
+
+// AnnotationPins holds the JSON map member name -> pin.Pin: the cluster and
+// member IDs the node's agent saw its members serve under. It outlives the
+// node's disk, so a reinstalled node's gate and agent still know that the
+// member existed.
+const AnnotationPins = "etcd-agent.io/pins"
+
+// ErrMalformedPins: the annotation is not what the agent writes.
+var ErrMalformedPins = errors.New("malformed pins annotation")
+
+// ReadPin returns member's pin from node's annotation; ok is false when the
+// Node has none for it. A malformed annotation is an error.
+func ReadPin(ctx context.Context, kc kubernetes.Interface, node, member string) (pin.Pin, bool, error) {
+	n, err := kc.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+	if err != nil {
+		return pin.Pin{}, false, err
+	}
+	pins, err := decodePins(n.Annotations[AnnotationPins])
+	if err != nil {
+		return pin.Pin{}, false, err
+	}
+	p, ok := pins[member]
+	return p, ok, nil
+}
+
+// WritePin records p on node (read-modify-write, retried on conflict, so
+// the pins of other members on the node survive).
+func WritePin(ctx context.Context, kc kubernetes.Interface, node string, p pin.Pin) error {
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		n, err := kc.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		pins, err := decodePins(n.Annotations[AnnotationPins])
+		if err != nil {
+			return err
+		}
+		pins[p.Member] = p
+		b, err := json.Marshal(pins)
+		if err != nil {
+			return err
+		}
+		// A merge patch that carries the resourceVersion read: it fails
+		// with a conflict if the Node changed since (RBAC grants patch only).
+		patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"resourceVersion": n.ResourceVersion,
+			"annotations": map[string]string{AnnotationPins: string(b)}}})
+		if err != nil {
+			return err
+		}
+		_, err = kc.CoreV1().Nodes().Patch(ctx, node, types.MergePatchType, patch, metav1.PatchOptions{})
+		return err
+	})
+}
+
+func decodePins(s string) (map[string]pin.Pin, error) {
+	pins := map[string]pin.Pin{}
+	if s == "" {
+		return pins, nil
+	}
+	var raw map[string]json.RawMessage
+	if err := json.Unmarshal([]byte(s), &raw); err != nil {
+		return nil, fmt.Errorf("%w: %s is not a JSON object: %w", ErrMalformedPins, AnnotationPins, err)
+	}
+	for member, b := range raw {
+		p, err := pin.Decode(b)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %s, member %q: %w", ErrMalformedPins, AnnotationPins, member, err)
+		}
+		pins[member] = p
+	}
+	return pins, nil
+}

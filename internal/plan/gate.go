@@ -1,0 +1,169 @@
+package plan
+
+import (
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/etcd-agent/etcd-agent/internal/journal"
+	"github.com/etcd-agent/etcd-agent/internal/observation"
+	"github.com/etcd-agent/etcd-agent/internal/pin"
+)
+
+// Gate verdict codes: why etcd may start, or why it is held.
+const (
+	GateDataDirOK        Reason = "data-dir-ok"
+	GatePrepared         Reason = "prepared-for-learner"
+	GateNeverStarted     Reason = "member-never-started"
+	GateNeverSeen        Reason = "never-seen-bootstrap"
+	GateNotMember        Reason = "not-a-member"
+	GateDataDirUnusable  Reason = "data-dir-unusable"
+	GateMemberExisted    Reason = "member-existed"
+	GateClusterUnknown   Reason = "cluster-unreachable"
+	GatePinUnreadable    Reason = "pin-unreadable"
+	GateIdentityMismatch Reason = ReasonAmbiguousIdentity
+)
+
+// GateInput is what the start gate looked at, once.
+type GateInput struct {
+	// DataDirClass is the data dir's localdisk class, checked against the
+	// pinned cluster; DataDirMemberID the member ID its WAL names (0 when
+	// there is no readable WAL).
+	DataDirClass    string
+	DataDirDetail   string
+	DataDirMemberID uint64
+	// Pin is what the agent has seen of this member (zero: never seen
+	// serving); PinError says why it could not be read.
+	Pin      pin.Pin
+	PinError string
+	Journal  journal.Record
+	// Obs is a fresh observation; a MemberListError means the cluster
+	// could not be asked.
+	Obs observation.Observation
+	// Bootstrap: etcd's flags would bootstrap a new cluster
+	// (--initial-cluster-state new or unset).
+	Bootstrap bool
+}
+
+// GateVerdict is the gate's answer for one look.
+type GateVerdict struct {
+	Pass   bool
+	Reason Reason
+	Detail string
+}
+
+// DecideGate is the start gate's rule (DESIGN.md §6, rule 9): etcd may start
+// on a healthy data dir of this member, or on one the agent prepared for a
+// new member ID; never on missing, empty, corrupt, foreign or another
+// member's data under an ID that has served before. "The cluster cannot be
+// asked" means hold for a member that has been seen serving (a power event
+// must not turn a lost data dir into a fresh one-member cluster under the
+// old IDs); only a member never seen may bootstrap.
+func DecideGate(in GateInput) GateVerdict {
+	if in.PinError != "" {
+		return hold(GatePinUnreadable, "the agent's record of this member cannot be read ("+in.PinError+"): cannot tell whether it has served before")
+	}
+	expected := expectedMemberIDs(in.Pin, in.Journal)
+	switch in.DataDirClass {
+	case "ok":
+		if len(expected) > 0 && in.DataDirMemberID != 0 && !slices.Contains(expected, in.DataDirMemberID) {
+			return hold(GateIdentityMismatch, fmt.Sprintf("the data dir belongs to member %x, this member serves as %s: waiting for the agent to replace it",
+				in.DataDirMemberID, hexIDs(expected)))
+		}
+		return pass(GateDataDirOK, "data dir ok")
+	case "missing", "empty":
+	default:
+		return hold(GateDataDirUnusable, fmt.Sprintf("data dir is %s (%s): waiting for the agent to replace it", in.DataDirClass, in.DataDirDetail))
+	}
+	o, j := in.Obs, in.Journal
+	listed := o.MemberListError == ""
+	if j.Active() && j.Phase.AtLeast(journal.PhasePrepared) && j.NewMemberID != 0 {
+		learner := uint64(j.NewMemberID)
+		if j.Phase == journal.PhasePrepared {
+			return pass(GatePrepared, fmt.Sprintf("data dir prepared by the agent for the new learner %x", learner))
+		}
+		if m, ok := o.Member(learner); listed && ok && neverStarted(m) {
+			return pass(GatePrepared, fmt.Sprintf("learner %x was added for this data dir and has never started", learner))
+		}
+		return hold(GateMemberExisted, fmt.Sprintf("data dir %s, and learner %x started on it before (phase %s): waiting for the agent", in.DataDirClass, learner, j.Phase))
+	}
+	if !listed {
+		if in.Pin.Seen() {
+			return hold(GateClusterUnknown, fmt.Sprintf("data dir %s, the cluster cannot be asked (%s), and this member served before as %s: "+
+				"etcd must not start it on empty data (a fresh cluster under the old IDs). If the cluster is gone for good, restoring from a backup is a human's call",
+				in.DataDirClass, o.MemberListError, in.Pin))
+		}
+		if in.Bootstrap {
+			return pass(GateNeverSeen, "data dir "+in.DataDirClass+", the cluster cannot be asked, this member was never seen serving and its flags bootstrap a new cluster")
+		}
+		return hold(GateClusterUnknown, "data dir "+in.DataDirClass+" and the cluster cannot be asked: cannot tell whether the member exists")
+	}
+	switch o.Local.Match {
+	case observation.MatchAmbiguous:
+		return hold(GateIdentityMismatch, "member identity is ambiguous: "+o.Local.MatchDetail)
+	case observation.MatchOK:
+		m, _ := o.Member(o.Local.ID)
+		switch {
+		case in.Pin.Seen() && uint64(in.Pin.MemberID) == m.ID:
+			return hold(GateMemberExisted, fmt.Sprintf("data dir %s while member %x, which served here before, is still in the cluster: waiting for the agent to rejoin it under a new ID", in.DataDirClass, m.ID))
+		case !neverStarted(m):
+			return hold(GateMemberExisted, fmt.Sprintf("data dir %s while member %x still exists under its old ID: waiting for the agent to prepare it", in.DataDirClass, m.ID))
+		}
+		return pass(GateNeverStarted, fmt.Sprintf("member %x was added and has never started: a new member starts on an empty data dir", m.ID))
+	}
+	return pass(GateNotMember, "data dir "+in.DataDirClass+" and the member is not in the cluster (etcd itself refuses to join)")
+}
+
+// expectedMemberIDs are the member IDs a healthy data dir of this member may
+// name: the one it was last seen serving under, and the learner an open or
+// successful recovery prepared it for.
+func expectedMemberIDs(p pin.Pin, j journal.Record) []uint64 {
+	var ids []uint64
+	if p.Seen() {
+		ids = append(ids, uint64(p.MemberID))
+	}
+	if j.NewMemberID != 0 && j.Phase.AtLeast(journal.PhasePrepared) && (j.Active() || j.Result == journal.ResultSucceeded) {
+		ids = append(ids, uint64(j.NewMemberID))
+	}
+	return ids
+}
+
+// neverStarted: a member that was added but never published its name and
+// client URLs has never run, so it has no state to lose.
+func neverStarted(m observation.Member) bool { return m.Name == "" && len(m.ClientURLs) == 0 }
+
+// NextPin is the pinning rule (rule 7): the cluster ID and the member ID
+// are recorded the first time the member is seen serving under its own
+// identity, from a linearizable member list; the member ID moves on when
+// the member serves under a new ID (after a rejoin); the cluster ID never
+// moves on by itself. It returns the pin to store and whether it changed.
+func NextPin(p pin.Pin, member string, o observation.Observation, now time.Time) (pin.Pin, bool) {
+	l := o.Local
+	if l.Match != observation.MatchOK || !l.Serving || l.ID == 0 || o.ClusterID == 0 || o.MemberListError != "" ||
+		!observation.DataDirUsable(l.DataDirClass) {
+		return p, false
+	}
+	if !p.Seen() {
+		return pin.Pin{Member: member, ClusterID: journal.MemberID(o.ClusterID), MemberID: journal.MemberID(l.ID),
+			PeerURLs: l.PeerURLs, FirstSeenAt: now.UTC(), SeenAt: now.UTC()}, true
+	}
+	if uint64(p.ClusterID) != o.ClusterID || (uint64(p.MemberID) == l.ID && slices.Equal(p.PeerURLs, l.PeerURLs)) {
+		return p, false
+	}
+	p.MemberID, p.PeerURLs, p.SeenAt = journal.MemberID(l.ID), l.PeerURLs, now.UTC()
+	return p, true
+}
+
+func hexIDs(ids []uint64) string {
+	s := ""
+	for i, id := range ids {
+		if i > 0 {
+			s += " or "
+		}
+		s += fmt.Sprintf("%x", id)
+	}
+	return s
+}
+
+func pass(r Reason, detail string) GateVerdict { return GateVerdict{Pass: true, Reason: r, Detail: detail} }
+func hold(r Reason, detail string) GateVerdict { return GateVerdict{Reason: r, Detail: detail} }

@@ -1,0 +1,110 @@
+package plan
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/etcd-agent/etcd-agent/internal/journal"
+	"github.com/etcd-agent/etcd-agent/internal/observation"
+	"github.com/etcd-agent/etcd-agent/internal/pin"
+)
+
+// The start gate's rules, one row each (docs/recovery.md "The start gate").
+func TestStartGate(t *testing.T) {
+	seen := pin.Pin{Member: "node2", ClusterID: 0xc1, MemberID: 7, FirstSeenAt: time.Unix(1, 0)}
+	started := observation.Observation{ClusterID: 0xc1, Members: []observation.Member{{ID: 7, Name: "node2", ClientURLs: []string{"http://x"}}},
+		Local: observation.Local{Match: observation.MatchOK, ID: 7}}
+	neverStarted := observation.Observation{ClusterID: 0xc1, Members: []observation.Member{{ID: 9}},
+		Local: observation.Local{Match: observation.MatchOK, ID: 9}}
+	learnerStarted := observation.Observation{ClusterID: 0xc1, Members: []observation.Member{{ID: 9, Name: "node2", ClientURLs: []string{"http://x"}, IsLearner: true}},
+		Local: observation.Local{Match: observation.MatchOK, ID: 9}}
+	notMember := observation.Observation{ClusterID: 0xc1, Local: observation.Local{Match: observation.MatchNotFound}}
+	ambiguous := observation.Observation{ClusterID: 0xc1, Local: observation.Local{Match: observation.MatchAmbiguous}}
+	unreachable := observation.Observation{MemberListError: "no endpoint answered", Local: observation.Local{Match: observation.MatchNotFound}}
+	prepared := journal.Record{Phase: journal.PhasePrepared, NewMemberID: 9}
+	learnerRan := journal.Record{Phase: journal.PhaseMemberStarted, NewMemberID: 9}
+	removed := journal.Record{Phase: journal.PhaseRemoved, OldMemberID: 7}
+	healed := journal.Record{Phase: journal.PhaseDone, Result: journal.ResultSucceeded, NewMemberID: 9}
+	failedSeed := journal.Record{Phase: journal.PhaseDone, Result: journal.ResultFailed, NewMemberID: 9}
+	for _, tc := range []struct {
+		name string
+		in   GateInput
+		pass bool
+		want Reason
+	}{
+		{"healthy data dir of the pinned member passes", GateInput{DataDirClass: "ok", DataDirMemberID: 7, Pin: seen, Obs: started}, true, GateDataDirOK},
+		{"healthy data dir of a never-seen member passes", GateInput{DataDirClass: "ok", DataDirMemberID: 5, Obs: unreachable}, true, GateDataDirOK},
+		{"healthy data dir of the learner a recovery prepared passes", GateInput{DataDirClass: "ok", DataDirMemberID: 9, Pin: seen, Journal: prepared, Obs: started}, true, GateDataDirOK},
+		{"data dir of the learner of a successful recovery passes before the pin moves on", GateInput{DataDirClass: "ok", DataDirMemberID: 9, Pin: seen, Journal: healed, Obs: started}, true, GateDataDirOK},
+		{"data dir of a learner a failed recovery removed holds", GateInput{DataDirClass: "ok", DataDirMemberID: 9, Pin: seen, Journal: failedSeed, Obs: started}, false, GateIdentityMismatch},
+		{"data dir of another member holds", GateInput{DataDirClass: "ok", DataDirMemberID: 5, Pin: seen, Obs: started}, false, GateIdentityMismatch},
+		{"corrupt data dir holds even when not a member", GateInput{DataDirClass: "corrupt", Obs: notMember}, false, GateDataDirUnusable},
+		{"foreign data dir holds", GateInput{DataDirClass: "foreign", Obs: notMember}, false, GateDataDirUnusable},
+		{"data dir in use holds", GateInput{DataDirClass: "in-use", Pin: seen, Obs: started}, false, GateDataDirUnusable},
+		{"unreadable pin holds", GateInput{DataDirClass: "missing", PinError: "bad json", Obs: notMember, Bootstrap: true}, false, GatePinUnreadable},
+		{"empty data dir under the old member ID holds", GateInput{DataDirClass: "empty", Pin: seen, Obs: started}, false, GateMemberExisted},
+		{"missing data dir under the old member ID holds while a recovery removes it", GateInput{DataDirClass: "missing", Pin: seen, Journal: removed, Obs: started}, false, GateMemberExisted},
+		{"missing data dir of a started member holds without a pin", GateInput{DataDirClass: "missing", Obs: started}, false, GateMemberExisted},
+		{"pinned member, cluster unreachable, bootstrap flags: holds (power event)", GateInput{DataDirClass: "missing", Pin: seen, Obs: unreachable, Bootstrap: true}, false, GateClusterUnknown},
+		{"pinned single member, data dir lost: holds", GateInput{DataDirClass: "empty", Pin: seen, Obs: unreachable}, false, GateClusterUnknown},
+		{"never-seen member, cluster unreachable, bootstrap flags: bootstraps", GateInput{DataDirClass: "missing", Obs: unreachable, Bootstrap: true}, true, GateNeverSeen},
+		{"never-seen member, cluster unreachable, existing: holds", GateInput{DataDirClass: "missing", Obs: unreachable}, false, GateClusterUnknown},
+		{"data dir the agent prepared passes", GateInput{DataDirClass: "empty", Pin: seen, Journal: prepared, Obs: unreachable}, true, GatePrepared},
+		{"learner started by the recovery but never published passes", GateInput{DataDirClass: "missing", Pin: seen, Journal: learnerRan, Obs: neverStarted}, true, GatePrepared},
+		{"learner that ran and lost its data dir holds", GateInput{DataDirClass: "missing", Pin: seen, Journal: learnerRan, Obs: learnerStarted}, false, GateMemberExisted},
+		{"learner past prepared with the cluster unreachable holds", GateInput{DataDirClass: "missing", Pin: seen, Journal: learnerRan, Obs: unreachable}, false, GateMemberExisted},
+		{"new member ID added by hand, never started, passes", GateInput{DataDirClass: "empty", Pin: seen, Obs: neverStarted}, true, GateNeverStarted},
+		{"member added but never started passes", GateInput{DataDirClass: "empty", Obs: neverStarted}, true, GateNeverStarted},
+		{"not a member passes (etcd itself refuses to join)", GateInput{DataDirClass: "empty", Obs: notMember}, true, GateNotMember},
+		{"ambiguous identity holds", GateInput{DataDirClass: "empty", Obs: ambiguous}, false, GateIdentityMismatch},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			v := DecideGate(tc.in)
+			if v.Pass != tc.pass || v.Reason != tc.want {
+				t.Fatalf("pass=%v reason=%s (%s), want pass=%v reason=%s", v.Pass, v.Reason, v.Detail, tc.pass, tc.want)
+			}
+			if v.Detail == "" {
+				t.Fatal("every gate verdict says why")
+			}
+		})
+	}
+}
+
+func TestPinnedClusterUnreachableSaysRestoreIsAHumansCall(t *testing.T) {
+	v := DecideGate(GateInput{DataDirClass: "missing", Pin: pin.Pin{Member: "m", ClusterID: 1, MemberID: 2},
+		Obs: observation.Observation{MemberListError: "x"}, Bootstrap: true})
+	if v.Pass || !strings.Contains(v.Detail, "restoring from a backup is a human's call") {
+		t.Fatalf("%+v", v)
+	}
+}
+
+func TestPinIsTakenWhenTheMemberServesAndFollowsItsNewIDButNeverAnotherCluster(t *testing.T) {
+	now := time.Unix(100, 0)
+	serving := observation.Observation{ClusterID: 0xc1, Local: observation.Local{Match: observation.MatchOK, ID: 7, Serving: true,
+		DataDirClass: "in-use", PeerURLs: []string{"http://p"}}}
+	p, changed := NextPin(pin.Pin{}, "node2", serving, now)
+	if !changed || uint64(p.ClusterID) != 0xc1 || uint64(p.MemberID) != 7 || p.Member != "node2" || !p.FirstSeenAt.Equal(now) {
+		t.Fatalf("first sight: %+v changed=%v", p, changed)
+	}
+	if _, changed := NextPin(p, "node2", serving, now.Add(time.Second)); changed {
+		t.Fatal("the same sight changes nothing")
+	}
+	for name, o := range map[string]observation.Observation{
+		"not serving":          {ClusterID: 0xc1, Local: observation.Local{Match: observation.MatchOK, ID: 8, DataDirClass: "ok"}},
+		"not matched":          {ClusterID: 0xc1, Local: observation.Local{Match: observation.MatchAmbiguous, ID: 8, Serving: true, DataDirClass: "ok"}},
+		"data dir wiped":       {ClusterID: 0xc1, Local: observation.Local{Match: observation.MatchOK, ID: 8, Serving: true, DataDirClass: "missing"}},
+		"no linearizable list": {ClusterID: 0xc1, MemberListError: "x", Local: observation.Local{Match: observation.MatchOK, ID: 8, Serving: true, DataDirClass: "ok"}},
+		"another cluster":      {ClusterID: 0xc2, Local: observation.Local{Match: observation.MatchOK, ID: 8, Serving: true, DataDirClass: "ok"}},
+	} {
+		if got, changed := NextPin(p, "node2", o, now); changed || got.MemberID != p.MemberID || got.ClusterID != p.ClusterID {
+			t.Fatalf("%s: pin moved to %+v", name, got)
+		}
+	}
+	rejoined := serving
+	rejoined.Local.ID = 9
+	q, changed := NextPin(p, "node2", rejoined, now.Add(time.Minute))
+	if !changed || uint64(q.MemberID) != 9 || uint64(q.ClusterID) != 0xc1 || !q.FirstSeenAt.Equal(now) {
+		t.Fatalf("after a rejoin: %+v changed=%v", q, changed)
+	}
+}
