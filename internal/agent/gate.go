@@ -173,4 +173,3 @@ func ExecEtcd(argv []string) error {
 	}
 	return syscall.Exec(path, argv, os.Environ())
 }
-

@@ -165,5 +165,7 @@ func hexIDs(ids []uint64) string {
 	return s
 }
 
-func pass(r Reason, detail string) GateVerdict { return GateVerdict{Pass: true, Reason: r, Detail: detail} }
+func pass(r Reason, detail string) GateVerdict {
+	return GateVerdict{Pass: true, Reason: r, Detail: detail}
+}
 func hold(r Reason, detail string) GateVerdict { return GateVerdict{Reason: r, Detail: detail} }
