@@ -81,6 +81,18 @@ func printReport(out io.Writer, r agent.Report) {
 	if o.MemberListError != "" {
 		fmt.Fprintf(out, "\nmember list failed: %s (showing the last list seen)", o.MemberListError)
 	}
+	if d := r.Decision; d != nil {
+		fmt.Fprintf(out, "\ndecision: %s", d.Action)
+		if d.Reason != "" {
+			fmt.Fprintf(out, " (%s)", d.Reason)
+		}
+		if d.Detail != "" {
+			fmt.Fprintf(out, ": %s", d.Detail)
+		}
+	}
+	if r.Pin != "" {
+		fmt.Fprintf(out, "\npinned: %s", r.Pin)
+	}
 	if line := lastRecoveryLine(r); line != "" {
 		fmt.Fprintf(out, "\nlast recovery: %s", line)
 	}

@@ -3,9 +3,12 @@ package agent
 import (
 	"context"
 	"fmt"
+	"path/filepath"
 	"time"
 
 	"github.com/etcd-agent/etcd-agent/internal/journal"
+	"github.com/etcd-agent/etcd-agent/internal/localdisk"
+	"github.com/etcd-agent/etcd-agent/internal/pin"
 	"github.com/etcd-agent/etcd-agent/internal/memberstate"
 	"github.com/etcd-agent/etcd-agent/internal/observation"
 	"github.com/etcd-agent/etcd-agent/internal/plan"
@@ -29,6 +32,8 @@ type Report struct {
 	// Decision is what the decision core said on this observation: what
 	// the agent does or would do, or why not.
 	Decision *plan.Decision `json:"decision,omitempty"`
+	// Pin is what the agent has pinned of the member (cluster and member ID).
+	Pin string `json:"pin,omitempty"`
 	// LastRecovery is the member's recovery journal in the state dir (the
 	// open one, or the last closed one); JournalError says why it could
 	// not be read.
@@ -79,14 +84,32 @@ func Status(ctx context.Context, c Config) (Report, error) {
 		return Report{}, err
 	}
 	defer wd.Close()
-	rep := NewReport(wd.Observe(ctx, time.Now()))
+	res := wd.Observe(ctx, time.Now())
+	rep := NewReport(res)
+	var j journal.Record
 	if c.StateDir != "" {
-		if j, ok, err := journal.Load(c.StateDir, id.Name); err != nil {
+		var ok bool
+		var err error
+		if j, ok, err = journal.Load(c.StateDir, id.Name); err != nil {
 			rep.JournalError = err.Error()
 		} else if ok {
 			rep.LastRecovery = &j
 		}
+		if p, ok, err := pin.Load(c.StateDir, id.Name); err != nil {
+			rep.Pin = "unreadable: " + err.Error()
+		} else if ok {
+			rep.Pin = p.String()
+		}
 	}
+	// What the core would say (the Lease is not asked: a one-shot status
+	// assumes it could be taken).
+	qdir := c.QuarantineDir
+	if qdir == "" {
+		qdir = filepath.Join(filepath.Dir(id.DataDir), "etcd-agent-quarantine")
+	}
+	d := plan.Decide(plan.Input{Now: res.Observation.At, Obs: res.Observation, Verdict: res.Verdict, Journal: j,
+		APIAvailable: true, FreeBytes: localdisk.FreeBytesUnder(qdir), Backups: localdisk.BackupsHint(qdir)}, c.PlanConfig())
+	rep.Decision = &d
 	return rep, nil
 }
 

@@ -217,7 +217,7 @@ func (h *Healer) baseInput(res watchdog.Result, req *plan.Request, j journal.Rec
 	if req == nil && j.Active() && j.Request != "" && j.Request != "auto" {
 		in.Request = &plan.Request{Action: j.Request} // a resumed manual recovery stays manual
 	}
-	in.FreeBytes = freeBytes(h.cfg.QuarantineDir)
+	in.FreeBytes = localdisk.FreeBytesUnder(h.cfg.QuarantineDir)
 	in.Backups = localdisk.BackupsHint(h.cfg.QuarantineDir)
 	return in
 }

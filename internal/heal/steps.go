@@ -385,14 +385,3 @@ func (h *Healer) promote(ctx context.Context, res watchdog.Result, j *journal.Re
 	h.log.Info("learner promoted", zap.String("id", fmtID(id)))
 	return h.advance(ctx, j, journal.PhasePromoted)
 }
-
-func freeBytes(dir string) uint64 {
-	for d := dir; ; d = filepath.Dir(d) {
-		if n, err := localdisk.FreeBytes(d); err == nil {
-			return n
-		}
-		if d == filepath.Dir(d) {
-			return 0
-		}
-	}
-}

@@ -1,6 +1,9 @@
 package localdisk
 
-import "syscall"
+import (
+	"path/filepath"
+	"syscall"
+)
 
 // FreeBytes reports the bytes an unprivileged writer can still use on the
 // filesystem holding path: statfs f_bavail, which (unlike f_bfree) leaves
@@ -11,4 +14,17 @@ func FreeBytes(path string) (uint64, error) {
 		return 0, err
 	}
 	return uint64(st.Bavail) * uint64(st.Bsize), nil
+}
+
+// FreeBytesUnder is the free space where dir is or will be: that of its
+// nearest existing ancestor (0 when none can be read).
+func FreeBytesUnder(dir string) uint64 {
+	for d := dir; ; d = filepath.Dir(d) {
+		if n, err := FreeBytes(d); err == nil {
+			return n
+		}
+		if d == filepath.Dir(d) {
+			return 0
+		}
+	}
 }
