@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/etcd-agent/etcd-agent/internal/journal"
 	"github.com/etcd-agent/etcd-agent/internal/lab"
 	"github.com/etcd-agent/etcd-agent/internal/lab/invariant"
 )
@@ -86,20 +87,16 @@ func (w *idWatch) since(from time.Time) []idAnswer {
 	return out
 }
 
-// startsLogged lists etcd's own start lines in node's etcd log after from
-// ("local-member-id" is logged by every etcd start that read or made a WAL).
-func startsLogged(t *testing.T, l *lab.Lab, node string, from time.Time, id uint64) []string {
+// etcdStarts lists the times etcd started in node's etcd container in
+// [from, until) ("starting an etcd server" is etcd's first line).
+func etcdStarts(t *testing.T, l *lab.Lab, node string, from, until time.Time) []time.Time {
 	t.Helper()
 	path := filepath.Join(nodeOf(t, l, node).LogsDir, "etcd-"+node+"_etcd.log")
-	var out []string
-	for _, e := range logEntries(t, path, "") {
-		if fmt.Sprint(e["local-member-id"]) != fmt.Sprintf("%x", id) {
-			continue
+	var out []time.Time
+	for _, e := range logEntries(t, path, "starting an etcd server") {
+		if at, ok := etcdLogTime(e); ok && !at.Before(from) && at.Before(until) {
+			out = append(out, at)
 		}
-		if at, ok := etcdLogTime(e); ok && at.Before(from) {
-			continue
-		}
-		out = append(out, fmt.Sprint(e["msg"]))
 	}
 	return out
 }
@@ -122,19 +119,32 @@ func holdAgent(t *testing.T, l *lab.Lab, node string) func() {
 	return resume
 }
 
-// assertNeverServedAs fails if id answered at node's client URL after from,
-// or if etcd logged a start under id there.
-func assertNeverServedAs(t *testing.T, l *lab.Lab, w *idWatch, node string, id uint64, from time.Time) {
+// assertNotStarted fails if etcd started in node's etcd container in
+// [from, until), or if id answered at its client URL in that time: the data
+// dir was lost at from, and until is when the agent prepared a data dir for
+// a new member ID (or now).
+func assertNotStarted(t *testing.T, l *lab.Lab, w *idWatch, node string, id uint64, from, until time.Time) {
 	t.Helper()
 	for _, a := range w.since(from) {
-		if a.id == id {
-			t.Fatalf("%s served under its old member ID %x at %s, %s after the fault", node, id,
+		if a.at.Before(until) {
+			t.Fatalf("%s served (member %x, old ID %x) at %s, %s after its data dir was lost, before the agent prepared a new one", node, a.id, id,
 				a.at.Format("15:04:05.000"), a.at.Sub(from).Round(time.Millisecond))
 		}
 	}
-	if s := startsLogged(t, l, node, from, id); len(s) > 0 {
-		t.Fatalf("etcd on %s started under its old member ID %x after the fault: %q", node, id, s)
+	if s := etcdStarts(t, l, node, from, until); len(s) > 0 {
+		t.Fatalf("etcd on %s started on its lost data dir under its old member ID %x, %s after the fault (%d starts before the agent prepared a new data dir)",
+			node, id, s[0].Sub(from).Round(time.Millisecond), len(s))
 	}
+}
+
+// preparedAt is when the recovery j prepared the data dir for its learner.
+func preparedAt(t *testing.T, j journal.Record) time.Time {
+	t.Helper()
+	at, ok := j.PhaseTimes[journal.PhasePrepared]
+	if !ok {
+		t.Fatalf("journal %s has no prepared phase", j.ID)
+	}
+	return at
 }
 
 // TestWipedMemberKilledInsideGraceNeverRestartsUnderItsOldID (issue 9 item
@@ -174,7 +184,7 @@ func TestWipedMemberKilledInsideGraceNeverRestartsUnderItsOldID(t *testing.T) {
 	// backoff and an etcd start's worth of time to show itself.
 	deadline := time.Now().Add(6 * time.Second)
 	for time.Now().Before(deadline) {
-		assertNeverServedAs(t, l, w, "node2", old, h.faultAt)
+		assertNotStarted(t, l, w, "node2", old, h.faultAt, time.Now())
 		time.Sleep(200 * time.Millisecond)
 	}
 	gateLog := strings.Join(logMessages(t, filepath.Join(nodeOf(t, l, "node2").LogsDir, "etcd-node2_etcd.log"), "start gate holds etcd back"), "; ")
@@ -188,7 +198,7 @@ func TestWipedMemberKilledInsideGraceNeverRestartsUnderItsOldID(t *testing.T) {
 		t.Fatalf("journal: old %x new %x, want old %x and a new ID", uint64(j.OldMemberID), uint64(j.NewMemberID), old)
 	}
 	w.close()
-	assertNeverServedAs(t, l, w, "node2", old, h.faultAt)
+	assertNotStarted(t, l, w, "node2", old, h.faultAt, preparedAt(t, j))
 	newAnswers := 0
 	for _, a := range w.since(h.faultAt) {
 		if a.id == uint64(j.NewMemberID) {
@@ -252,19 +262,13 @@ func TestKubeadmFirstNodeLosingItsDataInAPowerEventIsHeldThenHealed(t *testing.T
 		t.Fatal(err)
 	}
 	t.Logf("power event: all members stopped; node1 (kubeadm first-node manifest) started alone on a wiped data dir %s", n1.DataDir)
-	eventually(t, 30*time.Second, "node1's start gate holds etcd back", func() error {
-		if len(logMessages(t, filepath.Join(n1.LogsDir, "etcd-node1_etcd.log"), "start gate holds etcd back")) == 0 {
-			return fmt.Errorf("no hold logged yet")
-		}
-		return nil
-	})
-	deadline := time.Now().Add(8 * time.Second)
+	deadline := time.Now().Add(10 * time.Second)
 	for time.Now().Before(deadline) {
-		if a := w.since(h.faultAt); len(a) > 0 {
-			t.Fatalf("node1 served (member %x) on a wiped data dir while the rest of the cluster was down", a[0].id)
-		}
-		assertNeverServedAs(t, l, w, "node1", old, h.faultAt)
+		assertNotStarted(t, l, w, "node1", old, h.faultAt, time.Now())
 		time.Sleep(200 * time.Millisecond)
+	}
+	if len(logMessages(t, filepath.Join(n1.LogsDir, "etcd-node1_etcd.log"), "start gate holds etcd back")) == 0 {
+		t.Fatal("node1's etcd container did not log the start gate holding it back")
 	}
 	t.Logf("node1 held for %s with the cluster unreachable", time.Since(h.faultAt).Round(time.Millisecond))
 	startAll(t, l, "node2", "node3")
@@ -273,7 +277,7 @@ func TestKubeadmFirstNodeLosingItsDataInAPowerEventIsHeldThenHealed(t *testing.T
 		t.Fatalf("journal: old %x new %x, want old %x and a new ID", uint64(j.OldMemberID), uint64(j.NewMemberID), old)
 	}
 	w.close()
-	assertNeverServedAs(t, l, w, "node1", old, h.faultAt)
+	assertNotStarted(t, l, w, "node1", old, h.faultAt, preparedAt(t, j))
 	if err := l.WaitHealthy(ctx, 3, 60*time.Second); err != nil {
 		t.Fatal(err)
 	}
@@ -296,6 +300,11 @@ func TestSingleMemberWithDataDirLostIsHeldAndRefused(t *testing.T) {
 	if _, err := l.KillMember("node1"); err != nil {
 		t.Fatal(err)
 	}
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		assertNotStarted(t, l, w, "node1", old, faultAt, time.Now())
+		time.Sleep(200 * time.Millisecond)
+	}
 	eventually(t, 60*time.Second, "node1's agent refuses majority-lost", func() error {
 		v, err := refusals(l, "node1", "majority-lost")
 		if err != nil {
@@ -306,18 +315,16 @@ func TestSingleMemberWithDataDirLostIsHeldAndRefused(t *testing.T) {
 		}
 		return nil
 	})
-	deadline := time.Now().Add(6 * time.Second)
-	for time.Now().Before(deadline) {
-		if a := w.since(faultAt); len(a) > 0 {
-			t.Fatalf("the single member served again (member %x) on a lost data dir: an empty API", a[0].id)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
-	assertNeverServedAs(t, l, w, "node1", old, faultAt)
+	assertNotStarted(t, l, w, "node1", old, faultAt, time.Now())
 	if len(logMessages(t, filepath.Join(nodeOf(t, l, "node1").LogsDir, "etcd-node1_etcd.log"), "start gate holds etcd back")) == 0 {
 		t.Fatal("node1's etcd container did not log the start gate holding it back")
 	}
-	refusal := logMessages(t, agentLog(t, l, "node1"), `"reason":"majority-lost"`)
+	var refusal []string
+	for _, line := range logMessages(t, agentLog(t, l, "node1"), `"msg":"recovery refused"`) {
+		if strings.Contains(line, `"reason":"majority-lost"`) {
+			refusal = append(refusal, line)
+		}
+	}
 	if len(refusal) == 0 || !strings.Contains(refusal[len(refusal)-1], "restor") || !strings.Contains(refusal[len(refusal)-1], "quarantine") {
 		t.Fatalf("the refusal does not say that a restore is a human's call and where the snapshots are: %q", refusal)
 	}
