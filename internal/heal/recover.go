@@ -181,7 +181,7 @@ func (h *Healer) begin(ctx context.Context, res watchdog.Result, req *plan.Reque
 	h.metrics.LeaseHeld.WithLabelValues(h.cfg.Member).Set(1)
 	if resumed {
 		h.log.Info("recovery resumed", zap.String("id", j.ID), zap.String("phase", string(j.Phase)))
-		return nil
+		return h.holdAt(ctx, HoldLeaseAcquired)
 	}
 	if err := h.advance(ctx, j, journal.PhaseStarted); err != nil {
 		return err
@@ -193,7 +193,7 @@ func (h *Healer) begin(ctx context.Context, res watchdog.Result, req *plan.Reque
 			_ = h.reporter.ClearRequest(ctx)
 		}
 	}
-	return nil
+	return h.holdAt(ctx, HoldLeaseAcquired)
 }
 
 // timed runs a step, then advances the journal to phase and records the
