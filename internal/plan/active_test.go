@@ -113,6 +113,17 @@ func TestPreStopReverification(t *testing.T) {
 	})
 }
 
+// A stop that was attempted and failed half-way (stopped, not quarantined)
+// left the member down by our hand: the re-check no longer applies, the stop
+// is finished, whatever the tracker says of the member we stopped.
+func TestNoRecheckOnceTheStopWasAttempted(t *testing.T) {
+	attempted := held(journal.PhaseStarted, func(r *journal.Record) { r.StopAttemptedAt = t0.Add(-time.Second) })
+	want(t, Decide(cluster(3, 2, attempted, local(localDown))), StopMember, ReasonNone)
+	want(t, Decide(cluster(3, 2, attempted, dataDir("corrupt"), verdict(memberstate.Down))), StopMember, ReasonNone)
+	// checkBegin still applies: a healthy member is never stopped automatically.
+	want(t, Decide(cluster(3, 3, attempted, local(localHealthy))), Finish, ReasonMemberHealthy)
+}
+
 // After the stop the verdict no longer matters: the member is down because
 // the recovery stopped it, and the tracker may say anything about that.
 func TestVerdictIgnoredOnceStopped(t *testing.T) {

@@ -122,8 +122,9 @@ func decideActive(in Input, cfg Config) Decision {
 	}
 	if !j.Phase.AtLeast(journal.PhaseStopped) {
 		// Rule 6: the condition is re-verified once the Lease is held, on a
-		// fresh observation and the tracker's verdict on it.
-		if in.Request == nil {
+		// fresh observation and the tracker's verdict on it; not after a
+		// stop was tried (the member may be down by our hand).
+		if in.Request == nil && j.StopAttemptedAt.IsZero() {
 			if d, done := recheckLost(in); done {
 				return d
 			}

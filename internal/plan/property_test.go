@@ -167,7 +167,7 @@ func invariants(in Input, c Config, d Decision) []string {
 			fail("stops a healthy member leaving %d healthy of %d", o.HealthyVoters()-1, n)
 		}
 		// Rule 6's re-check: automatically, only a member still lost.
-		if in.Request == nil && (in.Verdict.State != memberstate.Lost || localHealthy) {
+		if in.Request == nil && j.StopAttemptedAt.IsZero() && (in.Verdict.State != memberstate.Lost || localHealthy) {
 			fail("stops without a request a member the tracker says is %s (healthy %v)", in.Verdict.State, localHealthy)
 		}
 	}
@@ -318,6 +318,9 @@ func randomInput(r *rand.Rand) (Input, Config) {
 	}
 	if pick(0.8) {
 		j.LearnerProgressAt = t0.Add(-time.Duration(r.Int64N(int64(10 * time.Minute))))
+	}
+	if pick(0.2) {
+		j.StopAttemptedAt = t0.Add(-time.Minute)
 	}
 	if pick(0.3) {
 		j.Failures, j.LastFailureAt = 1+r.IntN(5), t0.Add(-time.Duration(r.Int64N(int64(20*time.Minute))))
