@@ -13,7 +13,6 @@ import (
 
 	"github.com/etcd-agent/etcd-agent/internal/journal"
 	"github.com/etcd-agent/etcd-agent/internal/lease"
-	"github.com/etcd-agent/etcd-agent/internal/memberstate"
 	"github.com/etcd-agent/etcd-agent/internal/nodereport"
 	"github.com/etcd-agent/etcd-agent/internal/plan"
 	"github.com/etcd-agent/etcd-agent/internal/watchdog"
@@ -95,8 +94,8 @@ func (h *Healer) recover(parent context.Context, first watchdog.Result, req *pla
 			}
 		}
 		t1 := time.Now()
+		// The tracker's own verdict, as is: rule 6's re-check decides on it.
 		res = h.obs.Observe(ctx, time.Now())
-		res.Verdict.State = memberstate.Recovering
 		h.log.Debug("recovery loop timing", zap.String("action", string(d.Action)), zap.Duration("input", tInput),
 			zap.Duration("step", t1.Sub(t0)-tInput), zap.Duration("observe", time.Since(t1)))
 	}
@@ -109,6 +108,14 @@ func (h *Healer) step(ctx context.Context, res watchdog.Result, req *plan.Reques
 	case plan.Begin:
 		return h.begin(ctx, res, req, j)
 	case plan.StopMember:
+		if j.StopAttemptedAt.IsZero() {
+			// Recorded first: once tried, the member may be down by our
+			// hand, and Decide must not take that for a member in its grace.
+			j.StopAttemptedAt = now
+			if err := journal.Save(h.cfg.StateDir, *j); err != nil {
+				return err
+			}
+		}
 		return h.timed(j, journal.PhaseStopped, func() error { return h.stopAndQuarantine(ctx, res, j) })
 	case plan.TakeSnapshot:
 		return h.timed(j, journal.PhaseSnapshotted, func() error { return h.snapshot(ctx, res, j) })
