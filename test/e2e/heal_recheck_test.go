@@ -48,7 +48,60 @@ func TestMemberBackBeforeTheRecheckIsLeftAlone(t *testing.T) {
 	}
 	t.Logf("node2 stopped, lost, held at the Lease, serving again %s after the hold began", time.Since(held).Round(time.Millisecond))
 	release(t, l, "node2", heal.HoldLeaseAcquired)
+	assertLeftAlone(t, l, h, before)
+	if err := l.WaitHealthy(context.Background(), 3, 30*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	h.finish(invariantDefaults())
+}
 
+// TestDataDirBackBeforeTheRecheckIsLeftAlone: node2's etcd is stopped and
+// its data dir moved away: lost at once (missing, not serving; the grace is
+// an hour so that nothing else explains it). The heal is held at the Lease
+// while the data dir is put back; released, the member is not serving yet,
+// but its data dir is usable and it is no longer lost (within its grace):
+// it is not stopped, quarantined or rejoined. Started again, it serves under
+// its old ID.
+func TestDataDirBackBeforeTheRecheckIsLeftAlone(t *testing.T) {
+	l := newLab(t, lab.Options{Nodes: 3, Agents: true,
+		AgentArgs: []string{"--grace-period=1h", "--test-hold-at=" + heal.HoldLeaseAcquired}})
+	waitAgentState(t, l, "node2", "healthy", "ok", 30*time.Second)
+	before := idsByPeer(mustMembers(t, l))
+	ensureNotLeader(t, l, "node2")
+	h := startHeal(t, l)
+	h.fault()
+	if err := l.StopMember("node2"); err != nil {
+		t.Fatal(err)
+	}
+	dataDir := nodeOf(t, l, "node2").DataDir
+	if err := os.Rename(dataDir, dataDir+".away"); err != nil {
+		t.Fatal(err)
+	}
+	waitHold(t, l, "node2", heal.HoldLeaseAcquired)
+	leaseHolder(t, h, "node2/node2")
+	if err := os.Rename(dataDir+".away", dataDir); err != nil {
+		t.Fatal(err)
+	}
+	release(t, l, "node2", heal.HoldLeaseAcquired)
+	assertLeftAlone(t, l, h, before)
+	if err := l.StartMember("node2"); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.WaitHealthy(context.Background(), 3, 60*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if now := idsByPeer(mustMembers(t, l)); !sameIDs(now, before) {
+		t.Fatalf("membership changed: before %v, now %v", before, now)
+	}
+	h.finish(invariantDefaults())
+}
+
+// assertLeftAlone waits until node2's agent closes its recovery and checks
+// that the re-check left the member alone: refused/not-needed, no stop, no
+// quarantine, the same member IDs, no failure, the Lease free, no
+// RecoveryFailed event.
+func assertLeftAlone(t *testing.T, l *lab.Lab, h *healRun, before map[string]uint64) {
+	t.Helper()
 	var j journal.Record
 	eventually(t, 60*time.Second, "node2's agent closes the recovery", func() error {
 		var ok bool
@@ -84,10 +137,6 @@ func TestMemberBackBeforeTheRecheckIsLeftAlone(t *testing.T) {
 	if v, err := metricValue(l, "node2", "etcd_agent_recoveries_total", map[string]string{"result": journal.ResultFailed}); err == nil && v != 0 {
 		t.Fatalf("recoveries_total{result=failed} = %v, want 0", v)
 	}
-	if err := l.WaitHealthy(context.Background(), 3, 30*time.Second); err != nil {
-		t.Fatal(err)
-	}
-	h.finish(invariantDefaults())
 }
 
 // leaseHolder checks who holds the recovery Lease ("" for nobody).
