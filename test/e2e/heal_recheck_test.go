@@ -139,20 +139,24 @@ func assertLeftAlone(t *testing.T, l *lab.Lab, h *healRun, before map[string]uin
 	}
 }
 
-// leaseHolder checks who holds the recovery Lease ("" for nobody).
+// leaseHolder waits until the recovery Lease is held by want ("" for
+// nobody): the journal is closed just before the Lease is released.
 func leaseHolder(t *testing.T, h *healRun, want string) {
 	t.Helper()
-	ls, err := h.kc.CoordinationV1().Leases(lab.AgentNamespace).List(context.Background(), metav1.ListOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := ""
-	for _, le := range ls.Items {
-		if le.Spec.HolderIdentity != nil && *le.Spec.HolderIdentity != "" {
-			got = *le.Spec.HolderIdentity
+	eventually(t, 15*time.Second, fmt.Sprintf("recovery Lease held by %q", want), func() error {
+		ls, err := h.kc.CoordinationV1().Leases(lab.AgentNamespace).List(context.Background(), metav1.ListOptions{})
+		if err != nil {
+			return err
 		}
-	}
-	if got != want {
-		t.Fatalf("recovery Lease held by %q, want %q", got, want)
-	}
+		got := ""
+		for _, le := range ls.Items {
+			if le.Spec.HolderIdentity != nil && *le.Spec.HolderIdentity != "" {
+				got = *le.Spec.HolderIdentity
+			}
+		}
+		if got != want {
+			return fmt.Errorf("held by %q", got)
+		}
+		return nil
+	})
 }
