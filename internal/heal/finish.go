@@ -56,12 +56,20 @@ func (h *Healer) verify(ctx context.Context, res watchdog.Result, id uint64) (bo
 func (h *Healer) finish(ctx context.Context, j *journal.Record, d plan.Decision) Outcome {
 	result := journal.ResultSucceeded
 	switch {
-	case d.Reason == plan.ReasonMemberHealthy && !j.Phase.AtLeast(journal.PhaseStopped):
-		result = journal.ResultRefused // re-verified after the Lease: nothing to do
+	case preStopRecheck(d.Reason) && !j.Phase.AtLeast(journal.PhaseStopped):
+		// Rule 6, re-verified after the Lease: nothing was changed and
+		// nothing failed; no failure counted, no backoff.
+		result = journal.ResultRefused
 	case d.Reason != plan.ReasonNone:
 		result = journal.ResultFailed
 	}
 	return h.close(ctx, j, d, result, nil)
+}
+
+// preStopRecheck: reasons of rule 6's re-check closing a recovery before
+// the stop because the member is not (or no longer) to be healed.
+func preStopRecheck(r plan.Reason) bool {
+	return r == plan.ReasonNotNeeded || r == plan.ReasonInGracePeriod || r == plan.ReasonMemberHealthy
 }
 
 // fail closes the recovery as failed. A learner it added and did not promote

@@ -85,6 +85,9 @@ type Config struct {
 
 // Hold points (Config.HoldAt).
 const (
+	// HoldLeaseAcquired: the Lease is acquired and the journal opened (or
+	// resumed), rule 6's re-check not yet decided.
+	HoldLeaseAcquired = "lease-acquired"
 	// HoldSeedStreamed: the seed snapshot is streamed and verified, the data
 	// dir not yet built.
 	HoldSeedStreamed = "seed-streamed"
@@ -97,7 +100,7 @@ const (
 )
 
 // HoldPoints lists the valid Config.HoldAt values.
-var HoldPoints = []string{HoldSeedStreamed, HoldSeedRename, HoldMemberStart}
+var HoldPoints = []string{HoldLeaseAcquired, HoldSeedStreamed, HoldSeedRename, HoldMemberStart}
 
 // Rejoin modes (Config.RejoinMode).
 const (

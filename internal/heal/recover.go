@@ -13,7 +13,6 @@ import (
 
 	"github.com/etcd-agent/etcd-agent/internal/journal"
 	"github.com/etcd-agent/etcd-agent/internal/lease"
-	"github.com/etcd-agent/etcd-agent/internal/memberstate"
 	"github.com/etcd-agent/etcd-agent/internal/nodereport"
 	"github.com/etcd-agent/etcd-agent/internal/plan"
 	"github.com/etcd-agent/etcd-agent/internal/watchdog"
@@ -95,8 +94,8 @@ func (h *Healer) recover(parent context.Context, first watchdog.Result, req *pla
 			}
 		}
 		t1 := time.Now()
+		// The tracker's own verdict, as is: rule 6's re-check decides on it.
 		res = h.obs.Observe(ctx, time.Now())
-		res.Verdict.State = memberstate.Recovering
 		h.log.Debug("recovery loop timing", zap.String("action", string(d.Action)), zap.Duration("input", tInput),
 			zap.Duration("step", t1.Sub(t0)-tInput), zap.Duration("observe", time.Since(t1)))
 	}
@@ -109,6 +108,14 @@ func (h *Healer) step(ctx context.Context, res watchdog.Result, req *plan.Reques
 	case plan.Begin:
 		return h.begin(ctx, res, req, j)
 	case plan.StopMember:
+		if j.StopAttemptedAt.IsZero() {
+			// Recorded first: once tried, the member may be down by our
+			// hand, and Decide must not take that for a member in its grace.
+			j.StopAttemptedAt = now
+			if err := journal.Save(h.cfg.StateDir, *j); err != nil {
+				return err
+			}
+		}
 		return h.timed(j, journal.PhaseStopped, func() error { return h.stopAndQuarantine(ctx, res, j) })
 	case plan.TakeSnapshot:
 		return h.timed(j, journal.PhaseSnapshotted, func() error { return h.snapshot(ctx, res, j) })
@@ -181,7 +188,7 @@ func (h *Healer) begin(ctx context.Context, res watchdog.Result, req *plan.Reque
 	h.metrics.LeaseHeld.WithLabelValues(h.cfg.Member).Set(1)
 	if resumed {
 		h.log.Info("recovery resumed", zap.String("id", j.ID), zap.String("phase", string(j.Phase)))
-		return nil
+		return h.holdAt(ctx, HoldLeaseAcquired)
 	}
 	if err := h.advance(ctx, j, journal.PhaseStarted); err != nil {
 		return err
@@ -193,7 +200,7 @@ func (h *Healer) begin(ctx context.Context, res watchdog.Result, req *plan.Reque
 			_ = h.reporter.ClearRequest(ctx)
 		}
 	}
-	return nil
+	return h.holdAt(ctx, HoldLeaseAcquired)
 }
 
 // timed runs a step, then advances the journal to phase and records the

@@ -97,6 +97,11 @@ type Record struct {
 	NewMemberID MemberID `json:"newMemberID"`
 	PeerURLs    []string `json:"peerURLs"`
 
+	// StopAttemptedAt is when the stop was first tried: from then on the
+	// member may be down by our hand, and rule 6's re-check no longer asks
+	// whether it came back.
+	StopAttemptedAt time.Time `json:"stopAttemptedAt,omitzero"`
+
 	QuarantinePath string `json:"quarantinePath,omitempty"`
 	SnapshotPath   string `json:"snapshotPath,omitempty"`
 	SnapshotBytes  int64  `json:"snapshotBytes,omitempty"`

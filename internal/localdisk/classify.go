@@ -12,8 +12,9 @@ import (
 
 // Classify inspects dataDir without modifying it.
 //
-// Problems are reported in this order, first one wins: layout (see
-// ClassifyLayout), in-use (db flock held by another process), WAL
+// Problems are reported in this order, first one wins: in-use (db flock
+// held by another process, also when the layout is broken: a member
+// bootstrapping has its db before its WAL), layout (see ClassifyLayout), WAL
 // unreadable, identity mismatch with expect (foreign), db integrity, and
 // finally the db having applied entries the WAL no longer holds.
 //
@@ -21,23 +22,31 @@ import (
 // a child process (see isolate.go) because bbolt can crash the whole process
 // on a damaged db. If ctx ends first, or the child cannot be run, Classify
 // returns the layout verdict with a Detail saying the contents are
-// unverified.
+// unverified, and Verified false.
 func Classify(ctx context.Context, dataDir string, expect Expect) Result {
 	layout := ClassifyLayout(dataDir)
-	if layout.Class != ClassOK {
-		return layout
+	if layout.Class == ClassMissing || layout.Class == ClassEmpty {
+		return verified(layout) // nothing more to read
 	}
 	if err := ctx.Err(); err != nil {
 		return unverified(layout, err)
 	}
-
 	dbPath := filepath.Join(dataDir, dbRelPath)
+	if layout.Class != ClassOK {
+		// A bootstrapping member has its db before its WAL: a broken layout
+		// whose db a process holds is in use, not (yet) corrupt.
+		if dbLocked(dbPath) {
+			return verified(inUse(dbPath, filepath.Join(dataDir, walRelPath)))
+		}
+		return verified(layout)
+	}
+
 	db, err := openDBGuarded(dbPath, lockTimeout(ctx))
 	if errors.Is(err, errDBLocked) {
-		return inUse(dbPath, filepath.Join(dataDir, walRelPath))
+		return verified(inUse(dbPath, filepath.Join(dataDir, walRelPath)))
 	}
 	if err != nil {
-		return corruptf("open %s: %v", dbPath, err)
+		return verified(corruptf("open %s: %v", dbPath, err))
 	}
 	// Our shared flock stops the member from starting (and writing the WAL)
 	// while the child inspects; the child takes its own shared flock.
@@ -51,6 +60,11 @@ func Classify(ctx context.Context, dataDir string, expect Expect) Result {
 	if err != nil {
 		return unverified(layout, err)
 	}
+	return verified(r)
+}
+
+func verified(r Result) Result {
+	r.Verified = true
 	return r
 }
 

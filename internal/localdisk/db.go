@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"os"
+	"syscall"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -33,6 +35,23 @@ func openDBReadOnly(path string, lockTimeout time.Duration) (*bolt.DB, error) {
 		return nil, errDBLocked
 	}
 	return db, err
+}
+
+// dbLocked reports whether another process holds the db file's flock (the
+// lock bbolt, and so a running etcd, takes). It never waits and works on a
+// file bbolt could not open (zero-length, garbage): a member bootstrapping
+// holds the lock from the moment it creates the file.
+func dbLocked(path string) bool {
+	f, err := os.Open(path)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	err = syscall.Flock(int(f.Fd()), syscall.LOCK_SH|syscall.LOCK_NB)
+	if err == nil {
+		_ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
+	}
+	return errors.Is(err, syscall.EWOULDBLOCK)
 }
 
 // checkDB runs bbolt's consistency check and returns the consistent index.

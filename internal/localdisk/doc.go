@@ -57,4 +57,8 @@ type Result struct {
 	MemberID, ClusterID uint64
 	// ConsistentIndex comes from the db when readable (0 otherwise).
 	ConsistentIndex uint64
+	// Verified: Classify's checks finished, so the class is confirmed. The
+	// layout check alone (ClassifyLayout, or a deep check that could not
+	// finish) leaves it false: its corrupt can be a member bootstrapping.
+	Verified bool `json:",omitempty"`
 }

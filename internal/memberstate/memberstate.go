@@ -7,8 +7,8 @@
 //
 // Hysteresis (DESIGN.md rule 6, the bootkube lesson): a member is lost only
 // after it has been continuously unhealthy for the grace period, or at once
-// when its data dir is missing/empty/corrupt/foreign and it is not serving
-// (nothing is left to wait for). A single healthy or learner sample ends the
+// when its data dir is missing/empty, or corrupt/foreign as confirmed by the
+// deep check, and it is not serving (nothing is left to wait for). A single healthy or learner sample ends the
 // unhealthy run, so a member restarted within the grace period never becomes
 // lost.
 package memberstate
@@ -56,7 +56,10 @@ type Sample struct {
 	Serving   bool      // local member answered a linearizable health check / Status in this poll
 	IsLearner bool      // local member is a learner in the member list
 	DataDir   string    // class from localdisk: "ok", "missing", "empty", "corrupt", "foreign", "in-use"
-	Alarms    []string  // local member's alarms, e.g. "NOSPACE", "CORRUPT"
+	// DataDirVerified: the deep check confirmed DataDir (localdisk.Classify
+	// finished). Corrupt and foreign are lost at once only when confirmed.
+	DataDirVerified bool
+	Alarms          []string // local member's alarms, e.g. "NOSPACE", "CORRUPT"
 
 	HealthyVoters, Voters int // cluster-wide, from this poll
 	HasLeader             bool
@@ -176,12 +179,21 @@ type problem struct{ reason, detail string }
 // healed); the first one is the Reason, all of them go in the Detail.
 func assess(s Sample) assessment {
 	var problems []problem
-	dataDirGone, dataDirKnown := false, true
+	dataDirGone, dataDirKnown, dataDirSure := false, true, true
 	switch s.DataDir {
 	case dataDirOK, dataDirInUse:
-	case dataDirMissing, dataDirEmpty, dataDirCorrupt, dataDirForeign:
+	case dataDirMissing, dataDirEmpty:
 		dataDirGone = true
 		problems = append(problems, problem{"data-dir-" + s.DataDir, "data dir is " + s.DataDir})
+	case dataDirCorrupt, dataDirForeign:
+		// The layout check's corrupt can be a member bootstrapping (its db
+		// exists before its WAL): only the deep check's word is proof.
+		dataDirGone, dataDirSure = true, s.DataDirVerified
+		detail := "data dir is " + s.DataDir
+		if !dataDirSure {
+			detail += " (layout check only, not confirmed)"
+		}
+		problems = append(problems, problem{"data-dir-" + s.DataDir, detail})
 	default:
 		dataDirKnown = false
 	}
@@ -215,7 +227,7 @@ func assess(s Sample) assessment {
 	}
 	switch {
 	case !s.Serving && dataDirGone:
-		a.state, a.lostAtOnce = Down, true
+		a.state, a.lostAtOnce = Down, dataDirSure
 	case !s.Serving:
 		a.state = Down
 	case dataDirGone:

@@ -28,6 +28,11 @@ func notServing(s *Sample)           { s.Serving = false }
 func learner(s *Sample)              { s.IsLearner = true }
 func notMember(s *Sample)            { s.InMemberList = false }
 func dataDir(c string) func(*Sample) { return func(s *Sample) { s.DataDir = c } }
+
+// deepDir is a class the watchdog's deep check confirmed.
+func deepDir(c string) func(*Sample) {
+	return func(s *Sample) { s.DataDir, s.DataDirVerified = c, true }
+}
 func alarms(a ...string) func(*Sample) {
 	return func(s *Sample) { s.Alarms = a }
 }
@@ -129,14 +134,29 @@ func TestStateTransitions(t *testing.T) {
 			},
 		},
 		{
-			name: "empty, corrupt and foreign data dirs while not serving are lost at once",
+			name: "empty, and confirmed corrupt and foreign data dirs while not serving are lost at once",
 			cfg:  Config{GracePeriod: grace},
 			steps: []step{
 				{sample(0, notServing, dataDir("empty")), Lost, "data-dir-empty", 0},
 				{sample(time.Second), Healthy, "healthy", noTrouble},
-				{sample(2*time.Second, notServing, dataDir("corrupt")), Lost, "data-dir-corrupt", 2 * time.Second},
+				{sample(2*time.Second, notServing, deepDir("corrupt")), Lost, "data-dir-corrupt", 2 * time.Second},
 				{sample(3 * time.Second), Healthy, "healthy", noTrouble},
-				{sample(4*time.Second, notServing, dataDir("foreign")), Lost, "data-dir-foreign", 4 * time.Second},
+				{sample(4*time.Second, notServing, deepDir("foreign")), Lost, "data-dir-foreign", 4 * time.Second},
+			},
+		},
+		{
+			// The layout check's corrupt can be a member bootstrapping (db
+			// before WAL): without the deep check's word the grace applies.
+			name: "corrupt or foreign data dirs the deep check did not confirm wait out the grace",
+			cfg:  Config{GracePeriod: grace},
+			steps: []step{
+				{sample(0, notServing, dataDir("corrupt")), Down, "data-dir-corrupt", 0},
+				{sample(10*time.Second, notServing, dataDir("foreign")), Down, "data-dir-foreign", 0},
+				{sample(20*time.Second, notServing, dataDir("corrupt")), Down, "data-dir-corrupt", 0},
+				{sample(30*time.Second, notServing, dataDir("corrupt")), Lost, "data-dir-corrupt", 0},
+				{sample(31 * time.Second), Healthy, "healthy", noTrouble},
+				{sample(32*time.Second, notServing, dataDir("corrupt")), Down, "data-dir-corrupt", 32 * time.Second},
+				{sample(33*time.Second, notServing, deepDir("corrupt")), Lost, "data-dir-corrupt", 32 * time.Second},
 			},
 		},
 		{
@@ -217,7 +237,7 @@ func TestStateTransitions(t *testing.T) {
 			cfg:  Config{GracePeriod: grace},
 			steps: []step{
 				{sample(0, learner, dataDir("corrupt")), Degraded, "data-dir-corrupt", 0},
-				{sample(time.Second, learner, dataDir("corrupt"), notServing), Lost, "data-dir-corrupt", 0},
+				{sample(time.Second, learner, deepDir("corrupt"), notServing), Lost, "data-dir-corrupt", 0},
 			},
 		},
 		{

@@ -49,8 +49,11 @@ type Local struct {
 	// DataDirClass is a localdisk class: ok, missing, empty, corrupt, foreign, in-use.
 	DataDirClass  string `json:"dataDirClass"`
 	DataDirDetail string `json:"dataDirDetail,omitempty"`
-	Match         Match  `json:"match"`
-	MatchDetail   string `json:"matchDetail,omitempty"`
+	// DataDirVerified: the deep check confirmed DataDirClass (not the
+	// layout check alone, whose corrupt can be a member bootstrapping).
+	DataDirVerified bool   `json:"dataDirVerified,omitempty"`
+	Match           Match  `json:"match"`
+	MatchDetail     string `json:"matchDetail,omitempty"`
 	// ID is the matched member's ID (0 unless Match is ok).
 	ID        uint64   `json:"id,omitempty"`
 	Serving   bool     `json:"serving"`

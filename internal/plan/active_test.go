@@ -24,9 +24,6 @@ func held(p journal.Phase, mods ...func(*journal.Record)) opt {
 	return func(s *spec) { journalAt(p, mods...)(s); leaseHeld()(s) }
 }
 
-// recovering is the executor's mark on every re-observation.
-var recovering = verdict(memberstate.Recovering)
-
 func TestRejoinStepByStep(t *testing.T) {
 	// One 3-voter rejoin, as the executor walks it; the add's answer is lost
 	// (it timed out but was applied), so the learner is adopted.
@@ -40,17 +37,17 @@ func TestRejoinStepByStep(t *testing.T) {
 		id   uint64
 	}{
 		{"lost: begin", 3, nil, Begin, 0},
-		{"lease held: stop", 3, []opt{held(journal.PhaseStarted), recovering}, StopMember, 0},
-		{"stopped: snapshot", 3, []opt{held(journal.PhaseStopped), recovering}, TakeSnapshot, 0},
-		{"snapshotted: remove", 3, []opt{held(journal.PhaseSnapshotted), recovering}, RemoveMember, id(1)},
-		{"removed: add", 2, []opt{gone, held(journal.PhaseRemoved), recovering}, AddLearner, 0},
-		{"add applied, answer lost: adopt", 2, []opt{gone, unstartedLearner(18), held(journal.PhaseRemoved), recovering}, AdoptLearner, id(18)},
-		{"learner added: prepare", 2, []opt{gone, unstartedLearner(18), held(journal.PhaseLearnerAdded, newID(18)), recovering}, PrepareDataDir, id(18)},
-		{"prepared: start", 2, []opt{gone, unstartedLearner(18), held(journal.PhasePrepared, newID(18)), recovering}, StartMember, id(18)},
-		{"started: catch up", 2, []opt{gone, ourLearner(true, 1), held(journal.PhaseMemberStarted, newID(18), stalled), recovering}, WaitCatchUp, id(18)},
-		{"caught up: promote", 2, []opt{gone, ourLearner(true, leaderIndex), held(journal.PhaseMemberStarted, newID(18), stalled), recovering}, Promote, id(18)},
-		{"promoted: verify", 2, []opt{gone, ourVoter(18), held(journal.PhasePromoted, newID(18)), recovering}, Verify, id(18)},
-		{"verified: finish", 2, []opt{gone, ourVoter(18), held(journal.PhaseVerified, newID(18)), recovering}, Finish, 0},
+		{"lease held: stop", 3, []opt{held(journal.PhaseStarted)}, StopMember, 0},
+		{"stopped: snapshot", 3, []opt{held(journal.PhaseStopped)}, TakeSnapshot, 0},
+		{"snapshotted: remove", 3, []opt{held(journal.PhaseSnapshotted)}, RemoveMember, id(1)},
+		{"removed: add", 2, []opt{gone, held(journal.PhaseRemoved)}, AddLearner, 0},
+		{"add applied, answer lost: adopt", 2, []opt{gone, unstartedLearner(18), held(journal.PhaseRemoved)}, AdoptLearner, id(18)},
+		{"learner added: prepare", 2, []opt{gone, unstartedLearner(18), held(journal.PhaseLearnerAdded, newID(18))}, PrepareDataDir, id(18)},
+		{"prepared: start", 2, []opt{gone, unstartedLearner(18), held(journal.PhasePrepared, newID(18))}, StartMember, id(18)},
+		{"started: catch up", 2, []opt{gone, ourLearner(true, 1), held(journal.PhaseMemberStarted, newID(18), stalled)}, WaitCatchUp, id(18)},
+		{"caught up: promote", 2, []opt{gone, ourLearner(true, leaderIndex), held(journal.PhaseMemberStarted, newID(18), stalled)}, Promote, id(18)},
+		{"promoted: verify", 2, []opt{gone, ourVoter(18), held(journal.PhasePromoted, newID(18))}, Verify, id(18)},
+		{"verified: finish", 2, []opt{gone, ourVoter(18), held(journal.PhaseVerified, newID(18))}, Finish, 0},
 	} {
 		t.Run(c.step, func(t *testing.T) {
 			d := Decide(cluster(c.n, 2, c.opts...))
@@ -76,6 +73,10 @@ func TestResumeNeedsLease(t *testing.T) {
 	}
 }
 
+// Rule 6's re-check: with the Lease held, before the stop, Decide sees a
+// fresh observation and the tracker's own verdict on it (the executor never
+// overrides it). Verdicts here are ones the tracker gives for the
+// observation the fixture builds.
 func TestPreStopReverification(t *testing.T) {
 	forN(t, 3, 7, func(t *testing.T, n int) {
 		started := held(journal.PhaseStarted)
@@ -87,25 +88,48 @@ func TestPreStopReverification(t *testing.T) {
 			reason Reason
 		}{
 			{"still lost", n - 1, nil, StopMember, ReasonNone},
-			{"executor's recovering mark, still down", n - 1, []opt{recovering}, StopMember, ReasonNone},
-			{"healthy again", n, []opt{local(localHealthy)}, Finish, ReasonMemberHealthy},
-			{"healthy again, executor's mark", n, []opt{local(localHealthy), recovering}, Finish, ReasonMemberHealthy},
-			{"healthy again, stale lost verdict", n, []opt{local(localHealthy), verdict(memberstate.Lost)}, Finish, ReasonMemberHealthy},
-			{"back in grace", n - 1, []opt{local(localDown)}, Finish, ReasonMemberHealthy},
+			{"stopped past the grace, data dir ok", n - 1, []opt{local(localDown), verdict(memberstate.Lost)}, StopMember, ReasonNone},
+			{"healthy again", n, []opt{local(localHealthy)}, Finish, ReasonNotNeeded},
+			{"serving with usable data, alarm past the grace", n, []opt{local(localHealthy), verdict(memberstate.Lost)}, Finish, ReasonNotNeeded},
+			{"serving with usable data, alarm", n, []opt{local(localHealthy), verdict(memberstate.Degraded)}, Finish, ReasonNotNeeded},
+			{"data dir back, not serving yet, in grace", n - 1, []opt{local(localDown)}, Finish, ReasonNotNeeded},
+			{"data dir back in use, not serving yet, in grace", n - 1, []opt{local(localDown), dataDir("in-use")}, Finish, ReasonNotNeeded},
+			{"unconfirmed corrupt, in grace", n - 1, []opt{dataDir("corrupt"), verdict(memberstate.Down)}, Finish, ReasonInGracePeriod},
+			{"wiped but serving, run restarted", n - 1, []opt{local(localWiped), verdict(memberstate.Degraded)}, Finish, ReasonInGracePeriod},
 			{"manual, healthy, spare quorum", n, []opt{local(localHealthy), request()}, StopMember, ReasonNone},
 			{"manual, healthy, no spare", q(n), []opt{local(localHealthy), request()}, Finish, ReasonWouldLoseQuorum},
-			{"wiped but serving, no spare", q(n) - 1, []opt{local(localWiped), recovering}, Finish, ReasonWouldLoseQuorum},
-			{"wiped but serving, spare", q(n), []opt{local(localWiped), recovering}, StopMember, ReasonNone},
-			{"majority lost", q(n) - 1, []opt{recovering}, Finish, ReasonMajorityLost},
-			{"no leader", n - 1, []opt{recovering, noLeader()}, Finish, ReasonMajorityLost},
-			{"another learner", n - 1, []opt{recovering, otherLearner()}, Finish, ReasonLearnerPresent},
-			{"ambiguous", n - 1, []opt{recovering, forceMatch(observation.MatchAmbiguous)}, Finish, ReasonAmbiguousIdentity},
-			{"disk full", n - 1, []opt{recovering, free(1)}, Finish, ReasonDiskFull},
+			{"manual, restarting in grace", n - 1, []opt{local(localDown), request()}, StopMember, ReasonNone},
+			{"wiped but serving, lost, no spare", q(n) - 1, []opt{local(localWiped), verdict(memberstate.Lost)}, Finish, ReasonWouldLoseQuorum},
+			{"wiped but serving, lost, spare", q(n), []opt{local(localWiped), verdict(memberstate.Lost)}, StopMember, ReasonNone},
+			{"majority lost", q(n) - 1, nil, Finish, ReasonMajorityLost},
+			{"no leader", n - 1, []opt{noLeader()}, Finish, ReasonMajorityLost},
+			{"another learner", n - 1, []opt{otherLearner()}, Finish, ReasonLearnerPresent},
+			{"ambiguous", n - 1, []opt{forceMatch(observation.MatchAmbiguous)}, Finish, ReasonAmbiguousIdentity},
+			{"disk full", n - 1, []opt{free(1)}, Finish, ReasonDiskFull},
 		} {
 			d := Decide(cluster(n, c.k, append([]opt{started}, c.opts...)...))
 			t.Run(c.name, func(t *testing.T) { want(t, d, c.action, c.reason) })
 		}
 	})
+}
+
+// A stop that was attempted and failed half-way (stopped, not quarantined)
+// left the member down by our hand: the re-check no longer applies, the stop
+// is finished, whatever the tracker says of the member we stopped.
+func TestNoRecheckOnceTheStopWasAttempted(t *testing.T) {
+	attempted := held(journal.PhaseStarted, func(r *journal.Record) { r.StopAttemptedAt = t0.Add(-time.Second) })
+	want(t, Decide(cluster(3, 2, attempted, local(localDown))), StopMember, ReasonNone)
+	want(t, Decide(cluster(3, 2, attempted, dataDir("corrupt"), verdict(memberstate.Down))), StopMember, ReasonNone)
+	// checkBegin still applies: a healthy member is never stopped automatically.
+	want(t, Decide(cluster(3, 3, attempted, local(localHealthy))), Finish, ReasonMemberHealthy)
+}
+
+// After the stop the verdict no longer matters: the member is down because
+// the recovery stopped it, and the tracker may say anything about that.
+func TestVerdictIgnoredOnceStopped(t *testing.T) {
+	for _, st := range []memberstate.State{memberstate.Healthy, memberstate.Degraded, memberstate.Down, memberstate.Lost} {
+		want(t, Decide(cluster(3, 2, held(journal.PhaseStopped), verdict(st))), TakeSnapshot, ReasonNone)
+	}
 }
 
 func TestTakeSnapshot(t *testing.T) {

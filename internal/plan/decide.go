@@ -121,12 +121,13 @@ func decideActive(in Input, cfg Config) Decision {
 		return Decision{Action: Begin, Detail: "resume from phase " + string(j.Phase)}
 	}
 	if !j.Phase.AtLeast(journal.PhaseStopped) {
-		// Rule 6: the condition is re-verified once the Lease is held.
-		// Recovering is the executor's own mark on its re-observations, not
-		// the tracker's judgement: then the observation alone is re-checked
-		// (checkBegin refuses a healthy member without a request).
-		if in.Request == nil && in.Verdict.State != memberstate.Lost && in.Verdict.State != memberstate.Recovering {
-			return Decision{Action: Finish, Reason: ReasonMemberHealthy, Detail: "member is " + string(in.Verdict.State) + " again; nothing to do"}
+		// Rule 6: the condition is re-verified once the Lease is held, on a
+		// fresh observation and the tracker's verdict on it; not after a
+		// stop was tried (the member may be down by our hand).
+		if in.Request == nil && j.StopAttemptedAt.IsZero() {
+			if d, done := recheckLost(in); done {
+				return d
+			}
 		}
 		if d, ok := checkBegin(in, cfg); !ok {
 			d.Action = Finish
@@ -182,6 +183,31 @@ func decideActive(in Input, cfg Config) Decision {
 		return Decision{Action: Verify, MemberID: ours.ID}
 	}
 	return Decision{Action: Finish, Detail: "member rejoined, promoted and verified"}
+}
+
+// recheckLost is rule 6's re-check of an automatic recovery after the
+// Lease is acquired, before the stop: a member that serves with usable
+// data, or whose data dir is usable and that is no longer lost (back within
+// its grace: restarting, or its data dir came back), is not stopped; the
+// recovery closes as not-needed. A member not lost any more whose data dir
+// is still unusable (an unconfirmed corrupt class, a gap in observation
+// restarted the run) closes as in-grace-period: the tracker decides again.
+func recheckLost(in Input) (Decision, bool) {
+	o, v := in.Obs, in.Verdict
+	local, inList := localMember(o)
+	usable := observation.DataDirUsable(o.Local.DataDirClass)
+	switch {
+	case inList && local.Serving && usable:
+		return Decision{Action: Finish, Reason: ReasonNotNeeded,
+			Detail: fmt.Sprintf("re-checked after the Lease: the member serves with a usable data dir (%s, %s); nothing to do", v.State, v.Reason)}, true
+	case v.State == memberstate.Lost:
+		return Decision{}, false
+	case usable:
+		return Decision{Action: Finish, Reason: ReasonNotNeeded,
+			Detail: fmt.Sprintf("re-checked after the Lease: the data dir is usable and the member is %s, not lost (%s); nothing to do", v.State, v.Detail)}, true
+	}
+	return Decision{Action: Finish, Reason: ReasonInGracePeriod,
+		Detail: fmt.Sprintf("re-checked after the Lease: the member is %s, not lost (%s); the tracker decides again", v.State, v.Detail)}, true
 }
 
 // decideRemove: rule 2. The old member must not be healthy, and the voters

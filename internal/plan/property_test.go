@@ -64,7 +64,7 @@ func TestDecideInvariants(t *testing.T) {
 	for _, rs := range []Reason{ReasonNone, ReasonMajorityLost, ReasonWouldLoseQuorum, ReasonLearnerPresent,
 		ReasonLeaseHeldByOther, ReasonAPIUnavailable, ReasonAmbiguousIdentity, ReasonInGracePeriod,
 		ReasonMemberHealthy, ReasonDryRun, ReasonDiskFull, ReasonBadRequest, ReasonBackoff,
-		ReasonNoSnapshotSource, ReasonLearnerStalled, ReasonLearnerGone, ReasonAutoHealDisabled} {
+		ReasonNoSnapshotSource, ReasonLearnerStalled, ReasonLearnerGone, ReasonAutoHealDisabled, ReasonNotNeeded} {
 		if reasons[rs] == 0 {
 			t.Errorf("no random input led to reason %q", rs)
 		}
@@ -166,6 +166,13 @@ func invariants(in Input, c Config, d Decision) []string {
 		if localHealthy && o.HealthyVoters()-1 < memberstate.Quorum(n) {
 			fail("stops a healthy member leaving %d healthy of %d", o.HealthyVoters()-1, n)
 		}
+		// Rule 6's re-check: automatically, only a member still lost.
+		if in.Request == nil && j.StopAttemptedAt.IsZero() && (in.Verdict.State != memberstate.Lost || localHealthy) {
+			fail("stops without a request a member the tracker says is %s (healthy %v)", in.Verdict.State, localHealthy)
+		}
+	}
+	if d.Reason == ReasonNotNeeded && (d.Action != Finish || j.Phase != journal.PhaseStarted || in.Request != nil) {
+		fail("not-needed as %s in phase %q with request %v", d.Action, j.Phase, in.Request)
 	}
 	// A new recovery begins only when wanted, allowed and not a dry run.
 	if d.Action == Begin && !j.Active() {
@@ -278,7 +285,9 @@ func randomInput(r *rand.Rand) (Input, Config) {
 	if pick(0.1) {
 		in.FreeBytes -= 1 + r.Uint64N(in.FreeBytes)
 	}
-	states := memberstate.AllStates()
+	// Only what the tracker gives: the executor passes its verdict as is
+	// (Recovering is a display state of the agent, never an input).
+	states := []memberstate.State{memberstate.Healthy, memberstate.Degraded, memberstate.Down, memberstate.Lost, memberstate.Learner}
 	in.Verdict.State = states[r.IntN(len(states))]
 	if pick(0.4) {
 		in.Verdict.State = memberstate.Lost
@@ -309,6 +318,9 @@ func randomInput(r *rand.Rand) (Input, Config) {
 	}
 	if pick(0.8) {
 		j.LearnerProgressAt = t0.Add(-time.Duration(r.Int64N(int64(10 * time.Minute))))
+	}
+	if pick(0.2) {
+		j.StopAttemptedAt = t0.Add(-time.Minute)
 	}
 	if pick(0.3) {
 		j.Failures, j.LastFailureAt = 1+r.IntN(5), t0.Add(-time.Duration(r.Int64N(int64(20*time.Minute))))

@@ -61,6 +61,7 @@ const (
 	ReasonLearnerGone       Reason = "learner-gone"
 	ReasonAutoHealDisabled  Reason = "auto-heal-disabled"
 	ReasonLeaseLost         Reason = "lease-lost"
+	ReasonNotNeeded         Reason = "not-needed"
 )
 
 // RefusalReasons lists the codes a recovery can be refused with (for

@@ -29,8 +29,8 @@ func (c *deepCache) classify(ctx context.Context, dir string, exp localdisk.Expe
 	}
 	c.mu.Unlock()
 	r := localdisk.Classify(ctx, dir, exp)
-	if r.Class == localdisk.ClassInUse {
-		return r // someone holds it now; check again next time
+	if r.Class == localdisk.ClassInUse || !r.Verified {
+		return r // someone holds it now, or the check did not finish: again next time
 	}
 	c.mu.Lock()
 	c.key, c.result = key, r

@@ -64,6 +64,8 @@ type Watchdog struct {
 	mu        sync.Mutex
 	endpoints []string
 	clusterID uint64
+	// lastPollTook is how long the last Observe took (see maxSampleGap).
+	lastPollTook time.Duration
 	// lastMembers is the last member list seen: when no member answers the
 	// list (no leader), the members it named are still probed one by one,
 	// so that a lost majority is reported with real counts.
@@ -94,9 +96,27 @@ func (w *Watchdog) Close() { w.clients.close() }
 
 // Observe makes one observation at now and updates the member state.
 func (w *Watchdog) Observe(ctx context.Context, now time.Time) Result {
+	start := time.Now()
 	obs := w.observe(ctx, now)
-	v := w.tracker.Observe(sampleOf(obs), memberstate.Config{GracePeriod: w.cfg.GracePeriod})
+	w.mu.Lock()
+	gap := w.maxSampleGap()
+	w.lastPollTook = time.Since(start)
+	w.mu.Unlock()
+	v := w.tracker.Observe(sampleOf(obs), memberstate.Config{GracePeriod: w.cfg.GracePeriod, MaxSampleGap: gap})
 	return Result{Observation: obs, Verdict: v}
+}
+
+// maxSampleGap is how far apart two samples may be and still count as one
+// continuous unhealthy run: three poll intervals of not looking (a stalled
+// agent, a recovery held or slow before its re-check) mean the member may
+// have been healthy unseen, so the run starts afresh. A sample's time is its
+// poll's start, so the gap also holds the previous poll's own duration,
+// which is added: a poll is slow when members do not answer (each request
+// waits ProbeTimeout, and the member list and alarms try endpoints one after
+// another), and a fixed limit would then restart the run on every poll and
+// never let the member be lost.
+func (w *Watchdog) maxSampleGap() time.Duration {
+	return 3*w.cfg.PollInterval + w.lastPollTook
 }
 
 func (w *Watchdog) observe(ctx context.Context, now time.Time) observation.Observation {
@@ -193,26 +213,30 @@ func (w *Watchdog) alarms(ctx context.Context, eps []string, id uint64) []string
 }
 
 // classifyDataDir runs the cheap layout check always and the deep check
-// (bbolt + WAL + identity) when the member is not serving: a running member
-// holds the db lock, and its open files are not what a restart would read.
+// (db lock, bbolt + WAL + identity) when the member is not serving: a
+// running member holds the db lock, and its open files are not what a
+// restart would read. A broken layout is confirmed by the deep check too: a
+// member bootstrapping has its db before its WAL (then in-use), and only a
+// confirmed corrupt dir makes a stopped member lost at once.
 func (w *Watchdog) classifyDataDir(ctx context.Context, obs *observation.Observation) {
 	dir := obs.Local.DataDir
 	r := localdisk.ClassifyLayout(dir)
-	if r.Class == localdisk.ClassOK && !obs.Local.Serving {
+	if (r.Class == localdisk.ClassOK || r.Class == localdisk.ClassCorrupt) && !obs.Local.Serving {
 		exp := localdisk.Expect{ClusterID: obs.ClusterID}
 		if obs.Local.Match == observation.MatchOK {
 			exp.MemberID = obs.Local.ID
 		}
 		r = w.deep.classify(ctx, dir, exp)
 	}
-	obs.Local.DataDirClass, obs.Local.DataDirDetail = string(r.Class), r.Detail
+	obs.Local.DataDirClass, obs.Local.DataDirDetail, obs.Local.DataDirVerified = string(r.Class), r.Detail, r.Verified
 }
 
 // sampleOf turns an observation into the state tracker's input.
 func sampleOf(o observation.Observation) memberstate.Sample {
 	return memberstate.Sample{
 		At: o.At, Serving: o.Local.Serving, IsLearner: o.Local.IsLearner, DataDir: o.Local.DataDirClass,
-		Alarms: o.Local.Alarms, HealthyVoters: o.HealthyVoters(), Voters: o.Voters(),
+		DataDirVerified: o.Local.DataDirVerified,
+		Alarms:          o.Local.Alarms, HealthyVoters: o.HealthyVoters(), Voters: o.Voters(),
 		HasLeader: o.LeaderID != 0, InMemberList: o.Local.Match == observation.MatchOK,
 	}
 }
