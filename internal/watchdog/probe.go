@@ -135,23 +135,28 @@ func reachable(endpoint string) bool {
 	return true
 }
 
+// answer is who answered a Status request: its header's member and cluster
+// IDs (zero when nothing answered).
+type answer struct{ member, cluster uint64 }
+
 // probe fills m from its own Status and, for a voter, a linearizable read
-// served through it (Status alone answers even without a quorum).
-func (c *clients) probe(ctx context.Context, m *observation.Member) {
+// served through it (Status alone answers even without a quorum). A process
+// answering as another member than m.ID (when m.ID is known) is not m.
+func (c *clients) probe(ctx context.Context, m *observation.Member) answer {
 	if len(m.ClientURLs) == 0 {
 		m.ProbeError = "no client URL (member not started yet)"
-		return
+		return answer{}
 	}
 	ep := m.ClientURLs[0]
 	if !reachable(ep) {
 		m.ProbeError = "unreachable: connection refused"
 		c.drop(ep)
-		return
+		return answer{}
 	}
 	cl, err := c.get(ep)
 	if err != nil {
 		m.ProbeError = err.Error()
-		return
+		return answer{}
 	}
 	rctx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
@@ -159,7 +164,12 @@ func (c *clients) probe(ctx context.Context, m *observation.Member) {
 	if err != nil {
 		m.ProbeError = "status: " + err.Error()
 		c.drop(ep)
-		return
+		return answer{}
+	}
+	ans := answer{member: st.Header.MemberId, cluster: st.Header.ClusterId}
+	if m.ID != 0 && ans.member != m.ID {
+		m.ProbeError = fmt.Sprintf("%s answers as member %x", ep, ans.member)
+		return ans
 	}
 	m.IsLeader = st.Leader == st.Header.MemberId
 	m.RaftTerm, m.RaftIndex, m.AppliedIndex = st.RaftTerm, st.RaftIndex, st.RaftAppliedIndex
@@ -167,14 +177,15 @@ func (c *clients) probe(ctx context.Context, m *observation.Member) {
 	m.Errors = st.Errors
 	if st.Leader == 0 {
 		m.ProbeError = "member has no leader"
-		return
+		return ans
 	}
 	if !m.IsLearner {
 		if _, err := cl.Get(rctx, "etcd-agent-health", clientv3.WithCountOnly()); err != nil {
 			m.ProbeError = "linearizable read: " + err.Error()
 			c.drop(ep)
-			return
+			return ans
 		}
 	}
 	m.Serving = true
+	return ans
 }

@@ -139,27 +139,37 @@ func (w *Watchdog) observe(ctx context.Context, now time.Time) observation.Obser
 		w.lastMembers = slices.Clone(obs.Members)
 		w.mu.Unlock()
 	}
+	// The local client URL is always asked who answers there (rule 7): by
+	// the probe of the member listed with it, else on its own.
 	var wg sync.WaitGroup
+	answers := make([]answer, len(obs.Members))
+	local := observation.Member{ClientURLs: []string{id.ClientURL}}
+	var localAns answer
+	li := slices.IndexFunc(obs.Members, func(m observation.Member) bool {
+		return len(m.ClientURLs) > 0 && m.ClientURLs[0] == id.ClientURL
+	})
+	if li < 0 && id.ClientURL != "" {
+		wg.Add(1)
+		go func() { defer wg.Done(); localAns = w.clients.probe(ctx, &local) }()
+	}
 	for i := range obs.Members {
 		wg.Add(1)
-		go func() { defer wg.Done(); w.clients.probe(ctx, &obs.Members[i]) }()
+		go func() { defer wg.Done(); answers[i] = w.clients.probe(ctx, &obs.Members[i]) }()
 	}
 	wg.Wait()
-	for _, m := range obs.Members {
-		if m.IsLeader && m.Serving {
-			obs.LeaderID = m.ID
-		}
+	if li >= 0 {
+		local, localAns = obs.Members[li], answers[li]
 	}
+	obs.Local.AnsweringID, obs.Local.AnsweringClusterID = localAns.member, localAns.cluster
+	obs.LeaderID = observation.Leader(obs.Members)
 	observation.MatchLocal(&obs)
 	if obs.Local.Match == observation.MatchOK {
 		m, _ := obs.Member(obs.Local.ID)
 		obs.Local.Serving, obs.Local.IsLearner = m.Serving, m.IsLearner
 		obs.Local.Alarms = w.alarms(ctx, append([]string{listEP}, eps...), m.ID)
-	} else if id.ClientURL != "" {
-		// Not (unambiguously) in the member list, but maybe a process answers.
-		probe := observation.Member{ClientURLs: []string{id.ClientURL}}
-		w.clients.probe(ctx, &probe)
-		obs.Local.Serving = probe.Serving
+	} else {
+		// Not (unambiguously) ours: a process may answer, never ours to stop.
+		obs.Local.Serving = local.Serving
 	}
 	w.classifyDataDir(ctx, &obs)
 	return obs
