@@ -61,6 +61,7 @@ const (
 	ReasonLearnerGone       Reason = "learner-gone"
 	ReasonAutoHealDisabled  Reason = "auto-heal-disabled"
 	ReasonLeaseLost         Reason = "lease-lost"
+	ReasonForeignCluster    Reason = "foreign-cluster"
 )
 
 // RefusalReasons lists the codes a recovery can be refused with (for
@@ -68,7 +69,7 @@ const (
 func RefusalReasons() []Reason {
 	return []Reason{ReasonMajorityLost, ReasonWouldLoseQuorum, ReasonLearnerPresent, ReasonLeaseHeldByOther,
 		ReasonAPIUnavailable, ReasonAmbiguousIdentity, ReasonMemberHealthy, ReasonDryRun, ReasonDiskFull,
-		ReasonBadRequest, ReasonNoSnapshotSource}
+		ReasonBadRequest, ReasonNoSnapshotSource, ReasonForeignCluster}
 }
 
 // Request is a manual trigger (Node annotation or `etcd-agent recover`).
