@@ -38,6 +38,9 @@ type Metrics struct {
 	LastRecovery         *prometheus.GaugeVec
 	ObservationDuration  *prometheus.HistogramVec
 	StartGateWrapped     *prometheus.GaugeVec
+	// ForeignEndpointResponses counts, per endpoint, the observations in
+	// which it answered for another cluster than the pinned one.
+	ForeignEndpointResponses *prometheus.CounterVec
 }
 
 // New registers every metric (and the Go and process collectors) in a fresh registry.
@@ -72,11 +75,13 @@ func New() *Metrics {
 		ObservationDuration: h("observation_duration_seconds", "Time one observation (member list, probes, data dir check) takes.",
 			prometheus.ExponentialBuckets(0.001, 2, 14), "member"),
 		StartGateWrapped: g("start_gate_wrapped", "1 when the etcd static pod runs etcd through the start gate (`etcd-agent gate -- etcd ...`), so every start, container restarts included, is checked; 0 when it does not.", "member"),
+		ForeignEndpointResponses: c("foreign_endpoint_responses_total",
+			"Observations in which an endpoint answered for another cluster than the pinned one (its answers are ignored).", "member", "endpoint"),
 	}
 	m.Registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		m.MemberState, m.DataDirStatus, m.VotingMembers, m.HealthyVotingMembers, m.QuorumMargin, m.RecoveryInProgress,
 		m.LeaseHeld, m.RecoveriesTotal, m.RefusalsTotal, m.RecoveryDuration, m.PhaseDuration, m.LearnerLag,
-		m.SnapshotBytesTotal, m.SeedFallbacksTotal, m.LastRecovery, m.ObservationDuration, m.StartGateWrapped)
+		m.SnapshotBytesTotal, m.SeedFallbacksTotal, m.LastRecovery, m.ObservationDuration, m.StartGateWrapped, m.ForeignEndpointResponses)
 	return m
 }
 
@@ -120,6 +125,9 @@ func (m *Metrics) Observed(member string, obs observation.Observation, state mem
 	}
 	m.QuorumMargin.WithLabelValues(member).Set(float64(margin))
 	m.ObservationDuration.WithLabelValues(member).Observe(took.Seconds())
+	for _, ep := range obs.ForeignEndpoints {
+		m.ForeignEndpointResponses.WithLabelValues(member, ep).Inc()
+	}
 }
 
 func b2f(b bool) float64 {

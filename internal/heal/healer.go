@@ -227,7 +227,8 @@ func (h *Healer) baseInput(res watchdog.Result, req *plan.Request, j journal.Rec
 
 func (h *Healer) holder() string { return h.cfg.Node + "/" + h.cfg.Member }
 
-// leaseOf returns the Lease of the cluster (one per cluster ID).
+// leaseOf returns the Lease of the cluster (one per cluster ID), never
+// another one while the current one is held.
 func (h *Healer) leaseOf(clusterID uint64) (Lease, error) {
 	if h.newLease == nil {
 		return nil, errors.New("no Kubernetes API configured")
@@ -237,6 +238,11 @@ func (h *Healer) leaseOf(clusterID uint64) (Lease, error) {
 	}
 	if h.lease != nil && h.leaseFor == clusterID {
 		return h.lease, nil
+	}
+	if h.lease != nil && h.lease.Holding() {
+		// Swapping would forget a held Lease (never released) and fence
+		// against another cluster's: refuse until it is released.
+		return nil, fmt.Errorf("the recovery Lease of cluster %x is held; not switching to cluster %x", h.leaseFor, clusterID)
 	}
 	l, err := h.newLease(clusterID)
 	if err != nil {

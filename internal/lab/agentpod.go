@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -55,7 +56,7 @@ func (l *Lab) agentArgs(n *Node) ([]string, error) {
 	if t := l.Spec.EtcdTLS; t != nil {
 		args = append(args, t.agentFlags()...)
 	}
-	return append(args, l.Spec.AgentArgs...), nil
+	return append(append(args, l.Spec.AgentArgs...), n.AgentArgs...), nil
 }
 
 // writeAgentManifest places the agent's static pod on node n; its
@@ -136,24 +137,49 @@ func (l *Lab) RestartAgents(ctx context.Context, extra ...string) error {
 		if n.Lost {
 			continue
 		}
-		deadline := time.Now().Add(60 * time.Second)
-		for {
-			st, err := readSupervisorState(n)
-			if err == nil {
-				if c, ok := st.Container("etcd-agent.yaml", "etcd-agent"); ok && c.State == "running" && c.PID != old[n.Name] {
-					break
-				}
-			}
-			if time.Now().After(deadline) {
-				return fmt.Errorf("agent on %s not restarted after 60s", n.Name)
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
-		if err := waitAgentReady(ctx, n, 60*time.Second); err != nil {
+		if err := waitAgentRestarted(ctx, n, old[n.Name]); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// RestartAgent rewrites node's agent static pod with extra flags after the
+// lab's (replacing the extra flags of an earlier call; none restores the
+// lab's) and waits until a new agent process is ready.
+func (l *Lab) RestartAgent(ctx context.Context, node string, extra ...string) error {
+	i := slices.IndexFunc(l.Spec.Nodes, func(n Node) bool { return n.Name == node })
+	if i < 0 {
+		return fmt.Errorf("no node %s", node)
+	}
+	old, _ := l.AgentPID(node)
+	n := &l.Spec.Nodes[i]
+	n.AgentArgs = slices.Clone(extra)
+	if err := l.writeAgentManifest(n); err != nil {
+		return err
+	}
+	if err := l.Spec.save(); err != nil {
+		return err
+	}
+	return waitAgentRestarted(ctx, *n, old)
+}
+
+// waitAgentRestarted waits until n runs a ready agent process other than old.
+func waitAgentRestarted(ctx context.Context, n Node, old int) error {
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		st, err := readSupervisorState(n)
+		if err == nil {
+			if c, ok := st.Container("etcd-agent.yaml", "etcd-agent"); ok && c.State == "running" && c.PID != old {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("agent on %s not restarted after 60s", n.Name)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return waitAgentReady(ctx, n, 60*time.Second)
 }
 
 // AgentPID is the PID of node's running agent.

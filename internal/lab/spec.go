@@ -55,6 +55,8 @@ type Node struct {
 	SupervisorPID   int    `json:"supervisorPID"`
 	AgentMetricsURL string `json:"agentMetricsURL,omitempty"`
 	Lost            bool   `json:"lost,omitempty"`
+	// AgentArgs are this node's agent flags, after the lab's (a later flag wins).
+	AgentArgs []string `json:"agentArgs,omitempty"`
 }
 
 // APIServer is the lab's kube-apiserver.

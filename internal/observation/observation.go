@@ -59,6 +59,11 @@ type Local struct {
 	Serving   bool     `json:"serving"`
 	IsLearner bool     `json:"isLearner"`
 	Alarms    []string `json:"alarms,omitempty"`
+	// AnsweringID and AnsweringClusterID are what the process at ClientURL
+	// reports in its Status header (0 when nothing answers): rule 7 proves
+	// the identity by what answers, not only by name and peer URL.
+	AnsweringID        uint64 `json:"answeringID,omitempty"`
+	AnsweringClusterID uint64 `json:"answeringClusterID,omitempty"`
 }
 
 // Observation is one poll's view.
@@ -72,6 +77,12 @@ type Observation struct {
 	// Members are then the last list seen, each still probed directly.
 	MemberListError string `json:"memberListError,omitempty"`
 	Local           Local  `json:"local"`
+	// PinnedClusterID is the cluster every answer used here was checked
+	// against (0 when none is pinned or adopted yet).
+	PinnedClusterID uint64 `json:"pinnedClusterID,omitempty"`
+	// ForeignEndpoints answered for another cluster in this poll; their
+	// answers were ignored.
+	ForeignEndpoints []string `json:"foreignEndpoints,omitempty"`
 }
 
 // Voters counts the voting members.
@@ -137,8 +148,34 @@ func DataDirUsable(class string) bool { return class == "ok" || class == "in-use
 
 // MatchLocal sets obs.Local.Match: the local member is found by name AND
 // peer URL (rule 7 of the design); a member added but not started yet has
-// no name, and its peer URL alone matches it. Anything else is ambiguous.
+// no name, and its peer URL alone matches it. Then what answers at our client
+// URL must be that member of that cluster: a process answering for another
+// member (or when nothing matched) is never ours to stop. Anything else is
+// ambiguous.
 func MatchLocal(obs *Observation) {
+	matchByList(obs)
+	l := &obs.Local
+	if l.AnsweringID == 0 || l.Match == MatchAmbiguous {
+		return
+	}
+	switch {
+	case l.Match != MatchOK:
+		l.MatchDetail = fmt.Sprintf("member %x answers at our client URL %s, but no member has our name %s and peer URL %v (%s)",
+			l.AnsweringID, l.ClientURL, l.Name, l.PeerURLs, l.MatchDetail)
+	case l.AnsweringID != l.ID:
+		l.MatchDetail = fmt.Sprintf("member %x answers at our client URL %s, but the member with our name and peer URL is %x",
+			l.AnsweringID, l.ClientURL, l.ID)
+	case obs.ClusterID != 0 && l.AnsweringClusterID != obs.ClusterID:
+		l.MatchDetail = fmt.Sprintf("the process at our client URL %s answers for cluster %x, the member list is of cluster %x",
+			l.ClientURL, l.AnsweringClusterID, obs.ClusterID)
+	default:
+		return
+	}
+	l.Match, l.ID = MatchAmbiguous, 0
+}
+
+// matchByList matches by name and peer URL in the member list.
+func matchByList(obs *Observation) {
 	l := &obs.Local
 	var byBoth, byName, byPeer []Member
 	for _, m := range obs.Members {
@@ -177,4 +214,19 @@ func overlaps(a, b []string) bool {
 		}
 	}
 	return false
+}
+
+// Leader returns the one serving member that says it leads; with several
+// (a stale leader, or answers mixed from two clusters) there is no leader.
+func Leader(members []Member) uint64 {
+	var id uint64
+	for _, m := range members {
+		if m.IsLeader && m.Serving {
+			if id != 0 {
+				return 0
+			}
+			id = m.ID
+		}
+	}
+	return id
 }

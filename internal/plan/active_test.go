@@ -335,3 +335,16 @@ func TestMajorityLostMidRecoveryWaits(t *testing.T) {
 		}
 	})
 }
+
+func TestForeignClusterMidRecoveryWaits(t *testing.T) {
+	for _, p := range activePhases {
+		if !p.AtLeast(journal.PhaseStopped) {
+			continue
+		}
+		t.Run(string(p), func(t *testing.T) {
+			want(t, Decide(cluster(3, 2, local(localGone), held(p, newID(18)), onlyForeignAnswers())), Nothing, ReasonForeignCluster)
+		})
+	}
+	// Before the stop, the re-verification refuses and closes the attempt.
+	want(t, Decide(cluster(3, 2, held(journal.PhaseStarted), onlyForeignAnswers())), Finish, ReasonForeignCluster)
+}

@@ -60,6 +60,10 @@ func decideIdle(in Input, cfg Config) Decision {
 func checkBegin(in Input, cfg Config) (Decision, bool) {
 	o := in.Obs
 	n := o.Voters()
+	if foreignOnly(o) {
+		return refuse(ReasonForeignCluster, fmt.Sprintf("no member of cluster %x answers; %v answer for another cluster (ignored)",
+			o.PinnedClusterID, o.ForeignEndpoints)), false
+	}
 	if quorumLost(o) {
 		return refuse(ReasonMajorityLost, fmt.Sprintf("%d of %d voters serve, quorum is %d (or no leader): restoring from a backup is a human's call%s",
 			o.ServingVoters(), n, memberstate.Quorum(n), backups(in))), false
@@ -134,6 +138,10 @@ func decideActive(in Input, cfg Config) Decision {
 			return d
 		}
 		return Decision{Action: StopMember}
+	}
+	if foreignOnly(o) {
+		return wait(ReasonForeignCluster, fmt.Sprintf("only %v answer, for another cluster than %x; waiting, nothing destructive",
+			o.ForeignEndpoints, o.PinnedClusterID))
 	}
 	if quorumLost(o) {
 		return wait(ReasonMajorityLost, "quorum lost during the recovery; waiting, nothing destructive")
@@ -279,6 +287,14 @@ func lagOf(leader, learner observation.Member) uint64 {
 
 func quorumLost(o observation.Observation) bool {
 	return o.MemberListError != "" || o.LeaderID == 0 || o.ServingVoters() < memberstate.Quorum(o.Voters())
+}
+
+// foreignOnly: endpoints of another cluster answered and nothing of ours
+// did (no member list, no member serving). Acting on the other cluster's
+// view would quarantine good data and join it (rule 7, one cluster).
+func foreignOnly(o observation.Observation) bool {
+	return len(o.ForeignEndpoints) > 0 && o.MemberListError != "" &&
+		!slices.ContainsFunc(o.Members, func(m observation.Member) bool { return m.Serving })
 }
 
 func localMember(o observation.Observation) (observation.Member, bool) {

@@ -5,6 +5,7 @@ package plan
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -238,5 +239,34 @@ func TestRefusedReportsRefusalsOnly(t *testing.T) {
 		if d.Refused() {
 			t.Errorf("%s/%q is not a refusal", d.Action, d.Reason)
 		}
+	}
+}
+
+// onlyForeignAnswers: our cluster does not answer (no member list, no member of
+// ours serves) and endpoints of another cluster do.
+func onlyForeignAnswers() opt {
+	return func(s *spec) {
+		s.listErr, s.healthy = "no endpoint of cluster c1 answered", 0
+		s.in.Obs.PinnedClusterID, s.in.Obs.ForeignEndpoints = 0xc1, []string{"https://10.0.0.99:2379"}
+	}
+}
+
+func TestForeignClusterRefused(t *testing.T) {
+	forN(t, 1, 5, func(t *testing.T, n int) {
+		for _, o := range []opt{request(), verdict(memberstate.Lost), local(localGone)} {
+			want(t, Decide(cluster(n, n-1, onlyForeignAnswers(), o)), Refuse, ReasonForeignCluster)
+		}
+	})
+	// Never seen a member list of ours either: still foreign, not majority-lost.
+	in, c := cluster(3, 2, onlyForeignAnswers())
+	in.Obs.Members, in.Obs.LeaderID = nil, 0
+	observation.MatchLocal(&in.Obs)
+	want(t, Decide(in, c), Refuse, ReasonForeignCluster)
+	// A foreign answer next to our serving cluster is ignored: the heal goes on.
+	in, c = cluster(3, 2)
+	in.Obs.PinnedClusterID, in.Obs.ForeignEndpoints = 0xc1, []string{"https://10.0.0.99:2379"}
+	want(t, Decide(in, c), Begin, ReasonNone)
+	if !slices.Contains(RefusalReasons(), ReasonForeignCluster) {
+		t.Error("foreign-cluster is not in RefusalReasons")
 	}
 }

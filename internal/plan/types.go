@@ -62,6 +62,7 @@ const (
 	ReasonAutoHealDisabled  Reason = "auto-heal-disabled"
 	ReasonLeaseLost         Reason = "lease-lost"
 	ReasonNotNeeded         Reason = "not-needed"
+	ReasonForeignCluster    Reason = "foreign-cluster"
 )
 
 // RefusalReasons lists the codes a recovery can be refused with (for
@@ -69,7 +70,7 @@ const (
 func RefusalReasons() []Reason {
 	return []Reason{ReasonMajorityLost, ReasonWouldLoseQuorum, ReasonLearnerPresent, ReasonLeaseHeldByOther,
 		ReasonAPIUnavailable, ReasonAmbiguousIdentity, ReasonMemberHealthy, ReasonDryRun, ReasonDiskFull,
-		ReasonBadRequest, ReasonNoSnapshotSource}
+		ReasonBadRequest, ReasonNoSnapshotSource, ReasonForeignCluster}
 }
 
 // Request is a manual trigger (Node annotation or `etcd-agent recover`).

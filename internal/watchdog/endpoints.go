@@ -2,48 +2,85 @@ package watchdog
 
 import (
 	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
 
 	"github.com/etcd-agent/etcd-agent/internal/fsutil"
-
 	"github.com/etcd-agent/etcd-agent/internal/observation"
+	"go.uber.org/zap"
 )
 
-// learnEndpoints adds every member's client URLs to the endpoints, and
-// persists them: after an agent restart while its own member is down, the
-// agent must still find the rest of the cluster.
+// learnEndpoints sets the endpoints to the current members' client URLs
+// (plus the configured ones and our own), and persists them: after an agent
+// restart while its own member is down, the agent must still find the rest
+// of the cluster. A removed member's URL is dropped: its IP may be recycled,
+// even for another cluster. The first cluster seen is adopted.
 func (w *Watchdog) learnEndpoints(members []observation.Member, clusterID uint64) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	changed := w.clusterID != clusterID
-	w.clusterID = clusterID
-	for _, m := range members {
-		for _, u := range m.ClientURLs {
-			if !slices.Contains(w.endpoints, u) {
-				w.endpoints = append(w.endpoints, u)
-				changed = true
-			}
+	if w.clusterID != clusterID {
+		if w.clusterID != 0 {
+			// Only the pin store can move us (the list passed its check).
+			w.cfg.Log.Warn("cluster ID changed by the pin", zap.String("from", fmt.Sprintf("%x", w.clusterID)),
+				zap.String("to", fmt.Sprintf("%x", clusterID)))
+		}
+		w.clusterID = clusterID
+	}
+	eps := pruneEndpoints(append([]string{w.cfg.Identity.ClientURL}, w.cfg.Endpoints...), members)
+	if slices.Equal(eps, w.endpoints) {
+		return
+	}
+	keep := map[string]bool{}
+	for _, e := range eps {
+		keep[e] = true
+	}
+	for _, e := range w.endpoints {
+		if !keep[e] {
+			w.clients.drop(e)
 		}
 	}
-	if changed && w.cfg.EndpointsFile != "" {
+	w.endpoints = eps
+	if w.cfg.EndpointsFile != "" {
 		b, _ := json.Marshal(w.endpoints)
-		if os.MkdirAll(filepath.Dir(w.cfg.EndpointsFile), 0o755) == nil {
-			_ = fsutil.WriteFileAtomic(w.cfg.EndpointsFile, b, 0o644)
+		err := os.MkdirAll(filepath.Dir(w.cfg.EndpointsFile), 0o755)
+		if err == nil {
+			err = fsutil.WriteFileAtomic(w.cfg.EndpointsFile, b, 0o644)
+		}
+		if err != nil {
+			w.cfg.Log.Warn("learned endpoints not saved", zap.Error(err))
 		}
 	}
 }
 
-func loadEndpoints(path string) []string {
+// pruneEndpoints is keep then every member's client URLs, once each.
+func pruneEndpoints(keep []string, members []observation.Member) []string {
+	out := slices.Clone(keep)
+	for _, m := range members {
+		out = append(out, m.ClientURLs...)
+	}
+	return uniq(out)
+}
+
+// loadEndpoints reads the persisted endpoints (none when the file does not
+// exist yet).
+func loadEndpoints(path string) ([]string, error) {
 	if path == "" {
-		return nil
+		return nil, nil
 	}
 	b, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
 	if err != nil {
-		return nil
+		return nil, err
 	}
 	var eps []string
-	_ = json.Unmarshal(b, &eps)
-	return eps
+	if err := json.Unmarshal(b, &eps); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return eps, nil
 }

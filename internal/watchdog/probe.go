@@ -77,7 +77,9 @@ func (c *clients) drop(url string) {
 // requireLeader it is linearizable (etcd 3.6's default) and a member cut off
 // from the quorum refuses; without, a member answers from its own, maybe
 // stale, view.
-func (c *clients) memberList(ctx context.Context, endpoints []string, requireLeader bool) (*clientv3.MemberListResponse, string, error) {
+// An endpoint answering for another cluster than pin (when pin is set) is
+// skipped and added to foreign.
+func (c *clients) memberList(ctx context.Context, endpoints []string, requireLeader bool, pin uint64, foreign *[]string) (*clientv3.MemberListResponse, string, error) {
 	var lastErr error
 	c.mu.Lock()
 	if i := slices.Index(endpoints, c.preferred); i > 0 {
@@ -105,6 +107,11 @@ func (c *clients) memberList(ctx context.Context, endpoints []string, requireLea
 		}
 		resp, err := cl.MemberList(rctx, opts...)
 		cancel()
+		if err == nil && (answer{cluster: resp.Header.ClusterId}).foreign(pin) {
+			*foreign = append(*foreign, ep)
+			lastErr = fmt.Errorf("%s answers for cluster %x, not %x", ep, resp.Header.ClusterId, pin)
+			continue
+		}
 		if err == nil {
 			c.mu.Lock()
 			c.preferred = ep
@@ -135,23 +142,32 @@ func reachable(endpoint string) bool {
 	return true
 }
 
+// answer is who answered a Status request: its header's member and cluster
+// IDs (zero when nothing answered).
+type answer struct{ member, cluster uint64 }
+
+// foreign: the answer came from another cluster than pin (when pin is set).
+func (a answer) foreign(pin uint64) bool { return pin != 0 && a.cluster != 0 && a.cluster != pin }
+
 // probe fills m from its own Status and, for a voter, a linearizable read
-// served through it (Status alone answers even without a quorum).
-func (c *clients) probe(ctx context.Context, m *observation.Member) {
+// served through it (Status alone answers even without a quorum). A process
+// answering as another member than m.ID (when m.ID is known), or for another
+// cluster than pin, is not m.
+func (c *clients) probe(ctx context.Context, m *observation.Member, pin uint64) answer {
 	if len(m.ClientURLs) == 0 {
 		m.ProbeError = "no client URL (member not started yet)"
-		return
+		return answer{}
 	}
 	ep := m.ClientURLs[0]
 	if !reachable(ep) {
 		m.ProbeError = "unreachable: connection refused"
 		c.drop(ep)
-		return
+		return answer{}
 	}
 	cl, err := c.get(ep)
 	if err != nil {
 		m.ProbeError = err.Error()
-		return
+		return answer{}
 	}
 	rctx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
@@ -159,7 +175,16 @@ func (c *clients) probe(ctx context.Context, m *observation.Member) {
 	if err != nil {
 		m.ProbeError = "status: " + err.Error()
 		c.drop(ep)
-		return
+		return answer{}
+	}
+	ans := answer{member: st.Header.MemberId, cluster: st.Header.ClusterId}
+	if ans.foreign(pin) {
+		m.ProbeError = fmt.Sprintf("%s answers for cluster %x, not %x", ep, ans.cluster, pin)
+		return ans
+	}
+	if m.ID != 0 && ans.member != m.ID {
+		m.ProbeError = fmt.Sprintf("%s answers as member %x", ep, ans.member)
+		return ans
 	}
 	m.IsLeader = st.Leader == st.Header.MemberId
 	m.RaftTerm, m.RaftIndex, m.AppliedIndex = st.RaftTerm, st.RaftIndex, st.RaftAppliedIndex
@@ -167,14 +192,15 @@ func (c *clients) probe(ctx context.Context, m *observation.Member) {
 	m.Errors = st.Errors
 	if st.Leader == 0 {
 		m.ProbeError = "member has no leader"
-		return
+		return ans
 	}
 	if !m.IsLearner {
 		if _, err := cl.Get(rctx, "etcd-agent-health", clientv3.WithCountOnly()); err != nil {
 			m.ProbeError = "linearizable read: " + err.Error()
 			c.drop(ep)
-			return
+			return ans
 		}
 	}
 	m.Serving = true
+	return ans
 }

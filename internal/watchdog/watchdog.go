@@ -45,7 +45,11 @@ type Config struct {
 	ProbeTimeout time.Duration
 	// EndpointsFile persists learned client URLs across agent restarts.
 	EndpointsFile string
-	Log           *zap.Logger
+	// PinnedClusterID returns the cluster ID pinned for this member (the
+	// pin store); nil or 0 means none yet: the first member list's cluster
+	// is adopted, and kept for the life of the process.
+	PinnedClusterID func() uint64
+	Log             *zap.Logger
 }
 
 // Result is one poll: the observation and the member's state.
@@ -87,7 +91,11 @@ func New(cfg Config) (*Watchdog, error) {
 		cfg.Log = zap.NewNop()
 	}
 	w := &Watchdog{cfg: cfg, clients: newClients(cfg.TLS, cfg.ProbeTimeout)}
-	w.endpoints = uniq(append(append([]string{cfg.Identity.ClientURL}, cfg.Endpoints...), loadEndpoints(cfg.EndpointsFile)...))
+	learned, err := loadEndpoints(cfg.EndpointsFile)
+	if err != nil {
+		cfg.Log.Error("learned endpoints unreadable; using the configured ones until a member list answers", zap.Error(err))
+	}
+	w.endpoints = uniq(append(append([]string{cfg.Identity.ClientURL}, cfg.Endpoints...), learned...))
 	return w, nil
 }
 
@@ -126,11 +134,14 @@ func (w *Watchdog) observe(ctx context.Context, now time.Time) observation.Obser
 	w.mu.Lock()
 	eps := slices.Clone(w.endpoints)
 	w.mu.Unlock()
-	resp, listEP, err := w.clients.memberList(ctx, eps, true)
+	pin := w.pin()
+	obs.PinnedClusterID = pin
+	var foreign []string
+	resp, listEP, err := w.clients.memberList(ctx, eps, true, pin, &foreign)
 	if err != nil {
 		obs.MemberListError = err.Error()
+		obs.ClusterID = pin
 		w.mu.Lock()
-		obs.ClusterID = w.clusterID
 		for _, m := range w.lastMembers {
 			obs.Members = append(obs.Members, observation.Member{ID: m.ID, Name: m.Name,
 				PeerURLs: m.PeerURLs, ClientURLs: m.ClientURLs, IsLearner: m.IsLearner})
@@ -139,7 +150,7 @@ func (w *Watchdog) observe(ctx context.Context, now time.Time) observation.Obser
 		if len(obs.Members) == 0 {
 			// Never saw a list (a one-shot status): any member's own,
 			// possibly stale, view is better than none for counting.
-			if stale, _, err := w.clients.memberList(ctx, eps, false); err == nil {
+			if stale, _, err := w.clients.memberList(ctx, eps, false, pin, &foreign); err == nil {
 				obs.ClusterID = stale.Header.ClusterId
 				for _, m := range stale.Members {
 					obs.Members = append(obs.Members, observation.Member{ID: m.ID, Name: m.Name,
@@ -155,38 +166,74 @@ func (w *Watchdog) observe(ctx context.Context, now time.Time) observation.Obser
 		}
 		sort.Slice(obs.Members, func(i, j int) bool { return obs.Members[i].Name < obs.Members[j].Name })
 		w.learnEndpoints(obs.Members, obs.ClusterID)
+		obs.PinnedClusterID = w.pin()
 		w.mu.Lock()
 		w.lastMembers = slices.Clone(obs.Members)
 		w.mu.Unlock()
 	}
+	// Every answer used below must come from this cluster.
+	cluster := obs.ClusterID
+
+	// The local client URL is always asked who answers there (rule 7): by
+	// the probe of the member listed with it, else on its own.
 	var wg sync.WaitGroup
+	answers := make([]answer, len(obs.Members))
+	local := observation.Member{ClientURLs: []string{id.ClientURL}}
+	var localAns answer
+	li := slices.IndexFunc(obs.Members, func(m observation.Member) bool {
+		return len(m.ClientURLs) > 0 && m.ClientURLs[0] == id.ClientURL
+	})
+	if li < 0 && id.ClientURL != "" {
+		wg.Add(1)
+		go func() { defer wg.Done(); localAns = w.clients.probe(ctx, &local, cluster) }()
+	}
 	for i := range obs.Members {
 		wg.Add(1)
-		go func() { defer wg.Done(); w.clients.probe(ctx, &obs.Members[i]) }()
+		go func() { defer wg.Done(); answers[i] = w.clients.probe(ctx, &obs.Members[i], cluster) }()
 	}
 	wg.Wait()
-	for _, m := range obs.Members {
-		if m.IsLeader && m.Serving {
-			obs.LeaderID = m.ID
+	if li >= 0 {
+		local, localAns = obs.Members[li], answers[li]
+	} else if localAns.foreign(cluster) {
+		foreign = append(foreign, id.ClientURL)
+	}
+	for i, a := range answers {
+		if a.foreign(cluster) {
+			foreign = append(foreign, obs.Members[i].ClientURLs[0])
 		}
 	}
+	obs.Local.AnsweringID, obs.Local.AnsweringClusterID = localAns.member, localAns.cluster
+	obs.LeaderID = observation.Leader(obs.Members)
 	observation.MatchLocal(&obs)
 	if obs.Local.Match == observation.MatchOK {
 		m, _ := obs.Member(obs.Local.ID)
 		obs.Local.Serving, obs.Local.IsLearner = m.Serving, m.IsLearner
-		obs.Local.Alarms = w.alarms(ctx, append([]string{listEP}, eps...), m.ID)
-	} else if id.ClientURL != "" {
-		// Not (unambiguously) in the member list, but maybe a process answers.
-		probe := observation.Member{ClientURLs: []string{id.ClientURL}}
-		w.clients.probe(ctx, &probe)
-		obs.Local.Serving = probe.Serving
+		obs.Local.Alarms = w.alarms(ctx, append([]string{listEP}, eps...), m.ID, cluster, &foreign)
+	} else {
+		// Not (unambiguously) ours: a process may answer, never ours to stop.
+		obs.Local.Serving = local.Serving
 	}
+	obs.ForeignEndpoints = uniq(foreign)
 	w.classifyDataDir(ctx, &obs)
 	return obs
 }
 
+// pin is the cluster every answer must come from: the pin store's, else the
+// one adopted from the first member list in this process (0: none yet).
+func (w *Watchdog) pin() uint64 {
+	if f := w.cfg.PinnedClusterID; f != nil {
+		if id := f(); id != 0 {
+			return id
+		}
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.clusterID
+}
+
 // alarms returns the alarms raised for member id.
-func (w *Watchdog) alarms(ctx context.Context, eps []string, id uint64) []string {
+// Answers of another cluster are skipped and added to foreign.
+func (w *Watchdog) alarms(ctx context.Context, eps []string, id, cluster uint64, foreign *[]string) []string {
 	for _, ep := range eps {
 		if ep == "" {
 			continue
@@ -199,6 +246,10 @@ func (w *Watchdog) alarms(ctx context.Context, eps []string, id uint64) []string
 		resp, err := cl.AlarmList(rctx)
 		cancel()
 		if err != nil {
+			continue
+		}
+		if (answer{cluster: resp.Header.ClusterId}).foreign(cluster) {
+			*foreign = append(*foreign, ep)
 			continue
 		}
 		var out []string
