@@ -14,6 +14,7 @@ import (
 
 	"github.com/etcd-agent/etcd-agent/internal/heal"
 	"github.com/etcd-agent/etcd-agent/internal/manifest"
+	"github.com/etcd-agent/etcd-agent/internal/pin"
 	"github.com/etcd-agent/etcd-agent/internal/watchdog"
 	"go.etcd.io/etcd/client/pkg/v3/transport"
 	"go.uber.org/zap"
@@ -173,15 +174,24 @@ func (c Config) TLSConfig() (*tls.Config, error) {
 
 // NewWatchdog builds the watchdog of member id (run, status and the gate
 // all observe the same way). Learned endpoints persist in the state dir.
-func (c Config) NewWatchdog(id watchdog.Identity) (*watchdog.Watchdog, error) {
+// pinned returns the pinned cluster ID (0 before the member was seen serving):
+// answers from any other cluster are ignored (rule 7).
+func (c Config) NewWatchdog(id watchdog.Identity, pinned func() uint64) (*watchdog.Watchdog, error) {
 	t, err := c.TLSConfig()
 	if err != nil {
 		return nil, err
 	}
 	cfg := watchdog.Config{Identity: id, Endpoints: c.Endpoints, TLS: t, PollInterval: c.PollInterval,
-		GracePeriod: c.GracePeriod, Log: c.Log}
+		GracePeriod: c.GracePeriod, Log: c.Log, PinnedClusterID: pinned}
 	if c.StateDir != "" {
 		cfg.EndpointsFile = filepath.Join(c.StateDir, "endpoints.json")
 	}
 	return watchdog.New(cfg)
+}
+
+// statePin returns the cluster ID pinned in the state dir, read once: the
+// view of a one-shot command (status, the gate).
+func (c Config) statePin(member string) func() uint64 {
+	p, _, _ := pin.Load(c.StateDir, member)
+	return func() uint64 { return uint64(p.ClusterID) }
 }

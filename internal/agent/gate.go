@@ -69,7 +69,7 @@ func Gate(ctx context.Context, c Config, timeout time.Duration, etcdArgv []strin
 		in.Journal = j
 		if r.Class == localdisk.ClassMissing || r.Class == localdisk.ClassEmpty {
 			if wd == nil {
-				if wd, err = c.NewWatchdog(id); err != nil {
+				if wd, err = c.NewWatchdog(id, func() uint64 { return uint64(p.ClusterID) }); err != nil {
 					return err
 				}
 			}

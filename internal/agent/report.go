@@ -79,7 +79,7 @@ func Status(ctx context.Context, c Config) (Report, error) {
 	if err != nil {
 		return Report{}, err
 	}
-	wd, err := c.NewWatchdog(id)
+	wd, err := c.NewWatchdog(id, c.statePin(id.Name))
 	if err != nil {
 		return Report{}, err
 	}

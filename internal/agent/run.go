@@ -51,11 +51,6 @@ func Run(ctx context.Context, c Config) error {
 	if err != nil {
 		return err
 	}
-	wd, err := c.NewWatchdog(id)
-	if err != nil {
-		return err
-	}
-	defer wd.Close()
 	log := c.Log.With(zap.String("member", id.Name), zap.String("node", c.NodeName))
 	log.Info("agent started", zap.String("dataDir", id.DataDir), zap.Strings("peerURLs", id.PeerURLs),
 		zap.String("clientURL", id.ClientURL), zap.String("metrics", srv.Addr), zap.Duration("poll", c.PollInterval),
@@ -68,6 +63,15 @@ func Run(ctx context.Context, c Config) error {
 		log.Warn("no Kubernetes API: observing only; every recovery is refused (api-unavailable)", zap.Error(err))
 		kc = nil
 	}
+	pins, err := newPinner(ctx, c.StateDir, id.Name, c.NodeName, kc, log)
+	if err != nil {
+		return err
+	}
+	wd, err := c.NewWatchdog(id, pins.ClusterID)
+	if err != nil {
+		return err
+	}
+	defer wd.Close()
 	var nodeRep *nodereport.Reporter
 	requests := make(chan request, 1)
 	if kc != nil && c.NodeName != "" {
@@ -88,10 +92,6 @@ func Run(ctx context.Context, c Config) error {
 	var healerRep heal.Reporter
 	if nodeRep != nil {
 		healerRep = nodeRep
-	}
-	pins, err := newPinner(ctx, c.StateDir, id.Name, c.NodeName, kc, log)
-	if err != nil {
-		return err
 	}
 	h, err := c.newHealer(id, reportingObserver{wd: wd, rep: rep, pins: pins}, kc, healerRep, m)
 	if err != nil {

@@ -140,7 +140,7 @@ func neverStarted(m observation.Member) bool { return m.Name == "" && len(m.Clie
 func NextPin(p pin.Pin, member string, o observation.Observation, now time.Time) (pin.Pin, bool) {
 	l := o.Local
 	if l.Match != observation.MatchOK || !l.Serving || l.ID == 0 || o.ClusterID == 0 || o.MemberListError != "" ||
-		!observation.DataDirUsable(l.DataDirClass) {
+		l.AnsweringID != l.ID || l.AnsweringClusterID != o.ClusterID || !observation.DataDirUsable(l.DataDirClass) {
 		return p, false
 	}
 	if !p.Seen() {

@@ -82,7 +82,7 @@ func TestPinnedClusterUnreachableSaysRestoreIsAHumansCall(t *testing.T) {
 func TestPinIsTakenWhenTheMemberServesAndFollowsItsNewIDButNeverAnotherCluster(t *testing.T) {
 	now := time.Unix(100, 0)
 	serving := observation.Observation{ClusterID: 0xc1, Local: observation.Local{Match: observation.MatchOK, ID: 7, Serving: true,
-		DataDirClass: "in-use", PeerURLs: []string{"http://p"}}}
+		AnsweringID: 7, AnsweringClusterID: 0xc1, DataDirClass: "in-use", PeerURLs: []string{"http://p"}}}
 	p, changed := NextPin(pin.Pin{}, "node2", serving, now)
 	if !changed || uint64(p.ClusterID) != 0xc1 || uint64(p.MemberID) != 7 || p.Member != "node2" || !p.FirstSeenAt.Equal(now) {
 		t.Fatalf("first sight: %+v changed=%v", p, changed)
@@ -95,14 +95,15 @@ func TestPinIsTakenWhenTheMemberServesAndFollowsItsNewIDButNeverAnotherCluster(t
 		"not matched":          {ClusterID: 0xc1, Local: observation.Local{Match: observation.MatchAmbiguous, ID: 8, Serving: true, DataDirClass: "ok"}},
 		"data dir wiped":       {ClusterID: 0xc1, Local: observation.Local{Match: observation.MatchOK, ID: 8, Serving: true, DataDirClass: "missing"}},
 		"no linearizable list": {ClusterID: 0xc1, MemberListError: "x", Local: observation.Local{Match: observation.MatchOK, ID: 8, Serving: true, DataDirClass: "ok"}},
-		"another cluster":      {ClusterID: 0xc2, Local: observation.Local{Match: observation.MatchOK, ID: 8, Serving: true, DataDirClass: "ok"}},
+		"another cluster":      {ClusterID: 0xc2, Local: observation.Local{Match: observation.MatchOK, ID: 8, Serving: true, AnsweringID: 8, AnsweringClusterID: 0xc2, DataDirClass: "ok"}},
+		"not what answers":     {ClusterID: 0xc1, Local: observation.Local{Match: observation.MatchOK, ID: 8, Serving: true, AnsweringID: 5, AnsweringClusterID: 0xc1, DataDirClass: "ok"}},
 	} {
 		if got, changed := NextPin(p, "node2", o, now); changed || got.MemberID != p.MemberID || got.ClusterID != p.ClusterID {
 			t.Fatalf("%s: pin moved to %+v", name, got)
 		}
 	}
 	rejoined := serving
-	rejoined.Local.ID = 9
+	rejoined.Local.ID, rejoined.Local.AnsweringID = 9, 9
 	q, changed := NextPin(p, "node2", rejoined, now.Add(time.Minute))
 	if !changed || uint64(q.MemberID) != 9 || uint64(q.ClusterID) != 0xc1 || !q.FirstSeenAt.Equal(now) {
 		t.Fatalf("after a rejoin: %+v changed=%v", q, changed)
