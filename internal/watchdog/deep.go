@@ -20,7 +20,8 @@ type deepCache struct {
 }
 
 func (c *deepCache) classify(ctx context.Context, dir string, exp localdisk.Expect) localdisk.Result {
-	key := fingerprint(dir) + fmt.Sprintf("|%x|%x", exp.MemberID, exp.ClusterID)
+	files := fingerprint(dir)
+	key := files + fmt.Sprintf("|%x|%x", exp.MemberID, exp.ClusterID)
 	c.mu.Lock()
 	if key == c.key {
 		r := c.result
@@ -31,6 +32,12 @@ func (c *deepCache) classify(ctx context.Context, dir string, exp localdisk.Expe
 	r := localdisk.Classify(ctx, dir, exp)
 	if r.Class == localdisk.ClassInUse || !r.Verified {
 		return r // someone holds it now, or the check did not finish: again next time
+	}
+	if fingerprint(dir) != files {
+		// The files moved during the check (a data dir renamed away and
+		// back keeps its files' sizes and mtimes): the verdict may be of
+		// neither state, so it is not remembered.
+		return r
 	}
 	c.mu.Lock()
 	c.key, c.result = key, r

@@ -169,6 +169,7 @@ func TestWipedMemberKilledInsideGraceNeverRestartsUnderItsOldID(t *testing.T) {
 	if err := h.chk.HardFault(func() (err error) { killed, err = l.KillMember("node2"); return err }); err != nil {
 		t.Fatal(err)
 	}
+	killedAt := time.Now() // from here on nothing may serve or start as node2 until the agent prepared a new data dir
 	t.Logf("node2: data dir wiped, etcd pid %d killed %s after the wipe, agent held", killed, time.Since(h.faultAt).Round(time.Millisecond))
 	eventually(t, 30*time.Second, "the supervisor restarts node2's etcd container", func() error {
 		pid, err := l.EtcdPID("node2")
@@ -184,21 +185,21 @@ func TestWipedMemberKilledInsideGraceNeverRestartsUnderItsOldID(t *testing.T) {
 	// backoff and an etcd start's worth of time to show itself.
 	deadline := time.Now().Add(6 * time.Second)
 	for time.Now().Before(deadline) {
-		assertNotStarted(t, l, w, "node2", old, h.faultAt, time.Now())
+		assertNotStarted(t, l, w, "node2", old, killedAt, time.Now())
 		time.Sleep(200 * time.Millisecond)
 	}
 	gateLog := strings.Join(logMessages(t, filepath.Join(nodeOf(t, l, "node2").LogsDir, "etcd-node2_etcd.log"), "start gate holds etcd back"), "; ")
 	if gateLog == "" {
 		t.Fatal("node2's etcd container did not log the start gate holding it back")
 	}
-	t.Logf("while the agent was held: the gate held etcd back; node2 answered %d times since the fault", len(w.since(h.faultAt)))
+	t.Logf("while the agent was held: the gate held etcd back; node2 answered %d times since the kill", len(w.since(killedAt)))
 	resume()
 	j := h.waitHealed("node2", "node2", 3, 120*time.Second)
 	if uint64(j.OldMemberID) != old || j.NewMemberID == 0 || uint64(j.NewMemberID) == old {
 		t.Fatalf("journal: old %x new %x, want old %x and a new ID", uint64(j.OldMemberID), uint64(j.NewMemberID), old)
 	}
 	w.close()
-	assertNotStarted(t, l, w, "node2", old, h.faultAt, preparedAt(t, j))
+	assertNotStarted(t, l, w, "node2", old, killedAt, preparedAt(t, j))
 	newAnswers := 0
 	for _, a := range w.since(h.faultAt) {
 		if a.id == uint64(j.NewMemberID) {
@@ -252,6 +253,7 @@ func TestKubeadmFirstNodeLosingItsDataInAPowerEventIsHeldThenHealed(t *testing.T
 	h := startHeal(t, l)
 	h.fault()
 	powerEvent(t, l)
+	down := time.Now() // every member is stopped: from here on node1 may not serve until the agent prepared it
 	if err := l.KubeadmFirstNodeManifest("node1"); err != nil {
 		t.Fatal(err)
 	}
@@ -264,7 +266,7 @@ func TestKubeadmFirstNodeLosingItsDataInAPowerEventIsHeldThenHealed(t *testing.T
 	t.Logf("power event: all members stopped; node1 (kubeadm first-node manifest) started alone on a wiped data dir %s", n1.DataDir)
 	deadline := time.Now().Add(10 * time.Second)
 	for time.Now().Before(deadline) {
-		assertNotStarted(t, l, w, "node1", old, h.faultAt, time.Now())
+		assertNotStarted(t, l, w, "node1", old, down, time.Now())
 		time.Sleep(200 * time.Millisecond)
 	}
 	if len(logMessages(t, filepath.Join(n1.LogsDir, "etcd-node1_etcd.log"), "start gate holds etcd back")) == 0 {
@@ -277,7 +279,7 @@ func TestKubeadmFirstNodeLosingItsDataInAPowerEventIsHeldThenHealed(t *testing.T
 		t.Fatalf("journal: old %x new %x, want old %x and a new ID", uint64(j.OldMemberID), uint64(j.NewMemberID), old)
 	}
 	w.close()
-	assertNotStarted(t, l, w, "node1", old, h.faultAt, preparedAt(t, j))
+	assertNotStarted(t, l, w, "node1", old, down, preparedAt(t, j))
 	if err := l.WaitHealthy(ctx, 3, 60*time.Second); err != nil {
 		t.Fatal(err)
 	}
@@ -293,13 +295,13 @@ func TestSingleMemberWithDataDirLostIsHeldAndRefused(t *testing.T) {
 	l := newLab(t, lab.Options{Nodes: 1, Agents: true})
 	old := idsByPeer(mustMembers(t, l))[peerOf(t, l, "node1")]
 	w := watchMemberID(t, l, "node1")
-	faultAt := time.Now()
 	if err := l.WipeDataDir("node1"); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := l.KillMember("node1"); err != nil {
 		t.Fatal(err)
 	}
+	faultAt := time.Now() // killed: from here on nothing may serve as node1
 	deadline := time.Now().Add(10 * time.Second)
 	for time.Now().Before(deadline) {
 		assertNotStarted(t, l, w, "node1", old, faultAt, time.Now())
