@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"strings"
 	"syscall"
 	"time"
 
@@ -33,7 +34,7 @@ func Gate(ctx context.Context, c Config, timeout time.Duration, etcdArgv []strin
 	if c.Log == nil {
 		c.Log = zap.NewNop()
 	}
-	id, bootstrap, err := gateIdentity(c, etcdArgv)
+	id, boot, err := gateIdentity(c, etcdArgv)
 	if err != nil {
 		return err
 	}
@@ -56,26 +57,38 @@ func Gate(ctx context.Context, c Config, timeout time.Duration, etcdArgv []strin
 		if pinErr != nil { // fixed by hand meanwhile?
 			p, pinErr = gatePin(ctx, c, id.Name, log)
 		}
-		in := plan.GateInput{Pin: p, Bootstrap: bootstrap}
+		in := plan.GateInput{Pin: p, Bootstrap: boot.bootstrap, InitialClusterPeers: boot.peers}
 		if pinErr != nil {
 			in.PinError = pinErr.Error()
 		}
 		r := localdisk.Classify(ctx, id.DataDir, localdisk.Expect{ClusterID: uint64(p.ClusterID)})
-		in.DataDirClass, in.DataDirDetail, in.DataDirMemberID = string(r.Class), r.Detail, r.MemberID
+		if ctx.Err() != nil {
+			// An interrupted check proves nothing: never open on it.
+			return fmt.Errorf("start gate: stopped while checking the data dir: %w", ctx.Err())
+		}
+		in.DataDirClass, in.DataDirDetail, in.DataDirMemberID, in.DataDirVerified = string(r.Class), r.Detail, r.MemberID, r.Verified
 		j, _, err := journal.Load(c.StateDir, id.Name)
 		if err != nil {
 			return err
 		}
 		in.Journal = j
-		if r.Class == localdisk.ClassMissing || r.Class == localdisk.ClassEmpty {
+		// A healthy data dir of this member needs no cluster to pass; the
+		// rest is judged with it (the first answer is then never used).
+		in.Obs.MemberListError = "not asked"
+		v := plan.DecideGate(in)
+		if !(v.Pass && r.Class == localdisk.ClassOK) && (r.Class == localdisk.ClassMissing || r.Class == localdisk.ClassEmpty || r.Class == localdisk.ClassOK) {
+			// The answer depends on the cluster: ask it.
 			if wd == nil {
 				if wd, err = c.NewWatchdog(id, func() uint64 { return uint64(p.ClusterID) }); err != nil {
 					return err
 				}
 			}
 			in.Obs = wd.Observe(ctx, time.Now()).Observation
+			v = plan.DecideGate(in)
 		}
-		v := plan.DecideGate(in)
+		if v.Pass && ctx.Err() != nil {
+			return fmt.Errorf("start gate: stopped: %w", ctx.Err())
+		}
 		if v.Pass {
 			log.Info("start gate open", zap.String("reason", string(v.Reason)), zap.String("detail", v.Detail), zap.String("pin", p.String()))
 			return nil
@@ -93,23 +106,40 @@ func Gate(ctx context.Context, c Config, timeout time.Duration, etcdArgv []strin
 	}
 }
 
-// gateIdentity is the member the gate guards, and whether its flags would
-// bootstrap a new cluster.
-func gateIdentity(c Config, etcdArgv []string) (watchdog.Identity, bool, error) {
+// bootstrapFlags: whether etcd's flags would bootstrap a new cluster, and
+// from which peers (--initial-cluster).
+type bootstrapFlags struct {
+	bootstrap bool
+	peers     []string
+}
+
+func bootstrapOf(m manifest.Member) bootstrapFlags {
+	b := bootstrapFlags{bootstrap: m.InitialClusterState == "" || m.InitialClusterState == "new"}
+	for _, kv := range strings.Split(m.InitialCluster, ",") {
+		if _, u, ok := strings.Cut(strings.TrimSpace(kv), "="); ok && u != "" {
+			b.peers = append(b.peers, u)
+		}
+	}
+	return b
+}
+
+// gateIdentity is the member the gate guards, and what its flags would
+// bootstrap.
+func gateIdentity(c Config, etcdArgv []string) (watchdog.Identity, bootstrapFlags, error) {
 	if len(etcdArgv) == 0 {
 		id, err := ResolveIdentity(c)
 		if err != nil {
-			return id, false, err
+			return id, bootstrapFlags{}, err
 		}
-		bootstrap := false
+		var b bootstrapFlags
 		if m, err := manifest.LoadMember(c.StaticPodManifest); err == nil {
-			bootstrap = m.InitialClusterState == "" || m.InitialClusterState == "new"
+			b = bootstrapOf(m)
 		}
-		return id, bootstrap, nil
+		return id, b, nil
 	}
 	m, err := manifest.MemberFromArgv(etcdArgv, os.Environ())
 	if err != nil {
-		return watchdog.Identity{}, false, fmt.Errorf("start gate: the etcd command line it wraps: %w", err)
+		return watchdog.Identity{}, bootstrapFlags{}, fmt.Errorf("start gate: the etcd command line it wraps: %w", err)
 	}
 	id := watchdog.Identity{Name: m.Name, DataDir: m.DataDir, PeerURLs: m.PeerURLs}
 	if len(m.ClientURLs) > 0 {
@@ -128,9 +158,9 @@ func gateIdentity(c Config, etcdArgv []string) (watchdog.Identity, bool, error) 
 		id.PeerURLs = c.PeerURLs
 	}
 	if len(id.PeerURLs) == 0 || id.ClientURL == "" {
-		return id, false, errors.New("start gate: the etcd command line sets no --initial-advertise-peer-urls or --advertise-client-urls")
+		return id, bootstrapFlags{}, errors.New("start gate: the etcd command line sets no --initial-advertise-peer-urls or --advertise-client-urls")
 	}
-	return id, m.InitialClusterState == "" || m.InitialClusterState == "new", nil
+	return id, bootstrapOf(m), nil
 }
 
 // gatePin is what the agent has seen of member: its state dir's pin, else

@@ -21,6 +21,8 @@ const (
 	GateMemberExisted    Reason = "member-existed"
 	GateClusterUnknown   Reason = "cluster-unreachable"
 	GatePinUnreadable    Reason = "pin-unreadable"
+	GateUnverified       Reason = "data-dir-unverified"
+	GateWouldBootstrap   Reason = "would-bootstrap"
 	GateIdentityMismatch Reason = ReasonAmbiguousIdentity
 )
 
@@ -32,6 +34,9 @@ type GateInput struct {
 	DataDirClass    string
 	DataDirDetail   string
 	DataDirMemberID uint64
+	// DataDirVerified: the data dir check finished (an interrupted deep
+	// check says "ok" for a layout it did not read).
+	DataDirVerified bool
 	// Pin is what the agent has seen of this member (zero: never seen
 	// serving); PinError says why it could not be read.
 	Pin      pin.Pin
@@ -41,8 +46,10 @@ type GateInput struct {
 	// could not be asked.
 	Obs observation.Observation
 	// Bootstrap: etcd's flags would bootstrap a new cluster
-	// (--initial-cluster-state new or unset).
-	Bootstrap bool
+	// (--initial-cluster-state new or unset) from InitialClusterPeers
+	// (the peer URLs of --initial-cluster).
+	Bootstrap           bool
+	InitialClusterPeers []string
 }
 
 // GateVerdict is the gate's answer for one look.
@@ -64,26 +71,39 @@ func DecideGate(in GateInput) GateVerdict {
 		return hold(GatePinUnreadable, "the agent's record of this member cannot be read ("+in.PinError+"): cannot tell whether it has served before")
 	}
 	expected := expectedMemberIDs(in.Pin, in.Journal)
+	o, j := in.Obs, in.Journal
+	listed := o.MemberListError == ""
 	switch in.DataDirClass {
 	case "ok":
-		if len(expected) > 0 && in.DataDirMemberID != 0 && !slices.Contains(expected, in.DataDirMemberID) {
-			return hold(GateIdentityMismatch, fmt.Sprintf("the data dir belongs to member %x, this member serves as %s: waiting for the agent to replace it",
-				in.DataDirMemberID, hexIDs(expected)))
+		if !in.DataDirVerified {
+			return hold(GateUnverified, "the data dir check did not finish ("+in.DataDirDetail+"): its contents are unknown")
 		}
-		return pass(GateDataDirOK, "data dir ok")
+		if len(expected) == 0 || slices.Contains(expected, in.DataDirMemberID) {
+			return pass(GateDataDirOK, "data dir ok")
+		}
+		// A member replaced by hand (remove, add, start) while the agent
+		// did not see it serve: the cluster lists the data dir's member ID
+		// under our name and peer URL, in the pinned cluster.
+		if listed && o.Local.Match == observation.MatchOK && o.Local.ID == in.DataDirMemberID && in.DataDirMemberID != 0 &&
+			(!in.Pin.Seen() || uint64(in.Pin.ClusterID) == o.ClusterID) {
+			return pass(GateDataDirOK, fmt.Sprintf("data dir of member %x, which the cluster lists under this member's name and peer URL", in.DataDirMemberID))
+		}
+		return hold(GateIdentityMismatch, fmt.Sprintf("the data dir belongs to member %x, this member serves as %s: waiting for the agent to replace it",
+			in.DataDirMemberID, hexIDs(expected)))
 	case "missing", "empty":
 	default:
 		return hold(GateDataDirUnusable, fmt.Sprintf("data dir is %s (%s): waiting for the agent to replace it", in.DataDirClass, in.DataDirDetail))
 	}
-	o, j := in.Obs, in.Journal
-	listed := o.MemberListError == ""
 	if j.Active() && j.Phase.AtLeast(journal.PhasePrepared) && j.NewMemberID != 0 {
 		learner := uint64(j.NewMemberID)
-		if j.Phase == journal.PhasePrepared {
-			return pass(GatePrepared, fmt.Sprintf("data dir prepared by the agent for the new learner %x", learner))
-		}
-		if m, ok := o.Member(learner); listed && ok && neverStarted(m) {
+		m, ok := o.Member(learner)
+		if listed && ok && neverStarted(m) {
 			return pass(GatePrepared, fmt.Sprintf("learner %x was added for this data dir and has never started", learner))
+		}
+		if j.Phase == journal.PhasePrepared && (!listed || !ok) {
+			// The start the agent is making now (the member list may be
+			// slow to show the learner).
+			return pass(GatePrepared, fmt.Sprintf("data dir prepared by the agent for the new learner %x", learner))
 		}
 		return hold(GateMemberExisted, fmt.Sprintf("data dir %s, and learner %x started on it before (phase %s): waiting for the agent", in.DataDirClass, learner, j.Phase))
 	}
@@ -98,9 +118,21 @@ func DecideGate(in GateInput) GateVerdict {
 		}
 		return hold(GateClusterUnknown, "data dir "+in.DataDirClass+" and the cluster cannot be asked: cannot tell whether the member exists")
 	}
-	switch o.Local.Match {
-	case observation.MatchAmbiguous:
+	if o.Local.Match == observation.MatchAmbiguous {
 		return hold(GateIdentityMismatch, "member identity is ambiguous: "+o.Local.MatchDetail)
+	}
+	if in.Bootstrap {
+		// etcd would bootstrap a cluster from --initial-cluster: with the
+		// IDs derived from the peer URLs and the token, the same member and
+		// cluster IDs as before. Only the first start of the cluster those
+		// flags describe may do that.
+		if in.Pin.Seen() || !sameCluster(o, in.InitialClusterPeers) || (o.Local.Match == observation.MatchOK && !neverStarted(mustMember(o, o.Local.ID))) {
+			return hold(GateWouldBootstrap, fmt.Sprintf("data dir %s and etcd's flags would bootstrap a new cluster (--initial-cluster-state new) while a cluster exists: "+
+				"waiting for the agent to rejoin this member (it starts it with --initial-cluster-state=existing)", in.DataDirClass))
+		}
+		return pass(GateNeverSeen, "data dir "+in.DataDirClass+": the first start of the cluster --initial-cluster describes")
+	}
+	switch o.Local.Match {
 	case observation.MatchOK:
 		m, _ := o.Member(o.Local.ID)
 		switch {
@@ -128,18 +160,35 @@ func expectedMemberIDs(p pin.Pin, j journal.Record) []uint64 {
 	return ids
 }
 
+// sameCluster: the member list is exactly the members --initial-cluster names.
+func sameCluster(o observation.Observation, peers []string) bool {
+	var listed []string
+	for _, m := range o.Members {
+		listed = append(listed, m.PeerURLs...)
+	}
+	slices.Sort(listed)
+	want := slices.Sorted(slices.Values(peers))
+	return len(listed) > 0 && slices.Equal(slices.Compact(listed), slices.Compact(want))
+}
+
+func mustMember(o observation.Observation, id uint64) observation.Member {
+	m, _ := o.Member(id)
+	return m
+}
+
 // neverStarted: a member that was added but never published its name and
 // client URLs has never run, so it has no state to lose.
 func neverStarted(m observation.Member) bool { return m.Name == "" && len(m.ClientURLs) == 0 }
 
 // NextPin is the pinning rule (rule 7): the cluster ID and the member ID
-// are recorded the first time the member is seen serving under its own
-// identity, from a linearizable member list; the member ID moves on when
+// are recorded the first time the member is seen serving as a voter under
+// its own identity, from a linearizable member list (a learner is not
+// pinned: a failed heal removes it again); the member ID moves on when
 // the member serves under a new ID (after a rejoin); the cluster ID never
 // moves on by itself. It returns the pin to store and whether it changed.
 func NextPin(p pin.Pin, member string, o observation.Observation, now time.Time) (pin.Pin, bool) {
 	l := o.Local
-	if l.Match != observation.MatchOK || !l.Serving || l.ID == 0 || o.ClusterID == 0 || o.MemberListError != "" ||
+	if l.Match != observation.MatchOK || !l.Serving || l.IsLearner || l.ID == 0 || o.ClusterID == 0 || o.MemberListError != "" ||
 		l.AnsweringID != l.ID || l.AnsweringClusterID != o.ClusterID || !observation.DataDirUsable(l.DataDirClass) {
 		return p, false
 	}

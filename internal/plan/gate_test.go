@@ -33,12 +33,26 @@ func TestStartGate(t *testing.T) {
 		pass bool
 		want Reason
 	}{
-		{"healthy data dir of the pinned member passes", GateInput{DataDirClass: "ok", DataDirMemberID: 7, Pin: seen, Obs: started}, true, GateDataDirOK},
-		{"healthy data dir of a never-seen member passes", GateInput{DataDirClass: "ok", DataDirMemberID: 5, Obs: unreachable}, true, GateDataDirOK},
-		{"healthy data dir of the learner a recovery prepared passes", GateInput{DataDirClass: "ok", DataDirMemberID: 9, Pin: seen, Journal: prepared, Obs: started}, true, GateDataDirOK},
-		{"data dir of the learner of a successful recovery passes before the pin moves on", GateInput{DataDirClass: "ok", DataDirMemberID: 9, Pin: seen, Journal: healed, Obs: started}, true, GateDataDirOK},
-		{"data dir of a learner a failed recovery removed holds", GateInput{DataDirClass: "ok", DataDirMemberID: 9, Pin: seen, Journal: failedSeed, Obs: started}, false, GateIdentityMismatch},
-		{"data dir of another member holds", GateInput{DataDirClass: "ok", DataDirMemberID: 5, Pin: seen, Obs: started}, false, GateIdentityMismatch},
+		{"healthy data dir of the pinned member passes", GateInput{DataDirClass: "ok", DataDirVerified: true, DataDirMemberID: 7, Pin: seen, Obs: started}, true, GateDataDirOK},
+		{"healthy data dir of a never-seen member passes", GateInput{DataDirClass: "ok", DataDirVerified: true, DataDirMemberID: 5, Obs: unreachable}, true, GateDataDirOK},
+		{"healthy data dir of the learner a recovery prepared passes", GateInput{DataDirClass: "ok", DataDirVerified: true, DataDirMemberID: 9, Pin: seen, Journal: prepared, Obs: started}, true, GateDataDirOK},
+		{"data dir of the learner of a successful recovery passes before the pin moves on", GateInput{DataDirClass: "ok", DataDirVerified: true, DataDirMemberID: 9, Pin: seen, Journal: healed, Obs: started}, true, GateDataDirOK},
+		{"data dir of a learner a failed recovery removed holds", GateInput{DataDirClass: "ok", DataDirVerified: true, DataDirMemberID: 9, Pin: seen, Journal: failedSeed, Obs: started}, false, GateIdentityMismatch},
+		{"data dir of another member holds", GateInput{DataDirClass: "ok", DataDirVerified: true, DataDirMemberID: 5, Pin: seen, Obs: started}, false, GateIdentityMismatch},
+		{"ok layout whose check was interrupted holds", GateInput{DataDirClass: "ok", DataDirMemberID: 0, Pin: seen, Obs: started}, false, GateUnverified},
+		{"member replaced by hand (new ID listed under our name and peer URL) passes", GateInput{DataDirClass: "ok", DataDirVerified: true, DataDirMemberID: 9, Pin: seen,
+			Obs: observation.Observation{ClusterID: 0xc1, Members: []observation.Member{{ID: 9, Name: "node2", ClientURLs: []string{"http://x"}}}, Local: observation.Local{Match: observation.MatchOK, ID: 9}}}, true, GateDataDirOK},
+		{"member listed under our name in another cluster does not excuse a foreign ID", GateInput{DataDirClass: "ok", DataDirVerified: true, DataDirMemberID: 9, Pin: seen,
+			Obs: observation.Observation{ClusterID: 0xc2, Members: []observation.Member{{ID: 9, Name: "node2", ClientURLs: []string{"http://x"}}}, Local: observation.Local{Match: observation.MatchOK, ID: 9}}}, false, GateIdentityMismatch},
+		{"bootstrap flags, the cluster exists and lists others: holds (a fresh cluster under the old IDs)", GateInput{DataDirClass: "missing", Obs: notMember, Bootstrap: true, InitialClusterPeers: []string{"http://p2"}}, false, GateWouldBootstrap},
+		{"bootstrap flags naming only itself, a new member ID added by hand: holds", GateInput{DataDirClass: "empty", Pin: seen, Obs: neverStarted, Bootstrap: true, InitialClusterPeers: []string{"http://p9"}}, false, GateWouldBootstrap},
+		{"bootstrap flags, the cluster's first start, this member not started yet: passes", GateInput{DataDirClass: "missing", Bootstrap: true, InitialClusterPeers: []string{"http://p1", "http://p9"},
+			Obs: observation.Observation{ClusterID: 0xc1, Members: []observation.Member{{ID: 1, Name: "node1", PeerURLs: []string{"http://p1"}, ClientURLs: []string{"http://c1"}}, {ID: 9, PeerURLs: []string{"http://p9"}}},
+				Local: observation.Local{Match: observation.MatchOK, ID: 9}}}, true, GateNeverSeen},
+		{"bootstrap flags, first start of the cluster, but this member ran before: holds", GateInput{DataDirClass: "missing", Bootstrap: true, InitialClusterPeers: []string{"http://p1", "http://p9"},
+			Obs: observation.Observation{ClusterID: 0xc1, Members: []observation.Member{{ID: 1, Name: "node1", PeerURLs: []string{"http://p1"}, ClientURLs: []string{"http://c1"}}, {ID: 9, Name: "node2", PeerURLs: []string{"http://p9"}, ClientURLs: []string{"http://c9"}}},
+				Local: observation.Local{Match: observation.MatchOK, ID: 9}}}, false, GateWouldBootstrap},
+		{"prepared, but the learner already published (agent killed before recording the start): holds", GateInput{DataDirClass: "missing", Pin: seen, Journal: prepared, Obs: learnerStarted}, false, GateMemberExisted},
 		{"corrupt data dir holds even when not a member", GateInput{DataDirClass: "corrupt", Obs: notMember}, false, GateDataDirUnusable},
 		{"foreign data dir holds", GateInput{DataDirClass: "foreign", Obs: notMember}, false, GateDataDirUnusable},
 		{"data dir in use holds", GateInput{DataDirClass: "in-use", Pin: seen, Obs: started}, false, GateDataDirUnusable},
@@ -89,6 +103,11 @@ func TestPinIsTakenWhenTheMemberServesAndFollowsItsNewIDButNeverAnotherCluster(t
 	}
 	if _, changed := NextPin(p, "node2", serving, now.Add(time.Second)); changed {
 		t.Fatal("the same sight changes nothing")
+	}
+	learner := serving
+	learner.Local.ID, learner.Local.AnsweringID, learner.Local.IsLearner = 9, 9, true
+	if _, changed := NextPin(pin.Pin{}, "node2", learner, now); changed {
+		t.Fatal("a learner is pinned: a failed heal removes it again")
 	}
 	for name, o := range map[string]observation.Observation{
 		"not serving":          {ClusterID: 0xc1, Local: observation.Local{Match: observation.MatchOK, ID: 8, DataDirClass: "ok"}},
