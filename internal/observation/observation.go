@@ -52,6 +52,10 @@ type Local struct {
 	// DataDirVerified: the deep check confirmed DataDirClass (not the
 	// layout check alone, whose corrupt can be a member bootstrapping).
 	DataDirVerified bool   `json:"dataDirVerified,omitempty"`
+	// DataDirClusterID is the cluster the data dir's WAL names (0 when not
+	// read): before a pin exists it is the only other witness of which
+	// cluster this member belongs to.
+	DataDirClusterID uint64 `json:"dataDirClusterID,omitempty"`
 	Match           Match  `json:"match"`
 	MatchDetail     string `json:"matchDetail,omitempty"`
 	// ID is the matched member's ID (0 unless Match is ok).
@@ -80,6 +84,9 @@ type Observation struct {
 	// PinnedClusterID is the cluster every answer used here was checked
 	// against (0 when none is pinned or adopted yet).
 	PinnedClusterID uint64 `json:"pinnedClusterID,omitempty"`
+	// ClusterPinned: PinnedClusterID comes from the pin store (the member
+	// was seen serving in it), not from the first member list that answered.
+	ClusterPinned bool `json:"clusterPinned,omitempty"`
 	// ForeignEndpoints answered for another cluster in this poll; their
 	// answers were ignored.
 	ForeignEndpoints []string `json:"foreignEndpoints,omitempty"`

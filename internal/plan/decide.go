@@ -64,6 +64,15 @@ func checkBegin(in Input, cfg Config) (Decision, bool) {
 		return refuse(ReasonForeignCluster, fmt.Sprintf("no member of cluster %x answers; %v answer for another cluster (ignored)",
 			o.PinnedClusterID, o.ForeignEndpoints)), false
 	}
+	if l := o.Local; !o.ClusterPinned && l.DataDirClusterID != 0 && o.ClusterID != 0 && l.DataDirClusterID != o.ClusterID {
+		// Nothing pinned yet (a first install, a lost state dir): the data
+		// dir names another cluster than the endpoints that answered (a
+		// recycled IP, a typo in --endpoints). Which one is this member's
+		// is a person's call; healing would quarantine the data and join
+		// the other cluster.
+		return refuse(ReasonForeignCluster, fmt.Sprintf("the data dir belongs to cluster %x, the endpoints answer for cluster %x, and nothing is pinned: check --endpoints",
+			l.DataDirClusterID, o.ClusterID)), false
+	}
 	if quorumLost(o) {
 		return refuse(ReasonMajorityLost, fmt.Sprintf("%d of %d voters serve, quorum is %d (or no leader): restoring from a backup is a human's call%s",
 			o.ServingVoters(), n, memberstate.Quorum(n), backups(in))), false

@@ -270,3 +270,16 @@ func TestForeignClusterRefused(t *testing.T) {
 		t.Error("foreign-cluster is not in RefusalReasons")
 	}
 }
+
+// Before anything is pinned, a data dir of another cluster than the one that
+// answers is not healed into that cluster (review of issue 9: a recycled IP
+// answered first, the good data dir read as foreign and lost at once).
+func TestUnpinnedDataDirOfAnotherClusterIsNotHealedIntoTheAnsweringOne(t *testing.T) {
+	in, c := cluster(3, 2, verdict(memberstate.Lost))
+	in.Obs.ClusterID, in.Obs.Local.DataDirClusterID = 0xc1, 0xc9
+	want(t, Decide(in, c), Refuse, ReasonForeignCluster)
+	in.Obs.ClusterPinned = true // the pin says 0xc1 is ours: the data dir is the foreign one
+	want(t, Decide(in, c), Begin, ReasonNone)
+	in.Obs.ClusterPinned, in.Obs.Local.DataDirClusterID = false, 0xc1
+	want(t, Decide(in, c), Begin, ReasonNone)
+}

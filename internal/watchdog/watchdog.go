@@ -136,6 +136,9 @@ func (w *Watchdog) observe(ctx context.Context, now time.Time) observation.Obser
 	w.mu.Unlock()
 	pin := w.pin()
 	obs.PinnedClusterID = pin
+	if f := w.cfg.PinnedClusterID; f != nil {
+		obs.ClusterPinned = f() != 0
+	}
 	var foreign []string
 	resp, listEP, err := w.clients.memberList(ctx, eps, true, pin, &foreign)
 	if err != nil {
@@ -280,6 +283,7 @@ func (w *Watchdog) classifyDataDir(ctx context.Context, obs *observation.Observa
 		r = w.deep.classify(ctx, dir, exp)
 	}
 	obs.Local.DataDirClass, obs.Local.DataDirDetail, obs.Local.DataDirVerified = string(r.Class), r.Detail, r.Verified
+	obs.Local.DataDirClusterID = r.ClusterID
 }
 
 // sampleOf turns an observation into the state tracker's input.
