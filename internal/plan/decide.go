@@ -196,7 +196,11 @@ func decideActive(in Input, cfg Config) Decision {
 	if !j.Phase.AtLeast(journal.PhaseVerified) {
 		return Decision{Action: Verify, MemberID: ours.ID}
 	}
-	return Decision{Action: Finish, Detail: "member rejoined, promoted and verified"}
+	detail := "member rejoined, promoted and verified"
+	if j.Message != "" {
+		detail += ": " + j.Message // verify's judgement, dead voters named
+	}
+	return Decision{Action: Finish, Detail: detail}
 }
 
 // recheckLost is rule 6's re-check of an automatic recovery after the
