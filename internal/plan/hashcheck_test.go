@@ -2,6 +2,7 @@ package plan
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"strings"
 	"testing"
@@ -72,3 +73,69 @@ func TestJudgeHashes(t *testing.T) {
 }
 
 func localNameOf(i int) string { return fmt.Sprintf("node%d", i) }
+
+// Random rounds: a mismatch is reported exactly when two comparable answers
+// (same compact revision) differ; equal needs every serving voter answered
+// at one compact revision, the target among them, a quorum in all.
+func TestJudgeHashesProperties(t *testing.T) {
+	r := rand.New(rand.NewPCG(20261201, 10))
+	verdicts := map[HashVerdict]int{}
+	for run := range 20_000 {
+		voters := 1 + r.IntN(7)
+		var as []HashAnswer
+		for i := range voters {
+			a := HashAnswer{ID: id(i), Name: localNameOf(i), Serving: r.Float64() < 0.8, Revision: 900,
+				Hash: uint32(r.IntN(2)), CompactRevision: int64(100 + 10*r.IntN(2))}
+			if r.Float64() < 0.85 {
+				a.Hash, a.CompactRevision = 1, 100
+			}
+			a.Compacted = a.Serving && r.Float64() < 0.05
+			if a.Serving && r.Float64() < 0.05 {
+				a.Err = "unavailable"
+			}
+			as = append(as, a)
+		}
+		target := id(r.IntN(voters))
+		j := JudgeHashes(target, voters, as)
+		verdicts[j.Verdict]++
+		hashes := map[int64]map[uint32]bool{}
+		var dead []string
+		answered, hasTarget := 0, false
+		for _, a := range as {
+			if !a.Serving {
+				dead = append(dead, a.Name)
+			}
+			if !a.answered() {
+				continue
+			}
+			answered++
+			hasTarget = hasTarget || a.ID == target
+			if hashes[a.CompactRevision] == nil {
+				hashes[a.CompactRevision] = map[uint32]bool{}
+			}
+			hashes[a.CompactRevision][a.Hash] = true
+		}
+		differ := false
+		for _, hs := range hashes {
+			differ = differ || len(hs) > 1
+		}
+		pending := slices.ContainsFunc(as, func(a HashAnswer) bool { return a.Serving && !a.answered() })
+		switch {
+		case differ != (j.Verdict == HashMismatch):
+			t.Fatalf("run %d: %s with comparable hashes differing %v: %+v", run, j.Verdict, differ, as)
+		case j.Verdict == HashEqual && (pending || len(hashes) != 1 || !hasTarget || answered < (voters/2+1)):
+			t.Fatalf("run %d: equal with pending %v, %d compact revisions, target %v, %d answered of %d: %+v",
+				run, pending, len(hashes), hasTarget, answered, voters, as)
+		case !slices.Equal(j.Dead, dead):
+			t.Fatalf("run %d: dead %v, want %v", run, j.Dead, dead)
+		case j.Verdict == HashMismatch && len(j.Diverging) == 0:
+			t.Fatalf("run %d: mismatch naming nobody: %+v", run, as)
+		}
+	}
+	for _, v := range []HashVerdict{HashEqual, HashNotYet, HashMismatch} {
+		if verdicts[v] == 0 {
+			t.Errorf("no random round led to %s", v)
+		}
+	}
+	t.Logf("verdicts: %v", verdicts)
+}
