@@ -26,6 +26,9 @@ func TestDryRunRestartMidHealChangesNothing(t *testing.T) {
 	release(t, l, "node2", "member-start")
 	releasedAt := time.Now()
 	eventually(t, 60*time.Second, "node2's dry-run agent reports the open recovery on 5 polls", func() error {
+		if now := sortedMembers(mustMembers(t, l)); !slices.Equal(held, now) {
+			t.Fatalf("membership changed under --dry-run:\n  held %v\n  now  %v", held, now)
+		}
 		n := 0
 		for _, e := range logEntries(t, agentLog(t, l, "node2"), "recovery refused") {
 			if e["reason"] == "dry-run" && strings.Contains(fmt.Sprint(e["detail"]), "phase prepared") && entryTime(t, e).After(releasedAt) {
