@@ -41,6 +41,9 @@ type Metrics struct {
 	// ForeignEndpointResponses counts, per endpoint, the observations in
 	// which it answered for another cluster than the pinned one.
 	ForeignEndpointResponses *prometheus.CounterVec
+	// HashMismatchTotal counts verifications that found voters with
+	// different HashKV (reason hash-mismatch): a divergent voter serves.
+	HashMismatchTotal *prometheus.CounterVec
 }
 
 // New registers every metric (and the Go and process collectors) in a fresh registry.
@@ -77,11 +80,14 @@ func New() *Metrics {
 		StartGateWrapped: g("start_gate_wrapped", "1 when the etcd static pod runs etcd through the start gate (`etcd-agent gate -- etcd ...`), so every start, container restarts included, is checked; 0 when it does not.", "member"),
 		ForeignEndpointResponses: c("foreign_endpoint_responses_total",
 			"Observations in which an endpoint answered for another cluster than the pinned one (its answers are ignored).", "member", "endpoint"),
+		HashMismatchTotal: c("hash_mismatch_total",
+			"Recovery verifications that found voters with different HashKV at one revision and compact revision (the recovery failed with reason hash-mismatch).", "member"),
 	}
 	m.Registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		m.MemberState, m.DataDirStatus, m.VotingMembers, m.HealthyVotingMembers, m.QuorumMargin, m.RecoveryInProgress,
 		m.LeaseHeld, m.RecoveriesTotal, m.RefusalsTotal, m.RecoveryDuration, m.PhaseDuration, m.LearnerLag,
-		m.SnapshotBytesTotal, m.SeedFallbacksTotal, m.LastRecovery, m.ObservationDuration, m.StartGateWrapped, m.ForeignEndpointResponses)
+		m.SnapshotBytesTotal, m.SeedFallbacksTotal, m.LastRecovery, m.ObservationDuration, m.StartGateWrapped, m.ForeignEndpointResponses,
+		m.HashMismatchTotal)
 	return m
 }
 
@@ -103,6 +109,7 @@ func (m *Metrics) Init(member string, reasons []string) {
 	m.RecoveryInProgress.WithLabelValues(member).Set(0)
 	m.LeaseHeld.WithLabelValues(member).Set(0)
 	m.SnapshotBytesTotal.WithLabelValues(member)
+	m.HashMismatchTotal.WithLabelValues(member)
 }
 
 // Observed sets the state metrics from one observation and verdict. A

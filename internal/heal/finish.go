@@ -3,53 +3,97 @@ package heal
 import (
 	"context"
 	"errors"
-	"fmt"
 	"time"
 
 	"github.com/etcd-agent/etcd-agent/internal/journal"
 	"github.com/etcd-agent/etcd-agent/internal/nodereport"
 	"github.com/etcd-agent/etcd-agent/internal/plan"
 	"github.com/etcd-agent/etcd-agent/internal/watchdog"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"go.uber.org/zap"
 )
 
-// verify: the rejoined member is a serving voter and every voter has the
-// same HashKV at one revision.
-func (h *Healer) verify(ctx context.Context, res watchdog.Result, id uint64) (bool, string, error) {
+// hashMismatchError ends a recovery: comparable voters answered different
+// HashKV (plan.JudgeHashes), so a divergent voter serves reads.
+type hashMismatchError struct{ j plan.HashJudgement }
+
+func (e *hashMismatchError) Error() string { return e.j.Detail }
+
+// verifyStep verifies the promoted member: equal HashKV advances the journal
+// to verified (its message names the voters not asked), not yet waits for
+// the next round, a mismatch is reported and ends the attempt.
+func (h *Healer) verifyStep(ctx context.Context, res watchdog.Result, j *journal.Record) error {
+	jd, err := h.verify(ctx, res, uint64(j.NewMemberID))
+	switch {
+	case err != nil || jd.Verdict == plan.HashNotYet:
+		h.log.Info("verify: not yet", zap.String("detail", jd.Detail), zap.Strings("notServing", jd.Dead), zap.Error(err))
+		return nil
+	case jd.Verdict == plan.HashMismatch:
+		ids := make([]string, len(jd.Diverging))
+		for i, id := range jd.Diverging {
+			ids[i] = fmtID(id)
+		}
+		h.metrics.HashMismatchTotal.WithLabelValues(h.cfg.Member).Inc()
+		h.log.Error("verify: HashKV mismatch, a divergent voter serves reads", zap.String("reason", string(plan.ReasonHashMismatch)),
+			zap.Strings("diverging", ids), zap.String("detail", jd.Detail))
+		if h.reporter != nil {
+			h.reporter.Eventf("Warning", nodereport.ReasonHashMismatch, "member %s: %s: diverging %v: %s",
+				h.cfg.Member, plan.ReasonHashMismatch, ids, jd.Detail)
+		}
+		return &hashMismatchError{jd}
+	}
+	h.log.Info("verify: HashKV equal", zap.String("detail", jd.Detail), zap.Strings("notServing", jd.Dead))
+	j.Message = jd.Detail
+	return h.advance(ctx, j, journal.PhaseVerified)
+}
+
+// verify gathers the voters' HashKV answers at one revision for
+// plan.JudgeHashes: voters not serving are not asked (reported, not waited
+// for); one compacted past the revision is asked again next round, at a
+// newer one.
+func (h *Healer) verify(ctx context.Context, res watchdog.Result, id uint64) (plan.HashJudgement, error) {
 	o := res.Observation
 	m, ok := o.Member(id)
 	if !ok || m.IsLearner || !m.Serving {
-		return false, "rejoined member not yet a serving voter", nil
+		return plan.HashJudgement{Verdict: plan.HashNotYet, Detail: "rejoined member not yet a serving voter"}, nil
 	}
 	cli, err := h.clusterClient(o)
 	if err != nil {
-		return false, "", err
+		return plan.HashJudgement{Verdict: plan.HashNotYet}, err
 	}
 	defer cli.Close()
-	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	get, err := cli.Get(rctx, "etcd-agent-verify")
+	gctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	get, err := cli.Get(gctx, "etcd-agent-verify")
+	cancel()
 	if err != nil {
-		return false, "", err
+		return plan.HashJudgement{Verdict: plan.HashNotYet, Detail: "read the revision"}, err
 	}
 	rev := get.Header.Revision
-	var first uint32
-	have := false
+	var answers []plan.HashAnswer
 	for _, v := range o.Members {
-		if v.IsLearner || len(v.ClientURLs) == 0 {
+		if v.IsLearner {
 			continue
 		}
-		hr, err := cli.HashKV(rctx, v.ClientURLs[0], rev)
-		if err != nil {
-			return false, fmt.Sprintf("HashKV of %s at revision %d", v.Name, rev), err
+		a := plan.HashAnswer{ID: v.ID, Name: v.Name, Serving: v.Serving && len(v.ClientURLs) > 0, Revision: rev}
+		if a.Name == "" {
+			a.Name = fmtID(v.ID)
 		}
-		if !have {
-			first, have = hr.Hash, true
-		} else if hr.Hash != first {
-			return false, "", fmt.Errorf("HashKV differs at revision %d: %s has %d, others %d", rev, v.Name, hr.Hash, first)
+		if a.Serving {
+			hctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			hr, err := cli.HashKV(hctx, v.ClientURLs[0], rev)
+			cancel()
+			switch {
+			case errors.Is(err, rpctypes.ErrCompacted):
+				a.Compacted = true
+			case err != nil:
+				a.Err = err.Error()
+			default:
+				a.Hash, a.CompactRevision = hr.Hash, hr.CompactRevision
+			}
 		}
+		answers = append(answers, a)
 	}
-	return true, fmt.Sprintf("HashKV %d equal at revision %d", first, rev), nil
+	return plan.JudgeHashes(id, o.Voters(), answers), nil
 }
 
 // finish closes the journal with d's result, releases the Lease and reports.

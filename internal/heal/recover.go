@@ -66,7 +66,10 @@ func (h *Healer) recover(parent context.Context, first watchdog.Result, req *pla
 			return h.fail(ctx, &j, d, fmt.Errorf("learner %s stalled: %s", fmtID(d.MemberID), d.Detail))
 		}
 		err := h.step(ctx, res, req, &j, d)
+		var mismatch *hashMismatchError
 		switch {
+		case errors.As(err, &mismatch):
+			return h.fail(ctx, &j, plan.Decision{Action: plan.Finish, Reason: plan.ReasonHashMismatch, Detail: mismatch.Error()}, err)
 		case errors.Is(err, lease.ErrHeldByOther), errors.Is(err, lease.ErrNotHeld):
 			// Fencing: another agent holds the Lease. Stop at once; the
 			// journal stays open so this (or the next holder) resumes
@@ -150,12 +153,7 @@ func (h *Healer) step(ctx context.Context, res watchdog.Result, req *plan.Reques
 	case plan.Promote:
 		return h.promote(ctx, res, j, d.MemberID)
 	case plan.Verify:
-		ok, detail, err := h.verify(ctx, res, uint64(j.NewMemberID))
-		if err != nil || !ok {
-			h.log.Info("verify: not yet", zap.String("detail", detail), zap.Error(err))
-			return nil
-		}
-		return h.advance(ctx, j, journal.PhaseVerified)
+		return h.verifyStep(ctx, res, j)
 	case plan.Nothing:
 		return nil
 	}

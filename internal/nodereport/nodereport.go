@@ -39,6 +39,8 @@ const (
 	ReasonRecoverySucceeded = "RecoverySucceeded"
 	ReasonRecoveryFailed    = "RecoveryFailed"
 	ReasonMemberLost        = "MemberLost"
+	// ReasonHashMismatch: verify found voters with different HashKV.
+	ReasonHashMismatch = "HashMismatch"
 	// ReasonSeedFallback: seed mode was refused and the rejoin goes on in
 	// raft mode (the message names the seeding reason).
 	ReasonSeedFallback = "SeedFallback"

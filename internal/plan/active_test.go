@@ -348,3 +348,38 @@ func TestForeignClusterMidRecoveryWaits(t *testing.T) {
 	// Before the stop, the re-verification refuses and closes the attempt.
 	want(t, Decide(cluster(3, 2, held(journal.PhaseStarted), onlyForeignAnswers())), Finish, ReasonForeignCluster)
 }
+
+// A dry run with an open journal (an agent restarted with --dry-run
+// mid-heal, or a dry-run request) changes nothing in any phase, takes no
+// Lease, and says which phase is open and which step it would take.
+func TestDryRunWithOpenJournal(t *testing.T) {
+	dry := cfg(func(c *Config) { c.DryRun = true })
+	gone := local(localGone)
+	for _, c := range []struct {
+		phase journal.Phase
+		n     int
+		opts  []opt
+		step  Action
+	}{
+		{journal.PhaseStarted, 3, []opt{held(journal.PhaseStarted)}, StopMember},
+		{journal.PhaseStopped, 3, []opt{held(journal.PhaseStopped)}, TakeSnapshot},
+		{journal.PhaseSnapshotted, 3, []opt{held(journal.PhaseSnapshotted)}, RemoveMember},
+		{journal.PhaseRemoved, 2, []opt{gone, held(journal.PhaseRemoved)}, AddLearner},
+		{journal.PhaseLearnerAdded, 2, []opt{gone, unstartedLearner(18), held(journal.PhaseLearnerAdded, newID(18))}, PrepareDataDir},
+		{journal.PhaseMemberStarted, 2, []opt{gone, ourLearner(true, leaderIndex), held(journal.PhaseMemberStarted, newID(18))}, Promote},
+		{journal.PhasePromoted, 2, []opt{gone, ourVoter(18), held(journal.PhasePromoted, newID(18))}, Verify},
+		{journal.PhaseVerified, 2, []opt{gone, ourVoter(18), held(journal.PhaseVerified, newID(18))}, Finish},
+		// Not holding the Lease: resuming would take it.
+		{journal.PhaseRemoved, 2, []opt{gone, journalAt(journal.PhaseRemoved)}, Begin},
+	} {
+		for _, mode := range []opt{dry, dryRunRequest()} {
+			t.Run(string(c.phase)+"/"+string(c.step), func(t *testing.T) {
+				d := Decide(cluster(c.n, 2, append(c.opts, mode)...))
+				want(t, d, Refuse, ReasonDryRun)
+				if !strings.Contains(d.Detail, string(c.phase)) || !strings.Contains(d.Detail, string(c.step)) {
+					t.Errorf("detail %q does not name the phase %q and the next step %q", d.Detail, c.phase, c.step)
+				}
+			})
+		}
+	}
+}

@@ -13,7 +13,13 @@ import (
 // Decide returns the next safe step for the local member, or why there is none.
 func Decide(in Input, cfg Config) Decision {
 	if in.Journal.Active() {
-		return decideActive(in, cfg)
+		d := decideActive(in, cfg)
+		if cfg.DryRun || (in.Request != nil && in.Request.DryRun) {
+			// A dry run changes nothing in any phase, and takes no Lease to
+			// resume (its holder acts): it reports what it would do.
+			return refuse(ReasonDryRun, fmt.Sprintf("recovery %s open in phase %s; would: %s", in.Journal.ID, in.Journal.Phase, describeStep(d)))
+		}
+		return d
 	}
 	return decideIdle(in, cfg)
 }
@@ -199,7 +205,11 @@ func decideActive(in Input, cfg Config) Decision {
 	if !j.Phase.AtLeast(journal.PhaseVerified) {
 		return Decision{Action: Verify, MemberID: ours.ID}
 	}
-	return Decision{Action: Finish, Detail: "member rejoined, promoted and verified"}
+	detail := "member rejoined, promoted and verified"
+	if j.Message != "" {
+		detail += ": " + j.Message // verify's judgement, dead voters named
+	}
+	return Decision{Action: Finish, Detail: detail}
 }
 
 // recheckLost is rule 6's re-check of an automatic recovery after the
@@ -361,6 +371,21 @@ func planText(o observation.Observation) string {
 	}
 	return fmt.Sprintf("stop member %s, quarantine %s, stream a snapshot from a follower, %s, add %v as a learner, start it, promote when caught up, verify HashKV",
 		o.Local.Name, o.Local.DataDir, remove, o.Local.PeerURLs)
+}
+
+// describeStep names a decision for a dry run's report.
+func describeStep(d Decision) string {
+	s := string(d.Action)
+	if d.MemberID != 0 {
+		s += fmt.Sprintf(" %x", d.MemberID)
+	}
+	if d.Reason != ReasonNone {
+		s += " (" + string(d.Reason) + ")"
+	}
+	if d.Detail != "" {
+		s += ": " + d.Detail
+	}
+	return s
 }
 
 func backups(in Input) string {

@@ -79,6 +79,7 @@ func invariants(in Input, c Config, d Decision) []string {
 	o, j := in.Obs, in.Journal
 	n := o.Voters()
 	target, targetListed := o.Member(d.MemberID)
+	dry := c.DryRun || in.Request != nil && in.Request.DryRun
 	lost := o.MemberListError != "" || o.LeaderID == 0 || o.ServingVoters() < memberstate.Quorum(n)
 	local, localListed := o.Member(o.Local.ID)
 	localListed = localListed && o.Local.Match == observation.MatchOK
@@ -119,7 +120,8 @@ func invariants(in Input, c Config, d Decision) []string {
 		default:
 			fail("(d) %s without quorum", d.Action)
 		}
-		if in.LeaseHeld && j.Active() && j.Phase.AtLeast(journal.PhaseStopped) && d.Reason != ReasonMajorityLost {
+		if in.LeaseHeld && j.Active() && j.Phase.AtLeast(journal.PhaseStopped) && d.Reason != ReasonMajorityLost &&
+			!(dry && strings.Contains(d.Detail, string(ReasonMajorityLost))) {
 			fail("(d) mid-recovery without quorum, reason %q, want majority-lost", d.Reason)
 		}
 	}
@@ -174,10 +176,19 @@ func invariants(in Input, c Config, d Decision) []string {
 	if d.Reason == ReasonNotNeeded && (d.Action != Finish || j.Phase != journal.PhaseStarted || in.Request != nil) {
 		fail("not-needed as %s in phase %q with request %v", d.Action, j.Phase, in.Request)
 	}
+	// A dry run changes nothing in any phase: no action but Nothing or
+	// Refuse (Begin takes the Lease, whose holder then acts; Finish closes
+	// the journal), and with an open journal a dry-run refusal naming the
+	// phase.
+	if dry && d.Action != Nothing && d.Action != Refuse {
+		fail("dry run: %s (journal phase %q)", d.Action, j.Phase)
+	}
+	if dry && j.Active() && (d.Reason != ReasonDryRun || !strings.Contains(d.Detail, string(j.Phase))) {
+		fail("dry run with an open journal: %s/%q %q does not report the phase %q", d.Action, d.Reason, d.Detail, j.Phase)
+	}
 	// A new recovery begins only when wanted, allowed and not a dry run.
 	if d.Action == Begin && !j.Active() {
 		wanted := in.Request != nil || in.Verdict.State == memberstate.Lost && c.AutoHeal
-		dry := c.DryRun || in.Request != nil && in.Request.DryRun
 		if !wanted || dry || len(o.Learners()) > 0 || o.Local.Match == observation.MatchAmbiguous || localListed && local.IsLearner {
 			fail("begins: wanted %v, dry run %v, %d learners, match %s", wanted, dry, len(o.Learners()), o.Local.Match)
 		}

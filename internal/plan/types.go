@@ -63,6 +63,9 @@ const (
 	ReasonLeaseLost         Reason = "lease-lost"
 	ReasonNotNeeded         Reason = "not-needed"
 	ReasonForeignCluster    Reason = "foreign-cluster"
+	// ReasonHashMismatch: verify found comparable voters with different
+	// HashKV (JudgeHashes); the attempt fails, a divergent voter serves.
+	ReasonHashMismatch Reason = "hash-mismatch"
 )
 
 // RefusalReasons lists the codes a recovery can be refused with (for

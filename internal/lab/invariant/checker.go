@@ -71,6 +71,9 @@ type Options struct {
 	AllowQuorumLoss bool
 	// AllowFailedWrites is for scenarios in which writes are expected to fail.
 	AllowFailedWrites bool
+	// Lost names members lost for good on purpose (lab.LoseNode): the
+	// final HashKV check does not ask them.
+	Lost []string
 }
 
 // HardFault runs kill, a SIGKILL of member processes, and records when. A
@@ -151,7 +154,7 @@ func (c *Checker) Finish(ctx context.Context, o Options) (Report, error) {
 	if err := c.Writer.VerifyAcked(vctx, r.Writes); err != nil {
 		errs = append(errs, err)
 	}
-	h, err := CheckHashKV(vctx, c.cli, 30*time.Second)
+	h, err := CheckHashKV(vctx, c.cli, 30*time.Second, o.Lost...)
 	r.HashKV = h
 	if err != nil {
 		errs = append(errs, err)
