@@ -51,13 +51,13 @@ type Local struct {
 	DataDirDetail string `json:"dataDirDetail,omitempty"`
 	// DataDirVerified: the deep check confirmed DataDirClass (not the
 	// layout check alone, whose corrupt can be a member bootstrapping).
-	DataDirVerified bool   `json:"dataDirVerified,omitempty"`
+	DataDirVerified bool `json:"dataDirVerified,omitempty"`
 	// DataDirClusterID is the cluster the data dir's WAL names (0 when not
 	// read): before a pin exists it is the only other witness of which
 	// cluster this member belongs to.
 	DataDirClusterID uint64 `json:"dataDirClusterID,omitempty"`
-	Match           Match  `json:"match"`
-	MatchDetail     string `json:"matchDetail,omitempty"`
+	Match            Match  `json:"match"`
+	MatchDetail      string `json:"matchDetail,omitempty"`
 	// ID is the matched member's ID (0 unless Match is ok).
 	ID        uint64   `json:"id,omitempty"`
 	Serving   bool     `json:"serving"`
