@@ -176,9 +176,10 @@ func mustMember(o observation.Observation, id uint64) observation.Member {
 	return m
 }
 
-// neverStarted: a member that was added but never published its name and
-// client URLs has never run, so it has no state to lose.
-func neverStarted(m observation.Member) bool { return m.Name == "" && len(m.ClientURLs) == 0 }
+// neverStarted: a member that never published its client URLs has never
+// served, so it has no state to lose. (Members of the initial cluster have a
+// name from --initial-cluster before they first start; added ones have none.)
+func neverStarted(m observation.Member) bool { return len(m.ClientURLs) == 0 }
 
 // NextPin is the pinning rule (rule 7): the cluster ID and the member ID
 // are recorded the first time the member is seen serving as a voter under
