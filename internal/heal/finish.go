@@ -21,32 +21,30 @@ func (h *Healer) verify(ctx context.Context, res watchdog.Result, id uint64) (bo
 	if !ok || m.IsLearner || !m.Serving {
 		return false, "rejoined member not yet a serving voter", nil
 	}
-	cli, err := h.clusterClient(o)
+	eps, err := voterEndpoints(o)
 	if err != nil {
 		return false, "", err
 	}
-	defer cli.Close()
 	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	get, err := cli.Get(rctx, "etcd-agent-verify")
+	rev, err := h.cluster.Revision(rctx, eps)
 	if err != nil {
 		return false, "", err
 	}
-	rev := get.Header.Revision
 	var first uint32
 	have := false
 	for _, v := range o.Members {
 		if v.IsLearner || len(v.ClientURLs) == 0 {
 			continue
 		}
-		hr, err := cli.HashKV(rctx, v.ClientURLs[0], rev)
+		hash, err := h.cluster.HashKV(rctx, eps, v.ClientURLs[0], rev)
 		if err != nil {
 			return false, fmt.Sprintf("HashKV of %s at revision %d", v.Name, rev), err
 		}
 		if !have {
-			first, have = hr.Hash, true
-		} else if hr.Hash != first {
-			return false, "", fmt.Errorf("HashKV differs at revision %d: %s has %d, others %d", rev, v.Name, hr.Hash, first)
+			first, have = hash, true
+		} else if hash != first {
+			return false, "", fmt.Errorf("HashKV differs at revision %d: %s has %d, others %d", rev, v.Name, hash, first)
 		}
 	}
 	return true, fmt.Sprintf("HashKV %d equal at revision %d", first, rev), nil
@@ -77,7 +75,7 @@ func preStopRecheck(r plan.Reason) bool {
 // if that is impossible now, the journal stays open to be resumed.
 func (h *Healer) fail(ctx context.Context, j *journal.Record, d plan.Decision, cause error) Outcome {
 	if j.Phase.AtLeast(journal.PhaseLearnerAdded) && !j.Phase.AtLeast(journal.PhasePromoted) && j.NewMemberID != 0 && d.Action != plan.RemoveStalledLearner {
-		res := h.obs.Observe(ctx, time.Now())
+		res := h.obs.Observe(ctx, h.now())
 		if m, ok := res.Observation.Member(uint64(j.NewMemberID)); ok && m.IsLearner {
 			if err := h.removeMember(ctx, res, m.ID); err != nil {
 				h.log.Error("recovery failed and its learner could not be removed; the journal stays open to resume",
@@ -91,7 +89,7 @@ func (h *Healer) fail(ctx context.Context, j *journal.Record, d plan.Decision, c
 }
 
 func (h *Healer) close(ctx context.Context, j *journal.Record, d plan.Decision, result string, cause error) Outcome {
-	now := time.Now().UTC()
+	now := h.now().UTC()
 	j.Result, j.Reason, j.Message, j.FinishedAt = result, string(d.Reason), d.Detail, now
 	if result == journal.ResultFailed {
 		j.Failures++

@@ -81,6 +81,10 @@ type Config struct {
 	// (HoldPoints) until the test releases it (see holdAt), so that a test
 	// can act at a moment the heal otherwise passes in microseconds.
 	HoldAt []string
+	// Cluster is the etcd API (nil: clientv3 with TLS); Now the clock
+	// (nil: time.Now). Unit tests inject fakes.
+	Cluster Cluster
+	Now     func() time.Time
 }
 
 // Hold points (Config.HoldAt).
@@ -111,6 +115,8 @@ const (
 // Healer runs recoveries for the local member.
 type Healer struct {
 	cfg      Config
+	cluster  Cluster
+	now      func() time.Time
 	obs      Observer
 	newLease func(clusterID uint64) (Lease, error)
 	runtime  memberruntime.Runtime
@@ -136,8 +142,15 @@ func New(cfg Config, obs Observer, newLease func(uint64) (Lease, error), rt memb
 	if cfg.QuarantineDir == "" {
 		cfg.QuarantineDir = filepath.Join(filepath.Dir(cfg.DataDir), "etcd-agent-quarantine")
 	}
-	return &Healer{cfg: cfg, obs: obs, newLease: newLease, runtime: rt, reporter: rep, metrics: m,
+	h := &Healer{cfg: cfg, cluster: cfg.Cluster, now: cfg.Now, obs: obs, newLease: newLease, runtime: rt, reporter: rep, metrics: m,
 		log: cfg.Log.With(zap.String("member", cfg.Member))}
+	if h.cluster == nil {
+		h.cluster = etcdCluster{cfg: &h.cfg}
+	}
+	if h.now == nil {
+		h.now = time.Now
+	}
+	return h
 }
 
 // Outcome is how a Consider call ended.
@@ -262,7 +275,7 @@ func (h *Healer) refused(ctx context.Context, req *plan.Request, d plan.Decision
 	}
 	h.reporter.Eventf("Warning", nodereport.ReasonRecoveryRefused, "%s: %s", d.Reason, d.Detail)
 	if req != nil {
-		now := time.Now().UTC()
+		now := h.now().UTC()
 		_ = h.reporter.ClearRequest(ctx)
 		_ = h.reporter.SetLastRecovery(ctx, nodereport.LastRecovery{Request: requestName(req), Result: journal.ResultRefused,
 			Reason: string(d.Reason), StartedAt: now, FinishedAt: now, Message: d.Detail})

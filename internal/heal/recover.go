@@ -95,7 +95,7 @@ func (h *Healer) recover(parent context.Context, first watchdog.Result, req *pla
 		}
 		t1 := time.Now()
 		// The tracker's own verdict, as is: rule 6's re-check decides on it.
-		res = h.obs.Observe(ctx, time.Now())
+		res = h.obs.Observe(ctx, h.now())
 		h.log.Debug("recovery loop timing", zap.String("action", string(d.Action)), zap.Duration("input", tInput),
 			zap.Duration("step", t1.Sub(t0)-tInput), zap.Duration("observe", time.Since(t1)))
 	}
@@ -103,7 +103,7 @@ func (h *Healer) recover(parent context.Context, first watchdog.Result, req *pla
 
 // step carries out one decision and records it in the journal.
 func (h *Healer) step(ctx context.Context, res watchdog.Result, req *plan.Request, j *journal.Record, d plan.Decision) error {
-	now := time.Now().UTC()
+	now := h.now().UTC()
 	switch d.Action {
 	case plan.Begin:
 		return h.begin(ctx, res, req, j)
@@ -133,7 +133,7 @@ func (h *Healer) step(ctx context.Context, res watchdog.Result, req *plan.Reques
 		if err := h.timed(j, journal.PhasePrepared, func() error { return h.prepareDataDir(ctx, res, j) }); err != nil {
 			return err
 		}
-		j.LearnerProgressAt = time.Now().UTC()
+		j.LearnerProgressAt = h.now().UTC()
 		return h.timed(j, journal.PhaseMemberStarted, func() error { return h.startMember(ctx, res, j) })
 	case plan.AdoptLearner:
 		j.NewMemberID = journal.MemberID(d.MemberID)
@@ -170,7 +170,7 @@ func (h *Healer) begin(ctx context.Context, res watchdog.Result, req *plan.Reque
 	}
 	resumed := j.Active()
 	if !resumed {
-		now := time.Now().UTC()
+		now := h.now().UTC()
 		*j = journal.Record{ID: strconv.FormatInt(now.UnixNano(), 36), Member: h.cfg.Member, Node: h.cfg.Node,
 			Request: requestName(req), StartedAt: now, PeerURLs: h.cfg.PeerURLs,
 			Failures: j.Failures, LastFailureAt: j.LastFailureAt}
@@ -222,7 +222,7 @@ func (h *Healer) advance(ctx context.Context, j *journal.Record, phase journal.P
 		_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
 		select {} // SIGKILL is not delivered synchronously; never go on
 	}
-	j.Advance(phase, time.Now().UTC())
+	j.Advance(phase, h.now().UTC())
 	if err := journal.Save(h.cfg.StateDir, *j); err != nil {
 		return err
 	}
