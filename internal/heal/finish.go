@@ -54,20 +54,15 @@ func (h *Healer) verify(ctx context.Context, res watchdog.Result, id uint64) (bo
 func (h *Healer) finish(ctx context.Context, j *journal.Record, d plan.Decision) Outcome {
 	result := journal.ResultSucceeded
 	switch {
-	case preStopRecheck(d.Reason) && !j.Phase.AtLeast(journal.PhaseStopped):
-		// Rule 6, re-verified after the Lease: nothing was changed and
-		// nothing failed; no failure counted, no backoff.
+	case d.Reason != plan.ReasonNone && !j.Phase.AtLeast(journal.PhaseStopped) && j.StopAttemptedAt.IsZero():
+		// Rule 6's re-check, or a refusal (majority-lost, learner-present,
+		// ...) after the Lease and before any change: nothing was changed
+		// and nothing failed; no failure counted, no backoff.
 		result = journal.ResultRefused
 	case d.Reason != plan.ReasonNone:
 		result = journal.ResultFailed
 	}
 	return h.close(ctx, j, d, result, nil)
-}
-
-// preStopRecheck: reasons of rule 6's re-check closing a recovery before
-// the stop because the member is not (or no longer) to be healed.
-func preStopRecheck(r plan.Reason) bool {
-	return r == plan.ReasonNotNeeded || r == plan.ReasonInGracePeriod || r == plan.ReasonMemberHealthy
 }
 
 // fail closes the recovery as failed. A learner it added and did not promote
@@ -117,6 +112,14 @@ func (h *Healer) close(ctx context.Context, j *journal.Record, d plan.Decision, 
 	} else {
 		log.Warn("recovery ended", zap.String("detail", d.Detail))
 	}
+	if result == journal.ResultRefused {
+		h.countRefusal(d.Reason)
+	}
+	if result == journal.ResultSucceeded {
+		// A manual request made before (or during) this heal is answered
+		// by it: the member was just rejoined, never stop it again.
+		h.clearRequest(ctx)
+	}
 	if h.reporter != nil {
 		reason, etype := nodereport.ReasonRecoverySucceeded, "Normal"
 		switch result {
@@ -134,8 +137,11 @@ func (h *Healer) close(ctx context.Context, j *journal.Record, d plan.Decision, 
 	return Outcome{Decision: d, Result: result, Err: cause}
 }
 
+// releaseLease releases the Lease whether or not Holding() says we hold it
+// now: Release stops the renewer (which may hold it again once the API
+// answers) and leaves a Lease held by another agent alone.
 func (h *Healer) releaseLease(ctx context.Context) {
-	if h.lease == nil || !h.lease.Holding() {
+	if h.lease == nil {
 		return
 	}
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
