@@ -111,7 +111,14 @@ func TestRefusalReportedOncePerChangeOfReason(t *testing.T) {
 	if got, ev := r.refusals("majority-lost"), r.rep.count(nodereport.ReasonRecoveryRefused); got != 1 || ev != 1 {
 		t.Fatalf("3 polls refused majority-lost: refusals_total %v, %d Events; want 1 and 1", got, ev)
 	}
+	since := func() float64 { return testutil.ToFloat64(r.m.RefusedSince.WithLabelValues("m1", "majority-lost")) }
+	if since() <= 0 {
+		t.Fatal("refused_since{majority-lost} is 0 while refused")
+	}
 	r.h.Consider(context.Background(), healthy, nil)
+	if since() != 0 {
+		t.Fatalf("refused_since{majority-lost} = %v once healthy, want 0", since())
+	}
 	r.h.Consider(context.Background(), noQuorum, nil)
 	if got := r.refusals("majority-lost"); got != 2 {
 		t.Fatalf("refused again after a healthy poll: refusals_total %v, want 2", got)
