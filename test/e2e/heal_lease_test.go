@@ -39,6 +39,15 @@ func TestAPIStoppedLongerThanLeaseTTLMidHeal(t *testing.T) {
 		}
 		return nil
 	})
+	// The renewer ended with the attempt, though Holding() was false then:
+	// lease_held says so (before the fix it stayed 1, the renewer ran on,
+	// and renewed the Lease whenever the API came back first).
+	eventually(t, 10*time.Second, "node2's lease_held is 0 once the attempt ended", func() error {
+		if v, err := metricValue(l, "node2", "etcd_agent_lease_held", nil); err != nil || v != 0 {
+			return fmt.Errorf("lease_held = %v (%v)", v, err)
+		}
+		return nil
+	})
 	j, _ := loadJournal(t, l, "node2", "node2")
 	t.Logf("attempt ended %s after the API stopped; journal phase %s result %q", time.Since(apiStopping).Round(time.Second), j.Phase, j.Result)
 	apiStart := time.Now()
