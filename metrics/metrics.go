@@ -30,14 +30,18 @@ type Metrics struct {
 	LeaseHeld            *prometheus.GaugeVec
 	RecoveriesTotal      *prometheus.CounterVec
 	RefusalsTotal        *prometheus.CounterVec
-	RecoveryDuration     *prometheus.HistogramVec
-	PhaseDuration        *prometheus.HistogramVec
-	LearnerLag           *prometheus.GaugeVec
-	SnapshotBytesTotal   *prometheus.CounterVec
-	SeedFallbacksTotal   *prometheus.CounterVec
-	LastRecovery         *prometheus.GaugeVec
-	ObservationDuration  *prometheus.HistogramVec
-	StartGateWrapped     *prometheus.GaugeVec
+	// RefusedSince is the Unix time since which the agent has been refused
+	// continuously with a reason (0 when not): alerts on "refused for how
+	// long", which RefusalsTotal (once per change of reason) cannot say.
+	RefusedSince        *prometheus.GaugeVec
+	RecoveryDuration    *prometheus.HistogramVec
+	PhaseDuration       *prometheus.HistogramVec
+	LearnerLag          *prometheus.GaugeVec
+	SnapshotBytesTotal  *prometheus.CounterVec
+	SeedFallbacksTotal  *prometheus.CounterVec
+	LastRecovery        *prometheus.GaugeVec
+	ObservationDuration *prometheus.HistogramVec
+	StartGateWrapped    *prometheus.GaugeVec
 	// ForeignEndpointResponses counts, per endpoint, the observations in
 	// which it answered for another cluster than the pinned one.
 	ForeignEndpointResponses *prometheus.CounterVec
@@ -68,13 +72,15 @@ func New() *Metrics {
 		RecoveryInProgress:   g("recovery_in_progress", "1 while this agent heals its member.", "member"),
 		LeaseHeld:            g("lease_held", "1 while this agent holds the cluster's recovery Lease.", "member"),
 		RecoveriesTotal:      c("recoveries_total", "Recoveries finished, by result (succeeded, failed).", "member", "result"),
-		RefusalsTotal:        c("recovery_refusals_total", "Recoveries refused, by reason code.", "member", "reason"),
-		RecoveryDuration:     h("recovery_duration_seconds", "Time from a recovery's start to the member promoted and verified.", durations, "member"),
-		PhaseDuration:        h("recovery_phase_duration_seconds", "Time spent in each recovery phase.", durations, "member", "phase"),
-		LearnerLag:           g("learner_lag_entries", "The rejoining learner's applied index behind the leader's commit index.", "member"),
-		SnapshotBytesTotal:   c("snapshot_bytes_total", "Bytes of snapshots streamed from peers.", "member"),
-		SeedFallbacksTotal:   c("seed_fallbacks_total", "Seed-mode rejoins that fell back to raft mode, by reason.", "member", "reason"),
-		LastRecovery:         g("last_recovery_timestamp_seconds", "Unix time of the last recovery's end.", "member"),
+		RefusalsTotal:        c("recovery_refusals_total", "Recoveries refused, by reason code: once per change of reason (a refusal that lasts counts once), and once per manual request answered no.", "member", "reason"),
+		RefusedSince: g("recovery_refused_since_timestamp_seconds",
+			"Unix time since which the agent has been refused continuously with this reason; 0 when it is not.", "member", "reason"),
+		RecoveryDuration:   h("recovery_duration_seconds", "Time from a recovery's start to the member promoted and verified.", durations, "member"),
+		PhaseDuration:      h("recovery_phase_duration_seconds", "Time spent in each recovery phase.", durations, "member", "phase"),
+		LearnerLag:         g("learner_lag_entries", "The rejoining learner's applied index behind the leader's commit index.", "member"),
+		SnapshotBytesTotal: c("snapshot_bytes_total", "Bytes of snapshots streamed from peers.", "member"),
+		SeedFallbacksTotal: c("seed_fallbacks_total", "Seed-mode rejoins that fell back to raft mode, by reason.", "member", "reason"),
+		LastRecovery:       g("last_recovery_timestamp_seconds", "Unix time of the last recovery's end.", "member"),
 		ObservationDuration: h("observation_duration_seconds", "Time one observation (member list, probes, data dir check) takes.",
 			prometheus.ExponentialBuckets(0.001, 2, 14), "member"),
 		StartGateWrapped: g("start_gate_wrapped", "1 when the etcd static pod runs etcd through the start gate (`etcd-agent gate -- etcd ...`), so every start, container restarts included, is checked; 0 when it does not.", "member"),
@@ -85,7 +91,7 @@ func New() *Metrics {
 	}
 	m.Registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		m.MemberState, m.DataDirStatus, m.VotingMembers, m.HealthyVotingMembers, m.QuorumMargin, m.RecoveryInProgress,
-		m.LeaseHeld, m.RecoveriesTotal, m.RefusalsTotal, m.RecoveryDuration, m.PhaseDuration, m.LearnerLag,
+		m.LeaseHeld, m.RecoveriesTotal, m.RefusalsTotal, m.RefusedSince, m.RecoveryDuration, m.PhaseDuration, m.LearnerLag,
 		m.SnapshotBytesTotal, m.SeedFallbacksTotal, m.LastRecovery, m.ObservationDuration, m.StartGateWrapped, m.ForeignEndpointResponses,
 		m.HashMismatchTotal)
 	return m
@@ -105,6 +111,7 @@ func (m *Metrics) Init(member string, reasons []string) {
 	}
 	for _, r := range reasons {
 		m.RefusalsTotal.WithLabelValues(member, r)
+		m.RefusedSince.WithLabelValues(member, r).Set(0)
 	}
 	m.RecoveryInProgress.WithLabelValues(member).Set(0)
 	m.LeaseHeld.WithLabelValues(member).Set(0)

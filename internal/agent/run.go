@@ -119,7 +119,7 @@ func Run(ctx context.Context, c Config) error {
 		}
 		out := h.Consider(ctx, r, req)
 		rep.decided(r, out.Decision)
-		if req != nil && out.Result == "" {
+		if req != nil && out.Result == "" && !out.Answered {
 			// Decide said "nothing to do" to a manual request: say so.
 			reportNothing(ctx, nodeRep, req, out)
 		}

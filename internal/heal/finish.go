@@ -57,18 +57,16 @@ func (h *Healer) verify(ctx context.Context, res watchdog.Result, id uint64) (pl
 	if !ok || m.IsLearner || !m.Serving {
 		return plan.HashJudgement{Verdict: plan.HashNotYet, Detail: "rejoined member not yet a serving voter"}, nil
 	}
-	cli, err := h.clusterClient(o)
+	eps, err := voterEndpoints(o)
 	if err != nil {
 		return plan.HashJudgement{Verdict: plan.HashNotYet}, err
 	}
-	defer cli.Close()
-	gctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	get, err := cli.Get(gctx, "etcd-agent-verify")
+	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	rev, err := h.cluster.Revision(rctx, eps)
 	cancel()
 	if err != nil {
 		return plan.HashJudgement{Verdict: plan.HashNotYet, Detail: "read the revision"}, err
 	}
-	rev := get.Header.Revision
 	var answers []plan.HashAnswer
 	for _, v := range o.Members {
 		if v.IsLearner {
@@ -80,7 +78,7 @@ func (h *Healer) verify(ctx context.Context, res watchdog.Result, id uint64) (pl
 		}
 		if a.Serving {
 			hctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-			hr, err := cli.HashKV(hctx, v.ClientURLs[0], rev)
+			hash, compact, err := h.cluster.HashKV(hctx, eps, v.ClientURLs[0], rev)
 			cancel()
 			switch {
 			case errors.Is(err, rpctypes.ErrCompacted):
@@ -88,7 +86,7 @@ func (h *Healer) verify(ctx context.Context, res watchdog.Result, id uint64) (pl
 			case err != nil:
 				a.Err = err.Error()
 			default:
-				a.Hash, a.CompactRevision = hr.Hash, hr.CompactRevision
+				a.Hash, a.CompactRevision = hash, compact
 			}
 		}
 		answers = append(answers, a)
@@ -100,9 +98,10 @@ func (h *Healer) verify(ctx context.Context, res watchdog.Result, id uint64) (pl
 func (h *Healer) finish(ctx context.Context, j *journal.Record, d plan.Decision) Outcome {
 	result := journal.ResultSucceeded
 	switch {
-	case preStopRecheck(d.Reason) && !j.Phase.AtLeast(journal.PhaseStopped):
-		// Rule 6, re-verified after the Lease: nothing was changed and
-		// nothing failed; no failure counted, no backoff.
+	case d.Reason != plan.ReasonNone && !j.Phase.AtLeast(journal.PhaseStopped) && j.StopAttemptedAt.IsZero():
+		// Rule 6's re-check, or a refusal (majority-lost, learner-present,
+		// ...) after the Lease and before any change: nothing was changed
+		// and nothing failed; no failure counted, no backoff.
 		result = journal.ResultRefused
 	case d.Reason != plan.ReasonNone:
 		result = journal.ResultFailed
@@ -110,18 +109,12 @@ func (h *Healer) finish(ctx context.Context, j *journal.Record, d plan.Decision)
 	return h.close(ctx, j, d, result, nil)
 }
 
-// preStopRecheck: reasons of rule 6's re-check closing a recovery before
-// the stop because the member is not (or no longer) to be healed.
-func preStopRecheck(r plan.Reason) bool {
-	return r == plan.ReasonNotNeeded || r == plan.ReasonInGracePeriod || r == plan.ReasonMemberHealthy
-}
-
 // fail closes the recovery as failed. A learner it added and did not promote
 // is removed again first, so the cluster is left as it was before the add;
 // if that is impossible now, the journal stays open to be resumed.
 func (h *Healer) fail(ctx context.Context, j *journal.Record, d plan.Decision, cause error) Outcome {
 	if j.Phase.AtLeast(journal.PhaseLearnerAdded) && !j.Phase.AtLeast(journal.PhasePromoted) && j.NewMemberID != 0 && d.Action != plan.RemoveStalledLearner {
-		res := h.obs.Observe(ctx, time.Now())
+		res := h.obs.Observe(ctx, h.now())
 		if m, ok := res.Observation.Member(uint64(j.NewMemberID)); ok && m.IsLearner {
 			if err := h.removeMember(ctx, res, m.ID); err != nil {
 				h.log.Error("recovery failed and its learner could not be removed; the journal stays open to resume",
@@ -135,7 +128,7 @@ func (h *Healer) fail(ctx context.Context, j *journal.Record, d plan.Decision, c
 }
 
 func (h *Healer) close(ctx context.Context, j *journal.Record, d plan.Decision, result string, cause error) Outcome {
-	now := time.Now().UTC()
+	now := h.now().UTC()
 	j.Result, j.Reason, j.Message, j.FinishedAt = result, string(d.Reason), d.Detail, now
 	if result == journal.ResultFailed {
 		j.Failures++
@@ -163,6 +156,14 @@ func (h *Healer) close(ctx context.Context, j *journal.Record, d plan.Decision, 
 	} else {
 		log.Warn("recovery ended", zap.String("detail", d.Detail))
 	}
+	if result == journal.ResultRefused {
+		h.countRefusal(d.Reason)
+	}
+	if result == journal.ResultSucceeded {
+		// A manual request made before (or during) this heal is answered
+		// by it: the member was just rejoined, never stop it again.
+		h.clearRequest(ctx)
+	}
 	if h.reporter != nil {
 		reason, etype := nodereport.ReasonRecoverySucceeded, "Normal"
 		switch result {
@@ -180,8 +181,11 @@ func (h *Healer) close(ctx context.Context, j *journal.Record, d plan.Decision, 
 	return Outcome{Decision: d, Result: result, Err: cause}
 }
 
+// releaseLease releases the Lease whether or not Holding() says we hold it
+// now: Release stops the renewer (which may hold it again once the API
+// answers) and leaves a Lease held by another agent alone.
 func (h *Healer) releaseLease(ctx context.Context) {
-	if h.lease == nil || !h.lease.Holding() {
+	if h.lease == nil {
 		return
 	}
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)

@@ -81,6 +81,10 @@ type Config struct {
 	// (HoldPoints) until the test releases it (see holdAt), so that a test
 	// can act at a moment the heal otherwise passes in microseconds.
 	HoldAt []string
+	// Cluster is the etcd API (nil: clientv3 with TLS); Now the clock
+	// (nil: time.Now). Unit tests inject fakes.
+	Cluster Cluster
+	Now     func() time.Time
 }
 
 // Hold points (Config.HoldAt).
@@ -111,6 +115,8 @@ const (
 // Healer runs recoveries for the local member.
 type Healer struct {
 	cfg      Config
+	cluster  Cluster
+	now      func() time.Time
 	obs      Observer
 	newLease func(clusterID uint64) (Lease, error)
 	runtime  memberruntime.Runtime
@@ -119,6 +125,13 @@ type Healer struct {
 	lease    Lease
 	leaseFor uint64
 	log      *zap.Logger
+	// lastRefusal is the reason last counted (refusals count once per
+	// change of reason); blockedReason the one RefusedSince shows.
+	lastRefusal   plan.Reason
+	blockedReason plan.Reason
+	// clearPending: clearing an answered request's trigger failed; retried
+	// on every Consider, and meanwhile a request is that answered one.
+	clearPending bool
 }
 
 // New returns a Healer. newLease builds the Lease of a cluster (nil when
@@ -136,8 +149,15 @@ func New(cfg Config, obs Observer, newLease func(uint64) (Lease, error), rt memb
 	if cfg.QuarantineDir == "" {
 		cfg.QuarantineDir = filepath.Join(filepath.Dir(cfg.DataDir), "etcd-agent-quarantine")
 	}
-	return &Healer{cfg: cfg, obs: obs, newLease: newLease, runtime: rt, reporter: rep, metrics: m,
+	h := &Healer{cfg: cfg, cluster: cfg.Cluster, now: cfg.Now, obs: obs, newLease: newLease, runtime: rt, reporter: rep, metrics: m,
 		log: cfg.Log.With(zap.String("member", cfg.Member))}
+	if h.cluster == nil {
+		h.cluster = etcdCluster{cfg: &h.cfg}
+	}
+	if h.now == nil {
+		h.now = time.Now
+	}
+	return h
 }
 
 // Outcome is how a Consider call ended.
@@ -146,6 +166,9 @@ type Outcome struct {
 	// Result is "" when nothing was attempted, else succeeded|failed|refused.
 	Result string
 	Err    error
+	// Answered: the manual request was answered already (by a recovery
+	// whose trigger could not be cleared then); nothing more to say.
+	Answered bool
 }
 
 // Consider decides on one observation; when a recovery may begin (or an
@@ -156,15 +179,74 @@ func (h *Healer) Consider(ctx context.Context, res watchdog.Result, req *plan.Re
 	if err != nil {
 		return Outcome{Err: err}
 	}
+	if h.clearPending {
+		h.clearRequest(ctx)
+		if req != nil {
+			// The trigger the agent hands in is the one a recovery
+			// answered (its clear failed): never execute it twice.
+			h.log.Info("manual request already answered by the last recovery; not executed again")
+			return Outcome{Decision: plan.Decision{Action: plan.Nothing, Detail: "request answered by the last recovery"}, Answered: true}
+		}
+	}
 	d := h.decide(ctx, res, req, j)
-	switch d.Action {
-	case plan.Begin:
+	h.blocked(d)
+	if d.Action != plan.Refuse {
+		h.lastRefusal = ""
+	}
+	switch {
+	case d.Action == plan.Begin, j.Active() && d.Action != plan.Nothing && d.Action != plan.Refuse:
+		// An open journal with the Lease held (a step decided) is
+		// executed too, never left deciding a step on every poll.
 		return h.recover(ctx, res, req, j)
-	case plan.Refuse:
+	case d.Action == plan.Refuse:
 		h.refused(ctx, req, d)
 		return Outcome{Decision: d, Result: journal.ResultRefused}
 	}
 	return Outcome{Decision: d}
+}
+
+// blocked keeps RefusedSince: the time since which the agent has been
+// refused with d's reason (lease-held-by-other also while a journal of
+// ours waits for the Lease).
+func (h *Healer) blocked(d plan.Decision) {
+	var r plan.Reason
+	if d.Action == plan.Refuse || d.Reason == plan.ReasonLeaseHeldByOther {
+		r = d.Reason
+	}
+	if r == h.blockedReason || h.metrics == nil {
+		return
+	}
+	if h.blockedReason != "" {
+		h.metrics.RefusedSince.WithLabelValues(h.cfg.Member, string(h.blockedReason)).Set(0)
+	}
+	if r != "" {
+		h.metrics.RefusedSince.WithLabelValues(h.cfg.Member, string(r)).Set(float64(h.now().Unix()))
+	}
+	h.blockedReason = r
+}
+
+// clearRequest removes the manual trigger from the Node; a failure is
+// retried on the next Consider (clearPending).
+func (h *Healer) clearRequest(ctx context.Context) {
+	if h.reporter == nil {
+		return
+	}
+	err := h.reporter.ClearRequest(ctx)
+	if err != nil {
+		h.log.Warn("clearing the manual recovery request failed; retrying at the next poll", zap.Error(err))
+	}
+	h.clearPending = err != nil
+}
+
+// countRefusal counts a refusal once per change of reason (a refusal that
+// lasts is one, not one per poll); it says whether it counted.
+func (h *Healer) countRefusal(r plan.Reason) bool {
+	if r == h.lastRefusal {
+		return false
+	}
+	h.lastRefusal = r
+	h.metrics.RefusalsTotal.WithLabelValues(h.cfg.Member, string(r)).Inc()
+	return true
 }
 
 // Plan returns what Decide says now, without acting (status, dry runs).
@@ -252,18 +334,24 @@ func (h *Healer) leaseOf(clusterID uint64) (Lease, error) {
 	return l, nil
 }
 
-// refused reports a refusal: metric, Event, and for a manual request the
-// last-recovery annotation (and the trigger is cleared: it was handled).
+// refused reports a refusal: metric, Event and log once per change of
+// reason, and for a manual request (always answered) the last-recovery
+// annotation (and the trigger is cleared: it was handled).
 func (h *Healer) refused(ctx context.Context, req *plan.Request, d plan.Decision) {
-	h.metrics.RefusalsTotal.WithLabelValues(h.cfg.Member, string(d.Reason)).Inc()
+	if req != nil {
+		h.lastRefusal = "" // every request is answered and counted
+	}
+	if !h.countRefusal(d.Reason) {
+		return
+	}
 	h.log.Warn("recovery refused", zap.String("reason", string(d.Reason)), zap.String("detail", d.Detail))
 	if h.reporter == nil {
 		return
 	}
 	h.reporter.Eventf("Warning", nodereport.ReasonRecoveryRefused, "%s: %s", d.Reason, d.Detail)
 	if req != nil {
-		now := time.Now().UTC()
-		_ = h.reporter.ClearRequest(ctx)
+		now := h.now().UTC()
+		h.clearRequest(ctx)
 		_ = h.reporter.SetLastRecovery(ctx, nodereport.LastRecovery{Request: requestName(req), Result: journal.ResultRefused,
 			Reason: string(d.Reason), StartedAt: now, FinishedAt: now, Message: d.Detail})
 	}

@@ -28,6 +28,12 @@ const maxStepErrors = 5
 func (h *Healer) recover(parent context.Context, first watchdog.Result, req *plan.Request, j journal.Record) Outcome {
 	ctx, cancel := context.WithTimeout(parent, h.cfg.RecoveryTimeout)
 	defer cancel()
+	// The Lease's renewer lives exactly as long as this attempt: released on
+	// every way out (also when Holding() is false at that moment, e.g. the
+	// API is down: the renewer would renew it again once the API is back,
+	// forever). An open journal resumes with a fresh TryAcquire.
+	defer h.releaseLease(parent)
+	h.blocked(plan.Decision{})
 	h.metrics.RecoveryInProgress.WithLabelValues(h.cfg.Member).Set(1)
 	defer h.metrics.RecoveryInProgress.WithLabelValues(h.cfg.Member).Set(0)
 	res := first
@@ -37,6 +43,7 @@ func (h *Healer) recover(parent context.Context, first watchdog.Result, req *pla
 		t0 := time.Now()
 		in := h.input(ctx, res, req, j)
 		d := plan.Decide(in, h.cfg.Plan)
+		h.metrics.LeaseHeld.WithLabelValues(h.cfg.Member).Set(b2f(in.LeaseHeld)) // exactly while held
 		tInput := time.Since(t0)
 		if d.Action != last.Action || d.Reason != last.Reason {
 			h.log.Info("recovery step", zap.String("action", string(d.Action)), zap.String("reason", string(d.Reason)),
@@ -66,6 +73,9 @@ func (h *Healer) recover(parent context.Context, first watchdog.Result, req *pla
 			return h.fail(ctx, &j, d, fmt.Errorf("learner %s stalled: %s", fmtID(d.MemberID), d.Detail))
 		}
 		err := h.step(ctx, res, req, &j, d)
+		if parent.Err() != nil {
+			return h.shutdown(&j, d)
+		}
 		var mismatch *hashMismatchError
 		switch {
 		case errors.As(err, &mismatch):
@@ -98,15 +108,24 @@ func (h *Healer) recover(parent context.Context, first watchdog.Result, req *pla
 		}
 		t1 := time.Now()
 		// The tracker's own verdict, as is: rule 6's re-check decides on it.
-		res = h.obs.Observe(ctx, time.Now())
+		res = h.obs.Observe(ctx, h.now())
 		h.log.Debug("recovery loop timing", zap.String("action", string(d.Action)), zap.Duration("input", tInput),
 			zap.Duration("step", t1.Sub(t0)-tInput), zap.Duration("observe", time.Since(t1)))
 	}
 }
 
+// shutdown: the agent stops (SIGTERM, a rolling update). Not a failure:
+// the journal stays open and the next start resumes it; the Lease is
+// released by recover.
+func (h *Healer) shutdown(j *journal.Record, d plan.Decision) Outcome {
+	h.log.Info("agent shutting down mid-recovery: the journal stays open to resume at the next start",
+		zap.String("id", j.ID), zap.String("phase", string(j.Phase)))
+	return Outcome{Decision: d, Err: context.Canceled}
+}
+
 // step carries out one decision and records it in the journal.
 func (h *Healer) step(ctx context.Context, res watchdog.Result, req *plan.Request, j *journal.Record, d plan.Decision) error {
-	now := time.Now().UTC()
+	now := h.now().UTC()
 	switch d.Action {
 	case plan.Begin:
 		return h.begin(ctx, res, req, j)
@@ -136,7 +155,7 @@ func (h *Healer) step(ctx context.Context, res watchdog.Result, req *plan.Reques
 		if err := h.timed(j, journal.PhasePrepared, func() error { return h.prepareDataDir(ctx, res, j) }); err != nil {
 			return err
 		}
-		j.LearnerProgressAt = time.Now().UTC()
+		j.LearnerProgressAt = h.now().UTC()
 		return h.timed(j, journal.PhaseMemberStarted, func() error { return h.startMember(ctx, res, j) })
 	case plan.AdoptLearner:
 		j.NewMemberID = journal.MemberID(d.MemberID)
@@ -168,7 +187,7 @@ func (h *Healer) begin(ctx context.Context, res watchdog.Result, req *plan.Reque
 	}
 	resumed := j.Active()
 	if !resumed {
-		now := time.Now().UTC()
+		now := h.now().UTC()
 		*j = journal.Record{ID: strconv.FormatInt(now.UnixNano(), 36), Member: h.cfg.Member, Node: h.cfg.Node,
 			Request: requestName(req), StartedAt: now, PeerURLs: h.cfg.PeerURLs,
 			Failures: j.Failures, LastFailureAt: j.LastFailureAt}
@@ -195,7 +214,7 @@ func (h *Healer) begin(ctx context.Context, res watchdog.Result, req *plan.Reque
 		h.reporter.Eventf("Normal", nodereport.ReasonRecoveryStarted, "rejoining member %s (%s): old ID %x, request %s",
 			h.cfg.Member, res.Verdict.Reason, uint64(j.OldMemberID), j.Request)
 		if req != nil {
-			_ = h.reporter.ClearRequest(ctx)
+			h.clearRequest(ctx)
 		}
 	}
 	return h.holdAt(ctx, HoldLeaseAcquired)
@@ -220,7 +239,7 @@ func (h *Healer) advance(ctx context.Context, j *journal.Record, phase journal.P
 		_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
 		select {} // SIGKILL is not delivered synchronously; never go on
 	}
-	j.Advance(phase, time.Now().UTC())
+	j.Advance(phase, h.now().UTC())
 	if err := journal.Save(h.cfg.StateDir, *j); err != nil {
 		return err
 	}
@@ -273,4 +292,11 @@ func (h *Healer) holdAt(ctx context.Context, point string) error {
 		case <-tick.C:
 		}
 	}
+}
+
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
 }

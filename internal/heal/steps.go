@@ -20,7 +20,6 @@ import (
 	"github.com/etcd-agent/etcd-agent/internal/plan"
 	"github.com/etcd-agent/etcd-agent/internal/watchdog"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
-	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 )
 
@@ -72,15 +71,10 @@ func (h *Healer) handOffLeadership(ctx context.Context, res watchdog.Result, loc
 	if to.ID == 0 {
 		return errors.New("no serving follower to hand leadership to")
 	}
-	cli, err := clientv3.New(clientv3.Config{Endpoints: me.ClientURLs, DialTimeout: 3 * time.Second, TLS: h.cfg.TLS, Logger: zap.NewNop()})
-	if err != nil {
-		return err
-	}
-	defer cli.Close()
 	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	start := time.Now()
-	if _, err := cli.MoveLeader(rctx, to.ID); err != nil {
+	if err := h.cluster.MoveLeader(rctx, me.ClientURLs, to.ID); err != nil {
 		return fmt.Errorf("move leader to %s: %w", to.Name, err)
 	}
 	h.log.Info("leadership handed off before stopping the member", zap.String("to", to.Name), zap.Duration("took", time.Since(start)))
@@ -110,8 +104,9 @@ func (h *Healer) snapshot(ctx context.Context, res watchdog.Result, j *journal.R
 	return nil
 }
 
-// clusterClient reaches the serving voters of the observation.
-func (h *Healer) clusterClient(o observation.Observation) (*clientv3.Client, error) {
+// voterEndpoints are the client URLs of the serving voters of the
+// observation: where a change or a check is sent.
+func voterEndpoints(o observation.Observation) ([]string, error) {
 	var eps []string
 	for _, m := range o.Members {
 		if m.Serving && !m.IsLearner && len(m.ClientURLs) > 0 {
@@ -121,7 +116,7 @@ func (h *Healer) clusterClient(o observation.Observation) (*clientv3.Client, err
 	if len(eps) == 0 {
 		return nil, errors.New("no serving voter to send the change to")
 	}
-	return clientv3.New(clientv3.Config{Endpoints: eps, DialTimeout: 5 * time.Second, TLS: h.cfg.TLS, Logger: zap.NewNop()})
+	return eps, nil
 }
 
 // fence confirms, right before a membership change, that we still hold the
@@ -135,24 +130,22 @@ func (h *Healer) fence(ctx context.Context) error {
 
 // memberChange runs one membership change: fenced on the Lease, sent to
 // the serving voters of the fresh observation, bounded in time.
-func (h *Healer) memberChange(ctx context.Context, res watchdog.Result, change func(context.Context, *clientv3.Client) error) error {
+func (h *Healer) memberChange(ctx context.Context, res watchdog.Result, change func(ctx context.Context, endpoints []string) error) error {
 	if err := h.fence(ctx); err != nil {
 		return err
 	}
-	cli, err := h.clusterClient(res.Observation)
+	eps, err := voterEndpoints(res.Observation)
 	if err != nil {
 		return err
 	}
-	defer cli.Close()
 	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	return change(rctx, cli)
+	return change(rctx, eps)
 }
 
 func (h *Healer) removeMember(ctx context.Context, res watchdog.Result, id uint64) error {
-	err := h.memberChange(ctx, res, func(ctx context.Context, cli *clientv3.Client) error {
-		_, err := cli.MemberRemove(ctx, id)
-		return err
+	err := h.memberChange(ctx, res, func(ctx context.Context, eps []string) error {
+		return h.cluster.MemberRemove(ctx, eps, id)
 	})
 	if errors.Is(err, rpctypes.ErrMemberNotFound) {
 		h.log.Info("member already removed", zap.String("id", fmtID(id)))
@@ -169,16 +162,16 @@ func (h *Healer) removeMember(ctx context.Context, res watchdog.Result, id uint6
 // still be applied: the next observation then shows a learner with our peer
 // URL, which Decide adopts instead of adding a second one.
 func (h *Healer) addLearner(ctx context.Context, res watchdog.Result, j *journal.Record) error {
-	var resp *clientv3.MemberAddResponse
-	err := h.memberChange(ctx, res, func(ctx context.Context, cli *clientv3.Client) (err error) {
-		resp, err = cli.MemberAddAsLearner(ctx, j.PeerURLs)
+	var id uint64
+	err := h.memberChange(ctx, res, func(ctx context.Context, eps []string) (err error) {
+		id, err = h.cluster.MemberAddAsLearner(ctx, eps, j.PeerURLs)
 		return err
 	})
 	if err != nil {
 		return fmt.Errorf("add learner %v: %w", j.PeerURLs, err)
 	}
-	j.NewMemberID = journal.MemberID(resp.Member.ID)
-	h.log.Info("learner added", zap.String("id", fmtID(resp.Member.ID)), zap.Strings("peerURLs", j.PeerURLs))
+	j.NewMemberID = journal.MemberID(id)
+	h.log.Info("learner added", zap.String("id", fmtID(id)), zap.Strings("peerURLs", j.PeerURLs))
 	return nil
 }
 
@@ -369,9 +362,8 @@ func (h *Healer) trackLearner(j *journal.Record, res watchdog.Result, now time.T
 // promote promotes the learner; ErrLearnerNotReady just means "not yet".
 func (h *Healer) promote(ctx context.Context, res watchdog.Result, j *journal.Record, id uint64) error {
 	start := time.Now()
-	err := h.memberChange(ctx, res, func(ctx context.Context, cli *clientv3.Client) error {
-		_, err := cli.MemberPromote(ctx, id)
-		return err
+	err := h.memberChange(ctx, res, func(ctx context.Context, eps []string) error {
+		return h.cluster.MemberPromote(ctx, eps, id)
 	})
 	if err != nil {
 		if errors.Is(err, rpctypes.ErrMemberLearnerNotReady) {

@@ -317,6 +317,21 @@ func refusals(l *lab.Lab, node, reason string) (float64, error) {
 	return metricValue(l, node, "etcd_agent_recovery_refusals_total", map[string]string{"reason": reason})
 }
 
+// refusedFor is how long node's agent has been refused with reason without
+// a break (etcd_agent_recovery_refused_since_timestamp_seconds); an error
+// while it is not refused with it. Refusals count once per change of
+// reason, so "refused for a while" is this gauge, not the counter.
+func refusedFor(l *lab.Lab, node, reason string) (time.Duration, error) {
+	v, err := metricValue(l, node, "etcd_agent_recovery_refused_since_timestamp_seconds", map[string]string{"reason": reason})
+	if err != nil {
+		return 0, err
+	}
+	if v <= 0 {
+		return 0, fmt.Errorf("node %s not refused with %s now", node, reason)
+	}
+	return time.Since(time.Unix(int64(v), 0)), nil
+}
+
 // annotate sets (or, with a nil value, removes) annotations on node's Node.
 func annotate(t *testing.T, kc kubernetes.Interface, node string, ann map[string]any) {
 	t.Helper()

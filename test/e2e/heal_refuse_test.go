@@ -27,21 +27,25 @@ func TestRefusesWhenMajorityLost(t *testing.T) {
 	// would (rightly) be healed before the second one stops.
 	stopAll(t, l, "node2", "node3")
 	// node2's and node3's members are lost after the grace period: their
-	// agents want to act and refuse, on every observation. Three refusals
-	// each (an observation without a quorum takes seconds: probes and the
-	// API both time out) and one from node1's agent, whose member serves no
-	// linearizable read either.
+	// agents want to act and refuse, on every observation, for at least
+	// three seconds (an observation without a quorum takes seconds: probes
+	// and the API both time out), counted once (once per change of
+	// reason); node1's agent too, whose member serves no linearizable read
+	// either.
 	for _, c := range []struct {
 		node string
-		min  float64
-	}{{"node2", 3}, {"node3", 3}, {"node1", 1}} {
-		eventually(t, 60*time.Second, fmt.Sprintf("%s agent refuses majority-lost %v times", c.node, c.min), func() error {
-			v, err := refusals(l, c.node, "majority-lost")
+		min  time.Duration
+	}{{"node2", 3 * time.Second}, {"node3", 3 * time.Second}, {"node1", 0}} {
+		eventually(t, 60*time.Second, fmt.Sprintf("%s agent refuses majority-lost for %s", c.node, c.min), func() error {
+			d, err := refusedFor(l, c.node, "majority-lost")
 			if err != nil {
 				return err
 			}
-			if v < c.min {
-				return fmt.Errorf("refusals_total{reason=majority-lost} = %v", v)
+			if v, err := refusals(l, c.node, "majority-lost"); err != nil || v < 1 {
+				return fmt.Errorf("refusals_total{reason=majority-lost} = %v (%v)", v, err)
+			}
+			if d < c.min {
+				return fmt.Errorf("refused majority-lost for %s", d)
 			}
 			return nil
 		})
@@ -120,18 +124,21 @@ func TestNoMembershipChangeWithoutAPI(t *testing.T) {
 	if err := l.WipeDataDir("node2"); err != nil {
 		t.Fatal(err)
 	}
-	// Five refusals: lost (after the 3 s grace) and refused on five
-	// observations in a row.
-	eventually(t, 60*time.Second, "node2 agent refuses api-unavailable 5 times", func() error {
-		v, err := refusals(l, "node2", "api-unavailable")
+	// Lost (after the 3 s grace) and refused without a break for five
+	// polls (1 s each); counted once, not once per poll.
+	eventually(t, 60*time.Second, "node2 agent refuses api-unavailable for 5s", func() error {
+		d, err := refusedFor(l, "node2", "api-unavailable")
 		if err != nil {
 			return err
 		}
-		if v < 5 {
-			return fmt.Errorf("refusals_total{reason=api-unavailable} = %v", v)
+		if d < 5*time.Second {
+			return fmt.Errorf("refused api-unavailable for %s", d)
 		}
 		return nil
 	})
+	if v, err := refusals(l, "node2", "api-unavailable"); err != nil || v != 1 {
+		t.Fatalf("refusals_total{reason=api-unavailable} = %v (%v), want 1: once per change of reason, not per poll", v, err)
+	}
 	if s, dd, _ := agentState(l, "node2"); s != "lost" || dd != "missing" {
 		t.Fatalf("node2 agent: state %s data dir %s, want lost/missing", s, dd)
 	}
