@@ -123,10 +123,10 @@ func (m *Metrics) Init(member string, reasons []string) {
 // recovering agent passes memberstate.Recovering as the state.
 func (m *Metrics) Observed(member string, obs observation.Observation, state memberstate.State, took time.Duration) {
 	for _, s := range memberstate.AllStates() {
-		m.MemberState.WithLabelValues(member, string(s)).Set(b2f(s == state))
+		m.MemberState.WithLabelValues(member, string(s)).Set(Bool(s == state))
 	}
 	for _, c := range localdisk.AllClasses() {
-		m.DataDirStatus.WithLabelValues(member, string(c)).Set(b2f(string(c) == obs.Local.DataDirClass))
+		m.DataDirStatus.WithLabelValues(member, string(c)).Set(Bool(string(c) == obs.Local.DataDirClass))
 	}
 	voters, healthy := obs.Voters(), obs.HealthyVoters()
 	m.VotingMembers.WithLabelValues(member).Set(float64(voters))
@@ -144,7 +144,8 @@ func (m *Metrics) Observed(member string, obs observation.Observation, state mem
 	}
 }
 
-func b2f(b bool) float64 {
+// Bool is a 0/1 gauge value.
+func Bool(b bool) float64 {
 	if b {
 		return 1
 	}

@@ -318,7 +318,7 @@ func (g *gateCheck) check() {
 	if err != nil {
 		return // parked while the member is stopped: keep the last answer
 	}
-	g.m.StartGateWrapped.WithLabelValues(g.member).Set(b2f(mf.GateWrapped))
+	g.m.StartGateWrapped.WithLabelValues(g.member).Set(metrics.Bool(mf.GateWrapped))
 	if g.known && g.wrapped == mf.GateWrapped {
 		return
 	}
@@ -329,11 +329,4 @@ func (g *gateCheck) check() {
 		return
 	}
 	g.log.Info("the etcd static pod runs etcd through the start gate", zap.String("manifest", g.c.StaticPodManifest))
-}
-
-func b2f(b bool) float64 {
-	if b {
-		return 1
-	}
-	return 0
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/etcd-agent/etcd-agent/internal/nodereport"
 	"github.com/etcd-agent/etcd-agent/internal/plan"
 	"github.com/etcd-agent/etcd-agent/internal/watchdog"
+	"github.com/etcd-agent/etcd-agent/metrics"
 	"go.uber.org/zap"
 )
 
@@ -43,7 +44,7 @@ func (h *Healer) recover(parent context.Context, first watchdog.Result, req *pla
 		t0 := time.Now()
 		in := h.input(ctx, res, req, j)
 		d := plan.Decide(in, h.cfg.Plan)
-		h.metrics.LeaseHeld.WithLabelValues(h.cfg.Member).Set(b2f(in.LeaseHeld)) // exactly while held
+		h.metrics.LeaseHeld.WithLabelValues(h.cfg.Member).Set(metrics.Bool(in.LeaseHeld)) // exactly while held
 		tInput := time.Since(t0)
 		if d.Action != last.Action || d.Reason != last.Reason {
 			h.log.Info("recovery step", zap.String("action", string(d.Action)), zap.String("reason", string(d.Reason)),
@@ -292,11 +293,4 @@ func (h *Healer) holdAt(ctx context.Context, point string) error {
 		case <-tick.C:
 		}
 	}
-}
-
-func b2f(b bool) float64 {
-	if b {
-		return 1
-	}
-	return 0
 }
