@@ -152,6 +152,8 @@ func (f *fakeRuntime) Describe() string                    { return "fake" }
 type fakeCluster struct {
 	calls []string
 	hash  uint32
+	// addErrs are returned by the next MemberAddAsLearner calls, in order.
+	addErrs []error
 }
 
 func (c *fakeCluster) MemberRemove(context.Context, []string, uint64) error {
@@ -160,6 +162,11 @@ func (c *fakeCluster) MemberRemove(context.Context, []string, uint64) error {
 }
 func (c *fakeCluster) MemberAddAsLearner(context.Context, []string, []string) (uint64, error) {
 	c.calls = append(c.calls, "add")
+	if len(c.addErrs) > 0 {
+		err := c.addErrs[0]
+		c.addErrs = c.addErrs[1:]
+		return 0, err
+	}
 	return 0xa9, nil
 }
 func (c *fakeCluster) MemberPromote(context.Context, []string, uint64) error {

@@ -17,6 +17,7 @@ import (
 	"github.com/etcd-agent/etcd-agent/internal/plan"
 	"github.com/etcd-agent/etcd-agent/internal/watchdog"
 	"github.com/etcd-agent/etcd-agent/metrics"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"go.uber.org/zap"
 )
 
@@ -89,6 +90,13 @@ func (h *Healer) recover(parent context.Context, first watchdog.Result, req *pla
 				zap.Error(err), zap.String("phase", string(j.Phase)))
 			h.metrics.LeaseHeld.WithLabelValues(h.cfg.Member).Set(0)
 			return Outcome{Decision: plan.Decision{Action: plan.Nothing, Reason: plan.ReasonLeaseLost, Detail: err.Error()}, Err: err}
+		case errors.Is(err, rpctypes.ErrUnhealthy):
+			// etcd's strict reconfig check: a membership change waits until
+			// every member has been connected for a while (just after a
+			// restart or a power event). A wait, bounded by the recovery
+			// timeout and logged, not a failed step.
+			h.log.Info("etcd asks to wait before the membership change (unhealthy cluster); retrying",
+				zap.String("action", string(d.Action)))
 		case err != nil:
 			stepErrors++
 			h.log.Warn("recovery step failed", zap.String("action", string(d.Action)), zap.Int("attempt", stepErrors), zap.Error(err))
