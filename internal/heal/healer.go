@@ -69,6 +69,14 @@ type Config struct {
 	RecoveryTimeout time.Duration
 	// StepInterval is the pause between observations while waiting.
 	StepInterval time.Duration
+	// StepTimeouts override a step's own deadline (stepTimeout); the e2e
+	// and unit tests shorten them.
+	StepTimeouts map[plan.Action]time.Duration
+	// ProgressEvery is how often a step or a wait that lasts says so
+	// (default 10s); PollInterval how often the agent observes while a
+	// step runs, so metrics and Node reporting go on (default 5s).
+	ProgressEvery time.Duration
+	PollInterval  time.Duration
 	TLS          *tls.Config
 	Log          *zap.Logger
 	// CrashBefore, for the e2e suite only, SIGKILLs the agent itself after
@@ -142,6 +150,12 @@ func New(cfg Config, obs Observer, newLease func(uint64) (Lease, error), rt memb
 	}
 	if cfg.StepInterval <= 0 {
 		cfg.StepInterval = 500 * time.Millisecond
+	}
+	if cfg.ProgressEvery <= 0 {
+		cfg.ProgressEvery = 10 * time.Second
+	}
+	if cfg.PollInterval <= 0 {
+		cfg.PollInterval = 5 * time.Second
 	}
 	if cfg.RecoveryTimeout <= 0 {
 		cfg.RecoveryTimeout = 30 * time.Minute
