@@ -77,8 +77,8 @@ type Config struct {
 	// step runs, so metrics and Node reporting go on (default 5s).
 	ProgressEvery time.Duration
 	PollInterval  time.Duration
-	TLS          *tls.Config
-	Log          *zap.Logger
+	TLS           *tls.Config
+	Log           *zap.Logger
 	// CrashBefore, for the e2e suite only, SIGKILLs the agent itself after
 	// the step that completes one of these phases and before the journal
 	// records it: the worst moment to die (the change is applied, the
