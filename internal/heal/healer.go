@@ -193,7 +193,7 @@ func (h *Healer) Consider(ctx context.Context, res watchdog.Result, req *plan.Re
 	if err != nil {
 		return Outcome{Err: err}
 	}
-	if h.clearPending {
+	if h.clearPending || (!j.Active() && j.RequestClearPending) {
 		h.clearRequest(ctx)
 		if req != nil {
 			// The trigger the agent hands in is the one a recovery
@@ -250,6 +250,20 @@ func (h *Healer) clearRequest(ctx context.Context) {
 		h.log.Warn("clearing the manual recovery request failed; retrying at the next poll", zap.Error(err))
 	}
 	h.clearPending = err != nil
+	h.persistClearPending()
+}
+
+// persistClearPending keeps clearPending in the closed journal, so that a
+// restarted agent knows the trigger still on the Node was answered.
+func (h *Healer) persistClearPending() {
+	j, _, err := journal.Load(h.cfg.StateDir, h.cfg.Member)
+	if err != nil || j.Active() || j.ID == "" || j.RequestClearPending == h.clearPending {
+		return
+	}
+	j.RequestClearPending = h.clearPending
+	if err := journal.Save(h.cfg.StateDir, j); err != nil {
+		h.log.Warn("recording that the manual request's trigger is still to be cleared", zap.Error(err))
+	}
 }
 
 // countRefusal counts a refusal once per change of reason (a refusal that
