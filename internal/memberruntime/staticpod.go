@@ -210,7 +210,7 @@ func (s *staticPod) install(data []byte, perm os.FileMode) error {
 				continue
 			}
 		}
-		committed, err := writeFileAtomic(s.manifestPath, dir, pattern, data, perm)
+		committed, err := fsutil.WriteFileAtomicVia(s.manifestPath, dir, pattern, data, perm)
 		if committed {
 			return err
 		}
