@@ -187,7 +187,7 @@ func matchByList(obs *Observation) {
 	var byBoth, byName, byPeer []Member
 	for _, m := range obs.Members {
 		nameOK := m.Name == l.Name
-		peerOK := overlaps(m.PeerURLs, l.PeerURLs)
+		peerOK := Overlaps(m.PeerURLs, l.PeerURLs)
 		switch {
 		case nameOK && peerOK:
 			byBoth = append(byBoth, m)
@@ -214,7 +214,9 @@ func matchByList(obs *Observation) {
 	}
 }
 
-func overlaps(a, b []string) bool {
+// Overlaps reports whether two URL lists share a URL (a member is known by
+// its peer URLs).
+func Overlaps(a, b []string) bool {
 	for _, x := range a {
 		if slices.Contains(b, x) {
 			return true

@@ -296,15 +296,6 @@ func sampleOf(o observation.Observation) memberstate.Sample {
 	}
 }
 
-func overlaps(a, b []string) bool {
-	for _, x := range a {
-		if slices.Contains(b, x) {
-			return true
-		}
-	}
-	return false
-}
-
 func uniq(in []string) []string {
 	var out []string
 	for _, s := range in {
