@@ -8,6 +8,7 @@ import (
 	"os"
 	"strings"
 
+	"github.com/etcd-agent/etcd-agent/internal/localdisk"
 	"github.com/etcd-agent/etcd-agent/internal/logging"
 	"github.com/etcd-agent/etcd-agent/internal/version"
 	"github.com/spf13/cobra"
@@ -72,6 +73,7 @@ func bindEnv(fs *pflag.FlagSet) error {
 }
 
 func main() {
+	localdisk.ServeInspectionIfChild() // the deep inspection's child process: never returns
 	if err := newRootCmd().Execute(); err != nil {
 		var se statusExit
 		var re recoverExit
