@@ -302,7 +302,8 @@ func (h *Healer) baseInput(res watchdog.Result, req *plan.Request, j journal.Rec
 	if req == nil && j.Active() && j.Request != "" && j.Request != "auto" {
 		in.Request = &plan.Request{Action: j.Request} // a resumed manual recovery stays manual
 	}
-	in.FreeBytes = localdisk.FreeBytesUnder(h.cfg.QuarantineDir)
+	sp := localdisk.SpaceFor(h.cfg.DataDir, h.cfg.QuarantineDir)
+	in.FreeBytes, in.DataDirFreeBytes, in.DataDirOtherFS = sp.QuarantineFree, sp.DataDirFree, sp.DataDirOtherFS
 	in.Backups = localdisk.BackupsHint(h.cfg.QuarantineDir)
 	return in
 }
