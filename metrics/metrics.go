@@ -48,6 +48,11 @@ type Metrics struct {
 	// HashMismatchTotal counts verifications that found voters with
 	// different HashKV (reason hash-mismatch): a divergent voter serves.
 	HashMismatchTotal *prometheus.CounterVec
+	// QuarantinePrunedTotal counts quarantined copies deleted under
+	// --quarantine-keep (the only deletions the agent makes);
+	// QuarantinePruneErrors the deletions or listings that failed.
+	QuarantinePrunedTotal *prometheus.CounterVec
+	QuarantinePruneErrors *prometheus.CounterVec
 }
 
 // New registers every metric (and the Go and process collectors) in a fresh registry.
@@ -88,12 +93,15 @@ func New() *Metrics {
 			"Observations in which an endpoint answered for another cluster than the pinned one (its answers are ignored).", "member", "endpoint"),
 		HashMismatchTotal: c("hash_mismatch_total",
 			"Recovery verifications that found voters with different HashKV at one revision and compact revision (the recovery failed with reason hash-mismatch).", "member"),
+		QuarantinePrunedTotal: c("quarantine_pruned_total",
+			"Quarantined data dirs and pre-change snapshots deleted beyond --quarantine-keep, once the member had been healthy since they were made (the only deletions the agent makes).", "member"),
+		QuarantinePruneErrors: c("quarantine_prune_errors_total", "Quarantine listings or deletions that failed.", "member"),
 	}
 	m.Registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		m.MemberState, m.DataDirStatus, m.VotingMembers, m.HealthyVotingMembers, m.QuorumMargin, m.RecoveryInProgress,
 		m.LeaseHeld, m.RecoveriesTotal, m.RefusalsTotal, m.RefusedSince, m.RecoveryDuration, m.PhaseDuration, m.LearnerLag,
 		m.SnapshotBytesTotal, m.SeedFallbacksTotal, m.LastRecovery, m.ObservationDuration, m.StartGateWrapped, m.ForeignEndpointResponses,
-		m.HashMismatchTotal)
+		m.HashMismatchTotal, m.QuarantinePrunedTotal, m.QuarantinePruneErrors)
 	return m
 }
 
@@ -117,6 +125,8 @@ func (m *Metrics) Init(member string, reasons []string) {
 	m.LeaseHeld.WithLabelValues(member).Set(0)
 	m.SnapshotBytesTotal.WithLabelValues(member)
 	m.HashMismatchTotal.WithLabelValues(member)
+	m.QuarantinePrunedTotal.WithLabelValues(member)
+	m.QuarantinePruneErrors.WithLabelValues(member)
 }
 
 // Observed sets the state metrics from one observation and verdict. A

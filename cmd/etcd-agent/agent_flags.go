@@ -43,7 +43,7 @@ func addHealFlags(fs *pflag.FlagSet, c *agent.Config) {
 	fs.DurationVar(&c.RetryBackoff, "retry-backoff", time.Minute, "wait after a failed recovery before the next automatic one (doubles per failure)")
 	fs.DurationVar(&c.MaxRetryBackoff, "max-retry-backoff", 30*time.Minute, "cap of --retry-backoff")
 	fs.StringVar(&c.QuarantineDir, "quarantine-dir", "", "where replaced data dirs and pre-change snapshots are kept; same filesystem as the data dir (default: <data dir's parent>/etcd-agent-quarantine)")
-	fs.IntVar(&c.QuarantineKeep, "quarantine-keep", 2, "quarantined data dirs to keep before warning (nothing is ever deleted)")
+	fs.IntVar(&c.QuarantineKeep, "quarantine-keep", 2, "quarantined copies of each kind (data dirs, pre-change snapshots) always kept; older ones are deleted once the member has been healthy since they were made (10m at least) and no recovery is open: the agent's only deletion, logged and an Event")
 	fs.StringVar(&c.RejoinMode, "rejoin-mode", "seed", "how the rejoining learner gets the data: seed (data dir built from a follower's snapshot streamed after the add, so the leader sends no snapshot; falls back to raft on any seeding refusal or an etcd other than 3.6/3.7) or raft (empty data dir, the leader sends a raft snapshot)")
 	fs.StringVar(&c.MemberRuntime, "member-runtime", "static-pod", "how to stop/start the local member: static-pod or exec")
 	fs.StringVar(&c.StopCommand, "stop-command", "", "with --member-runtime=exec: command that stops etcd (e.g. systemctl stop etcd)")

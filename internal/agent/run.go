@@ -119,6 +119,9 @@ func Run(ctx context.Context, c Config) error {
 		}
 		out := h.Consider(ctx, r, req)
 		rep.decided(r, out.Decision)
+		if out.Result == "" {
+			h.Housekeep(r) // --quarantine-keep, on an observation no recovery acted on
+		}
 		if req != nil && out.Result == "" && !out.Answered {
 			// Decide said "nothing to do" to a manual request: say so.
 			reportNothing(ctx, nodeRep, req, out)

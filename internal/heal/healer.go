@@ -59,6 +59,10 @@ type Config struct {
 	// it must be on the data dir's filesystem (renames, never copies).
 	QuarantineDir  string
 	QuarantineKeep int
+	// QuarantinePruneAfter is how long the member must have been healthy
+	// before copies beyond QuarantineKeep are pruned (Housekeep); default
+	// 10 minutes.
+	QuarantinePruneAfter time.Duration
 	// RejoinMode is how the learner's data dir is prepared: RejoinSeed
 	// (the agent's default: built from a snapshot streamed after the add;
 	// any seeding error falls back to raft mode and is journaled) or
@@ -132,6 +136,11 @@ type Healer struct {
 	// clearPending: clearing an answered request's trigger failed; retried
 	// on every Consider, and meanwhile a request is that answered one.
 	clearPending bool
+	// healthySince starts the member's current healthy run as the idle
+	// loop saw it (zero when not healthy); lastPruneErr is the last pruning
+	// failure logged (Housekeep).
+	healthySince time.Time
+	lastPruneErr string
 }
 
 // New returns a Healer. newLease builds the Lease of a cluster (nil when
@@ -145,6 +154,9 @@ func New(cfg Config, obs Observer, newLease func(uint64) (Lease, error), rt memb
 	}
 	if cfg.RecoveryTimeout <= 0 {
 		cfg.RecoveryTimeout = 30 * time.Minute
+	}
+	if cfg.QuarantinePruneAfter <= 0 {
+		cfg.QuarantinePruneAfter = 10 * time.Minute
 	}
 	if cfg.QuarantineDir == "" {
 		cfg.QuarantineDir = filepath.Join(filepath.Dir(cfg.DataDir), "etcd-agent-quarantine")

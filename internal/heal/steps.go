@@ -46,7 +46,7 @@ func (h *Healer) stopAndQuarantine(ctx context.Context, res watchdog.Result, j *
 	j.QuarantinePath = dst
 	h.log.Info("data dir quarantined (kept, not deleted)", zap.String("from", h.cfg.DataDir), zap.String("to", dst))
 	if over, err := localdisk.QuarantineOverflow(h.cfg.QuarantineDir, h.cfg.QuarantineKeep); err == nil && len(over) > 0 {
-		h.log.Warn("quarantine holds more than --quarantine-keep entries; remove old ones by hand when no longer needed",
+		h.log.Warn("quarantine holds more than --quarantine-keep entries; the older ones are pruned once the member has been healthy since they were made",
 			zap.Int("keep", h.cfg.QuarantineKeep), zap.Strings("beyond", over))
 	}
 	return nil
@@ -91,7 +91,7 @@ func (h *Healer) snapshot(ctx context.Context, res watchdog.Result, j *journal.R
 	if err := os.MkdirAll(h.cfg.QuarantineDir, 0o700); err != nil {
 		return err
 	}
-	dest := filepath.Join(h.cfg.QuarantineDir, fmt.Sprintf("snapshot-%s-%s.db", h.cfg.Member, time.Now().UTC().Format("2006-01-02T15-04-05Z")))
+	dest := filepath.Join(h.cfg.QuarantineDir, fmt.Sprintf("snapshot-%s-%s.db", h.cfg.Member, time.Now().UTC().Format(localdisk.SnapshotStampLayout)))
 	counter := h.metrics.SnapshotBytesTotal.WithLabelValues(h.cfg.Member)
 	snap, err := peerseed.Stream(ctx, src.ClientURLs[0], h.cfg.TLS, dest, peerseed.NeedBytes(src.DBSize),
 		func(n int64) { counter.Add(float64(n)) })
