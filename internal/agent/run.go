@@ -124,7 +124,7 @@ func Run(ctx context.Context, c Config) error {
 		}
 		if req != nil && out.Result == "" && !out.Answered {
 			// Decide said "nothing to do" to a manual request: say so.
-			reportNothing(ctx, nodeRep, req, out)
+			reportNothing(ctx, log, nodeRep, req, out)
 		}
 		if out.Result != "" {
 			log.Info("recovery outcome", zap.String("result", out.Result), zap.String("reason", string(out.Decision.Reason)), zap.Error(out.Err))
@@ -168,21 +168,29 @@ func badRequest(ctx context.Context, log *zap.Logger, m *metrics.Metrics, rep *n
 	}
 	rep.Eventf("Warning", nodereport.ReasonRecoveryRefused, "%s: %v", plan.ReasonBadRequest, err)
 	now := time.Now().UTC()
-	_ = rep.ClearRequest(ctx)
-	_ = rep.SetLastRecovery(ctx, nodereport.LastRecovery{Request: "invalid", Result: "refused", Reason: string(plan.ReasonBadRequest),
+	clearRequest(ctx, log, rep)
+	_ = nodereport.WriteLastRecovery(ctx, rep, log, nodereport.LastRecovery{Request: "invalid", Result: "refused", Reason: string(plan.ReasonBadRequest),
 		StartedAt: now, FinishedAt: now, Message: err.Error()})
 }
 
 // reportNothing answers a manual request that needed no action (e.g. the
 // member is healthy and no recovery was due) so the SRE is not left waiting.
-func reportNothing(ctx context.Context, rep *nodereport.Reporter, req *plan.Request, out heal.Outcome) {
+func reportNothing(ctx context.Context, log *zap.Logger, rep *nodereport.Reporter, req *plan.Request, out heal.Outcome) {
 	if rep == nil {
 		return
 	}
 	now := time.Now().UTC()
-	_ = rep.ClearRequest(ctx)
-	_ = rep.SetLastRecovery(ctx, nodereport.LastRecovery{Request: req.Action, Result: "refused", Reason: string(out.Decision.Reason),
+	clearRequest(ctx, log, rep)
+	_ = nodereport.WriteLastRecovery(ctx, rep, log, nodereport.LastRecovery{Request: req.Action, Result: "refused", Reason: string(out.Decision.Reason),
 		StartedAt: now, FinishedAt: now, Message: out.Decision.Detail})
+}
+
+// clearRequest removes an answered request's trigger; a failure is logged
+// (the trigger stays and is handled again at the next poll).
+func clearRequest(ctx context.Context, log *zap.Logger, rep *nodereport.Reporter) {
+	if err := rep.ClearRequest(ctx); err != nil {
+		log.Warn("clearing the answered recovery request failed; the trigger stays and is handled again at the next poll", zap.Error(err))
+	}
 }
 
 // waitForIdentity resolves the member's identity, waiting while the etcd

@@ -365,7 +365,7 @@ func (h *Healer) refused(ctx context.Context, req *plan.Request, d plan.Decision
 	if req != nil {
 		now := h.now().UTC()
 		h.clearRequest(ctx)
-		_ = h.reporter.SetLastRecovery(ctx, nodereport.LastRecovery{Request: requestName(req), Result: journal.ResultRefused,
+		_ = nodereport.WriteLastRecovery(ctx, h.reporter, h.log, nodereport.LastRecovery{Request: requestName(req), Result: journal.ResultRefused,
 			Reason: string(d.Reason), StartedAt: now, FinishedAt: now, Message: d.Detail})
 	}
 }
