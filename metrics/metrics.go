@@ -53,6 +53,9 @@ type Metrics struct {
 	// QuarantinePruneErrors the deletions or listings that failed.
 	QuarantinePrunedTotal *prometheus.CounterVec
 	QuarantinePruneErrors *prometheus.CounterVec
+	// EndpointsFileErrors counts learned endpoints files found unreadable
+	// or corrupt at start (a corrupt one is kept aside, not read as empty).
+	EndpointsFileErrors *prometheus.CounterVec
 }
 
 // New registers every metric (and the Go and process collectors) in a fresh registry.
@@ -96,12 +99,14 @@ func New() *Metrics {
 		QuarantinePrunedTotal: c("quarantine_pruned_total",
 			"Quarantined data dirs and pre-change snapshots deleted beyond --quarantine-keep, once the member had been healthy since they were made (the only deletions the agent makes).", "member"),
 		QuarantinePruneErrors: c("quarantine_prune_errors_total", "Quarantine listings or deletions that failed.", "member"),
+		EndpointsFileErrors: c("learned_endpoints_file_errors_total",
+			"Learned endpoints files (endpoints.json in the state dir) found unreadable or corrupt at start; a corrupt one is kept aside as endpoints.json.corrupt-<time>.", "member"),
 	}
 	m.Registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		m.MemberState, m.DataDirStatus, m.VotingMembers, m.HealthyVotingMembers, m.QuorumMargin, m.RecoveryInProgress,
 		m.LeaseHeld, m.RecoveriesTotal, m.RefusalsTotal, m.RefusedSince, m.RecoveryDuration, m.PhaseDuration, m.LearnerLag,
 		m.SnapshotBytesTotal, m.SeedFallbacksTotal, m.LastRecovery, m.ObservationDuration, m.StartGateWrapped, m.ForeignEndpointResponses,
-		m.HashMismatchTotal, m.QuarantinePrunedTotal, m.QuarantinePruneErrors)
+		m.HashMismatchTotal, m.QuarantinePrunedTotal, m.QuarantinePruneErrors, m.EndpointsFileErrors)
 	return m
 }
 
@@ -127,6 +132,7 @@ func (m *Metrics) Init(member string, reasons []string) {
 	m.HashMismatchTotal.WithLabelValues(member)
 	m.QuarantinePrunedTotal.WithLabelValues(member)
 	m.QuarantinePruneErrors.WithLabelValues(member)
+	m.EndpointsFileErrors.WithLabelValues(member)
 }
 
 // Observed sets the state metrics from one observation and verdict. A

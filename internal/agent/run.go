@@ -72,6 +72,9 @@ func Run(ctx context.Context, c Config) error {
 		return err
 	}
 	defer wd.Close()
+	if wd.LoadError() != nil { // logged by the watchdog
+		m.EndpointsFileErrors.WithLabelValues(id.Name).Inc()
+	}
 	var nodeRep *nodereport.Reporter
 	requests := make(chan request, 1)
 	if kc != nil && c.NodeName != "" {
