@@ -42,7 +42,7 @@ func Run(ctx context.Context, c Config) error {
 	}
 	m := metrics.New()
 	var ready atomic.Bool
-	srv, err := serveHTTP(c.MetricsAddr, m, &ready)
+	srv, err := serveHTTP(c.MetricsAddr, m, &ready, c.Log)
 	if err != nil {
 		return err
 	}
@@ -221,7 +221,16 @@ func waitForIdentity(ctx context.Context, c Config) (watchdog.Identity, error) {
 
 // serveHTTP serves /metrics, /healthz (the process lives) and /readyz (it
 // has completed an observation).
-func serveHTTP(addr string, m *metrics.Metrics, ready *atomic.Bool) (*http.Server, error) {
+func serveHTTP(addr string, m *metrics.Metrics, ready *atomic.Bool, log *zap.Logger) (*http.Server, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	return serveOn(ln, m, ready, log), nil
+}
+
+// serveOn serves serveHTTP's endpoints on ln; the server's errors go to log.
+func serveOn(ln net.Listener, m *metrics.Metrics, ready *atomic.Bool, log *zap.Logger) *http.Server {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", m.Handler())
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { w.Write([]byte("ok\n")) })
@@ -232,17 +241,14 @@ func serveHTTP(addr string, m *metrics.Metrics, ready *atomic.Bool) (*http.Serve
 		}
 		w.Write([]byte("ok\n"))
 	})
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return nil, err
-	}
-	srv := &http.Server{Addr: ln.Addr().String(), Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	srv := &http.Server{Addr: ln.Addr().String(), Handler: mux, ReadHeaderTimeout: 5 * time.Second,
+		ErrorLog: zap.NewStdLog(log.Named("http"))}
 	go func() {
 		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			zap.L().Error("metrics server", zap.Error(err))
+			log.Error("metrics server stopped: /metrics, /healthz and /readyz no longer answer", zap.String("addr", srv.Addr), zap.Error(err))
 		}
 	}()
-	return srv, nil
+	return srv
 }
 
 // reporter turns results into metrics, a status file, and a log line when
@@ -255,6 +261,8 @@ type reporter struct {
 	last       memberstate.Verdict
 	lastMajor  bool
 	decision   plan.Decision
+	// statusErr is the last status file write error logged ("" after a success).
+	statusErr string
 }
 
 // decided records what the core said about res (status shows "what it
@@ -264,7 +272,7 @@ func (r *reporter) decided(res watchdog.Result, d plan.Decision) {
 		return
 	}
 	r.decision = d
-	writeStatus(r.statusPath, r.newReport(res))
+	r.writeStatus(r.newReport(res))
 }
 
 func (r *reporter) newReport(res watchdog.Result) Report {
@@ -299,16 +307,33 @@ func (r *reporter) report(res watchdog.Result) {
 	changed := v.State != r.last.State || v.Reason != r.last.Reason || v.MajorityLost != r.lastMajor
 	r.last, r.lastMajor = v, v.MajorityLost
 	if changed {
-		writeStatus(r.statusPath, r.newReport(res))
+		r.writeStatus(r.newReport(res))
 	}
 }
 
-func writeStatus(path string, rep Report) {
+// writeStatus writes the status file; a failure is logged once per change
+// of error (the file is written on every change of state), and the first
+// success after one too.
+func (r *reporter) writeStatus(rep Report) {
 	b, err := json.MarshalIndent(rep, "", "  ")
-	if err != nil {
+	if err == nil {
+		err = fsutil.WriteFileAtomic(r.statusPath, b, 0o644)
+	}
+	msg := ""
+	if pe := (*fs.PathError)(nil); errors.As(err, &pe) {
+		msg = pe.Op + ": " + pe.Err.Error() // not the temp file's random name
+	} else if err != nil {
+		msg = err.Error()
+	}
+	if msg == r.statusErr {
 		return
 	}
-	_ = fsutil.WriteFileAtomic(path, b, 0o644)
+	if err != nil {
+		r.log.Warn("status file not written; `etcd-agent status` shows an older state", zap.String("path", r.statusPath), zap.Error(err))
+	} else {
+		r.log.Info("status file written again", zap.String("path", r.statusPath))
+	}
+	r.statusErr = msg
 }
 
 // gateCheck reports whether the etcd static pod runs etcd through the start
