@@ -43,7 +43,7 @@ func (h *Healer) Housekeep(res watchdog.Result) {
 		since = j.FinishedAt
 	}
 	st := localdisk.PruneState{Keep: h.cfg.QuarantineKeep, RecoveryOpen: j.Active(), HealthySince: since,
-		Now: h.now(), MinHealthy: h.cfg.QuarantinePruneAfter}
+		Now: h.now(), MinHealthy: h.cfg.QuarantinePruneAfter, Protect: []string{j.QuarantinePath, j.SnapshotPath}}
 	if st.RecoveryOpen || st.Now.Sub(since) < st.MinHealthy {
 		return // no need to list the quarantine
 	}

@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -93,6 +94,9 @@ type PruneState struct {
 	// Now and MinHealthy: the run must have lasted MinHealthy by Now.
 	Now        time.Time
 	MinHealthy time.Duration
+	// Protect are paths never pruned whatever their age (the copies the
+	// last recovery's journal names).
+	Protect []string
 }
 
 // Prunable is the quarantine's pruning rule (pure): the entries that are
@@ -103,7 +107,8 @@ type PruneState struct {
 //   - the entry was made before the healthy run began (the member has been
 //     healthy since it was made: an entry newer than the last time the
 //     member was seen unhealthy is never pruned);
-//   - it is not among the newest Keep of its kind (data dirs, snapshots).
+//   - it is not among the newest Keep of its kind (data dirs, snapshots),
+//     nor one of the Protect paths.
 func Prunable(entries []QuarantineEntry, s PruneState) []QuarantineEntry {
 	if s.RecoveryOpen || s.HealthySince.IsZero() || s.Now.Sub(s.HealthySince) < s.MinHealthy {
 		return nil
@@ -122,7 +127,7 @@ func Prunable(entries []QuarantineEntry, s PruneState) []QuarantineEntry {
 			return es[i].Path > es[j].Path
 		})
 		for _, e := range es[min(keep, len(es)):] {
-			if e.At.Before(s.HealthySince) {
+			if e.At.Before(s.HealthySince) && !slices.Contains(s.Protect, e.Path) {
 				out = append(out, e)
 			}
 		}

@@ -39,6 +39,7 @@ func TestPrunableRule(t *testing.T) {
 		// that (2, 3, 4) was not made before the healthy run began.
 		{"never an entry newer than the last unhealthy sighting", four, healthy(2, 7), []QuarantineEntry{dd(1)}},
 		{"an entry made at the run's start is not before it", four, healthy(1, 7), nil},
+		{"never a protected path (the last recovery's copies)", four, PruneState{Keep: 2, HealthySince: at(5), Now: at(7), Protect: []string{dd(1).Path}}, []QuarantineEntry{dd(2)}},
 		{"unsorted input", []QuarantineEntry{dd(3), dd(1), dd(4), dd(2)}, healthy(5, 7), []QuarantineEntry{dd(1), dd(2)}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
