@@ -48,6 +48,11 @@ type Metrics struct {
 	// HashMismatchTotal counts verifications that found voters with
 	// different HashKV (reason hash-mismatch): a divergent voter serves.
 	HashMismatchTotal *prometheus.CounterVec
+	// StepStarted and StepExpected: the recovery step (or wait) running
+	// now, by action: when it started and how long it may take before it
+	// is worth a look (EtcdAgentRecoveryStepSlow). No series when none runs.
+	StepStarted  *prometheus.GaugeVec
+	StepExpected *prometheus.GaugeVec
 	// QuarantinePrunedTotal counts quarantined copies deleted under
 	// --quarantine-keep (the only deletions the agent makes);
 	// QuarantinePruneErrors the deletions or listings that failed.
@@ -96,6 +101,10 @@ func New() *Metrics {
 			"Observations in which an endpoint answered for another cluster than the pinned one (its answers are ignored).", "member", "endpoint"),
 		HashMismatchTotal: c("hash_mismatch_total",
 			"Recovery verifications that found voters with different HashKV at one revision and compact revision (the recovery failed with reason hash-mismatch).", "member"),
+		StepStarted: g("recovery_step_started_timestamp_seconds",
+			"Unix time at which the recovery step (or wait) running now started, by action; no series when none runs.", "member", "action"),
+		StepExpected: g("recovery_step_expected_seconds",
+			"How long the recovery step (or wait) running now may take before it is worth a look: half its own deadline (a wait: a fixed bound).", "member", "action"),
 		QuarantinePrunedTotal: c("quarantine_pruned_total",
 			"Quarantined data dirs and pre-change snapshots deleted beyond --quarantine-keep, once the member had been healthy since they were made (the only deletions the agent makes).", "member"),
 		QuarantinePruneErrors: c("quarantine_prune_errors_total", "Quarantine listings or deletions that failed.", "member"),
@@ -106,7 +115,7 @@ func New() *Metrics {
 		m.MemberState, m.DataDirStatus, m.VotingMembers, m.HealthyVotingMembers, m.QuorumMargin, m.RecoveryInProgress,
 		m.LeaseHeld, m.RecoveriesTotal, m.RefusalsTotal, m.RefusedSince, m.RecoveryDuration, m.PhaseDuration, m.LearnerLag,
 		m.SnapshotBytesTotal, m.SeedFallbacksTotal, m.LastRecovery, m.ObservationDuration, m.StartGateWrapped, m.ForeignEndpointResponses,
-		m.HashMismatchTotal, m.QuarantinePrunedTotal, m.QuarantinePruneErrors, m.EndpointsFileErrors)
+		m.HashMismatchTotal, m.StepStarted, m.StepExpected, m.QuarantinePrunedTotal, m.QuarantinePruneErrors, m.EndpointsFileErrors)
 	return m
 }
 
