@@ -51,10 +51,12 @@ type Config struct {
 	MaxLearnerLag       uint64
 	LearnerStallTimeout time.Duration
 	RecoveryTimeout     time.Duration
-	RetryBackoff        time.Duration
-	MaxRetryBackoff     time.Duration
-	QuarantineDir       string
-	QuarantineKeep      int
+	// StopTimeout bounds the wait for etcd to stop (0: 3m).
+	StopTimeout     time.Duration
+	RetryBackoff    time.Duration
+	MaxRetryBackoff time.Duration
+	QuarantineDir   string
+	QuarantineKeep  int
 	// QuarantinePruneAfter: see heal.Config.QuarantinePruneAfter.
 	QuarantinePruneAfter time.Duration
 	// RejoinMode is "seed" (the flag's default) or "raft" (heal.RejoinSeed/RejoinRaft).
