@@ -53,6 +53,14 @@ type Metrics struct {
 	// is worth a look (EtcdAgentRecoveryStepSlow). No series when none runs.
 	StepStarted  *prometheus.GaugeVec
 	StepExpected *prometheus.GaugeVec
+	// QuarantinePrunedTotal counts quarantined copies deleted under
+	// --quarantine-keep (the only deletions the agent makes);
+	// QuarantinePruneErrors the deletions or listings that failed.
+	QuarantinePrunedTotal *prometheus.CounterVec
+	QuarantinePruneErrors *prometheus.CounterVec
+	// EndpointsFileErrors counts learned endpoints files found unreadable
+	// or corrupt at start (a corrupt one is kept aside, not read as empty).
+	EndpointsFileErrors *prometheus.CounterVec
 }
 
 // New registers every metric (and the Go and process collectors) in a fresh registry.
@@ -97,12 +105,17 @@ func New() *Metrics {
 			"Unix time at which the recovery step (or wait) running now started, by action; no series when none runs.", "member", "action"),
 		StepExpected: g("recovery_step_expected_seconds",
 			"How long the recovery step (or wait) running now may take before it is worth a look: half its own deadline (a wait: a fixed bound).", "member", "action"),
+		QuarantinePrunedTotal: c("quarantine_pruned_total",
+			"Quarantined data dirs and pre-change snapshots deleted beyond --quarantine-keep, once the member had been healthy since they were made (the only deletions the agent makes).", "member"),
+		QuarantinePruneErrors: c("quarantine_prune_errors_total", "Quarantine listings or deletions that failed.", "member"),
+		EndpointsFileErrors: c("learned_endpoints_file_errors_total",
+			"Learned endpoints files (endpoints.json in the state dir) found unreadable or corrupt at start; a corrupt one is kept aside as endpoints.json.corrupt-<time>.", "member"),
 	}
 	m.Registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		m.MemberState, m.DataDirStatus, m.VotingMembers, m.HealthyVotingMembers, m.QuorumMargin, m.RecoveryInProgress,
 		m.LeaseHeld, m.RecoveriesTotal, m.RefusalsTotal, m.RefusedSince, m.RecoveryDuration, m.PhaseDuration, m.LearnerLag,
 		m.SnapshotBytesTotal, m.SeedFallbacksTotal, m.LastRecovery, m.ObservationDuration, m.StartGateWrapped, m.ForeignEndpointResponses,
-		m.HashMismatchTotal, m.StepStarted, m.StepExpected)
+		m.HashMismatchTotal, m.StepStarted, m.StepExpected, m.QuarantinePrunedTotal, m.QuarantinePruneErrors, m.EndpointsFileErrors)
 	return m
 }
 
@@ -126,6 +139,9 @@ func (m *Metrics) Init(member string, reasons []string) {
 	m.LeaseHeld.WithLabelValues(member).Set(0)
 	m.SnapshotBytesTotal.WithLabelValues(member)
 	m.HashMismatchTotal.WithLabelValues(member)
+	m.QuarantinePrunedTotal.WithLabelValues(member)
+	m.QuarantinePruneErrors.WithLabelValues(member)
+	m.EndpointsFileErrors.WithLabelValues(member)
 }
 
 // Observed sets the state metrics from one observation and verdict. A

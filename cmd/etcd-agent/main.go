@@ -22,7 +22,16 @@ type globalFlags struct {
 	logFormat string
 }
 
-func (g *globalFlags) logger() (*zap.Logger, error) { return logging.New(g.logLevel, g.logFormat) }
+// logger builds the command's logger and routes client-go's own logs
+// (klog) through it.
+func (g *globalFlags) logger() (*zap.Logger, error) {
+	log, err := logging.New(g.logLevel, g.logFormat)
+	if err != nil {
+		return nil, err
+	}
+	logging.BridgeKlog(log)
+	return log, nil
+}
 
 func newRootCmd() *cobra.Command {
 	g := &globalFlags{}

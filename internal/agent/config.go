@@ -57,6 +57,8 @@ type Config struct {
 	MaxRetryBackoff time.Duration
 	QuarantineDir   string
 	QuarantineKeep  int
+	// QuarantinePruneAfter: see heal.Config.QuarantinePruneAfter.
+	QuarantinePruneAfter time.Duration
 	// RejoinMode is "seed" (the flag's default) or "raft" (heal.RejoinSeed/RejoinRaft).
 	RejoinMode string
 	// MemberRuntime is "static-pod" or "exec" (with StopCommand/StartCommand).
@@ -103,6 +105,9 @@ func (c Config) Validate() error {
 		if !slices.Contains(heal.HoldPoints, p) {
 			errs = append(errs, fmt.Errorf("--test-hold-at: unknown point %q, want one of %v", p, heal.HoldPoints))
 		}
+	}
+	if c.QuarantinePruneAfter < 0 {
+		errs = append(errs, fmt.Errorf("--quarantine-prune-after must be >= 0, got %s", c.QuarantinePruneAfter))
 	}
 	if c.QuarantineKeep < 1 {
 		errs = append(errs, fmt.Errorf("--quarantine-keep must be >= 1, got %d", c.QuarantineKeep))

@@ -44,7 +44,8 @@ func (c Config) KubeClient() (kubernetes.Interface, error) {
 // PlanConfig is the decision core's configuration.
 func (c Config) PlanConfig() plan.Config {
 	return plan.Config{AutoHeal: c.AutoHeal, DryRun: c.DryRun, MaxLearnerLag: c.MaxLearnerLag,
-		LearnerStallTimeout: c.LearnerStallTimeout, RetryBackoff: c.RetryBackoff, MaxRetryBackoff: c.MaxRetryBackoff}
+		LearnerStallTimeout: c.LearnerStallTimeout, RetryBackoff: c.RetryBackoff, MaxRetryBackoff: c.MaxRetryBackoff,
+		RejoinSeed: c.RejoinMode == heal.RejoinSeed}
 }
 
 // Runtime builds the member runtime.
@@ -77,7 +78,7 @@ func (c Config) newHealer(id watchdog.Identity, obs heal.Observer, kc kubernetes
 		}
 	}
 	return heal.New(heal.Config{Member: id.Name, Node: c.NodeName, PeerURLs: id.PeerURLs, DataDir: id.DataDir,
-		StateDir: c.StateDir, QuarantineDir: c.QuarantineDir, QuarantineKeep: c.QuarantineKeep, RejoinMode: c.RejoinMode, Plan: c.PlanConfig(),
+		StateDir: c.StateDir, QuarantineDir: c.QuarantineDir, QuarantineKeep: c.QuarantineKeep, QuarantinePruneAfter: c.QuarantinePruneAfter, RejoinMode: c.RejoinMode, Plan: c.PlanConfig(),
 		RecoveryTimeout: c.RecoveryTimeout, StepInterval: 250 * time.Millisecond, PollInterval: c.PollInterval, TLS: t, Log: c.Log, CrashBefore: phases(c.CrashBefore),
 		HoldAt: c.HoldAt, StepTimeouts: c.stepTimeouts()},
 		obs, newLease, rt, rep, m), nil

@@ -174,7 +174,7 @@ func (h *Healer) close(ctx context.Context, j *journal.Record, d plan.Decision, 
 		}
 		h.reporter.Eventf(etype, reason, "member %s: %s in %s (phase %s) %s; quarantine %s, snapshot %s",
 			h.cfg.Member, result, took.Round(time.Millisecond), phase, d.Detail, j.QuarantinePath, j.SnapshotPath)
-		_ = h.reporter.SetLastRecovery(ctx, nodereport.LastRecovery{Request: j.Request, Result: result, Reason: string(d.Reason),
+		_ = nodereport.WriteLastRecovery(ctx, h.reporter, h.log, nodereport.LastRecovery{Request: j.Request, Result: result, Reason: string(d.Reason),
 			Phase: string(phase), StartedAt: j.StartedAt, FinishedAt: now, Message: d.Detail,
 			RejoinMode: j.RejoinMode, SeedFallback: j.SeedFallback})
 	}

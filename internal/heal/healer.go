@@ -59,6 +59,10 @@ type Config struct {
 	// it must be on the data dir's filesystem (renames, never copies).
 	QuarantineDir  string
 	QuarantineKeep int
+	// QuarantinePruneAfter is how long the member must have been healthy
+	// before copies beyond QuarantineKeep are pruned (Housekeep); default
+	// 10 minutes.
+	QuarantinePruneAfter time.Duration
 	// RejoinMode is how the learner's data dir is prepared: RejoinSeed
 	// (the agent's default: built from a snapshot streamed after the add;
 	// any seeding error falls back to raft mode and is journaled) or
@@ -140,6 +144,11 @@ type Healer struct {
 	// clearPending: clearing an answered request's trigger failed; retried
 	// on every Consider, and meanwhile a request is that answered one.
 	clearPending bool
+	// healthySince starts the member's current healthy run as the idle
+	// loop saw it (zero when not healthy); lastPruneErr is the last pruning
+	// failure logged (Housekeep).
+	healthySince time.Time
+	lastPruneErr string
 }
 
 // New returns a Healer. newLease builds the Lease of a cluster (nil when
@@ -159,6 +168,9 @@ func New(cfg Config, obs Observer, newLease func(uint64) (Lease, error), rt memb
 	}
 	if cfg.RecoveryTimeout <= 0 {
 		cfg.RecoveryTimeout = 30 * time.Minute
+	}
+	if cfg.QuarantinePruneAfter <= 0 {
+		cfg.QuarantinePruneAfter = 10 * time.Minute
 	}
 	if cfg.QuarantineDir == "" {
 		cfg.QuarantineDir = filepath.Join(filepath.Dir(cfg.DataDir), "etcd-agent-quarantine")
@@ -330,7 +342,8 @@ func (h *Healer) baseInput(res watchdog.Result, req *plan.Request, j journal.Rec
 	if req == nil && j.Active() && j.Request != "" && j.Request != "auto" {
 		in.Request = &plan.Request{Action: j.Request} // a resumed manual recovery stays manual
 	}
-	in.FreeBytes = localdisk.FreeBytesUnder(h.cfg.QuarantineDir)
+	sp := localdisk.SpaceFor(h.cfg.DataDir, h.cfg.QuarantineDir)
+	in.FreeBytes, in.DataDirFreeBytes, in.DataDirOtherFS = sp.QuarantineFree, sp.DataDirFree, sp.DataDirOtherFS
 	in.Backups = localdisk.BackupsHint(h.cfg.QuarantineDir)
 	return in
 }
@@ -380,7 +393,7 @@ func (h *Healer) refused(ctx context.Context, req *plan.Request, d plan.Decision
 	if req != nil {
 		now := h.now().UTC()
 		h.clearRequest(ctx)
-		_ = h.reporter.SetLastRecovery(ctx, nodereport.LastRecovery{Request: requestName(req), Result: journal.ResultRefused,
+		_ = nodereport.WriteLastRecovery(ctx, h.reporter, h.log, nodereport.LastRecovery{Request: requestName(req), Result: journal.ResultRefused,
 			Reason: string(d.Reason), StartedAt: now, FinishedAt: now, Message: d.Detail})
 	}
 }

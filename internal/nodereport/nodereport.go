@@ -44,6 +44,9 @@ const (
 	// ReasonSeedFallback: seed mode was refused and the rejoin goes on in
 	// raft mode (the message names the seeding reason).
 	ReasonSeedFallback = "SeedFallback"
+	// ReasonQuarantinePruned: a quarantined copy beyond --quarantine-keep
+	// was deleted (the message names it and why it was redundant).
+	ReasonQuarantinePruned = "QuarantinePruned"
 )
 
 // LastRecovery.Result values.

@@ -119,10 +119,7 @@ func checkBegin(in Input, cfg Config) (Decision, bool) {
 	if ls := o.Learners(); len(ls) > 0 {
 		return refuse(ReasonLearnerPresent, fmt.Sprintf("learner %x (%s) is present; one learner at a time", ls[0].ID, ls[0].Name)), false
 	}
-	if need := snapshotBytesNeeded(o); in.FreeBytes < need {
-		return refuse(ReasonDiskFull, fmt.Sprintf("%d bytes free for the snapshot, need %d", in.FreeBytes, need)), false
-	}
-	return Decision{}, true
+	return checkSpace(in, cfg)
 }
 
 // decideActive: a recovery is open. Steps that change membership are judged
@@ -337,15 +334,6 @@ func memberWithPeerURLs(o observation.Observation, peerURLs []string, exclude ui
 		}
 	}
 	return observation.Member{}, false
-}
-
-// snapshotBytesNeeded: the largest member db plus 10% and 64 MiB of slack.
-func snapshotBytesNeeded(o observation.Observation) uint64 {
-	var maxDB int64
-	for _, m := range o.Members {
-		maxDB = max(maxDB, m.DBSize)
-	}
-	return uint64(maxDB)*11/10 + 64<<20
 }
 
 func backoffLeft(in Input, cfg Config) time.Duration {

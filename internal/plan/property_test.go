@@ -192,8 +192,9 @@ func invariants(in Input, c Config, d Decision) []string {
 		if !wanted || dry || len(o.Learners()) > 0 || o.Local.Match == observation.MatchAmbiguous || localListed && local.IsLearner {
 			fail("begins: wanted %v, dry run %v, %d learners, match %s", wanted, dry, len(o.Learners()), o.Local.Match)
 		}
-		if in.FreeBytes < snapshotBytesNeeded(o) {
-			fail("begins with %d bytes free", in.FreeBytes)
+		need := AttemptBytesNeeded(maxDBSize(o), c.RejoinSeed, !in.DataDirOtherFS)
+		if in.FreeBytes < need.Quarantine || in.DataDirOtherFS && in.DataDirFreeBytes < need.DataDir {
+			fail("begins with %d bytes free (data dir's filesystem: %d, other %v), need %+v", in.FreeBytes, in.DataDirFreeBytes, in.DataDirOtherFS, need)
 		}
 	}
 	// Adopt only a learner with our peer URL whose add's answer was lost.
@@ -289,7 +290,13 @@ func randomInput(r *rand.Rand) (Input, Config) {
 		o.Local.MatchDetail = "forced " + string(o.Local.Match)
 	}
 
-	in := Input{Now: t0, Obs: o, APIAvailable: pick(0.85), LeaseHeld: pick(0.5), FreeBytes: snapshotBytesNeeded(o)}
+	seed := pick(0.5)
+	in := Input{Now: t0, Obs: o, APIAvailable: pick(0.85), LeaseHeld: pick(0.5), DataDirOtherFS: pick(0.2)}
+	need := AttemptBytesNeeded(maxDBSize(o), seed, !in.DataDirOtherFS)
+	in.FreeBytes, in.DataDirFreeBytes = need.Quarantine, need.DataDir
+	if pick(0.05) && in.DataDirOtherFS {
+		in.DataDirFreeBytes -= 1 + r.Uint64N(in.DataDirFreeBytes)
+	}
 	if pick(0.2) {
 		in.LeaseHolder = "node2/node2"
 	}
@@ -340,6 +347,7 @@ func randomInput(r *rand.Rand) (Input, Config) {
 	c := defaultConfig()
 	c.AutoHeal, c.DryRun = pick(0.8), pick(0.1)
 	c.MaxLearnerLag = []uint64{0, 1, 100, 1000, 5000}[r.IntN(5)]
+	c.RejoinSeed = seed
 	return in, c
 }
 
@@ -371,6 +379,6 @@ func describe(in Input, c Config) string {
 	j := in.Journal
 	fmt.Fprintf(&b, "  journal phase=%q old=%x new=%x peers=%v progress=%s failures=%d\n", j.Phase, uint64(j.OldMemberID),
 		uint64(j.NewMemberID), j.PeerURLs, j.LearnerProgressAt, j.Failures)
-	fmt.Fprintf(&b, "  api=%v held=%v holder=%q free=%d config=%+v", in.APIAvailable, in.LeaseHeld, in.LeaseHolder, in.FreeBytes, c)
+	fmt.Fprintf(&b, "  api=%v held=%v holder=%q free=%d dataDirFree=%d otherFS=%v config=%+v", in.APIAvailable, in.LeaseHeld, in.LeaseHolder, in.FreeBytes, in.DataDirFreeBytes, in.DataDirOtherFS, c)
 	return b.String()
 }

@@ -99,6 +99,11 @@ type Input struct {
 	LeaseHolder string
 	// FreeBytes is the free space where the snapshot and quarantine go.
 	FreeBytes uint64
+	// DataDirOtherFS: the data dir is on another filesystem than the
+	// quarantine (a dedicated disk mounted at it); DataDirFreeBytes is then
+	// that filesystem's free space (see AttemptBytesNeeded).
+	DataDirOtherFS   bool
+	DataDirFreeBytes uint64
 	// Backups says where the newest snapshots are (the quarantine), for the
 	// refusals that leave a restore to a person.
 	Backups string
@@ -114,6 +119,9 @@ type Config struct {
 	// consecutive failure up to MaxRetryBackoff.
 	RetryBackoff    time.Duration
 	MaxRetryBackoff time.Duration
+	// RejoinSeed: the learner's data dir is seeded from a streamed snapshot
+	// (heal.RejoinSeed), which the free-space check counts.
+	RejoinSeed bool
 }
 
 // Decision is Decide's answer.

@@ -8,6 +8,7 @@ package watchdog
 import (
 	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"slices"
 	"sort"
@@ -74,6 +75,10 @@ type Watchdog struct {
 	// list (no leader), the members it named are still probed one by one,
 	// so that a lost majority is reported with real counts.
 	lastMembers []observation.Member
+	// loadErr: the learned endpoints file could not be read at start;
+	// corruptAside: it is corrupt and is kept aside before the first write.
+	loadErr      error
+	corruptAside bool
 }
 
 // New checks cfg and returns a Watchdog.
@@ -93,7 +98,9 @@ func New(cfg Config) (*Watchdog, error) {
 	w := &Watchdog{cfg: cfg, clients: newClients(cfg.TLS, cfg.ProbeTimeout)}
 	learned, err := loadEndpoints(cfg.EndpointsFile)
 	if err != nil {
-		cfg.Log.Error("learned endpoints unreadable; using the configured ones until a member list answers", zap.Error(err))
+		cfg.Log.Error("learned endpoints unreadable; using the configured ones until a member list answers (a corrupt file is kept aside before it is rewritten)",
+			zap.String("file", cfg.EndpointsFile), zap.Error(err))
+		w.loadErr, w.corruptAside = err, errors.Is(err, errCorruptEndpoints)
 	}
 	w.endpoints = uniq(append(append([]string{cfg.Identity.ClientURL}, cfg.Endpoints...), learned...))
 	return w, nil
