@@ -47,6 +47,9 @@ func decideIdle(in Input, cfg Config) Decision {
 		}
 	}
 	if d, ok := checkBegin(in, cfg); !ok {
+		if d.Reason == ReasonLearnerPresent {
+			return rollbackStranded(in, cfg, d) // rolled back if stranded
+		}
 		return d
 	}
 	if !in.APIAvailable {
@@ -138,6 +141,9 @@ func decideActive(in Input, cfg Config) Decision {
 			return wait(ReasonLeaseHeldByOther, "recovery open; the Lease is held by "+in.LeaseHolder)
 		}
 		return Decision{Action: Begin, Detail: "resume from phase " + string(j.Phase)}
+	}
+	if j.Kind == journal.KindRollbackLearner {
+		return decideRollback(in, cfg)
 	}
 	if !j.Phase.AtLeast(journal.PhaseStopped) {
 		// Rule 6: the condition is re-verified once the Lease is held, on a
