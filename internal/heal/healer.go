@@ -194,7 +194,7 @@ func (h *Healer) Consider(ctx context.Context, res watchdog.Result, req *plan.Re
 		h.lastRefusal = ""
 	}
 	switch {
-	case d.Action == plan.Begin, j.Active() && d.Action != plan.Nothing && d.Action != plan.Refuse:
+	case d.Action == plan.Begin, d.Action == plan.RollbackLearner, j.Active() && d.Action != plan.Nothing && d.Action != plan.Refuse:
 		// An open journal with the Lease held (a step decided) is
 		// executed too, never left deciding a step on every poll.
 		return h.recover(ctx, res, req, j)
@@ -267,7 +267,7 @@ func (h *Healer) decide(ctx context.Context, res watchdog.Result, req *plan.Requ
 		in := h.baseInput(res, req, j)
 		in.APIAvailable = true // optimistic; checked below if it matters
 		d := plan.Decide(in, h.cfg.Plan)
-		if d.Action != plan.Begin && !(d.Action == plan.Refuse && d.Reason == plan.ReasonDryRun) {
+		if d.Action != plan.Begin && d.Action != plan.RollbackLearner && !(d.Action == plan.Refuse && d.Reason == plan.ReasonDryRun) {
 			return d
 		}
 	}
@@ -298,7 +298,8 @@ func (h *Healer) input(ctx context.Context, res watchdog.Result, req *plan.Reque
 
 // baseInput is the input without the Lease's state (API not asked).
 func (h *Healer) baseInput(res watchdog.Result, req *plan.Request, j journal.Record) plan.Input {
-	in := plan.Input{Now: res.Observation.At, Obs: res.Observation, Verdict: res.Verdict, Request: req, Journal: j}
+	in := plan.Input{Now: res.Observation.At, Obs: res.Observation, Verdict: res.Verdict, Request: req, Journal: j,
+		Learners: res.Learners}
 	if req == nil && j.Active() && j.Request != "" && j.Request != "auto" {
 		in.Request = &plan.Request{Action: j.Request} // a resumed manual recovery stays manual
 	}

@@ -52,7 +52,7 @@ func (h *Healer) recover(parent context.Context, first watchdog.Result, req *pla
 				zap.String("detail", d.Detail), zap.String("phase", string(j.Phase)))
 		}
 		last = d
-		if !j.Active() && d.Action != plan.Begin {
+		if !j.Active() && d.Action != plan.Begin && d.Action != plan.RollbackLearner {
 			// Decide changed its mind before we began (e.g. the member came back).
 			if d.Action == plan.Refuse {
 				h.refused(ctx, req, d)
@@ -138,6 +138,10 @@ func (h *Healer) step(ctx context.Context, res watchdog.Result, req *plan.Reques
 	switch d.Action {
 	case plan.Begin:
 		return h.begin(ctx, res, req, j)
+	case plan.RollbackLearner:
+		return h.beginRollback(ctx, res, j, d)
+	case plan.RemoveStrandedLearner:
+		return h.timed(j, journal.PhaseRemoved, func() error { return h.removeMember(ctx, res, d.MemberID) })
 	case plan.StopMember:
 		if j.StopAttemptedAt.IsZero() {
 			// Recorded first: once tried, the member may be down by our

@@ -44,6 +44,9 @@ const (
 	// ReasonSeedFallback: seed mode was refused and the rejoin goes on in
 	// raft mode (the message names the seeding reason).
 	ReasonSeedFallback = "SeedFallback"
+	// ReasonLearnerRolledBack: a stranded learner (its owner's Lease
+	// expired, no progress for the stall timeout) was removed.
+	ReasonLearnerRolledBack = "RecoveryLearnerRolledBack"
 )
 
 // LastRecovery.Result values.
