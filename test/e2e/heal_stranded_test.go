@@ -48,7 +48,18 @@ func TestStrandedLearnerRolledBackThenWipedMemberHealed(t *testing.T) {
 	if err := l.WipeDataDir("node2"); err != nil {
 		t.Fatal(err)
 	}
-	j := h.waitHealed("node2", "node2", 4, 3*time.Minute)
+	// node2's journal holds the rollback record first, then its rejoin.
+	eventually(t, 2*time.Minute, "node2's agent begins its rejoin after rolling the learner back", func() error {
+		j, ok := loadJournal(t, l, "node2", "node2")
+		switch {
+		case !ok:
+			return fmt.Errorf("no journal yet")
+		case j.Kind != "" || j.StartedAt.Before(h.faultAt):
+			return fmt.Errorf("journal of kind %q, phase %s, result %q (%s: %s)", j.Kind, j.Phase, j.Result, j.Reason, j.Message)
+		}
+		return nil
+	})
+	j := h.waitHealed("node2", "node2", 4, 2*time.Minute)
 
 	// The learner was rolled back by node2's agent, not before the dead
 	// owner's Lease expired (TTL 15 s, renewed every few seconds).
