@@ -141,7 +141,7 @@ func (h *Healer) step(ctx context.Context, res watchdog.Result, req *plan.Reques
 	case plan.RollbackLearner:
 		return h.beginRollback(ctx, res, j, d)
 	case plan.RemoveStrandedLearner:
-		return h.timed(j, journal.PhaseRemoved, func() error { return h.removeMember(ctx, res, d.MemberID) })
+		return h.removeStranded(ctx, res, j, d)
 	case plan.StopMember:
 		if j.StopAttemptedAt.IsZero() {
 			// Recorded first: once tried, the member may be down by our

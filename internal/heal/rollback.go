@@ -44,6 +44,26 @@ func (h *Healer) beginRollback(ctx context.Context, res watchdog.Result, j *jour
 	return h.advance(ctx, j, journal.PhaseStarted)
 }
 
+// removeStranded removes a stranded learner (fenced): the step of a
+// rollback record (journaled as phase removed), or, in our own rejoin, at
+// the add (a learner added under a Lease that was taken from us, whose
+// holder died), reported there with a log line and an Event.
+func (h *Healer) removeStranded(ctx context.Context, res watchdog.Result, j *journal.Record, d plan.Decision) error {
+	if j.Kind == journal.KindRollbackLearner {
+		return h.timed(j, journal.PhaseRemoved, func() error { return h.removeMember(ctx, res, d.MemberID) })
+	}
+	if err := h.removeMember(ctx, res, d.MemberID); err != nil {
+		return err
+	}
+	h.log.Warn("stranded learner rolled back", zap.String("id", j.ID), zap.String("learner", fmtID(d.MemberID)),
+		zap.String("reason", string(plan.ReasonLearnerRolledBack)), zap.String("detail", d.Detail), zap.String("phase", string(j.Phase)))
+	if h.reporter != nil {
+		h.reporter.Eventf("Warning", nodereport.ReasonLearnerRolledBack, "member %s: removed stranded learner %s before adding ours: %s",
+			h.cfg.Member, fmtID(d.MemberID), d.Detail)
+	}
+	return nil
+}
+
 // closeRollback closes a rollback record: succeeded when the learner is
 // gone, refused when nothing was changed (not stranded on a fresh look,
 // quorum lost before the remove), failed otherwise. It is not a recovery

@@ -100,3 +100,21 @@ func TestRollbackRecordResumedAfterACrash(t *testing.T) {
 		t.Fatalf("resumed rollback: %d stops, Lease renewing %v", r.rt.stops, r.lease.renewing)
 	}
 }
+
+// Our rejoin, resumed past the remove, finds another agent's stranded
+// learner at the add: removed (fenced, an Event), then ours is added.
+func TestStrandedLearnerRemovedAtOurAddThenOursAdded(t *testing.T) {
+	gone := cluster3(memberstate.Lost, 2, 3)
+	gone.Observation.Members = gone.Observation.Members[1:] // our old member is removed
+	gone.Observation.Local.Match, gone.Observation.Local.ID = observation.MatchNotFound, 0
+	stranded := withStranded(gone, 10*time.Minute)
+	r := newRig(t, stranded, gone)
+	r.journalAt(t, "auto", journal.PhaseRemoved, 0xa1, 0)
+	r.h.Consider(context.Background(), stranded, nil)
+	if !slices.Equal(r.cluster.removed, []uint64{strandedID}) || !slices.Contains(r.cluster.calls, "add") {
+		t.Fatalf("calls %v, removed %x: want the stranded learner %x removed, then our add", r.cluster.calls, r.cluster.removed, strandedID)
+	}
+	if n := r.rep.count(nodereport.ReasonLearnerRolledBack); n != 1 {
+		t.Fatalf("%d %s Events, want 1", n, nodereport.ReasonLearnerRolledBack)
+	}
+}

@@ -201,10 +201,22 @@ func invariants(in Input, c Config, d Decision) []string {
 	if j.Active() && j.Kind == journal.KindRollbackLearner && !slices.Contains([]Action{Nothing, Refuse, Begin, Finish, RemoveStrandedLearner}, d.Action) {
 		fail("(h) %s under a rollback record", d.Action)
 	}
-	if d.Action == RemoveStrandedLearner && (j.Kind != journal.KindRollbackLearner || d.MemberID != uint64(j.LearnerID) ||
-		!targetListed || !target.IsLearner || lost) {
-		fail("(h) removes %x as stranded: record kind %q learner %x, listed learner %v, quorum lost %v",
-			d.MemberID, j.Kind, uint64(j.LearnerID), targetListed && target.IsLearner, lost)
+	if d.Action == RemoveStrandedLearner {
+		// Under the rollback record naming it, or at our own rejoin's add
+		// (past the snapshot, our old member gone) if it is stranded.
+		atAdd := j.Kind == "" && j.Phase.AtLeast(journal.PhaseSnapshotted) && !j.Phase.AtLeast(journal.PhaseLearnerAdded)
+		rollback := j.Kind == journal.KindRollbackLearner && d.MemberID == uint64(j.LearnerID)
+		var clock time.Time
+		for _, p := range in.Learners {
+			if p.ID == d.MemberID {
+				clock = p.Since
+			}
+		}
+		strandedNow := !clock.IsZero() && in.Now.Sub(clock) > c.LearnerStallTimeout && !slices.Contains(target.PeerURLs, localPeer)
+		if !(rollback || atAdd && strandedNow) || !targetListed || !target.IsLearner || lost || !in.LeaseHeld {
+			fail("(h) removes %x as stranded: record kind %q learner %x phase %q, stranded %v, listed learner %v, quorum lost %v, Lease held %v",
+				d.MemberID, j.Kind, uint64(j.LearnerID), j.Phase, strandedNow, targetListed && target.IsLearner, lost, in.LeaseHeld)
+		}
 	}
 	if d.Reason == ReasonNotNeeded && (d.Action != Finish || j.Phase != journal.PhaseStarted || in.Request != nil && j.Kind == "") {
 		fail("not-needed as %s in phase %q with request %v", d.Action, j.Phase, in.Request)

@@ -112,3 +112,20 @@ func observationVoter(i int) observation.Member {
 	return observation.Member{ID: id(i), Name: "node19", PeerURLs: []string{peer(i)}, Serving: true,
 		RaftIndex: leaderIndex, AppliedIndex: leaderIndex}
 }
+
+// Our own rejoin holds the Lease past the remove (resumed after another
+// agent had taken it over, added its learner and died): the stranded
+// learner is removed at the add instead of waiting learner-present until
+// the recovery timeout.
+func TestStrandedLearnerRemovedAtOurAdd(t *testing.T) {
+	stalled := clockOf(19, t0.Add(-6*time.Minute))
+	removed := journalAt(journal.PhaseRemoved)
+	d := Decide(cluster(4, 3, local(localGone), removed, leaseHeld(), strandedOwnerLearner(), stalled))
+	want(t, d, RemoveStrandedLearner, ReasonLearnerStranded)
+	if d.MemberID != id(19) {
+		t.Fatalf("removes %x, want %x", d.MemberID, id(19))
+	}
+	want(t, Decide(cluster(4, 3, local(localGone), removed, leaseHeld(), strandedOwnerLearner(), clockOf(19, t0.Add(-time.Minute)))),
+		Nothing, ReasonLearnerPresent)
+	want(t, Decide(cluster(4, 3, local(localGone), removed, leaseHeld(), strandedOwnerLearner())), Nothing, ReasonLearnerPresent)
+}
