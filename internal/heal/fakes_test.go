@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -146,9 +147,24 @@ func (r *fakeReporter) count(reason string) int {
 	return n
 }
 
-type fakeRuntime struct{ stops, starts int }
+// fakeRuntime: with stopHangs, Stop waits for its context to end, as a
+// member that never goes away does.
+type fakeRuntime struct {
+	stops, starts int
+	stopHangs     bool
+	hanging       atomic.Bool // Stop waits now
+}
 
-func (f *fakeRuntime) Stop(context.Context) error          { f.stops++; return nil }
+func (f *fakeRuntime) Stop(ctx context.Context) error {
+	f.stops++
+	if f.stopHangs {
+		f.hanging.Store(true)
+		defer f.hanging.Store(false)
+		<-ctx.Done()
+		return ctx.Err()
+	}
+	return nil
+}
 func (f *fakeRuntime) Start(context.Context, string) error { f.starts++; return nil }
 func (f *fakeRuntime) Stopped() (bool, error)              { return f.stops > f.starts, nil }
 func (f *fakeRuntime) Describe() string                    { return "fake" }
