@@ -55,6 +55,7 @@ func (h *Healer) removeStranded(ctx context.Context, res watchdog.Result, j *jou
 	if err := h.removeMember(ctx, res, d.MemberID); err != nil {
 		return err
 	}
+	h.metrics.LearnerRollbacksTotal.WithLabelValues(h.cfg.Member).Inc()
 	h.log.Warn("stranded learner rolled back", zap.String("id", j.ID), zap.String("learner", fmtID(d.MemberID)),
 		zap.String("reason", string(plan.ReasonLearnerRolledBack)), zap.String("detail", d.Detail), zap.String("phase", string(j.Phase)))
 	if h.reporter != nil {
@@ -92,6 +93,7 @@ func (h *Healer) closeRollback(ctx context.Context, j *journal.Record, d plan.De
 	log := h.log.With(zap.String("id", j.ID), zap.String("learner", fmtID(uint64(j.LearnerID))), zap.String("result", result),
 		zap.String("reason", string(d.Reason)), zap.String("detail", d.Detail), zap.Duration("took", took))
 	if result == journal.ResultSucceeded {
+		h.metrics.LearnerRollbacksTotal.WithLabelValues(h.cfg.Member).Inc()
 		log.Warn("stranded learner rolled back")
 	} else {
 		log.Info("rollback of a stranded learner closed", zap.String("detail", d.Detail))

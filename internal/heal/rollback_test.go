@@ -12,6 +12,7 @@ import (
 	"github.com/etcd-agent/etcd-agent/internal/observation"
 	"github.com/etcd-agent/etcd-agent/internal/plan"
 	"github.com/etcd-agent/etcd-agent/internal/watchdog"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
 const strandedID = 0xb9
@@ -46,6 +47,9 @@ func TestStrandedLearnerIsRolledBackThenTheHealMayBegin(t *testing.T) {
 	}
 	if n := r.rep.count(nodereport.ReasonLearnerRolledBack); n != 1 {
 		t.Fatalf("%d %s Events, want 1 (events %v)", n, nodereport.ReasonLearnerRolledBack, r.rep.events)
+	}
+	if v := testutil.ToFloat64(r.m.LearnerRollbacksTotal.WithLabelValues("m1")); v != 1 {
+		t.Fatalf("learner_rollbacks_total = %v, want 1", v)
 	}
 	if r.rt.stops != 0 || r.lease.renewing || r.lease.acquires != 1 {
 		t.Fatalf("rollback: %d stops of the local member, Lease renewing %v after %d acquires", r.rt.stops, r.lease.renewing, r.lease.acquires)
