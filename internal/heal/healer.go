@@ -187,8 +187,18 @@ type Outcome struct {
 
 // Consider decides on one observation; when a recovery may begin (or an
 // open one resumes) it runs it to its end before returning. req is a
-// manual request (nil for the automatic path).
+// manual request (nil for the automatic path). A stranded learner rolled
+// back first is not the answer: the heal it blocked (and a manual request)
+// is considered again at once, on a fresh observation.
 func (h *Healer) Consider(ctx context.Context, res watchdog.Result, req *plan.Request) Outcome {
+	out := h.consider(ctx, res, req)
+	if out.Result == journal.ResultSucceeded && out.Decision.Reason == plan.ReasonLearnerRolledBack && ctx.Err() == nil {
+		return h.consider(ctx, h.obs.Observe(ctx, h.now()), req)
+	}
+	return out
+}
+
+func (h *Healer) consider(ctx context.Context, res watchdog.Result, req *plan.Request) Outcome {
 	j, _, err := journal.Load(h.cfg.StateDir, h.cfg.Member)
 	if err != nil {
 		return Outcome{Err: err}

@@ -35,6 +35,14 @@ func TestStrandedLearnerIsRolledBackThenTheHealMayBegin(t *testing.T) {
 	lost := cluster3(memberstate.Lost, 2, 3)
 	stranded := withStranded(lost, 10*time.Minute) // stall timeout 5m
 	r := newRig(t, stranded, lost)                 // after the remove, the learner is gone
+	// Our heal is considered again at once, on a fresh observation (the
+	// third): by then another agent has taken the Lease, so it is refused
+	// (else it would begin; see Plan below).
+	r.obs.onObserve = func(n int) {
+		if n == 3 {
+			r.lease.other = "node9/m9"
+		}
+	}
 	out := r.h.Consider(context.Background(), stranded, nil)
 	if !slices.Equal(r.cluster.removed, []uint64{strandedID}) {
 		t.Fatalf("Consider: %s/%q (%s); removed %x, want the stranded learner %x removed", out.Decision.Action, out.Decision.Reason,
@@ -54,6 +62,11 @@ func TestStrandedLearnerIsRolledBackThenTheHealMayBegin(t *testing.T) {
 	if r.rt.stops != 0 || r.lease.renewing || r.lease.acquires != 1 {
 		t.Fatalf("rollback: %d stops of the local member, Lease renewing %v after %d acquires", r.rt.stops, r.lease.renewing, r.lease.acquires)
 	}
+	if out.Decision.Reason != plan.ReasonLeaseHeldByOther || r.obs.n != 3 {
+		t.Fatalf("after the rollback: %s/%q (%s) after %d observations; want our heal considered at once on a fresh one",
+			out.Decision.Action, out.Decision.Reason, out.Decision.Detail, r.obs.n)
+	}
+	r.lease.other = ""
 	if d := r.h.Plan(context.Background(), lost, nil); d.Action != plan.Begin {
 		t.Fatalf("after the rollback: %s/%q (%s), want our heal to begin", d.Action, d.Reason, d.Detail)
 	}
@@ -94,11 +107,16 @@ func TestRollbackRecordResumedAfterACrash(t *testing.T) {
 	if err := journal.Save(r.dir, j); err != nil {
 		t.Fatal(err)
 	}
-	out := r.h.Consider(context.Background(), lost, nil)
+	r.obs.onObserve = func(n int) {
+		if n == 2 { // the heal considered after the rollback: not begun here
+			r.lease.other = "node9/m9"
+		}
+	}
+	r.h.Consider(context.Background(), lost, nil)
 	got := r.journal(t)
-	if out.Result != journal.ResultSucceeded || got.Active() || got.Reason != string(plan.ReasonLearnerRolledBack) || len(r.cluster.removed) != 0 {
-		t.Fatalf("resumed rollback: %q (%v), journal phase %s reason %q, removed %x; want it closed as rolled back, no remove",
-			out.Result, out.Err, got.Phase, got.Reason, r.cluster.removed)
+	if got.Kind != journal.KindRollbackLearner || got.Result != journal.ResultSucceeded || got.Active() || got.Reason != string(plan.ReasonLearnerRolledBack) || len(r.cluster.removed) != 0 {
+		t.Fatalf("resumed rollback: journal kind %q phase %s result %q reason %q, removed %x; want it closed as rolled back, no remove",
+			got.Kind, got.Phase, got.Result, got.Reason, r.cluster.removed)
 	}
 	if r.rt.stops != 0 || r.lease.renewing {
 		t.Fatalf("resumed rollback: %d stops, Lease renewing %v", r.rt.stops, r.lease.renewing)

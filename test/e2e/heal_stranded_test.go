@@ -17,7 +17,7 @@ import (
 // TestStrandedLearnerRolledBackThenWipedMemberHealed (issue 10 item 5):
 // node3's agent heals node3 and has added its learner (held before the
 // start) when node3 is lost for good, agent and all. Then node2's data dir
-// is wiped. Before the fix node2 was refused learner-present for good.
+// is wiped (and its etcd killed). Before the fix node2 was refused learner-present for good.
 // Required: once the dead owner's Lease has expired and the learner made no
 // progress for --learner-stall-timeout (10 s here), node2's agent (the next
 // Lease holder) rolls the learner back (journaled, an Event), then heals
@@ -44,8 +44,18 @@ func TestStrandedLearnerRolledBackThenWipedMemberHealed(t *testing.T) {
 	if err := h.chk.HardFault(func() error { return l.LoseNode("node3", false) }); err != nil {
 		t.Fatal(err)
 	}
+	// node2's data dir is wiped and its etcd killed at once: left running
+	// on a wiped dir, etcd kills itself when its WAL purge (every 30 s)
+	// finds the dir gone, at a moment no checker can excuse, and here the
+	// wait for the owner's Lease to expire is long enough for that to come.
 	h.fault()
-	if err := l.WipeDataDir("node2"); err != nil {
+	if err := h.chk.HardFault(func() error {
+		if err := l.WipeDataDir("node2"); err != nil {
+			return err
+		}
+		_, err := l.KillMember("node2")
+		return err
+	}); err != nil {
 		t.Fatal(err)
 	}
 	// node2's journal holds the rollback record first, then its rejoin.
