@@ -103,6 +103,9 @@ func TestStrandedLearnerRolledBackThenWipedMemberHealed(t *testing.T) {
 		}
 		return fmt.Errorf("%d %s Events, none naming learner %x", len(evs.Items), nodereport.ReasonLearnerRolledBack, learnerID)
 	})
+	if v, err := metricValue(l, "node2", "etcd_agent_learner_rollbacks_total", nil); err != nil || v != 1 {
+		t.Fatalf("node2 learner_rollbacks_total = %v (%v), want 1", v, err)
+	}
 	for _, m := range mustMembers(t, l) {
 		if m.Learner || m.ID == learnerID {
 			t.Fatalf("member list after the heal still has %+v (stranded learner %x)", m, learnerID)
