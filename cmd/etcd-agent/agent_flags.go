@@ -40,6 +40,7 @@ func addHealFlags(fs *pflag.FlagSet, c *agent.Config) {
 	fs.Uint64Var(&c.MaxLearnerLag, "max-learner-lag", 1000, "promote the learner once its applied index is within this many entries of the leader's")
 	fs.DurationVar(&c.LearnerStallTimeout, "learner-stall-timeout", 5*time.Minute, "remove a learner that makes no progress for this long, and fail the attempt")
 	fs.DurationVar(&c.RecoveryTimeout, "recovery-timeout", 30*time.Minute, "give a recovery up after this long")
+	fs.DurationVar(&c.StopTimeout, "stop-timeout", 3*time.Minute, "how long a stop waits for etcd's process to go (client and peer URLs refuse, db lock free) before the step fails and is retried")
 	fs.DurationVar(&c.RetryBackoff, "retry-backoff", time.Minute, "wait after a failed recovery before the next automatic one (doubles per failure)")
 	fs.DurationVar(&c.MaxRetryBackoff, "max-retry-backoff", 30*time.Minute, "cap of --retry-backoff")
 	fs.StringVar(&c.QuarantineDir, "quarantine-dir", "", "where replaced data dirs and pre-change snapshots are kept; same filesystem as the data dir (default: <data dir's parent>/etcd-agent-quarantine)")

@@ -51,10 +51,12 @@ type Config struct {
 	MaxLearnerLag       uint64
 	LearnerStallTimeout time.Duration
 	RecoveryTimeout     time.Duration
-	RetryBackoff        time.Duration
-	MaxRetryBackoff     time.Duration
-	QuarantineDir       string
-	QuarantineKeep      int
+	// StopTimeout bounds the wait for etcd to stop (0: 3m).
+	StopTimeout     time.Duration
+	RetryBackoff    time.Duration
+	MaxRetryBackoff time.Duration
+	QuarantineDir   string
+	QuarantineKeep  int
 	// RejoinMode is "seed" (the flag's default) or "raft" (heal.RejoinSeed/RejoinRaft).
 	RejoinMode string
 	// MemberRuntime is "static-pod" or "exec" (with StopCommand/StartCommand).

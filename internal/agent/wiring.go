@@ -50,12 +50,12 @@ func (c Config) PlanConfig() plan.Config {
 func (c Config) Runtime(id watchdog.Identity) (memberruntime.Runtime, error) {
 	urls := append([]string{id.ClientURL}, id.PeerURLs...)
 	if c.MemberRuntime == "exec" {
-		return memberruntime.NewExec(c.StopCommand, c.StartCommand, urls, id.DataDir, c.Log), nil
+		return memberruntime.NewExec(c.StopCommand, c.StartCommand, urls, id.DataDir, c.Log, memberruntime.StopTimeout(c.StopTimeout)), nil
 	}
 	if c.StaticPodManifest == "" {
 		return nil, errors.New("--member-runtime=static-pod needs --static-pod-manifest")
 	}
-	return memberruntime.NewStaticPod(c.StaticPodManifest, c.parkDir(), urls, c.Log), nil
+	return memberruntime.NewStaticPod(c.StaticPodManifest, c.parkDir(), urls, c.Log, memberruntime.StopTimeout(c.StopTimeout)), nil
 }
 
 // newHealer wires the executor: kc may be nil (no API: no Lease).
@@ -78,8 +78,17 @@ func (c Config) newHealer(id watchdog.Identity, obs heal.Observer, kc kubernetes
 	return heal.New(heal.Config{Member: id.Name, Node: c.NodeName, PeerURLs: id.PeerURLs, DataDir: id.DataDir,
 		StateDir: c.StateDir, QuarantineDir: c.QuarantineDir, QuarantineKeep: c.QuarantineKeep, RejoinMode: c.RejoinMode, Plan: c.PlanConfig(),
 		RecoveryTimeout: c.RecoveryTimeout, StepInterval: 250 * time.Millisecond, PollInterval: c.PollInterval, TLS: t, Log: c.Log, CrashBefore: phases(c.CrashBefore),
-		HoldAt: c.HoldAt},
+		HoldAt: c.HoldAt, StepTimeouts: c.stepTimeouts()},
 		obs, newLease, rt, rep, m), nil
+}
+
+// stepTimeouts: the stop step's deadline follows --stop-timeout (its wait
+// for etcd to go) plus the leadership hand-off and the quarantine rename.
+func (c Config) stepTimeouts() map[plan.Action]time.Duration {
+	if c.StopTimeout <= 0 {
+		return nil
+	}
+	return map[plan.Action]time.Duration{plan.StopMember: c.StopTimeout + 2*time.Minute}
 }
 
 // reportingObserver reports every observation the healer makes during a
