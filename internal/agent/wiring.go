@@ -10,6 +10,7 @@ import (
 	"github.com/etcd-agent/etcd-agent/internal/journal"
 	"github.com/etcd-agent/etcd-agent/internal/lease"
 	"github.com/etcd-agent/etcd-agent/internal/memberruntime"
+	"github.com/etcd-agent/etcd-agent/internal/memberstate"
 	"github.com/etcd-agent/etcd-agent/internal/plan"
 	"github.com/etcd-agent/etcd-agent/internal/watchdog"
 	"github.com/etcd-agent/etcd-agent/metrics"
@@ -103,7 +104,7 @@ func (o reportingObserver) Observe(ctx context.Context, now time.Time) watchdog.
 	r := o.wd.Observe(ctx, now)
 	o.pins.observe(ctx, r.Observation) // the rejoined member's new ID is pinned once it serves
 	shown := r
-	shown.Verdict.State = "recovering"
+	shown.Verdict.State = memberstate.Recovering
 	o.rep.report(shown)
 	return r
 }

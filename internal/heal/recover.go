@@ -14,6 +14,7 @@ import (
 	"github.com/etcd-agent/etcd-agent/internal/journal"
 	"github.com/etcd-agent/etcd-agent/internal/lease"
 	"github.com/etcd-agent/etcd-agent/internal/nodereport"
+	"github.com/etcd-agent/etcd-agent/internal/observation"
 	"github.com/etcd-agent/etcd-agent/internal/plan"
 	"github.com/etcd-agent/etcd-agent/internal/watchdog"
 	"github.com/etcd-agent/etcd-agent/metrics"
@@ -207,7 +208,7 @@ func (h *Healer) begin(ctx context.Context, res watchdog.Result, req *plan.Reque
 		*j = journal.Record{ID: strconv.FormatInt(now.UnixNano(), 36), Member: h.cfg.Member, Node: h.cfg.Node,
 			Request: requestName(req), StartedAt: now, PeerURLs: h.cfg.PeerURLs,
 			Failures: j.Failures, LastFailureAt: j.LastFailureAt}
-		if res.Observation.Local.Match == "ok" {
+		if res.Observation.Local.Match == observation.MatchOK {
 			j.OldMemberID = journal.MemberID(res.Observation.Local.ID)
 		}
 	}

@@ -318,7 +318,7 @@ func (h *Healer) startMember(ctx context.Context, res watchdog.Result, j *journa
 		parts = append(parts, h.cfg.Member+"="+u)
 	}
 	for _, m := range res.Observation.Members {
-		if m.Name == "" || m.ID == uint64(j.OldMemberID) || m.ID == uint64(j.NewMemberID) || overlaps(m.PeerURLs, j.PeerURLs) {
+		if m.Name == "" || m.ID == uint64(j.OldMemberID) || m.ID == uint64(j.NewMemberID) || observation.Overlaps(m.PeerURLs, j.PeerURLs) {
 			continue // self is listed above, under our name
 		}
 		for _, u := range m.PeerURLs {
@@ -332,17 +332,6 @@ func (h *Healer) startMember(ctx context.Context, res watchdog.Result, j *journa
 	}
 	h.log.Info("member started as learner", zap.String("initialCluster", ic))
 	return nil
-}
-
-func overlaps(a, b []string) bool {
-	for _, x := range a {
-		for _, y := range b {
-			if x == y {
-				return true
-			}
-		}
-	}
-	return false
 }
 
 // trackLearner records the learner's progress (for the stall timeout) and its lag.

@@ -16,13 +16,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
-	"net/url"
 	"os"
 	"path/filepath"
 	"syscall"
 	"time"
 
+	"github.com/etcd-agent/etcd-agent/internal/netprobe"
 	"go.uber.org/zap"
 	"k8s.io/apimachinery/pkg/util/wait"
 )
@@ -121,34 +120,15 @@ func joinDetail(a, b string) string {
 	return a + "; " + b
 }
 
-// clientURLRefuses dials the client URL once. It reports refused=true only
-// on a definite "nobody listens" (ECONNREFUSED, or a missing unix socket); a
-// timeout proves nothing and is returned as an error.
+// clientURLRefuses dials the URL once. It reports refused=true only on a
+// definite "nobody listens"; a timeout proves nothing and is returned as an
+// error, a URL that cannot be probed as an unprobeableError.
 func clientURLRefuses(clientURL string) (refused bool, err error) {
-	u, err := url.Parse(clientURL)
-	if err != nil {
-		return false, &unprobeableError{fmt.Errorf("parse client URL %q: %w", clientURL, err)}
+	_, refused, err = netprobe.Dial(clientURL, dialTimeout)
+	if errors.Is(err, netprobe.ErrUnprobeable) {
+		return false, &unprobeableError{err}
 	}
-	network, addr := "tcp", u.Host
-	switch u.Scheme {
-	case "unix", "unixs":
-		network, addr = "unix", u.Host+u.Path
-	case "http", "https":
-		if u.Port() == "" {
-			return false, &unprobeableError{fmt.Errorf("client URL %q has no port", clientURL)}
-		}
-	default:
-		return false, &unprobeableError{fmt.Errorf("client URL %q: unsupported scheme %q", clientURL, u.Scheme)}
-	}
-	conn, err := net.DialTimeout(network, addr, dialTimeout)
-	if err == nil {
-		conn.Close()
-		return false, nil
-	}
-	if errors.Is(err, syscall.ECONNREFUSED) || (network == "unix" && errors.Is(err, syscall.ENOENT)) {
-		return true, nil
-	}
-	return false, fmt.Errorf("dial %s: %w", clientURL, err)
+	return refused, err
 }
 
 // dbLocked reports whether another process holds bbolt's flock on the db.

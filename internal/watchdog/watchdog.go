@@ -310,15 +310,6 @@ func learnerSamples(o observation.Observation) []memberstate.LearnerSample {
 	return out
 }
 
-func overlaps(a, b []string) bool {
-	for _, x := range a {
-		if slices.Contains(b, x) {
-			return true
-		}
-	}
-	return false
-}
-
 func uniq(in []string) []string {
 	var out []string
 	for _, s := range in {
