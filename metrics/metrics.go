@@ -48,6 +48,10 @@ type Metrics struct {
 	// HashMismatchTotal counts verifications that found voters with
 	// different HashKV (reason hash-mismatch): a divergent voter serves.
 	HashMismatchTotal *prometheus.CounterVec
+	// LearnerRollbacksTotal counts stranded learners (another agent's,
+	// its Lease expired, no progress for the stall timeout) this agent
+	// removed (reason learner-rolled-back).
+	LearnerRollbacksTotal *prometheus.CounterVec
 	// StepStarted and StepExpected: the recovery step (or wait) running
 	// now, by action: when it started and how long it may take before it
 	// is worth a look (EtcdAgentRecoveryStepSlow). No series when none runs.
@@ -101,6 +105,8 @@ func New() *Metrics {
 			"Observations in which an endpoint answered for another cluster than the pinned one (its answers are ignored).", "member", "endpoint"),
 		HashMismatchTotal: c("hash_mismatch_total",
 			"Recovery verifications that found voters with different HashKV at one revision and compact revision (the recovery failed with reason hash-mismatch).", "member"),
+		LearnerRollbacksTotal: c("learner_rollbacks_total",
+			"Stranded learners this agent removed: another agent's learner whose Lease expired and that made no progress for --learner-stall-timeout (reason learner-rolled-back).", "member"),
 		StepStarted: g("recovery_step_started_timestamp_seconds",
 			"Unix time at which the recovery step (or wait) running now started, by action; no series when none runs.", "member", "action"),
 		StepExpected: g("recovery_step_expected_seconds",
@@ -115,7 +121,8 @@ func New() *Metrics {
 		m.MemberState, m.DataDirStatus, m.VotingMembers, m.HealthyVotingMembers, m.QuorumMargin, m.RecoveryInProgress,
 		m.LeaseHeld, m.RecoveriesTotal, m.RefusalsTotal, m.RefusedSince, m.RecoveryDuration, m.PhaseDuration, m.LearnerLag,
 		m.SnapshotBytesTotal, m.SeedFallbacksTotal, m.LastRecovery, m.ObservationDuration, m.StartGateWrapped, m.ForeignEndpointResponses,
-		m.HashMismatchTotal, m.StepStarted, m.StepExpected, m.QuarantinePrunedTotal, m.QuarantinePruneErrors, m.EndpointsFileErrors)
+		m.HashMismatchTotal, m.StepStarted, m.StepExpected, m.QuarantinePrunedTotal, m.QuarantinePruneErrors, m.EndpointsFileErrors,
+		m.LearnerRollbacksTotal)
 	return m
 }
 
@@ -142,6 +149,7 @@ func (m *Metrics) Init(member string, reasons []string) {
 	m.QuarantinePrunedTotal.WithLabelValues(member)
 	m.QuarantinePruneErrors.WithLabelValues(member)
 	m.EndpointsFileErrors.WithLabelValues(member)
+	m.LearnerRollbacksTotal.WithLabelValues(member)
 }
 
 // Observed sets the state metrics from one observation and verdict. A

@@ -31,6 +31,8 @@ type fakeLease struct {
 	held, renewing, apiDown     bool
 	acquires, releases          int
 	downAfterAcquire, confirmOK bool
+	// other, when set, holds the Lease (unexpired) while we do not.
+	other string
 }
 
 func (l *fakeLease) TryAcquire(context.Context, lease.Info) error {
@@ -38,6 +40,9 @@ func (l *fakeLease) TryAcquire(context.Context, lease.Info) error {
 	defer l.mu.Unlock()
 	if l.apiDown {
 		return lease.ErrAPIUnavailable
+	}
+	if l.other != "" {
+		return lease.ErrHeldByOther
 	}
 	l.held, l.renewing = true, true
 	l.acquires++
@@ -74,7 +79,7 @@ func (l *fakeLease) Current(context.Context) (string, lease.Info, bool, error) {
 	if l.held {
 		return "node1/m1", lease.Info{}, false, nil
 	}
-	return "", lease.Info{}, false, nil
+	return l.other, lease.Info{}, false, nil
 }
 
 // fakeObserver returns the results in turn, then the last one forever.
@@ -170,10 +175,13 @@ type fakeCluster struct {
 	hash  uint32
 	// addErrs are returned by the next MemberAddAsLearner calls, in order.
 	addErrs []error
+	// removed are the IDs MemberRemove was called with.
+	removed []uint64
 }
 
-func (c *fakeCluster) MemberRemove(context.Context, []string, uint64) error {
+func (c *fakeCluster) MemberRemove(_ context.Context, _ []string, id uint64) error {
 	c.calls = append(c.calls, "remove")
+	c.removed = append(c.removed, id)
 	return nil
 }
 func (c *fakeCluster) MemberAddAsLearner(context.Context, []string, []string) (uint64, error) {

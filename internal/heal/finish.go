@@ -96,6 +96,9 @@ func (h *Healer) verify(ctx context.Context, res watchdog.Result, id uint64) (pl
 
 // finish closes the journal with d's result, releases the Lease and reports.
 func (h *Healer) finish(ctx context.Context, j *journal.Record, d plan.Decision) Outcome {
+	if j.Kind == journal.KindRollbackLearner {
+		return h.closeRollback(ctx, j, d)
+	}
 	result := journal.ResultSucceeded
 	switch {
 	case d.Reason != plan.ReasonNone && !j.Phase.AtLeast(journal.PhaseStopped) && j.StopAttemptedAt.IsZero():

@@ -199,8 +199,18 @@ type Outcome struct {
 
 // Consider decides on one observation; when a recovery may begin (or an
 // open one resumes) it runs it to its end before returning. req is a
-// manual request (nil for the automatic path).
+// manual request (nil for the automatic path). A stranded learner rolled
+// back first is not the answer: the heal it blocked (and a manual request)
+// is considered again at once, on a fresh observation.
 func (h *Healer) Consider(ctx context.Context, res watchdog.Result, req *plan.Request) Outcome {
+	out := h.consider(ctx, res, req)
+	if out.Result == journal.ResultSucceeded && out.Decision.Reason == plan.ReasonLearnerRolledBack && ctx.Err() == nil {
+		return h.consider(ctx, h.obs.Observe(ctx, h.now()), req)
+	}
+	return out
+}
+
+func (h *Healer) consider(ctx context.Context, res watchdog.Result, req *plan.Request) Outcome {
 	j, _, err := journal.Load(h.cfg.StateDir, h.cfg.Member)
 	if err != nil {
 		return Outcome{Err: err}
@@ -220,7 +230,7 @@ func (h *Healer) Consider(ctx context.Context, res watchdog.Result, req *plan.Re
 		h.lastRefusal = ""
 	}
 	switch {
-	case d.Action == plan.Begin, j.Active() && d.Action != plan.Nothing && d.Action != plan.Refuse:
+	case d.Action == plan.Begin, d.Action == plan.RollbackLearner, j.Active() && d.Action != plan.Nothing && d.Action != plan.Refuse:
 		// An open journal with the Lease held (a step decided) is
 		// executed too, never left deciding a step on every poll.
 		return h.recover(ctx, res, req, j)
@@ -307,7 +317,7 @@ func (h *Healer) decide(ctx context.Context, res watchdog.Result, req *plan.Requ
 		in := h.baseInput(res, req, j)
 		in.APIAvailable = true // optimistic; checked below if it matters
 		d := plan.Decide(in, h.cfg.Plan)
-		if d.Action != plan.Begin && !(d.Action == plan.Refuse && d.Reason == plan.ReasonDryRun) {
+		if d.Action != plan.Begin && d.Action != plan.RollbackLearner && !(d.Action == plan.Refuse && d.Reason == plan.ReasonDryRun) {
 			return d
 		}
 	}
@@ -338,7 +348,8 @@ func (h *Healer) input(ctx context.Context, res watchdog.Result, req *plan.Reque
 
 // baseInput is the input without the Lease's state (API not asked).
 func (h *Healer) baseInput(res watchdog.Result, req *plan.Request, j journal.Record) plan.Input {
-	in := plan.Input{Now: res.Observation.At, Obs: res.Observation, Verdict: res.Verdict, Request: req, Journal: j}
+	in := plan.Input{Now: res.Observation.At, Obs: res.Observation, Verdict: res.Verdict, Request: req, Journal: j,
+		Learners: res.Learners}
 	if req == nil && j.Active() && j.Request != "" && j.Request != "auto" {
 		in.Request = &plan.Request{Action: j.Request} // a resumed manual recovery stays manual
 	}

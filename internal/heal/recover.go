@@ -56,7 +56,7 @@ func (h *Healer) recover(parent context.Context, first watchdog.Result, req *pla
 		}
 		last = d
 		h.track(&clock, d)
-		if !j.Active() && d.Action != plan.Begin {
+		if !j.Active() && d.Action != plan.Begin && d.Action != plan.RollbackLearner {
 			// Decide changed its mind before we began (e.g. the member came back).
 			if d.Action == plan.Refuse {
 				h.refused(ctx, req, d)
@@ -142,6 +142,10 @@ func (h *Healer) step(ctx context.Context, res watchdog.Result, req *plan.Reques
 	switch d.Action {
 	case plan.Begin:
 		return h.begin(ctx, res, req, j)
+	case plan.RollbackLearner:
+		return h.beginRollback(ctx, res, j, d)
+	case plan.RemoveStrandedLearner:
+		return h.removeStranded(ctx, res, j, d)
 	case plan.StopMember:
 		if j.StopAttemptedAt.IsZero() {
 			// Recorded first: once tried, the member may be down by our

@@ -36,6 +36,14 @@ const (
 	RemoveStalledLearner Action = "remove-learner" // the learner made no progress: remove it, fail cleanly
 	Verify               Action = "verify"         // check health and HashKV across voters
 	Finish               Action = "finish"         // release the Lease, close the journal with Result
+	// RollbackLearner: no recovery is open and a stranded learner (not
+	// ours, no live Lease, no progress for the stall timeout) blocks ours:
+	// acquire the Lease and open a rollback record for MemberID (DESIGN
+	// §5: the new holder resumes or rolls back).
+	RollbackLearner Action = "rollback-learner"
+	// RemoveStrandedLearner: the rollback record's step, with the Lease
+	// held and re-checked on a fresh observation: MemberRemove MemberID.
+	RemoveStrandedLearner Action = "remove-stranded-learner"
 )
 
 // Reason is a refusal or wait code; exported as a metric label, an Event and in status.
@@ -66,6 +74,12 @@ const (
 	// ReasonHashMismatch: verify found comparable voters with different
 	// HashKV (JudgeHashes); the attempt fails, a divergent voter serves.
 	ReasonHashMismatch Reason = "hash-mismatch"
+	// ReasonLearnerStranded: a learner no agent heals any more (no live
+	// Lease, no progress for the stall timeout) is to be rolled back.
+	ReasonLearnerStranded Reason = "learner-stranded"
+	// ReasonLearnerRolledBack: a rollback record closed with the stranded
+	// learner removed.
+	ReasonLearnerRolledBack Reason = "learner-rolled-back"
 )
 
 // RefusalReasons lists the codes a recovery can be refused with (for
@@ -107,6 +121,11 @@ type Input struct {
 	// Backups says where the newest snapshots are (the quarantine), for the
 	// refusals that leave a restore to a person.
 	Backups string
+	// Learners is every learner's progress as the watchdog remembers it
+	// across polls (memberstate.LearnerTracker): the stranded-learner rule's
+	// clock. A learner without an entry has no clock yet and is never
+	// stranded.
+	Learners []memberstate.LearnerProgress
 }
 
 // Config is the decision's tunables.

@@ -57,6 +57,9 @@ type Config struct {
 type Result struct {
 	Observation observation.Observation
 	Verdict     memberstate.Verdict
+	// Learners is the progress of every learner in the member list (the
+	// stranded-learner rule's input), remembered across polls.
+	Learners []memberstate.LearnerProgress
 }
 
 // Watchdog observes; Observe is one poll, Run polls until its context ends.
@@ -64,7 +67,9 @@ type Watchdog struct {
 	cfg     Config
 	clients *clients
 	tracker memberstate.Tracker
-	deep    deepCache
+	// learners clocks every learner's progress, ours or not.
+	learners memberstate.LearnerTracker
+	deep     deepCache
 
 	mu        sync.Mutex
 	endpoints []string
@@ -118,7 +123,7 @@ func (w *Watchdog) Observe(ctx context.Context, now time.Time) Result {
 	w.lastPollTook = time.Since(start)
 	w.mu.Unlock()
 	v := w.tracker.Observe(sampleOf(obs), memberstate.Config{GracePeriod: w.cfg.GracePeriod, MaxSampleGap: gap})
-	return Result{Observation: obs, Verdict: v}
+	return Result{Observation: obs, Verdict: v, Learners: w.learners.Observe(obs.At, learnerSamples(obs))}
 }
 
 // maxSampleGap is how far apart two samples may be and still count as one
@@ -301,6 +306,15 @@ func sampleOf(o observation.Observation) memberstate.Sample {
 		Alarms:          o.Local.Alarms, HealthyVoters: o.HealthyVoters(), Voters: o.Voters(),
 		HasLeader: o.LeaderID != 0, InMemberList: o.Local.Match == observation.MatchOK,
 	}
+}
+
+// learnerSamples are the learners of an observation, for the learner tracker.
+func learnerSamples(o observation.Observation) []memberstate.LearnerSample {
+	var out []memberstate.LearnerSample
+	for _, m := range o.Learners() {
+		out = append(out, memberstate.LearnerSample{ID: m.ID, Serving: m.Serving, Applied: m.AppliedIndex})
+	}
+	return out
 }
 
 func uniq(in []string) []string {
