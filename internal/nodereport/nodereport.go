@@ -44,15 +44,12 @@ const (
 	// ReasonSeedFallback: seed mode was refused and the rejoin goes on in
 	// raft mode (the message names the seeding reason).
 	ReasonSeedFallback = "SeedFallback"
-<<<<<<< HEAD
 	// ReasonQuarantinePruned: a quarantined copy beyond --quarantine-keep
 	// was deleted (the message names it and why it was redundant).
 	ReasonQuarantinePruned = "QuarantinePruned"
-=======
 	// ReasonLearnerRolledBack: a stranded learner (its owner's Lease
 	// expired, no progress for the stall timeout) was removed.
 	ReasonLearnerRolledBack = "RecoveryLearnerRolledBack"
->>>>>>> issue10-learner
 )
 
 // LastRecovery.Result values.

@@ -436,11 +436,7 @@ func describe(in Input, c Config) string {
 	j := in.Journal
 	fmt.Fprintf(&b, "  journal kind=%q learner=%x phase=%q old=%x new=%x peers=%v progress=%s failures=%d\n", j.Kind, uint64(j.LearnerID), j.Phase, uint64(j.OldMemberID),
 		uint64(j.NewMemberID), j.PeerURLs, j.LearnerProgressAt, j.Failures)
-<<<<<<< HEAD
-	fmt.Fprintf(&b, "  api=%v held=%v holder=%q free=%d dataDirFree=%d otherFS=%v config=%+v", in.APIAvailable, in.LeaseHeld, in.LeaseHolder, in.FreeBytes, in.DataDirFreeBytes, in.DataDirOtherFS, c)
-=======
 	fmt.Fprintf(&b, "  learner clocks %+v\n", in.Learners)
-	fmt.Fprintf(&b, "  api=%v held=%v holder=%q free=%d config=%+v", in.APIAvailable, in.LeaseHeld, in.LeaseHolder, in.FreeBytes, c)
->>>>>>> issue10-learner
+	fmt.Fprintf(&b, "  api=%v held=%v holder=%q free=%d dataDirFree=%d otherFS=%v config=%+v", in.APIAvailable, in.LeaseHeld, in.LeaseHolder, in.FreeBytes, in.DataDirFreeBytes, in.DataDirOtherFS, c)
 	return b.String()
 }
