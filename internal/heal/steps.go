@@ -93,7 +93,7 @@ func (h *Healer) snapshot(ctx context.Context, res watchdog.Result, j *journal.R
 	}
 	dest := filepath.Join(h.cfg.QuarantineDir, fmt.Sprintf("snapshot-%s-%s.db", h.cfg.Member, time.Now().UTC().Format(localdisk.SnapshotStampLayout)))
 	counter := h.metrics.SnapshotBytesTotal.WithLabelValues(h.cfg.Member)
-	snap, err := peerseed.Stream(ctx, src.ClientURLs[0], h.cfg.TLS, dest, peerseed.NeedBytes(src.DBSize),
+	snap, err := peerseed.Stream(ctx, src.ClientURLs[0], h.cfg.TLS, dest, plan.StreamBytesNeeded(src.DBSize),
 		func(n int64) { counter.Add(float64(n)) })
 	if err != nil {
 		return fmt.Errorf("snapshot from %s: %w", src.Name, err)
@@ -243,7 +243,7 @@ func (h *Healer) seedDataDir(ctx context.Context, res watchdog.Result, j *journa
 	dest := filepath.Join(h.cfg.QuarantineDir, fmt.Sprintf("%s%s.db", h.seedStreamPrefix(), time.Now().UTC().Format(seedStampLayout)))
 	defer h.removeSeedStreams()
 	counter := h.metrics.SnapshotBytesTotal.WithLabelValues(h.cfg.Member)
-	snap, ss, err := peerseed.StreamForSeed(ctx, src.ClientURLs[0], h.cfg.TLS, dest, peerseed.NeedBytes(src.DBSize),
+	snap, ss, err := peerseed.StreamForSeed(ctx, src.ClientURLs[0], h.cfg.TLS, dest, plan.StreamBytesNeeded(src.DBSize),
 		func(n int64) { counter.Add(float64(n)) })
 	if err != nil {
 		return fmt.Errorf("seed snapshot from %s: %w", src.Name, err)

@@ -45,9 +45,3 @@ var (
 	ErrDiskFull = errors.New("not enough free disk space for the snapshot")
 )
 
-// NeedBytes is the free space to require before streaming a snapshot of a
-// member whose db is dbSize bytes: the db may grow while it is streamed, and
-// the filesystem must keep room for the member itself to start.
-func NeedBytes(dbSize int64) uint64 {
-	return uint64(max(dbSize, 0))*11/10 + 64<<20
-}

@@ -37,6 +37,7 @@ import (
 	"github.com/etcd-agent/etcd-agent/internal/fsutil"
 
 	"github.com/etcd-agent/etcd-agent/internal/localdisk"
+	"github.com/etcd-agent/etcd-agent/internal/plan"
 	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/client/pkg/v3/fileutil"
 	"go.etcd.io/etcd/client/pkg/v3/types"
@@ -179,7 +180,7 @@ const seedTmpInfix = ".seed-tmp-"
 // quarantine). It refuses, with one of the ErrSeed* reasons, a db whose
 // membership lacks newID or has it as a voter, whose term is 0 or absent, or
 // whose stored ConfState differs from its membership; ErrDiskFull when the
-// filesystem lacks room for the copy (see NeedBytes).
+// filesystem lacks room for the copy (see plan.StreamBytesNeeded).
 func BuildDataDir(dbPath, dataDir string, newID, clusterID uint64, lg *zap.Logger, opts ...BuildOption) (info SeedInfo, err error) {
 	begin := time.Now()
 	var o buildOptions
@@ -220,7 +221,7 @@ func BuildDataDir(dbPath, dataDir string, newID, clusterID uint64, lg *zap.Logge
 	}
 	if free, err := localdisk.FreeBytes(parent); err != nil {
 		return SeedInfo{}, fmt.Errorf("check free space in %s: %w", parent, err)
-	} else if need := NeedBytes(src.Size); free < need {
+	} else if need := plan.StreamBytesNeeded(src.Size); free < need {
 		return SeedInfo{}, fmt.Errorf("%w: %s has %d bytes (%d MiB) free, the seeded data dir needs %d bytes (%d MiB)",
 			ErrDiskFull, parent, free, free>>20, need, need>>20)
 	}

@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"github.com/etcd-agent/etcd-agent/internal/plan"
 	"net"
 	"os"
 	"os/exec"
@@ -158,7 +159,7 @@ func getSeedFixture(t *testing.T) seedFixture {
 		fixture.db = filepath.Join(dir, "seed.db")
 		t0 := time.Now()
 		var snap Snapshot
-		snap, fixture.src, err = StreamForSeed(ctx, endpoint, nil, fixture.db, NeedBytes(0), nil)
+		snap, fixture.src, err = StreamForSeed(ctx, endpoint, nil, fixture.db, plan.StreamBytesNeeded(0), nil)
 		if fixtureErr = err; err != nil {
 			return
 		}
@@ -209,7 +210,7 @@ func TestSeededLearnerJoinsWithoutARaftSnapshot(t *testing.T) {
 	dir := t.TempDir()
 	dbPath := filepath.Join(dir, "seed.db")
 	t0 := time.Now()
-	snap, src, err := StreamForSeed(ctxWithTimeout(t, 30*time.Second), endpoint, nil, dbPath, NeedBytes(0), nil)
+	snap, src, err := StreamForSeed(ctxWithTimeout(t, 30*time.Second), endpoint, nil, dbPath, plan.StreamBytesNeeded(0), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

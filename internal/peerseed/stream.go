@@ -38,7 +38,7 @@ const (
 // never replaced (it may be an earlier backup).
 //
 // Free space in dest's dir is checked first against needBytes (see
-// NeedBytes): ErrDiskFull. onProgress, if not nil, is called now and then
+// plan.StreamBytesNeeded): ErrDiskFull. onProgress, if not nil, is called now and then
 // with the number of bytes received since its previous call (the calls add
 // up to the whole stream), e.g. to feed a counter.
 func Stream(ctx context.Context, endpoint string, tlsCfg *tls.Config, dest string, needBytes uint64, onProgress func(int64)) (Snapshot, error) {

@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"github.com/etcd-agent/etcd-agent/internal/plan"
 	"io"
 	"os"
 	"path/filepath"
@@ -58,7 +59,7 @@ func TestStreamFromAFollowerGivesAVerifiedBoltDB(t *testing.T) {
 
 	dest := filepath.Join(t.TempDir(), "snapshot.db")
 	var progressed int64
-	snap, err := Stream(ctxWithTimeout(t, time.Minute), endpoint, nil, dest, NeedBytes(0), func(n int64) { progressed += n })
+	snap, err := Stream(ctxWithTimeout(t, time.Minute), endpoint, nil, dest, plan.StreamBytesNeeded(0), func(n int64) { progressed += n })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -176,7 +177,7 @@ func BenchmarkStream(b *testing.B) {
 	b.ResetTimer()
 	for i := range b.N {
 		dest := filepath.Join(dir, fmt.Sprintf("snap-%d.db", i))
-		snap, err := Stream(context.Background(), endpoint, nil, dest, NeedBytes(0), nil)
+		snap, err := Stream(context.Background(), endpoint, nil, dest, plan.StreamBytesNeeded(0), nil)
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -84,12 +84,3 @@ func TestTrailerWriterRefusals(t *testing.T) {
 		})
 	}
 }
-
-func TestNeedBytesLeavesHeadroom(t *testing.T) {
-	if got, want := NeedBytes(100<<20), uint64(110<<20+64<<20); got != want {
-		t.Fatalf("NeedBytes(100 MiB) = %d, want %d", got, want)
-	}
-	if got := NeedBytes(-1); got != 64<<20 {
-		t.Fatalf("NeedBytes(-1) = %d, want 64 MiB", got)
-	}
-}

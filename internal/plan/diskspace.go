@@ -40,7 +40,7 @@ type AttemptBytes struct {
 // otherwise), sameFS that the data dir and the quarantine share a
 // filesystem.
 func AttemptBytesNeeded(dbSize int64, seed, sameFS bool) AttemptBytes {
-	dbCopy := uint64(max(dbSize, 0)) * 11 / 10
+	dbCopy := dbCopyBytes(dbSize)
 	quarantine := dbCopy // the pre-change backup
 	if seed {
 		quarantine += dbCopy // the seed stream, until moved or removed
@@ -59,6 +59,16 @@ func AttemptBytesNeeded(dbSize int64, seed, sameFS bool) AttemptBytes {
 	}
 	return AttemptBytes{Quarantine: quarantine + slackBytes, DataDir: dataDir + slackBytes}
 }
+
+// dbCopyBytes is what one copy of a db of dbSize may weigh once written:
+// it grows while it is streamed.
+func dbCopyBytes(dbSize int64) uint64 { return uint64(max(dbSize, 0)) * 11 / 10 }
+
+// StreamBytesNeeded is the free space one stream (or one seeded data dir)
+// of a db of dbSize needs at the moment it is written: its copy plus the
+// slack the filesystem keeps for the member itself. The writers check it
+// again right before they write (the attempt's total is checked by Decide).
+func StreamBytesNeeded(dbSize int64) uint64 { return dbCopyBytes(dbSize) + slackBytes }
 
 // maxDBSize is the largest member db of the observation: what a snapshot
 // from any of them may weigh.

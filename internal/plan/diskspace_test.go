@@ -60,3 +60,12 @@ func TestDiskFullOnEitherFilesystem(t *testing.T) {
 	seedNeed := AttemptBytesNeeded(db, true, false)
 	want(t, Decide(cluster(3, 2, dbSize(db), otherFS(seedNeed.Quarantine, seedNeed.DataDir), seed)), Begin, ReasonNone)
 }
+
+func TestStreamBytesNeededLeavesHeadroom(t *testing.T) {
+	if got, want := StreamBytesNeeded(100<<20), uint64(110<<20+64<<20); got != want {
+		t.Fatalf("StreamBytesNeeded(100 MiB) = %d, want %d", got, want)
+	}
+	if got := StreamBytesNeeded(-1); got != 64<<20 {
+		t.Fatalf("StreamBytesNeeded(-1) = %d, want 64 MiB", got)
+	}
+}
