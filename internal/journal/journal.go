@@ -10,157 +10,37 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
-	"time"
 
 	"github.com/etcd-agent/etcd-agent/internal/fsutil"
+	"github.com/etcd-agent/etcd-agent/internal/record"
 )
 
-// Phase is the last step a recovery completed.
-type Phase string
+// The record types live in package record (plain data, for plan); these
+// names keep the journal's callers as they were.
+type (
+	Phase    = record.Phase
+	MemberID = record.MemberID
+	Record   = record.Record
+)
 
-// Phases, in order.
+// Phases, results and kinds (see package record).
 const (
-	PhaseNone          Phase = ""
-	PhaseStarted       Phase = "started"        // Lease acquired, recovery opened
-	PhaseStopped       Phase = "stopped"        // local member stopped, data dir quarantined
-	PhaseSnapshotted   Phase = "snapshotted"    // pre-change backup streamed and verified
-	PhaseRemoved       Phase = "removed"        // old member ID removed (or already gone)
-	PhaseLearnerAdded  Phase = "learner-added"  // new learner in the member list
-	PhasePrepared      Phase = "prepared"       // data dir ready for the learner
-	PhaseMemberStarted Phase = "member-started" // local member started as the learner
-	PhasePromoted      Phase = "promoted"       // learner promoted to voter
-	PhaseVerified      Phase = "verified"       // healthy, HashKV equal
-	PhaseDone          Phase = "done"           // closed; see Result
+	PhaseNone           = record.PhaseNone
+	PhaseStarted        = record.PhaseStarted
+	PhaseStopped        = record.PhaseStopped
+	PhaseSnapshotted    = record.PhaseSnapshotted
+	PhaseRemoved        = record.PhaseRemoved
+	PhaseLearnerAdded   = record.PhaseLearnerAdded
+	PhasePrepared       = record.PhasePrepared
+	PhaseMemberStarted  = record.PhaseMemberStarted
+	PhasePromoted       = record.PhasePromoted
+	PhaseVerified       = record.PhaseVerified
+	PhaseDone           = record.PhaseDone
+	ResultSucceeded     = record.ResultSucceeded
+	ResultFailed        = record.ResultFailed
+	ResultRefused       = record.ResultRefused
+	KindRollbackLearner = record.KindRollbackLearner
 )
-
-var order = []Phase{PhaseNone, PhaseStarted, PhaseStopped, PhaseSnapshotted, PhaseRemoved, PhaseLearnerAdded,
-	PhasePrepared, PhaseMemberStarted, PhasePromoted, PhaseVerified, PhaseDone}
-
-// AtLeast reports whether p is q or later.
-func (p Phase) AtLeast(q Phase) bool { return index(p) >= index(q) }
-
-func index(p Phase) int {
-	for i, o := range order {
-		if o == p {
-			return i
-		}
-	}
-	return -1
-}
-
-// MemberID is an etcd member ID, written in hex as etcdctl shows it (a
-// JSON number would lose precision in jq and friends).
-type MemberID uint64
-
-// MarshalJSON writes the ID as a hex string.
-func (id MemberID) MarshalJSON() ([]byte, error) {
-	if id == 0 {
-		return []byte(`""`), nil
-	}
-	return json.Marshal(strconv.FormatUint(uint64(id), 16))
-}
-
-// UnmarshalJSON reads a hex string.
-func (id *MemberID) UnmarshalJSON(b []byte) error {
-	var s string
-	if err := json.Unmarshal(b, &s); err != nil {
-		return err
-	}
-	if s == "" {
-		*id = 0
-		return nil
-	}
-	v, err := strconv.ParseUint(s, 16, 64)
-	*id = MemberID(v)
-	return err
-}
-
-// Results of a closed recovery.
-const (
-	ResultSucceeded = "succeeded"
-	ResultFailed    = "failed"
-	ResultRefused   = "refused"
-)
-
-// KindRollbackLearner is a Record's Kind for the rollback of a stranded
-// learner (another agent's, whose Lease expired): only LearnerID is
-// removed, the local member is not touched.
-const KindRollbackLearner = "rollback-learner"
-
-// Record is one member's current (or last) recovery.
-type Record struct {
-	ID      string `json:"id"`
-	Member  string `json:"member"`
-	Node    string `json:"node"`
-	Request string `json:"request"` // "auto" or the manual annotation value
-	// Kind is "" for a rejoin of the local member, KindRollbackLearner for
-	// the rollback of the stranded learner LearnerID.
-	Kind      string    `json:"kind,omitempty"`
-	LearnerID MemberID  `json:"learnerID,omitempty"`
-	Phase     Phase     `json:"phase"`
-	StartedAt time.Time `json:"startedAt"`
-	UpdatedAt time.Time `json:"updatedAt"`
-
-	OldMemberID MemberID `json:"oldMemberID"`
-	NewMemberID MemberID `json:"newMemberID"`
-	PeerURLs    []string `json:"peerURLs"`
-
-	// StopAttemptedAt is when the stop was first tried: from then on the
-	// member may be down by our hand, and rule 6's re-check no longer asks
-	// whether it came back.
-	StopAttemptedAt time.Time `json:"stopAttemptedAt,omitzero"`
-
-	QuarantinePath string `json:"quarantinePath,omitempty"`
-	SnapshotPath   string `json:"snapshotPath,omitempty"`
-	SnapshotBytes  int64  `json:"snapshotBytes,omitempty"`
-	SnapshotSHA256 string `json:"snapshotSHA256,omitempty"`
-	SnapshotSource string `json:"snapshotSource,omitempty"`
-
-	// RejoinMode is how the learner's data dir was prepared: "raft" or
-	// "seed". SeedFallback is why seed mode fell back to raft mode (a
-	// peerseed.SeedReason) and SeedDetail the error; SeedIndex, SeedTerm
-	// and SeedSource describe a seeded data dir.
-	RejoinMode   string `json:"rejoinMode,omitempty"`
-	SeedFallback string `json:"seedFallback,omitempty"`
-	SeedDetail   string `json:"seedDetail,omitempty"`
-	SeedIndex    uint64 `json:"seedIndex,omitempty"`
-	SeedTerm     uint64 `json:"seedTerm,omitempty"`
-	SeedSource   string `json:"seedSource,omitempty"`
-
-	// Learner catch-up progress, for the stall timeout.
-	LearnerApplied    uint64    `json:"learnerApplied,omitempty"`
-	LearnerProgressAt time.Time `json:"learnerProgressAt,omitzero"`
-
-	PhaseTimes map[Phase]time.Time `json:"phaseTimes,omitempty"`
-
-	// RequestClearPending: this recovery succeeded and answered the manual
-	// request made before or during it, but the trigger could not be
-	// cleared from the Node; until it is, a trigger handed in is that one
-	// (never executed twice, also after a restart of the agent).
-	RequestClearPending bool `json:"requestClearPending,omitempty"`
-
-	Result     string    `json:"result,omitempty"`
-	Reason     string    `json:"reason,omitempty"`
-	Message    string    `json:"message,omitempty"`
-	FinishedAt time.Time `json:"finishedAt,omitzero"`
-
-	// Failures counts consecutive failed attempts (reset on success), for backoff.
-	Failures      int       `json:"failures,omitempty"`
-	LastFailureAt time.Time `json:"lastFailureAt,omitzero"`
-}
-
-// Active reports whether a recovery is open (begun and not closed).
-func (r Record) Active() bool { return r.Phase != PhaseNone && r.Phase != PhaseDone }
-
-// Advance records that phase p completed at now.
-func (r *Record) Advance(p Phase, now time.Time) {
-	r.Phase, r.UpdatedAt = p, now
-	if r.PhaseTimes == nil {
-		r.PhaseTimes = map[Phase]time.Time{}
-	}
-	r.PhaseTimes[p] = now
-}
 
 // Path is member's journal file in stateDir.
 func Path(stateDir, member string) string {

@@ -44,4 +44,3 @@ var (
 	// ErrDiskFull: not enough free space for the snapshot.
 	ErrDiskFull = errors.New("not enough free disk space for the snapshot")
 )
-

@@ -14,40 +14,16 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"time"
 
 	"github.com/etcd-agent/etcd-agent/internal/fsutil"
-	"github.com/etcd-agent/etcd-agent/internal/journal"
+	"github.com/etcd-agent/etcd-agent/internal/record"
 )
 
-// Pin is what the agent has seen of one member. The zero Pin means the
-// member was never seen serving.
-type Pin struct {
-	Member string `json:"member"`
-	// ClusterID is fixed once pinned; an answer from another cluster is
-	// foreign. Only a person changes it (see docs/recovery.md).
-	ClusterID journal.MemberID `json:"clusterID"`
-	// MemberID is the ID the member last served under (it changes when a
-	// rejoin gives the member a new ID).
-	MemberID journal.MemberID `json:"memberID"`
-	PeerURLs []string         `json:"peerURLs,omitempty"`
-	// FirstSeenAt is when the member was first seen serving; SeenAt when
-	// the record last changed.
-	FirstSeenAt time.Time `json:"firstSeenAt"`
-	SeenAt      time.Time `json:"seenAt"`
-}
+// Pin is what the agent has seen of one member (see package record).
+type Pin = record.Pin
 
-// Seen reports whether the member was ever seen serving.
-func (p Pin) Seen() bool { return p.ClusterID != 0 && p.MemberID != 0 }
-
-// String is for logs and refusals.
-func (p Pin) String() string {
-	if !p.Seen() {
-		return "never seen serving"
-	}
-	return fmt.Sprintf("member %x of cluster %x (first seen serving %s)", uint64(p.MemberID), uint64(p.ClusterID),
-		p.FirstSeenAt.UTC().Format(time.RFC3339))
-}
+// Decode parses one pin record.
+func Decode(b []byte) (Pin, error) { return record.DecodePin(b) }
 
 // Path is member's pin file in stateDir.
 func Path(stateDir, member string) string { return filepath.Join(stateDir, "pin-"+member+".json") }
@@ -71,18 +47,6 @@ func Load(stateDir, member string) (p Pin, ok bool, err error) {
 		return Pin{}, false, fmt.Errorf("the pin %s names member %q, not %q", Path(stateDir, member), p.Member, member)
 	}
 	return p, true, nil
-}
-
-// Decode parses one pin record.
-func Decode(b []byte) (Pin, error) {
-	var p Pin
-	if err := json.Unmarshal(b, &p); err != nil {
-		return Pin{}, err
-	}
-	if !p.Seen() {
-		return Pin{}, errors.New("the record has no cluster or member ID")
-	}
-	return p, nil
 }
 
 // Save writes p atomically (temp file, fsync, rename, fsync of the dir).

@@ -10,17 +10,17 @@ import (
 	"testing"
 	"time"
 
-	"github.com/etcd-agent/etcd-agent/internal/journal"
 	"github.com/etcd-agent/etcd-agent/internal/memberstate"
 	"github.com/etcd-agent/etcd-agent/internal/observation"
+	"github.com/etcd-agent/etcd-agent/internal/record"
 )
 
-var activePhases = []journal.Phase{journal.PhaseStarted, journal.PhaseStopped, journal.PhaseSnapshotted,
-	journal.PhaseRemoved, journal.PhaseLearnerAdded, journal.PhasePrepared, journal.PhaseMemberStarted,
-	journal.PhasePromoted, journal.PhaseVerified}
+var activePhases = []record.Phase{record.PhaseStarted, record.PhaseStopped, record.PhaseSnapshotted,
+	record.PhaseRemoved, record.PhaseLearnerAdded, record.PhasePrepared, record.PhaseMemberStarted,
+	record.PhasePromoted, record.PhaseVerified}
 
 // held is an open journal in phase p with the Lease held.
-func held(p journal.Phase, mods ...func(*journal.Record)) opt {
+func held(p record.Phase, mods ...func(*record.Record)) opt {
 	return func(s *spec) { journalAt(p, mods...)(s); leaseHeld()(s) }
 }
 
@@ -37,17 +37,17 @@ func TestRejoinStepByStep(t *testing.T) {
 		id   uint64
 	}{
 		{"lost: begin", 3, nil, Begin, 0},
-		{"lease held: stop", 3, []opt{held(journal.PhaseStarted)}, StopMember, 0},
-		{"stopped: snapshot", 3, []opt{held(journal.PhaseStopped)}, TakeSnapshot, 0},
-		{"snapshotted: remove", 3, []opt{held(journal.PhaseSnapshotted)}, RemoveMember, id(1)},
-		{"removed: add", 2, []opt{gone, held(journal.PhaseRemoved)}, AddLearner, 0},
-		{"add applied, answer lost: adopt", 2, []opt{gone, unstartedLearner(18), held(journal.PhaseRemoved)}, AdoptLearner, id(18)},
-		{"learner added: prepare", 2, []opt{gone, unstartedLearner(18), held(journal.PhaseLearnerAdded, newID(18))}, PrepareDataDir, id(18)},
-		{"prepared: start", 2, []opt{gone, unstartedLearner(18), held(journal.PhasePrepared, newID(18))}, StartMember, id(18)},
-		{"started: catch up", 2, []opt{gone, ourLearner(true, 1), held(journal.PhaseMemberStarted, newID(18), stalled)}, WaitCatchUp, id(18)},
-		{"caught up: promote", 2, []opt{gone, ourLearner(true, leaderIndex), held(journal.PhaseMemberStarted, newID(18), stalled)}, Promote, id(18)},
-		{"promoted: verify", 2, []opt{gone, ourVoter(18), held(journal.PhasePromoted, newID(18))}, Verify, id(18)},
-		{"verified: finish", 2, []opt{gone, ourVoter(18), held(journal.PhaseVerified, newID(18))}, Finish, 0},
+		{"lease held: stop", 3, []opt{held(record.PhaseStarted)}, StopMember, 0},
+		{"stopped: snapshot", 3, []opt{held(record.PhaseStopped)}, TakeSnapshot, 0},
+		{"snapshotted: remove", 3, []opt{held(record.PhaseSnapshotted)}, RemoveMember, id(1)},
+		{"removed: add", 2, []opt{gone, held(record.PhaseRemoved)}, AddLearner, 0},
+		{"add applied, answer lost: adopt", 2, []opt{gone, unstartedLearner(18), held(record.PhaseRemoved)}, AdoptLearner, id(18)},
+		{"learner added: prepare", 2, []opt{gone, unstartedLearner(18), held(record.PhaseLearnerAdded, newID(18))}, PrepareDataDir, id(18)},
+		{"prepared: start", 2, []opt{gone, unstartedLearner(18), held(record.PhasePrepared, newID(18))}, StartMember, id(18)},
+		{"started: catch up", 2, []opt{gone, ourLearner(true, 1), held(record.PhaseMemberStarted, newID(18), stalled)}, WaitCatchUp, id(18)},
+		{"caught up: promote", 2, []opt{gone, ourLearner(true, leaderIndex), held(record.PhaseMemberStarted, newID(18), stalled)}, Promote, id(18)},
+		{"promoted: verify", 2, []opt{gone, ourVoter(18), held(record.PhasePromoted, newID(18))}, Verify, id(18)},
+		{"verified: finish", 2, []opt{gone, ourVoter(18), held(record.PhaseVerified, newID(18))}, Finish, 0},
 	} {
 		t.Run(c.step, func(t *testing.T) {
 			d := Decide(cluster(c.n, 2, c.opts...))
@@ -79,7 +79,7 @@ func TestResumeNeedsLease(t *testing.T) {
 // observation the fixture builds.
 func TestPreStopReverification(t *testing.T) {
 	forN(t, 3, 7, func(t *testing.T, n int) {
-		started := held(journal.PhaseStarted)
+		started := held(record.PhaseStarted)
 		for _, c := range []struct {
 			name   string
 			k      int
@@ -117,7 +117,7 @@ func TestPreStopReverification(t *testing.T) {
 // left the member down by our hand: the re-check no longer applies, the stop
 // is finished, whatever the tracker says of the member we stopped.
 func TestNoRecheckOnceTheStopWasAttempted(t *testing.T) {
-	attempted := held(journal.PhaseStarted, func(r *journal.Record) { r.StopAttemptedAt = t0.Add(-time.Second) })
+	attempted := held(record.PhaseStarted, func(r *record.Record) { r.StopAttemptedAt = t0.Add(-time.Second) })
 	want(t, Decide(cluster(3, 2, attempted, local(localDown))), StopMember, ReasonNone)
 	want(t, Decide(cluster(3, 2, attempted, dataDir("corrupt"), verdict(memberstate.Down))), StopMember, ReasonNone)
 	// checkBegin still applies: a healthy member is never stopped automatically.
@@ -128,39 +128,39 @@ func TestNoRecheckOnceTheStopWasAttempted(t *testing.T) {
 // the recovery stopped it, and the tracker may say anything about that.
 func TestVerdictIgnoredOnceStopped(t *testing.T) {
 	for _, st := range []memberstate.State{memberstate.Healthy, memberstate.Degraded, memberstate.Down, memberstate.Lost} {
-		want(t, Decide(cluster(3, 2, held(journal.PhaseStopped), verdict(st))), TakeSnapshot, ReasonNone)
+		want(t, Decide(cluster(3, 2, held(record.PhaseStopped), verdict(st))), TakeSnapshot, ReasonNone)
 	}
 }
 
 func TestTakeSnapshot(t *testing.T) {
 	forN(t, 3, 7, func(t *testing.T, n int) {
-		want(t, Decide(cluster(n, q(n), held(journal.PhaseStopped))), TakeSnapshot, ReasonNone)
+		want(t, Decide(cluster(n, q(n), held(record.PhaseStopped))), TakeSnapshot, ReasonNone)
 	})
 	// The only serving voter is the old member itself (and a learner is no source).
-	want(t, Decide(cluster(1, 1, local(localHealthy), held(journal.PhaseStopped))), Nothing, ReasonNoSnapshotSource)
-	want(t, Decide(cluster(1, 0, local(localWiped), held(journal.PhaseStopped), otherLearner())), Nothing, ReasonNoSnapshotSource)
+	want(t, Decide(cluster(1, 1, local(localHealthy), held(record.PhaseStopped))), Nothing, ReasonNoSnapshotSource)
+	want(t, Decide(cluster(1, 0, local(localWiped), held(record.PhaseStopped), otherLearner())), Nothing, ReasonNoSnapshotSource)
 }
 
 func TestRemoveMemberOnlyIfOldIDStillListed(t *testing.T) {
 	forN(t, 3, 7, func(t *testing.T, n int) {
-		d := Decide(cluster(n, q(n), held(journal.PhaseSnapshotted)))
+		d := Decide(cluster(n, q(n), held(record.PhaseSnapshotted)))
 		want(t, d, RemoveMember, ReasonNone)
 		if d.MemberID != id(1) {
 			t.Errorf("remove %x, want the old ID %x", d.MemberID, id(1))
 		}
 		// Already gone (removed before a crash, or never listed): next step.
-		want(t, Decide(cluster(n-1, q(n-1), local(localGone), held(journal.PhaseSnapshotted))), AddLearner, ReasonNone)
-		want(t, Decide(cluster(n-1, q(n-1), local(localGone), held(journal.PhaseRemoved))), AddLearner, ReasonNone)
-		want(t, Decide(cluster(n, q(n), local(localGone), held(journal.PhaseSnapshotted, oldID(0)))), AddLearner, ReasonNone)
+		want(t, Decide(cluster(n-1, q(n-1), local(localGone), held(record.PhaseSnapshotted))), AddLearner, ReasonNone)
+		want(t, Decide(cluster(n-1, q(n-1), local(localGone), held(record.PhaseRemoved))), AddLearner, ReasonNone)
+		want(t, Decide(cluster(n, q(n), local(localGone), held(record.PhaseSnapshotted, oldID(0)))), AddLearner, ReasonNone)
 	})
 }
 
 func TestNeverRemovesServingOldMember(t *testing.T) {
 	forN(t, 3, 7, func(t *testing.T, n int) {
 		// Restarted behind the agent's back, healthy or serving from open files.
-		want(t, Decide(cluster(n, n, local(localHealthy), held(journal.PhaseSnapshotted))), Nothing, ReasonMemberHealthy)
-		want(t, Decide(cluster(n, n-1, local(localWiped), held(journal.PhaseSnapshotted))), Nothing, ReasonMemberHealthy)
-		want(t, Decide(cluster(n, n, local(localHealthy), held(journal.PhaseSnapshotted), request())), Nothing, ReasonMemberHealthy)
+		want(t, Decide(cluster(n, n, local(localHealthy), held(record.PhaseSnapshotted))), Nothing, ReasonMemberHealthy)
+		want(t, Decide(cluster(n, n-1, local(localWiped), held(record.PhaseSnapshotted))), Nothing, ReasonMemberHealthy)
+		want(t, Decide(cluster(n, n, local(localHealthy), held(record.PhaseSnapshotted), request())), Nothing, ReasonMemberHealthy)
 	})
 }
 
@@ -169,7 +169,7 @@ func TestRemoveWaitsWhenItWouldLoseQuorum(t *testing.T) {
 	// so healthy = Q(n)-1: removing the (down) old member n is safe only
 	// when Q(n-1) = Q(n)-1, i.e. n is even.
 	forN(t, 3, 7, func(t *testing.T, n int) {
-		d := Decide(cluster(n, q(n)-1, local(localWiped), held(journal.PhaseSnapshotted, oldID(id(n)))))
+		d := Decide(cluster(n, q(n)-1, local(localWiped), held(record.PhaseSnapshotted, oldID(id(n)))))
 		if n%2 == 1 {
 			want(t, d, Nothing, ReasonWouldLoseQuorum)
 		} else {
@@ -180,7 +180,7 @@ func TestRemoveWaitsWhenItWouldLoseQuorum(t *testing.T) {
 
 func TestAddLearnerOrAdopt(t *testing.T) {
 	forN(t, 3, 7, func(t *testing.T, n int) {
-		removed := func(mods ...func(*journal.Record)) opt { return held(journal.PhaseRemoved, mods...) }
+		removed := func(mods ...func(*record.Record)) opt { return held(record.PhaseRemoved, mods...) }
 		for _, c := range []struct {
 			name   string
 			opts   []opt
@@ -207,15 +207,15 @@ func TestAddLearnerOrAdopt(t *testing.T) {
 	})
 	// Healthy voters below quorum while serving ones are not (a serving voter
 	// with a wiped data dir): no add.
-	elsewhere := func(r *journal.Record) { r.PeerURLs = []string{peer(30)} }
-	want(t, Decide(cluster(3, 1, local(localWiped), held(journal.PhaseRemoved, oldID(0), elsewhere))), Nothing, ReasonWouldLoseQuorum)
+	elsewhere := func(r *record.Record) { r.PeerURLs = []string{peer(30)} }
+	want(t, Decide(cluster(3, 1, local(localWiped), held(record.PhaseRemoved, oldID(0), elsewhere))), Nothing, ReasonWouldLoseQuorum)
 }
 
 func TestPromoteByAbsoluteLag(t *testing.T) {
 	for _, maxLag := range []uint64{0, 1, 1000} {
 		t.Run(fmt.Sprintf("max=%d", maxLag), func(t *testing.T) {
 			lag := cfg(func(c *Config) { c.MaxLearnerLag = maxLag })
-			started := held(journal.PhaseMemberStarted, newID(18), progressAt(t0))
+			started := held(record.PhaseMemberStarted, newID(18), progressAt(t0))
 			for _, c := range []struct {
 				applied uint64
 				serving bool
@@ -233,7 +233,7 @@ func TestPromoteByAbsoluteLag(t *testing.T) {
 				}
 			}
 			// Promoted in the journal but still a learner (ErrLearnerNotReady): retry.
-			d := Decide(cluster(3, 2, local(localGone), lag, held(journal.PhasePromoted, newID(18)), ourLearner(true, leaderIndex)))
+			d := Decide(cluster(3, 2, local(localGone), lag, held(record.PhasePromoted, newID(18)), ourLearner(true, leaderIndex)))
 			want(t, d, Promote, ReasonNone)
 		})
 	}
@@ -268,7 +268,7 @@ func TestRemoveStalledLearner(t *testing.T) {
 		{"caught up just in time", t0.Add(-time.Hour), ourLearner(true, leaderIndex), Promote, ReasonNone},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			d := Decide(cluster(3, 2, local(localGone), c.learner, held(journal.PhaseMemberStarted, newID(18), progressAt(c.progress))))
+			d := Decide(cluster(3, 2, local(localGone), c.learner, held(record.PhaseMemberStarted, newID(18), progressAt(c.progress))))
 			want(t, d, c.action, c.reason)
 			if d.MemberID != id(18) {
 				t.Errorf("MemberID = %x, want the learner %x", d.MemberID, id(18))
@@ -279,7 +279,7 @@ func TestRemoveStalledLearner(t *testing.T) {
 
 func TestLearnerGoneFinishes(t *testing.T) {
 	for _, p := range activePhases {
-		if !p.AtLeast(journal.PhaseLearnerAdded) {
+		if !p.AtLeast(record.PhaseLearnerAdded) {
 			continue
 		}
 		t.Run(string(p), func(t *testing.T) {
@@ -290,7 +290,7 @@ func TestLearnerGoneFinishes(t *testing.T) {
 
 func TestVoterWithOurPeerURLNotOursFinishesAmbiguous(t *testing.T) {
 	for _, p := range activePhases {
-		if !p.AtLeast(journal.PhaseSnapshotted) {
+		if !p.AtLeast(record.PhaseSnapshotted) {
 			continue
 		}
 		t.Run(string(p), func(t *testing.T) {
@@ -301,20 +301,20 @@ func TestVoterWithOurPeerURLNotOursFinishesAmbiguous(t *testing.T) {
 }
 
 func TestVerifyThenFinish(t *testing.T) {
-	for _, p := range []journal.Phase{journal.PhaseMemberStarted, journal.PhasePromoted} {
+	for _, p := range []record.Phase{record.PhaseMemberStarted, record.PhasePromoted} {
 		d := Decide(cluster(3, 2, local(localGone), ourVoter(18), held(p, newID(18))))
 		want(t, d, Verify, ReasonNone)
 		if d.MemberID != id(18) {
 			t.Errorf("verify %x, want %x", d.MemberID, id(18))
 		}
 	}
-	want(t, Decide(cluster(3, 2, local(localGone), ourVoter(18), held(journal.PhaseVerified, newID(18)))), Finish, ReasonNone)
+	want(t, Decide(cluster(3, 2, local(localGone), ourVoter(18), held(record.PhaseVerified, newID(18)))), Finish, ReasonNone)
 }
 
 func TestMajorityLostMidRecoveryWaits(t *testing.T) {
 	forN(t, 3, 7, func(t *testing.T, n int) {
 		for _, p := range activePhases {
-			if !p.AtLeast(journal.PhaseStopped) {
+			if !p.AtLeast(record.PhaseStopped) {
 				continue
 			}
 			for name, o := range map[string]opt{"serving below quorum": nil, "no leader": noLeader(), "no member list": listError()} {
@@ -322,7 +322,7 @@ func TestMajorityLostMidRecoveryWaits(t *testing.T) {
 				// voter (then one of n+1 voters).
 				opts := []opt{local(localGone), held(p, newID(18)), ourLearner(true, leaderIndex)}
 				k := q(n) - 1
-				if p.AtLeast(journal.PhasePromoted) {
+				if p.AtLeast(record.PhasePromoted) {
 					opts[2], k = ourVoter(18), q(n+1)-2
 				}
 				if o != nil {
@@ -338,7 +338,7 @@ func TestMajorityLostMidRecoveryWaits(t *testing.T) {
 
 func TestForeignClusterMidRecoveryWaits(t *testing.T) {
 	for _, p := range activePhases {
-		if !p.AtLeast(journal.PhaseStopped) {
+		if !p.AtLeast(record.PhaseStopped) {
 			continue
 		}
 		t.Run(string(p), func(t *testing.T) {
@@ -346,7 +346,7 @@ func TestForeignClusterMidRecoveryWaits(t *testing.T) {
 		})
 	}
 	// Before the stop, the re-verification refuses and closes the attempt.
-	want(t, Decide(cluster(3, 2, held(journal.PhaseStarted), onlyForeignAnswers())), Finish, ReasonForeignCluster)
+	want(t, Decide(cluster(3, 2, held(record.PhaseStarted), onlyForeignAnswers())), Finish, ReasonForeignCluster)
 }
 
 // A dry run with an open journal (an agent restarted with --dry-run
@@ -356,21 +356,21 @@ func TestDryRunWithOpenJournal(t *testing.T) {
 	dry := cfg(func(c *Config) { c.DryRun = true })
 	gone := local(localGone)
 	for _, c := range []struct {
-		phase journal.Phase
+		phase record.Phase
 		n     int
 		opts  []opt
 		step  Action
 	}{
-		{journal.PhaseStarted, 3, []opt{held(journal.PhaseStarted)}, StopMember},
-		{journal.PhaseStopped, 3, []opt{held(journal.PhaseStopped)}, TakeSnapshot},
-		{journal.PhaseSnapshotted, 3, []opt{held(journal.PhaseSnapshotted)}, RemoveMember},
-		{journal.PhaseRemoved, 2, []opt{gone, held(journal.PhaseRemoved)}, AddLearner},
-		{journal.PhaseLearnerAdded, 2, []opt{gone, unstartedLearner(18), held(journal.PhaseLearnerAdded, newID(18))}, PrepareDataDir},
-		{journal.PhaseMemberStarted, 2, []opt{gone, ourLearner(true, leaderIndex), held(journal.PhaseMemberStarted, newID(18))}, Promote},
-		{journal.PhasePromoted, 2, []opt{gone, ourVoter(18), held(journal.PhasePromoted, newID(18))}, Verify},
-		{journal.PhaseVerified, 2, []opt{gone, ourVoter(18), held(journal.PhaseVerified, newID(18))}, Finish},
+		{record.PhaseStarted, 3, []opt{held(record.PhaseStarted)}, StopMember},
+		{record.PhaseStopped, 3, []opt{held(record.PhaseStopped)}, TakeSnapshot},
+		{record.PhaseSnapshotted, 3, []opt{held(record.PhaseSnapshotted)}, RemoveMember},
+		{record.PhaseRemoved, 2, []opt{gone, held(record.PhaseRemoved)}, AddLearner},
+		{record.PhaseLearnerAdded, 2, []opt{gone, unstartedLearner(18), held(record.PhaseLearnerAdded, newID(18))}, PrepareDataDir},
+		{record.PhaseMemberStarted, 2, []opt{gone, ourLearner(true, leaderIndex), held(record.PhaseMemberStarted, newID(18))}, Promote},
+		{record.PhasePromoted, 2, []opt{gone, ourVoter(18), held(record.PhasePromoted, newID(18))}, Verify},
+		{record.PhaseVerified, 2, []opt{gone, ourVoter(18), held(record.PhaseVerified, newID(18))}, Finish},
 		// Not holding the Lease: resuming would take it.
-		{journal.PhaseRemoved, 2, []opt{gone, journalAt(journal.PhaseRemoved)}, Begin},
+		{record.PhaseRemoved, 2, []opt{gone, journalAt(record.PhaseRemoved)}, Begin},
 	} {
 		for _, mode := range []opt{dry, dryRunRequest()} {
 			t.Run(string(c.phase)+"/"+string(c.step), func(t *testing.T) {

@@ -9,9 +9,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/etcd-agent/etcd-agent/internal/journal"
 	"github.com/etcd-agent/etcd-agent/internal/memberstate"
 	"github.com/etcd-agent/etcd-agent/internal/observation"
+	"github.com/etcd-agent/etcd-agent/internal/record"
 )
 
 const (
@@ -192,31 +192,31 @@ func at(t time.Time) opt      { return func(s *spec) { s.in.Now = t } }
 func cfg(f func(*Config)) opt { return func(s *spec) { f(&s.cfg) } }
 
 // journalAt opens a journal in phase p for the local member (old ID = member 1).
-func journalAt(p journal.Phase, mods ...func(*journal.Record)) opt {
+func journalAt(p record.Phase, mods ...func(*record.Record)) opt {
 	return func(s *spec) {
-		s.in.Journal = journal.Record{ID: "r1", Member: localName, Request: "auto", Phase: p,
-			StartedAt: t0.Add(-10 * time.Minute), OldMemberID: journal.MemberID(id(1)), PeerURLs: []string{localPeer}}
+		s.in.Journal = record.Record{ID: "r1", Member: localName, Request: "auto", Phase: p,
+			StartedAt: t0.Add(-10 * time.Minute), OldMemberID: record.MemberID(id(1)), PeerURLs: []string{localPeer}}
 		for _, m := range mods {
 			m(&s.in.Journal)
 		}
 	}
 }
 
-func newID(i int) func(*journal.Record) {
-	return func(r *journal.Record) { r.NewMemberID = journal.MemberID(id(i)) }
+func newID(i int) func(*record.Record) {
+	return func(r *record.Record) { r.NewMemberID = record.MemberID(id(i)) }
 }
-func oldID(v uint64) func(*journal.Record) {
-	return func(r *journal.Record) { r.OldMemberID = journal.MemberID(v) }
+func oldID(v uint64) func(*record.Record) {
+	return func(r *record.Record) { r.OldMemberID = record.MemberID(v) }
 }
-func progressAt(t time.Time) func(*journal.Record) {
-	return func(r *journal.Record) { r.LearnerProgressAt = t }
+func progressAt(t time.Time) func(*record.Record) {
+	return func(r *record.Record) { r.LearnerProgressAt = t }
 }
 
 // failed is a closed journal of a failed attempt: failures in a row, the last at last.
 func failed(failures int, last time.Time) opt {
 	return func(s *spec) {
-		s.in.Journal = journal.Record{ID: "r0", Member: localName, Request: "auto", Phase: journal.PhaseDone,
-			Result: journal.ResultFailed, Reason: "learner-stalled", Failures: failures, LastFailureAt: last}
+		s.in.Journal = record.Record{ID: "r0", Member: localName, Request: "auto", Phase: record.PhaseDone,
+			Result: record.ResultFailed, Reason: "learner-stalled", Failures: failures, LastFailureAt: last}
 	}
 }
 

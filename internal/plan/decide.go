@@ -5,9 +5,9 @@ import (
 	"slices"
 	"time"
 
-	"github.com/etcd-agent/etcd-agent/internal/journal"
 	"github.com/etcd-agent/etcd-agent/internal/memberstate"
 	"github.com/etcd-agent/etcd-agent/internal/observation"
+	"github.com/etcd-agent/etcd-agent/internal/record"
 )
 
 // Decide returns the next safe step for the local member, or why there is none.
@@ -139,10 +139,10 @@ func decideActive(in Input, cfg Config) Decision {
 		}
 		return Decision{Action: Begin, Detail: "resume from phase " + string(j.Phase)}
 	}
-	if j.Kind == journal.KindRollbackLearner {
+	if j.Kind == record.KindRollbackLearner {
 		return decideRollback(in, cfg)
 	}
-	if !j.Phase.AtLeast(journal.PhaseStopped) {
+	if !j.Phase.AtLeast(record.PhaseStopped) {
 		// Rule 6: the condition is re-verified once the Lease is held, on a
 		// fresh observation and the tracker's verdict on it; not after a
 		// stop was tried (the member may be down by our hand).
@@ -164,7 +164,7 @@ func decideActive(in Input, cfg Config) Decision {
 	if quorumLost(o) {
 		return wait(ReasonMajorityLost, "quorum lost during the recovery; waiting, nothing destructive")
 	}
-	if !j.Phase.AtLeast(journal.PhaseSnapshotted) {
+	if !j.Phase.AtLeast(record.PhaseSnapshotted) {
 		if !slices.ContainsFunc(o.Members, func(m observation.Member) bool {
 			return !m.IsLearner && m.Serving && uint64(j.OldMemberID) != m.ID
 		}) {
@@ -177,7 +177,7 @@ func decideActive(in Input, cfg Config) Decision {
 	}
 	ours, found := memberWithPeerURLs(o, j.PeerURLs, uint64(j.OldMemberID))
 	if !found {
-		if j.Phase.AtLeast(journal.PhaseLearnerAdded) {
+		if j.Phase.AtLeast(record.PhaseLearnerAdded) {
 			return Decision{Action: Finish, Reason: ReasonLearnerGone, Detail: fmt.Sprintf("learner %x is no longer a member", uint64(j.NewMemberID))}
 		}
 		return decideAdd(in, cfg)
@@ -196,16 +196,16 @@ func decideActive(in Input, cfg Config) Decision {
 		}
 		return Decision{Action: AdoptLearner, MemberID: ours.ID, Detail: "a learner with our peer URL exists (an add that was applied): reuse it"}
 	}
-	if !j.Phase.AtLeast(journal.PhasePrepared) {
+	if !j.Phase.AtLeast(record.PhasePrepared) {
 		return Decision{Action: PrepareDataDir, MemberID: ours.ID}
 	}
-	if !j.Phase.AtLeast(journal.PhaseMemberStarted) {
+	if !j.Phase.AtLeast(record.PhaseMemberStarted) {
 		return Decision{Action: StartMember, MemberID: ours.ID}
 	}
 	if ours.IsLearner {
 		return decidePromote(in, cfg, ours)
 	}
-	if !j.Phase.AtLeast(journal.PhaseVerified) {
+	if !j.Phase.AtLeast(record.PhaseVerified) {
 		return Decision{Action: Verify, MemberID: ours.ID}
 	}
 	detail := "member rejoined, promoted and verified"

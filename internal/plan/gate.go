@@ -5,9 +5,8 @@ import (
 	"slices"
 	"time"
 
-	"github.com/etcd-agent/etcd-agent/internal/journal"
 	"github.com/etcd-agent/etcd-agent/internal/observation"
-	"github.com/etcd-agent/etcd-agent/internal/pin"
+	"github.com/etcd-agent/etcd-agent/internal/record"
 )
 
 // Gate verdict codes: why etcd may start, or why it is held.
@@ -39,9 +38,9 @@ type GateInput struct {
 	DataDirVerified bool
 	// Pin is what the agent has seen of this member (zero: never seen
 	// serving); PinError says why it could not be read.
-	Pin      pin.Pin
+	Pin      record.Pin
 	PinError string
-	Journal  journal.Record
+	Journal  record.Record
 	// Obs is a fresh observation; a MemberListError means the cluster
 	// could not be asked.
 	Obs observation.Observation
@@ -94,13 +93,13 @@ func DecideGate(in GateInput) GateVerdict {
 	default:
 		return hold(GateDataDirUnusable, fmt.Sprintf("data dir is %s (%s): waiting for the agent to replace it", in.DataDirClass, in.DataDirDetail))
 	}
-	if j.Active() && j.Phase.AtLeast(journal.PhasePrepared) && j.NewMemberID != 0 {
+	if j.Active() && j.Phase.AtLeast(record.PhasePrepared) && j.NewMemberID != 0 {
 		learner := uint64(j.NewMemberID)
 		m, ok := o.Member(learner)
 		if listed && ok && neverStarted(m) {
 			return pass(GatePrepared, fmt.Sprintf("learner %x was added for this data dir and has never started", learner))
 		}
-		if j.Phase == journal.PhasePrepared && (!listed || !ok) {
+		if j.Phase == record.PhasePrepared && (!listed || !ok) {
 			// The start the agent is making now (the member list may be
 			// slow to show the learner).
 			return pass(GatePrepared, fmt.Sprintf("data dir prepared by the agent for the new learner %x", learner))
@@ -149,12 +148,12 @@ func DecideGate(in GateInput) GateVerdict {
 // expectedMemberIDs are the member IDs a healthy data dir of this member may
 // name: the one it was last seen serving under, and the learner an open or
 // successful recovery prepared it for.
-func expectedMemberIDs(p pin.Pin, j journal.Record) []uint64 {
+func expectedMemberIDs(p record.Pin, j record.Record) []uint64 {
 	var ids []uint64
 	if p.Seen() {
 		ids = append(ids, uint64(p.MemberID))
 	}
-	if j.NewMemberID != 0 && j.Phase.AtLeast(journal.PhasePrepared) && (j.Active() || j.Result == journal.ResultSucceeded) {
+	if j.NewMemberID != 0 && j.Phase.AtLeast(record.PhasePrepared) && (j.Active() || j.Result == record.ResultSucceeded) {
 		ids = append(ids, uint64(j.NewMemberID))
 	}
 	return ids
@@ -187,20 +186,20 @@ func neverStarted(m observation.Member) bool { return len(m.ClientURLs) == 0 }
 // pinned: a failed heal removes it again); the member ID moves on when
 // the member serves under a new ID (after a rejoin); the cluster ID never
 // moves on by itself. It returns the pin to store and whether it changed.
-func NextPin(p pin.Pin, member string, o observation.Observation, now time.Time) (pin.Pin, bool) {
+func NextPin(p record.Pin, member string, o observation.Observation, now time.Time) (record.Pin, bool) {
 	l := o.Local
 	if l.Match != observation.MatchOK || !l.Serving || l.IsLearner || l.ID == 0 || o.ClusterID == 0 || o.MemberListError != "" ||
 		l.AnsweringID != l.ID || l.AnsweringClusterID != o.ClusterID || !observation.DataDirUsable(l.DataDirClass) {
 		return p, false
 	}
 	if !p.Seen() {
-		return pin.Pin{Member: member, ClusterID: journal.MemberID(o.ClusterID), MemberID: journal.MemberID(l.ID),
+		return record.Pin{Member: member, ClusterID: record.MemberID(o.ClusterID), MemberID: record.MemberID(l.ID),
 			PeerURLs: l.PeerURLs, FirstSeenAt: now.UTC(), SeenAt: now.UTC()}, true
 	}
 	if uint64(p.ClusterID) != o.ClusterID || (uint64(p.MemberID) == l.ID && slices.Equal(p.PeerURLs, l.PeerURLs)) {
 		return p, false
 	}
-	p.MemberID, p.PeerURLs, p.SeenAt = journal.MemberID(l.ID), l.PeerURLs, now.UTC()
+	p.MemberID, p.PeerURLs, p.SeenAt = record.MemberID(l.ID), l.PeerURLs, now.UTC()
 	return p, true
 }
 

@@ -5,14 +5,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/etcd-agent/etcd-agent/internal/journal"
 	"github.com/etcd-agent/etcd-agent/internal/observation"
-	"github.com/etcd-agent/etcd-agent/internal/pin"
+	"github.com/etcd-agent/etcd-agent/internal/record"
 )
 
 // The start gate's rules, one row each (docs/recovery.md "The start gate").
 func TestStartGate(t *testing.T) {
-	seen := pin.Pin{Member: "node2", ClusterID: 0xc1, MemberID: 7, FirstSeenAt: time.Unix(1, 0)}
+	seen := record.Pin{Member: "node2", ClusterID: 0xc1, MemberID: 7, FirstSeenAt: time.Unix(1, 0)}
 	started := observation.Observation{ClusterID: 0xc1, Members: []observation.Member{{ID: 7, Name: "node2", ClientURLs: []string{"http://x"}}},
 		Local: observation.Local{Match: observation.MatchOK, ID: 7}}
 	neverStarted := observation.Observation{ClusterID: 0xc1, Members: []observation.Member{{ID: 9}},
@@ -22,11 +21,11 @@ func TestStartGate(t *testing.T) {
 	notMember := observation.Observation{ClusterID: 0xc1, Local: observation.Local{Match: observation.MatchNotFound}}
 	ambiguous := observation.Observation{ClusterID: 0xc1, Local: observation.Local{Match: observation.MatchAmbiguous}}
 	unreachable := observation.Observation{MemberListError: "no endpoint answered", Local: observation.Local{Match: observation.MatchNotFound}}
-	prepared := journal.Record{Phase: journal.PhasePrepared, NewMemberID: 9}
-	learnerRan := journal.Record{Phase: journal.PhaseMemberStarted, NewMemberID: 9}
-	removed := journal.Record{Phase: journal.PhaseRemoved, OldMemberID: 7}
-	healed := journal.Record{Phase: journal.PhaseDone, Result: journal.ResultSucceeded, NewMemberID: 9}
-	failedSeed := journal.Record{Phase: journal.PhaseDone, Result: journal.ResultFailed, NewMemberID: 9}
+	prepared := record.Record{Phase: record.PhasePrepared, NewMemberID: 9}
+	learnerRan := record.Record{Phase: record.PhaseMemberStarted, NewMemberID: 9}
+	removed := record.Record{Phase: record.PhaseRemoved, OldMemberID: 7}
+	healed := record.Record{Phase: record.PhaseDone, Result: record.ResultSucceeded, NewMemberID: 9}
+	failedSeed := record.Record{Phase: record.PhaseDone, Result: record.ResultFailed, NewMemberID: 9}
 	for _, tc := range []struct {
 		name string
 		in   GateInput
@@ -89,7 +88,7 @@ func TestStartGate(t *testing.T) {
 }
 
 func TestPinnedClusterUnreachableSaysRestoreIsAHumansCall(t *testing.T) {
-	v := DecideGate(GateInput{DataDirClass: "missing", Pin: pin.Pin{Member: "m", ClusterID: 1, MemberID: 2},
+	v := DecideGate(GateInput{DataDirClass: "missing", Pin: record.Pin{Member: "m", ClusterID: 1, MemberID: 2},
 		Obs: observation.Observation{MemberListError: "x"}, Bootstrap: true})
 	if v.Pass || !strings.Contains(v.Detail, "restoring from a backup is a human's call") {
 		t.Fatalf("%+v", v)
@@ -100,7 +99,7 @@ func TestPinIsTakenWhenTheMemberServesAndFollowsItsNewIDButNeverAnotherCluster(t
 	now := time.Unix(100, 0)
 	serving := observation.Observation{ClusterID: 0xc1, Local: observation.Local{Match: observation.MatchOK, ID: 7, Serving: true,
 		AnsweringID: 7, AnsweringClusterID: 0xc1, DataDirClass: "in-use", PeerURLs: []string{"http://p"}}}
-	p, changed := NextPin(pin.Pin{}, "node2", serving, now)
+	p, changed := NextPin(record.Pin{}, "node2", serving, now)
 	if !changed || uint64(p.ClusterID) != 0xc1 || uint64(p.MemberID) != 7 || p.Member != "node2" || !p.FirstSeenAt.Equal(now) {
 		t.Fatalf("first sight: %+v changed=%v", p, changed)
 	}
@@ -109,7 +108,7 @@ func TestPinIsTakenWhenTheMemberServesAndFollowsItsNewIDButNeverAnotherCluster(t
 	}
 	learner := serving
 	learner.Local.ID, learner.Local.AnsweringID, learner.Local.IsLearner = 9, 9, true
-	if _, changed := NextPin(pin.Pin{}, "node2", learner, now); changed {
+	if _, changed := NextPin(record.Pin{}, "node2", learner, now); changed {
 		t.Fatal("a learner is pinned: a failed heal removes it again")
 	}
 	for name, o := range map[string]observation.Observation{

@@ -13,16 +13,16 @@ import (
 	"testing"
 	"time"
 
-	"github.com/etcd-agent/etcd-agent/internal/journal"
 	"github.com/etcd-agent/etcd-agent/internal/memberstate"
 	"github.com/etcd-agent/etcd-agent/internal/observation"
+	"github.com/etcd-agent/etcd-agent/internal/record"
 )
 
 const propertyRuns = 20_000
 
-var allPhases = []journal.Phase{journal.PhaseNone, journal.PhaseStarted, journal.PhaseStopped, journal.PhaseSnapshotted,
-	journal.PhaseRemoved, journal.PhaseLearnerAdded, journal.PhasePrepared, journal.PhaseMemberStarted,
-	journal.PhasePromoted, journal.PhaseVerified, journal.PhaseDone}
+var allPhases = []record.Phase{record.PhaseNone, record.PhaseStarted, record.PhaseStopped, record.PhaseSnapshotted,
+	record.PhaseRemoved, record.PhaseLearnerAdded, record.PhasePrepared, record.PhaseMemberStarted,
+	record.PhasePromoted, record.PhaseVerified, record.PhaseDone}
 
 func TestDecideInvariants(t *testing.T) {
 	r := rand.New(rand.NewPCG(20260301, 7))
@@ -117,12 +117,12 @@ func invariants(in Input, c Config, d Decision) []string {
 	if lost {
 		switch {
 		case d.Action == Nothing || d.Action == Refuse:
-		case d.Action == Finish && !j.Phase.AtLeast(journal.PhaseStopped):
+		case d.Action == Finish && !j.Phase.AtLeast(record.PhaseStopped):
 		case d.Action == Begin && j.Active() && !in.LeaseHeld:
 		default:
 			fail("(d) %s without quorum", d.Action)
 		}
-		if in.LeaseHeld && j.Active() && j.Phase.AtLeast(journal.PhaseStopped) && d.Reason != ReasonMajorityLost &&
+		if in.LeaseHeld && j.Active() && j.Phase.AtLeast(record.PhaseStopped) && d.Reason != ReasonMajorityLost &&
 			!(dry && strings.Contains(d.Detail, string(ReasonMajorityLost))) {
 			fail("(d) mid-recovery without quorum, reason %q, want majority-lost", d.Reason)
 		}
@@ -161,7 +161,7 @@ func invariants(in Input, c Config, d Decision) []string {
 	// Stopping the local member: only before the stop, never with another
 	// learner or an ambiguous identity, and only if quorum survives it.
 	if d.Action == StopMember {
-		if j.Phase.AtLeast(journal.PhaseStopped) || len(o.Learners()) > 0 || o.Local.Match == observation.MatchAmbiguous {
+		if j.Phase.AtLeast(record.PhaseStopped) || len(o.Learners()) > 0 || o.Local.Match == observation.MatchAmbiguous {
 			fail("stops in phase %q with %d learners, match %s", j.Phase, len(o.Learners()), o.Local.Match)
 		}
 		if localListed && local.Serving && o.ServingVoters()-1 < memberstate.Quorum(n) {
@@ -198,14 +198,14 @@ func invariants(in Input, c Config, d Decision) []string {
 			fail("(h) rolls back learner %x with clock %s (stall timeout %s), caught up %v", d.MemberID, clock, c.LearnerStallTimeout, caughtUp)
 		}
 	}
-	if j.Active() && j.Kind == journal.KindRollbackLearner && !slices.Contains([]Action{Nothing, Refuse, Begin, Finish, RemoveStrandedLearner}, d.Action) {
+	if j.Active() && j.Kind == record.KindRollbackLearner && !slices.Contains([]Action{Nothing, Refuse, Begin, Finish, RemoveStrandedLearner}, d.Action) {
 		fail("(h) %s under a rollback record", d.Action)
 	}
 	if d.Action == RemoveStrandedLearner {
 		// Under the rollback record naming it, or at our own rejoin's add
 		// (past the snapshot, our old member gone) if it is stranded.
-		atAdd := j.Kind == "" && j.Phase.AtLeast(journal.PhaseSnapshotted) && !j.Phase.AtLeast(journal.PhaseLearnerAdded)
-		rollback := j.Kind == journal.KindRollbackLearner && d.MemberID == uint64(j.LearnerID)
+		atAdd := j.Kind == "" && j.Phase.AtLeast(record.PhaseSnapshotted) && !j.Phase.AtLeast(record.PhaseLearnerAdded)
+		rollback := j.Kind == record.KindRollbackLearner && d.MemberID == uint64(j.LearnerID)
 		var clock time.Time
 		for _, p := range in.Learners {
 			if p.ID == d.MemberID {
@@ -218,7 +218,7 @@ func invariants(in Input, c Config, d Decision) []string {
 				d.MemberID, j.Kind, uint64(j.LearnerID), j.Phase, strandedNow, targetListed && target.IsLearner, lost, in.LeaseHeld)
 		}
 	}
-	if d.Reason == ReasonNotNeeded && (d.Action != Finish || j.Phase != journal.PhaseStarted || in.Request != nil && j.Kind == "") {
+	if d.Reason == ReasonNotNeeded && (d.Action != Finish || j.Phase != record.PhaseStarted || in.Request != nil && j.Kind == "") {
 		fail("not-needed as %s in phase %q with request %v", d.Action, j.Phase, in.Request)
 	}
 	// A dry run changes nothing in any phase: no action but Nothing or
@@ -365,16 +365,16 @@ func randomInput(r *rand.Rand) (Input, Config) {
 		in.Request = &Request{Action: []string{"", "move"}[r.IntN(2)]}
 	}
 	ids := []uint64{0, id(1), id(17), id(18), id(99), o.Members[r.IntN(len(o.Members))].ID}
-	j := journal.Record{ID: "r", Member: localName, Request: "auto", PeerURLs: []string{localPeer},
-		Phase: allPhases[r.IntN(len(allPhases))], OldMemberID: journal.MemberID(id(1))}
+	j := record.Record{ID: "r", Member: localName, Request: "auto", PeerURLs: []string{localPeer},
+		Phase: allPhases[r.IntN(len(allPhases))], OldMemberID: record.MemberID(id(1))}
 	if pick(0.4) {
-		j.OldMemberID = journal.MemberID(ids[r.IntN(len(ids))])
+		j.OldMemberID = record.MemberID(ids[r.IntN(len(ids))])
 	}
 	switch x := r.IntN(4); {
 	case x == 0:
-		j.NewMemberID = journal.MemberID(ids[r.IntN(len(ids))])
+		j.NewMemberID = record.MemberID(ids[r.IntN(len(ids))])
 	case x < 3:
-		j.NewMemberID = journal.MemberID(id(18))
+		j.NewMemberID = record.MemberID(id(18))
 	}
 	if pick(0.05) {
 		j.PeerURLs = []string{peer(30)}
@@ -389,7 +389,7 @@ func randomInput(r *rand.Rand) (Input, Config) {
 		j.Failures, j.LastFailureAt = 1+r.IntN(5), t0.Add(-time.Duration(r.Int64N(int64(20*time.Minute))))
 	}
 	if pick(0.1) { // a rollback record of a stranded learner
-		j.Kind, j.LearnerID = journal.KindRollbackLearner, journal.MemberID([]uint64{id(19), id(18), id(17), id(99)}[r.IntN(4)])
+		j.Kind, j.LearnerID = record.KindRollbackLearner, record.MemberID([]uint64{id(19), id(18), id(17), id(99)}[r.IntN(4)])
 	}
 	in.Journal = j
 	// The watchdog's learner clocks: most learners have one, from up to

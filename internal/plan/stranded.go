@@ -5,9 +5,9 @@ import (
 	"slices"
 	"time"
 
-	"github.com/etcd-agent/etcd-agent/internal/journal"
 	"github.com/etcd-agent/etcd-agent/internal/memberstate"
 	"github.com/etcd-agent/etcd-agent/internal/observation"
+	"github.com/etcd-agent/etcd-agent/internal/record"
 )
 
 // A stranded learner (issue 10 item 5, DESIGN §5 "the new holder resumes or
@@ -28,7 +28,7 @@ import (
 //
 // Only an agent that wants to begin a heal (its refusal would be
 // learner-present) rolls back; the rollback is a recovery record of its
-// own (journal.KindRollbackLearner) under the Lease, fenced like every
+// own (record.KindRollbackLearner) under the Lease, fenced like every
 // membership change and re-checked on a fresh observation before the
 // remove. A rollback record resumed by a restarted agent (whose clock
 // starts afresh) finds the learner not stranded yet and closes without a
@@ -86,7 +86,7 @@ func rollbackStranded(in Input, cfg Config, refusal Decision) Decision {
 func decideRollback(in Input, cfg Config) Decision {
 	o, j := in.Obs, in.Journal
 	id := uint64(j.LearnerID)
-	removing := j.Phase.AtLeast(journal.PhaseStopped) // a remove was journaled
+	removing := j.Phase.AtLeast(record.PhaseStopped) // a remove was journaled
 	if foreignOnly(o) || quorumLost(o) {
 		if !removing {
 			return Decision{Action: Finish, Reason: ReasonMajorityLost,

@@ -9,9 +9,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/etcd-agent/etcd-agent/internal/journal"
 	"github.com/etcd-agent/etcd-agent/internal/memberstate"
 	"github.com/etcd-agent/etcd-agent/internal/observation"
+	"github.com/etcd-agent/etcd-agent/internal/record"
 )
 
 // clockOf: the watchdog has seen learner i make no progress since since.
@@ -26,9 +26,9 @@ func clockOf(i int, since time.Time) opt {
 func strandedOwnerLearner() opt { return member(learner(19, "", peer(19), false, 0)) }
 
 // rollbackAt opens a rollback record of learner 19 in phase p.
-func rollbackAt(p journal.Phase) opt {
-	return journalAt(p, func(r *journal.Record) {
-		r.Kind, r.LearnerID, r.OldMemberID = journal.KindRollbackLearner, journal.MemberID(id(19)), 0
+func rollbackAt(p record.Phase) opt {
+	return journalAt(p, func(r *record.Record) {
+		r.Kind, r.LearnerID, r.OldMemberID = record.KindRollbackLearner, record.MemberID(id(19)), 0
 	})
 }
 
@@ -82,18 +82,18 @@ func TestRollbackRecordRechecksBeforeTheRemove(t *testing.T) {
 		action Action
 		reason Reason
 	}{
-		{"Lease held, still stranded on a fresh look", []opt{rollbackAt(journal.PhaseStarted), leaseHeld(), strandedOwnerLearner(), stalled}, RemoveStrandedLearner, ReasonLearnerStranded},
-		{"resumed: take the Lease again", []opt{rollbackAt(journal.PhaseStarted), strandedOwnerLearner(), stalled}, Begin, ReasonNone},
-		{"resumed while another holds the Lease", []opt{rollbackAt(journal.PhaseStarted), strandedOwnerLearner(), stalled, leaseOther("node3/node3")}, Nothing, ReasonLeaseHeldByOther},
-		{"the learner is gone", []opt{rollbackAt(journal.PhaseRemoved), leaseHeld()}, Finish, ReasonLearnerRolledBack},
-		{"gone before we removed it", []opt{rollbackAt(journal.PhaseStarted), leaseHeld()}, Finish, ReasonLearnerRolledBack},
-		{"a restarted agent's clock starts afresh: nothing changed", []opt{rollbackAt(journal.PhaseStarted), leaseHeld(), strandedOwnerLearner()}, Finish, ReasonNotNeeded},
-		{"it progresses now", []opt{rollbackAt(journal.PhaseStarted), leaseHeld(), strandedOwnerLearner(), clockOf(19, t0)}, Finish, ReasonNotNeeded},
-		{"a journaled remove is redone (idempotent)", []opt{rollbackAt(journal.PhaseRemoved), leaseHeld(), strandedOwnerLearner()}, RemoveStrandedLearner, ReasonLearnerStranded},
-		{"promoted meanwhile", []opt{rollbackAt(journal.PhaseStarted), leaseHeld(), promoted, stalled}, Finish, ReasonAmbiguousIdentity},
-		{"quorum lost before the remove", []opt{rollbackAt(journal.PhaseStarted), leaseHeld(), strandedOwnerLearner(), stalled, noLeader()}, Finish, ReasonMajorityLost},
-		{"quorum lost after the remove", []opt{rollbackAt(journal.PhaseRemoved), leaseHeld(), strandedOwnerLearner(), stalled, noLeader()}, Nothing, ReasonMajorityLost},
-		{"dry run", []opt{rollbackAt(journal.PhaseStarted), leaseHeld(), strandedOwnerLearner(), stalled, cfg(func(c *Config) { c.DryRun = true })}, Refuse, ReasonDryRun},
+		{"Lease held, still stranded on a fresh look", []opt{rollbackAt(record.PhaseStarted), leaseHeld(), strandedOwnerLearner(), stalled}, RemoveStrandedLearner, ReasonLearnerStranded},
+		{"resumed: take the Lease again", []opt{rollbackAt(record.PhaseStarted), strandedOwnerLearner(), stalled}, Begin, ReasonNone},
+		{"resumed while another holds the Lease", []opt{rollbackAt(record.PhaseStarted), strandedOwnerLearner(), stalled, leaseOther("node3/node3")}, Nothing, ReasonLeaseHeldByOther},
+		{"the learner is gone", []opt{rollbackAt(record.PhaseRemoved), leaseHeld()}, Finish, ReasonLearnerRolledBack},
+		{"gone before we removed it", []opt{rollbackAt(record.PhaseStarted), leaseHeld()}, Finish, ReasonLearnerRolledBack},
+		{"a restarted agent's clock starts afresh: nothing changed", []opt{rollbackAt(record.PhaseStarted), leaseHeld(), strandedOwnerLearner()}, Finish, ReasonNotNeeded},
+		{"it progresses now", []opt{rollbackAt(record.PhaseStarted), leaseHeld(), strandedOwnerLearner(), clockOf(19, t0)}, Finish, ReasonNotNeeded},
+		{"a journaled remove is redone (idempotent)", []opt{rollbackAt(record.PhaseRemoved), leaseHeld(), strandedOwnerLearner()}, RemoveStrandedLearner, ReasonLearnerStranded},
+		{"promoted meanwhile", []opt{rollbackAt(record.PhaseStarted), leaseHeld(), promoted, stalled}, Finish, ReasonAmbiguousIdentity},
+		{"quorum lost before the remove", []opt{rollbackAt(record.PhaseStarted), leaseHeld(), strandedOwnerLearner(), stalled, noLeader()}, Finish, ReasonMajorityLost},
+		{"quorum lost after the remove", []opt{rollbackAt(record.PhaseRemoved), leaseHeld(), strandedOwnerLearner(), stalled, noLeader()}, Nothing, ReasonMajorityLost},
+		{"dry run", []opt{rollbackAt(record.PhaseStarted), leaseHeld(), strandedOwnerLearner(), stalled, cfg(func(c *Config) { c.DryRun = true })}, Refuse, ReasonDryRun},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			d := Decide(cluster(4, 3, tc.opts...))
@@ -119,7 +119,7 @@ func observationVoter(i int) observation.Member {
 // the recovery timeout.
 func TestStrandedLearnerRemovedAtOurAdd(t *testing.T) {
 	stalled := clockOf(19, t0.Add(-6*time.Minute))
-	removed := journalAt(journal.PhaseRemoved)
+	removed := journalAt(record.PhaseRemoved)
 	d := Decide(cluster(4, 3, local(localGone), removed, leaseHeld(), strandedOwnerLearner(), stalled))
 	want(t, d, RemoveStrandedLearner, ReasonLearnerStranded)
 	if d.MemberID != id(19) {

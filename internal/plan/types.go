@@ -9,9 +9,9 @@ package plan
 import (
 	"time"
 
-	"github.com/etcd-agent/etcd-agent/internal/journal"
 	"github.com/etcd-agent/etcd-agent/internal/memberstate"
 	"github.com/etcd-agent/etcd-agent/internal/observation"
+	"github.com/etcd-agent/etcd-agent/internal/record"
 )
 
 // Action is what to do next.
@@ -104,7 +104,7 @@ type Input struct {
 	// Request is a manual request; nil for the automatic path.
 	Request *Request
 	// Journal is the member's journal (zero when none).
-	Journal journal.Record
+	Journal record.Record
 	// APIAvailable: the Kubernetes API answered (no API, no Lease, no action).
 	APIAvailable bool
 	// LeaseHeld: we hold the recovery Lease (confirmed against the API).
