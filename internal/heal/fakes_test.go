@@ -30,6 +30,9 @@ type fakeLease struct {
 	held, renewing, apiDown     bool
 	acquires, releases          int
 	downAfterAcquire, confirmOK bool
+	// lostForGood: another agent holds it; TryAcquire is refused.
+	lostForGood bool
+	needs       []time.Duration // ConfirmFor's asks, in order
 }
 
 func (l *fakeLease) TryAcquire(context.Context, lease.Info) error {
@@ -37,6 +40,9 @@ func (l *fakeLease) TryAcquire(context.Context, lease.Info) error {
 	defer l.mu.Unlock()
 	if l.apiDown {
 		return lease.ErrAPIUnavailable
+	}
+	if l.lostForGood {
+		return lease.ErrHeldByOther
 	}
 	l.held, l.renewing = true, true
 	l.acquires++
@@ -51,6 +57,12 @@ func (l *fakeLease) Confirm(context.Context) error {
 		return lease.ErrNotHeld
 	}
 	return nil
+}
+func (l *fakeLease) ConfirmFor(ctx context.Context, need time.Duration) error {
+	l.mu.Lock()
+	l.needs = append(l.needs, need)
+	l.mu.Unlock()
+	return l.Confirm(ctx)
 }
 func (l *fakeLease) Release(context.Context) error {
 	l.mu.Lock()
@@ -72,6 +84,9 @@ func (l *fakeLease) Current(context.Context) (string, lease.Info, bool, error) {
 	}
 	if l.held {
 		return "node1/m1", lease.Info{}, false, nil
+	}
+	if l.lostForGood {
+		return "node2/m2", lease.Info{}, false, nil
 	}
 	return "", lease.Info{}, false, nil
 }
@@ -154,6 +169,8 @@ type fakeCluster struct {
 	hash  uint32
 	// addErrs are returned by the next MemberAddAsLearner calls, in order.
 	addErrs []error
+	// onMoveLeader, if set, runs during MoveLeader (e.g. the Lease is lost meanwhile).
+	onMoveLeader func()
 }
 
 func (c *fakeCluster) MemberRemove(context.Context, []string, uint64) error {
@@ -175,6 +192,9 @@ func (c *fakeCluster) MemberPromote(context.Context, []string, uint64) error {
 }
 func (c *fakeCluster) MoveLeader(context.Context, []string, uint64) error {
 	c.calls = append(c.calls, "move-leader")
+	if c.onMoveLeader != nil {
+		c.onMoveLeader()
+	}
 	return nil
 }
 func (c *fakeCluster) Revision(context.Context, []string) (int64, error) { return 7, nil }

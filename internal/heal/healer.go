@@ -30,7 +30,8 @@ import (
 type Lease interface {
 	TryAcquire(ctx context.Context, info lease.Info) error
 	SetPhase(ctx context.Context, phase string) error
-	Confirm(ctx context.Context) error
+	// ConfirmFor is the fence before a destructive step of up to need.
+	ConfirmFor(ctx context.Context, need time.Duration) error
 	Release(ctx context.Context) error
 	Holding() bool
 	Current(ctx context.Context) (holder string, info lease.Info, expired bool, err error)

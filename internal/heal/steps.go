@@ -23,20 +23,53 @@ import (
 	"go.uber.org/zap"
 )
 
+// Each destructive step's own timeout. The step's deadline is set before
+// its fence, and the fence asks the Lease to outlive it (ConfirmFor), so no
+// other agent can hold the Lease while the step may still land. Each must be
+// shorter than the Lease's TTL (--lease-ttl, validated at start).
+const (
+	// stopTimeout bounds one stop of the member (park the manifest or run
+	// the stop command, then wait until the process is gone). A slower stop
+	// is retried on a fresh decision and a fresh fence (runtime.Stop is
+	// idempotent).
+	stopTimeout = 10 * time.Second
+	// quarantineTimeout covers the rename of the data dir and its fsyncs.
+	quarantineTimeout = 5 * time.Second
+	// memberChangeTimeout bounds one MemberRemove, MemberAddAsLearner or
+	// MemberPromote.
+	memberChangeTimeout = 10 * time.Second
+	// leaderHandOffTimeout bounds MoveLeader before the stop (not
+	// destructive; the stop after it is fenced anew).
+	leaderHandOffTimeout = 10 * time.Second
+)
+
+// MaxStepTimeout is the longest step timeout: the Lease's TTL must exceed
+// it, or no step can be fenced.
+const MaxStepTimeout = max(stopTimeout, quarantineTimeout, memberChangeTimeout)
+
 // stopAndQuarantine stops the local member and renames its data dir into
-// the quarantine (never deletes: rule 8).
+// the quarantine (never deletes: rule 8). Both are fenced right before
+// they happen: the hand-off can take its whole timeout, the stop too.
 func (h *Healer) stopAndQuarantine(ctx context.Context, res watchdog.Result, j *journal.Record) error {
 	if err := h.handOffLeadership(ctx, res, uint64(j.OldMemberID)); err != nil {
 		// Not fatal: stopping a leader costs an election, not safety.
 		h.log.Warn("leadership hand-off before the stop failed; the cluster will elect a new leader", zap.Error(err))
 	}
-	if err := h.runtime.Stop(ctx); err != nil {
+	sctx, cancel := context.WithTimeout(ctx, stopTimeout)
+	defer cancel()
+	if err := h.fence(ctx, stopTimeout); err != nil {
+		return err
+	}
+	if err := h.runtime.Stop(sctx); err != nil {
 		return fmt.Errorf("stop member (%s): %w", h.runtime.Describe(), err)
 	}
 	if _, err := os.Lstat(h.cfg.DataDir); os.IsNotExist(err) {
 		return nil // nothing to keep
 	}
 	if err := os.MkdirAll(h.cfg.QuarantineDir, 0o700); err != nil {
+		return err
+	}
+	if err := h.fence(ctx, quarantineTimeout); err != nil {
 		return err
 	}
 	dst, err := localdisk.QuarantineDataDir(h.cfg.DataDir, h.cfg.QuarantineDir, time.Now())
@@ -71,7 +104,7 @@ func (h *Healer) handOffLeadership(ctx context.Context, res watchdog.Result, loc
 	if to.ID == 0 {
 		return errors.New("no serving follower to hand leadership to")
 	}
-	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	rctx, cancel := context.WithTimeout(ctx, leaderHandOffTimeout)
 	defer cancel()
 	start := time.Now()
 	if err := h.cluster.MoveLeader(rctx, me.ClientURLs, to.ID); err != nil {
@@ -119,27 +152,31 @@ func voterEndpoints(o observation.Observation) ([]string, error) {
 	return eps, nil
 }
 
-// fence confirms, right before a membership change, that we still hold the
-// Lease (rule 5); the caller decided on a fresh member list.
-func (h *Healer) fence(ctx context.Context) error {
+// fence confirms, right before a destructive step, that we still hold the
+// Lease (rule 5) and will for longer than need, the step's own timeout (a
+// fresh read from the API; renewed first when less is left). The caller
+// decided on a fresh member list and set the step's deadline before the
+// fence. A failed fence wraps lease.ErrNotHeld: the recovery stops and
+// re-decides (recover's lease-lost path).
+func (h *Healer) fence(ctx context.Context, need time.Duration) error {
 	if h.lease == nil {
 		return errors.New("no Lease")
 	}
-	return h.lease.Confirm(ctx)
+	return h.lease.ConfirmFor(ctx, need)
 }
 
 // memberChange runs one membership change: fenced on the Lease, sent to
 // the serving voters of the fresh observation, bounded in time.
 func (h *Healer) memberChange(ctx context.Context, res watchdog.Result, change func(ctx context.Context, endpoints []string) error) error {
-	if err := h.fence(ctx); err != nil {
-		return err
-	}
 	eps, err := voterEndpoints(res.Observation)
 	if err != nil {
 		return err
 	}
-	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	rctx, cancel := context.WithTimeout(ctx, memberChangeTimeout)
 	defer cancel()
+	if err := h.fence(ctx, memberChangeTimeout); err != nil {
+		return err
+	}
 	return change(rctx, eps)
 }
 
@@ -182,6 +219,9 @@ func (h *Healer) addLearner(ctx context.Context, res watchdog.Result, j *journal
 // falls back to raft mode and journals why.
 func (h *Healer) prepareDataDir(ctx context.Context, res watchdog.Result, j *journal.Record) error {
 	if entries, err := os.ReadDir(h.cfg.DataDir); err == nil && len(entries) > 0 {
+		if err := h.fence(ctx, quarantineTimeout); err != nil {
+			return err
+		}
 		dst, err := localdisk.QuarantineDataDir(h.cfg.DataDir, h.cfg.QuarantineDir, time.Now())
 		if err != nil {
 			return fmt.Errorf("quarantine leftover %s: %w", h.cfg.DataDir, err)
