@@ -156,9 +156,12 @@ func (r *fakeReporter) count(reason string) int {
 	return n
 }
 
-type fakeRuntime struct{ stops, starts int }
+type fakeRuntime struct {
+	stops, starts int
+	stopErr       error // returned by Stop (after it parked the manifest)
+}
 
-func (f *fakeRuntime) Stop(context.Context) error          { f.stops++; return nil }
+func (f *fakeRuntime) Stop(context.Context) error          { f.stops++; return f.stopErr }
 func (f *fakeRuntime) Start(context.Context, string) error { f.starts++; return nil }
 func (f *fakeRuntime) Stopped() (bool, error)              { return f.stops > f.starts, nil }
 func (f *fakeRuntime) Describe() string                    { return "fake" }

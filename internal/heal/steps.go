@@ -353,11 +353,22 @@ func (h *Healer) startMember(ctx context.Context, res watchdog.Result, j *journa
 	if err := h.holdAt(ctx, HoldMemberStart); err != nil {
 		return err
 	}
+	ic := h.initialCluster(res.Observation, j)
+	if err := h.runtime.Start(ctx, ic); err != nil {
+		return fmt.Errorf("start member (%s): %w", h.runtime.Describe(), err)
+	}
+	h.log.Info("member started as learner", zap.String("initialCluster", ic))
+	return nil
+}
+
+// initialCluster is --initial-cluster for a start: the current members
+// plus self (under our name and the journal's peer URLs).
+func (h *Healer) initialCluster(o observation.Observation, j *journal.Record) string {
 	parts := []string{}
 	for _, u := range j.PeerURLs {
 		parts = append(parts, h.cfg.Member+"="+u)
 	}
-	for _, m := range res.Observation.Members {
+	for _, m := range o.Members {
 		if m.Name == "" || m.ID == uint64(j.OldMemberID) || m.ID == uint64(j.NewMemberID) || overlaps(m.PeerURLs, j.PeerURLs) {
 			continue // self is listed above, under our name
 		}
@@ -366,12 +377,7 @@ func (h *Healer) startMember(ctx context.Context, res watchdog.Result, j *journa
 		}
 	}
 	sort.Strings(parts)
-	ic := strings.Join(parts, ",")
-	if err := h.runtime.Start(ctx, ic); err != nil {
-		return fmt.Errorf("start member (%s): %w", h.runtime.Describe(), err)
-	}
-	h.log.Info("member started as learner", zap.String("initialCluster", ic))
-	return nil
+	return strings.Join(parts, ",")
 }
 
 func overlaps(a, b []string) bool {
