@@ -133,6 +133,8 @@ type Healer struct {
 	// clearPending: clearing an answered request's trigger failed; retried
 	// on every Consider, and meanwhile a request is that answered one.
 	clearPending bool
+	// mountPoint tells whether a path is a mount point (localdisk.IsMountPoint).
+	mountPoint func(string) (bool, error)
 }
 
 // New returns a Healer. newLease builds the Lease of a cluster (nil when
@@ -158,6 +160,7 @@ func New(cfg Config, obs Observer, newLease func(uint64) (Lease, error), rt memb
 	if h.now == nil {
 		h.now = time.Now
 	}
+	h.mountPoint = localdisk.IsMountPoint
 	return h
 }
 
@@ -304,6 +307,9 @@ func (h *Healer) baseInput(res watchdog.Result, req *plan.Request, j journal.Rec
 		in.Request = &plan.Request{Action: j.Request} // a resumed manual recovery stays manual
 	}
 	in.FreeBytes = localdisk.FreeBytesUnder(h.cfg.QuarantineDir)
+	if mp, err := h.mountPoint(h.cfg.DataDir); err == nil {
+		in.DataDirMountPoint = mp
+	} // else unknown: the executor looks again before the rename, which refuses a mount point itself
 	in.Backups = localdisk.BackupsHint(h.cfg.QuarantineDir)
 	return in
 }

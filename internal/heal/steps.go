@@ -63,18 +63,9 @@ func (h *Healer) stopAndQuarantine(ctx context.Context, res watchdog.Result, j *
 	if err := h.runtime.Stop(sctx); err != nil {
 		return fmt.Errorf("stop member (%s): %w", h.runtime.Describe(), err)
 	}
-	if _, err := os.Lstat(h.cfg.DataDir); os.IsNotExist(err) {
-		return nil // nothing to keep
-	}
-	if err := os.MkdirAll(h.cfg.QuarantineDir, 0o700); err != nil {
+	dst, err := h.quarantineDataDir(ctx)
+	if err != nil || dst == "" {
 		return err
-	}
-	if err := h.fence(ctx, quarantineTimeout); err != nil {
-		return err
-	}
-	dst, err := localdisk.QuarantineDataDir(h.cfg.DataDir, h.cfg.QuarantineDir, time.Now())
-	if err != nil {
-		return fmt.Errorf("quarantine %s: %w", h.cfg.DataDir, err)
 	}
 	j.QuarantinePath = dst
 	h.log.Info("data dir quarantined (kept, not deleted)", zap.String("from", h.cfg.DataDir), zap.String("to", dst))
@@ -83,6 +74,36 @@ func (h *Healer) stopAndQuarantine(ctx context.Context, res watchdog.Result, j *
 			zap.Int("keep", h.cfg.QuarantineKeep), zap.Strings("beyond", over))
 	}
 	return nil
+}
+
+// quarantineDataDir renames the data dir into the quarantine, fenced right
+// before the rename, as plan.DataDirDisposal says on a fresh look: nothing
+// to do for a missing data dir or an empty mount point (""), an error for
+// a mount point holding etcd data (refused before the stop; here only if
+// it changed since).
+func (h *Healer) quarantineDataDir(ctx context.Context) (string, error) {
+	mount, err := h.mountPoint(h.cfg.DataDir)
+	if err != nil {
+		return "", fmt.Errorf("is data dir %s a mount point: %w", h.cfg.DataDir, err)
+	}
+	switch disp, why := plan.DataDirDisposal(mount, string(localdisk.ClassifyLayout(h.cfg.DataDir).Class)); disp {
+	case plan.DisposeKeep:
+		h.log.Info("data dir left in place", zap.String("dataDir", h.cfg.DataDir), zap.String("why", why))
+		return "", nil
+	case plan.DisposeRefuse:
+		return "", fmt.Errorf("%s: %s", plan.ReasonDataDirMountPoint, why)
+	}
+	if err := os.MkdirAll(h.cfg.QuarantineDir, 0o700); err != nil {
+		return "", err
+	}
+	if err := h.fence(ctx, quarantineTimeout); err != nil {
+		return "", err
+	}
+	dst, err := localdisk.QuarantineDataDir(h.cfg.DataDir, h.cfg.QuarantineDir, time.Now())
+	if err != nil {
+		return "", fmt.Errorf("quarantine %s: %w", h.cfg.DataDir, err)
+	}
+	return dst, nil
 }
 
 // handOffLeadership moves leadership away from the local member before it is
@@ -219,14 +240,13 @@ func (h *Healer) addLearner(ctx context.Context, res watchdog.Result, j *journal
 // falls back to raft mode and journals why.
 func (h *Healer) prepareDataDir(ctx context.Context, res watchdog.Result, j *journal.Record) error {
 	if entries, err := os.ReadDir(h.cfg.DataDir); err == nil && len(entries) > 0 {
-		if err := h.fence(ctx, quarantineTimeout); err != nil {
-			return err
-		}
-		dst, err := localdisk.QuarantineDataDir(h.cfg.DataDir, h.cfg.QuarantineDir, time.Now())
+		dst, err := h.quarantineDataDir(ctx)
 		if err != nil {
-			return fmt.Errorf("quarantine leftover %s: %w", h.cfg.DataDir, err)
+			return fmt.Errorf("leftover data dir: %w", err)
 		}
-		h.log.Info("leftover data dir quarantined", zap.String("to", dst))
+		if dst != "" {
+			h.log.Info("leftover data dir quarantined", zap.String("to", dst))
+		}
 	}
 	j.RejoinMode, j.SeedFallback, j.SeedDetail, j.SeedIndex, j.SeedTerm, j.SeedSource = RejoinRaft, "", "", 0, 0, ""
 	if h.cfg.RejoinMode == RejoinSeed {

@@ -66,6 +66,9 @@ const (
 	// ReasonHashMismatch: verify found comparable voters with different
 	// HashKV (JudgeHashes); the attempt fails, a divergent voter serves.
 	ReasonHashMismatch Reason = "hash-mismatch"
+	// ReasonDataDirMountPoint: the data dir is a mount point holding etcd
+	// data (DataDirDisposal): it cannot be quarantined, never deleted.
+	ReasonDataDirMountPoint Reason = "data-dir-mount-point"
 )
 
 // RefusalReasons lists the codes a recovery can be refused with (for
@@ -73,7 +76,7 @@ const (
 func RefusalReasons() []Reason {
 	return []Reason{ReasonMajorityLost, ReasonWouldLoseQuorum, ReasonLearnerPresent, ReasonLeaseHeldByOther,
 		ReasonAPIUnavailable, ReasonAmbiguousIdentity, ReasonMemberHealthy, ReasonDryRun, ReasonDiskFull,
-		ReasonBadRequest, ReasonNoSnapshotSource, ReasonForeignCluster}
+		ReasonBadRequest, ReasonNoSnapshotSource, ReasonForeignCluster, ReasonDataDirMountPoint}
 }
 
 // Request is a manual trigger (Node annotation or `etcd-agent recover`).
@@ -99,6 +102,9 @@ type Input struct {
 	LeaseHolder string
 	// FreeBytes is the free space where the snapshot and quarantine go.
 	FreeBytes uint64
+	// DataDirMountPoint: the data dir is a mount point (it cannot be
+	// renamed into the quarantine).
+	DataDirMountPoint bool
 	// Backups says where the newest snapshots are (the quarantine), for the
 	// refusals that leave a restore to a person.
 	Backups string
