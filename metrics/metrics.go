@@ -48,6 +48,11 @@ type Metrics struct {
 	// HashMismatchTotal counts verifications that found voters with
 	// different HashKV (reason hash-mismatch): a divergent voter serves.
 	HashMismatchTotal *prometheus.CounterVec
+	// StepStarted and StepExpected: the recovery step (or wait) running
+	// now, by action: when it started and how long it may take before it
+	// is worth a look (EtcdAgentRecoveryStepSlow). No series when none runs.
+	StepStarted  *prometheus.GaugeVec
+	StepExpected *prometheus.GaugeVec
 }
 
 // New registers every metric (and the Go and process collectors) in a fresh registry.
@@ -88,12 +93,16 @@ func New() *Metrics {
 			"Observations in which an endpoint answered for another cluster than the pinned one (its answers are ignored).", "member", "endpoint"),
 		HashMismatchTotal: c("hash_mismatch_total",
 			"Recovery verifications that found voters with different HashKV at one revision and compact revision (the recovery failed with reason hash-mismatch).", "member"),
+		StepStarted: g("recovery_step_started_timestamp_seconds",
+			"Unix time at which the recovery step (or wait) running now started, by action; no series when none runs.", "member", "action"),
+		StepExpected: g("recovery_step_expected_seconds",
+			"How long the recovery step (or wait) running now may take before it is worth a look: half its own deadline (a wait: a fixed bound).", "member", "action"),
 	}
 	m.Registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		m.MemberState, m.DataDirStatus, m.VotingMembers, m.HealthyVotingMembers, m.QuorumMargin, m.RecoveryInProgress,
 		m.LeaseHeld, m.RecoveriesTotal, m.RefusalsTotal, m.RefusedSince, m.RecoveryDuration, m.PhaseDuration, m.LearnerLag,
 		m.SnapshotBytesTotal, m.SeedFallbacksTotal, m.LastRecovery, m.ObservationDuration, m.StartGateWrapped, m.ForeignEndpointResponses,
-		m.HashMismatchTotal)
+		m.HashMismatchTotal, m.StepStarted, m.StepExpected)
 	return m
 }
 

@@ -77,7 +77,7 @@ func (c Config) newHealer(id watchdog.Identity, obs heal.Observer, kc kubernetes
 	}
 	return heal.New(heal.Config{Member: id.Name, Node: c.NodeName, PeerURLs: id.PeerURLs, DataDir: id.DataDir,
 		StateDir: c.StateDir, QuarantineDir: c.QuarantineDir, QuarantineKeep: c.QuarantineKeep, RejoinMode: c.RejoinMode, Plan: c.PlanConfig(),
-		RecoveryTimeout: c.RecoveryTimeout, StepInterval: 250 * time.Millisecond, TLS: t, Log: c.Log, CrashBefore: phases(c.CrashBefore),
+		RecoveryTimeout: c.RecoveryTimeout, StepInterval: 250 * time.Millisecond, PollInterval: c.PollInterval, TLS: t, Log: c.Log, CrashBefore: phases(c.CrashBefore),
 		HoldAt: c.HoldAt},
 		obs, newLease, rt, rep, m), nil
 }

@@ -179,3 +179,29 @@ func TestUnhealthyClusterAnswerToAnAddIsAWaitNotAFailure(t *testing.T) {
 		t.Fatalf("%d unhealthy answers left: the add was not retried through them", n)
 	}
 }
+
+// Issue 10 item 6: the "answered, but the trigger could not be cleared"
+// state survives a restart of the agent: the restarted agent (a new
+// Healer on the same state dir) is handed the still-present trigger and
+// must not execute it (a second stop of the just-rejoined member).
+func TestRequestAnsweredByTheHealNotExecutedAfterARestart(t *testing.T) {
+	healthy := cluster3(memberstate.Healthy, 1, 2, 3)
+	r := newRig(t, healthy)
+	r.journalAt(t, "auto", journal.PhaseVerified, 0xa5, 0xa1)
+	r.rep.clearErrs = []error{errBoom}
+	if out := r.h.Consider(context.Background(), healthy, nil); out.Result != journal.ResultSucceeded {
+		t.Fatalf("resumed heal: %q (%v), want succeeded", out.Result, out.Err)
+	}
+	restarted := New(r.h.cfg, r.obs, func(uint64) (Lease, error) { return r.lease, nil }, r.rt, r.rep, r.m)
+	out := restarted.Consider(context.Background(), healthy, &plan.Request{Action: "rejoin"})
+	if r.rt.stops != 0 || !out.Answered {
+		t.Fatalf("after a restart the request answered by the heal was executed again: %d stops, outcome %+v", r.rt.stops, out)
+	}
+	if r.rep.clears < 2 {
+		t.Fatalf("ClearRequest called %d times; the restarted agent must retry the clear", r.rep.clears)
+	}
+	// Once cleared, a new request is a new request.
+	if j := r.journal(t); j.RequestClearPending {
+		t.Fatal("the journal still says a clear is pending after the clear succeeded")
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -156,12 +157,26 @@ func (r *fakeReporter) count(reason string) int {
 	return n
 }
 
+// fakeRuntime: with stopHangs, Stop waits for its context to end, as a
+// member that never goes away does; stopErr is returned by Stop (after it
+// parked the manifest).
 type fakeRuntime struct {
 	stops, starts int
-	stopErr       error // returned by Stop (after it parked the manifest)
+	stopHangs     bool
+	hanging       atomic.Bool // Stop waits now
+	stopErr       error
 }
 
-func (f *fakeRuntime) Stop(context.Context) error          { f.stops++; return f.stopErr }
+func (f *fakeRuntime) Stop(ctx context.Context) error {
+	f.stops++
+	if f.stopHangs {
+		f.hanging.Store(true)
+		defer f.hanging.Store(false)
+		<-ctx.Done()
+		return ctx.Err()
+	}
+	return f.stopErr
+}
 func (f *fakeRuntime) Start(context.Context, string) error { f.starts++; return nil }
 func (f *fakeRuntime) Stopped() (bool, error)              { return f.stops > f.starts, nil }
 func (f *fakeRuntime) Describe() string                    { return "fake" }

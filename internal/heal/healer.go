@@ -70,8 +70,16 @@ type Config struct {
 	RecoveryTimeout time.Duration
 	// StepInterval is the pause between observations while waiting.
 	StepInterval time.Duration
-	TLS          *tls.Config
-	Log          *zap.Logger
+	// StepTimeouts override a step's own deadline (stepTimeout); the e2e
+	// and unit tests shorten them.
+	StepTimeouts map[plan.Action]time.Duration
+	// ProgressEvery is how often a step or a wait that lasts says so
+	// (default 10s); PollInterval how often the agent observes while a
+	// step runs, so metrics and Node reporting go on (default 5s).
+	ProgressEvery time.Duration
+	PollInterval  time.Duration
+	TLS           *tls.Config
+	Log           *zap.Logger
 	// CrashBefore, for the e2e suite only, SIGKILLs the agent itself after
 	// the step that completes one of these phases and before the journal
 	// records it: the worst moment to die (the change is applied, the
@@ -146,6 +154,12 @@ func New(cfg Config, obs Observer, newLease func(uint64) (Lease, error), rt memb
 	if cfg.StepInterval <= 0 {
 		cfg.StepInterval = 500 * time.Millisecond
 	}
+	if cfg.ProgressEvery <= 0 {
+		cfg.ProgressEvery = 10 * time.Second
+	}
+	if cfg.PollInterval <= 0 {
+		cfg.PollInterval = 5 * time.Second
+	}
 	if cfg.RecoveryTimeout <= 0 {
 		cfg.RecoveryTimeout = 30 * time.Minute
 	}
@@ -183,7 +197,7 @@ func (h *Healer) Consider(ctx context.Context, res watchdog.Result, req *plan.Re
 	if err != nil {
 		return Outcome{Err: err}
 	}
-	if h.clearPending {
+	if h.clearPending || (!j.Active() && j.RequestClearPending) {
 		h.clearRequest(ctx)
 		if req != nil {
 			// The trigger the agent hands in is the one a recovery
@@ -240,6 +254,20 @@ func (h *Healer) clearRequest(ctx context.Context) {
 		h.log.Warn("clearing the manual recovery request failed; retrying at the next poll", zap.Error(err))
 	}
 	h.clearPending = err != nil
+	h.persistClearPending()
+}
+
+// persistClearPending keeps clearPending in the closed journal, so that a
+// restarted agent knows the trigger still on the Node was answered.
+func (h *Healer) persistClearPending() {
+	j, _, err := journal.Load(h.cfg.StateDir, h.cfg.Member)
+	if err != nil || j.Active() || j.ID == "" || j.RequestClearPending == h.clearPending {
+		return
+	}
+	j.RequestClearPending = h.clearPending
+	if err := journal.Save(h.cfg.StateDir, j); err != nil {
+		h.log.Warn("recording that the manual request's trigger is still to be cleared", zap.Error(err))
+	}
 }
 
 // countRefusal counts a refusal once per change of reason (a refusal that

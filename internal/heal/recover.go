@@ -38,8 +38,10 @@ func (h *Healer) recover(parent context.Context, first watchdog.Result, req *pla
 	h.blocked(plan.Decision{})
 	h.metrics.RecoveryInProgress.WithLabelValues(h.cfg.Member).Set(1)
 	defer h.metrics.RecoveryInProgress.WithLabelValues(h.cfg.Member).Set(0)
+	defer h.untrack()
 	res := first
 	var last plan.Decision
+	var clock stepClock
 	stepErrors := 0
 	for {
 		t0 := time.Now()
@@ -52,6 +54,7 @@ func (h *Healer) recover(parent context.Context, first watchdog.Result, req *pla
 				zap.String("detail", d.Detail), zap.String("phase", string(j.Phase)))
 		}
 		last = d
+		h.track(&clock, d)
 		if !j.Active() && d.Action != plan.Begin {
 			// Decide changed its mind before we began (e.g. the member came back).
 			if d.Action == plan.Refuse {
@@ -69,12 +72,12 @@ func (h *Healer) recover(parent context.Context, first watchdog.Result, req *pla
 		if d.Action == plan.RemoveStalledLearner {
 			// Rule 4: a learner that makes no progress is removed again and
 			// the attempt fails cleanly (retried later with backoff).
-			if err := h.removeMember(ctx, res, d.MemberID); err != nil {
+			if err := h.runStep(ctx, d, func(ctx context.Context) error { return h.removeMember(ctx, res, d.MemberID) }); err != nil {
 				return h.fail(ctx, &j, d, fmt.Errorf("remove stalled learner: %w", err))
 			}
 			return h.fail(ctx, &j, d, fmt.Errorf("learner %s stalled: %s", fmtID(d.MemberID), d.Detail))
 		}
-		err := h.step(ctx, res, req, &j, d)
+		err := h.runStep(ctx, d, func(ctx context.Context) error { return h.step(ctx, res, req, &j, d) })
 		if parent.Err() != nil {
 			return h.shutdown(&j, d)
 		}

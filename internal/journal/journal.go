@@ -128,6 +128,12 @@ type Record struct {
 
 	PhaseTimes map[Phase]time.Time `json:"phaseTimes,omitempty"`
 
+	// RequestClearPending: this recovery succeeded and answered the manual
+	// request made before or during it, but the trigger could not be
+	// cleared from the Node; until it is, a trigger handed in is that one
+	// (never executed twice, also after a restart of the agent).
+	RequestClearPending bool `json:"requestClearPending,omitempty"`
+
 	Result     string    `json:"result,omitempty"`
 	Reason     string    `json:"reason,omitempty"`
 	Message    string    `json:"message,omitempty"`

@@ -58,7 +58,7 @@ func (e *execRuntime) Stop(ctx context.Context) error {
 		return err
 	}
 	e.log.Info("ran stop command", zap.String("command", e.stopCommand))
-	if err := waitGone(ctx, e.urls, e.dataDir); err != nil {
+	if err := waitGone(ctx, e.log, e.urls, e.dataDir); err != nil {
 		return fmt.Errorf("stop command %q succeeded but etcd has not stopped: %w", e.stopCommand, err)
 	}
 	return nil
@@ -81,7 +81,8 @@ func (e *execRuntime) Start(ctx context.Context, initialCluster string) error {
 // Stopped is answered from the process itself: the commands leave no state
 // the agent could read.
 func (e *execRuntime) Stopped() (bool, error) {
-	return probeProcess(e.urls, e.dataDir).gone(), nil
+	st, err := probeProcess(e.urls, e.dataDir)
+	return st.gone(), err
 }
 
 // runShell runs command with /bin/sh -c. On ctx's end the whole process

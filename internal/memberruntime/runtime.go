@@ -22,6 +22,9 @@ import (
 	"path/filepath"
 	"syscall"
 	"time"
+
+	"go.uber.org/zap"
+	"k8s.io/apimachinery/pkg/util/wait"
 )
 
 // Runtime stops and starts the local etcd member.
@@ -69,12 +72,17 @@ func (s processState) gone() bool { return !s.listening && !s.dbLocked }
 // probeProcess checks every URL the member listens on and, when dataDir is
 // known, the db lock. The peer URL matters: etcd closes its client listener
 // first on shutdown and keeps talking raft to its peers for seconds after,
-// and with a wiped data dir there is no db lock left to tell.
-func probeProcess(urls []string, dataDir string) processState {
+// and with a wiped data dir there is no db lock left to tell. The error is
+// a question that can never be answered (a URL that cannot be probed, a
+// data dir that is not a directory): waiting longer would not help.
+func probeProcess(urls []string, dataDir string) (processState, error) {
 	var st processState
 	for _, u := range urls {
 		refused, err := clientURLRefuses(u)
+		var bad *unprobeableError
 		switch {
+		case errors.As(err, &bad):
+			return st, err
 		case err != nil:
 			st.listening = true // unknown counts as "maybe still there"
 			st.detail = joinDetail(st.detail, err.Error())
@@ -84,19 +92,27 @@ func probeProcess(urls []string, dataDir string) processState {
 		}
 	}
 	if dataDir == "" {
-		return st
+		return st, nil
+	}
+	if fi, err := os.Stat(dataDir); err == nil && !fi.IsDir() {
+		return st, &unprobeableError{fmt.Errorf("data dir %s is not a directory (%s): its db lock cannot be checked", dataDir, fi.Mode().Type())}
 	}
 	dbPath := filepath.Join(dataDir, dbRelPath)
 	locked, err := dbLocked(dbPath)
 	if err != nil {
-		st.dbLocked = true
-		st.detail = joinDetail(st.detail, err.Error())
+		return st, &unprobeableError{err}
 	} else if locked {
 		st.dbLocked = true
 		st.detail = joinDetail(st.detail, dbPath+" is locked by a process")
 	}
-	return st
+	return st, nil
 }
+
+// unprobeableError: whether the process is gone can never be told this way.
+type unprobeableError struct{ err error }
+
+func (e *unprobeableError) Error() string { return e.err.Error() }
+func (e *unprobeableError) Unwrap() error { return e.err }
 
 func joinDetail(a, b string) string {
 	if a == "" {
@@ -111,7 +127,7 @@ func joinDetail(a, b string) string {
 func clientURLRefuses(clientURL string) (refused bool, err error) {
 	u, err := url.Parse(clientURL)
 	if err != nil {
-		return false, fmt.Errorf("parse client URL %q: %w", clientURL, err)
+		return false, &unprobeableError{fmt.Errorf("parse client URL %q: %w", clientURL, err)}
 	}
 	network, addr := "tcp", u.Host
 	switch u.Scheme {
@@ -119,10 +135,10 @@ func clientURLRefuses(clientURL string) (refused bool, err error) {
 		network, addr = "unix", u.Host+u.Path
 	case "http", "https":
 		if u.Port() == "" {
-			return false, fmt.Errorf("client URL %q has no port", clientURL)
+			return false, &unprobeableError{fmt.Errorf("client URL %q has no port", clientURL)}
 		}
 	default:
-		return false, fmt.Errorf("client URL %q: unsupported scheme %q", clientURL, u.Scheme)
+		return false, &unprobeableError{fmt.Errorf("client URL %q: unsupported scheme %q", clientURL, u.Scheme)}
 	}
 	conn, err := net.DialTimeout(network, addr, dialTimeout)
 	if err == nil {
@@ -158,29 +174,60 @@ func dbLocked(dbPath string) (bool, error) {
 	return false, nil
 }
 
+// waitLimits bound a wait inside a step: its own deadline, and how often it
+// says, while it lasts, that it still waits.
+type waitLimits struct{ timeout, every time.Duration }
+
+// stopWait bounds Stop's wait for the process to go. The kubelet notices a
+// parked manifest within its file-check period (20 s) and then gives etcd
+// its termination grace period (30 s by default); 3 minutes is well past
+// both, and far short of the recovery timeout.
+var stopWait = waitLimits{timeout: 3 * time.Minute, every: 10 * time.Second}
+
 // waitGone polls until the member's process has been gone for goneSettle,
-// or ctx ends. dataDir may be "" when unknown (only the client URL is
-// checked then).
-func waitGone(ctx context.Context, urls []string, dataDir string) error {
-	var goneSince time.Time
+// or its own deadline (stopWait) or ctx ends; it logs when it starts and
+// every stopWait.every while it lasts. dataDir may be "" when unknown (only
+// the client URL is checked then). A probe that can never answer is an
+// error at once.
+func waitGone(ctx context.Context, log *zap.Logger, urls []string, dataDir string) error {
+	start := time.Now()
+	var goneSince, logged time.Time
 	var last processState
-	for {
-		last = probeProcess(urls, dataDir)
+	log.Info("waiting for etcd to stop", zap.Strings("urls", urls), zap.String("dataDir", dataDir),
+		zap.Duration("timeout", stopWait.timeout))
+	err := wait.PollUntilContextTimeout(ctx, pollInterval, stopWait.timeout, true, func(context.Context) (bool, error) {
+		st, err := probeProcess(urls, dataDir)
+		if err != nil {
+			return false, err
+		}
+		last = st
 		switch {
-		case !last.gone():
+		case !st.gone():
 			goneSince = time.Time{}
 		case goneSince.IsZero():
 			goneSince = time.Now()
 		case time.Since(goneSince) >= goneSettle:
-			return nil
+			return true, nil
 		}
-		select {
-		case <-ctx.Done():
-			if last.gone() {
-				return fmt.Errorf("member process gone for less than %s (not yet trusted): %w", goneSettle, ctx.Err())
-			}
-			return fmt.Errorf("member process still running: %s: %w", last.detail, ctx.Err())
-		case <-time.After(pollInterval):
+		if time.Since(start) >= stopWait.every && time.Since(logged) >= stopWait.every {
+			logged = time.Now()
+			log.Info("still waiting for etcd to stop", zap.Duration("waited", time.Since(start).Round(time.Millisecond)),
+				zap.Duration("timeout", stopWait.timeout), zap.Bool("gone", st.gone()), zap.String("detail", st.detail))
 		}
+		return false, nil
+	})
+	var bad *unprobeableError
+	switch {
+	case err == nil:
+		return nil
+	case errors.As(err, &bad):
+		return fmt.Errorf("cannot tell whether etcd stopped: %w", err)
+	case ctx.Err() == nil:
+		// Our own deadline, not the caller's.
+		err = fmt.Errorf("etcd did not stop within %s", stopWait.timeout)
 	}
+	if last.gone() {
+		return fmt.Errorf("member process gone for less than %s (not yet trusted): %w", goneSettle, err)
+	}
+	return fmt.Errorf("member process still running: %s: %w", last.detail, err)
 }

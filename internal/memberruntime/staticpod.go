@@ -102,7 +102,7 @@ func (s *staticPod) Stop(ctx context.Context) error {
 	default:
 		return s.errNoManifest()
 	}
-	if err := waitGone(ctx, s.urls, s.hostDataDir(s.parkedPath)); err != nil {
+	if err := waitGone(ctx, s.log, s.urls, s.hostDataDir(s.parkedPath)); err != nil {
 		return fmt.Errorf("manifest parked at %s but etcd has not stopped: %w", s.parkedPath, err)
 	}
 	s.log.Info("etcd member stopped")

@@ -336,9 +336,12 @@ func refusedFor(l *lab.Lab, node, reason string) (time.Duration, error) {
 func annotate(t *testing.T, kc kubernetes.Interface, node string, ann map[string]any) {
 	t.Helper()
 	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": ann}})
-	if _, err := kc.CoreV1().Nodes().Patch(context.Background(), node, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
-		t.Fatalf("annotate node %s: %v", node, err)
-	}
+	// Retried: the API can be briefly unavailable while a member is wiped,
+	// as it is for an SRE, who would try again.
+	eventually(t, 30*time.Second, "annotate node "+node, func() error {
+		_, err := kc.CoreV1().Nodes().Patch(context.Background(), node, types.MergePatchType, patch, metav1.PatchOptions{})
+		return err
+	})
 }
 
 // waitLastRecovery waits until node's last-recovery annotation changes from

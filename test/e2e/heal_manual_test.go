@@ -7,9 +7,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/etcd-agent/etcd-agent/internal/heal"
 	"github.com/etcd-agent/etcd-agent/internal/journal"
 	"github.com/etcd-agent/etcd-agent/internal/lab"
 	"github.com/etcd-agent/etcd-agent/internal/nodereport"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 // TestManualRecover drives the manual trigger (Node annotations, DESIGN §7)
@@ -112,4 +114,86 @@ func assertUnchanged(t *testing.T, l *lab.Lab, step string, ids map[string]uint6
 	if j.ID != last.ID || j.Phase != last.Phase || j.Result != last.Result {
 		t.Fatalf("%s node2's journal changed: %s %s %s → %s %s %s", step, last.ID, last.Phase, last.Result, j.ID, j.Phase, j.Result)
 	}
+}
+
+// TestManualRequestDuringAnAutomaticHealIsAnsweredByIt (issue 10 item 6):
+// node2's data dir is wiped; its agent's automatic heal takes the Lease and
+// is held there while an SRE asks for a rejoin of node2. Released, the heal
+// succeeds and answers the request: the trigger is cleared, last-recovery
+// is the heal's result, and the request is never executed on its own (no
+// second stop of the just-rejoined member: its ID, the journal and the
+// membership stay as the heal left them over the next polls).
+func TestManualRequestDuringAnAutomaticHealIsAnsweredByIt(t *testing.T) {
+	l := newLab(t, lab.Options{Nodes: 3, Agents: true, AgentArgs: []string{"--test-hold-at=" + heal.HoldLeaseAcquired}})
+	waitAgentState(t, l, "node2", "healthy", "ok", 30*time.Second)
+	h := wipeNode2(t, l)
+	waitHold(t, l, "node2", heal.HoldLeaseAcquired)
+	annotate(t, h.kc, "node2", map[string]any{nodereport.AnnotationRecover: "rejoin"})
+	release(t, l, "node2", heal.HoldLeaseAcquired)
+	j := h.waitHealed("node2", "node2", 3, 3*time.Minute)
+	if j.Request != "auto" {
+		t.Fatalf("the heal's journal says request %q, want auto (the automatic heal, not the request)", j.Request)
+	}
+	lr, raw := waitLastRecovery(t, h.kc, "node2", "", 30*time.Second)
+	if lr.Result != nodereport.ResultSucceeded || lr.Request != "auto" {
+		t.Fatalf("last-recovery %s: want the automatic heal's success", raw)
+	}
+	eventually(t, 30*time.Second, "the trigger is cleared", func() error {
+		n, err := h.kc.CoreV1().Nodes().Get(context.Background(), "node2", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if v, ok := n.Annotations[nodereport.AnnotationRecover]; ok {
+			return fmt.Errorf("%s=%s still set", nodereport.AnnotationRecover, v)
+		}
+		return nil
+	})
+	after := idsByPeer(mustMembers(t, l))
+	// Three more observations by node2's agent after the clear: every
+	// chance to act on a request it still held.
+	polls, err := observations(l, "node2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 60*time.Second, "node2's agent observes 3 more times", func() error {
+		n, err := observations(l, "node2")
+		if err != nil {
+			return err
+		}
+		if n < polls+3 {
+			return fmt.Errorf("%v observations, want %v", n, polls+3)
+		}
+		return nil
+	})
+	if now, _ := loadJournal(t, l, "node2", "node2"); now.ID != j.ID || now.Active() {
+		t.Fatalf("node2's journal %s (active %v) after the heal %s: the request was executed again", now.ID, now.Active(), j.ID)
+	}
+	if now := idsByPeer(mustMembers(t, l)); !sameIDs(now, after) {
+		t.Fatalf("membership changed after the heal answered the request: %v → %v", after, now)
+	}
+	started := 0
+	for _, e := range logEntries(t, agentLog(t, l, "node2"), "recovery phase done") {
+		if e["phase"] == string(journal.PhaseStarted) {
+			started++
+		}
+	}
+	if started != 1 {
+		t.Fatalf("%d recoveries started on node2, want 1", started)
+	}
+	h.finish(invariantDefaults())
+}
+
+// observations is how many observations node's agent has made.
+func observations(l *lab.Lab, node string) (uint64, error) {
+	m, err := l.AgentMetrics(context.Background(), node)
+	if err != nil {
+		return 0, err
+	}
+	var n uint64
+	if fam, ok := m["etcd_agent_observation_duration_seconds"]; ok {
+		for _, s := range fam.Metric {
+			n += s.GetHistogram().GetSampleCount()
+		}
+	}
+	return n, nil
 }
