@@ -14,6 +14,7 @@ import (
 	"github.com/etcd-agent/etcd-agent/internal/lease"
 	"github.com/etcd-agent/etcd-agent/internal/memberstate"
 	"github.com/etcd-agent/etcd-agent/internal/observation"
+	"github.com/etcd-agent/etcd-agent/internal/plan"
 	"github.com/etcd-agent/etcd-agent/internal/watchdog"
 )
 
@@ -239,5 +240,37 @@ func TestQuarantineIsFencedRightBeforeTheRename(t *testing.T) {
 	}
 	if j := r.journal(t); j.QuarantinePath == "" {
 		t.Fatalf("data dir not quarantined: journal %+v", j)
+	}
+}
+
+// A stop whose wait outlasts one fenced slice (etcd slow to go) is fenced
+// again before each further slice of the wait: the Lease is proven for
+// every moment the member may still be going down, and a Lease lost
+// meanwhile ends the stop at the next slice, the journal left open.
+func TestASlowStopIsFencedAgainWhileItWaits(t *testing.T) {
+	r, tr := tracedRig(t, cluster3(memberstate.Lost, 2, 3))
+	r.h.stopSlice = 20 * time.Millisecond
+	r.h.cfg.StepTimeouts = map[plan.Action]time.Duration{plan.StopMember: time.Minute}
+	r.h.cfg.RecoveryTimeout = time.Minute
+	r.rt.stopHangs = true
+	stops := 0
+	tr.after = func(op string) {
+		if op == "stop" {
+			if stops++; stops == 3 {
+				r.lease.mu.Lock()
+				r.lease.held, r.lease.lostForGood = false, true
+				r.lease.mu.Unlock()
+			}
+		}
+	}
+	out := r.h.Consider(context.Background(), cluster3(memberstate.Lost, 2, 3), nil)
+	ev := tr.events()
+	slice := fmt.Sprintf("fence(%s)", r.h.stopSlice)
+	want := []string{slice, "stop", slice, "stop", slice, "stop", slice}
+	if strings.Join(ev, " ") != strings.Join(want, " ") {
+		t.Fatalf("events %v, want %v (each slice of the stop fenced; none after the Lease was lost)", ev, want)
+	}
+	if j := r.journal(t); !j.Active() || out.Decision.Reason != plan.ReasonLeaseLost {
+		t.Fatalf("outcome %+v, journal phase %s result %q; want lease-lost with the journal open", out.Decision, j.Phase, j.Result)
 	}
 }

@@ -143,6 +143,8 @@ type Healer struct {
 	clearPending bool
 	// mountPoint tells whether a path is a mount point (localdisk.IsMountPoint).
 	mountPoint func(string) (bool, error)
+	// stopSlice is how long one fenced slice of the stop lasts (stopTimeout).
+	stopSlice time.Duration
 }
 
 // New returns a Healer. newLease builds the Lease of a cluster (nil when
@@ -174,7 +176,7 @@ func New(cfg Config, obs Observer, newLease func(uint64) (Lease, error), rt memb
 	if h.now == nil {
 		h.now = time.Now
 	}
-	h.mountPoint = localdisk.IsMountPoint
+	h.mountPoint, h.stopSlice = localdisk.IsMountPoint, stopTimeout
 	return h
 }
 

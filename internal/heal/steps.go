@@ -55,13 +55,8 @@ func (h *Healer) stopAndQuarantine(ctx context.Context, res watchdog.Result, j *
 		// Not fatal: stopping a leader costs an election, not safety.
 		h.log.Warn("leadership hand-off before the stop failed; the cluster will elect a new leader", zap.Error(err))
 	}
-	sctx, cancel := context.WithTimeout(ctx, stopTimeout)
-	defer cancel()
-	if err := h.fence(ctx, stopTimeout); err != nil {
+	if err := h.stopFenced(ctx); err != nil {
 		return err
-	}
-	if err := h.runtime.Stop(sctx); err != nil {
-		return fmt.Errorf("stop member (%s): %w", h.runtime.Describe(), err)
 	}
 	dst, err := h.quarantineDataDir(ctx)
 	if err != nil || dst == "" {
@@ -74,6 +69,30 @@ func (h *Healer) stopAndQuarantine(ctx context.Context, res watchdog.Result, j *
 			zap.Int("keep", h.cfg.QuarantineKeep), zap.Strings("beyond", over))
 	}
 	return nil
+}
+
+// stopFenced stops the member in slices of h.stopSlice (stopTimeout), each
+// fenced right before it: the first parks the manifest (or runs the stop
+// command), the next ones only wait on (runtime.Stop is idempotent). A
+// member slow to go keeps the Lease proven for every moment it may still be
+// going down; the whole stop is bounded by ctx (the step's own deadline).
+func (h *Healer) stopFenced(ctx context.Context) error {
+	for {
+		sctx, cancel := context.WithTimeout(ctx, h.stopSlice)
+		err := h.fence(ctx, h.stopSlice)
+		if err == nil {
+			err = h.runtime.Stop(sctx)
+			if err != nil {
+				err = fmt.Errorf("stop member (%s): %w", h.runtime.Describe(), err)
+			}
+		}
+		sliceOver := sctx.Err() != nil
+		cancel()
+		if err == nil || ctx.Err() != nil || !sliceOver || !errors.Is(err, context.DeadlineExceeded) {
+			return err
+		}
+		h.log.Info("member still stopping; fencing the Lease again and waiting on", zap.Duration("slice", h.stopSlice))
+	}
 }
 
 // quarantineDataDir renames the data dir into the quarantine, fenced right
