@@ -22,6 +22,8 @@ import (
 // list: the failed attempt puts it back (manifest un-parked) under its own
 // ID, the journal and an Event say so, and the cluster never lost quorum.
 // Before, the member was left stopped, the cluster at zero fault tolerance.
+// Then, the quarantine unblocked, the same request rejoins node2 with every
+// step fenced on the real Lease.
 func TestFailedAttemptBeforeTheRemoveRestartsTheMember(t *testing.T) {
 	l := newLab(t, lab.Options{Nodes: 3, Agents: true, AgentArgs: []string{"--auto-heal=false"}})
 	waitAgentState(t, l, "node2", "healthy", "ok", 30*time.Second)
@@ -68,6 +70,18 @@ func TestFailedAttemptBeforeTheRemoveRestartsTheMember(t *testing.T) {
 	if err := os.Remove(blocker); err != nil {
 		t.Fatal(err)
 	}
+	// With the quarantine possible again, the same request heals: every
+	// step (stop, quarantine, remove, add, promote) passes its fence on the
+	// lab's 15 s Lease, renewed where less was left than the step's timeout.
+	annotate(t, h.kc, "node2", map[string]any{nodereport.AnnotationRecover: "rejoin"})
+	lr, raw = waitLastRecovery(t, h.kc, "node2", raw, 2*time.Minute)
+	if lr.Result != nodereport.ResultSucceeded {
+		t.Fatalf("second rejoin: last-recovery %s, want succeeded", raw)
+	}
+	j = h.waitHealed("node2", "node2", 3, 30*time.Second)
+	if after := idsByPeer(mustMembers(t, l)); after[p2] == before[p2] || after[p2] != uint64(j.NewMemberID) {
+		t.Fatalf("second rejoin: node2's member %x (before %x, journal new %x): want a new ID", after[p2], before[p2], uint64(j.NewMemberID))
+	}
 	rep := h.finish(invariantDefaults())
-	t.Logf("member stopped by the attempt and restarted: %d membership states seen", len(rep.Memberships))
+	t.Logf("put back, then rejoined: %d membership states seen", len(rep.Memberships))
 }
