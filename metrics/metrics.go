@@ -48,11 +48,23 @@ type Metrics struct {
 	// HashMismatchTotal counts verifications that found voters with
 	// different HashKV (reason hash-mismatch): a divergent voter serves.
 	HashMismatchTotal *prometheus.CounterVec
+	// LearnerRollbacksTotal counts stranded learners (another agent's,
+	// its Lease expired, no progress for the stall timeout) this agent
+	// removed (reason learner-rolled-back).
+	LearnerRollbacksTotal *prometheus.CounterVec
 	// StepStarted and StepExpected: the recovery step (or wait) running
 	// now, by action: when it started and how long it may take before it
 	// is worth a look (EtcdAgentRecoveryStepSlow). No series when none runs.
 	StepStarted  *prometheus.GaugeVec
 	StepExpected *prometheus.GaugeVec
+	// QuarantinePrunedTotal counts quarantined copies deleted under
+	// --quarantine-keep (the only deletions the agent makes);
+	// QuarantinePruneErrors the deletions or listings that failed.
+	QuarantinePrunedTotal *prometheus.CounterVec
+	QuarantinePruneErrors *prometheus.CounterVec
+	// EndpointsFileErrors counts learned endpoints files found unreadable
+	// or corrupt at start (a corrupt one is kept aside, not read as empty).
+	EndpointsFileErrors *prometheus.CounterVec
 }
 
 // New registers every metric (and the Go and process collectors) in a fresh registry.
@@ -93,16 +105,24 @@ func New() *Metrics {
 			"Observations in which an endpoint answered for another cluster than the pinned one (its answers are ignored).", "member", "endpoint"),
 		HashMismatchTotal: c("hash_mismatch_total",
 			"Recovery verifications that found voters with different HashKV at one revision and compact revision (the recovery failed with reason hash-mismatch).", "member"),
+		LearnerRollbacksTotal: c("learner_rollbacks_total",
+			"Stranded learners this agent removed: another agent's learner whose Lease expired and that made no progress for --learner-stall-timeout (reason learner-rolled-back).", "member"),
 		StepStarted: g("recovery_step_started_timestamp_seconds",
 			"Unix time at which the recovery step (or wait) running now started, by action; no series when none runs.", "member", "action"),
 		StepExpected: g("recovery_step_expected_seconds",
 			"How long the recovery step (or wait) running now may take before it is worth a look: half its own deadline (a wait: a fixed bound).", "member", "action"),
+		QuarantinePrunedTotal: c("quarantine_pruned_total",
+			"Quarantined data dirs and pre-change snapshots deleted beyond --quarantine-keep, once the member had been healthy since they were made (the only deletions the agent makes).", "member"),
+		QuarantinePruneErrors: c("quarantine_prune_errors_total", "Quarantine listings or deletions that failed.", "member"),
+		EndpointsFileErrors: c("learned_endpoints_file_errors_total",
+			"Learned endpoints files (endpoints.json in the state dir) found unreadable or corrupt at start; a corrupt one is kept aside as endpoints.json.corrupt-<time>.", "member"),
 	}
 	m.Registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		m.MemberState, m.DataDirStatus, m.VotingMembers, m.HealthyVotingMembers, m.QuorumMargin, m.RecoveryInProgress,
 		m.LeaseHeld, m.RecoveriesTotal, m.RefusalsTotal, m.RefusedSince, m.RecoveryDuration, m.PhaseDuration, m.LearnerLag,
 		m.SnapshotBytesTotal, m.SeedFallbacksTotal, m.LastRecovery, m.ObservationDuration, m.StartGateWrapped, m.ForeignEndpointResponses,
-		m.HashMismatchTotal, m.StepStarted, m.StepExpected)
+		m.HashMismatchTotal, m.StepStarted, m.StepExpected, m.QuarantinePrunedTotal, m.QuarantinePruneErrors, m.EndpointsFileErrors,
+		m.LearnerRollbacksTotal)
 	return m
 }
 
@@ -126,6 +146,10 @@ func (m *Metrics) Init(member string, reasons []string) {
 	m.LeaseHeld.WithLabelValues(member).Set(0)
 	m.SnapshotBytesTotal.WithLabelValues(member)
 	m.HashMismatchTotal.WithLabelValues(member)
+	m.QuarantinePrunedTotal.WithLabelValues(member)
+	m.QuarantinePruneErrors.WithLabelValues(member)
+	m.EndpointsFileErrors.WithLabelValues(member)
+	m.LearnerRollbacksTotal.WithLabelValues(member)
 }
 
 // Observed sets the state metrics from one observation and verdict. A

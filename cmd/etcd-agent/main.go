@@ -8,6 +8,7 @@ import (
 	"os"
 	"strings"
 
+	"github.com/etcd-agent/etcd-agent/internal/localdisk"
 	"github.com/etcd-agent/etcd-agent/internal/logging"
 	"github.com/etcd-agent/etcd-agent/internal/version"
 	"github.com/spf13/cobra"
@@ -21,7 +22,16 @@ type globalFlags struct {
 	logFormat string
 }
 
-func (g *globalFlags) logger() (*zap.Logger, error) { return logging.New(g.logLevel, g.logFormat) }
+// logger builds the command's logger and routes client-go's own logs
+// (klog) through it.
+func (g *globalFlags) logger() (*zap.Logger, error) {
+	log, err := logging.New(g.logLevel, g.logFormat)
+	if err != nil {
+		return nil, err
+	}
+	logging.BridgeKlog(log)
+	return log, nil
+}
 
 func newRootCmd() *cobra.Command {
 	g := &globalFlags{}
@@ -72,6 +82,7 @@ func bindEnv(fs *pflag.FlagSet) error {
 }
 
 func main() {
+	localdisk.ServeInspectionIfChild() // the deep inspection's child process: never returns
 	if err := newRootCmd().Execute(); err != nil {
 		var se statusExit
 		var re recoverExit

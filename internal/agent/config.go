@@ -51,10 +51,14 @@ type Config struct {
 	MaxLearnerLag       uint64
 	LearnerStallTimeout time.Duration
 	RecoveryTimeout     time.Duration
-	RetryBackoff        time.Duration
-	MaxRetryBackoff     time.Duration
-	QuarantineDir       string
-	QuarantineKeep      int
+	// StopTimeout bounds the wait for etcd to stop (0: 3m).
+	StopTimeout     time.Duration
+	RetryBackoff    time.Duration
+	MaxRetryBackoff time.Duration
+	QuarantineDir   string
+	QuarantineKeep  int
+	// QuarantinePruneAfter: see heal.Config.QuarantinePruneAfter.
+	QuarantinePruneAfter time.Duration
 	// RejoinMode is "seed" (the flag's default) or "raft" (heal.RejoinSeed/RejoinRaft).
 	RejoinMode string
 	// MemberRuntime is "static-pod" or "exec" (with StopCommand/StartCommand).
@@ -105,6 +109,9 @@ func (c Config) Validate() error {
 	if c.LeaseTTL != 0 && c.LeaseTTL <= heal.MaxStepTimeout {
 		errs = append(errs, fmt.Errorf("--lease-ttl must be longer than the longest step (%s), so that each step is fenced for its whole timeout; got %s",
 			heal.MaxStepTimeout, c.LeaseTTL))
+	}
+	if c.QuarantinePruneAfter < 0 {
+		errs = append(errs, fmt.Errorf("--quarantine-prune-after must be >= 0, got %s", c.QuarantinePruneAfter))
 	}
 	if c.QuarantineKeep < 1 {
 		errs = append(errs, fmt.Errorf("--quarantine-keep must be >= 1, got %d", c.QuarantineKeep))

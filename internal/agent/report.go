@@ -107,8 +107,10 @@ func Status(ctx context.Context, c Config) (Report, error) {
 	if qdir == "" {
 		qdir = filepath.Join(filepath.Dir(id.DataDir), "etcd-agent-quarantine")
 	}
+	sp := localdisk.SpaceFor(id.DataDir, qdir)
 	d := plan.Decide(plan.Input{Now: res.Observation.At, Obs: res.Observation, Verdict: res.Verdict, Journal: j,
-		APIAvailable: true, FreeBytes: localdisk.FreeBytesUnder(qdir), Backups: localdisk.BackupsHint(qdir)}, c.PlanConfig())
+		APIAvailable: true, FreeBytes: sp.QuarantineFree, DataDirFreeBytes: sp.DataDirFree, DataDirOtherFS: sp.DataDirOtherFS,
+		Backups: localdisk.BackupsHint(qdir)}, c.PlanConfig())
 	rep.Decision = &d
 	return rep, nil
 }

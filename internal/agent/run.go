@@ -42,7 +42,7 @@ func Run(ctx context.Context, c Config) error {
 	}
 	m := metrics.New()
 	var ready atomic.Bool
-	srv, err := serveHTTP(c.MetricsAddr, m, &ready)
+	srv, err := serveHTTP(c.MetricsAddr, m, &ready, c.Log)
 	if err != nil {
 		return err
 	}
@@ -72,6 +72,9 @@ func Run(ctx context.Context, c Config) error {
 		return err
 	}
 	defer wd.Close()
+	if wd.LoadError() != nil { // logged by the watchdog
+		m.EndpointsFileErrors.WithLabelValues(id.Name).Inc()
+	}
 	var nodeRep *nodereport.Reporter
 	requests := make(chan request, 1)
 	if kc != nil && c.NodeName != "" {
@@ -119,9 +122,12 @@ func Run(ctx context.Context, c Config) error {
 		}
 		out := h.Consider(ctx, r, req)
 		rep.decided(r, out.Decision)
+		if out.Result == "" {
+			h.Housekeep(r) // --quarantine-keep, on an observation no recovery acted on
+		}
 		if req != nil && out.Result == "" && !out.Answered {
 			// Decide said "nothing to do" to a manual request: say so.
-			reportNothing(ctx, nodeRep, req, out)
+			reportNothing(ctx, log, nodeRep, req, out)
 		}
 		if out.Result != "" {
 			log.Info("recovery outcome", zap.String("result", out.Result), zap.String("reason", string(out.Decision.Reason)), zap.Error(out.Err))
@@ -165,21 +171,29 @@ func badRequest(ctx context.Context, log *zap.Logger, m *metrics.Metrics, rep *n
 	}
 	rep.Eventf("Warning", nodereport.ReasonRecoveryRefused, "%s: %v", plan.ReasonBadRequest, err)
 	now := time.Now().UTC()
-	_ = rep.ClearRequest(ctx)
-	_ = rep.SetLastRecovery(ctx, nodereport.LastRecovery{Request: "invalid", Result: "refused", Reason: string(plan.ReasonBadRequest),
+	clearRequest(ctx, log, rep)
+	_ = nodereport.WriteLastRecovery(ctx, rep, log, nodereport.LastRecovery{Request: "invalid", Result: "refused", Reason: string(plan.ReasonBadRequest),
 		StartedAt: now, FinishedAt: now, Message: err.Error()})
 }
 
 // reportNothing answers a manual request that needed no action (e.g. the
 // member is healthy and no recovery was due) so the SRE is not left waiting.
-func reportNothing(ctx context.Context, rep *nodereport.Reporter, req *plan.Request, out heal.Outcome) {
+func reportNothing(ctx context.Context, log *zap.Logger, rep *nodereport.Reporter, req *plan.Request, out heal.Outcome) {
 	if rep == nil {
 		return
 	}
 	now := time.Now().UTC()
-	_ = rep.ClearRequest(ctx)
-	_ = rep.SetLastRecovery(ctx, nodereport.LastRecovery{Request: req.Action, Result: "refused", Reason: string(out.Decision.Reason),
+	clearRequest(ctx, log, rep)
+	_ = nodereport.WriteLastRecovery(ctx, rep, log, nodereport.LastRecovery{Request: req.Action, Result: "refused", Reason: string(out.Decision.Reason),
 		StartedAt: now, FinishedAt: now, Message: out.Decision.Detail})
+}
+
+// clearRequest removes an answered request's trigger; a failure is logged
+// (the trigger stays and is handled again at the next poll).
+func clearRequest(ctx context.Context, log *zap.Logger, rep *nodereport.Reporter) {
+	if err := rep.ClearRequest(ctx); err != nil {
+		log.Warn("clearing the answered recovery request failed; the trigger stays and is handled again at the next poll", zap.Error(err))
+	}
 }
 
 // waitForIdentity resolves the member's identity, waiting while the etcd
@@ -207,7 +221,16 @@ func waitForIdentity(ctx context.Context, c Config) (watchdog.Identity, error) {
 
 // serveHTTP serves /metrics, /healthz (the process lives) and /readyz (it
 // has completed an observation).
-func serveHTTP(addr string, m *metrics.Metrics, ready *atomic.Bool) (*http.Server, error) {
+func serveHTTP(addr string, m *metrics.Metrics, ready *atomic.Bool, log *zap.Logger) (*http.Server, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	return serveOn(ln, m, ready, log), nil
+}
+
+// serveOn serves serveHTTP's endpoints on ln; the server's errors go to log.
+func serveOn(ln net.Listener, m *metrics.Metrics, ready *atomic.Bool, log *zap.Logger) *http.Server {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", m.Handler())
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { w.Write([]byte("ok\n")) })
@@ -218,17 +241,14 @@ func serveHTTP(addr string, m *metrics.Metrics, ready *atomic.Bool) (*http.Serve
 		}
 		w.Write([]byte("ok\n"))
 	})
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return nil, err
-	}
-	srv := &http.Server{Addr: ln.Addr().String(), Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	srv := &http.Server{Addr: ln.Addr().String(), Handler: mux, ReadHeaderTimeout: 5 * time.Second,
+		ErrorLog: zap.NewStdLog(log.Named("http"))}
 	go func() {
 		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			zap.L().Error("metrics server", zap.Error(err))
+			log.Error("metrics server stopped: /metrics, /healthz and /readyz no longer answer", zap.String("addr", srv.Addr), zap.Error(err))
 		}
 	}()
-	return srv, nil
+	return srv
 }
 
 // reporter turns results into metrics, a status file, and a log line when
@@ -241,6 +261,8 @@ type reporter struct {
 	last       memberstate.Verdict
 	lastMajor  bool
 	decision   plan.Decision
+	// statusErr is the last status file write error logged ("" after a success).
+	statusErr string
 }
 
 // decided records what the core said about res (status shows "what it
@@ -250,7 +272,7 @@ func (r *reporter) decided(res watchdog.Result, d plan.Decision) {
 		return
 	}
 	r.decision = d
-	writeStatus(r.statusPath, r.newReport(res))
+	r.writeStatus(r.newReport(res))
 }
 
 func (r *reporter) newReport(res watchdog.Result) Report {
@@ -285,16 +307,33 @@ func (r *reporter) report(res watchdog.Result) {
 	changed := v.State != r.last.State || v.Reason != r.last.Reason || v.MajorityLost != r.lastMajor
 	r.last, r.lastMajor = v, v.MajorityLost
 	if changed {
-		writeStatus(r.statusPath, r.newReport(res))
+		r.writeStatus(r.newReport(res))
 	}
 }
 
-func writeStatus(path string, rep Report) {
+// writeStatus writes the status file; a failure is logged once per change
+// of error (the file is written on every change of state), and the first
+// success after one too.
+func (r *reporter) writeStatus(rep Report) {
 	b, err := json.MarshalIndent(rep, "", "  ")
-	if err != nil {
+	if err == nil {
+		err = fsutil.WriteFileAtomic(r.statusPath, b, 0o644)
+	}
+	msg := ""
+	if pe := (*fs.PathError)(nil); errors.As(err, &pe) {
+		msg = pe.Op + ": " + pe.Err.Error() // not the temp file's random name
+	} else if err != nil {
+		msg = err.Error()
+	}
+	if msg == r.statusErr {
 		return
 	}
-	_ = fsutil.WriteFileAtomic(path, b, 0o644)
+	if err != nil {
+		r.log.Warn("status file not written; `etcd-agent status` shows an older state", zap.String("path", r.statusPath), zap.Error(err))
+	} else {
+		r.log.Info("status file written again", zap.String("path", r.statusPath))
+	}
+	r.statusErr = msg
 }
 
 // gateCheck reports whether the etcd static pod runs etcd through the start

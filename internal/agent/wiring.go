@@ -10,6 +10,7 @@ import (
 	"github.com/etcd-agent/etcd-agent/internal/journal"
 	"github.com/etcd-agent/etcd-agent/internal/lease"
 	"github.com/etcd-agent/etcd-agent/internal/memberruntime"
+	"github.com/etcd-agent/etcd-agent/internal/memberstate"
 	"github.com/etcd-agent/etcd-agent/internal/plan"
 	"github.com/etcd-agent/etcd-agent/internal/watchdog"
 	"github.com/etcd-agent/etcd-agent/metrics"
@@ -43,19 +44,20 @@ func (c Config) KubeClient() (kubernetes.Interface, error) {
 // PlanConfig is the decision core's configuration.
 func (c Config) PlanConfig() plan.Config {
 	return plan.Config{AutoHeal: c.AutoHeal, DryRun: c.DryRun, MaxLearnerLag: c.MaxLearnerLag,
-		LearnerStallTimeout: c.LearnerStallTimeout, RetryBackoff: c.RetryBackoff, MaxRetryBackoff: c.MaxRetryBackoff}
+		LearnerStallTimeout: c.LearnerStallTimeout, RetryBackoff: c.RetryBackoff, MaxRetryBackoff: c.MaxRetryBackoff,
+		RejoinSeed: c.RejoinMode == heal.RejoinSeed}
 }
 
 // Runtime builds the member runtime.
 func (c Config) Runtime(id watchdog.Identity) (memberruntime.Runtime, error) {
 	urls := append([]string{id.ClientURL}, id.PeerURLs...)
 	if c.MemberRuntime == "exec" {
-		return memberruntime.NewExec(c.StopCommand, c.StartCommand, urls, id.DataDir, c.Log), nil
+		return memberruntime.NewExec(c.StopCommand, c.StartCommand, urls, id.DataDir, c.Log, memberruntime.StopTimeout(c.StopTimeout)), nil
 	}
 	if c.StaticPodManifest == "" {
 		return nil, errors.New("--member-runtime=static-pod needs --static-pod-manifest")
 	}
-	return memberruntime.NewStaticPod(c.StaticPodManifest, c.parkDir(), urls, c.Log), nil
+	return memberruntime.NewStaticPod(c.StaticPodManifest, c.parkDir(), urls, c.Log, memberruntime.StopTimeout(c.StopTimeout)), nil
 }
 
 // newHealer wires the executor: kc may be nil (no API: no Lease).
@@ -76,10 +78,19 @@ func (c Config) newHealer(id watchdog.Identity, obs heal.Observer, kc kubernetes
 		}
 	}
 	return heal.New(heal.Config{Member: id.Name, Node: c.NodeName, PeerURLs: id.PeerURLs, DataDir: id.DataDir,
-		StateDir: c.StateDir, QuarantineDir: c.QuarantineDir, QuarantineKeep: c.QuarantineKeep, RejoinMode: c.RejoinMode, Plan: c.PlanConfig(),
+		StateDir: c.StateDir, QuarantineDir: c.QuarantineDir, QuarantineKeep: c.QuarantineKeep, QuarantinePruneAfter: c.QuarantinePruneAfter, RejoinMode: c.RejoinMode, Plan: c.PlanConfig(),
 		RecoveryTimeout: c.RecoveryTimeout, StepInterval: 250 * time.Millisecond, PollInterval: c.PollInterval, TLS: t, Log: c.Log, CrashBefore: phases(c.CrashBefore),
-		HoldAt: c.HoldAt},
+		HoldAt: c.HoldAt, StepTimeouts: c.stepTimeouts()},
 		obs, newLease, rt, rep, m), nil
+}
+
+// stepTimeouts: the stop step's deadline follows --stop-timeout (its wait
+// for etcd to go) plus the leadership hand-off and the quarantine rename.
+func (c Config) stepTimeouts() map[plan.Action]time.Duration {
+	if c.StopTimeout <= 0 {
+		return nil
+	}
+	return map[plan.Action]time.Duration{plan.StopMember: c.StopTimeout + 2*time.Minute}
 }
 
 // reportingObserver reports every observation the healer makes during a
@@ -94,7 +105,7 @@ func (o reportingObserver) Observe(ctx context.Context, now time.Time) watchdog.
 	r := o.wd.Observe(ctx, now)
 	o.pins.observe(ctx, r.Observation) // the rejoined member's new ID is pinned once it serves
 	shown := r
-	shown.Verdict.State = "recovering"
+	shown.Verdict.State = memberstate.Recovering
 	o.rep.report(shown)
 	return r
 }

@@ -36,31 +36,48 @@ func syncPath(p string) error {
 	return nil
 }
 
-// WriteFileAtomic replaces path with data (mode perm).
+// WriteFileAtomic replaces path with data (mode perm): a temp file beside
+// it, fsynced, renamed over it, and the dir fsynced.
 func WriteFileAtomic(path string, data []byte, perm os.FileMode) error {
-	dir := filepath.Dir(path)
-	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
+	_, err := WriteFileAtomicVia(path, filepath.Dir(path), "."+filepath.Base(path)+".tmp-*", data, perm)
+	return err
+}
+
+// WriteFileAtomicVia writes data to a temp file in tmpDir (named by
+// pattern, see os.CreateTemp), fsyncs it and renames it over path, then
+// fsyncs path's dir. committed says whether the rename happened: after it,
+// path holds data even if an error (a failed dir fsync) is returned. tmpDir
+// must be on path's filesystem; otherwise the rename fails with EXDEV and
+// nothing is left behind. (A temp dir apart from path's matters where
+// path's dir is watched, e.g. a kubelet's manifests dir.)
+func WriteFileAtomicVia(path, tmpDir, pattern string, data []byte, perm os.FileMode) (committed bool, err error) {
+	f, err := os.CreateTemp(tmpDir, pattern)
 	if err != nil {
-		return err
+		return false, err
 	}
-	defer os.Remove(tmp.Name()) // after a successful rename there is nothing left to remove
-	if _, err := tmp.Write(data); err != nil {
-		tmp.Close()
-		return err
+	tmp := f.Name()
+	defer func() {
+		if !committed {
+			os.Remove(tmp)
+		}
+	}()
+	if _, err := f.Write(data); err != nil {
+		f.Close()
+		return false, fmt.Errorf("write %s: %w", tmp, err)
 	}
-	if err := tmp.Chmod(perm); err != nil {
-		tmp.Close()
-		return err
+	if err := f.Chmod(perm); err != nil {
+		f.Close()
+		return false, err
 	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return err
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return false, fmt.Errorf("fsync %s: %w", tmp, err)
 	}
-	if err := tmp.Close(); err != nil {
-		return err
+	if err := f.Close(); err != nil {
+		return false, err
 	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
-		return err
+	if err := os.Rename(tmp, path); err != nil {
+		return false, err
 	}
-	return SyncDir(dir)
+	return true, SyncDir(filepath.Dir(path))
 }

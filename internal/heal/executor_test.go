@@ -11,6 +11,7 @@ import (
 	"github.com/etcd-agent/etcd-agent/internal/nodereport"
 	"github.com/etcd-agent/etcd-agent/internal/observation"
 	"github.com/etcd-agent/etcd-agent/internal/plan"
+	"github.com/etcd-agent/etcd-agent/internal/watchdog"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 )
@@ -133,13 +134,7 @@ func TestRefusalReportedOncePerChangeOfReason(t *testing.T) {
 // retried and the same request is never executed (a second stop of the
 // now healthy member).
 func TestRequestAnsweredByTheHealNeverExecutedTwice(t *testing.T) {
-	healthy := cluster3(memberstate.Healthy, 1, 2, 3)
-	r := newRig(t, healthy)
-	r.journalAt(t, "auto", journal.PhaseVerified, 0xa5, 0xa1)
-	r.rep.clearErrs = []error{errBoom}
-	if out := r.h.Consider(context.Background(), healthy, nil); out.Result != journal.ResultSucceeded {
-		t.Fatalf("resumed heal: %q (%v), want succeeded", out.Result, out.Err)
-	}
+	r, healthy := healedWithClearFailing(t)
 	if r.rep.clears == 0 {
 		t.Fatal("a heal succeeded and the pending request was not answered (no ClearRequest)")
 	}
@@ -185,13 +180,7 @@ func TestUnhealthyClusterAnswerToAnAddIsAWaitNotAFailure(t *testing.T) {
 // Healer on the same state dir) is handed the still-present trigger and
 // must not execute it (a second stop of the just-rejoined member).
 func TestRequestAnsweredByTheHealNotExecutedAfterARestart(t *testing.T) {
-	healthy := cluster3(memberstate.Healthy, 1, 2, 3)
-	r := newRig(t, healthy)
-	r.journalAt(t, "auto", journal.PhaseVerified, 0xa5, 0xa1)
-	r.rep.clearErrs = []error{errBoom}
-	if out := r.h.Consider(context.Background(), healthy, nil); out.Result != journal.ResultSucceeded {
-		t.Fatalf("resumed heal: %q (%v), want succeeded", out.Result, out.Err)
-	}
+	r, healthy := healedWithClearFailing(t)
 	restarted := New(r.h.cfg, r.obs, func(uint64) (Lease, error) { return r.lease, nil }, r.rt, r.rep, r.m)
 	out := restarted.Consider(context.Background(), healthy, &plan.Request{Action: "rejoin"})
 	if r.rt.stops != 0 || !out.Answered {
@@ -204,4 +193,18 @@ func TestRequestAnsweredByTheHealNotExecutedAfterARestart(t *testing.T) {
 	if j := r.journal(t); j.RequestClearPending {
 		t.Fatal("the journal still says a clear is pending after the clear succeeded")
 	}
+}
+
+// healedWithClearFailing: a resumed heal succeeds, and clearing the manual
+// trigger it answers fails once.
+func healedWithClearFailing(t *testing.T) (*rig, watchdog.Result) {
+	t.Helper()
+	healthy := cluster3(memberstate.Healthy, 1, 2, 3)
+	r := newRig(t, healthy)
+	r.journalAt(t, "auto", journal.PhaseVerified, 0xa5, 0xa1)
+	r.rep.clearErrs = []error{errBoom}
+	if out := r.h.Consider(context.Background(), healthy, nil); out.Result != journal.ResultSucceeded {
+		t.Fatalf("resumed heal: %q (%v), want succeeded", out.Result, out.Err)
+	}
+	return r, healthy
 }

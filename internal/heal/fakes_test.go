@@ -31,9 +31,9 @@ type fakeLease struct {
 	held, renewing, apiDown     bool
 	acquires, releases          int
 	downAfterAcquire, confirmOK bool
-	// lostForGood: another agent holds it; TryAcquire is refused.
-	lostForGood bool
-	needs       []time.Duration // ConfirmFor's asks, in order
+	needs                       []time.Duration // ConfirmFor's asks, in order
+	// other, when set, holds the Lease (unexpired) while we do not.
+	other string
 }
 
 func (l *fakeLease) TryAcquire(context.Context, lease.Info) error {
@@ -42,7 +42,7 @@ func (l *fakeLease) TryAcquire(context.Context, lease.Info) error {
 	if l.apiDown {
 		return lease.ErrAPIUnavailable
 	}
-	if l.lostForGood {
+	if l.other != "" {
 		return lease.ErrHeldByOther
 	}
 	l.held, l.renewing = true, true
@@ -86,10 +86,7 @@ func (l *fakeLease) Current(context.Context) (string, lease.Info, bool, error) {
 	if l.held {
 		return "node1/m1", lease.Info{}, false, nil
 	}
-	if l.lostForGood {
-		return "node2/m2", lease.Info{}, false, nil
-	}
-	return "", lease.Info{}, false, nil
+	return l.other, lease.Info{}, false, nil
 }
 
 // fakeObserver returns the results in turn, then the last one forever.
@@ -189,10 +186,13 @@ type fakeCluster struct {
 	addErrs []error
 	// onMoveLeader, if set, runs during MoveLeader (e.g. the Lease is lost meanwhile).
 	onMoveLeader func()
+	// removed are the IDs MemberRemove was called with.
+	removed []uint64
 }
 
-func (c *fakeCluster) MemberRemove(context.Context, []string, uint64) error {
+func (c *fakeCluster) MemberRemove(_ context.Context, _ []string, id uint64) error {
 	c.calls = append(c.calls, "remove")
+	c.removed = append(c.removed, id)
 	return nil
 }
 func (c *fakeCluster) MemberAddAsLearner(context.Context, []string, []string) (uint64, error) {

@@ -208,7 +208,7 @@ func TestStopIsFencedAfterTheLeaderHandOff(t *testing.T) {
 	_ = r.lease.TryAcquire(context.Background(), lease.Info{})
 	r.cluster.onMoveLeader = func() { // another agent takes the Lease meanwhile
 		r.lease.mu.Lock()
-		r.lease.held, r.lease.lostForGood = false, true
+		r.lease.held, r.lease.other = false, "node2/m2"
 		r.lease.mu.Unlock()
 	}
 	out := r.h.Consider(context.Background(), localLeader(), nil)
@@ -258,7 +258,7 @@ func TestASlowStopIsFencedAgainWhileItWaits(t *testing.T) {
 		if op == "stop" {
 			if stops++; stops == 3 {
 				r.lease.mu.Lock()
-				r.lease.held, r.lease.lostForGood = false, true
+				r.lease.held, r.lease.other = false, "node2/m2"
 				r.lease.mu.Unlock()
 			}
 		}

@@ -96,6 +96,9 @@ func (h *Healer) verify(ctx context.Context, res watchdog.Result, id uint64) (pl
 
 // finish closes the journal with d's result, releases the Lease and reports.
 func (h *Healer) finish(ctx context.Context, j *journal.Record, d plan.Decision) Outcome {
+	if j.Kind == journal.KindRollbackLearner {
+		return h.closeRollback(ctx, j, d)
+	}
 	result := journal.ResultSucceeded
 	switch {
 	case d.Reason != plan.ReasonNone && !j.Phase.AtLeast(journal.PhaseStopped) && j.StopAttemptedAt.IsZero():
@@ -177,7 +180,7 @@ func (h *Healer) close(ctx context.Context, j *journal.Record, d plan.Decision, 
 		}
 		h.reporter.Eventf(etype, reason, "member %s: %s in %s (phase %s) %s; quarantine %s, snapshot %s",
 			h.cfg.Member, result, took.Round(time.Millisecond), phase, d.Detail, j.QuarantinePath, j.SnapshotPath)
-		_ = h.reporter.SetLastRecovery(ctx, nodereport.LastRecovery{Request: j.Request, Result: result, Reason: string(d.Reason),
+		_ = nodereport.WriteLastRecovery(ctx, h.reporter, h.log, nodereport.LastRecovery{Request: j.Request, Result: result, Reason: string(d.Reason),
 			Phase: string(phase), StartedAt: j.StartedAt, FinishedAt: now, Message: d.Detail,
 			RejoinMode: j.RejoinMode, SeedFallback: j.SeedFallback})
 	}

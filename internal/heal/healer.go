@@ -60,6 +60,10 @@ type Config struct {
 	// it must be on the data dir's filesystem (renames, never copies).
 	QuarantineDir  string
 	QuarantineKeep int
+	// QuarantinePruneAfter is how long the member must have been healthy
+	// before copies beyond QuarantineKeep are pruned (Housekeep); default
+	// 10 minutes.
+	QuarantinePruneAfter time.Duration
 	// RejoinMode is how the learner's data dir is prepared: RejoinSeed
 	// (the agent's default: built from a snapshot streamed after the add;
 	// any seeding error falls back to raft mode and is journaled) or
@@ -145,6 +149,11 @@ type Healer struct {
 	mountPoint func(string) (bool, error)
 	// stopSlice is how long one fenced slice of the stop lasts (stopTimeout).
 	stopSlice time.Duration
+	// healthySince starts the member's current healthy run as the idle
+	// loop saw it (zero when not healthy); lastPruneErr is the last pruning
+	// failure logged (Housekeep).
+	healthySince time.Time
+	lastPruneErr string
 }
 
 // New returns a Healer. newLease builds the Lease of a cluster (nil when
@@ -164,6 +173,9 @@ func New(cfg Config, obs Observer, newLease func(uint64) (Lease, error), rt memb
 	}
 	if cfg.RecoveryTimeout <= 0 {
 		cfg.RecoveryTimeout = 30 * time.Minute
+	}
+	if cfg.QuarantinePruneAfter <= 0 {
+		cfg.QuarantinePruneAfter = 10 * time.Minute
 	}
 	if cfg.QuarantineDir == "" {
 		cfg.QuarantineDir = filepath.Join(filepath.Dir(cfg.DataDir), "etcd-agent-quarantine")
@@ -193,8 +205,18 @@ type Outcome struct {
 
 // Consider decides on one observation; when a recovery may begin (or an
 // open one resumes) it runs it to its end before returning. req is a
-// manual request (nil for the automatic path).
+// manual request (nil for the automatic path). A stranded learner rolled
+// back first is not the answer: the heal it blocked (and a manual request)
+// is considered again at once, on a fresh observation.
 func (h *Healer) Consider(ctx context.Context, res watchdog.Result, req *plan.Request) Outcome {
+	out := h.consider(ctx, res, req)
+	if out.Result == journal.ResultSucceeded && out.Decision.Reason == plan.ReasonLearnerRolledBack && ctx.Err() == nil {
+		return h.consider(ctx, h.obs.Observe(ctx, h.now()), req)
+	}
+	return out
+}
+
+func (h *Healer) consider(ctx context.Context, res watchdog.Result, req *plan.Request) Outcome {
 	j, _, err := journal.Load(h.cfg.StateDir, h.cfg.Member)
 	if err != nil {
 		return Outcome{Err: err}
@@ -214,7 +236,7 @@ func (h *Healer) Consider(ctx context.Context, res watchdog.Result, req *plan.Re
 		h.lastRefusal = ""
 	}
 	switch {
-	case d.Action == plan.Begin, j.Active() && d.Action != plan.Nothing && d.Action != plan.Refuse:
+	case d.Action == plan.Begin, d.Action == plan.RollbackLearner, j.Active() && d.Action != plan.Nothing && d.Action != plan.Refuse:
 		// An open journal with the Lease held (a step decided) is
 		// executed too, never left deciding a step on every poll.
 		return h.recover(ctx, res, req, j)
@@ -301,7 +323,7 @@ func (h *Healer) decide(ctx context.Context, res watchdog.Result, req *plan.Requ
 		in := h.baseInput(res, req, j)
 		in.APIAvailable = true // optimistic; checked below if it matters
 		d := plan.Decide(in, h.cfg.Plan)
-		if d.Action != plan.Begin && !(d.Action == plan.Refuse && d.Reason == plan.ReasonDryRun) {
+		if d.Action != plan.Begin && d.Action != plan.RollbackLearner && !(d.Action == plan.Refuse && d.Reason == plan.ReasonDryRun) {
 			return d
 		}
 	}
@@ -332,11 +354,13 @@ func (h *Healer) input(ctx context.Context, res watchdog.Result, req *plan.Reque
 
 // baseInput is the input without the Lease's state (API not asked).
 func (h *Healer) baseInput(res watchdog.Result, req *plan.Request, j journal.Record) plan.Input {
-	in := plan.Input{Now: res.Observation.At, Obs: res.Observation, Verdict: res.Verdict, Request: req, Journal: j}
+	in := plan.Input{Now: res.Observation.At, Obs: res.Observation, Verdict: res.Verdict, Request: req, Journal: j,
+		Learners: res.Learners}
 	if req == nil && j.Active() && j.Request != "" && j.Request != "auto" {
 		in.Request = &plan.Request{Action: j.Request} // a resumed manual recovery stays manual
 	}
-	in.FreeBytes = localdisk.FreeBytesUnder(h.cfg.QuarantineDir)
+	sp := localdisk.SpaceFor(h.cfg.DataDir, h.cfg.QuarantineDir)
+	in.FreeBytes, in.DataDirFreeBytes, in.DataDirOtherFS = sp.QuarantineFree, sp.DataDirFree, sp.DataDirOtherFS
 	if mp, err := h.mountPoint(h.cfg.DataDir); err == nil {
 		in.DataDirMountPoint = mp
 	} // else unknown: the executor looks again before the rename, which refuses a mount point itself
@@ -389,7 +413,7 @@ func (h *Healer) refused(ctx context.Context, req *plan.Request, d plan.Decision
 	if req != nil {
 		now := h.now().UTC()
 		h.clearRequest(ctx)
-		_ = h.reporter.SetLastRecovery(ctx, nodereport.LastRecovery{Request: requestName(req), Result: journal.ResultRefused,
+		_ = nodereport.WriteLastRecovery(ctx, h.reporter, h.log, nodereport.LastRecovery{Request: requestName(req), Result: journal.ResultRefused,
 			Reason: string(d.Reason), StartedAt: now, FinishedAt: now, Message: d.Detail})
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/etcd-agent/etcd-agent/internal/journal"
 	"github.com/etcd-agent/etcd-agent/internal/lease"
 	"github.com/etcd-agent/etcd-agent/internal/nodereport"
+	"github.com/etcd-agent/etcd-agent/internal/observation"
 	"github.com/etcd-agent/etcd-agent/internal/plan"
 	"github.com/etcd-agent/etcd-agent/internal/watchdog"
 	"github.com/etcd-agent/etcd-agent/metrics"
@@ -55,7 +56,7 @@ func (h *Healer) recover(parent context.Context, first watchdog.Result, req *pla
 		}
 		last = d
 		h.track(&clock, d)
-		if !j.Active() && d.Action != plan.Begin {
+		if !j.Active() && d.Action != plan.Begin && d.Action != plan.RollbackLearner {
 			// Decide changed its mind before we began (e.g. the member came back).
 			if d.Action == plan.Refuse {
 				h.refused(ctx, req, d)
@@ -141,6 +142,10 @@ func (h *Healer) step(ctx context.Context, res watchdog.Result, req *plan.Reques
 	switch d.Action {
 	case plan.Begin:
 		return h.begin(ctx, res, req, j)
+	case plan.RollbackLearner:
+		return h.beginRollback(ctx, res, j, d)
+	case plan.RemoveStrandedLearner:
+		return h.removeStranded(ctx, res, j, d)
 	case plan.StopMember:
 		if j.StopAttemptedAt.IsZero() {
 			// Recorded first: once tried, the member may be down by our
@@ -203,7 +208,7 @@ func (h *Healer) begin(ctx context.Context, res watchdog.Result, req *plan.Reque
 		*j = journal.Record{ID: strconv.FormatInt(now.UnixNano(), 36), Member: h.cfg.Member, Node: h.cfg.Node,
 			Request: requestName(req), StartedAt: now, PeerURLs: h.cfg.PeerURLs,
 			Failures: j.Failures, LastFailureAt: j.LastFailureAt}
-		if res.Observation.Local.Match == "ok" {
+		if res.Observation.Local.Match == observation.MatchOK {
 			j.OldMemberID = journal.MemberID(res.Observation.Local.ID)
 		}
 	}

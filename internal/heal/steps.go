@@ -65,7 +65,7 @@ func (h *Healer) stopAndQuarantine(ctx context.Context, res watchdog.Result, j *
 	j.QuarantinePath = dst
 	h.log.Info("data dir quarantined (kept, not deleted)", zap.String("from", h.cfg.DataDir), zap.String("to", dst))
 	if over, err := localdisk.QuarantineOverflow(h.cfg.QuarantineDir, h.cfg.QuarantineKeep); err == nil && len(over) > 0 {
-		h.log.Warn("quarantine holds more than --quarantine-keep entries; remove old ones by hand when no longer needed",
+		h.log.Warn("quarantine holds more than --quarantine-keep entries; the older ones are pruned once the member has been healthy since they were made",
 			zap.Int("keep", h.cfg.QuarantineKeep), zap.Strings("beyond", over))
 	}
 	return nil
@@ -164,7 +164,7 @@ func (h *Healer) snapshot(ctx context.Context, res watchdog.Result, j *journal.R
 	if err := os.MkdirAll(h.cfg.QuarantineDir, 0o700); err != nil {
 		return err
 	}
-	dest := filepath.Join(h.cfg.QuarantineDir, fmt.Sprintf("snapshot-%s-%s.db", h.cfg.Member, time.Now().UTC().Format("2006-01-02T15-04-05Z")))
+	dest := filepath.Join(h.cfg.QuarantineDir, fmt.Sprintf("snapshot-%s-%s.db", h.cfg.Member, time.Now().UTC().Format(localdisk.SnapshotStampLayout)))
 	counter := h.metrics.SnapshotBytesTotal.WithLabelValues(h.cfg.Member)
 	snap, err := peerseed.Stream(ctx, src.ClientURLs[0], h.cfg.TLS, dest, peerseed.NeedBytes(src.DBSize),
 		func(n int64) { counter.Add(float64(n)) })
@@ -319,7 +319,7 @@ func (h *Healer) seedDataDir(ctx context.Context, res watchdog.Result, j *journa
 	// Seed streams are transient copies (the pre-change backup is kept
 	// apart): remove what an agent killed mid-seed left, then our own.
 	h.removeSeedStreams()
-	dest := filepath.Join(h.cfg.QuarantineDir, fmt.Sprintf("%s%s.db", h.seedStreamPrefix(), time.Now().UTC().Format("2006-01-02T15-04-05.000Z")))
+	dest := filepath.Join(h.cfg.QuarantineDir, fmt.Sprintf("%s%s.db", h.seedStreamPrefix(), time.Now().UTC().Format(seedStampLayout)))
 	defer h.removeSeedStreams()
 	counter := h.metrics.SnapshotBytesTotal.WithLabelValues(h.cfg.Member)
 	snap, ss, err := peerseed.StreamForSeed(ctx, src.ClientURLs[0], h.cfg.TLS, dest, peerseed.NeedBytes(src.DBSize),
@@ -346,16 +346,37 @@ func (h *Healer) seedDataDir(ctx context.Context, res watchdog.Result, j *journa
 // <prefix><time>.db, with its .part and provenance record beside it.
 func (h *Healer) seedStreamPrefix() string { return "seed-" + h.cfg.Member + "-" }
 
-// removeSeedStreams removes this member's seed streams from the quarantine
-// (the time after the prefix starts with a digit: member "a" never takes
-// member "a-b"'s).
+// seedStampLayout is the time in a seed stream's name (UTC, fixed width).
+const seedStampLayout = "2006-01-02T15-04-05.000Z"
+
+// removeSeedStreams removes this member's seed streams from the quarantine:
+// exactly <prefix><seedStampLayout>.db and what sits beside it (.part, the
+// provenance record). Member "etcd" never takes member "etcd-2"'s
+// ("seed-etcd-2-2026-..." has no stamp right after "seed-etcd-").
 func (h *Healer) removeSeedStreams() {
-	paths, _ := filepath.Glob(filepath.Join(h.cfg.QuarantineDir, h.seedStreamPrefix()+"[0-9]*"))
+	paths, _ := filepath.Glob(filepath.Join(h.cfg.QuarantineDir, h.seedStreamPrefix()+"*"))
 	for _, p := range paths {
+		if !isSeedStreamOf(filepath.Base(p), h.seedStreamPrefix()) {
+			continue
+		}
 		if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
 			h.log.Warn("could not remove a seed snapshot", zap.String("path", p), zap.Error(err))
 		}
 	}
+}
+
+// isSeedStreamOf: name is <prefix><stamp>.db, optionally followed by a
+// further extension (.part, .seed.json).
+func isSeedStreamOf(name, prefix string) bool {
+	rest, ok := strings.CutPrefix(name, prefix)
+	if !ok || len(rest) < len(seedStampLayout) {
+		return false
+	}
+	if _, err := time.Parse(seedStampLayout, rest[:len(seedStampLayout)]); err != nil {
+		return false
+	}
+	ext := rest[len(seedStampLayout):]
+	return ext == ".db" || strings.HasPrefix(ext, ".db.")
 }
 
 // seedMinors are the etcd minor versions the e2e suite proves seed mode
@@ -408,7 +429,7 @@ func (h *Healer) initialCluster(o observation.Observation, j *journal.Record) st
 		parts = append(parts, h.cfg.Member+"="+u)
 	}
 	for _, m := range o.Members {
-		if m.Name == "" || m.ID == uint64(j.OldMemberID) || m.ID == uint64(j.NewMemberID) || overlaps(m.PeerURLs, j.PeerURLs) {
+		if m.Name == "" || m.ID == uint64(j.OldMemberID) || m.ID == uint64(j.NewMemberID) || observation.Overlaps(m.PeerURLs, j.PeerURLs) {
 			continue // self is listed above, under our name
 		}
 		for _, u := range m.PeerURLs {
@@ -417,17 +438,6 @@ func (h *Healer) initialCluster(o observation.Observation, j *journal.Record) st
 	}
 	sort.Strings(parts)
 	return strings.Join(parts, ",")
-}
-
-func overlaps(a, b []string) bool {
-	for _, x := range a {
-		for _, y := range b {
-			if x == y {
-				return true
-			}
-		}
-	}
-	return false
 }
 
 // trackLearner records the learner's progress (for the stall timeout) and its lag.

@@ -29,7 +29,7 @@ func (h *Healer) stepTimeout(a plan.Action) time.Duration {
 	switch a {
 	case plan.StopMember:
 		d = 5 * time.Minute // leadership hand-off (10 s) + the stop wait (3 min) + the quarantine rename
-	case plan.RemoveMember, plan.Promote, plan.RemoveStalledLearner:
+	case plan.RemoveMember, plan.Promote, plan.RemoveStalledLearner, plan.RemoveStrandedLearner:
 		d = time.Minute // the fence and one membership change (10 s)
 	case plan.TakeSnapshot, plan.AddLearner, plan.PrepareDataDir:
 		d = 15 * time.Minute // streams and writes the whole db

@@ -83,12 +83,21 @@ const (
 	ResultRefused   = "refused"
 )
 
+// KindRollbackLearner is a Record's Kind for the rollback of a stranded
+// learner (another agent's, whose Lease expired): only LearnerID is
+// removed, the local member is not touched.
+const KindRollbackLearner = "rollback-learner"
+
 // Record is one member's current (or last) recovery.
 type Record struct {
-	ID        string    `json:"id"`
-	Member    string    `json:"member"`
-	Node      string    `json:"node"`
-	Request   string    `json:"request"` // "auto" or the manual annotation value
+	ID      string `json:"id"`
+	Member  string `json:"member"`
+	Node    string `json:"node"`
+	Request string `json:"request"` // "auto" or the manual annotation value
+	// Kind is "" for a rejoin of the local member, KindRollbackLearner for
+	// the rollback of the stranded learner LearnerID.
+	Kind      string    `json:"kind,omitempty"`
+	LearnerID MemberID  `json:"learnerID,omitempty"`
 	Phase     Phase     `json:"phase"`
 	StartedAt time.Time `json:"startedAt"`
 	UpdatedAt time.Time `json:"updatedAt"`

@@ -18,22 +18,24 @@
 // one inspection and exits before main. It is inert otherwise.
 package localdisk
 
+import "github.com/etcd-agent/etcd-agent/internal/observation"
+
 // Class is the verdict on a data dir.
 type Class string
 
 const (
 	// ClassOK: the data dir can be used to restart the member.
-	ClassOK Class = "ok"
+	ClassOK Class = observation.DataDirOK
 	// ClassMissing: the data dir does not exist.
-	ClassMissing Class = "missing"
+	ClassMissing Class = observation.DataDirMissing
 	// ClassEmpty: the data dir holds no member data; etcd would start a new member in it.
-	ClassEmpty Class = "empty"
+	ClassEmpty Class = observation.DataDirEmpty
 	// ClassCorrupt: the member data is present but unusable.
-	ClassCorrupt Class = "corrupt"
+	ClassCorrupt Class = observation.DataDirCorrupt
 	// ClassForeign: the member data is intact but belongs to another member or cluster.
-	ClassForeign Class = "foreign"
+	ClassForeign Class = observation.DataDirForeign
 	// ClassInUse: a running process (normally the member itself) holds the db lock.
-	ClassInUse Class = "in-use"
+	ClassInUse Class = observation.DataDirInUse
 )
 
 // AllClasses lists every class in a stable order (used for one-hot metrics).

@@ -276,6 +276,7 @@ func goldenMember(t testing.TB) stoppedMember {
 }
 
 func TestMain(m *testing.M) {
+	ServeInspectionIfChild()
 	code := m.Run()
 	if goldenRoot != "" {
 		_ = os.RemoveAll(goldenRoot)

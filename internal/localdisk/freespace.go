@@ -1,6 +1,7 @@
 package localdisk
 
 import (
+	"os"
 	"path/filepath"
 	"syscall"
 )
@@ -25,6 +26,39 @@ func FreeBytesUnder(dir string) uint64 {
 		}
 		if d == filepath.Dir(d) {
 			return 0
+		}
+	}
+}
+
+// Space is the free space a recovery attempt can write into: the
+// quarantine's filesystem and, when it is another one (a disk mounted at
+// the data dir), the data dir's (plan.AttemptBytesNeeded).
+type Space struct {
+	QuarantineFree uint64
+	DataDirFree    uint64
+	DataDirOtherFS bool
+}
+
+// SpaceFor measures Space for dataDir and quarantineDir, each at its
+// nearest existing ancestor (where it is or will be created). Unknown
+// devices count as one filesystem: the quarantine's free space then covers
+// the whole attempt, the stricter check.
+func SpaceFor(dataDir, quarantineDir string) Space {
+	s := Space{QuarantineFree: FreeBytesUnder(quarantineDir), DataDirFree: FreeBytesUnder(dataDir)}
+	dd, ok1 := deviceUnder(dataDir)
+	qd, ok2 := deviceUnder(quarantineDir)
+	s.DataDirOtherFS = ok1 && ok2 && dd != qd
+	return s
+}
+
+// deviceUnder is the device of path's nearest existing ancestor.
+func deviceUnder(path string) (uint64, bool) {
+	for d := path; ; d = filepath.Dir(d) {
+		if fi, err := os.Stat(d); err == nil {
+			return deviceOf(fi), true
+		}
+		if d == filepath.Dir(d) {
+			return 0, false
 		}
 	}
 }

@@ -14,7 +14,8 @@ import (
 )
 
 // The deep inspection runs in a child process: a re-exec of the current
-// binary that this package's init diverts before main runs. The reason is
+// binary, which must call ServeInspectionIfChild first thing in main (and
+// in TestMain of a test binary that classifies data dirs). The reason is
 // bbolt: on etcd's NoFreelistSync dbs it rebuilds the freelist by walking
 // the tree and panics on damage from a goroutine of its own (seen in the
 // wild after power loss, bbolt issue #335), which no recover can catch. A
@@ -35,7 +36,14 @@ type childStage struct {
 	Partial Result
 }
 
-func init() {
+// ServeInspectionIfChild makes this process the inspection child when it
+// was started as one (runInspection): it inspects, prints the verdict and
+// exits. Otherwise it returns at once. It is explicit, not an init, so that
+// importing the package never diverts a program: a binary that forgets it
+// gets an unverified verdict ("no result from the inspection child"), never
+// a second copy of itself running on (the child's arguments make a Go test
+// binary run no tests).
+func ServeInspectionIfChild() {
 	req, ok := os.LookupEnv(inspectRequestEnv)
 	if !ok {
 		return
@@ -69,7 +77,8 @@ func runInspection(ctx context.Context, req inspectRequest) (Result, error) {
 		return Result{}, err
 	}
 	cmd := exec.CommandContext(ctx, selfExecutable())
-	cmd.Args = []string{"localdisk-inspect"}
+	// -test.run=^$: a test binary that does not serve inspections runs no test.
+	cmd.Args = []string{"localdisk-inspect", "-test.run=^$"}
 	// Later duplicates win in os/exec; GOTRACEBACK=none keeps a crash to its
 	// one-line reason.
 	cmd.Env = append(os.Environ(), inspectRequestEnv+"="+string(reqJSON), "GOTRACEBACK=none")

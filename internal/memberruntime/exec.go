@@ -24,6 +24,7 @@ type execRuntime struct {
 	stopCommand, startCommand string
 	urls                      []string
 	dataDir                   string
+	stopWait                  waitLimits
 	log                       *zap.Logger
 
 	mu sync.Mutex
@@ -36,13 +37,13 @@ type execRuntime struct {
 // command must hand them on itself (e.g. `systemctl set-environment`), since
 // a unit does not inherit the caller's environment. listenURLs (client and peer) and dataDir
 // (on the node) are used to see that the process is gone.
-func NewExec(stopCommand, startCommand string, listenURLs []string, dataDir string, log *zap.Logger) Runtime {
+func NewExec(stopCommand, startCommand string, listenURLs []string, dataDir string, log *zap.Logger, opts ...Option) Runtime {
 	if log == nil {
 		log = zap.NewNop()
 	}
 	return &execRuntime{
 		stopCommand: stopCommand, startCommand: startCommand,
-		urls: listenURLs, dataDir: dataDir,
+		urls: listenURLs, dataDir: dataDir, stopWait: limits(opts),
 		log: log.With(zap.String("runtime", "exec")),
 	}
 }
@@ -58,7 +59,7 @@ func (e *execRuntime) Stop(ctx context.Context) error {
 		return err
 	}
 	e.log.Info("ran stop command", zap.String("command", e.stopCommand))
-	if err := waitGone(ctx, e.log, e.urls, e.dataDir); err != nil {
+	if err := waitGone(ctx, e.log, e.stopWait, e.urls, e.dataDir); err != nil {
 		return fmt.Errorf("stop command %q succeeded but etcd has not stopped: %w", e.stopCommand, err)
 	}
 	return nil

@@ -11,44 +11,6 @@ import (
 	"github.com/etcd-agent/etcd-agent/internal/fsutil"
 )
 
-// writeFileAtomic writes data to a temp file in tmpDir (named by pattern,
-// see os.CreateTemp), fsyncs it and renames it over path, then fsyncs
-// path's dir. committed says whether the rename happened: after it, path
-// holds data even if an error (a failed dir fsync) is returned. tmpDir must
-// be on path's filesystem; otherwise the rename fails with EXDEV and nothing
-// is left behind.
-func writeFileAtomic(path, tmpDir, pattern string, data []byte, perm os.FileMode) (committed bool, err error) {
-	f, err := os.CreateTemp(tmpDir, pattern)
-	if err != nil {
-		return false, err
-	}
-	tmp := f.Name()
-	defer func() {
-		if !committed {
-			os.Remove(tmp)
-		}
-	}()
-	if _, err := f.Write(data); err != nil {
-		f.Close()
-		return false, fmt.Errorf("write %s: %w", tmp, err)
-	}
-	if err := f.Chmod(perm); err != nil {
-		f.Close()
-		return false, err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return false, fmt.Errorf("fsync %s: %w", tmp, err)
-	}
-	if err := f.Close(); err != nil {
-		return false, err
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		return false, err
-	}
-	return true, fsutil.SyncDir(filepath.Dir(path))
-}
-
 // moveFile renames src to dst (replacing dst) and fsyncs both dirs. Across
 // filesystems (EXDEV) it copies src to dst atomically, then removes src:
 // a crash in between leaves both copies, never neither.
@@ -64,7 +26,7 @@ func moveFile(src, dst string) error {
 	if err != nil {
 		return err
 	}
-	if _, err := writeFileAtomic(dst, filepath.Dir(dst), "."+filepath.Base(dst)+".*.tmp", data, st); err != nil {
+	if _, err := fsutil.WriteFileAtomicVia(dst, filepath.Dir(dst), "."+filepath.Base(dst)+".*.tmp", data, st); err != nil {
 		return fmt.Errorf("copy %s to %s: %w", src, dst, err)
 	}
 	if err := os.Remove(src); err != nil {

@@ -16,13 +16,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
-	"net/url"
 	"os"
 	"path/filepath"
 	"syscall"
 	"time"
 
+	"github.com/etcd-agent/etcd-agent/internal/netprobe"
 	"go.uber.org/zap"
 	"k8s.io/apimachinery/pkg/util/wait"
 )
@@ -121,34 +120,15 @@ func joinDetail(a, b string) string {
 	return a + "; " + b
 }
 
-// clientURLRefuses dials the client URL once. It reports refused=true only
-// on a definite "nobody listens" (ECONNREFUSED, or a missing unix socket); a
-// timeout proves nothing and is returned as an error.
+// clientURLRefuses dials the URL once. It reports refused=true only on a
+// definite "nobody listens"; a timeout proves nothing and is returned as an
+// error, a URL that cannot be probed as an unprobeableError.
 func clientURLRefuses(clientURL string) (refused bool, err error) {
-	u, err := url.Parse(clientURL)
-	if err != nil {
-		return false, &unprobeableError{fmt.Errorf("parse client URL %q: %w", clientURL, err)}
+	_, refused, err = netprobe.Dial(clientURL, dialTimeout)
+	if errors.Is(err, netprobe.ErrUnprobeable) {
+		return false, &unprobeableError{err}
 	}
-	network, addr := "tcp", u.Host
-	switch u.Scheme {
-	case "unix", "unixs":
-		network, addr = "unix", u.Host+u.Path
-	case "http", "https":
-		if u.Port() == "" {
-			return false, &unprobeableError{fmt.Errorf("client URL %q has no port", clientURL)}
-		}
-	default:
-		return false, &unprobeableError{fmt.Errorf("client URL %q: unsupported scheme %q", clientURL, u.Scheme)}
-	}
-	conn, err := net.DialTimeout(network, addr, dialTimeout)
-	if err == nil {
-		conn.Close()
-		return false, nil
-	}
-	if errors.Is(err, syscall.ECONNREFUSED) || (network == "unix" && errors.Is(err, syscall.ENOENT)) {
-		return true, nil
-	}
-	return false, fmt.Errorf("dial %s: %w", clientURL, err)
+	return refused, err
 }
 
 // dbLocked reports whether another process holds bbolt's flock on the db.
@@ -178,24 +158,45 @@ func dbLocked(dbPath string) (bool, error) {
 // says, while it lasts, that it still waits.
 type waitLimits struct{ timeout, every time.Duration }
 
-// stopWait bounds Stop's wait for the process to go. The kubelet notices a
-// parked manifest within its file-check period (20 s) and then gives etcd
-// its termination grace period (30 s by default); 3 minutes is well past
-// both, and far short of the recovery timeout.
+// stopWait bounds Stop's wait for the process to go, by default. The
+// kubelet notices a parked manifest within its file-check period (20 s) and
+// then gives etcd its termination grace period (30 s by default); 3 minutes
+// is well past both, and far short of the recovery timeout.
 var stopWait = waitLimits{timeout: 3 * time.Minute, every: 10 * time.Second}
 
+// Option configures a runtime.
+type Option func(*waitLimits)
+
+// StopTimeout sets how long Stop waits for etcd's process to go (0: the
+// default, 3m); while it waits it logs every 10 s, or every third of d.
+func StopTimeout(d time.Duration) Option {
+	return func(w *waitLimits) {
+		if d > 0 {
+			w.timeout, w.every = d, min(10*time.Second, d/3)
+		}
+	}
+}
+
+func limits(opts []Option) waitLimits {
+	w := stopWait
+	for _, o := range opts {
+		o(&w)
+	}
+	return w
+}
+
 // waitGone polls until the member's process has been gone for goneSettle,
-// or its own deadline (stopWait) or ctx ends; it logs when it starts and
-// every stopWait.every while it lasts. dataDir may be "" when unknown (only
+// or its own deadline (lim) or ctx ends; it logs when it starts and every
+// lim.every while it lasts. dataDir may be "" when unknown (only
 // the client URL is checked then). A probe that can never answer is an
 // error at once.
-func waitGone(ctx context.Context, log *zap.Logger, urls []string, dataDir string) error {
+func waitGone(ctx context.Context, log *zap.Logger, lim waitLimits, urls []string, dataDir string) error {
 	start := time.Now()
 	var goneSince, logged time.Time
 	var last processState
 	log.Info("waiting for etcd to stop", zap.Strings("urls", urls), zap.String("dataDir", dataDir),
-		zap.Duration("timeout", stopWait.timeout))
-	err := wait.PollUntilContextTimeout(ctx, pollInterval, stopWait.timeout, true, func(context.Context) (bool, error) {
+		zap.Duration("timeout", lim.timeout))
+	err := wait.PollUntilContextTimeout(ctx, pollInterval, lim.timeout, true, func(context.Context) (bool, error) {
 		st, err := probeProcess(urls, dataDir)
 		if err != nil {
 			return false, err
@@ -209,10 +210,10 @@ func waitGone(ctx context.Context, log *zap.Logger, urls []string, dataDir strin
 		case time.Since(goneSince) >= goneSettle:
 			return true, nil
 		}
-		if time.Since(start) >= stopWait.every && time.Since(logged) >= stopWait.every {
+		if time.Since(start) >= lim.every && time.Since(logged) >= lim.every {
 			logged = time.Now()
 			log.Info("still waiting for etcd to stop", zap.Duration("waited", time.Since(start).Round(time.Millisecond)),
-				zap.Duration("timeout", stopWait.timeout), zap.Bool("gone", st.gone()), zap.String("detail", st.detail))
+				zap.Duration("timeout", lim.timeout), zap.Bool("gone", st.gone()), zap.String("detail", st.detail))
 		}
 		return false, nil
 	})
@@ -224,7 +225,7 @@ func waitGone(ctx context.Context, log *zap.Logger, urls []string, dataDir strin
 		return fmt.Errorf("cannot tell whether etcd stopped: %w", err)
 	case ctx.Err() == nil:
 		// Our own deadline, not the caller's.
-		err = fmt.Errorf("etcd did not stop within %s", stopWait.timeout)
+		err = fmt.Errorf("etcd did not stop within %s", lim.timeout)
 	}
 	if last.gone() {
 		return fmt.Errorf("member process gone for less than %s (not yet trusted): %w", goneSettle, err)

@@ -22,6 +22,7 @@ type staticPod struct {
 	parkDir      string
 	parkedPath   string // parkDir/<manifest file name>
 	urls         []string
+	stopWait     waitLimits
 	log          *zap.Logger
 
 	mu sync.Mutex // one Stop/Start at a time: both move the same files
@@ -34,7 +35,7 @@ type staticPod struct {
 // rename); otherwise the manifest is copied and fsynced before the original
 // is removed. listenURLs are the member's client and peer URLs, used to see that the
 // process is gone.
-func NewStaticPod(manifestPath, parkDir string, listenURLs []string, log *zap.Logger) Runtime {
+func NewStaticPod(manifestPath, parkDir string, listenURLs []string, log *zap.Logger, opts ...Option) Runtime {
 	if log == nil {
 		log = zap.NewNop()
 	}
@@ -43,6 +44,7 @@ func NewStaticPod(manifestPath, parkDir string, listenURLs []string, log *zap.Lo
 		parkDir:      parkDir,
 		parkedPath:   filepath.Join(parkDir, filepath.Base(manifestPath)),
 		urls:         listenURLs,
+		stopWait:     limits(opts),
 		log:          log.With(zap.String("runtime", "static-pod"), zap.String("manifest", manifestPath)),
 	}
 }
@@ -102,7 +104,7 @@ func (s *staticPod) Stop(ctx context.Context) error {
 	default:
 		return s.errNoManifest()
 	}
-	if err := waitGone(ctx, s.log, s.urls, s.hostDataDir(s.parkedPath)); err != nil {
+	if err := waitGone(ctx, s.log, s.stopWait, s.urls, s.hostDataDir(s.parkedPath)); err != nil {
 		return fmt.Errorf("manifest parked at %s but etcd has not stopped: %w", s.parkedPath, err)
 	}
 	s.log.Info("etcd member stopped")
@@ -208,7 +210,7 @@ func (s *staticPod) install(data []byte, perm os.FileMode) error {
 				continue
 			}
 		}
-		committed, err := writeFileAtomic(s.manifestPath, dir, pattern, data, perm)
+		committed, err := fsutil.WriteFileAtomicVia(s.manifestPath, dir, pattern, data, perm)
 		if committed {
 			return err
 		}

@@ -18,6 +18,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/etcd-agent/etcd-agent/internal/observation"
 )
 
 // State is the local member's state, as exported in the one-hot
@@ -42,12 +44,12 @@ func AllStates() []State {
 
 // Data dir classes, as reported by the localdisk package.
 const (
-	dataDirOK      = "ok"
-	dataDirInUse   = "in-use"
-	dataDirMissing = "missing"
-	dataDirEmpty   = "empty"
-	dataDirCorrupt = "corrupt"
-	dataDirForeign = "foreign"
+	dataDirOK      = observation.DataDirOK
+	dataDirInUse   = observation.DataDirInUse
+	dataDirMissing = observation.DataDirMissing
+	dataDirEmpty   = observation.DataDirEmpty
+	dataDirCorrupt = observation.DataDirCorrupt
+	dataDirForeign = observation.DataDirForeign
 )
 
 // Sample is one poll's observation of the local member and its cluster.

@@ -49,6 +49,12 @@ const (
 	// ReasonSeedFallback: seed mode was refused and the rejoin goes on in
 	// raft mode (the message names the seeding reason).
 	ReasonSeedFallback = "SeedFallback"
+	// ReasonQuarantinePruned: a quarantined copy beyond --quarantine-keep
+	// was deleted (the message names it and why it was redundant).
+	ReasonQuarantinePruned = "QuarantinePruned"
+	// ReasonLearnerRolledBack: a stranded learner (its owner's Lease
+	// expired, no progress for the stall timeout) was removed.
+	ReasonLearnerRolledBack = "RecoveryLearnerRolledBack"
 )
 
 // LastRecovery.Result values.

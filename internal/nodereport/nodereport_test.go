@@ -209,7 +209,7 @@ func TestSetStatusWritesTheStatusAnnotation(t *testing.T) {
 }
 
 var allReasons = []string{nodereport.ReasonMemberLost, nodereport.ReasonRecoveryStarted, nodereport.ReasonRecoveryRefused,
-	nodereport.ReasonRecoverySucceeded, nodereport.ReasonRecoveryFailed, nodereport.ReasonSeedFallback}
+	nodereport.ReasonRecoverySucceeded, nodereport.ReasonRecoveryFailed, nodereport.ReasonSeedFallback, nodereport.ReasonLearnerRolledBack}
 
 func recordAllReasons(r *nodereport.Reporter) {
 	for _, reason := range allReasons {

@@ -151,7 +151,18 @@ func (o Observation) Member(id uint64) (Member, bool) {
 }
 
 // DataDirUsable reports whether a data dir class is one a member can restart on.
-func DataDirUsable(class string) bool { return class == "ok" || class == "in-use" }
+func DataDirUsable(class string) bool { return class == DataDirOK || class == DataDirInUse }
+
+// Data dir classes, the verdicts of package localdisk as Local.DataDirClass
+// holds them (localdisk.Class* are these).
+const (
+	DataDirOK      = "ok"      // usable to restart the member
+	DataDirMissing = "missing" // does not exist
+	DataDirEmpty   = "empty"   // no member data: etcd would start a new member in it
+	DataDirCorrupt = "corrupt" // member data present but unusable
+	DataDirForeign = "foreign" // intact, but another member's or cluster's
+	DataDirInUse   = "in-use"  // a running process holds the db lock
+)
 
 // MatchLocal sets obs.Local.Match: the local member is found by name AND
 // peer URL (rule 7 of the design); a member added but not started yet has
@@ -187,7 +198,7 @@ func matchByList(obs *Observation) {
 	var byBoth, byName, byPeer []Member
 	for _, m := range obs.Members {
 		nameOK := m.Name == l.Name
-		peerOK := overlaps(m.PeerURLs, l.PeerURLs)
+		peerOK := Overlaps(m.PeerURLs, l.PeerURLs)
 		switch {
 		case nameOK && peerOK:
 			byBoth = append(byBoth, m)
@@ -214,7 +225,9 @@ func matchByList(obs *Observation) {
 	}
 }
 
-func overlaps(a, b []string) bool {
+// Overlaps reports whether two URL lists share a URL (a member is known by
+// its peer URLs).
+func Overlaps(a, b []string) bool {
 	for _, x := range a {
 		if slices.Contains(b, x) {
 			return true

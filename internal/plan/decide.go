@@ -47,6 +47,9 @@ func decideIdle(in Input, cfg Config) Decision {
 		}
 	}
 	if d, ok := checkBegin(in, cfg); !ok {
+		if d.Reason == ReasonLearnerPresent {
+			return rollbackStranded(in, cfg, d) // rolled back if stranded
+		}
 		return d
 	}
 	if !in.APIAvailable {
@@ -122,10 +125,7 @@ func checkBegin(in Input, cfg Config) (Decision, bool) {
 	if disp, why := DataDirDisposal(in.DataDirMountPoint, o.Local.DataDirClass); disp == DisposeRefuse {
 		return refuse(ReasonDataDirMountPoint, why), false
 	}
-	if need := snapshotBytesNeeded(o); in.FreeBytes < need {
-		return refuse(ReasonDiskFull, fmt.Sprintf("%d bytes free for the snapshot, need %d", in.FreeBytes, need)), false
-	}
-	return Decision{}, true
+	return checkSpace(in, cfg)
 }
 
 // decideActive: a recovery is open. Steps that change membership are judged
@@ -141,6 +141,9 @@ func decideActive(in Input, cfg Config) Decision {
 			return wait(ReasonLeaseHeldByOther, "recovery open; the Lease is held by "+in.LeaseHolder)
 		}
 		return Decision{Action: Begin, Detail: "resume from phase " + string(j.Phase)}
+	}
+	if j.Kind == journal.KindRollbackLearner {
+		return decideRollback(in, cfg)
 	}
 	if !j.Phase.AtLeast(journal.PhaseStopped) {
 		// Rule 6: the condition is re-verified once the Lease is held, on a
@@ -180,7 +183,7 @@ func decideActive(in Input, cfg Config) Decision {
 		if j.Phase.AtLeast(journal.PhaseLearnerAdded) {
 			return Decision{Action: Finish, Reason: ReasonLearnerGone, Detail: fmt.Sprintf("learner %x is no longer a member", uint64(j.NewMemberID))}
 		}
-		return decideAdd(o)
+		return decideAdd(in, cfg)
 	}
 	if uint64(j.NewMemberID) != ours.ID {
 		if !ours.IsLearner {
@@ -255,9 +258,16 @@ func decideRemove(o observation.Observation, old observation.Member) Decision {
 }
 
 // decideAdd: rule 3. Only as a learner, only when no other learner exists
-// and the healthy voters are a quorum.
-func decideAdd(o observation.Observation) Decision {
+// and the healthy voters are a quorum. A stranded learner (its owner took
+// the Lease while ours had expired, and died) is removed first: we hold the
+// Lease now.
+func decideAdd(in Input, cfg Config) Decision {
+	o := in.Obs
 	if ls := o.Learners(); len(ls) > 0 {
+		if d := rollbackStranded(in, cfg, Decision{}); d.Action == RollbackLearner {
+			d.Action = RemoveStrandedLearner
+			return d
+		}
 		return wait(ReasonLearnerPresent, fmt.Sprintf("learner %x (%s) is present; one learner at a time", ls[0].ID, ls[0].Name))
 	}
 	n := o.Voters()
@@ -340,15 +350,6 @@ func memberWithPeerURLs(o observation.Observation, peerURLs []string, exclude ui
 		}
 	}
 	return observation.Member{}, false
-}
-
-// snapshotBytesNeeded: the largest member db plus 10% and 64 MiB of slack.
-func snapshotBytesNeeded(o observation.Observation) uint64 {
-	var maxDB int64
-	for _, m := range o.Members {
-		maxDB = max(maxDB, m.DBSize)
-	}
-	return uint64(maxDB)*11/10 + 64<<20
 }
 
 func backoffLeft(in Input, cfg Config) time.Duration {

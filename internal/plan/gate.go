@@ -74,7 +74,7 @@ func DecideGate(in GateInput) GateVerdict {
 	o, j := in.Obs, in.Journal
 	listed := o.MemberListError == ""
 	switch in.DataDirClass {
-	case "ok":
+	case observation.DataDirOK:
 		if !in.DataDirVerified {
 			return hold(GateUnverified, "the data dir check did not finish ("+in.DataDirDetail+"): its contents are unknown")
 		}
@@ -90,7 +90,7 @@ func DecideGate(in GateInput) GateVerdict {
 		}
 		return hold(GateIdentityMismatch, fmt.Sprintf("the data dir belongs to member %x, this member serves as %s: waiting for the agent to replace it",
 			in.DataDirMemberID, hexIDs(expected)))
-	case "missing", "empty":
+	case observation.DataDirMissing, observation.DataDirEmpty:
 	default:
 		return hold(GateDataDirUnusable, fmt.Sprintf("data dir is %s (%s): waiting for the agent to replace it", in.DataDirClass, in.DataDirDetail))
 	}

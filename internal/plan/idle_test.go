@@ -170,11 +170,11 @@ func TestBackoffAfterFailure(t *testing.T) {
 
 func TestDiskFull(t *testing.T) {
 	const db = 1 << 30
-	need := uint64(db)*11/10 + 64*mib
+	need := AttemptBytesNeeded(db, false, true).Quarantine
 	want(t, Decide(cluster(3, 2, dbSize(db), free(need-1))), Refuse, ReasonDiskFull)
 	want(t, Decide(cluster(3, 2, dbSize(db), free(need-1), request())), Refuse, ReasonDiskFull)
 	want(t, Decide(cluster(3, 2, dbSize(db), free(need))), Begin, ReasonNone)
-	want(t, Decide(cluster(3, 2, dbSize(0), free(64*mib-1))), Refuse, ReasonDiskFull)
+	want(t, Decide(cluster(3, 2, dbSize(0), free(128*mib-1))), Refuse, ReasonDiskFull)
 	// The largest member's db counts.
 	big := member(observation.Member{ID: id(11), Name: "node11", PeerURLs: []string{peer(11)}, Serving: true, DBSize: 4 * db})
 	want(t, Decide(cluster(3, 2, dbSize(db), free(need), big)), Refuse, ReasonDiskFull)

@@ -56,7 +56,8 @@ func TestDecideInvariants(t *testing.T) {
 	// The generator must reach every action and every reason Decide gives,
 	// or the invariants above prove little.
 	for _, a := range []Action{Nothing, Refuse, Begin, StopMember, TakeSnapshot, RemoveMember, AddLearner, AdoptLearner,
-		PrepareDataDir, StartMember, WaitCatchUp, Promote, RemoveStalledLearner, Verify, Finish} {
+		PrepareDataDir, StartMember, WaitCatchUp, Promote, RemoveStalledLearner, Verify, Finish,
+		RollbackLearner, RemoveStrandedLearner} {
 		if actions[a] == 0 {
 			t.Errorf("no random input led to %s", a)
 		}
@@ -64,7 +65,8 @@ func TestDecideInvariants(t *testing.T) {
 	for _, rs := range []Reason{ReasonNone, ReasonMajorityLost, ReasonWouldLoseQuorum, ReasonLearnerPresent,
 		ReasonLeaseHeldByOther, ReasonAPIUnavailable, ReasonAmbiguousIdentity, ReasonInGracePeriod,
 		ReasonMemberHealthy, ReasonDryRun, ReasonDiskFull, ReasonBadRequest, ReasonBackoff,
-		ReasonNoSnapshotSource, ReasonLearnerStalled, ReasonLearnerGone, ReasonAutoHealDisabled, ReasonNotNeeded} {
+		ReasonNoSnapshotSource, ReasonLearnerStalled, ReasonLearnerGone, ReasonAutoHealDisabled, ReasonNotNeeded,
+		ReasonLearnerStranded, ReasonLearnerRolledBack} {
 		if reasons[rs] == 0 {
 			t.Errorf("no random input led to reason %q", rs)
 		}
@@ -147,7 +149,7 @@ func invariants(in Input, c Config, d Decision) []string {
 	// (g) only Begin without the Lease, and only with the API up and the Lease free.
 	switch d.Action {
 	case Nothing, Refuse:
-	case Begin:
+	case Begin, RollbackLearner:
 		if !in.APIAvailable || in.LeaseHolder != "" {
 			fail("(g) begins with API %v, Lease held by %q", in.APIAvailable, in.LeaseHolder)
 		}
@@ -173,7 +175,50 @@ func invariants(in Input, c Config, d Decision) []string {
 			fail("stops without a request a member the tracker says is %s (healthy %v)", in.Verdict.State, localHealthy)
 		}
 	}
-	if d.Reason == ReasonNotNeeded && (d.Action != Finish || j.Phase != journal.PhaseStarted || in.Request != nil) {
+	// (h) a stranded learner: rolled back (idle) only by an agent that
+	// wants to heal, with quorum, the Lease free, not a dry run, a listed
+	// learner not ours, its clock past the stall timeout and not caught up;
+	// removed only under an open rollback record naming it, Lease held.
+	if d.Action == RollbackLearner {
+		wanted := in.Request != nil || in.Verdict.State == memberstate.Lost && c.AutoHeal
+		var clock time.Time
+		for _, p := range in.Learners {
+			if p.ID == d.MemberID {
+				clock = p.Since
+			}
+		}
+		leader, hasLeader := o.Member(o.LeaderID)
+		caughtUp := hasLeader && target.Serving && (target.AppliedIndex >= leader.RaftIndex || leader.RaftIndex-target.AppliedIndex <= c.MaxLearnerLag)
+		switch {
+		case j.Active() || !wanted || dry || lost || localHealthy && in.Request == nil:
+			fail("(h) rolls back: journal %q, wanted %v, dry %v, quorum lost %v, local healthy %v", j.Phase, wanted, dry, lost, localHealthy)
+		case !targetListed || !target.IsLearner || slices.Contains(target.PeerURLs, localPeer):
+			fail("(h) rolls back %+v: not a listed learner of another member", target)
+		case clock.IsZero() || in.Now.Sub(clock) <= c.LearnerStallTimeout || caughtUp:
+			fail("(h) rolls back learner %x with clock %s (stall timeout %s), caught up %v", d.MemberID, clock, c.LearnerStallTimeout, caughtUp)
+		}
+	}
+	if j.Active() && j.Kind == journal.KindRollbackLearner && !slices.Contains([]Action{Nothing, Refuse, Begin, Finish, RemoveStrandedLearner}, d.Action) {
+		fail("(h) %s under a rollback record", d.Action)
+	}
+	if d.Action == RemoveStrandedLearner {
+		// Under the rollback record naming it, or at our own rejoin's add
+		// (past the snapshot, our old member gone) if it is stranded.
+		atAdd := j.Kind == "" && j.Phase.AtLeast(journal.PhaseSnapshotted) && !j.Phase.AtLeast(journal.PhaseLearnerAdded)
+		rollback := j.Kind == journal.KindRollbackLearner && d.MemberID == uint64(j.LearnerID)
+		var clock time.Time
+		for _, p := range in.Learners {
+			if p.ID == d.MemberID {
+				clock = p.Since
+			}
+		}
+		strandedNow := !clock.IsZero() && in.Now.Sub(clock) > c.LearnerStallTimeout && !slices.Contains(target.PeerURLs, localPeer)
+		if !(rollback || atAdd && strandedNow) || !targetListed || !target.IsLearner || lost || !in.LeaseHeld {
+			fail("(h) removes %x as stranded: record kind %q learner %x phase %q, stranded %v, listed learner %v, quorum lost %v, Lease held %v",
+				d.MemberID, j.Kind, uint64(j.LearnerID), j.Phase, strandedNow, targetListed && target.IsLearner, lost, in.LeaseHeld)
+		}
+	}
+	if d.Reason == ReasonNotNeeded && (d.Action != Finish || j.Phase != journal.PhaseStarted || in.Request != nil && j.Kind == "") {
 		fail("not-needed as %s in phase %q with request %v", d.Action, j.Phase, in.Request)
 	}
 	// A dry run changes nothing in any phase: no action but Nothing or
@@ -192,8 +237,9 @@ func invariants(in Input, c Config, d Decision) []string {
 		if !wanted || dry || len(o.Learners()) > 0 || o.Local.Match == observation.MatchAmbiguous || localListed && local.IsLearner {
 			fail("begins: wanted %v, dry run %v, %d learners, match %s", wanted, dry, len(o.Learners()), o.Local.Match)
 		}
-		if in.FreeBytes < snapshotBytesNeeded(o) {
-			fail("begins with %d bytes free", in.FreeBytes)
+		need := AttemptBytesNeeded(maxDBSize(o), c.RejoinSeed, !in.DataDirOtherFS)
+		if in.FreeBytes < need.Quarantine || in.DataDirOtherFS && in.DataDirFreeBytes < need.DataDir {
+			fail("begins with %d bytes free (data dir's filesystem: %d, other %v), need %+v", in.FreeBytes, in.DataDirFreeBytes, in.DataDirOtherFS, need)
 		}
 	}
 	// Adopt only a learner with our peer URL whose add's answer was lost.
@@ -289,7 +335,13 @@ func randomInput(r *rand.Rand) (Input, Config) {
 		o.Local.MatchDetail = "forced " + string(o.Local.Match)
 	}
 
-	in := Input{Now: t0, Obs: o, APIAvailable: pick(0.85), LeaseHeld: pick(0.5), FreeBytes: snapshotBytesNeeded(o)}
+	seed := pick(0.5)
+	in := Input{Now: t0, Obs: o, APIAvailable: pick(0.85), LeaseHeld: pick(0.5), DataDirOtherFS: pick(0.2)}
+	need := AttemptBytesNeeded(maxDBSize(o), seed, !in.DataDirOtherFS)
+	in.FreeBytes, in.DataDirFreeBytes = need.Quarantine, need.DataDir
+	if pick(0.05) && in.DataDirOtherFS {
+		in.DataDirFreeBytes -= 1 + r.Uint64N(in.DataDirFreeBytes)
+	}
 	if pick(0.2) {
 		in.LeaseHolder = "node2/node2"
 	}
@@ -336,10 +388,22 @@ func randomInput(r *rand.Rand) (Input, Config) {
 	if pick(0.3) {
 		j.Failures, j.LastFailureAt = 1+r.IntN(5), t0.Add(-time.Duration(r.Int64N(int64(20*time.Minute))))
 	}
+	if pick(0.1) { // a rollback record of a stranded learner
+		j.Kind, j.LearnerID = journal.KindRollbackLearner, journal.MemberID([]uint64{id(19), id(18), id(17), id(99)}[r.IntN(4)])
+	}
 	in.Journal = j
+	// The watchdog's learner clocks: most learners have one, from up to
+	// 10 minutes ago (the stall timeout is 5 minutes).
+	for _, m := range o.Learners() {
+		if pick(0.8) {
+			in.Learners = append(in.Learners, memberstate.LearnerProgress{ID: m.ID, Applied: m.AppliedIndex,
+				Since: t0.Add(-time.Duration(r.Int64N(int64(10 * time.Minute))))})
+		}
+	}
 	c := defaultConfig()
 	c.AutoHeal, c.DryRun = pick(0.8), pick(0.1)
 	c.MaxLearnerLag = []uint64{0, 1, 100, 1000, 5000}[r.IntN(5)]
+	c.RejoinSeed = seed
 	return in, c
 }
 
@@ -352,6 +416,7 @@ func cloneInput(in Input) Input {
 	}
 	out.Obs.Local.PeerURLs = slices.Clone(in.Obs.Local.PeerURLs)
 	out.Journal.PeerURLs = slices.Clone(in.Journal.PeerURLs)
+	out.Learners = slices.Clone(in.Learners)
 	if in.Request != nil {
 		r := *in.Request
 		out.Request = &r
@@ -369,8 +434,9 @@ func describe(in Input, c Config) string {
 			m.IsLearner, m.Serving, m.RaftIndex, m.AppliedIndex)
 	}
 	j := in.Journal
-	fmt.Fprintf(&b, "  journal phase=%q old=%x new=%x peers=%v progress=%s failures=%d\n", j.Phase, uint64(j.OldMemberID),
+	fmt.Fprintf(&b, "  journal kind=%q learner=%x phase=%q old=%x new=%x peers=%v progress=%s failures=%d\n", j.Kind, uint64(j.LearnerID), j.Phase, uint64(j.OldMemberID),
 		uint64(j.NewMemberID), j.PeerURLs, j.LearnerProgressAt, j.Failures)
-	fmt.Fprintf(&b, "  api=%v held=%v holder=%q free=%d config=%+v", in.APIAvailable, in.LeaseHeld, in.LeaseHolder, in.FreeBytes, c)
+	fmt.Fprintf(&b, "  learner clocks %+v\n", in.Learners)
+	fmt.Fprintf(&b, "  api=%v held=%v holder=%q free=%d dataDirFree=%d otherFS=%v config=%+v", in.APIAvailable, in.LeaseHeld, in.LeaseHolder, in.FreeBytes, in.DataDirFreeBytes, in.DataDirOtherFS, c)
 	return b.String()
 }

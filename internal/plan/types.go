@@ -36,6 +36,14 @@ const (
 	RemoveStalledLearner Action = "remove-learner" // the learner made no progress: remove it, fail cleanly
 	Verify               Action = "verify"         // check health and HashKV across voters
 	Finish               Action = "finish"         // release the Lease, close the journal with Result
+	// RollbackLearner: no recovery is open and a stranded learner (not
+	// ours, no live Lease, no progress for the stall timeout) blocks ours:
+	// acquire the Lease and open a rollback record for MemberID (DESIGN
+	// §5: the new holder resumes or rolls back).
+	RollbackLearner Action = "rollback-learner"
+	// RemoveStrandedLearner: the rollback record's step, with the Lease
+	// held and re-checked on a fresh observation: MemberRemove MemberID.
+	RemoveStrandedLearner Action = "remove-stranded-learner"
 )
 
 // Reason is a refusal or wait code; exported as a metric label, an Event and in status.
@@ -69,6 +77,12 @@ const (
 	// ReasonDataDirMountPoint: the data dir is a mount point holding etcd
 	// data (DataDirDisposal): it cannot be quarantined, never deleted.
 	ReasonDataDirMountPoint Reason = "data-dir-mount-point"
+	// ReasonLearnerStranded: a learner no agent heals any more (no live
+	// Lease, no progress for the stall timeout) is to be rolled back.
+	ReasonLearnerStranded Reason = "learner-stranded"
+	// ReasonLearnerRolledBack: a rollback record closed with the stranded
+	// learner removed.
+	ReasonLearnerRolledBack Reason = "learner-rolled-back"
 )
 
 // RefusalReasons lists the codes a recovery can be refused with (for
@@ -105,9 +119,19 @@ type Input struct {
 	// DataDirMountPoint: the data dir is a mount point (it cannot be
 	// renamed into the quarantine).
 	DataDirMountPoint bool
+	// DataDirOtherFS: the data dir is on another filesystem than the
+	// quarantine (a dedicated disk mounted at it); DataDirFreeBytes is then
+	// that filesystem's free space (see AttemptBytesNeeded).
+	DataDirOtherFS   bool
+	DataDirFreeBytes uint64
 	// Backups says where the newest snapshots are (the quarantine), for the
 	// refusals that leave a restore to a person.
 	Backups string
+	// Learners is every learner's progress as the watchdog remembers it
+	// across polls (memberstate.LearnerTracker): the stranded-learner rule's
+	// clock. A learner without an entry has no clock yet and is never
+	// stranded.
+	Learners []memberstate.LearnerProgress
 }
 
 // Config is the decision's tunables.
@@ -120,6 +144,9 @@ type Config struct {
 	// consecutive failure up to MaxRetryBackoff.
 	RetryBackoff    time.Duration
 	MaxRetryBackoff time.Duration
+	// RejoinSeed: the learner's data dir is seeded from a streamed snapshot
+	// (heal.RejoinSeed), which the free-space check counts.
+	RejoinSeed bool
 }
 
 // Decision is Decide's answer.

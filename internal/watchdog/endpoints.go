@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"time"
 
 	"github.com/etcd-agent/etcd-agent/internal/fsutil"
 	"github.com/etcd-agent/etcd-agent/internal/observation"
@@ -45,14 +46,31 @@ func (w *Watchdog) learnEndpoints(members []observation.Member, clusterID uint64
 	}
 	w.endpoints = eps
 	if w.cfg.EndpointsFile != "" {
-		b, _ := json.Marshal(w.endpoints)
-		err := os.MkdirAll(filepath.Dir(w.cfg.EndpointsFile), 0o755)
-		if err == nil {
-			err = fsutil.WriteFileAtomic(w.cfg.EndpointsFile, b, 0o644)
+		w.saveEndpoints()
+	}
+}
+
+// saveEndpoints persists w.endpoints; a file found corrupt at start is first
+// renamed aside (<file>.corrupt-<UTC time>), never silently overwritten,
+// and while that fails nothing is written. Called with w.mu held.
+func (w *Watchdog) saveEndpoints() {
+	file := w.cfg.EndpointsFile
+	if w.corruptAside {
+		aside := file + ".corrupt-" + time.Now().UTC().Format("20060102T150405.000000000Z")
+		if err := os.Rename(file, aside); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			w.cfg.Log.Error("the corrupt learned endpoints file could not be kept aside; not overwriting it", zap.String("file", file), zap.Error(err))
+			return
 		}
-		if err != nil {
-			w.cfg.Log.Warn("learned endpoints not saved", zap.Error(err))
-		}
+		w.corruptAside = false
+		w.cfg.Log.Warn("corrupt learned endpoints file kept aside; writing the learned ones anew", zap.String("file", file), zap.String("keptAs", aside))
+	}
+	b, _ := json.Marshal(w.endpoints)
+	err := os.MkdirAll(filepath.Dir(file), 0o755)
+	if err == nil {
+		err = fsutil.WriteFileAtomic(file, b, 0o644)
+	}
+	if err != nil {
+		w.cfg.Log.Warn("learned endpoints not saved", zap.Error(err))
 	}
 }
 
@@ -64,6 +82,9 @@ func pruneEndpoints(keep []string, members []observation.Member) []string {
 	}
 	return uniq(out)
 }
+
+// errCorruptEndpoints: the file was read but is not a JSON list of URLs.
+var errCorruptEndpoints = errors.New("corrupt learned endpoints file")
 
 // loadEndpoints reads the persisted endpoints (none when the file does not
 // exist yet).
@@ -80,7 +101,11 @@ func loadEndpoints(path string) ([]string, error) {
 	}
 	var eps []string
 	if err := json.Unmarshal(b, &eps); err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
+		return nil, fmt.Errorf("%w %s: %w", errCorruptEndpoints, path, err)
 	}
 	return eps, nil
 }
+
+// LoadError is why the learned endpoints file could not be read at start
+// (nil when it was read, or did not exist).
+func (w *Watchdog) LoadError() error { return w.loadErr }

@@ -64,3 +64,36 @@ func TestCorruptEndpointsFileIsLogged(t *testing.T) {
 		t.Fatalf("a corrupt %s was read silently; logged: %v", file, logs.All())
 	}
 }
+
+// A corrupt endpoints file is not overwritten silently by the next learned
+// list: it is kept aside (endpoints.json.corrupt-<time>) for a person to
+// look at, and its error stays visible (LoadError, for the metric).
+func TestCorruptEndpointsFileIsKeptAsideNotOverwritten(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "endpoints.json")
+	corrupt := []byte(`["http://10.0.0.7:23`)
+	if err := os.WriteFile(file, corrupt, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	w := testWatchdog(t, file, nil)
+	if w.LoadError() == nil {
+		t.Fatal("LoadError is nil for a corrupt file")
+	}
+	w.learnEndpoints([]observation.Member{{ID: 3, ClientURLs: []string{"http://10.0.0.3:2379"}}}, 7)
+	aside, _ := filepath.Glob(file + ".corrupt-*")
+	if len(aside) != 1 {
+		t.Fatalf("corrupt file kept aside as %v, want one %s.corrupt-<time>", aside, file)
+	}
+	if b, err := os.ReadFile(aside[0]); err != nil || string(b) != string(corrupt) {
+		t.Fatalf("kept aside %q (%v), want the corrupt content %q", b, err, corrupt)
+	}
+	var saved []string
+	if b, err := os.ReadFile(file); err != nil || json.Unmarshal(b, &saved) != nil || len(saved) == 0 {
+		t.Fatalf("learned endpoints not saved after keeping the corrupt file aside: %q %v", b, err)
+	}
+	// Only once: the next change overwrites the (now good) file.
+	w.learnEndpoints([]observation.Member{{ID: 1, ClientURLs: []string{"http://10.0.0.5:2379"}}}, 7)
+	if aside, _ := filepath.Glob(file + ".corrupt-*"); len(aside) != 1 {
+		t.Fatalf("kept aside again: %v", aside)
+	}
+}

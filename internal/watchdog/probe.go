@@ -3,13 +3,13 @@ package watchdog
 import (
 	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
-	"net"
-	"net/url"
 	"slices"
 	"sync"
 	"time"
 
+	"github.com/etcd-agent/etcd-agent/internal/netprobe"
 	"github.com/etcd-agent/etcd-agent/internal/observation"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
@@ -130,16 +130,11 @@ func (c *clients) memberList(ctx context.Context, endpoints []string, requireLea
 // port refuses is down now, and asking it over gRPC would wait out the
 // whole timeout (clientv3 waits for a ready connection).
 func reachable(endpoint string) bool {
-	u, err := url.Parse(endpoint)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") {
-		return true // unix sockets and the like: let gRPC tell
+	accepted, _, err := netprobe.Dial(endpoint, 300*time.Millisecond)
+	if errors.Is(err, netprobe.ErrUnprobeable) {
+		return true // let gRPC tell
 	}
-	conn, err := net.DialTimeout("tcp", u.Host, 300*time.Millisecond)
-	if err != nil {
-		return false
-	}
-	conn.Close()
-	return true
+	return accepted
 }
 
 // answer is who answered a Status request: its header's member and cluster

@@ -8,6 +8,7 @@ package watchdog
 import (
 	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"slices"
 	"sort"
@@ -56,6 +57,9 @@ type Config struct {
 type Result struct {
 	Observation observation.Observation
 	Verdict     memberstate.Verdict
+	// Learners is the progress of every learner in the member list (the
+	// stranded-learner rule's input), remembered across polls.
+	Learners []memberstate.LearnerProgress
 }
 
 // Watchdog observes; Observe is one poll, Run polls until its context ends.
@@ -63,7 +67,9 @@ type Watchdog struct {
 	cfg     Config
 	clients *clients
 	tracker memberstate.Tracker
-	deep    deepCache
+	// learners clocks every learner's progress, ours or not.
+	learners memberstate.LearnerTracker
+	deep     deepCache
 
 	mu        sync.Mutex
 	endpoints []string
@@ -74,6 +80,10 @@ type Watchdog struct {
 	// list (no leader), the members it named are still probed one by one,
 	// so that a lost majority is reported with real counts.
 	lastMembers []observation.Member
+	// loadErr: the learned endpoints file could not be read at start;
+	// corruptAside: it is corrupt and is kept aside before the first write.
+	loadErr      error
+	corruptAside bool
 }
 
 // New checks cfg and returns a Watchdog.
@@ -93,7 +103,9 @@ func New(cfg Config) (*Watchdog, error) {
 	w := &Watchdog{cfg: cfg, clients: newClients(cfg.TLS, cfg.ProbeTimeout)}
 	learned, err := loadEndpoints(cfg.EndpointsFile)
 	if err != nil {
-		cfg.Log.Error("learned endpoints unreadable; using the configured ones until a member list answers", zap.Error(err))
+		cfg.Log.Error("learned endpoints unreadable; using the configured ones until a member list answers (a corrupt file is kept aside before it is rewritten)",
+			zap.String("file", cfg.EndpointsFile), zap.Error(err))
+		w.loadErr, w.corruptAside = err, errors.Is(err, errCorruptEndpoints)
 	}
 	w.endpoints = uniq(append(append([]string{cfg.Identity.ClientURL}, cfg.Endpoints...), learned...))
 	return w, nil
@@ -111,7 +123,7 @@ func (w *Watchdog) Observe(ctx context.Context, now time.Time) Result {
 	w.lastPollTook = time.Since(start)
 	w.mu.Unlock()
 	v := w.tracker.Observe(sampleOf(obs), memberstate.Config{GracePeriod: w.cfg.GracePeriod, MaxSampleGap: gap})
-	return Result{Observation: obs, Verdict: v}
+	return Result{Observation: obs, Verdict: v, Learners: w.learners.Observe(obs.At, learnerSamples(obs))}
 }
 
 // maxSampleGap is how far apart two samples may be and still count as one
@@ -296,13 +308,13 @@ func sampleOf(o observation.Observation) memberstate.Sample {
 	}
 }
 
-func overlaps(a, b []string) bool {
-	for _, x := range a {
-		if slices.Contains(b, x) {
-			return true
-		}
+// learnerSamples are the learners of an observation, for the learner tracker.
+func learnerSamples(o observation.Observation) []memberstate.LearnerSample {
+	var out []memberstate.LearnerSample
+	for _, m := range o.Learners() {
+		out = append(out, memberstate.LearnerSample{ID: m.ID, Serving: m.Serving, Applied: m.AppliedIndex})
 	}
-	return false
+	return out
 }
 
 func uniq(in []string) []string {

@@ -1,0 +1,80 @@
+package heal
+
+import (
+	"path/filepath"
+	"time"
+
+	"github.com/etcd-agent/etcd-agent/internal/journal"
+	"github.com/etcd-agent/etcd-agent/internal/localdisk"
+	"github.com/etcd-agent/etcd-agent/internal/memberstate"
+	"github.com/etcd-agent/etcd-agent/internal/nodereport"
+	"github.com/etcd-agent/etcd-agent/internal/watchdog"
+	"go.uber.org/zap"
+)
+
+// Housekeep enforces --quarantine-keep from the idle loop, on an
+// observation no recovery acted on: the member's copies (quarantined data
+// dirs, pre-change snapshots) beyond the newest QuarantineKeep of each kind
+// are deleted once they are provably redundant (localdisk.Prunable): the
+// member has been healthy (the tracker's verdict, quorum held) since after
+// they were made, and for QuarantinePruneAfter, and no recovery is open.
+// These are the only deletions the agent makes: each is logged, an Event
+// and counted.
+func (h *Healer) Housekeep(res watchdog.Result) {
+	v := res.Verdict
+	if v.State != memberstate.Healthy || v.MajorityLost {
+		h.healthySince = time.Time{}
+		return
+	}
+	if h.healthySince.IsZero() {
+		h.healthySince = res.Observation.At
+	}
+	if h.now().Sub(h.healthySince) < h.cfg.QuarantinePruneAfter {
+		return // cheap: most polls stop here (the run below only starts later)
+	}
+	j, _, err := journal.Load(h.cfg.StateDir, h.cfg.Member)
+	if err != nil {
+		h.pruneError("read the journal before pruning the quarantine", err)
+		return
+	}
+	since := h.healthySince
+	if j.FinishedAt.After(since) {
+		// A recovery ran unseen by this loop: healthy since its end at most.
+		since = j.FinishedAt
+	}
+	st := localdisk.PruneState{Keep: h.cfg.QuarantineKeep, RecoveryOpen: j.Active(), HealthySince: since,
+		Now: h.now(), MinHealthy: h.cfg.QuarantinePruneAfter, Protect: []string{j.QuarantinePath, j.SnapshotPath}}
+	if st.RecoveryOpen || st.Now.Sub(since) < st.MinHealthy {
+		return // no need to list the quarantine
+	}
+	entries, err := localdisk.ListQuarantine(h.cfg.QuarantineDir, filepath.Base(h.cfg.DataDir), h.cfg.Member)
+	if err != nil {
+		h.pruneError("list the quarantine", err)
+		return
+	}
+	for _, e := range localdisk.Prunable(entries, st) {
+		if err := localdisk.RemoveQuarantined(h.cfg.QuarantineDir, e); err != nil {
+			h.pruneError("prune "+e.Path, err)
+			continue
+		}
+		h.metrics.QuarantinePrunedTotal.WithLabelValues(h.cfg.Member).Inc()
+		h.log.Info("quarantined copy pruned (--quarantine-keep): the member has been healthy since it was made",
+			zap.String("path", e.Path), zap.String("kind", e.Kind), zap.Time("made", e.At), zap.Time("healthySince", since),
+			zap.Int("keep", h.cfg.QuarantineKeep))
+		if h.reporter != nil {
+			h.reporter.Eventf("Normal", nodereport.ReasonQuarantinePruned,
+				"member %s: deleted quarantined %s %s (made %s): beyond the newest %d, the member healthy since %s",
+				h.cfg.Member, e.Kind, e.Path, e.At.Format(time.RFC3339), h.cfg.QuarantineKeep, since.UTC().Format(time.RFC3339))
+		}
+	}
+}
+
+// pruneError logs a pruning failure once per distinct error (Housekeep
+// runs every poll) and counts each.
+func (h *Healer) pruneError(what string, err error) {
+	h.metrics.QuarantinePruneErrors.WithLabelValues(h.cfg.Member).Inc()
+	if msg := what + ": " + err.Error(); msg != h.lastPruneErr {
+		h.lastPruneErr = msg
+		h.log.Warn("quarantine pruning failed; copies are kept", zap.String("what", what), zap.Error(err))
+	}
+}

@@ -1,0 +1,142 @@
+package heal
+
+import (
+	"context"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/etcd-agent/etcd-agent/internal/journal"
+	"github.com/etcd-agent/etcd-agent/internal/memberstate"
+	"github.com/etcd-agent/etcd-agent/internal/nodereport"
+	"github.com/etcd-agent/etcd-agent/internal/observation"
+	"github.com/etcd-agent/etcd-agent/internal/plan"
+	"github.com/etcd-agent/etcd-agent/internal/watchdog"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+)
+
+const strandedID = 0xb9
+
+// withStranded adds the learner a dead owner left (unstarted: no name, not
+// serving) and the watchdog's clock on it: no progress for idle.
+func withStranded(res watchdog.Result, idle time.Duration) watchdog.Result {
+	o := res.Observation
+	o.Members = append(slices.Clone(o.Members), observation.Member{ID: strandedID, PeerURLs: []string{peerURL(9)}, IsLearner: true})
+	res.Observation = o
+	res.Learners = []memberstate.LearnerProgress{{ID: strandedID, Since: o.At.Add(-idle)}}
+	return res
+}
+
+// Issue 10 item 5: a learner whose owner died (its Lease expired: free
+// here) and that made no progress for the stall timeout is rolled back by
+// the next Lease holder: journaled, fenced, an Event; then our heal may
+// begin. Before: refused learner-present, forever.
+func TestStrandedLearnerIsRolledBackThenTheHealMayBegin(t *testing.T) {
+	lost := cluster3(memberstate.Lost, 2, 3)
+	stranded := withStranded(lost, 10*time.Minute) // stall timeout 5m
+	r := newRig(t, stranded, lost)                 // after the remove, the learner is gone
+	// Our heal is considered again at once, on a fresh observation (the
+	// third): by then another agent has taken the Lease, so it is refused
+	// (else it would begin; see Plan below).
+	r.obs.onObserve = func(n int) {
+		if n == 3 {
+			r.lease.other = "node9/m9"
+		}
+	}
+	out := r.h.Consider(context.Background(), stranded, nil)
+	if !slices.Equal(r.cluster.removed, []uint64{strandedID}) {
+		t.Fatalf("Consider: %s/%q (%s); removed %x, want the stranded learner %x removed", out.Decision.Action, out.Decision.Reason,
+			out.Decision.Detail, r.cluster.removed, strandedID)
+	}
+	j := r.journal(t)
+	if j.Kind != journal.KindRollbackLearner || uint64(j.LearnerID) != strandedID || j.Active() ||
+		j.Result != journal.ResultSucceeded || j.Reason != string(plan.ReasonLearnerRolledBack) || j.PhaseTimes[journal.PhaseRemoved].IsZero() {
+		t.Fatalf("journal %+v: want a closed rollback record of %x, removed, succeeded, learner-rolled-back", j, strandedID)
+	}
+	if n := r.rep.count(nodereport.ReasonLearnerRolledBack); n != 1 {
+		t.Fatalf("%d %s Events, want 1 (events %v)", n, nodereport.ReasonLearnerRolledBack, r.rep.events)
+	}
+	if v := testutil.ToFloat64(r.m.LearnerRollbacksTotal.WithLabelValues("m1")); v != 1 {
+		t.Fatalf("learner_rollbacks_total = %v, want 1", v)
+	}
+	if r.rt.stops != 0 || r.lease.renewing || r.lease.acquires != 1 {
+		t.Fatalf("rollback: %d stops of the local member, Lease renewing %v after %d acquires", r.rt.stops, r.lease.renewing, r.lease.acquires)
+	}
+	if out.Decision.Reason != plan.ReasonLeaseHeldByOther || r.obs.n != 3 {
+		t.Fatalf("after the rollback: %s/%q (%s) after %d observations; want our heal considered at once on a fresh one",
+			out.Decision.Action, out.Decision.Reason, out.Decision.Detail, r.obs.n)
+	}
+	r.lease.other = ""
+	if d := r.h.Plan(context.Background(), lost, nil); d.Action != plan.Begin {
+		t.Fatalf("after the rollback: %s/%q (%s), want our heal to begin", d.Action, d.Reason, d.Detail)
+	}
+}
+
+// Never while another agent holds a live Lease (the owner may be mid-heal),
+// nor a learner that progresses (a slow catch-up by a live owner).
+func TestStrandedLearnerKeptWhileLeaseLiveOrProgressing(t *testing.T) {
+	lost := cluster3(memberstate.Lost, 2, 3)
+	for name, tc := range map[string]struct {
+		res   watchdog.Result
+		other string
+	}{
+		"another agent holds the Lease": {withStranded(lost, 10*time.Minute), "node9/m9"},
+		"progress within the timeout":   {withStranded(lost, time.Minute), ""},
+	} {
+		t.Run(name, func(t *testing.T) {
+			r := newRig(t, tc.res)
+			r.lease.other = tc.other
+			out := r.h.Consider(context.Background(), tc.res, nil)
+			if len(r.cluster.removed) != 0 || out.Decision.Reason != plan.ReasonLearnerPresent {
+				t.Fatalf("%s/%q (%s), removed %x: want learner-present, nothing removed", out.Decision.Action, out.Decision.Reason,
+					out.Decision.Detail, r.cluster.removed)
+			}
+		})
+	}
+}
+
+// An agent killed after the remove and before the journal said so resumes
+// the rollback record: the learner is gone, the record closes as rolled
+// back, nothing removed twice.
+func TestRollbackRecordResumedAfterACrash(t *testing.T) {
+	lost := cluster3(memberstate.Lost, 2, 3)
+	r := newRig(t, lost)
+	j := journal.Record{ID: "rb", Member: "m1", Node: "node1", Request: "auto", Kind: journal.KindRollbackLearner,
+		LearnerID: strandedID, StartedAt: time.Now().UTC(), PeerURLs: []string{peerURL(1)}}
+	j.Advance(journal.PhaseStarted, time.Now().UTC())
+	if err := journal.Save(r.dir, j); err != nil {
+		t.Fatal(err)
+	}
+	r.obs.onObserve = func(n int) {
+		if n == 2 { // the heal considered after the rollback: not begun here
+			r.lease.other = "node9/m9"
+		}
+	}
+	r.h.Consider(context.Background(), lost, nil)
+	got := r.journal(t)
+	if got.Kind != journal.KindRollbackLearner || got.Result != journal.ResultSucceeded || got.Active() || got.Reason != string(plan.ReasonLearnerRolledBack) || len(r.cluster.removed) != 0 {
+		t.Fatalf("resumed rollback: journal kind %q phase %s result %q reason %q, removed %x; want it closed as rolled back, no remove",
+			got.Kind, got.Phase, got.Result, got.Reason, r.cluster.removed)
+	}
+	if r.rt.stops != 0 || r.lease.renewing {
+		t.Fatalf("resumed rollback: %d stops, Lease renewing %v", r.rt.stops, r.lease.renewing)
+	}
+}
+
+// Our rejoin, resumed past the remove, finds another agent's stranded
+// learner at the add: removed (fenced, an Event), then ours is added.
+func TestStrandedLearnerRemovedAtOurAddThenOursAdded(t *testing.T) {
+	gone := cluster3(memberstate.Lost, 2, 3)
+	gone.Observation.Members = gone.Observation.Members[1:] // our old member is removed
+	gone.Observation.Local.Match, gone.Observation.Local.ID = observation.MatchNotFound, 0
+	stranded := withStranded(gone, 10*time.Minute)
+	r := newRig(t, stranded, gone)
+	r.journalAt(t, "auto", journal.PhaseRemoved, 0xa1, 0)
+	r.h.Consider(context.Background(), stranded, nil)
+	if !slices.Equal(r.cluster.removed, []uint64{strandedID}) || !slices.Contains(r.cluster.calls, "add") {
+		t.Fatalf("calls %v, removed %x: want the stranded learner %x removed, then our add", r.cluster.calls, r.cluster.removed, strandedID)
+	}
+	if n := r.rep.count(nodereport.ReasonLearnerRolledBack); n != 1 {
+		t.Fatalf("%d %s Events, want 1", n, nodereport.ReasonLearnerRolledBack)
+	}
+}
