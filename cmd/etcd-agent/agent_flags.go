@@ -34,7 +34,7 @@ func addHealFlags(fs *pflag.FlagSet, c *agent.Config) {
 		ns = "etcd-agent"
 	}
 	fs.StringVar(&c.Namespace, "namespace", ns, "namespace of the recovery Lease (default $POD_NAMESPACE or etcd-agent)")
-	fs.DurationVar(&c.LeaseTTL, "lease-ttl", 30*time.Second, "recovery Lease duration; renewed every third of it while held")
+	fs.DurationVar(&c.LeaseTTL, "lease-ttl", 30*time.Second, "recovery Lease duration; renewed every third of it while held; must exceed the longest fenced step (10s)")
 	fs.BoolVar(&c.AutoHeal, "auto-heal", true, "heal a lost member automatically (false: only on a manual request)")
 	fs.BoolVar(&c.DryRun, "dry-run", false, "plan and report every recovery, change nothing")
 	fs.Uint64Var(&c.MaxLearnerLag, "max-learner-lag", 1000, "promote the learner once its applied index is within this many entries of the leader's")

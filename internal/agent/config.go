@@ -106,6 +106,10 @@ func (c Config) Validate() error {
 			errs = append(errs, fmt.Errorf("--test-hold-at: unknown point %q, want one of %v", p, heal.HoldPoints))
 		}
 	}
+	if c.LeaseTTL != 0 && c.LeaseTTL <= heal.MaxStepTimeout {
+		errs = append(errs, fmt.Errorf("--lease-ttl must be longer than the longest step (%s), so that each step is fenced for its whole timeout; got %s",
+			heal.MaxStepTimeout, c.LeaseTTL))
+	}
 	if c.QuarantinePruneAfter < 0 {
 		errs = append(errs, fmt.Errorf("--quarantine-prune-after must be >= 0, got %s", c.QuarantinePruneAfter))
 	}

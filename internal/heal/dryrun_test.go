@@ -23,10 +23,10 @@ func (l *freeLease) TryAcquire(context.Context, lease.Info) error {
 	l.tries++
 	return lease.ErrHeldByOther
 }
-func (l *freeLease) SetPhase(context.Context, string) error { return nil }
-func (l *freeLease) Confirm(context.Context) error          { return lease.ErrNotHeld }
-func (l *freeLease) Release(context.Context) error          { return nil }
-func (l *freeLease) Holding() bool                          { return false }
+func (l *freeLease) SetPhase(context.Context, string) error          { return nil }
+func (l *freeLease) ConfirmFor(context.Context, time.Duration) error { return lease.ErrNotHeld }
+func (l *freeLease) Release(context.Context) error                   { return nil }
+func (l *freeLease) Holding() bool                                   { return false }
 func (l *freeLease) Current(context.Context) (string, lease.Info, bool, error) {
 	return "", lease.Info{}, true, nil
 }

@@ -31,6 +31,7 @@ type fakeLease struct {
 	held, renewing, apiDown     bool
 	acquires, releases          int
 	downAfterAcquire, confirmOK bool
+	needs                       []time.Duration // ConfirmFor's asks, in order
 	// other, when set, holds the Lease (unexpired) while we do not.
 	other string
 }
@@ -57,6 +58,12 @@ func (l *fakeLease) Confirm(context.Context) error {
 		return lease.ErrNotHeld
 	}
 	return nil
+}
+func (l *fakeLease) ConfirmFor(ctx context.Context, need time.Duration) error {
+	l.mu.Lock()
+	l.needs = append(l.needs, need)
+	l.mu.Unlock()
+	return l.Confirm(ctx)
 }
 func (l *fakeLease) Release(context.Context) error {
 	l.mu.Lock()
@@ -148,11 +155,13 @@ func (r *fakeReporter) count(reason string) int {
 }
 
 // fakeRuntime: with stopHangs, Stop waits for its context to end, as a
-// member that never goes away does.
+// member that never goes away does; stopErr is returned by Stop (after it
+// parked the manifest).
 type fakeRuntime struct {
 	stops, starts int
 	stopHangs     bool
 	hanging       atomic.Bool // Stop waits now
+	stopErr       error
 }
 
 func (f *fakeRuntime) Stop(ctx context.Context) error {
@@ -163,7 +172,7 @@ func (f *fakeRuntime) Stop(ctx context.Context) error {
 		<-ctx.Done()
 		return ctx.Err()
 	}
-	return nil
+	return f.stopErr
 }
 func (f *fakeRuntime) Start(context.Context, string) error { f.starts++; return nil }
 func (f *fakeRuntime) Stopped() (bool, error)              { return f.stops > f.starts, nil }
@@ -175,6 +184,8 @@ type fakeCluster struct {
 	hash  uint32
 	// addErrs are returned by the next MemberAddAsLearner calls, in order.
 	addErrs []error
+	// onMoveLeader, if set, runs during MoveLeader (e.g. the Lease is lost meanwhile).
+	onMoveLeader func()
 	// removed are the IDs MemberRemove was called with.
 	removed []uint64
 }
@@ -199,6 +210,9 @@ func (c *fakeCluster) MemberPromote(context.Context, []string, uint64) error {
 }
 func (c *fakeCluster) MoveLeader(context.Context, []string, uint64) error {
 	c.calls = append(c.calls, "move-leader")
+	if c.onMoveLeader != nil {
+		c.onMoveLeader()
+	}
 	return nil
 }
 func (c *fakeCluster) Revision(context.Context, []string) (int64, error) { return 7, nil }

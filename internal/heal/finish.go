@@ -139,6 +139,9 @@ func (h *Healer) close(ctx context.Context, j *journal.Record, d plan.Decision, 
 	} else if result == journal.ResultSucceeded {
 		j.Failures = 0
 	}
+	if result == journal.ResultFailed {
+		h.putBack(ctx, j)
+	}
 	phase := j.Phase
 	j.Advance(journal.PhaseDone, now)
 	if err := journal.Save(h.cfg.StateDir, *j); err != nil {

@@ -30,7 +30,8 @@ import (
 type Lease interface {
 	TryAcquire(ctx context.Context, info lease.Info) error
 	SetPhase(ctx context.Context, phase string) error
-	Confirm(ctx context.Context) error
+	// ConfirmFor is the fence before a destructive step of up to need.
+	ConfirmFor(ctx context.Context, need time.Duration) error
 	Release(ctx context.Context) error
 	Holding() bool
 	Current(ctx context.Context) (holder string, info lease.Info, expired bool, err error)
@@ -144,6 +145,10 @@ type Healer struct {
 	// clearPending: clearing an answered request's trigger failed; retried
 	// on every Consider, and meanwhile a request is that answered one.
 	clearPending bool
+	// mountPoint tells whether a path is a mount point (localdisk.IsMountPoint).
+	mountPoint func(string) (bool, error)
+	// stopSlice is how long one fenced slice of the stop lasts (stopTimeout).
+	stopSlice time.Duration
 	// healthySince starts the member's current healthy run as the idle
 	// loop saw it (zero when not healthy); lastPruneErr is the last pruning
 	// failure logged (Housekeep).
@@ -183,6 +188,7 @@ func New(cfg Config, obs Observer, newLease func(uint64) (Lease, error), rt memb
 	if h.now == nil {
 		h.now = time.Now
 	}
+	h.mountPoint, h.stopSlice = localdisk.IsMountPoint, stopTimeout
 	return h
 }
 
@@ -355,6 +361,9 @@ func (h *Healer) baseInput(res watchdog.Result, req *plan.Request, j journal.Rec
 	}
 	sp := localdisk.SpaceFor(h.cfg.DataDir, h.cfg.QuarantineDir)
 	in.FreeBytes, in.DataDirFreeBytes, in.DataDirOtherFS = sp.QuarantineFree, sp.DataDirFree, sp.DataDirOtherFS
+	if mp, err := h.mountPoint(h.cfg.DataDir); err == nil {
+		in.DataDirMountPoint = mp
+	} // else unknown: the executor looks again before the rename, which refuses a mount point itself
 	in.Backups = localdisk.BackupsHint(h.cfg.QuarantineDir)
 	return in
 }

@@ -3,6 +3,7 @@ package heal
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/etcd-agent/etcd-agent/internal/lease"
 )
@@ -11,11 +12,11 @@ import (
 // Release matter to leaseOf).
 type heldLease struct{ held bool }
 
-func (l *heldLease) TryAcquire(context.Context, lease.Info) error { l.held = true; return nil }
-func (l *heldLease) SetPhase(context.Context, string) error       { return nil }
-func (l *heldLease) Confirm(context.Context) error                { return nil }
-func (l *heldLease) Release(context.Context) error                { l.held = false; return nil }
-func (l *heldLease) Holding() bool                                { return l.held }
+func (l *heldLease) TryAcquire(context.Context, lease.Info) error    { l.held = true; return nil }
+func (l *heldLease) SetPhase(context.Context, string) error          { return nil }
+func (l *heldLease) ConfirmFor(context.Context, time.Duration) error { return nil }
+func (l *heldLease) Release(context.Context) error                   { l.held = false; return nil }
+func (l *heldLease) Holding() bool                                   { return l.held }
 func (l *heldLease) Current(context.Context) (string, lease.Info, bool, error) {
 	return "", lease.Info{}, false, nil
 }

@@ -23,25 +23,44 @@ import (
 	"go.uber.org/zap"
 )
 
+// Each destructive step's own timeout. The step's deadline is set before
+// its fence, and the fence asks the Lease to outlive it (ConfirmFor), so no
+// other agent can hold the Lease while the step may still land. Each must be
+// shorter than the Lease's TTL (--lease-ttl, validated at start).
+const (
+	// stopTimeout bounds one stop of the member (park the manifest or run
+	// the stop command, then wait until the process is gone). A slower stop
+	// is retried on a fresh decision and a fresh fence (runtime.Stop is
+	// idempotent).
+	stopTimeout = 10 * time.Second
+	// quarantineTimeout covers the rename of the data dir and its fsyncs.
+	quarantineTimeout = 5 * time.Second
+	// memberChangeTimeout bounds one MemberRemove, MemberAddAsLearner or
+	// MemberPromote.
+	memberChangeTimeout = 10 * time.Second
+	// leaderHandOffTimeout bounds MoveLeader before the stop (not
+	// destructive; the stop after it is fenced anew).
+	leaderHandOffTimeout = 10 * time.Second
+)
+
+// MaxStepTimeout is the longest step timeout: the Lease's TTL must exceed
+// it, or no step can be fenced.
+const MaxStepTimeout = max(stopTimeout, quarantineTimeout, memberChangeTimeout)
+
 // stopAndQuarantine stops the local member and renames its data dir into
-// the quarantine (never deletes: rule 8).
+// the quarantine (never deletes: rule 8). Both are fenced right before
+// they happen: the hand-off can take its whole timeout, the stop too.
 func (h *Healer) stopAndQuarantine(ctx context.Context, res watchdog.Result, j *journal.Record) error {
 	if err := h.handOffLeadership(ctx, res, uint64(j.OldMemberID)); err != nil {
 		// Not fatal: stopping a leader costs an election, not safety.
 		h.log.Warn("leadership hand-off before the stop failed; the cluster will elect a new leader", zap.Error(err))
 	}
-	if err := h.runtime.Stop(ctx); err != nil {
-		return fmt.Errorf("stop member (%s): %w", h.runtime.Describe(), err)
-	}
-	if _, err := os.Lstat(h.cfg.DataDir); os.IsNotExist(err) {
-		return nil // nothing to keep
-	}
-	if err := os.MkdirAll(h.cfg.QuarantineDir, 0o700); err != nil {
+	if err := h.stopFenced(ctx); err != nil {
 		return err
 	}
-	dst, err := localdisk.QuarantineDataDir(h.cfg.DataDir, h.cfg.QuarantineDir, time.Now())
-	if err != nil {
-		return fmt.Errorf("quarantine %s: %w", h.cfg.DataDir, err)
+	dst, err := h.quarantineDataDir(ctx)
+	if err != nil || dst == "" {
+		return err
 	}
 	j.QuarantinePath = dst
 	h.log.Info("data dir quarantined (kept, not deleted)", zap.String("from", h.cfg.DataDir), zap.String("to", dst))
@@ -50,6 +69,60 @@ func (h *Healer) stopAndQuarantine(ctx context.Context, res watchdog.Result, j *
 			zap.Int("keep", h.cfg.QuarantineKeep), zap.Strings("beyond", over))
 	}
 	return nil
+}
+
+// stopFenced stops the member in slices of h.stopSlice (stopTimeout), each
+// fenced right before it: the first parks the manifest (or runs the stop
+// command), the next ones only wait on (runtime.Stop is idempotent). A
+// member slow to go keeps the Lease proven for every moment it may still be
+// going down; the whole stop is bounded by ctx (the step's own deadline).
+func (h *Healer) stopFenced(ctx context.Context) error {
+	for {
+		sctx, cancel := context.WithTimeout(ctx, h.stopSlice)
+		err := h.fence(ctx, h.stopSlice)
+		if err == nil {
+			err = h.runtime.Stop(sctx)
+			if err != nil {
+				err = fmt.Errorf("stop member (%s): %w", h.runtime.Describe(), err)
+			}
+		}
+		sliceOver := sctx.Err() != nil
+		cancel()
+		if err == nil || ctx.Err() != nil || !sliceOver || !errors.Is(err, context.DeadlineExceeded) {
+			return err
+		}
+		h.log.Info("member still stopping; fencing the Lease again and waiting on", zap.Duration("slice", h.stopSlice))
+	}
+}
+
+// quarantineDataDir renames the data dir into the quarantine, fenced right
+// before the rename, as plan.DataDirDisposal says on a fresh look: nothing
+// to do for a missing data dir or an empty mount point (""), an error for
+// a mount point holding etcd data (refused before the stop; here only if
+// it changed since).
+func (h *Healer) quarantineDataDir(ctx context.Context) (string, error) {
+	mount, err := h.mountPoint(h.cfg.DataDir)
+	if err != nil {
+		return "", fmt.Errorf("is data dir %s a mount point: %w", h.cfg.DataDir, err)
+	}
+	switch disp, why := plan.DataDirDisposal(mount, string(localdisk.ClassifyLayout(h.cfg.DataDir).Class)); disp {
+	case plan.DisposeKeep:
+		h.log.Info("data dir left in place", zap.String("dataDir", h.cfg.DataDir), zap.String("why", why))
+		return "", nil
+	case plan.DisposeRefuse:
+		return "", fmt.Errorf("%s: %s", plan.ReasonDataDirMountPoint, why)
+	}
+	if err := os.MkdirAll(h.cfg.QuarantineDir, 0o700); err != nil {
+		return "", err
+	}
+	if err := h.fence(ctx, quarantineTimeout); err != nil {
+		return "", err
+	}
+	dst, err := localdisk.QuarantineDataDir(h.cfg.DataDir, h.cfg.QuarantineDir, time.Now())
+	if err != nil {
+		return "", fmt.Errorf("quarantine %s: %w", h.cfg.DataDir, err)
+	}
+	return dst, nil
 }
 
 // handOffLeadership moves leadership away from the local member before it is
@@ -71,7 +144,7 @@ func (h *Healer) handOffLeadership(ctx context.Context, res watchdog.Result, loc
 	if to.ID == 0 {
 		return errors.New("no serving follower to hand leadership to")
 	}
-	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	rctx, cancel := context.WithTimeout(ctx, leaderHandOffTimeout)
 	defer cancel()
 	start := time.Now()
 	if err := h.cluster.MoveLeader(rctx, me.ClientURLs, to.ID); err != nil {
@@ -119,27 +192,31 @@ func voterEndpoints(o observation.Observation) ([]string, error) {
 	return eps, nil
 }
 
-// fence confirms, right before a membership change, that we still hold the
-// Lease (rule 5); the caller decided on a fresh member list.
-func (h *Healer) fence(ctx context.Context) error {
+// fence confirms, right before a destructive step, that we still hold the
+// Lease (rule 5) and will for longer than need, the step's own timeout (a
+// fresh read from the API; renewed first when less is left). The caller
+// decided on a fresh member list and set the step's deadline before the
+// fence. A failed fence wraps lease.ErrNotHeld: the recovery stops and
+// re-decides (recover's lease-lost path).
+func (h *Healer) fence(ctx context.Context, need time.Duration) error {
 	if h.lease == nil {
 		return errors.New("no Lease")
 	}
-	return h.lease.Confirm(ctx)
+	return h.lease.ConfirmFor(ctx, need)
 }
 
 // memberChange runs one membership change: fenced on the Lease, sent to
 // the serving voters of the fresh observation, bounded in time.
 func (h *Healer) memberChange(ctx context.Context, res watchdog.Result, change func(ctx context.Context, endpoints []string) error) error {
-	if err := h.fence(ctx); err != nil {
-		return err
-	}
 	eps, err := voterEndpoints(res.Observation)
 	if err != nil {
 		return err
 	}
-	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	rctx, cancel := context.WithTimeout(ctx, memberChangeTimeout)
 	defer cancel()
+	if err := h.fence(ctx, memberChangeTimeout); err != nil {
+		return err
+	}
 	return change(rctx, eps)
 }
 
@@ -182,11 +259,13 @@ func (h *Healer) addLearner(ctx context.Context, res watchdog.Result, j *journal
 // falls back to raft mode and journals why.
 func (h *Healer) prepareDataDir(ctx context.Context, res watchdog.Result, j *journal.Record) error {
 	if entries, err := os.ReadDir(h.cfg.DataDir); err == nil && len(entries) > 0 {
-		dst, err := localdisk.QuarantineDataDir(h.cfg.DataDir, h.cfg.QuarantineDir, time.Now())
+		dst, err := h.quarantineDataDir(ctx)
 		if err != nil {
-			return fmt.Errorf("quarantine leftover %s: %w", h.cfg.DataDir, err)
+			return fmt.Errorf("leftover data dir: %w", err)
 		}
-		h.log.Info("leftover data dir quarantined", zap.String("to", dst))
+		if dst != "" {
+			h.log.Info("leftover data dir quarantined", zap.String("to", dst))
+		}
 	}
 	j.RejoinMode, j.SeedFallback, j.SeedDetail, j.SeedIndex, j.SeedTerm, j.SeedSource = RejoinRaft, "", "", 0, 0, ""
 	if h.cfg.RejoinMode == RejoinSeed {
@@ -334,11 +413,22 @@ func (h *Healer) startMember(ctx context.Context, res watchdog.Result, j *journa
 	if err := h.holdAt(ctx, HoldMemberStart); err != nil {
 		return err
 	}
+	ic := h.initialCluster(res.Observation, j)
+	if err := h.runtime.Start(ctx, ic); err != nil {
+		return fmt.Errorf("start member (%s): %w", h.runtime.Describe(), err)
+	}
+	h.log.Info("member started as learner", zap.String("initialCluster", ic))
+	return nil
+}
+
+// initialCluster is --initial-cluster for a start: the current members
+// plus self (under our name and the journal's peer URLs).
+func (h *Healer) initialCluster(o observation.Observation, j *journal.Record) string {
 	parts := []string{}
 	for _, u := range j.PeerURLs {
 		parts = append(parts, h.cfg.Member+"="+u)
 	}
-	for _, m := range res.Observation.Members {
+	for _, m := range o.Members {
 		if m.Name == "" || m.ID == uint64(j.OldMemberID) || m.ID == uint64(j.NewMemberID) || observation.Overlaps(m.PeerURLs, j.PeerURLs) {
 			continue // self is listed above, under our name
 		}
@@ -347,12 +437,7 @@ func (h *Healer) startMember(ctx context.Context, res watchdog.Result, j *journa
 		}
 	}
 	sort.Strings(parts)
-	ic := strings.Join(parts, ",")
-	if err := h.runtime.Start(ctx, ic); err != nil {
-		return fmt.Errorf("start member (%s): %w", h.runtime.Describe(), err)
-	}
-	h.log.Info("member started as learner", zap.String("initialCluster", ic))
-	return nil
+	return strings.Join(parts, ",")
 }
 
 // trackLearner records the learner's progress (for the stall timeout) and its lag.

@@ -158,27 +158,71 @@ func (l *Lease) SetPhase(ctx context.Context, phase string) error {
 func (l *Lease) Confirm(ctx context.Context) error {
 	l.opMu.Lock()
 	defer l.opMu.Unlock()
+	_, err := l.confirmLocked(ctx)
+	return err
+}
+
+// ConfirmFor is the fence before a destructive step that may take up to
+// need (its own timeout): as Confirm, and the hold must also last longer
+// than need from now, so that no other agent can take the Lease before the
+// step has ended. With less left (the renewer runs every TTL/3, so up to a
+// third of the TTL is gone), it renews the Lease first (a write under the
+// Lease's resourceVersion, as SetPhase does: it fails if anyone else holds
+// it) and confirms again. A step of TTL or more can never be fenced and is
+// refused. Errors wrap ErrNotHeld (stop and re-decide) or ErrAPIUnavailable.
+//
+// The caller starts the step's deadline before calling ConfirmFor, so the
+// step ends before now+need < the hold's expiry.
+func (l *Lease) ConfirmFor(ctx context.Context, need time.Duration) error {
+	if need >= l.cfg.TTL {
+		return fmt.Errorf("lease %s: a step of %s cannot be fenced by a %s Lease (--lease-ttl must be longer than every step's timeout)",
+			l.describe(), need, l.cfg.TTL)
+	}
+	l.opMu.Lock()
+	defer l.opMu.Unlock()
+	st, err := l.confirmLocked(ctx)
+	if err != nil {
+		return err
+	}
+	if st.ExpiresAt.Sub(l.cfg.Now()) > need {
+		return nil
+	}
+	if err := l.writeLocked(ctx, l.info, false); err != nil {
+		return fmt.Errorf("renew before a step of %s: %w", need, err)
+	}
+	if st, err = l.confirmLocked(ctx); err != nil {
+		return err
+	}
+	if left := st.ExpiresAt.Sub(l.cfg.Now()); left <= need {
+		return fmt.Errorf("%w: lease %s has %s left after a renewal, the step needs %s", ErrNotHeld, l.describe(), left.Round(time.Millisecond), need)
+	}
+	return nil
+}
+
+// confirmLocked reads the Lease (opMu held) and checks that this process
+// holds it, unexpired.
+func (l *Lease) confirmLocked(ctx context.Context) (leaseState, error) {
 	ctx, cancel := context.WithTimeout(ctx, l.requestTimeout())
 	defer cancel()
 	rec, _, err := l.lock.Get(ctx)
 	if err != nil {
 		if isNotFound(err) {
-			return fmt.Errorf("%w: lease %s does not exist", ErrNotHeld, l.describe())
+			return leaseState{}, fmt.Errorf("%w: lease %s does not exist", ErrNotHeld, l.describe())
 		}
-		return l.apiError("read", err)
+		return leaseState{}, l.apiError("read", err)
 	}
 	st := stateOf(rec, l.leases.last, l.cfg.Now())
 	switch {
 	case st.Holder != l.cfg.Holder:
-		return fmt.Errorf("%w: %s", ErrNotHeld, st.describe(l.describe()))
+		return st, fmt.Errorf("%w: %s", ErrNotHeld, st.describe(l.describe()))
 	case st.Expired:
-		return fmt.Errorf("%w: our hold on lease %s expired at %s", ErrNotHeld, l.describe(), st.ExpiresAt.Format(time.RFC3339Nano))
+		return st, fmt.Errorf("%w: our hold on lease %s expired at %s", ErrNotHeld, l.describe(), st.ExpiresAt.Format(time.RFC3339Nano))
 	case !l.acquiredHere():
 		// Our identity, but from an earlier run of this agent or a hold
 		// this process already saw taken: not a fence this process passed.
-		return fmt.Errorf("%w: lease %s names us but was not acquired by this process; call TryAcquire", ErrNotHeld, l.describe())
+		return st, fmt.Errorf("%w: lease %s names us but was not acquired by this process; call TryAcquire", ErrNotHeld, l.describe())
 	}
-	return nil
+	return st, nil
 }
 
 // Release stops renewing and clears holderIdentity and our annotations, so

@@ -41,6 +41,11 @@ const (
 	ReasonMemberLost        = "MemberLost"
 	// ReasonHashMismatch: verify found voters with different HashKV.
 	ReasonHashMismatch = "HashMismatch"
+	// ReasonMemberRestarted: a failed attempt put back the member it had
+	// stopped (never removed, data intact); ReasonMemberLeftStopped: it
+	// could not, and says why (plan.DecidePutBack).
+	ReasonMemberRestarted   = "MemberRestarted"
+	ReasonMemberLeftStopped = "MemberLeftStopped"
 	// ReasonSeedFallback: seed mode was refused and the rejoin goes on in
 	// raft mode (the message names the seeding reason).
 	ReasonSeedFallback = "SeedFallback"

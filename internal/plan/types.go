@@ -74,6 +74,9 @@ const (
 	// ReasonHashMismatch: verify found comparable voters with different
 	// HashKV (JudgeHashes); the attempt fails, a divergent voter serves.
 	ReasonHashMismatch Reason = "hash-mismatch"
+	// ReasonDataDirMountPoint: the data dir is a mount point holding etcd
+	// data (DataDirDisposal): it cannot be quarantined, never deleted.
+	ReasonDataDirMountPoint Reason = "data-dir-mount-point"
 	// ReasonLearnerStranded: a learner no agent heals any more (no live
 	// Lease, no progress for the stall timeout) is to be rolled back.
 	ReasonLearnerStranded Reason = "learner-stranded"
@@ -87,7 +90,7 @@ const (
 func RefusalReasons() []Reason {
 	return []Reason{ReasonMajorityLost, ReasonWouldLoseQuorum, ReasonLearnerPresent, ReasonLeaseHeldByOther,
 		ReasonAPIUnavailable, ReasonAmbiguousIdentity, ReasonMemberHealthy, ReasonDryRun, ReasonDiskFull,
-		ReasonBadRequest, ReasonNoSnapshotSource, ReasonForeignCluster}
+		ReasonBadRequest, ReasonNoSnapshotSource, ReasonForeignCluster, ReasonDataDirMountPoint}
 }
 
 // Request is a manual trigger (Node annotation or `etcd-agent recover`).
@@ -113,6 +116,9 @@ type Input struct {
 	LeaseHolder string
 	// FreeBytes is the free space where the snapshot and quarantine go.
 	FreeBytes uint64
+	// DataDirMountPoint: the data dir is a mount point (it cannot be
+	// renamed into the quarantine).
+	DataDirMountPoint bool
 	// DataDirOtherFS: the data dir is on another filesystem than the
 	// quarantine (a dedicated disk mounted at it); DataDirFreeBytes is then
 	// that filesystem's free space (see AttemptBytesNeeded).

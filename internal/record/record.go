@@ -103,6 +103,9 @@ type Record struct {
 	// member may be down by our hand, and rule 6's re-check no longer asks
 	// whether it came back.
 	StopAttemptedAt time.Time `json:"stopAttemptedAt,omitzero"`
+	// PutBack says what a failed attempt did with the member it stopped
+	// (plan.DecidePutBack): restarted as it was, or left stopped and why.
+	PutBack string `json:"putBack,omitempty"`
 
 	QuarantinePath string `json:"quarantinePath,omitempty"`
 	SnapshotPath   string `json:"snapshotPath,omitempty"`

@@ -1,0 +1,62 @@
+package heal
+
+import (
+	"context"
+	"time"
+
+	"github.com/etcd-agent/etcd-agent/internal/journal"
+	"github.com/etcd-agent/etcd-agent/internal/nodereport"
+	"github.com/etcd-agent/etcd-agent/internal/plan"
+	"go.uber.org/zap"
+)
+
+// putBackTimeout bounds the restart of a member a failed attempt stopped
+// (Start does not wait for the member to serve).
+const putBackTimeout = 10 * time.Second
+
+// putBack, when an attempt fails: a member this attempt stopped goes back
+// to running as it was if plan.DecidePutBack says so (never removed, data
+// intact); otherwise it stays stopped and the journal, the log and an Event
+// say why. Recorded in j.PutBack (the caller saves the journal).
+func (h *Healer) putBack(ctx context.Context, j *journal.Record) {
+	if j.StopAttemptedAt.IsZero() {
+		return // never stopped: nothing to put back, nothing to say
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), putBackTimeout)
+	defer cancel()
+	stopped, err := h.runtime.Stopped()
+	if err != nil {
+		// Unknown: try the start (idempotent) rather than leave it stopped.
+		h.log.Warn("cannot tell whether the member is stopped; assuming it is", zap.Error(err))
+		stopped = true
+	}
+	res := h.obs.Observe(ctx, h.now())
+	pb := plan.DecidePutBack(*j, res.Observation, stopped)
+	log := h.log.With(zap.String("id", j.ID), zap.String("phase", string(j.Phase)), zap.String("why", pb.Reason))
+	if pb.Restart {
+		ic := h.initialCluster(res.Observation, j)
+		if err := h.runtime.Start(ctx, ic); err != nil {
+			j.PutBack = "restart failed: " + err.Error() + " (" + pb.Reason + ")"
+			log.Error("the failed attempt could not restart the member it stopped", zap.Error(err), zap.String("runtime", h.runtime.Describe()))
+			h.event("Warning", nodereport.ReasonMemberLeftStopped, "member %s: %s", h.cfg.Member, j.PutBack)
+			return
+		}
+		j.PutBack = "restarted: " + pb.Reason
+		log.Info("failed attempt: member restarted as it was", zap.String("runtime", h.runtime.Describe()))
+		h.event("Normal", nodereport.ReasonMemberRestarted, "member %s: %s", h.cfg.Member, j.PutBack)
+		return
+	}
+	j.PutBack = "left stopped: " + pb.Reason
+	if !stopped {
+		log.Info("failed attempt: the member runs; nothing to put back")
+		return
+	}
+	log.Warn("failed attempt: the member stays stopped")
+	h.event("Warning", nodereport.ReasonMemberLeftStopped, "member %s: %s", h.cfg.Member, j.PutBack)
+}
+
+func (h *Healer) event(etype, reason, format string, args ...any) {
+	if h.reporter != nil {
+		h.reporter.Eventf(etype, reason, format, args...)
+	}
+}

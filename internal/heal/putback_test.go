@@ -1,0 +1,62 @@
+package heal
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/etcd-agent/etcd-agent/internal/journal"
+	"github.com/etcd-agent/etcd-agent/internal/memberstate"
+	"github.com/etcd-agent/etcd-agent/internal/nodereport"
+	"github.com/etcd-agent/etcd-agent/internal/plan"
+)
+
+// Issue 10 item 4: a recovery that fails before anything was removed puts
+// the member back when its data is intact: here a manual rejoin whose stop
+// parks the manifest but then keeps failing (the process never exits in
+// time). Before, the attempt failed and left the member stopped, the
+// cluster at zero fault tolerance.
+func TestFailedStopPutsTheMemberBack(t *testing.T) {
+	res := cluster3(memberstate.Healthy, 1, 2, 3)
+	r := newRig(t, res)
+	r.rt.stopErr = errBoom
+	out := r.h.Consider(context.Background(), res, &plan.Request{Action: "rejoin"})
+	if out.Result != journal.ResultFailed {
+		t.Fatalf("result %q (%v), want failed", out.Result, out.Err)
+	}
+	if r.rt.starts != 1 {
+		t.Fatalf("the member stopped by the failed attempt was started %d times, want once (stops %d)", r.rt.starts, r.rt.stops)
+	}
+	j := r.journal(t)
+	if !strings.Contains(j.PutBack, "restarted") {
+		t.Fatalf("journal putBack %q, want it to say the member was restarted", j.PutBack)
+	}
+	if n := r.rep.count(nodereport.ReasonMemberRestarted); n != 1 {
+		t.Fatalf("%d MemberRestarted Events, want 1", n)
+	}
+}
+
+// The other side: once the data dir is quarantined the member is not
+// intact, and a failed attempt leaves it stopped (the next attempt rejoins
+// it); the journal and an Event say so.
+func TestFailedAttemptAfterTheQuarantineLeavesTheMemberStopped(t *testing.T) {
+	res := cluster3(memberstate.Lost, 2, 3)
+	r := newRig(t, res)
+	r.journalAt(t, "auto", journal.PhaseStopped, 0xa1, 0)
+	j := r.journal(t)
+	j.StopAttemptedAt, j.QuarantinePath = j.StartedAt, r.dir+"/q/data-1"
+	if err := journal.Save(r.dir, j); err != nil {
+		t.Fatal(err)
+	}
+	r.rt.stops = 1 // stopped by this attempt
+	r.h.fail(context.Background(), &j, plan.Decision{Action: plan.StopMember}, errBoom)
+	if r.rt.starts != 0 {
+		t.Fatalf("a member whose data dir was quarantined was started %d times", r.rt.starts)
+	}
+	if j := r.journal(t); !strings.Contains(j.PutBack, "quarantined") {
+		t.Fatalf("journal putBack %q, want it to say why the member stays stopped", j.PutBack)
+	}
+	if n := r.rep.count(nodereport.ReasonMemberLeftStopped); n != 1 {
+		t.Fatalf("%d MemberLeftStopped Events, want 1", n)
+	}
+}

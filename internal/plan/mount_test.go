@@ -1,0 +1,61 @@
+package plan
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/etcd-agent/etcd-agent/internal/record"
+)
+
+// Issue 10 item 4: a data dir that is a mount point cannot be renamed into
+// the quarantine. Empty (nothing of etcd's in it: UC1 on a dedicated disk)
+// it needs none; holding etcd data it is refused before the stop, since the
+// data is never deleted and the agent does not choose where a whole disk's
+// worth of it goes.
+func TestDataDirDisposal(t *testing.T) {
+	for _, c := range []struct {
+		mount bool
+		class string
+		want  Disposal
+		says  string
+	}{
+		{false, "missing", DisposeKeep, "missing"},
+		{false, "empty", DisposeQuarantine, ""},
+		{false, "corrupt", DisposeQuarantine, ""},
+		{false, "ok", DisposeQuarantine, ""},
+		{true, "missing", DisposeKeep, "missing"},
+		{true, "empty", DisposeKeep, "mount point"},
+		{true, "ok", DisposeRefuse, "mount point"},
+		{true, "in-use", DisposeRefuse, "mount point"},
+		{true, "corrupt", DisposeRefuse, "never deleted"},
+		{true, "foreign", DisposeRefuse, "mount point"},
+	} {
+		got, why := DataDirDisposal(c.mount, c.class)
+		if got != c.want || !strings.Contains(why, c.says) {
+			t.Errorf("DataDirDisposal(mount=%v, %s) = %s (%q), want %s saying %q", c.mount, c.class, got, why, c.want, c.says)
+		}
+	}
+}
+
+func mountPoint() opt { return func(s *spec) { s.in.DataDirMountPoint = true } }
+
+// The refusal comes before the Lease and the stop, and again on the re-check
+// after the Lease; an empty mount point goes ahead.
+func TestMountPointDataDirDecidedBeforeTheStop(t *testing.T) {
+	for _, c := range []struct {
+		name   string
+		opts   []opt
+		action Action
+		reason Reason
+	}{
+		{"lost, corrupt data on a mount point: refused", []opt{dataDir("corrupt"), mountPoint()}, Refuse, ReasonDataDirMountPoint},
+		{"lost, empty mount point (UC1, dedicated disk): begin", []opt{dataDir("empty"), mountPoint()}, Begin, ReasonNone},
+		{"Lease held, corrupt on a mount point: finish before the stop", []opt{dataDir("corrupt"), mountPoint(), held(record.PhaseStarted)}, Finish, ReasonDataDirMountPoint},
+		{"Lease held, empty mount point: stop", []opt{dataDir("empty"), mountPoint(), held(record.PhaseStarted)}, StopMember, ReasonNone},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			d := Decide(cluster(3, 2, c.opts...))
+			want(t, d, c.action, c.reason)
+		})
+	}
+}
