@@ -206,3 +206,13 @@ func (f fieldDefaults) format(v float64) string {
 	}
 	return formatPlain(v)
 }
+
+// axisFormat writes an axis tick in the panel's unit; plain numbers keep the
+// digits a tick needs (decimals is for the values, as in Grafana).
+func (f fieldDefaults) axisFormat(v float64) string {
+	switch f.Unit {
+	case "s", "Bps":
+		return f.format(v)
+	}
+	return formatPlain(v)
+}

@@ -1,12 +1,14 @@
 // render-dashboard renders the etcd-agent Grafana dashboard's panels to a PNG
-// from a recording of the lab agents' /metrics, with the Go standard library
-// only (no Grafana, no plotting library). Its own module: it adds nothing to
-// the product's go.mod.
+// from a recording of the lab agents' /metrics: the dashboard's PromQL is run
+// by Prometheus's own engine (github.com/prometheus/prometheus, the version
+// hack/tools/promtool pins). Its own module: none of that reaches the
+// product's go.mod.
 module github.com/etcd-agent/etcd-agent/hack/render-dashboard
 
 go 1.26.7
 
 require (
+	github.com/prometheus/client_model v0.6.3
 	github.com/prometheus/common v0.72.1
 	github.com/prometheus/prometheus v0.316.0
 )
@@ -61,7 +63,6 @@ require (
 	github.com/pkg/browser v0.0.0-20240102092130-5ac0b6a4141c // indirect
 	github.com/prometheus/client_golang v1.25.0 // indirect
 	github.com/prometheus/client_golang/exp v0.0.0-20261019101427-217707f26b14 // indirect
-	github.com/prometheus/client_model v0.6.3 // indirect
 	github.com/prometheus/otlptranslator v1.0.0 // indirect
 	github.com/prometheus/procfs v0.22.0 // indirect
 	github.com/prometheus/sigv4 v0.5.0 // indirect

@@ -253,7 +253,7 @@ func timeSeries(c *canvas, b box, p panel, d panelData) []legendItem {
 		}
 	}
 	c.timeAxis(b)
-	y := c.valueAxis(b, lo, hi, f.format)
+	y := c.valueAxis(b, lo, hi, f.axisFormat)
 	if len(d.series) == 0 {
 		c.text(b.x0+10, b.y0+10, "no data", 2, colMuted)
 	}
