@@ -1,130 +1,67 @@
 package main
 
 import (
-	"bufio"
 	"fmt"
 	"io"
-	"math"
 	"sort"
-	"strconv"
 	"strings"
+
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 )
 
-// Sample is one series of a scrape.
+// Sample is one series of a scrape, as recorded: a summary or histogram is
+// recorded as its _sum and _count series (the dashboard reads no buckets).
 type Sample struct {
 	Name   string            `json:"n"`
 	Labels map[string]string `json:"l,omitempty"`
 	Value  float64           `json:"v"`
 }
 
-// parseText reads the Prometheus text exposition format (version 0.0.4),
-// keeping the samples whose name has prefix.
+// parseText reads a /metrics response in the Prometheus text format with
+// prometheus/common's expfmt, keeping the series whose name has prefix.
 func parseText(r io.Reader, prefix string) ([]Sample, error) {
-	var out []Sample
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for n := 1; sc.Scan(); n++ {
-		line := strings.TrimSpace(sc.Text())
-		if line == "" || line[0] == '#' || !strings.HasPrefix(line, prefix) {
-			continue
-		}
-		s, err := parseLine(line)
-		if err != nil {
-			return nil, fmt.Errorf("line %d: %w: %q", n, err, line)
-		}
-		out = append(out, s)
-	}
-	return out, sc.Err()
-}
-
-func parseLine(line string) (Sample, error) {
-	s := Sample{}
-	i := strings.IndexAny(line, "{ ")
-	if i < 0 {
-		return s, fmt.Errorf("no value")
-	}
-	s.Name, line = line[:i], line[i:]
-	if line[0] == '{' {
-		s.Labels = map[string]string{}
-		line = line[1:]
-		for {
-			line = strings.TrimLeft(line, " ,")
-			if strings.HasPrefix(line, "}") {
-				line = line[1:]
-				break
-			}
-			eq := strings.Index(line, "=")
-			if eq < 0 || len(line) < eq+2 || line[eq+1] != '"' {
-				return s, fmt.Errorf("bad label")
-			}
-			name := strings.TrimSpace(line[:eq])
-			line = line[eq+2:]
-			var val strings.Builder
-			j := 0
-			for ; j < len(line); j++ {
-				ch := line[j]
-				if ch == '\\' && j+1 < len(line) {
-					j++
-					switch line[j] {
-					case 'n':
-						val.WriteByte('\n')
-					default:
-						val.WriteByte(line[j])
-					}
-					continue
-				}
-				if ch == '"' {
-					break
-				}
-				val.WriteByte(ch)
-			}
-			if j >= len(line) {
-				return s, fmt.Errorf("unterminated label value")
-			}
-			s.Labels[name] = val.String()
-			line = line[j+1:]
-		}
-	}
-	fields := strings.Fields(line)
-	if len(fields) < 1 {
-		return s, fmt.Errorf("no value")
-	}
-	v, err := parseFloat(fields[0])
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := p.TextToMetricFamilies(r)
 	if err != nil {
-		return s, err
+		return nil, err
 	}
-	s.Value = v
-	return s, nil
-}
-
-func parseFloat(f string) (float64, error) {
-	switch f {
-	case "+Inf":
-		return math.Inf(1), nil
-	case "-Inf":
-		return math.Inf(-1), nil
-	case "NaN":
-		return math.NaN(), nil
-	}
-	return strconv.ParseFloat(f, 64)
-}
-
-// key renders name{labels} in a stable order.
-func (s Sample) key() string {
-	names := make([]string, 0, len(s.Labels))
-	for k := range s.Labels {
-		names = append(names, k)
+	names := make([]string, 0, len(families))
+	for name := range families {
+		if strings.HasPrefix(name, prefix) {
+			names = append(names, name)
+		}
 	}
 	sort.Strings(names)
-	var b strings.Builder
-	b.WriteString(s.Name)
-	b.WriteByte('{')
-	for i, k := range names {
-		if i > 0 {
-			b.WriteByte(',')
+	var out []Sample
+	for _, name := range names {
+		mf := families[name]
+		for _, m := range mf.GetMetric() {
+			labels := map[string]string{}
+			for _, lp := range m.GetLabel() {
+				labels[lp.GetName()] = lp.GetValue()
+			}
+			add := func(suffix string, v float64) {
+				out = append(out, Sample{Name: name + suffix, Labels: labels, Value: v})
+			}
+			switch mf.GetType() {
+			case dto.MetricType_COUNTER:
+				add("", m.GetCounter().GetValue())
+			case dto.MetricType_GAUGE:
+				add("", m.GetGauge().GetValue())
+			case dto.MetricType_UNTYPED:
+				add("", m.GetUntyped().GetValue())
+			case dto.MetricType_HISTOGRAM:
+				add("_sum", m.GetHistogram().GetSampleSum())
+				add("_count", float64(m.GetHistogram().GetSampleCount()))
+			case dto.MetricType_SUMMARY:
+				add("_sum", m.GetSummary().GetSampleSum())
+				add("_count", float64(m.GetSummary().GetSampleCount()))
+			default:
+				return nil, fmt.Errorf("%s: metric type %s is not recorded", name, mf.GetType())
+			}
 		}
-		fmt.Fprintf(&b, "%s=%q", k, s.Labels[k])
 	}
-	b.WriteByte('}')
-	return b.String()
+	return out, nil
 }

@@ -1,7 +1,8 @@
 // Command render-dashboard draws the panels of the etcd-agent Grafana
 // dashboard (deploy/grafana/etcd-agent-dashboard.json) to a PNG from the
-// agents' own /metrics, without Grafana or Prometheus, with the Go standard
-// library's image/png and a built-in 5x7 bitmap font.
+// agents' own /metrics, without Grafana: each panel's own PromQL is evaluated
+// by Prometheus's query engine over the recorded samples, and drawn with the
+// Go standard library's image/png and a built-in 5x7 bitmap font.
 //
 //	render-dashboard lab    -repo ../.. -recording run.jsonl.gz -out ../../docs/dashboard.png
 //	render-dashboard record -lab-dir ../../lab -out run.jsonl      (until Ctrl-C)
@@ -10,9 +11,8 @@
 // `lab` brings up a 3-node lab with agents (bin/etcd-agent lab up), records
 // every agent's /metrics once a second, breaks a member and lets the agent
 // heal it, then renders. `record` records a lab that is already running;
-// `render` draws a recording. Each panel is computed in Go the way its PromQL
-// computes it (panels.go); a dashboard panel this program does not know is an
-// error.
+// `render` draws a recording (see README.md for how Grafana's variables are
+// substituted); a panel type this program does not draw is an error.
 package main
 
 import (

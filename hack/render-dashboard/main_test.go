@@ -5,32 +5,51 @@ import (
 	"image/png"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 )
 
-func TestParseText(t *testing.T) {
+// TestParseTextWithExpfmt: a /metrics response is read by expfmt; a
+// histogram is kept as its _sum and _count, other prefixes are dropped.
+func TestParseTextWithExpfmt(t *testing.T) {
 	in := `# HELP etcd_agent_member_state The local member's state.
 # TYPE etcd_agent_member_state gauge
 etcd_agent_member_state{member="node1",state="healthy"} 1
-etcd_agent_member_state{member="node1",state="lost"} 0
-etcd_agent_recovery_phase_duration_seconds_bucket{member="n\"1",phase="stopped",le="+Inf"} 3
+etcd_agent_member_state{member="n\"1",state="lost"} 0
+# TYPE etcd_agent_recovery_phase_duration_seconds histogram
+etcd_agent_recovery_phase_duration_seconds_bucket{member="node1",phase="stopped",le="1"} 2
+etcd_agent_recovery_phase_duration_seconds_bucket{member="node1",phase="stopped",le="+Inf"} 3
+etcd_agent_recovery_phase_duration_seconds_sum{member="node1",phase="stopped"} 4.5
+etcd_agent_recovery_phase_duration_seconds_count{member="node1",phase="stopped"} 3
+# TYPE etcd_agent_cluster_quorum_margin gauge
 etcd_agent_cluster_quorum_margin{member="node1"} -1
+# TYPE go_goroutines gauge
 go_goroutines 42
 `
 	got, err := parseText(strings.NewReader(in), "etcd_agent_")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(got) != 4 {
-		t.Fatalf("got %d samples, want 4: %+v", len(got), got)
+	var keys []string
+	for _, s := range got {
+		keys = append(keys, fmt.Sprintf("%s %v %g", s.Name, s.Labels, s.Value))
 	}
-	if got[2].Labels["member"] != `n"1` || got[2].Labels["le"] != "+Inf" || got[2].Value != 3 {
-		t.Errorf("escaped label: %+v", got[2])
+	want := []string{
+		"etcd_agent_cluster_quorum_margin map[member:node1] -1",
+		"etcd_agent_member_state map[member:node1 state:healthy] 1",
+		`etcd_agent_member_state map[member:n"1 state:lost] 0`,
+		"etcd_agent_recovery_phase_duration_seconds_sum map[member:node1 phase:stopped] 4.5",
+		"etcd_agent_recovery_phase_duration_seconds_count map[member:node1 phase:stopped] 3",
 	}
-	if got[3].Value != -1 {
-		t.Errorf("value: %+v", got[3])
+	slices.Sort(keys)
+	slices.Sort(want)
+	if !slices.Equal(keys, want) {
+		t.Errorf("parsed:\n%s\nwant:\n%s", strings.Join(keys, "\n"), strings.Join(want, "\n"))
+	}
+	if _, err := parseText(strings.NewReader("etcd_agent_x{a=\"1\" 2\n"), "etcd_agent_"); err == nil {
+		t.Error("a malformed line was accepted")
 	}
 }
 
@@ -71,6 +90,10 @@ func synthetic() Recording {
 				if n == 1 && i >= 30 {
 					refusals = 1
 				}
+				refusedSince := 0.0
+				if n == 1 && i >= 30 && i < 36 {
+					refusedSince = float64(t0.Add(30 * time.Second).Unix())
+				}
 				recovered := 0.0
 				if n == 2 && i >= 20 {
 					recovered = 1
@@ -86,6 +109,7 @@ func synthetic() Recording {
 					Sample{Name: "etcd_agent_recoveries_total", Labels: map[string]string{"result": "succeeded"}, Value: recovered},
 					Sample{Name: "etcd_agent_recoveries_total", Labels: map[string]string{"result": "failed"}, Value: 0},
 					Sample{Name: "etcd_agent_recovery_refusals_total", Labels: map[string]string{"reason": "dry-run"}, Value: refusals},
+					Sample{Name: "etcd_agent_recovery_refused_since_timestamp_seconds", Labels: map[string]string{"reason": "dry-run"}, Value: refusedSince},
 				)
 				if n == 2 && i >= 20 {
 					for p, d := range map[string]float64{"started": 0.05, "stopped": 1.2, "snapshotted": 0.8, "removed": 0.02, "learner-added": 0.03, "member-started": 2.5, "promoted": 3.1, "verified": 0.4} {

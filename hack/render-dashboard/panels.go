@@ -1,65 +1,12 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"image/color"
 	"math"
-	"os"
-	"slices"
 	"sort"
-	"strings"
 	"time"
 )
-
-// dashboard is the part of the Grafana dashboard JSON the renderer reads:
-// each panel's title, type, place on Grafana's 24-column grid, and queries
-// (printed under the title, to show what the panel stands for).
-type dashboard struct {
-	Title  string `json:"title"`
-	Panels []struct {
-		Title   string `json:"title"`
-		Type    string `json:"type"`
-		GridPos struct {
-			X, Y, W, H int
-		} `json:"gridPos"`
-		Targets []struct {
-			Expr string `json:"expr"`
-		} `json:"targets"`
-	} `json:"panels"`
-}
-
-func readDashboard(path string) (dashboard, error) {
-	var d dashboard
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return d, err
-	}
-	if err := json.Unmarshal(b, &d); err != nil {
-		return d, fmt.Errorf("%s: %w", path, err)
-	}
-	return d, nil
-}
-
-// panelFunc draws one panel's data into its plot area; it returns the
-// legend entries.
-type panelFunc func(c *canvas, b box, rec Recording) []legendItem
-
-// panelFuncs compute each dashboard panel from the recording the way its
-// PromQL does. A dashboard panel without an entry here is an error, so the
-// PNG and the dashboard cannot drift apart.
-var panelFuncs = map[string]panelFunc{
-	"Member state per node":          memberStatePanel,
-	"Quorum margin":                  quorumMarginPanel,
-	"Data dir status per node":       dataDirPanel,
-	"Voting members":                 votingPanel,
-	"Recovery in progress and Lease": inProgressPanel,
-	"Recovery phase durations":       phaseDurationsPanel,
-	"Recoveries by result":           recoveriesPanel,
-	"Refusals by reason":             refusalsPanel,
-	"Learner lag":                    learnerLagPanel,
-	"Snapshot stream":                snapshotPanel,
-}
 
 const (
 	imageWidth = 1600
@@ -68,20 +15,92 @@ const (
 	rowUnit    = 34
 )
 
-// renderDashboard draws every panel of d from rec.
+type point struct {
+	t time.Time
+	v float64
+}
+
+// panelSeries is one series a panel's query returned, named as Grafana
+// names it (the target's legendFormat).
+type panelSeries struct {
+	name   string
+	points []point // a range query's points, or the one of an instant query
+}
+
+// panelData is what Prometheus answered for a panel, and the step asked for.
+type panelData struct {
+	series []panelSeries
+	step   time.Duration
+	exprs  []string // as sent, variables substituted
+}
+
+// evaluatePanel sends each of p's queries to Prometheus's engine as Grafana
+// would: range queries over the dashboard's range at $__interval, or an
+// instant query at its end for an "instant" target.
+func evaluatePanel(s *promStore, g grafanaRange, vars []dashboardVar, p panel) (panelData, error) {
+	step := g.interval()
+	d := panelData{step: step}
+	// Grafana aligns a range query's start and end to the step.
+	start := time.UnixMilli(g.from.UnixMilli() / step.Milliseconds() * step.Milliseconds())
+	end := time.UnixMilli(g.to.UnixMilli() / step.Milliseconds() * step.Milliseconds())
+	for _, tg := range p.Targets {
+		if tg.Hide {
+			continue
+		}
+		expr, err := g.substitute(tg.Expr, vars)
+		if err != nil {
+			return d, fmt.Errorf("panel %q: %w", p.Title, err)
+		}
+		d.exprs = append(d.exprs, expr)
+		var got []panelSeries
+		if tg.Instant {
+			vec, err := s.instantQuery(expr, g.to)
+			if err != nil {
+				return d, fmt.Errorf("panel %q: %s: %w", p.Title, expr, err)
+			}
+			for _, smp := range vec {
+				got = append(got, panelSeries{name: legendName(tg.LegendFormat, smp.Metric),
+					points: []point{{time.UnixMilli(smp.T).UTC(), smp.F}}})
+			}
+		} else {
+			mat, err := s.rangeQuery(expr, start, end, step)
+			if err != nil {
+				return d, fmt.Errorf("panel %q: %s: %w", p.Title, expr, err)
+			}
+			for _, ser := range mat {
+				ps := panelSeries{name: legendName(tg.LegendFormat, ser.Metric)}
+				for _, fp := range ser.Floats {
+					ps.points = append(ps.points, point{time.UnixMilli(fp.T).UTC(), fp.F})
+				}
+				got = append(got, ps)
+			}
+		}
+		sort.SliceStable(got, func(i, j int) bool { return got[i].name < got[j].name })
+		d.series = append(d.series, got...)
+	}
+	return d, nil
+}
+
+// renderDashboard draws every panel of d from the recording, each from what
+// its own queries return.
 func renderDashboard(d dashboard, rec Recording, source string) (*canvas, error) {
+	s, err := loadRecording(rec)
+	if err != nil {
+		return nil, err
+	}
+	defer s.Close()
 	maxRow := 0
 	for _, p := range d.Panels {
-		if _, ok := panelFuncs[p.Title]; !ok {
-			return nil, fmt.Errorf("panel %q has no renderer in hack/render-dashboard", p.Title)
+		if _, ok := panelDrawers[p.Type]; !ok {
+			return nil, fmt.Errorf("panel %q: type %q is not drawn by hack/render-dashboard", p.Title, p.Type)
 		}
 		maxRow = max(maxRow, p.GridPos.Y+p.GridPos.H)
 	}
 	h := headerH + maxRow*rowUnit + pad
 	c := newCanvas(imageWidth, h, colBackground)
-	t0, t1 := rec[0].T, rec[len(rec)-1].T
+	t0, t1 := s.start, s.end
 	c.text(pad, 14, d.Title, 3, colText)
-	sub := fmt.Sprintf("%s - %s UTC (%s), %d agents, %d scrapes each. Rendered by hack/render-dashboard from %s",
+	sub := fmt.Sprintf("%s - %s UTC (%s), %d agents, %d scrapes each. Rendered by hack/render-dashboard: the dashboard's PromQL over %s",
 		t0.Format("2006-01-02 15:04:05"), t1.Format("15:04:05"), t1.Sub(t0).Round(time.Second), len(rec.nodes()), len(rec), source)
 	c.text(pad, 44, sub, 1, colMuted)
 	uw := float64(imageWidth-2*pad) / 24
@@ -94,480 +113,238 @@ func renderDashboard(d dashboard, rec Recording, source string) (*canvas, error)
 		c.border(x0, y0, x1, y1, colBorder)
 		c.text(x0+10, y0+9, p.Title, 2, colText)
 		b := box{x0: x0 + 70, y0: y0 + 34, x1: x1 - 18, y1: y1 - 38, t0: t0, t1: t1}
-		items := panelFuncs[p.Title](c, b, rec)
+		g := grafanaRange{from: t0, to: t1, maxDataPoints: b.x1 - b.x0, scrapeInterval: s.scrapeInterval}
+		data, err := evaluatePanel(s, g, d.Templating.List, p)
+		if err != nil {
+			return nil, err
+		}
+		items := panelDrawers[p.Type](c, b, p, data)
 		c.legend(b.x0, b.y1+18, x1-10, items)
 	}
 	return c, nil
 }
 
-// --- state timelines -------------------------------------------------------
-
-var memberStateColors = map[string]color.RGBA{"healthy": colGreen, "degraded": colYellow, "down": colOrange,
-	"lost": colRed, "recovering": colBlue, "learner": colPurple}
-var memberStateOrder = []string{"healthy", "degraded", "down", "lost", "recovering", "learner"}
-
-var dataDirColors = map[string]color.RGBA{"ok": colGreen, "missing": colRed, "empty": colOrange, "corrupt": colDarkRed,
-	"foreign": colPurple, "in-use": colBlue}
-var dataDirOrder = []string{"ok", "missing", "empty", "corrupt", "foreign", "in-use"}
-
-type timelineRow struct {
-	name  string
-	state func(r Round) (string, bool)
+// panelDrawers draw a panel's data the way Grafana's panel of that type
+// shows it, from the panel's field config.
+var panelDrawers = map[string]func(c *canvas, b box, p panel, d panelData) []legendItem{
+	"state-timeline": stateTimeline,
+	"timeseries":     timeSeries,
+	"bargauge":       barGauge,
 }
 
-// timeline draws one row per entry; each round's state colors the span up
-// to the next round (Grafana's state timeline); "" or no data stays empty.
-func timeline(c *canvas, b box, rec Recording, rows []timelineRow, colors map[string]color.RGBA, order []string) []legendItem {
-	// Row names left of the plot: make room for the longest.
+// stateTimeline draws one row per series; each point's value, through the
+// panel's value mappings, colors the span up to the next step.
+func stateTimeline(c *canvas, b box, p panel, d panelData) []legendItem {
+	f := p.FieldConfig.Defaults
 	left, need := b.x0-70+10, 0
-	for _, row := range rows {
-		need = max(need, textWidth(row.name, 1)+8)
+	for _, s := range d.series {
+		need = max(need, textWidth(s.name, 1)+8)
 	}
 	b.x0 = max(b.x0, left+need)
 	c.timeAxis(b)
-	rowH := float64(b.y1-b.y0) / float64(len(rows))
+	if len(d.series) == 0 {
+		c.text(b.x0+10, b.y0+10, "no data", 2, colMuted)
+		return nil
+	}
+	rowH := float64(b.y1-b.y0) / float64(len(d.series))
 	seen := map[string]bool{}
-	for i, row := range rows {
+	unmapped := false
+	for i, s := range d.series {
 		ry0 := b.y0 + int(float64(i)*rowH) + 2
 		ry1 := b.y0 + int(float64(i+1)*rowH) - 2
-		c.text(b.x0-8-textWidth(row.name, 1), (ry0+ry1)/2-3, row.name, 1, colText)
+		c.text(b.x0-8-textWidth(s.name, 1), (ry0+ry1)/2-3, s.name, 1, colText)
 		c.fill(b.x0, ry0, b.x1, ry1, colNoData)
-		for j := 0; j < len(rec)-1; j++ {
-			st, ok := row.state(rec[j])
-			col, known := colors[st]
-			if !ok || !known {
-				continue
+		for j, pt := range s.points {
+			next := pt.t.Add(d.step)
+			if j+1 < len(s.points) && s.points[j+1].t.Before(next) {
+				next = s.points[j+1].t
 			}
-			seen[st] = true
-			c.fill(b.x(rec[j].T), ry0, b.x(rec[j+1].T)+1, ry1, col)
+			col := colGrey
+			if m, ok := f.mapValue(pt.v); ok {
+				col, seen[m.text] = m.color, true
+				if col.A == 0 { // transparent: the panel shows through
+					col = colPanel
+				}
+			} else {
+				unmapped = true
+			}
+			c.fill(max(b.x(pt.t), b.x0), ry0, min(b.x(next)+1, b.x1), ry1, col)
 		}
 	}
 	var items []legendItem
-	for _, s := range order {
-		if seen[s] {
-			items = append(items, legendItem{s, colors[s]})
+	for _, m := range f.mappings() {
+		if seen[m.text] && m.color.A != 0 {
+			items = append(items, legendItem{m.text, m.color})
 		}
+	}
+	if unmapped {
+		items = append(items, legendItem{"unmapped value", colGrey})
 	}
 	return append(items, legendItem{"no data", colNoData})
 }
 
-func memberStatePanel(c *canvas, b box, rec Recording) []legendItem {
-	var rows []timelineRow
-	for _, n := range rec.nodes() {
-		rows = append(rows, timelineRow{n, func(r Round) (string, bool) { return r.Nodes[n].oneHot("etcd_agent_member_state", "state") }})
-	}
-	return timeline(c, b, rec, rows, memberStateColors, memberStateOrder)
-}
-
-func dataDirPanel(c *canvas, b box, rec Recording) []legendItem {
-	var rows []timelineRow
-	for _, n := range rec.nodes() {
-		rows = append(rows, timelineRow{n, func(r Round) (string, bool) { return r.Nodes[n].oneHot("etcd_agent_data_dir_status", "status") }})
-	}
-	return timeline(c, b, rec, rows, dataDirColors, dataDirOrder)
-}
-
-func inProgressPanel(c *canvas, b box, rec Recording) []legendItem {
-	var rows []timelineRow
-	yesNo := func(n, metric string) func(Round) (string, bool) {
-		return func(r Round) (string, bool) {
-			v, ok := r.Nodes[n].value(metric, nil)
-			if !ok {
-				return "", false
-			}
-			if v == 1 {
-				return metric, true
-			}
-			return "no", true
-		}
-	}
-	for _, n := range rec.nodes() {
-		rows = append(rows, timelineRow{n + " recovering", yesNo(n, "etcd_agent_recovery_in_progress")},
-			timelineRow{n + " holds Lease", yesNo(n, "etcd_agent_lease_held")})
-	}
-	colors := map[string]color.RGBA{"etcd_agent_recovery_in_progress": colBlue, "etcd_agent_lease_held": colPurple, "no": colPanel}
-	items := timeline(c, b, rec, rows, colors, nil)
-	return append([]legendItem{{"recovering", colBlue}, {"holds the Lease", colPurple}}, items...)
-}
-
-// --- time series -------------------------------------------------------------
-
-type point struct {
-	t time.Time
-	v float64
-}
-
-type series struct {
-	name   string
-	color  color.RGBA
-	points []point
-}
-
-// lines draws series over [lo, hi] (auto when lo == hi); step draws them as
-// steps (a gauge holds its value until the next scrape).
-func lines(c *canvas, b box, ss []series, lo, hi float64, step bool, format func(float64) string, bands func(y func(float64) int)) []legendItem {
-	if lo == hi {
-		lo, hi = math.Inf(1), math.Inf(-1)
-		for _, s := range ss {
-			for _, p := range s.points {
-				lo, hi = math.Min(lo, p.v), math.Max(hi, p.v)
+// timeSeries draws lines (steps with lineInterpolation stepAfter), or
+// stacked bars with drawStyle bars, with the panel's thresholds as areas or
+// lines.
+func timeSeries(c *canvas, b box, p panel, d panelData) []legendItem {
+	f := p.FieldConfig.Defaults
+	bars := f.Custom.DrawStyle == "bars"
+	stacked := bars && f.Custom.Stacking.Mode == "normal"
+	lo, hi := math.Inf(1), math.Inf(-1)
+	if stacked {
+		sums := map[time.Time]float64{}
+		for _, s := range d.series {
+			for _, pt := range s.points {
+				sums[pt.t] += pt.v
 			}
 		}
-		if math.IsInf(lo, 0) {
-			lo, hi = 0, 1
+		for _, v := range sums {
+			lo, hi = math.Min(lo, v), math.Max(hi, v)
 		}
-		lo = math.Min(lo, 0)
-		hi = hi + (hi-lo)*0.1
-		if hi <= lo {
-			hi = lo + 1
-		}
-	}
-	if bands != nil {
-		y := func(v float64) int {
-			return b.y1 - int(math.Round((v-lo)/(hi-lo)*float64(b.y1-b.y0)))
-		}
-		bands(y)
-	}
-	c.timeAxis(b)
-	y := c.valueAxis(b, lo, hi, format)
-	var items []legendItem
-	for _, s := range ss {
-		for i := 1; i < len(s.points); i++ {
-			p0, p1 := s.points[i-1], s.points[i]
-			if p1.t.Sub(p0.t) > 5*time.Second { // a gap in the scrapes: no line
-				continue
-			}
-			x0, x1 := b.x(p0.t), b.x(p1.t)
-			if step {
-				c.line(x0, y(p0.v), x1, y(p0.v), s.color, 2)
-				c.line(x1, y(p0.v), x1, y(p1.v), s.color, 2)
-			} else {
-				c.line(x0, y(p0.v), x1, y(p1.v), s.color, 2)
-			}
-		}
-		items = append(items, legendItem{s.name, s.color})
-	}
-	return items
-}
-
-// perNode collects f(scrape) per node over the recording.
-func perNode(rec Recording, f func(*Scrape) (float64, bool)) []series {
-	var out []series
-	for i, n := range rec.nodes() {
-		s := series{name: n, color: colPalette[i%len(colPalette)]}
-		for _, r := range rec {
-			if v, ok := f(r.Nodes[n]); ok {
-				s.points = append(s.points, point{r.T, v})
-			}
-		}
-		out = append(out, s)
-	}
-	return out
-}
-
-func quorumMarginPanel(c *canvas, b box, rec Recording) []legendItem {
-	ss := perNode(rec, func(s *Scrape) (float64, bool) { return s.value("etcd_agent_cluster_quorum_margin", nil) })
-	hi := 2.0
-	for _, s := range ss {
-		for _, p := range s.points {
-			hi = math.Max(hi, p.v+1)
-		}
-	}
-	bands := func(y func(float64) int) {
-		c.fill(b.x0, y(0), b.x1, y(-1.5), color.RGBA{0xf2, 0x49, 0x5c, 0x30})
-		c.fill(b.x0, y(1), b.x1, y(0), color.RGBA{0xff, 0x98, 0x30, 0x30})
-		c.fill(b.x0, y(hi), b.x1, y(1), color.RGBA{0x73, 0xbf, 0x69, 0x22})
-	}
-	return lines(c, b, ss, -1.5, hi, true, formatPlain, bands)
-}
-
-func votingPanel(c *canvas, b box, rec Recording) []legendItem {
-	voting := series{name: "voting", color: colBlue}
-	healthy := series{name: "healthy (worst view)", color: colGreen}
-	for _, r := range rec {
-		vmax, hmin, any := math.Inf(-1), math.Inf(1), false
-		for _, s := range r.Nodes {
-			v, ok1 := s.value("etcd_agent_cluster_voting_members", nil)
-			h, ok2 := s.value("etcd_agent_cluster_healthy_voting_members", nil)
-			if ok1 && ok2 {
-				vmax, hmin, any = math.Max(vmax, v), math.Min(hmin, h), true
-			}
-		}
-		if any {
-			voting.points = append(voting.points, point{r.T, vmax})
-			healthy.points = append(healthy.points, point{r.T, hmin})
-		}
-	}
-	hi := 1.0
-	for _, p := range voting.points {
-		hi = math.Max(hi, p.v+1)
-	}
-	return lines(c, b, []series{voting, healthy}, 0, hi, true, formatPlain, nil)
-}
-
-func learnerLagPanel(c *canvas, b box, rec Recording) []legendItem {
-	ss := perNode(rec, func(s *Scrape) (float64, bool) { return s.value("etcd_agent_learner_lag_entries", nil) })
-	items := lines(c, b, ss, 0, 0, false, formatPlain, nil)
-	// The promotion bound (--max-learner-lag, default 1000), if in range.
-	hi := 0.0
-	for _, s := range ss {
-		for _, p := range s.points {
-			hi = math.Max(hi, p.v)
-		}
-	}
-	if hi*1.1 >= 1000 {
-		y := b.y1 - int(1000/(hi*1.1)*float64(b.y1-b.y0))
-		c.dashed(b.x0, b.x1, y, colRed)
-		items = append(items, legendItem{"--max-learner-lag 1000", colRed})
 	} else {
-		c.text(b.x1-textWidth("max-learner-lag 1000: off scale", 1), b.y0+2, "max-learner-lag 1000: off scale", 1, colMuted)
-	}
-	return items
-}
-
-func snapshotPanel(c *canvas, b box, rec Recording) []legendItem {
-	var ss []series
-	for i, n := range rec.nodes() {
-		s := series{name: n, color: colPalette[i%len(colPalette)]}
-		var prev *point
-		for _, r := range rec {
-			v, ok := r.Nodes[n].value("etcd_agent_snapshot_bytes_total", nil)
-			if !ok {
-				prev = nil
-				continue
-			}
-			if prev != nil {
-				d := v - prev.v
-				if d < 0 {
-					d = v // counter reset
-				}
-				s.points = append(s.points, point{r.T, d / r.T.Sub(prev.t).Seconds()})
-			}
-			prev = &point{r.T, v}
-		}
-		ss = append(ss, s)
-	}
-	return lines(c, b, ss, 0, 0, false, formatBytesRate, nil)
-}
-
-// --- counters as bars ----------------------------------------------------------
-
-// increases returns, per label value of label and per time bin, the summed
-// increase of counter name over the nodes (increase() per $__rate_interval).
-func increases(rec Recording, name, label string, bins []time.Time) map[string][]float64 {
-	out := map[string][]float64{}
-	for _, n := range rec.nodes() {
-		last := map[string]float64{} // per series key: last value seen
-		bin := 0
-		for _, r := range rec {
-			for bin < len(bins)-1 && !r.T.Before(bins[bin+1]) {
-				bin++
-			}
-			s := r.Nodes[n]
-			if s == nil || !s.Up {
-				continue
-			}
-			for _, smp := range s.Samples {
-				if smp.Name != name {
-					continue
-				}
-				k := smp.key()
-				prev, seen := last[k]
-				last[k] = smp.Value
-				d := smp.Value - prev // a series that appears counts from 0
-				if seen && d < 0 {
-					d = smp.Value // reset
-				}
-				if d <= 0 {
-					continue
-				}
-				lv := smp.Labels[label]
-				if out[lv] == nil {
-					out[lv] = make([]float64, len(bins)-1)
-				}
-				out[lv][min(bin, len(bins)-2)] += d
+		for _, s := range d.series {
+			for _, pt := range s.points {
+				lo, hi = math.Min(lo, pt.v), math.Max(hi, pt.v)
 			}
 		}
 	}
-	return out
-}
-
-func timeBins(rec Recording, n int) []time.Time {
-	t0, t1 := rec[0].T, rec[len(rec)-1].T
-	w := niceDuration(t1.Sub(t0) / time.Duration(n))
-	var bins []time.Time
-	for t := t0; t.Before(t1); t = t.Add(w) {
-		bins = append(bins, t)
+	if math.IsInf(lo, 0) {
+		lo, hi = 0, 1
 	}
-	return append(bins, t1)
-}
-
-func niceDuration(d time.Duration) time.Duration {
-	for _, s := range []time.Duration{time.Second, 2 * time.Second, 5 * time.Second, 10 * time.Second, 15 * time.Second, 30 * time.Second, time.Minute} {
-		if d <= s {
-			return s
-		}
+	lo = math.Min(lo, 0)
+	if f.Min != nil {
+		lo = *f.Min
 	}
-	return d.Round(time.Minute)
-}
-
-// stackedBars draws one stacked bar per bin.
-func stackedBars(c *canvas, b box, bins []time.Time, data map[string][]float64, order []string, colors map[string]color.RGBA) []legendItem {
-	hi := 1.0
-	for i := 0; i < len(bins)-1; i++ {
-		sum := 0.0
-		for _, v := range data {
-			sum += v[i]
+	hi += math.Max((hi-lo)*0.1, 0.5)
+	if f.Max != nil {
+		hi = *f.Max
+	}
+	if hi <= lo {
+		hi = lo + 1
+	}
+	yOf := func(v float64) int { return b.y1 - int(math.Round((v-lo)/(hi-lo)*float64(b.y1-b.y0))) }
+	var items []legendItem
+	steps := f.Thresholds.Steps
+	switch f.Custom.ThresholdsStyle.Mode {
+	case "area":
+		for i, st := range steps {
+			from, to := lo, hi
+			if st.Value != nil {
+				from = math.Max(*st.Value, lo)
+			}
+			if i+1 < len(steps) && steps[i+1].Value != nil {
+				to = math.Min(*steps[i+1].Value, hi)
+			}
+			if to > from {
+				col := grafanaColor(st.Color)
+				col.A = 0x30
+				c.fill(b.x0, yOf(to), b.x1, yOf(from), col)
+			}
 		}
-		hi = math.Max(hi, sum)
+	case "line":
+		for _, st := range steps {
+			if st.Value != nil && *st.Value > lo && *st.Value < hi {
+				c.dashed(b.x0, b.x1, yOf(*st.Value), grafanaColor(st.Color))
+				items = append(items, legendItem{"threshold " + f.format(*st.Value), grafanaColor(st.Color)})
+			} else if st.Value != nil {
+				msg := "threshold " + f.format(*st.Value) + ": off scale"
+				c.text(b.x1-textWidth(msg, 1), b.y0+2, msg, 1, colMuted)
+			}
+		}
 	}
 	c.timeAxis(b)
-	y := c.valueAxis(b, 0, hi*1.15, formatPlain)
-	for i := 0; i < len(bins)-1; i++ {
-		x0, x1 := b.x(bins[i])+1, b.x(bins[i+1])-1
-		base := 0.0
-		for _, k := range order {
-			v := data[k][i]
-			if v <= 0 {
+	y := c.valueAxis(b, lo, hi, f.axisFormat)
+	if len(d.series) == 0 {
+		c.text(b.x0+10, b.y0+10, "no data", 2, colMuted)
+	}
+	base := map[time.Time]float64{}
+	for i, s := range d.series {
+		col := p.seriesColor(s.name, i)
+		for j, pt := range s.points {
+			if bars {
+				x0, x1 := b.x(pt.t.Add(-d.step/2))+1, b.x(pt.t.Add(d.step/2))-1
+				x0, x1 = max(x0, b.x0), min(max(x1, x0+1), b.x1)
+				from := 0.0
+				if stacked {
+					from = base[pt.t]
+					base[pt.t] += pt.v
+				}
+				if pt.v != 0 {
+					c.fill(x0, y(from+pt.v), x1, y(from), col)
+				}
 				continue
 			}
-			c.fill(x0, y(base+v), x1, y(base), colors[k])
-			base += v
+			if j == 0 {
+				continue
+			}
+			p0 := s.points[j-1]
+			if pt.t.Sub(p0.t) > d.step { // no point in between: a gap
+				continue
+			}
+			x0, x1 := b.x(p0.t), b.x(pt.t)
+			if f.Custom.LineInterpolation == "stepAfter" {
+				c.line(x0, y(p0.v), x1, y(p0.v), col, 2)
+				c.line(x1, y(p0.v), x1, y(pt.v), col, 2)
+			} else {
+				c.line(x0, y(p0.v), x1, y(pt.v), col, 2)
+			}
 		}
-	}
-	var items []legendItem
-	for _, k := range order {
-		items = append(items, legendItem{k, colors[k]})
+		items = append(items, legendItem{s.name, col})
 	}
 	return items
 }
 
-func recoveriesPanel(c *canvas, b box, rec Recording) []legendItem {
-	bins := timeBins(rec, 40)
-	data := increases(rec, "etcd_agent_recoveries_total", "result", bins)
-	for _, k := range []string{"succeeded", "failed"} {
-		if data[k] == nil {
-			data[k] = make([]float64, len(bins)-1)
-		}
-	}
-	return stackedBars(c, b, bins, data, []string{"succeeded", "failed"}, map[string]color.RGBA{"succeeded": colGreen, "failed": colRed})
-}
-
-func refusalsPanel(c *canvas, b box, rec Recording) []legendItem {
-	bins := timeBins(rec, 40)
-	data := increases(rec, "etcd_agent_recovery_refusals_total", "reason", bins)
-	var order []string
-	for k := range data {
-		order = append(order, k)
-	}
-	sort.Strings(order)
-	colors := map[string]color.RGBA{}
-	for i, k := range order {
-		colors[k] = colPalette[(i+1)%len(colPalette)]
-	}
-	items := stackedBars(c, b, bins, data, order, colors)
-	if len(order) == 0 {
-		c.text(b.x0+10, b.y0+10, "no refusals in this range", 2, colMuted)
-	}
-	return items
-}
-
-// --- bar gauge ---------------------------------------------------------------
-
-// journalPhases is the order of the recovery's phases (internal/journal).
-var journalPhases = []string{"started", "stopped", "snapshotted", "removed", "learner-added", "prepared",
-	"member-started", "promoted", "verified", "done"}
-
-func phaseDurationsPanel(c *canvas, b box, rec Recording) []legendItem {
-	// increase(sum[$__range]) / increase(count[$__range]), summed over nodes.
-	sum, count := map[string]float64{}, map[string]float64{}
-	for _, n := range rec.nodes() {
-		first, last := map[string]float64{}, map[string]float64{}
-		for i, r := range rec {
-			s := r.Nodes[n]
-			if s == nil || !s.Up {
-				continue
-			}
-			for _, smp := range s.Samples {
-				if !strings.HasPrefix(smp.Name, "etcd_agent_recovery_phase_duration_seconds_") {
-					continue
-				}
-				k := smp.key()
-				if _, ok := first[k]; !ok {
-					first[k] = 0 // appeared on its first observation: counts from 0
-					if i == 0 {
-						first[k] = smp.Value
-					}
-				}
-				last[k] = smp.Value
-			}
-		}
-		for k, v := range last {
-			phase := phaseOf(k)
-			inc := v - first[k]
-			if strings.Contains(k, "_sum{") {
-				sum[phase] += inc
-			} else if strings.Contains(k, "_count{") {
-				count[phase] += inc
-			}
-		}
-	}
+// barGauge draws one horizontal bar per series, at its last value.
+func barGauge(c *canvas, b box, p panel, d panelData) []legendItem {
+	f := p.FieldConfig.Defaults
 	type bar struct {
-		phase string
-		v     float64
+		name string
+		v    float64
+		col  color.RGBA
 	}
 	var bars []bar
-	for p, n := range count {
-		if n > 0 {
-			bars = append(bars, bar{p, sum[p] / n})
+	for i, s := range d.series {
+		if len(s.points) == 0 {
+			continue
 		}
+		v := s.points[len(s.points)-1].v
+		if math.IsNaN(v) || math.IsInf(v, 0) {
+			continue // Grafana shows no bar for NaN
+		}
+		bars = append(bars, bar{s.name, v, p.seriesColor(s.name, i)})
 	}
-	idx := func(p string) int {
-		if i := slices.Index(journalPhases, p); i >= 0 {
-			return i
-		}
-		return len(journalPhases)
-	}
-	sort.Slice(bars, func(i, j int) bool {
-		if idx(bars[i].phase) != idx(bars[j].phase) {
-			return idx(bars[i].phase) < idx(bars[j].phase)
-		}
-		return bars[i].phase < bars[j].phase
-	})
 	if len(bars) == 0 {
-		c.text(b.x0+10, b.y0+10, "no recovery in this range", 2, colMuted)
+		c.text(b.x0+10, b.y0+10, "no data", 2, colMuted)
 		return nil
 	}
-	hi := 0.0
+	lo, hi := 0.0, 0.0
+	if f.Min != nil {
+		lo = *f.Min
+	}
 	for _, br := range bars {
 		hi = math.Max(hi, br.v)
+	}
+	if f.Max != nil {
+		hi = *f.Max
+	}
+	if hi <= lo {
+		hi = lo + 1
 	}
 	rowH := float64(b.y1-b.y0+30) / float64(len(bars))
 	labelW := 0
 	for _, br := range bars {
-		labelW = max(labelW, textWidth(br.phase, 1))
+		labelW = max(labelW, textWidth(br.name, 1))
 	}
 	x0 := b.x0 - 60 + labelW + 10
-	valW := textWidth("000 ms", 1) + 10
+	valW := textWidth("00.00 min", 1) + 10
 	for i, br := range bars {
 		ry0 := b.y0 + int(float64(i)*rowH) + 1
 		ry1 := b.y0 + int(float64(i+1)*rowH) - 2
-		c.text(b.x0-60, (ry0+ry1)/2-3, br.phase, 1, colText)
+		c.text(b.x0-60, (ry0+ry1)/2-3, br.name, 1, colText)
 		c.fill(x0, ry0, b.x1-valW, ry1, colNoData)
-		w := int(br.v / hi * float64(b.x1-valW-x0))
-		c.fill(x0, ry0, x0+max(w, 1), ry1, colBlue)
-		lbl := formatSeconds(br.v)
-		c.text(b.x1-valW+6, (ry0+ry1)/2-3, lbl, 1, colText)
+		w := int((br.v - lo) / (hi - lo) * float64(b.x1-valW-x0))
+		c.fill(x0, ry0, x0+max(w, 1), ry1, br.col)
+		c.text(b.x1-valW+6, (ry0+ry1)/2-3, f.format(br.v), 1, colText)
 	}
 	return nil
-}
-
-// phaseOf extracts the phase label from a series key.
-func phaseOf(key string) string {
-	i := strings.Index(key, `phase="`)
-	if i < 0 {
-		return "?"
-	}
-	rest := key[i+len(`phase="`):]
-	return rest[:strings.Index(rest, `"`)]
 }

@@ -34,9 +34,9 @@ type Scrape struct {
 type Recording []Round
 
 // keep drops the series the dashboard does not use, to keep recordings small:
-// the histogram buckets and the observation-duration histogram.
+// the observation-duration histogram (parseText keeps no buckets).
 func keep(s Sample) bool {
-	return !strings.HasSuffix(s.Name, "_bucket") && !strings.HasPrefix(s.Name, "etcd_agent_observation_duration")
+	return !strings.HasPrefix(s.Name, "etcd_agent_observation_duration")
 }
 
 // scrapeRound scrapes every target (node name -> /metrics URL) concurrently.
@@ -161,30 +161,6 @@ func (rec Recording) nodes() []string {
 	return out
 }
 
-// value returns the value of the series name whose labels include match, in
-// one node's scrape of a round.
-func (s *Scrape) value(name string, match map[string]string) (float64, bool) {
-	if s == nil || !s.Up {
-		return 0, false
-	}
-	for _, smp := range s.Samples {
-		if smp.Name != name {
-			continue
-		}
-		ok := true
-		for k, v := range match {
-			if smp.Labels[k] != v {
-				ok = false
-				break
-			}
-		}
-		if ok {
-			return smp.Value, true
-		}
-	}
-	return 0, false
-}
-
 // oneHot returns the value of label of the series of name that is 1.
 func (s *Scrape) oneHot(name, label string) (string, bool) {
 	if s == nil || !s.Up {
@@ -196,24 +172,4 @@ func (s *Scrape) oneHot(name, label string) (string, bool) {
 		}
 	}
 	return "", false
-}
-
-// labelValues lists the values of label across the series of name.
-func (rec Recording) labelValues(name, label string) []string {
-	seen := map[string]bool{}
-	for _, r := range rec {
-		for _, s := range r.Nodes {
-			for _, smp := range s.Samples {
-				if smp.Name == name {
-					seen[smp.Labels[label]] = true
-				}
-			}
-		}
-	}
-	var out []string
-	for v := range seen {
-		out = append(out, v)
-	}
-	sort.Strings(out)
-	return out
 }

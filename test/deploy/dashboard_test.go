@@ -89,10 +89,10 @@ func TestDashboardQueries(t *testing.T) {
 	promtool(t, dir, "check", "rules", "dashboard.rules.yaml")
 }
 
-// TestDashboardRenders builds hack/render-dashboard (its own module, standard
-// library only) and renders the committed lab recording with the shipped
-// dashboard: every panel must have a renderer, so the PNG in docs/ and the
-// dashboard cannot drift apart.
+// TestDashboardRenders builds hack/render-dashboard (its own module) and
+// renders the committed lab recording with the shipped dashboard: every
+// panel's own PromQL is evaluated by Prometheus's engine, so the PNG in docs/
+// is what the dashboard's queries return, and an edited query makes it stale.
 func TestDashboardRenders(t *testing.T) {
 	dir := t.TempDir()
 	bin := filepath.Join(dir, "render-dashboard")

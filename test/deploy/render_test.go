@@ -107,6 +107,9 @@ func runFlags(t *testing.T) map[string]bool {
 	return flags
 }
 
+// envRef is a $(VAR) reference in an env value (not $$(VAR), an escape).
+var envRef = regexp.MustCompile(`(?:^|[^$])\$\(([A-Za-z_][A-Za-z0-9_]*)\)`)
+
 // TestDaemonSetContract checks the DaemonSet against what the agent needs
 // and what the issue asks, for each variant.
 func TestDaemonSetContract(t *testing.T) {
@@ -185,6 +188,17 @@ func checkDaemonSet(t *testing.T, v variant, ds appsv1.DaemonSet, flags map[stri
 			flag := strings.ToLower(strings.ReplaceAll(name, "_", "-"))
 			if !flags[flag] {
 				t.Errorf("env %s: `etcd-agent run` has no flag --%s", e.Name, flag)
+			}
+		}
+	}
+	// The kubelet expands $(VAR) in a value only from variables defined
+	// earlier in the list; a later one stays a literal "$(VAR)" (a
+	// certificate path with "$(NODE_NAME)" in it). Patches can reorder the
+	// list: check the rendered order.
+	for i, e := range c.Env {
+		for _, m := range envRef.FindAllStringSubmatch(e.Value, -1) {
+			if j := slices.IndexFunc(c.Env, func(d corev1.EnvVar) bool { return d.Name == m[1] }); j < 0 || j > i {
+				t.Errorf("env %s (#%d) uses $(%s), defined at #%d: the kubelet leaves it unexpanded (define it first)", e.Name, i, m[1], j)
 			}
 		}
 	}
