@@ -116,10 +116,10 @@ func (h *Healer) finish(ctx context.Context, j *journal.Record, d plan.Decision)
 // is removed again first, so the cluster is left as it was before the add;
 // if that is impossible now, the journal stays open to be resumed.
 func (h *Healer) fail(ctx context.Context, j *journal.Record, d plan.Decision, cause error) Outcome {
-	if j.Phase.AtLeast(journal.PhaseLearnerAdded) && !j.Phase.AtLeast(journal.PhasePromoted) && j.NewMemberID != 0 && d.Action != plan.RemoveStalledLearner {
+	if d.Action != plan.RemoveStalledLearner { // that one removed it already
 		res := h.obs.Observe(ctx, h.now())
-		if m, ok := res.Observation.Member(uint64(j.NewMemberID)); ok && m.IsLearner {
-			if err := h.removeMember(ctx, res, m.ID); err != nil {
+		if id, ok := plan.LearnerToRemoveOnFailure(*j, res.Observation); ok {
+			if err := h.removeMember(ctx, res, id); err != nil {
 				h.log.Error("recovery failed and its learner could not be removed; the journal stays open to resume",
 					zap.Error(cause), zap.NamedError("removeError", err))
 				h.releaseLease(ctx)

@@ -157,7 +157,7 @@ func (h *Healer) step(ctx context.Context, res watchdog.Result, req *plan.Reques
 		}
 		return h.timed(j, journal.PhaseStopped, func() error { return h.stopAndQuarantine(ctx, res, j) })
 	case plan.TakeSnapshot:
-		return h.timed(j, journal.PhaseSnapshotted, func() error { return h.snapshot(ctx, res, j) })
+		return h.timed(j, journal.PhaseSnapshotted, func() error { return h.snapshot(ctx, res, j, d) })
 	case plan.RemoveMember:
 		return h.timed(j, journal.PhaseRemoved, func() error { return h.removeMember(ctx, res, d.MemberID) })
 	case plan.AddLearner:

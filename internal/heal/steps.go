@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -156,11 +155,12 @@ func (h *Healer) handOffLeadership(ctx context.Context, res watchdog.Result, loc
 
 // snapshot streams the pre-change backup from the healthiest follower into
 // the quarantine and verifies it.
-func (h *Healer) snapshot(ctx context.Context, res watchdog.Result, j *journal.Record) error {
-	src, why, err := peerseed.PickSource(res.Observation, uint64(j.OldMemberID))
-	if err != nil {
-		return err
+func (h *Healer) snapshot(ctx context.Context, res watchdog.Result, j *journal.Record, d plan.Decision) error {
+	src, ok := res.Observation.Member(d.SourceID)
+	if !ok || len(src.ClientURLs) == 0 {
+		return fmt.Errorf("snapshot source %x (%s) is not in the member list with a client URL", d.SourceID, d.Detail)
 	}
+	why := d.Detail
 	if err := os.MkdirAll(h.cfg.QuarantineDir, 0o700); err != nil {
 		return err
 	}
@@ -275,7 +275,7 @@ func (h *Healer) prepareDataDir(ctx context.Context, res watchdog.Result, j *jou
 			return nil // BuildDataDir synced the data dir and its parent
 		}
 		j.SeedFallback, j.SeedDetail = peerseed.SeedReason(err), err.Error()
-		if errors.Is(err, errSeedUnsupportedVersion) {
+		if errors.Is(err, plan.ErrSeedUnsupportedVersion) {
 			j.SeedFallback = "seed-unsupported-version"
 		}
 		h.metrics.SeedFallbacksTotal.WithLabelValues(h.cfg.Member, j.SeedFallback).Inc()
@@ -298,7 +298,7 @@ func (h *Healer) prepareDataDir(ctx context.Context, res watchdog.Result, j *jou
 // db) and whatever is left of it removed afterwards; the pre-change backup
 // (step 3) stays in the quarantine. On error no data dir is left.
 func (h *Healer) seedDataDir(ctx context.Context, res watchdog.Result, j *journal.Record) error {
-	if err := seedSupported(res.Observation); err != nil {
+	if err := plan.SeedSupported(res.Observation); err != nil {
 		return err
 	}
 	if j.NewMemberID == 0 || res.Observation.ClusterID == 0 {
@@ -309,7 +309,7 @@ func (h *Healer) seedDataDir(ctx context.Context, res watchdog.Result, j *journa
 	if err := os.Remove(h.cfg.DataDir); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("remove the empty data dir %s: %w", h.cfg.DataDir, err)
 	}
-	src, why, err := peerseed.PickSource(res.Observation, uint64(j.OldMemberID))
+	src, why, err := plan.PickSource(res.Observation, uint64(j.OldMemberID))
 	if err != nil {
 		return err
 	}
@@ -377,34 +377,6 @@ func isSeedStreamOf(name, prefix string) bool {
 	}
 	ext := rest[len(seedStampLayout):]
 	return ext == ".db" || strings.HasPrefix(ext, ".db.")
-}
-
-// seedMinors are the etcd minor versions the e2e suite proves seed mode
-// against (bin/etcd 3.6, bin/etcd-3.7).
-var seedMinors = []string{"3.6.", "3.7."}
-
-// errSeedUnsupportedVersion: the data dir layout seed mode writes is proven
-// only against the seedMinors, one at a time; anything else (another
-// version, or a cluster halfway through an upgrade) rejoins in raft mode,
-// which every etcd supports.
-var errSeedUnsupportedVersion = errors.New("seed mode is proven against etcd 3.6 and 3.7 clusters only, not mixed")
-
-func seedSupported(o observation.Observation) error {
-	minor := ""
-	for _, m := range o.Members {
-		if !m.Serving {
-			continue
-		}
-		i := slices.IndexFunc(seedMinors, func(p string) bool { return strings.HasPrefix(m.Version, p) })
-		if i < 0 {
-			return fmt.Errorf("%w: member %s runs %q", errSeedUnsupportedVersion, m.Name, m.Version)
-		}
-		if minor != "" && minor != seedMinors[i] {
-			return fmt.Errorf("%w: member %s runs %q, others %sx", errSeedUnsupportedVersion, m.Name, m.Version, minor)
-		}
-		minor = seedMinors[i]
-	}
-	return nil
 }
 
 // startMember starts the local member with --initial-cluster = the current

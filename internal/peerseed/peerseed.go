@@ -1,6 +1,6 @@
 // Package peerseed gets a copy of the cluster's data from a healthy peer
 // for a member that is being rejoined (DESIGN.md §6 step 3): it picks the
-// peer (PickSource), streams its Maintenance.Snapshot into local storage,
+// peer (chosen by plan.PickSource), streams its Maintenance.Snapshot into local storage,
 // verifying the sha256 that etcd appends to the stream (Stream), and checks
 // that the result is a usable etcd db (VerifyDB).
 //

@@ -39,7 +39,7 @@ func mustLeaveNothing(t *testing.T, dest string) {
 func followerEndpoint(t testing.TB) (endpoint, name string) {
 	t.Helper()
 	obs := observe(t, realLab(t))
-	m, reason, err := PickSource(obs, 0)
+	m, reason, err := plan.PickSource(obs, 0)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -168,12 +168,11 @@ func decideActive(in Input, cfg Config) Decision {
 		return wait(ReasonMajorityLost, "quorum lost during the recovery; waiting, nothing destructive")
 	}
 	if !j.Phase.AtLeast(record.PhaseSnapshotted) {
-		if !slices.ContainsFunc(o.Members, func(m observation.Member) bool {
-			return !m.IsLearner && m.Serving && uint64(j.OldMemberID) != m.ID
-		}) {
-			return wait(ReasonNoSnapshotSource, "no serving peer to stream the snapshot from")
+		src, why, err := PickSource(o, uint64(j.OldMemberID))
+		if err != nil {
+			return wait(ReasonNoSnapshotSource, err.Error())
 		}
-		return Decision{Action: TakeSnapshot}
+		return Decision{Action: TakeSnapshot, SourceID: src.ID, Detail: "stream the pre-change backup from " + why}
 	}
 	if old, ok := o.Member(uint64(j.OldMemberID)); ok && j.OldMemberID != 0 && j.OldMemberID != j.NewMemberID {
 		return decideRemove(o, old)

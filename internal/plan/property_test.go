@@ -158,6 +158,14 @@ func invariants(in Input, c Config, d Decision) []string {
 			fail("(g) %s without the Lease (held %v) or an open journal (phase %q)", d.Action, in.LeaseHeld, j.Phase)
 		}
 	}
+	// The snapshot source is a serving voter, not the old member, that can
+	// be streamed from.
+	if d.Action == TakeSnapshot {
+		src, ok := o.Member(d.SourceID)
+		if !ok || !src.Serving || src.IsLearner || len(src.ClientURLs) == 0 || src.ID == uint64(j.OldMemberID) {
+			fail("snapshot from %x (%+v): not a serving voter with a client URL other than the old member", d.SourceID, src)
+		}
+	}
 	// Stopping the local member: only before the stop, never with another
 	// learner or an ambiguous identity, and only if quorum survives it.
 	if d.Action == StopMember {
@@ -282,9 +290,13 @@ func randomInput(r *rand.Rand) (Input, Config) {
 	}
 	var ms []observation.Member
 	for i := first; i < first+n; i++ {
-		ms = append(ms, observation.Member{ID: id(i), Name: fmt.Sprintf("node%d", i), PeerURLs: []string{peer(i)},
+		m := observation.Member{ID: id(i), Name: fmt.Sprintf("node%d", i), PeerURLs: []string{peer(i)},
 			Serving: pick(0.75), RaftIndex: leaderIndex - r.Uint64N(3), AppliedIndex: leaderIndex - r.Uint64N(3),
-			DBSize: r.Int64N(256 * mib)})
+			DBSize: r.Int64N(256 * mib)}
+		if m.Serving && pick(0.95) {
+			m.ClientURLs = []string{fmt.Sprintf("https://10.0.0.%d:2379", i)}
+		}
+		ms = append(ms, m)
 	}
 	if first == 1 && pick(0.2) { // member 1 is someone else
 		ms[0].Name, ms[0].PeerURLs = "node11", []string{peer(11)}

@@ -1,4 +1,4 @@
-package peerseed
+package plan
 
 import (
 	"strings"
@@ -7,15 +7,15 @@ import (
 	"github.com/etcd-agent/etcd-agent/internal/observation"
 )
 
-func member(id uint64, serving, leader bool, applied uint64) observation.Member {
+func srcMember(id uint64, serving, leader bool, applied uint64) observation.Member {
 	return observation.Member{ID: id, Name: "m" + string(rune('0'+id)), ClientURLs: []string{"http://127.0.0.1:2379"},
 		Serving: serving, IsLeader: leader, AppliedIndex: applied}
 }
 
 func TestPickSource(t *testing.T) {
-	learner := member(5, true, false, 999)
+	learner := srcMember(5, true, false, 999)
 	learner.IsLearner = true
-	noURL := member(6, true, false, 999)
+	noURL := srcMember(6, true, false, 999)
 	noURL.ClientURLs = nil
 
 	tests := []struct {
@@ -29,49 +29,49 @@ func TestPickSource(t *testing.T) {
 		{
 			name: "freshest serving follower wins",
 			obs: observation.Observation{LeaderID: 1, Members: []observation.Member{
-				member(1, true, true, 100), member(2, true, false, 90), member(3, true, false, 95)}},
+				srcMember(1, true, true, 100), srcMember(2, true, false, 90), srcMember(3, true, false, 95)}},
 			wantID: 3, wantReason: "follower",
 		},
 		{
 			name: "the local member is never the source, however fresh",
 			obs: observation.Observation{LeaderID: 1, Members: []observation.Member{
-				member(1, true, true, 100), member(2, true, false, 90), member(3, true, false, 95)}},
+				srcMember(1, true, true, 100), srcMember(2, true, false, 90), srcMember(3, true, false, 95)}},
 			exclude: 3, wantID: 2, wantReason: "follower",
 		},
 		{
 			name: "followers that do not serve are skipped",
 			obs: observation.Observation{LeaderID: 1, Members: []observation.Member{
-				member(1, true, true, 100), member(2, true, false, 90), member(3, false, false, 95)}},
+				srcMember(1, true, true, 100), srcMember(2, true, false, 90), srcMember(3, false, false, 95)}},
 			wantID: 2, wantReason: "follower",
 		},
 		{
 			name: "learners and members without a client URL are never sources",
 			obs: observation.Observation{LeaderID: 1, Members: []observation.Member{
-				member(1, true, true, 100), member(2, true, false, 90), learner, noURL}},
+				srcMember(1, true, true, 100), srcMember(2, true, false, 90), learner, noURL}},
 			wantID: 2, wantReason: "follower",
 		},
 		{
 			name: "leader known only from the observation's LeaderID is still the leader",
 			obs: observation.Observation{LeaderID: 3, Members: []observation.Member{
-				member(1, true, false, 90), member(3, true, false, 100)}},
+				srcMember(1, true, false, 90), srcMember(3, true, false, 100)}},
 			wantID: 1, wantReason: "follower",
 		},
 		{
 			name: "ties go to the lowest ID",
 			obs: observation.Observation{LeaderID: 1, Members: []observation.Member{
-				member(1, true, true, 100), member(4, true, false, 95), member(3, true, false, 95)}},
+				srcMember(1, true, true, 100), srcMember(4, true, false, 95), srcMember(3, true, false, 95)}},
 			wantID: 3, wantReason: "follower",
 		},
 		{
 			name: "the leader only when no follower serves",
 			obs: observation.Observation{LeaderID: 1, Members: []observation.Member{
-				member(1, true, true, 100), member(2, false, false, 90), member(3, true, false, 95)}},
+				srcMember(1, true, true, 100), srcMember(2, false, false, 90), srcMember(3, true, false, 95)}},
 			exclude: 3, wantID: 1, wantReason: "leader",
 		},
 		{
 			name: "nobody else serves",
 			obs: observation.Observation{LeaderID: 1, Members: []observation.Member{
-				member(1, false, true, 100), member(2, false, false, 90), member(3, true, false, 95)}},
+				srcMember(1, false, true, 100), srcMember(2, false, false, 90), srcMember(3, true, false, 95)}},
 			exclude: 3, wantErr: true,
 		},
 		{name: "empty observation", wantErr: true},

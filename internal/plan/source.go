@@ -1,4 +1,4 @@
-package peerseed
+package plan
 
 import (
 	"cmp"

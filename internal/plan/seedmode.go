@@ -1,0 +1,41 @@
+package plan
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/etcd-agent/etcd-agent/internal/observation"
+)
+
+// seedMinors are the etcd minor versions the e2e suite proves seed mode
+// against (bin/etcd 3.6, bin/etcd-3.7).
+var seedMinors = []string{"3.6.", "3.7."}
+
+// ErrSeedUnsupportedVersion: the data dir layout seed mode writes is proven
+// only against the seedMinors, one at a time; anything else (another
+// version, or a cluster halfway through an upgrade) rejoins in raft mode,
+// which every etcd supports.
+var ErrSeedUnsupportedVersion = errors.New("seed mode is proven against etcd 3.6 and 3.7 clusters only, not mixed")
+
+// SeedSupported says whether the learner's data dir may be seeded from a
+// snapshot in this cluster: every serving member runs one proven minor.
+// Members that do not serve have no say (their version is unknown).
+func SeedSupported(o observation.Observation) error {
+	minor := ""
+	for _, m := range o.Members {
+		if !m.Serving {
+			continue
+		}
+		i := slices.IndexFunc(seedMinors, func(p string) bool { return strings.HasPrefix(m.Version, p) })
+		if i < 0 {
+			return fmt.Errorf("%w: member %s runs %q", ErrSeedUnsupportedVersion, m.Name, m.Version)
+		}
+		if minor != "" && minor != seedMinors[i] {
+			return fmt.Errorf("%w: member %s runs %q, others %sx", ErrSeedUnsupportedVersion, m.Name, m.Version, minor)
+		}
+		minor = seedMinors[i]
+	}
+	return nil
+}
