@@ -80,6 +80,7 @@ func Run(ctx context.Context, c Config) error {
 	if kc != nil && c.NodeName != "" {
 		nodeRep = nodereport.NewReporter(kc, c.NodeName, "etcd-agent", log)
 		defer nodeRep.Shutdown()
+		rep.node = startNodeStatus(ctx, nodeRep, log, statusRetryEvery)
 		go func() {
 			err := nodereport.WatchRequests(ctx, kc, c.NodeName, func(r nodereport.Request, err error) {
 				select {
@@ -254,6 +255,7 @@ func serveOn(ln net.Listener, m *metrics.Metrics, ready *atomic.Bool, log *zap.L
 // reporter turns results into metrics, a status file, and a log line when
 // the state or its reason changes (not every poll).
 type reporter struct {
+	node       *nodeStatus // nil without an API
 	log        *zap.Logger
 	metrics    *metrics.Metrics
 	member     string
@@ -308,6 +310,7 @@ func (r *reporter) report(res watchdog.Result) {
 	r.last, r.lastMajor = v, v.MajorityLost
 	if changed {
 		r.writeStatus(r.newReport(res))
+		r.node.publish(statusLine(r.member, res))
 	}
 }
 

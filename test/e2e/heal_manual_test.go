@@ -148,6 +148,18 @@ func TestManualRequestDuringAnAutomaticHealIsAnsweredByIt(t *testing.T) {
 		}
 		return nil
 	})
+	// The member's state reaches the Node once per change (the status
+	// annotation): healthy again after the heal.
+	eventually(t, 30*time.Second, "node2's status annotation says healthy", func() error {
+		n, err := h.kc.CoreV1().Nodes().Get(context.Background(), "node2", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if st := n.Annotations[nodereport.AnnotationStatus]; !strings.HasPrefix(st, "healthy (healthy): member node2, 3/3 voters healthy") {
+			return fmt.Errorf("status %q", st)
+		}
+		return nil
+	})
 	after := idsByPeer(mustMembers(t, l))
 	// Three more observations by node2's agent after the clear: every
 	// chance to act on a request it still held.
