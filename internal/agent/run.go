@@ -171,10 +171,7 @@ func badRequest(ctx context.Context, log *zap.Logger, m *metrics.Metrics, rep *n
 		return
 	}
 	rep.Eventf("Warning", nodereport.ReasonRecoveryRefused, "%s: %v", plan.ReasonBadRequest, err)
-	now := time.Now().UTC()
-	clearRequest(ctx, log, rep)
-	_ = nodereport.WriteLastRecovery(ctx, rep, log, nodereport.LastRecovery{Request: "invalid", Result: "refused", Reason: string(plan.ReasonBadRequest),
-		StartedAt: now, FinishedAt: now, Message: err.Error()})
+	answerRefused(ctx, log, rep, nodereport.Refusal("invalid", string(plan.ReasonBadRequest), err.Error(), time.Now()))
 }
 
 // reportNothing answers a manual request that needed no action (e.g. the
@@ -183,18 +180,17 @@ func reportNothing(ctx context.Context, log *zap.Logger, rep *nodereport.Reporte
 	if rep == nil {
 		return
 	}
-	now := time.Now().UTC()
-	clearRequest(ctx, log, rep)
-	_ = nodereport.WriteLastRecovery(ctx, rep, log, nodereport.LastRecovery{Request: req.Action, Result: "refused", Reason: string(out.Decision.Reason),
-		StartedAt: now, FinishedAt: now, Message: out.Decision.Detail})
+	answerRefused(ctx, log, rep, nodereport.Refusal(req.Action, string(out.Decision.Reason), out.Decision.Detail, time.Now()))
 }
 
-// clearRequest removes an answered request's trigger; a failure is logged
-// (the trigger stays and is handled again at the next poll).
-func clearRequest(ctx context.Context, log *zap.Logger, rep *nodereport.Reporter) {
+// answerRefused answers a request the agent refuses before the healer sees
+// it: the trigger is cleared (a failure is logged; the trigger stays and is
+// handled again at the next poll) and last-recovery says why.
+func answerRefused(ctx context.Context, log *zap.Logger, rep *nodereport.Reporter, lr nodereport.LastRecovery) {
 	if err := rep.ClearRequest(ctx); err != nil {
 		log.Warn("clearing the answered recovery request failed; the trigger stays and is handled again at the next poll", zap.Error(err))
 	}
+	_ = nodereport.WriteLastRecovery(ctx, rep, log, lr)
 }
 
 // waitForIdentity resolves the member's identity, waiting while the etcd

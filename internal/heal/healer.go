@@ -411,10 +411,8 @@ func (h *Healer) refused(ctx context.Context, req *plan.Request, d plan.Decision
 	}
 	h.reporter.Eventf("Warning", nodereport.ReasonRecoveryRefused, "%s: %s", d.Reason, d.Detail)
 	if req != nil {
-		now := h.now().UTC()
-		h.clearRequest(ctx)
-		_ = nodereport.WriteLastRecovery(ctx, h.reporter, h.log, nodereport.LastRecovery{Request: requestName(req), Result: journal.ResultRefused,
-			Reason: string(d.Reason), StartedAt: now, FinishedAt: now, Message: d.Detail})
+		h.clearRequest(ctx) // the healer's own: a failed clear is remembered (clearPending)
+		_ = nodereport.WriteLastRecovery(ctx, h.reporter, h.log, nodereport.Refusal(requestName(req), string(d.Reason), d.Detail, h.now()))
 	}
 }
 

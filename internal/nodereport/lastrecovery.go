@@ -35,3 +35,10 @@ func WriteLastRecovery(ctx context.Context, s LastRecoverySetter, log *zap.Logge
 		zap.String("message", lr.Message), zap.Error(err))
 	return err
 }
+
+// Refusal is the last-recovery answer to a request that was not carried
+// out: refused with reason, at once (started and finished at at).
+func Refusal(request, reason, message string, at time.Time) LastRecovery {
+	at = at.UTC()
+	return LastRecovery{Request: request, Result: ResultRefused, Reason: reason, StartedAt: at, FinishedAt: at, Message: message}
+}
