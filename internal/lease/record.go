@@ -10,13 +10,18 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	coordinationv1client "k8s.io/client-go/kubernetes/typed/coordination/v1"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
+	"k8s.io/client-go/util/retry"
 )
 
 // maxConflicts bounds the re-read-and-retry loop when another agent writes
-// the Lease between our read and our write.
+// the Lease between our read and our write (or creates it first).
 const maxConflicts = 3
+
+// conflictBackoff: client-go's retry on conflict, maxConflicts tries.
+var conflictBackoff = wait.Backoff{Steps: maxConflicts, Duration: 10 * time.Millisecond, Factor: 2, Jitter: 0.1}
 
 // write is the one read-modify-write path for acquiring, renewing and
 // publishing a phase: it reads the Lease and writes it back as ours with
@@ -29,14 +34,17 @@ func (l *Lease) write(ctx context.Context, info Info, mayTake bool) error {
 }
 
 func (l *Lease) writeLocked(ctx context.Context, info Info, mayTake bool) error {
-	var err error
-	for range maxConflicts {
-		if err = l.writeOnce(ctx, info, mayTake); !isConflict(err) {
-			return err
+	err := retry.OnError(conflictBackoff, isConflict, func() error {
+		err := l.writeOnce(ctx, info, mayTake)
+		if isConflict(err) {
+			l.cfg.Log.Debug("lease changed under us; re-reading", zap.Error(err))
 		}
-		l.cfg.Log.Debug("lease changed under us; re-reading", zap.Error(err))
+		return err
+	})
+	if isConflict(err) {
+		return fmt.Errorf("lease %s changed concurrently %d times in a row: %w", l.describe(), maxConflicts, err)
 	}
-	return fmt.Errorf("lease %s changed concurrently %d times in a row: %w", l.describe(), maxConflicts, err)
+	return err
 }
 
 func (l *Lease) writeOnce(ctx context.Context, info Info, mayTake bool) error {
@@ -95,8 +103,9 @@ func (l *Lease) writeOnce(ctx context.Context, info Info, mayTake bool) error {
 func (l *Lease) clear(ctx context.Context) error {
 	l.opMu.Lock()
 	defer l.opMu.Unlock()
-	for range maxConflicts {
+	err := retry.OnError(conflictBackoff, isConflict, func() error {
 		rctx, cancel := context.WithTimeout(ctx, l.requestTimeout())
+		defer cancel()
 		rec, _, err := l.lock.Get(rctx)
 		if err == nil && rec.HolderIdentity == l.cfg.Holder {
 			freed := *rec
@@ -104,18 +113,18 @@ func (l *Lease) clear(ctx context.Context) error {
 			l.leases.annotations = nil
 			err = l.lock.Update(rctx, freed)
 		}
-		cancel()
-		switch {
-		case err == nil:
-			l.info = Info{}
-			return nil
-		case isNotFound(err):
-			return nil
-		case !isConflict(err):
-			return l.apiError("release", err)
-		}
+		return err
+	})
+	switch {
+	case err == nil:
+		l.info = Info{}
+		return nil
+	case isNotFound(err):
+		return nil
+	case isConflict(err):
+		return fmt.Errorf("release lease %s: it changed concurrently %d times in a row", l.describe(), maxConflicts)
 	}
-	return fmt.Errorf("release lease %s: it changed concurrently %d times in a row", l.describe(), maxConflicts)
+	return l.apiError("release", err)
 }
 
 // leaseState is a Lease as read at a point in time.

@@ -104,13 +104,12 @@ func Run(ctx context.Context, o Options) (Result, *lab.Lab, error) {
 		res.FailureExplained = err.Error()
 		return res, l, nil
 	}
-	hashes, err := invariant.CheckHashKV(ctx, cli, 30*time.Second)
+	_, err = invariant.CheckHashKV(ctx, cli, 30*time.Second)
 	res.HashKVEqual = err == nil
 	if err != nil {
 		res.FailureExplained = err.Error()
 		return res, l, nil
 	}
-	_ = hashes
 	if err := l.WaitHealthy(ctx, len(l.Spec.Nodes), 30*time.Second); err != nil {
 		res.FailureExplained = err.Error()
 		return res, l, nil
