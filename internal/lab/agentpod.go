@@ -10,6 +10,8 @@ import (
 	"strings"
 	"time"
 
+	"k8s.io/apimachinery/pkg/util/wait"
+
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/yaml"
@@ -166,18 +168,16 @@ func (l *Lab) RestartAgent(ctx context.Context, node string, extra ...string) er
 
 // waitAgentRestarted waits until n runs a ready agent process other than old.
 func waitAgentRestarted(ctx context.Context, n Node, old int) error {
-	deadline := time.Now().Add(60 * time.Second)
-	for {
+	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 60*time.Second, true, func(context.Context) (bool, error) {
 		st, err := readSupervisorState(n)
-		if err == nil {
-			if c, ok := st.Container("etcd-agent.yaml", "etcd-agent"); ok && c.State == "running" && c.PID != old {
-				break
-			}
+		if err != nil {
+			return false, nil // being rewritten: read it again
 		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("agent on %s not restarted after 60s", n.Name)
-		}
-		time.Sleep(100 * time.Millisecond)
+		c, ok := st.Container("etcd-agent.yaml", "etcd-agent")
+		return ok && c.State == "running" && c.PID != old, nil
+	})
+	if err != nil {
+		return fmt.Errorf("agent on %s not restarted after 60s: %w", n.Name, err)
 	}
 	return waitAgentReady(ctx, n, 60*time.Second)
 }

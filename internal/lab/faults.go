@@ -9,6 +9,8 @@ import (
 	"syscall"
 	"time"
 
+	"k8s.io/apimachinery/pkg/util/wait"
+
 	"go.uber.org/zap"
 )
 
@@ -253,17 +255,18 @@ func stoppedManifest(n Node) string { return filepath.Join(n.NodeDir, "etcd.yaml
 
 // waitEtcdGone polls the supervisor state until the node runs no etcd.
 func (l *Lab) waitEtcdGone(n Node) error {
-	deadline := time.Now().Add(20 * time.Second)
-	for time.Now().Before(deadline) {
+	err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, 20*time.Second, true, func(context.Context) (bool, error) {
 		st, err := readSupervisorState(n)
-		if err == nil {
-			if _, ok := st.Pods["etcd.yaml"]; !ok {
-				return nil
-			}
+		if err != nil {
+			return false, nil // being rewritten: read it again
 		}
-		time.Sleep(50 * time.Millisecond)
+		_, running := st.Pods["etcd.yaml"]
+		return !running, nil
+	})
+	if err != nil {
+		return fmt.Errorf("etcd on %s still running 20s after its manifest was moved out", n.Name)
 	}
-	return fmt.Errorf("etcd on %s still running 20s after its manifest was moved out", n.Name)
+	return nil
 }
 
 // MoveMember places the etcd member of node from on node to, as after a

@@ -2,6 +2,7 @@ package lab
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"net"
 	"os"
@@ -11,6 +12,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"k8s.io/apimachinery/pkg/util/wait"
 )
 
 // freePorts reserves n free TCP ports on ip, holding all listeners open
@@ -119,14 +122,9 @@ func stopPID(pid int, marker string, grace time.Duration) error {
 
 // waitGone polls until pid is no longer a live process of ours, up to d.
 func waitGone(pid int, marker string, d time.Duration) bool {
-	deadline := time.Now().Add(d)
-	for time.Now().Before(deadline) {
-		if !procAlive(pid, marker) {
-			return true
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	return !procAlive(pid, marker)
+	return wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, d, true, func(context.Context) (bool, error) {
+		return !procAlive(pid, marker), nil
+	}) == nil
 }
 
 // labProcesses lists live etcd, kube-apiserver and etcd-agent processes whose

@@ -8,6 +8,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"k8s.io/apimachinery/pkg/util/wait"
+
 	"go.uber.org/zap"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -161,9 +163,8 @@ func (r *Reporter) Shutdown() {
 	r.mu.Unlock()
 	// The broadcaster may also merge repeated Events into one write, or drop
 	// them as spam; the deadline covers both.
-	for deadline := time.Now().Add(flushTimeout); r.written.Load() < r.queued.Load() && time.Now().Before(deadline); {
-		time.Sleep(20 * time.Millisecond)
-	}
+	_ = wait.PollUntilContextTimeout(context.Background(), 20*time.Millisecond, flushTimeout, true,
+		func(context.Context) (bool, error) { return r.written.Load() >= r.queued.Load(), nil })
 	if left := r.queued.Load() - r.written.Load(); left > 0 {
 		r.log.Warn("events not confirmed by the API server before shutdown", zap.Int64("events", left))
 	}

@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/apimachinery/pkg/util/wait"
+
 	"github.com/etcd-agent/etcd-agent/internal/lab"
 	"go.uber.org/zap"
 	"k8s.io/client-go/kubernetes"
@@ -158,15 +160,13 @@ func (s *Shared) Dir() string { return s.tmp }
 // after d with cond's last error.
 func Eventually(t testing.TB, d time.Duration, what string, cond func() error) {
 	t.Helper()
-	deadline := time.Now().Add(d)
 	var err error
-	for time.Now().Before(deadline) {
-		if err = cond(); err == nil {
-			return
-		}
-		time.Sleep(100 * time.Millisecond)
+	if wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, d, true, func(context.Context) (bool, error) {
+		err = cond()
+		return err == nil, nil
+	}) != nil {
+		t.Fatalf("%s: not true after %s: %v", what, d, err)
 	}
-	t.Fatalf("%s: not true after %s: %v", what, d, err)
 }
 
 // RestConfig is an admin client config for the lab's API server, with a
