@@ -5,11 +5,7 @@ package metrics
 
 import (
 	"net/http"
-	"time"
 
-	"github.com/etcd-agent/etcd-agent/internal/localdisk"
-	"github.com/etcd-agent/etcd-agent/internal/memberstate"
-	"github.com/etcd-agent/etcd-agent/internal/observation"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -150,31 +146,6 @@ func (m *Metrics) Init(member string, reasons []string) {
 	m.QuarantinePruneErrors.WithLabelValues(member)
 	m.EndpointsFileErrors.WithLabelValues(member)
 	m.LearnerRollbacksTotal.WithLabelValues(member)
-}
-
-// Observed sets the state metrics from one observation and verdict. A
-// recovering agent passes memberstate.Recovering as the state.
-func (m *Metrics) Observed(member string, obs observation.Observation, state memberstate.State, took time.Duration) {
-	for _, s := range memberstate.AllStates() {
-		m.MemberState.WithLabelValues(member, string(s)).Set(Bool(s == state))
-	}
-	for _, c := range localdisk.AllClasses() {
-		m.DataDirStatus.WithLabelValues(member, string(c)).Set(Bool(string(c) == obs.Local.DataDirClass))
-	}
-	voters, healthy := obs.Voters(), obs.HealthyVoters()
-	m.VotingMembers.WithLabelValues(member).Set(float64(voters))
-	m.HealthyVotingMembers.WithLabelValues(member).Set(float64(healthy))
-	// With no member list the agent cannot count voters; it still knows no
-	// quorum answered, which is what the margin must say.
-	margin := healthy - memberstate.Quorum(voters)
-	if obs.MemberListError != "" {
-		margin = -1
-	}
-	m.QuorumMargin.WithLabelValues(member).Set(float64(margin))
-	m.ObservationDuration.WithLabelValues(member).Observe(took.Seconds())
-	for _, ep := range obs.ForeignEndpoints {
-		m.ForeignEndpointResponses.WithLabelValues(member, ep).Inc()
-	}
 }
 
 // Bool is a 0/1 gauge value.

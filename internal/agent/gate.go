@@ -83,7 +83,7 @@ func Gate(ctx context.Context, c Config, timeout time.Duration, etcdArgv []strin
 					return err
 				}
 			}
-			in.Obs = wd.Observe(ctx, time.Now()).Observation
+			in.Obs = wd.Observe(ctx, time.Now())
 			v = plan.DecideGate(in)
 		}
 		if v.Pass && ctx.Err() != nil {

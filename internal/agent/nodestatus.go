@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/etcd-agent/etcd-agent/internal/memberstate"
-	"github.com/etcd-agent/etcd-agent/internal/watchdog"
 	"go.uber.org/zap"
 )
 
@@ -71,7 +70,7 @@ func (s *nodeStatus) publish(line string) {
 
 // statusLine is the Node's one-line view of the member: state, reason,
 // the cluster's health; no timestamps, so that it changes only with them.
-func statusLine(member string, res watchdog.Result) string {
+func statusLine(member string, res memberstate.Result) string {
 	v, o := res.Verdict, res.Observation
 	line := fmt.Sprintf("%s (%s): member %s, %d/%d voters healthy, data dir %s", v.State, v.Reason, member,
 		o.HealthyVoters(), o.Voters(), o.Local.DataDirClass)

@@ -9,7 +9,6 @@ import (
 
 	"github.com/etcd-agent/etcd-agent/internal/memberstate"
 	"github.com/etcd-agent/etcd-agent/internal/observation"
-	"github.com/etcd-agent/etcd-agent/internal/watchdog"
 	"go.uber.org/zap"
 	"k8s.io/apimachinery/pkg/util/wait"
 )
@@ -47,7 +46,7 @@ func TestNodeStatusIsWrittenOncePerChangeAndRetried(t *testing.T) {
 	defer cancel()
 	w := &fakeStatusWriter{fail: 2}
 	s := startNodeStatus(ctx, w, zap.NewNop(), 20*time.Millisecond)
-	res := watchdog.Result{Observation: observation.Observation{Local: observation.Local{DataDirClass: observation.DataDirMissing}},
+	res := memberstate.Result{Observation: observation.Observation{Local: observation.Local{DataDirClass: observation.DataDirMissing}},
 		Verdict: memberstate.Verdict{State: memberstate.Lost, Reason: "data-dir-missing"}}
 	s.publish(statusLine("node2", res))
 	want := statusLine("node2", res)

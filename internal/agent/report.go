@@ -12,7 +12,6 @@ import (
 	"github.com/etcd-agent/etcd-agent/internal/observation"
 	"github.com/etcd-agent/etcd-agent/internal/pin"
 	"github.com/etcd-agent/etcd-agent/internal/plan"
-	"github.com/etcd-agent/etcd-agent/internal/watchdog"
 	"go.uber.org/zap"
 )
 
@@ -42,7 +41,7 @@ type Report struct {
 }
 
 // NewReport summarises one watchdog result.
-func NewReport(r watchdog.Result) Report {
+func NewReport(r memberstate.Result) Report {
 	o := r.Observation
 	voters, healthy := o.Voters(), o.HealthyVoters()
 	q := memberstate.Quorum(voters)
@@ -84,7 +83,7 @@ func Status(ctx context.Context, c Config) (Report, error) {
 		return Report{}, err
 	}
 	defer wd.Close()
-	res := wd.Observe(ctx, time.Now())
+	res := memberstate.NewAssessor(c.GracePeriod).Assess(wd.Observe(ctx, time.Now()), wd.SampleGap())
 	rep := NewReport(res)
 	var j journal.Record
 	if c.StateDir != "" {

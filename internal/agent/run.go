@@ -2,7 +2,6 @@ package agent
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"io/fs"
 	"net"
@@ -12,7 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/etcd-agent/etcd-agent/internal/fsutil"
+	"github.com/etcd-agent/etcd-agent/internal/observation"
 
 	"github.com/etcd-agent/etcd-agent/internal/heal"
 	"github.com/etcd-agent/etcd-agent/internal/manifest"
@@ -97,14 +96,15 @@ func Run(ctx context.Context, c Config) error {
 	if nodeRep != nil {
 		healerRep = nodeRep
 	}
-	h, err := c.newHealer(id, reportingObserver{wd: wd, rep: rep, pins: pins}, kc, healerRep, m)
+	pipe := &pipeline{wd: wd, assessor: memberstate.NewAssessor(c.GracePeriod), exporters: []exporter{rep}, pins: pins}
+	h, err := c.newHealer(id, recoveryObserver{pipe}, kc, healerRep, m)
 	if err != nil {
 		return err
 	}
 	gate := gateCheck{c: c, log: log, m: m, member: id.Name}
-	return wd.Run(ctx, func(r watchdog.Result) {
-		rep.report(r)
-		pins.observe(ctx, r.Observation)
+	return wd.Run(ctx, func(o observation.Observation) {
+		r := pipe.assess(o)
+		pipe.exportAll(ctx, r, false)
 		gate.check()
 		ready.Store(true)
 		var req *plan.Request
@@ -246,93 +246,6 @@ func serveOn(ln net.Listener, m *metrics.Metrics, ready *atomic.Bool, log *zap.L
 		}
 	}()
 	return srv
-}
-
-// reporter turns results into metrics, a status file, and a log line when
-// the state or its reason changes (not every poll).
-type reporter struct {
-	node       *nodeStatus // nil without an API
-	log        *zap.Logger
-	metrics    *metrics.Metrics
-	member     string
-	statusPath string
-	last       memberstate.Verdict
-	lastMajor  bool
-	decision   plan.Decision
-	// statusErr is the last status file write error logged ("" after a success).
-	statusErr string
-}
-
-// decided records what the core said about res (status shows "what it
-// would do, and why not"); the status file changes when the answer does.
-func (r *reporter) decided(res watchdog.Result, d plan.Decision) {
-	if d == r.decision {
-		return
-	}
-	r.decision = d
-	r.writeStatus(r.newReport(res))
-}
-
-func (r *reporter) newReport(res watchdog.Result) Report {
-	rep := NewReport(res)
-	if r.decision.Action != "" {
-		d := r.decision
-		rep.Decision = &d
-	}
-	return rep
-}
-
-func (r *reporter) report(res watchdog.Result) {
-	v, obs := res.Verdict, res.Observation
-	r.metrics.Observed(r.member, obs, v.State, time.Since(obs.At))
-	if v.State != r.last.State || v.Reason != r.last.Reason {
-		lvl := r.log.Info
-		if v.State == memberstate.Lost || v.State == memberstate.Down || v.State == memberstate.Degraded {
-			lvl = r.log.Warn
-		}
-		lvl("member state changed", zap.String("from", string(r.last.State)), zap.String("to", string(v.State)),
-			zap.String("reason", v.Reason), zap.String("detail", v.Detail), zap.String("dataDir", obs.Local.DataDirClass),
-			zap.Int("voters", obs.Voters()), zap.Int("healthyVoters", obs.HealthyVoters()))
-	}
-	if v.MajorityLost != r.lastMajor {
-		if v.MajorityLost {
-			r.log.Error("majority-lost: the cluster has no quorum; the agent will not act (restore from backup is a human's call)",
-				zap.Int("voters", obs.Voters()), zap.Int("healthyVoters", obs.HealthyVoters()), zap.String("memberList", obs.MemberListError))
-		} else {
-			r.log.Info("quorum is back", zap.Int("voters", obs.Voters()), zap.Int("healthyVoters", obs.HealthyVoters()))
-		}
-	}
-	changed := v.State != r.last.State || v.Reason != r.last.Reason || v.MajorityLost != r.lastMajor
-	r.last, r.lastMajor = v, v.MajorityLost
-	if changed {
-		r.writeStatus(r.newReport(res))
-		r.node.publish(statusLine(r.member, res))
-	}
-}
-
-// writeStatus writes the status file; a failure is logged once per change
-// of error (the file is written on every change of state), and the first
-// success after one too.
-func (r *reporter) writeStatus(rep Report) {
-	b, err := json.MarshalIndent(rep, "", "  ")
-	if err == nil {
-		err = fsutil.WriteFileAtomic(r.statusPath, b, 0o644)
-	}
-	msg := ""
-	if pe := (*fs.PathError)(nil); errors.As(err, &pe) {
-		msg = pe.Op + ": " + pe.Err.Error() // not the temp file's random name
-	} else if err != nil {
-		msg = err.Error()
-	}
-	if msg == r.statusErr {
-		return
-	}
-	if err != nil {
-		r.log.Warn("status file not written; `etcd-agent status` shows an older state", zap.String("path", r.statusPath), zap.Error(err))
-	} else {
-		r.log.Info("status file written again", zap.String("path", r.statusPath))
-	}
-	r.statusErr = msg
 }
 
 // gateCheck reports whether the etcd static pod runs etcd through the start

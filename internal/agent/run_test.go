@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/etcd-agent/etcd-agent/internal/memberstate"
 	"github.com/etcd-agent/etcd-agent/internal/plan"
-	"github.com/etcd-agent/etcd-agent/internal/watchdog"
 	"github.com/etcd-agent/etcd-agent/metrics"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest/observer"
@@ -22,7 +22,7 @@ func TestStatusFileWriteFailureIsLoggedOncePerChange(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "state")
 	core, logs := observer.New(zap.InfoLevel)
 	r := &reporter{log: zap.New(core), member: "m1", statusPath: filepath.Join(dir, StatusFile)}
-	res := watchdog.Result{}
+	res := memberstate.Result{}
 	for i, d := range []plan.Action{plan.Nothing, plan.Refuse, plan.Begin} {
 		r.decided(res, plan.Decision{Action: d, Detail: string(rune('a' + i))})
 	}

@@ -1,7 +1,6 @@
 package agent
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"time"
@@ -10,7 +9,6 @@ import (
 	"github.com/etcd-agent/etcd-agent/internal/journal"
 	"github.com/etcd-agent/etcd-agent/internal/lease"
 	"github.com/etcd-agent/etcd-agent/internal/memberruntime"
-	"github.com/etcd-agent/etcd-agent/internal/memberstate"
 	"github.com/etcd-agent/etcd-agent/internal/plan"
 	"github.com/etcd-agent/etcd-agent/internal/watchdog"
 	"github.com/etcd-agent/etcd-agent/metrics"
@@ -91,23 +89,6 @@ func (c Config) stepTimeouts() map[plan.Action]time.Duration {
 		return nil
 	}
 	return map[plan.Action]time.Duration{plan.StopMember: c.StopTimeout + 2*time.Minute}
-}
-
-// reportingObserver reports every observation the healer makes during a
-// recovery (state "recovering"), so metrics stay live while it works.
-type reportingObserver struct {
-	wd   *watchdog.Watchdog
-	rep  *reporter
-	pins *pinner
-}
-
-func (o reportingObserver) Observe(ctx context.Context, now time.Time) watchdog.Result {
-	r := o.wd.Observe(ctx, now)
-	o.pins.observe(ctx, r.Observation) // the rejoined member's new ID is pinned once it serves
-	shown := r
-	shown.Verdict.State = memberstate.Recovering
-	o.rep.report(shown)
-	return r
 }
 
 func phases(names []string) []journal.Phase {

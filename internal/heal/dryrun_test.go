@@ -10,7 +10,6 @@ import (
 	"github.com/etcd-agent/etcd-agent/internal/memberstate"
 	"github.com/etcd-agent/etcd-agent/internal/observation"
 	"github.com/etcd-agent/etcd-agent/internal/plan"
-	"github.com/etcd-agent/etcd-agent/internal/watchdog"
 	"github.com/etcd-agent/etcd-agent/metrics"
 	"go.uber.org/zap"
 )
@@ -31,9 +30,9 @@ func (l *freeLease) Current(context.Context) (string, lease.Info, bool, error) {
 	return "", lease.Info{}, true, nil
 }
 
-type sameObserver struct{ res watchdog.Result }
+type sameObserver struct{ res memberstate.Result }
 
-func (o sameObserver) Observe(context.Context, time.Time) watchdog.Result { return o.res }
+func (o sameObserver) Observe(context.Context, time.Time) memberstate.Result { return o.res }
 
 // An agent in dry-run with a recovery open (restarted with --dry-run
 // mid-heal) reports it and does nothing: no Lease taken to resume, no step.
@@ -49,7 +48,7 @@ func TestConsiderDryRunWithOpenJournalChangesNothing(t *testing.T) {
 		return observation.Member{ID: id, Name: name, PeerURLs: []string{"http://" + name + ":2380"},
 			ClientURLs: []string{"http://" + name + ":2379"}, Serving: true, RaftIndex: 100, AppliedIndex: 100}
 	}
-	res := watchdog.Result{
+	res := memberstate.Result{
 		Observation: observation.Observation{At: now, ClusterID: 1, LeaderID: 0xa1,
 			Members: []observation.Member{voter(0xa1, "node1"), voter(0xa3, "node3")},
 			Local:   observation.Local{Name: "node2", PeerURLs: j.PeerURLs, DataDir: dir + "/etcd"}},

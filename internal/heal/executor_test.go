@@ -11,7 +11,6 @@ import (
 	"github.com/etcd-agent/etcd-agent/internal/nodereport"
 	"github.com/etcd-agent/etcd-agent/internal/observation"
 	"github.com/etcd-agent/etcd-agent/internal/plan"
-	"github.com/etcd-agent/etcd-agent/internal/watchdog"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 )
@@ -197,7 +196,7 @@ func TestRequestAnsweredByTheHealNotExecutedAfterARestart(t *testing.T) {
 
 // healedWithClearFailing: a resumed heal succeeds, and clearing the manual
 // trigger it answers fails once.
-func healedWithClearFailing(t *testing.T) (*rig, watchdog.Result) {
+func healedWithClearFailing(t *testing.T) (*rig, memberstate.Result) {
 	t.Helper()
 	healthy := cluster3(memberstate.Healthy, 1, 2, 3)
 	r := newRig(t, healthy)

@@ -17,7 +17,6 @@ import (
 	"github.com/etcd-agent/etcd-agent/internal/nodereport"
 	"github.com/etcd-agent/etcd-agent/internal/observation"
 	"github.com/etcd-agent/etcd-agent/internal/plan"
-	"github.com/etcd-agent/etcd-agent/internal/watchdog"
 	"github.com/etcd-agent/etcd-agent/metrics"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 )
@@ -93,12 +92,12 @@ func (l *fakeLease) Current(context.Context) (string, lease.Info, bool, error) {
 // onObserve, if set, is called with the number of the call.
 type fakeObserver struct {
 	mu        sync.Mutex
-	res       []watchdog.Result
+	res       []memberstate.Result
 	n         int
 	onObserve func(n int)
 }
 
-func (o *fakeObserver) Observe(context.Context, time.Time) watchdog.Result {
+func (o *fakeObserver) Observe(context.Context, time.Time) memberstate.Result {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	o.n++
@@ -234,7 +233,7 @@ type rig struct {
 	dir     string
 }
 
-func newRig(t *testing.T, res ...watchdog.Result) *rig {
+func newRig(t *testing.T, res ...memberstate.Result) *rig {
 	t.Helper()
 	dir := t.TempDir()
 	r := &rig{lease: &fakeLease{}, obs: &fakeObserver{res: res}, rep: &fakeReporter{}, rt: &fakeRuntime{},
@@ -273,7 +272,7 @@ func peerURL(i int) string { return "https://10.0.0." + string(rune('0'+i)) + ":
 
 // cluster3 is a 3-voter cluster: member 1 is local (m1, ID 0xa1), serving
 // are the listed members; the leader is the first serving peer.
-func cluster3(local memberstate.State, serving ...int) watchdog.Result {
+func cluster3(local memberstate.State, serving ...int) memberstate.Result {
 	o := observation.Observation{At: time.Now(), ClusterID: 0xc1}
 	for i := 1; i <= 3; i++ {
 		m := observation.Member{ID: 0xa0 + uint64(i), Name: "m" + string(rune('0'+i)), PeerURLs: []string{peerURL(i)},
@@ -292,7 +291,7 @@ func cluster3(local memberstate.State, serving ...int) watchdog.Result {
 	}
 	o.Local = observation.Local{Name: "m1", PeerURLs: []string{peerURL(1)}, DataDir: "/var/lib/etcd", DataDirClass: class,
 		Match: observation.MatchOK, ID: 0xa1, Serving: o.Members[0].Serving}
-	return watchdog.Result{Observation: o, Verdict: memberstate.Verdict{State: local, Reason: string(local)}}
+	return memberstate.Result{Observation: o, Verdict: memberstate.Verdict{State: local, Reason: string(local)}}
 }
 
 func planConfig() plan.Config {

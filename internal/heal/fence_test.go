@@ -15,7 +15,6 @@ import (
 	"github.com/etcd-agent/etcd-agent/internal/memberstate"
 	"github.com/etcd-agent/etcd-agent/internal/observation"
 	"github.com/etcd-agent/etcd-agent/internal/plan"
-	"github.com/etcd-agent/etcd-agent/internal/watchdog"
 )
 
 // trace records, in order, the fences and the destructive calls of a
@@ -95,7 +94,7 @@ func (c tracedCluster) MoveLeader(ctx context.Context, eps []string, to uint64) 
 }
 
 // tracedRig is a rig whose Lease, runtime and cluster record into one trace.
-func tracedRig(t *testing.T, res ...watchdog.Result) (*rig, *trace) {
+func tracedRig(t *testing.T, res ...memberstate.Result) (*rig, *trace) {
 	t.Helper()
 	r := newRig(t, res...)
 	tr := &trace{}
@@ -108,7 +107,7 @@ func tracedRig(t *testing.T, res ...watchdog.Result) (*rig, *trace) {
 
 // localLeader: all serving, the local member m1 leads (a manual rejoin of a
 // healthy member: the stop is preceded by a leadership hand-off).
-func localLeader() watchdog.Result {
+func localLeader() memberstate.Result {
 	res := cluster3(memberstate.Healthy, 1, 2, 3)
 	o := &res.Observation
 	for i := range o.Members {
@@ -120,7 +119,7 @@ func localLeader() watchdog.Result {
 
 // rejoined: the old member removed, learner 0xa9 with our peer URL; serving
 // (caught up) or not.
-func rejoined(serving bool) watchdog.Result {
+func rejoined(serving bool) memberstate.Result {
 	res := cluster3(memberstate.Learner, 2, 3)
 	o := &res.Observation
 	o.Members = o.Members[1:]
@@ -138,7 +137,7 @@ func TestEveryDestructiveStepIsFencedForItsOwnTimeout(t *testing.T) {
 	timeout := map[string]time.Duration{"stop": stopTimeout, "remove": memberChangeTimeout, "add": memberChangeTimeout, "promote": memberChangeTimeout}
 	for _, tc := range []struct {
 		name      string
-		res       watchdog.Result
+		res       memberstate.Result
 		req       string
 		phase     journal.Phase
 		oldID     uint64
@@ -148,7 +147,7 @@ func TestEveryDestructiveStepIsFencedForItsOwnTimeout(t *testing.T) {
 	}{
 		{name: "stop", res: localLeader(), req: "rejoin", phase: journal.PhaseStarted, oldID: 0xa1, op: "stop"},
 		{name: "remove", res: cluster3(memberstate.Lost, 2, 3), req: "auto", phase: journal.PhaseSnapshotted, oldID: 0xa1, op: "remove"},
-		{name: "add", res: func() watchdog.Result {
+		{name: "add", res: func() memberstate.Result {
 			r := rejoined(false)
 			r.Observation.Members = r.Observation.Members[:2]
 			return r

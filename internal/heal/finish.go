@@ -6,9 +6,9 @@ import (
 	"time"
 
 	"github.com/etcd-agent/etcd-agent/internal/journal"
+	"github.com/etcd-agent/etcd-agent/internal/memberstate"
 	"github.com/etcd-agent/etcd-agent/internal/nodereport"
 	"github.com/etcd-agent/etcd-agent/internal/plan"
-	"github.com/etcd-agent/etcd-agent/internal/watchdog"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"go.uber.org/zap"
 )
@@ -22,7 +22,7 @@ func (e *hashMismatchError) Error() string { return e.j.Detail }
 // verifyStep verifies the promoted member: equal HashKV advances the journal
 // to verified (its message names the voters not asked), not yet waits for
 // the next round, a mismatch is reported and ends the attempt.
-func (h *Healer) verifyStep(ctx context.Context, res watchdog.Result, j *journal.Record) error {
+func (h *Healer) verifyStep(ctx context.Context, res memberstate.Result, j *journal.Record) error {
 	jd, err := h.verify(ctx, res, uint64(j.NewMemberID))
 	switch {
 	case err != nil || jd.Verdict == plan.HashNotYet:
@@ -51,7 +51,7 @@ func (h *Healer) verifyStep(ctx context.Context, res watchdog.Result, j *journal
 // plan.JudgeHashes: voters not serving are not asked (reported, not waited
 // for); one compacted past the revision is asked again next round, at a
 // newer one.
-func (h *Healer) verify(ctx context.Context, res watchdog.Result, id uint64) (plan.HashJudgement, error) {
+func (h *Healer) verify(ctx context.Context, res memberstate.Result, id uint64) (plan.HashJudgement, error) {
 	o := res.Observation
 	m, ok := o.Member(id)
 	if !ok || m.IsLearner || !m.Serving {

@@ -19,9 +19,9 @@ import (
 	"github.com/etcd-agent/etcd-agent/internal/lease"
 	"github.com/etcd-agent/etcd-agent/internal/localdisk"
 	"github.com/etcd-agent/etcd-agent/internal/memberruntime"
+	"github.com/etcd-agent/etcd-agent/internal/memberstate"
 	"github.com/etcd-agent/etcd-agent/internal/nodereport"
 	"github.com/etcd-agent/etcd-agent/internal/plan"
-	"github.com/etcd-agent/etcd-agent/internal/watchdog"
 	"github.com/etcd-agent/etcd-agent/metrics"
 	"go.uber.org/zap"
 )
@@ -46,7 +46,7 @@ type Reporter interface {
 
 // Observer makes a fresh observation (package watchdog).
 type Observer interface {
-	Observe(ctx context.Context, now time.Time) watchdog.Result
+	Observe(ctx context.Context, now time.Time) memberstate.Result
 }
 
 // Config configures the Healer.
@@ -208,7 +208,7 @@ type Outcome struct {
 // manual request (nil for the automatic path). A stranded learner rolled
 // back first is not the answer: the heal it blocked (and a manual request)
 // is considered again at once, on a fresh observation.
-func (h *Healer) Consider(ctx context.Context, res watchdog.Result, req *plan.Request) Outcome {
+func (h *Healer) Consider(ctx context.Context, res memberstate.Result, req *plan.Request) Outcome {
 	out := h.consider(ctx, res, req)
 	if out.Result == journal.ResultSucceeded && out.Decision.Reason == plan.ReasonLearnerRolledBack && ctx.Err() == nil {
 		return h.consider(ctx, h.obs.Observe(ctx, h.now()), req)
@@ -216,7 +216,7 @@ func (h *Healer) Consider(ctx context.Context, res watchdog.Result, req *plan.Re
 	return out
 }
 
-func (h *Healer) consider(ctx context.Context, res watchdog.Result, req *plan.Request) Outcome {
+func (h *Healer) consider(ctx context.Context, res memberstate.Result, req *plan.Request) Outcome {
 	j, _, err := journal.Load(h.cfg.StateDir, h.cfg.Member)
 	if err != nil {
 		return Outcome{Err: err}
@@ -306,7 +306,7 @@ func (h *Healer) countRefusal(r plan.Reason) bool {
 }
 
 // Plan returns what Decide says now, without acting (status, dry runs).
-func (h *Healer) Plan(ctx context.Context, res watchdog.Result, req *plan.Request) plan.Decision {
+func (h *Healer) Plan(ctx context.Context, res memberstate.Result, req *plan.Request) plan.Decision {
 	j, _, err := journal.Load(h.cfg.StateDir, h.cfg.Member)
 	if err != nil {
 		return plan.Decision{Action: plan.Nothing, Detail: err.Error()}
@@ -318,7 +318,7 @@ func (h *Healer) Plan(ctx context.Context, res watchdog.Result, req *plan.Reques
 // depends on it: most polls (a healthy member, a member in its grace, a
 // refusal for quorum) need no API call, and with the majority lost the API
 // cannot answer anyway.
-func (h *Healer) decide(ctx context.Context, res watchdog.Result, req *plan.Request, j journal.Record) plan.Decision {
+func (h *Healer) decide(ctx context.Context, res memberstate.Result, req *plan.Request, j journal.Record) plan.Decision {
 	if !j.Active() {
 		in := h.baseInput(res, req, j)
 		in.APIAvailable = true // optimistic; checked below if it matters
@@ -332,7 +332,7 @@ func (h *Healer) decide(ctx context.Context, res watchdog.Result, req *plan.Requ
 
 // input gathers what Decide needs besides the observation: the Lease's
 // state (asked of the API server) and the free disk space.
-func (h *Healer) input(ctx context.Context, res watchdog.Result, req *plan.Request, j journal.Record) plan.Input {
+func (h *Healer) input(ctx context.Context, res memberstate.Result, req *plan.Request, j journal.Record) plan.Input {
 	in := h.baseInput(res, req, j)
 	l, err := h.leaseOf(res.Observation.ClusterID)
 	if err != nil || l == nil {
@@ -353,7 +353,7 @@ func (h *Healer) input(ctx context.Context, res watchdog.Result, req *plan.Reque
 }
 
 // baseInput is the input without the Lease's state (API not asked).
-func (h *Healer) baseInput(res watchdog.Result, req *plan.Request, j journal.Record) plan.Input {
+func (h *Healer) baseInput(res memberstate.Result, req *plan.Request, j journal.Record) plan.Input {
 	in := plan.Input{Now: res.Observation.At, Obs: res.Observation, Verdict: res.Verdict, Request: req, Journal: j,
 		Learners: res.Learners}
 	if req == nil && j.Active() && j.Request != "" && j.Request != "auto" {

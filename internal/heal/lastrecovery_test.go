@@ -7,7 +7,6 @@ import (
 	"github.com/etcd-agent/etcd-agent/internal/memberstate"
 	"github.com/etcd-agent/etcd-agent/internal/nodereport"
 	"github.com/etcd-agent/etcd-agent/internal/plan"
-	"github.com/etcd-agent/etcd-agent/internal/watchdog"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest/observer"
 )
@@ -43,7 +42,7 @@ func TestSetLastRecoveryErrorsAreRetriedOnceAndLogged(t *testing.T) {
 			r.h.Consider(context.Background(), cluster3(memberstate.Healthy, 1, 2), req) // would lose quorum
 		}},
 		{"recovery closed", func(r *rig) {
-			r.obs.res = []watchdog.Result{cluster3(memberstate.Lost, 2)}
+			r.obs.res = []memberstate.Result{cluster3(memberstate.Lost, 2)}
 			r.h.Consider(context.Background(), cluster3(memberstate.Lost, 2, 3), nil) // majority lost after the Lease
 		}},
 	} {

@@ -9,11 +9,10 @@ import (
 	"github.com/etcd-agent/etcd-agent/internal/journal"
 	"github.com/etcd-agent/etcd-agent/internal/memberstate"
 	"github.com/etcd-agent/etcd-agent/internal/plan"
-	"github.com/etcd-agent/etcd-agent/internal/watchdog"
 )
 
 // lostWith: member 1 lost (not serving) with its data dir of class.
-func lostWith(class string) watchdog.Result {
+func lostWith(class string) memberstate.Result {
 	res := cluster3(memberstate.Lost, 2, 3)
 	res.Observation.Local.DataDirClass = class
 	return res

@@ -8,7 +8,6 @@ import (
 	"github.com/etcd-agent/etcd-agent/internal/localdisk"
 	"github.com/etcd-agent/etcd-agent/internal/memberstate"
 	"github.com/etcd-agent/etcd-agent/internal/nodereport"
-	"github.com/etcd-agent/etcd-agent/internal/watchdog"
 	"go.uber.org/zap"
 )
 
@@ -20,7 +19,7 @@ import (
 // they were made, and for QuarantinePruneAfter, and no recovery is open.
 // These are the only deletions the agent makes: each is logged, an Event
 // and counted.
-func (h *Healer) Housekeep(res watchdog.Result) {
+func (h *Healer) Housekeep(res memberstate.Result) {
 	v := res.Verdict
 	if v.State != memberstate.Healthy || v.MajorityLost {
 		h.healthySince = time.Time{}

@@ -13,10 +13,10 @@ import (
 
 	"github.com/etcd-agent/etcd-agent/internal/journal"
 	"github.com/etcd-agent/etcd-agent/internal/lease"
+	"github.com/etcd-agent/etcd-agent/internal/memberstate"
 	"github.com/etcd-agent/etcd-agent/internal/nodereport"
 	"github.com/etcd-agent/etcd-agent/internal/observation"
 	"github.com/etcd-agent/etcd-agent/internal/plan"
-	"github.com/etcd-agent/etcd-agent/internal/watchdog"
 	"github.com/etcd-agent/etcd-agent/metrics"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"go.uber.org/zap"
@@ -28,7 +28,7 @@ const maxStepErrors = 5
 
 // recover runs one recovery (new or resumed) until it finishes, fails, or
 // the recovery timeout passes.
-func (h *Healer) recover(parent context.Context, first watchdog.Result, req *plan.Request, j journal.Record) Outcome {
+func (h *Healer) recover(parent context.Context, first memberstate.Result, req *plan.Request, j journal.Record) Outcome {
 	ctx, cancel := context.WithTimeout(parent, h.cfg.RecoveryTimeout)
 	defer cancel()
 	// The Lease's renewer lives exactly as long as this attempt: released on
@@ -137,7 +137,7 @@ func (h *Healer) shutdown(j *journal.Record, d plan.Decision) Outcome {
 }
 
 // step carries out one decision and records it in the journal.
-func (h *Healer) step(ctx context.Context, res watchdog.Result, req *plan.Request, j *journal.Record, d plan.Decision) error {
+func (h *Healer) step(ctx context.Context, res memberstate.Result, req *plan.Request, j *journal.Record, d plan.Decision) error {
 	now := h.now().UTC()
 	switch d.Action {
 	case plan.Begin:
@@ -197,7 +197,7 @@ func (h *Healer) step(ctx context.Context, res watchdog.Result, req *plan.Reques
 }
 
 // begin acquires the Lease and opens (or resumes) the journal.
-func (h *Healer) begin(ctx context.Context, res watchdog.Result, req *plan.Request, j *journal.Record) error {
+func (h *Healer) begin(ctx context.Context, res memberstate.Result, req *plan.Request, j *journal.Record) error {
 	l, err := h.leaseOf(res.Observation.ClusterID)
 	if err != nil {
 		return err

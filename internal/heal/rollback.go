@@ -6,9 +6,9 @@ import (
 
 	"github.com/etcd-agent/etcd-agent/internal/journal"
 	"github.com/etcd-agent/etcd-agent/internal/lease"
+	"github.com/etcd-agent/etcd-agent/internal/memberstate"
 	"github.com/etcd-agent/etcd-agent/internal/nodereport"
 	"github.com/etcd-agent/etcd-agent/internal/plan"
-	"github.com/etcd-agent/etcd-agent/internal/watchdog"
 	"go.uber.org/zap"
 )
 
@@ -25,7 +25,7 @@ import (
 // beginRollback acquires the Lease and opens the rollback record of
 // learner d.MemberID. The last recovery's failure count is kept (its
 // backoff still applies to the next rejoin).
-func (h *Healer) beginRollback(ctx context.Context, res watchdog.Result, j *journal.Record, d plan.Decision) error {
+func (h *Healer) beginRollback(ctx context.Context, res memberstate.Result, j *journal.Record, d plan.Decision) error {
 	l, err := h.leaseOf(res.Observation.ClusterID)
 	if err != nil {
 		return err
@@ -48,7 +48,7 @@ func (h *Healer) beginRollback(ctx context.Context, res watchdog.Result, j *jour
 // rollback record (journaled as phase removed), or, in our own rejoin, at
 // the add (a learner added under a Lease that was taken from us, whose
 // holder died), reported there with a log line and an Event.
-func (h *Healer) removeStranded(ctx context.Context, res watchdog.Result, j *journal.Record, d plan.Decision) error {
+func (h *Healer) removeStranded(ctx context.Context, res memberstate.Result, j *journal.Record, d plan.Decision) error {
 	if j.Kind == journal.KindRollbackLearner {
 		return h.timed(j, journal.PhaseRemoved, func() error { return h.removeMember(ctx, res, d.MemberID) })
 	}

@@ -11,7 +11,6 @@ import (
 	"github.com/etcd-agent/etcd-agent/internal/nodereport"
 	"github.com/etcd-agent/etcd-agent/internal/observation"
 	"github.com/etcd-agent/etcd-agent/internal/plan"
-	"github.com/etcd-agent/etcd-agent/internal/watchdog"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
@@ -19,7 +18,7 @@ const strandedID = 0xb9
 
 // withStranded adds the learner a dead owner left (unstarted: no name, not
 // serving) and the watchdog's clock on it: no progress for idle.
-func withStranded(res watchdog.Result, idle time.Duration) watchdog.Result {
+func withStranded(res memberstate.Result, idle time.Duration) memberstate.Result {
 	o := res.Observation
 	o.Members = append(slices.Clone(o.Members), observation.Member{ID: strandedID, PeerURLs: []string{peerURL(9)}, IsLearner: true})
 	res.Observation = o
@@ -77,7 +76,7 @@ func TestStrandedLearnerIsRolledBackThenTheHealMayBegin(t *testing.T) {
 func TestStrandedLearnerKeptWhileLeaseLiveOrProgressing(t *testing.T) {
 	lost := cluster3(memberstate.Lost, 2, 3)
 	for name, tc := range map[string]struct {
-		res   watchdog.Result
+		res   memberstate.Result
 		other string
 	}{
 		"another agent holds the Lease": {withStranded(lost, 10*time.Minute), "node9/m9"},

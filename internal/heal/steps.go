@@ -13,11 +13,11 @@ import (
 	"github.com/etcd-agent/etcd-agent/internal/fsutil"
 	"github.com/etcd-agent/etcd-agent/internal/journal"
 	"github.com/etcd-agent/etcd-agent/internal/localdisk"
+	"github.com/etcd-agent/etcd-agent/internal/memberstate"
 	"github.com/etcd-agent/etcd-agent/internal/nodereport"
 	"github.com/etcd-agent/etcd-agent/internal/observation"
 	"github.com/etcd-agent/etcd-agent/internal/peerseed"
 	"github.com/etcd-agent/etcd-agent/internal/plan"
-	"github.com/etcd-agent/etcd-agent/internal/watchdog"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"go.uber.org/zap"
 )
@@ -49,7 +49,7 @@ const MaxStepTimeout = max(stopTimeout, quarantineTimeout, memberChangeTimeout)
 // stopAndQuarantine stops the local member and renames its data dir into
 // the quarantine (never deletes: rule 8). Both are fenced right before
 // they happen: the hand-off can take its whole timeout, the stop too.
-func (h *Healer) stopAndQuarantine(ctx context.Context, res watchdog.Result, j *journal.Record) error {
+func (h *Healer) stopAndQuarantine(ctx context.Context, res memberstate.Result, j *journal.Record) error {
 	if err := h.handOffLeadership(ctx, res, uint64(j.OldMemberID)); err != nil {
 		// Not fatal: stopping a leader costs an election, not safety.
 		h.log.Warn("leadership hand-off before the stop failed; the cluster will elect a new leader", zap.Error(err))
@@ -128,7 +128,7 @@ func (h *Healer) quarantineDataDir(ctx context.Context) (string, error) {
 // stopped. A leader that shuts down keeps its peers waiting for an election
 // timeout (and longer while it drains), and every write and linearizable
 // read stalls meanwhile: exactly the API disruption a heal must not cause.
-func (h *Healer) handOffLeadership(ctx context.Context, res watchdog.Result, local uint64) error {
+func (h *Healer) handOffLeadership(ctx context.Context, res memberstate.Result, local uint64) error {
 	o := res.Observation
 	me, ok := o.Member(local)
 	if !ok || !me.IsLeader || !me.Serving || len(me.ClientURLs) == 0 {
@@ -155,7 +155,7 @@ func (h *Healer) handOffLeadership(ctx context.Context, res watchdog.Result, loc
 
 // snapshot streams the pre-change backup from the healthiest follower into
 // the quarantine and verifies it.
-func (h *Healer) snapshot(ctx context.Context, res watchdog.Result, j *journal.Record, d plan.Decision) error {
+func (h *Healer) snapshot(ctx context.Context, res memberstate.Result, j *journal.Record, d plan.Decision) error {
 	src, ok := res.Observation.Member(d.SourceID)
 	if !ok || len(src.ClientURLs) == 0 {
 		return fmt.Errorf("snapshot source %x (%s) is not in the member list with a client URL", d.SourceID, d.Detail)
@@ -207,7 +207,7 @@ func (h *Healer) fence(ctx context.Context, need time.Duration) error {
 
 // memberChange runs one membership change: fenced on the Lease, sent to
 // the serving voters of the fresh observation, bounded in time.
-func (h *Healer) memberChange(ctx context.Context, res watchdog.Result, change func(ctx context.Context, endpoints []string) error) error {
+func (h *Healer) memberChange(ctx context.Context, res memberstate.Result, change func(ctx context.Context, endpoints []string) error) error {
 	eps, err := voterEndpoints(res.Observation)
 	if err != nil {
 		return err
@@ -220,7 +220,7 @@ func (h *Healer) memberChange(ctx context.Context, res watchdog.Result, change f
 	return change(rctx, eps)
 }
 
-func (h *Healer) removeMember(ctx context.Context, res watchdog.Result, id uint64) error {
+func (h *Healer) removeMember(ctx context.Context, res memberstate.Result, id uint64) error {
 	err := h.memberChange(ctx, res, func(ctx context.Context, eps []string) error {
 		return h.cluster.MemberRemove(ctx, eps, id)
 	})
@@ -238,7 +238,7 @@ func (h *Healer) removeMember(ctx context.Context, res watchdog.Result, id uint6
 // addLearner adds our peer URLs as a learner. An add that times out may
 // still be applied: the next observation then shows a learner with our peer
 // URL, which Decide adopts instead of adding a second one.
-func (h *Healer) addLearner(ctx context.Context, res watchdog.Result, j *journal.Record) error {
+func (h *Healer) addLearner(ctx context.Context, res memberstate.Result, j *journal.Record) error {
 	var id uint64
 	err := h.memberChange(ctx, res, func(ctx context.Context, eps []string) (err error) {
 		id, err = h.cluster.MemberAddAsLearner(ctx, eps, j.PeerURLs)
@@ -257,7 +257,7 @@ func (h *Healer) addLearner(ctx context.Context, res watchdog.Result, j *journal
 // raft snapshot (upstream-supported). Seed mode: the data dir is built from
 // a snapshot streamed after the add (seedDataDir); on any seeding error it
 // falls back to raft mode and journals why.
-func (h *Healer) prepareDataDir(ctx context.Context, res watchdog.Result, j *journal.Record) error {
+func (h *Healer) prepareDataDir(ctx context.Context, res memberstate.Result, j *journal.Record) error {
 	if entries, err := os.ReadDir(h.cfg.DataDir); err == nil && len(entries) > 0 {
 		dst, err := h.quarantineDataDir(ctx)
 		if err != nil {
@@ -297,7 +297,7 @@ func (h *Healer) prepareDataDir(ctx context.Context, res watchdog.Result, j *jou
 // moved into the data dir (peerseed.MoveDB: no second write of the whole
 // db) and whatever is left of it removed afterwards; the pre-change backup
 // (step 3) stays in the quarantine. On error no data dir is left.
-func (h *Healer) seedDataDir(ctx context.Context, res watchdog.Result, j *journal.Record) error {
+func (h *Healer) seedDataDir(ctx context.Context, res memberstate.Result, j *journal.Record) error {
 	if err := plan.SeedSupported(res.Observation); err != nil {
 		return err
 	}
@@ -381,7 +381,7 @@ func isSeedStreamOf(name, prefix string) bool {
 
 // startMember starts the local member with --initial-cluster = the current
 // members + self, --initial-cluster-state=existing.
-func (h *Healer) startMember(ctx context.Context, res watchdog.Result, j *journal.Record) error {
+func (h *Healer) startMember(ctx context.Context, res memberstate.Result, j *journal.Record) error {
 	if err := h.holdAt(ctx, HoldMemberStart); err != nil {
 		return err
 	}
@@ -413,7 +413,7 @@ func (h *Healer) initialCluster(o observation.Observation, j *journal.Record) st
 }
 
 // trackLearner records the learner's progress (for the stall timeout) and its lag.
-func (h *Healer) trackLearner(j *journal.Record, res watchdog.Result, now time.Time) {
+func (h *Healer) trackLearner(j *journal.Record, res memberstate.Result, now time.Time) {
 	m, ok := res.Observation.Member(uint64(j.NewMemberID))
 	if !ok || !m.Serving {
 		return
@@ -427,7 +427,7 @@ func (h *Healer) trackLearner(j *journal.Record, res watchdog.Result, now time.T
 }
 
 // promote promotes the learner; ErrLearnerNotReady just means "not yet".
-func (h *Healer) promote(ctx context.Context, res watchdog.Result, j *journal.Record, id uint64) error {
+func (h *Healer) promote(ctx context.Context, res memberstate.Result, j *journal.Record, id uint64) error {
 	start := time.Now()
 	err := h.memberChange(ctx, res, func(ctx context.Context, eps []string) error {
 		return h.cluster.MemberPromote(ctx, eps, id)

@@ -120,7 +120,7 @@ func TestForeignClusterAnswersAreIgnored(t *testing.T) {
 	// A foreign process answers at our own client URL.
 	wl := newWatchdog(foreign.clientURL, pinned, ours.clientURL)
 
-	o := wp.Observe(ctx, time.Now()).Observation
+	o := wp.Observe(ctx, time.Now())
 	if o.ClusterID != ours.clusterID || o.PinnedClusterID != ours.clusterID || o.LeaderID != ours.memberID ||
 		len(o.Members) != 1 || o.Members[0].Name != "a" {
 		t.Fatalf("pinned: cluster %x pin %x leader %x members %v, want cluster %x with member a (%x)",
@@ -129,10 +129,10 @@ func TestForeignClusterAnswersAreIgnored(t *testing.T) {
 	if !slices.Equal(o.ForeignEndpoints, []string{foreign.clientURL}) {
 		t.Fatalf("pinned: foreign endpoints %v, want %s", o.ForeignEndpoints, foreign.clientURL)
 	}
-	if o := wa.Observe(ctx, time.Now()).Observation; o.ClusterID != ours.clusterID || o.PinnedClusterID != ours.clusterID {
+	if o := wa.Observe(ctx, time.Now()); o.ClusterID != ours.clusterID || o.PinnedClusterID != ours.clusterID {
 		t.Fatalf("adopting: cluster %x pin %x, want %x", o.ClusterID, o.PinnedClusterID, ours.clusterID)
 	}
-	o = wl.Observe(ctx, time.Now()).Observation
+	o = wl.Observe(ctx, time.Now())
 	if o.Local.AnsweringClusterID != foreign.clusterID || o.Local.Match != observation.MatchAmbiguous || o.Local.Serving ||
 		!slices.Contains(o.ForeignEndpoints, foreign.clientURL) {
 		t.Fatalf("foreign at our client URL: answering cluster %x, match %s (%s), serving %v, foreign %v",
@@ -141,7 +141,7 @@ func TestForeignClusterAnswersAreIgnored(t *testing.T) {
 
 	ours.stop()
 	for name, w := range map[string]*Watchdog{"pinned": wp, "adopted": wa} {
-		o := w.Observe(ctx, time.Now()).Observation
+		o := w.Observe(ctx, time.Now())
 		t.Logf("%s, only the foreign cluster up: list error %q, foreign %v", name, o.MemberListError, o.ForeignEndpoints)
 		if o.ClusterID != ours.clusterID || o.MemberListError == "" || !slices.Contains(o.ForeignEndpoints, foreign.clientURL) {
 			t.Fatalf("%s: cluster %x, list error %q, members %v, foreign %v: the foreign cluster's answers were used",

@@ -1,6 +1,7 @@
 package watchdog
 
 import (
+	"context"
 	"net"
 	"os"
 	"path/filepath"
@@ -78,7 +79,7 @@ func silentURL(t *testing.T) string {
 func TestLayoutCorruptDataDirIsConfirmedByTheDeepCheck(t *testing.T) {
 	ctx := t.Context()
 	held := heldDataDir(t)
-	r := newTestWatchdog(t, held, refusedURL(t), time.Second, time.Minute).Observe(ctx, time.Now())
+	r := assess(newTestWatchdog(t, held, refusedURL(t), time.Second, time.Minute)).Observe(ctx, time.Now())
 	if l := r.Observation.Local; l.DataDirClass != "in-use" || !l.DataDirVerified {
 		t.Fatalf("held dir: class %s verified %v (%s), want in-use, verified", l.DataDirClass, l.DataDirVerified, l.DataDirDetail)
 	}
@@ -90,7 +91,7 @@ func TestLayoutCorruptDataDirIsConfirmedByTheDeepCheck(t *testing.T) {
 	if err := os.MkdirAll(filepath.Join(broken, "member", "snap"), 0o700); err != nil {
 		t.Fatal(err)
 	}
-	r = newTestWatchdog(t, broken, refusedURL(t), time.Second, time.Minute).Observe(ctx, time.Now())
+	r = assess(newTestWatchdog(t, broken, refusedURL(t), time.Second, time.Minute)).Observe(ctx, time.Now())
 	if l := r.Observation.Local; l.DataDirClass != "corrupt" || !l.DataDirVerified {
 		t.Fatalf("broken dir: class %s verified %v (%s), want corrupt, verified", l.DataDirClass, l.DataDirVerified, l.DataDirDetail)
 	}
@@ -104,7 +105,7 @@ func TestLayoutCorruptDataDirIsConfirmedByTheDeepCheck(t *testing.T) {
 // afresh.
 func TestSampleGapRestartsTheRun(t *testing.T) {
 	ctx := t.Context()
-	w := newTestWatchdog(t, heldDataDir(t), refusedURL(t), time.Second, 3*time.Second)
+	w := assess(newTestWatchdog(t, heldDataDir(t), refusedURL(t), time.Second, 3*time.Second))
 	t0 := time.Now()
 	if r := w.Observe(ctx, t0); r.Verdict.State != memberstate.Down {
 		t.Fatalf("first poll: %s (%s), want down", r.Verdict.State, r.Verdict.Detail)
@@ -126,10 +127,11 @@ func TestSlowPollsStillReachLost(t *testing.T) {
 	w := newTestWatchdog(t, heldDataDir(t), silentURL(t), poll, grace)
 	w.cfg.ProbeTimeout = 300 * time.Millisecond // each poll: member list + local probe, both time out
 	w.clients = newClients(nil, w.cfg.ProbeTimeout)
+	aw := assess(w)
 	start := time.Now()
 	for i := 0; ; i++ {
 		at := time.Now()
-		r := w.Observe(ctx, at)
+		r := aw.Observe(ctx, at)
 		took := time.Since(at)
 		if took <= 3*poll {
 			t.Fatalf("poll %d took %s: not a slow poll, the test proves nothing", i, took)
@@ -142,4 +144,18 @@ func TestSlowPollsStillReachLost(t *testing.T) {
 			t.Fatalf("still %s after %s (last poll took %s): the slow polls restart the run", r.Verdict.State, time.Since(start), took)
 		}
 	}
+}
+
+// assessing is the agent's first two stages over a watchdog (observe, then
+// assess), for tests of the watchdog's rules that show in the verdict.
+type assessing struct {
+	w *Watchdog
+	a *memberstate.Assessor
+}
+
+func assess(w *Watchdog) *assessing { return &assessing{w, memberstate.NewAssessor(w.cfg.GracePeriod)} }
+
+func (x *assessing) Observe(ctx context.Context, now time.Time) memberstate.Result {
+	o := x.w.Observe(ctx, now)
+	return x.a.Assess(o, x.w.SampleGap())
 }

@@ -37,7 +37,7 @@ func BenchmarkObserve(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer w.Close()
-	if r := w.Observe(ctx, time.Now()); r.Verdict.State != "healthy" {
+	if r := assess(w).Observe(ctx, time.Now()); r.Verdict.State != "healthy" {
 		b.Fatalf("cluster not healthy: %s %s", r.Verdict.State, r.Verdict.Detail)
 	}
 	b.ResetTimer()

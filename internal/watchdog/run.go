@@ -6,13 +6,14 @@ import (
 	"strings"
 	"time"
 
+	"github.com/etcd-agent/etcd-agent/internal/observation"
 	"github.com/fsnotify/fsnotify"
 	"go.uber.org/zap"
 )
 
 // Run observes every poll interval, and at once when the data dir changes,
 // calling onResult with each result, until ctx ends.
-func (w *Watchdog) Run(ctx context.Context, onResult func(Result)) error {
+func (w *Watchdog) Run(ctx context.Context, onObservation func(observation.Observation)) error {
 	fsw, err := fsnotify.NewWatcher()
 	if err != nil {
 		return err
@@ -58,7 +59,7 @@ func (w *Watchdog) Run(ctx context.Context, onResult func(Result)) error {
 	tick := time.NewTicker(w.cfg.PollInterval)
 	defer tick.Stop()
 	for {
-		onResult(w.Observe(ctx, time.Now()))
+		onObservation(w.Observe(ctx, time.Now()))
 		select {
 		case <-ctx.Done():
 			return nil

@@ -16,7 +16,6 @@ import (
 	"time"
 
 	"github.com/etcd-agent/etcd-agent/internal/localdisk"
-	"github.com/etcd-agent/etcd-agent/internal/memberstate"
 	"github.com/etcd-agent/etcd-agent/internal/observation"
 	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.uber.org/zap"
@@ -53,29 +52,19 @@ type Config struct {
 	Log             *zap.Logger
 }
 
-// Result is one poll: the observation and the member's state.
-type Result struct {
-	Observation observation.Observation
-	Verdict     memberstate.Verdict
-	// Learners is the progress of every learner in the member list (the
-	// stranded-learner rule's input), remembered across polls.
-	Learners []memberstate.LearnerProgress
-}
-
 // Watchdog observes; Observe is one poll, Run polls until its context ends.
 type Watchdog struct {
 	cfg     Config
 	clients *clients
-	tracker memberstate.Tracker
-	// learners clocks every learner's progress, ours or not.
-	learners memberstate.LearnerTracker
-	deep     deepCache
+	deep    deepCache
 
 	mu        sync.Mutex
 	endpoints []string
 	clusterID uint64
 	// lastPollTook is how long the last Observe took (see maxSampleGap).
 	lastPollTook time.Duration
+	// gap is SampleGap for the last observation.
+	gap time.Duration
 	// lastMembers is the last member list seen: when no member answers the
 	// list (no leader), the members it named are still probed one by one,
 	// so that a lost majority is reported with real counts.
@@ -114,16 +103,25 @@ func New(cfg Config) (*Watchdog, error) {
 // Close releases the etcd clients.
 func (w *Watchdog) Close() { w.clients.close() }
 
-// Observe makes one observation at now and updates the member state.
-func (w *Watchdog) Observe(ctx context.Context, now time.Time) Result {
+// Observe makes one observation at now. What it means for the member
+// (its state, the learners' clocks) is the agent's to assess
+// (memberstate.Assessor), with SampleGap.
+func (w *Watchdog) Observe(ctx context.Context, now time.Time) observation.Observation {
 	start := time.Now()
 	obs := w.observe(ctx, now)
 	w.mu.Lock()
-	gap := w.maxSampleGap()
+	w.gap = w.maxSampleGap()
 	w.lastPollTook = time.Since(start)
 	w.mu.Unlock()
-	v := w.tracker.Observe(sampleOf(obs), memberstate.Config{GracePeriod: w.cfg.GracePeriod, MaxSampleGap: gap})
-	return Result{Observation: obs, Verdict: v, Learners: w.learners.Observe(obs.At, learnerSamples(obs))}
+	return obs
+}
+
+// SampleGap is how far the last observation may lie from the one before it
+// and still continue its unhealthy run (memberstate.Config.MaxSampleGap).
+func (w *Watchdog) SampleGap() time.Duration {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.gap
 }
 
 // maxSampleGap is how far apart two samples may be and still count as one
@@ -296,25 +294,6 @@ func (w *Watchdog) classifyDataDir(ctx context.Context, obs *observation.Observa
 	}
 	obs.Local.DataDirClass, obs.Local.DataDirDetail, obs.Local.DataDirVerified = string(r.Class), r.Detail, r.Verified
 	obs.Local.DataDirClusterID = r.ClusterID
-}
-
-// sampleOf turns an observation into the state tracker's input.
-func sampleOf(o observation.Observation) memberstate.Sample {
-	return memberstate.Sample{
-		At: o.At, Serving: o.Local.Serving, IsLearner: o.Local.IsLearner, DataDir: o.Local.DataDirClass,
-		DataDirVerified: o.Local.DataDirVerified,
-		Alarms:          o.Local.Alarms, HealthyVoters: o.HealthyVoters(), Voters: o.Voters(),
-		HasLeader: o.LeaderID != 0, InMemberList: o.Local.Match == observation.MatchOK,
-	}
-}
-
-// learnerSamples are the learners of an observation, for the learner tracker.
-func learnerSamples(o observation.Observation) []memberstate.LearnerSample {
-	var out []memberstate.LearnerSample
-	for _, m := range o.Learners() {
-		out = append(out, memberstate.LearnerSample{ID: m.ID, Serving: m.Serving, Applied: m.AppliedIndex})
-	}
-	return out
 }
 
 func uniq(in []string) []string {

@@ -1,10 +1,9 @@
-package watchdog
+package memberstate
 
 import (
 	"testing"
 	"time"
 
-	"github.com/etcd-agent/etcd-agent/internal/memberstate"
 	"github.com/etcd-agent/etcd-agent/internal/observation"
 )
 
@@ -17,7 +16,7 @@ func TestLearnerSamplesAreTheLearnersOfTheList(t *testing.T) {
 		{ID: 3, IsLearner: true, Serving: true, AppliedIndex: 70},
 	}}
 	got := learnerSamples(o)
-	want := []memberstate.LearnerSample{{ID: 2}, {ID: 3, Serving: true, Applied: 70}}
+	want := []LearnerSample{{ID: 2}, {ID: 3, Serving: true, Applied: 70}}
 	if len(got) != len(want) || got[0] != want[0] || got[1] != want[1] {
 		t.Fatalf("learnerSamples = %+v, want %+v", got, want)
 	}

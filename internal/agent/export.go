@@ -1,0 +1,131 @@
+package agent
+
+import (
+	"encoding/json"
+	"errors"
+	"io/fs"
+	"time"
+
+	"github.com/etcd-agent/etcd-agent/internal/fsutil"
+	"github.com/etcd-agent/etcd-agent/internal/localdisk"
+	"github.com/etcd-agent/etcd-agent/internal/memberstate"
+	"github.com/etcd-agent/etcd-agent/internal/observation"
+	"github.com/etcd-agent/etcd-agent/internal/plan"
+	"github.com/etcd-agent/etcd-agent/metrics"
+	"go.uber.org/zap"
+)
+
+// reporter turns results into metrics, a status file, and a log line when
+// the state or its reason changes (not every poll).
+type reporter struct {
+	node       *nodeStatus // nil without an API
+	log        *zap.Logger
+	metrics    *metrics.Metrics
+	member     string
+	statusPath string
+	last       memberstate.Verdict
+	lastMajor  bool
+	decision   plan.Decision
+	// statusErr is the last status file write error logged ("" after a success).
+	statusErr string
+}
+
+// decided records what the core said about res (status shows "what it
+// would do, and why not"); the status file changes when the answer does.
+func (r *reporter) decided(res memberstate.Result, d plan.Decision) {
+	if d == r.decision {
+		return
+	}
+	r.decision = d
+	r.writeStatus(r.newReport(res))
+}
+
+func (r *reporter) newReport(res memberstate.Result) Report {
+	rep := NewReport(res)
+	if r.decision.Action != "" {
+		d := r.decision
+		rep.Decision = &d
+	}
+	return rep
+}
+
+func (r *reporter) export(res memberstate.Result, recovering bool) {
+	if recovering {
+		res.Verdict.State = memberstate.Recovering // shown as such; the healer decides on the tracker's own verdict
+	}
+	v, obs := res.Verdict, res.Observation
+	exportMetrics(r.metrics, r.member, obs, v.State, time.Since(obs.At))
+	if v.State != r.last.State || v.Reason != r.last.Reason {
+		lvl := r.log.Info
+		if v.State == memberstate.Lost || v.State == memberstate.Down || v.State == memberstate.Degraded {
+			lvl = r.log.Warn
+		}
+		lvl("member state changed", zap.String("from", string(r.last.State)), zap.String("to", string(v.State)),
+			zap.String("reason", v.Reason), zap.String("detail", v.Detail), zap.String("dataDir", obs.Local.DataDirClass),
+			zap.Int("voters", obs.Voters()), zap.Int("healthyVoters", obs.HealthyVoters()))
+	}
+	if v.MajorityLost != r.lastMajor {
+		if v.MajorityLost {
+			r.log.Error("majority-lost: the cluster has no quorum; the agent will not act (restore from backup is a human's call)",
+				zap.Int("voters", obs.Voters()), zap.Int("healthyVoters", obs.HealthyVoters()), zap.String("memberList", obs.MemberListError))
+		} else {
+			r.log.Info("quorum is back", zap.Int("voters", obs.Voters()), zap.Int("healthyVoters", obs.HealthyVoters()))
+		}
+	}
+	changed := v.State != r.last.State || v.Reason != r.last.Reason || v.MajorityLost != r.lastMajor
+	r.last, r.lastMajor = v, v.MajorityLost
+	if changed {
+		r.writeStatus(r.newReport(res))
+		r.node.publish(statusLine(r.member, res))
+	}
+}
+
+// writeStatus writes the status file; a failure is logged once per change
+// of error (the file is written on every change of state), and the first
+// success after one too.
+func (r *reporter) writeStatus(rep Report) {
+	b, err := json.MarshalIndent(rep, "", "  ")
+	if err == nil {
+		err = fsutil.WriteFileAtomic(r.statusPath, b, 0o644)
+	}
+	msg := ""
+	if pe := (*fs.PathError)(nil); errors.As(err, &pe) {
+		msg = pe.Op + ": " + pe.Err.Error() // not the temp file's random name
+	} else if err != nil {
+		msg = err.Error()
+	}
+	if msg == r.statusErr {
+		return
+	}
+	if err != nil {
+		r.log.Warn("status file not written; `etcd-agent status` shows an older state", zap.String("path", r.statusPath), zap.Error(err))
+	} else {
+		r.log.Info("status file written again", zap.String("path", r.statusPath))
+	}
+	r.statusErr = msg
+}
+
+// exportMetrics sets the state metrics from one assessed observation; a
+// result taken mid-recovery shows state Recovering.
+func exportMetrics(m *metrics.Metrics, member string, obs observation.Observation, state memberstate.State, took time.Duration) {
+	for _, s := range memberstate.AllStates() {
+		m.MemberState.WithLabelValues(member, string(s)).Set(metrics.Bool(s == state))
+	}
+	for _, c := range localdisk.AllClasses() {
+		m.DataDirStatus.WithLabelValues(member, string(c)).Set(metrics.Bool(string(c) == obs.Local.DataDirClass))
+	}
+	voters, healthy := obs.Voters(), obs.HealthyVoters()
+	m.VotingMembers.WithLabelValues(member).Set(float64(voters))
+	m.HealthyVotingMembers.WithLabelValues(member).Set(float64(healthy))
+	// With no member list the agent cannot count voters; it still knows no
+	// quorum answered, which is what the margin must say.
+	margin := healthy - memberstate.Quorum(voters)
+	if obs.MemberListError != "" {
+		margin = -1
+	}
+	m.QuorumMargin.WithLabelValues(member).Set(float64(margin))
+	m.ObservationDuration.WithLabelValues(member).Observe(took.Seconds())
+	for _, ep := range obs.ForeignEndpoints {
+		m.ForeignEndpointResponses.WithLabelValues(member, ep).Inc()
+	}
+}
