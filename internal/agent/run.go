@@ -126,8 +126,10 @@ func Run(ctx context.Context, c Config) error {
 		if out.Result == "" {
 			h.Housekeep(r) // --quarantine-keep, on an observation no recovery acted on
 		}
-		if req != nil && out.Result == "" && !out.Answered {
+		if req != nil && out.Result == "" && !out.Answered && out.Err == nil {
 			// Decide said "nothing to do" to a manual request: say so.
+			// (An attempt stopped by shutdown or a lost Lease is not an
+			// answer: its journal resumes, and answers the request then.)
 			reportNothing(ctx, log, nodeRep, req, out)
 		}
 		if out.Result != "" {

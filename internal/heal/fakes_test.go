@@ -289,7 +289,7 @@ func cluster3(local memberstate.State, serving ...int) memberstate.Result {
 	if local == memberstate.Healthy {
 		class = "ok"
 	}
-	o.Local = observation.Local{Name: "m1", PeerURLs: []string{peerURL(1)}, DataDir: "/var/lib/etcd", DataDirClass: class,
+	o.Local = observation.Local{Name: "m1", PeerURLs: []string{peerURL(1)}, DataDir: "/var/lib/etcd", DataDirClass: class, DataDirVerified: true,
 		Match: observation.MatchOK, ID: 0xa1, Serving: o.Members[0].Serving}
 	return memberstate.Result{Observation: o, Verdict: memberstate.Verdict{State: local, Reason: string(local)}}
 }

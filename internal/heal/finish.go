@@ -165,11 +165,11 @@ func (h *Healer) close(ctx context.Context, j *journal.Record, d plan.Decision, 
 	if result == journal.ResultRefused {
 		h.countRefusal(d.Reason)
 	}
-	if result == journal.ResultSucceeded {
-		// A manual request made before (or during) this heal is answered
-		// by it: the member was just rejoined, never stop it again.
-		h.clearRequest(ctx)
-	}
+	// A manual request made before (or during) this attempt is answered by
+	// it, whatever its result (last-recovery below says which): a member
+	// just rejoined is never stopped again for it, and a failed attempt is
+	// not repeated behind the SRE's back.
+	h.clearRequest(ctx)
 	if h.reporter != nil {
 		reason, etype := nodereport.ReasonRecoverySucceeded, "Normal"
 		switch result {

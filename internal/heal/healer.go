@@ -145,6 +145,8 @@ type Healer struct {
 	// clearPending: clearing an answered request's trigger failed; retried
 	// on every Consider, and meanwhile a request is that answered one.
 	clearPending bool
+	// dryRunPruneSaid: a dry-run agent said once what it would prune.
+	dryRunPruneSaid bool
 	// mountPoint tells whether a path is a mount point (localdisk.IsMountPoint).
 	mountPoint func(string) (bool, error)
 	// stopSlice is how long one fenced slice of the stop lasts (stopTimeout).
@@ -221,13 +223,18 @@ func (h *Healer) consider(ctx context.Context, res memberstate.Result, req *plan
 	if err != nil {
 		return Outcome{Err: err}
 	}
-	if h.clearPending || (!j.Active() && j.RequestClearPending) {
+	if h.clearPending || j.RequestClearPending {
 		h.clearRequest(ctx)
+		j.RequestClearPending = h.clearPending // what persistClearPending wrote
 		if req != nil {
 			// The trigger the agent hands in is the one a recovery
-			// answered (its clear failed): never execute it twice.
-			h.log.Info("manual request already answered by the last recovery; not executed again")
-			return Outcome{Decision: plan.Decision{Action: plan.Nothing, Detail: "request answered by the last recovery"}, Answered: true}
+			// answered or runs for (its clear failed): never execute it
+			// twice. An open recovery resumes as itself.
+			h.log.Info("manual request already answered by a recovery (its trigger could not be cleared); not executed again")
+			if !j.Active() {
+				return Outcome{Decision: plan.Decision{Action: plan.Nothing, Detail: "request answered by the last recovery"}, Answered: true}
+			}
+			req = nil
 		}
 	}
 	d := h.decide(ctx, res, req, j)
@@ -281,11 +288,13 @@ func (h *Healer) clearRequest(ctx context.Context) {
 	h.persistClearPending()
 }
 
-// persistClearPending keeps clearPending in the closed journal, so that a
-// restarted agent knows the trigger still on the Node was answered.
+// persistClearPending keeps clearPending in the journal (open or closed),
+// so that a restarted agent knows the trigger still on the Node was
+// answered, or is being answered by the open recovery. A caller holding the
+// open record in memory sets RequestClearPending on it too.
 func (h *Healer) persistClearPending() {
 	j, _, err := journal.Load(h.cfg.StateDir, h.cfg.Member)
-	if err != nil || j.Active() || j.ID == "" || j.RequestClearPending == h.clearPending {
+	if err != nil || j.ID == "" || j.RequestClearPending == h.clearPending {
 		return
 	}
 	j.RequestClearPending = h.clearPending

@@ -51,7 +51,20 @@ func (h *Healer) Housekeep(res memberstate.Result) {
 		h.pruneError("list the quarantine", err)
 		return
 	}
-	for _, e := range localdisk.Prunable(entries, st) {
+	prunable := localdisk.Prunable(entries, st)
+	if h.cfg.Plan.DryRun {
+		// Dry-run: nothing changes, pruning included; say once what would go.
+		if len(prunable) > 0 && !h.dryRunPruneSaid {
+			h.dryRunPruneSaid = true
+			paths := make([]string, len(prunable))
+			for i, e := range prunable {
+				paths[i] = e.Path
+			}
+			h.log.Info("dry-run: quarantined copies beyond --quarantine-keep would be pruned; kept", zap.Strings("paths", paths))
+		}
+		return
+	}
+	for _, e := range prunable {
 		if err := localdisk.RemoveQuarantined(h.cfg.QuarantineDir, e); err != nil {
 			h.pruneError("prune "+e.Path, err)
 			continue

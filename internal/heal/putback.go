@@ -12,7 +12,12 @@ import (
 
 // putBackTimeout bounds the restart of a member a failed attempt stopped
 // (Start does not wait for the member to serve).
-const putBackTimeout = 10 * time.Second
+// putBackObserveTimeout bounds the fresh observation it decides on (the
+// deep data dir check included).
+const (
+	putBackTimeout        = 10 * time.Second
+	putBackObserveTimeout = time.Minute
+)
 
 // putBack, when an attempt fails: a member this attempt stopped goes back
 // to running as it was if plan.DecidePutBack says so (never removed, data
@@ -22,15 +27,21 @@ func (h *Healer) putBack(ctx context.Context, j *journal.Record) {
 	if j.StopAttemptedAt.IsZero() {
 		return // never stopped: nothing to put back, nothing to say
 	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), putBackTimeout)
-	defer cancel()
+	ctx = context.WithoutCancel(ctx) // an agent shutting down still puts the member back
 	stopped, err := h.runtime.Stopped()
 	if err != nil {
 		// Unknown: try the start (idempotent) rather than leave it stopped.
 		h.log.Warn("cannot tell whether the member is stopped; assuming it is", zap.Error(err))
 		stopped = true
 	}
-	res := h.obs.Observe(ctx, h.now())
+	// The fresh observation (probes, the deep data dir check) and the
+	// start each have their own budget: a slow observation must not leave
+	// the start no time.
+	octx, cancel := context.WithTimeout(ctx, putBackObserveTimeout)
+	res := h.obs.Observe(octx, h.now())
+	cancel()
+	ctx, cancel = context.WithTimeout(ctx, putBackTimeout)
+	defer cancel()
 	pb := plan.DecidePutBack(*j, res.Observation, stopped)
 	log := h.log.With(zap.String("id", j.ID), zap.String("phase", string(j.Phase)), zap.String("why", pb.Reason))
 	if pb.Restart {

@@ -17,6 +17,7 @@ import (
 	"github.com/etcd-agent/etcd-agent/internal/nodereport"
 	"github.com/etcd-agent/etcd-agent/internal/observation"
 	"github.com/etcd-agent/etcd-agent/internal/plan"
+	"github.com/etcd-agent/etcd-agent/internal/record"
 	"github.com/etcd-agent/etcd-agent/metrics"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"go.uber.org/zap"
@@ -35,7 +36,12 @@ func (h *Healer) recover(parent context.Context, first memberstate.Result, req *
 	// every way out (also when Holding() is false at that moment, e.g. the
 	// API is down: the renewer would renew it again once the API is back,
 	// forever). An open journal resumes with a fresh TryAcquire.
-	defer h.releaseLease(parent)
+	keepLease := false // shutdown mid-stop: see shutdown
+	defer func() {
+		if !keepLease {
+			h.releaseLease(parent)
+		}
+	}()
 	h.blocked(plan.Decision{})
 	h.metrics.RecoveryInProgress.WithLabelValues(h.cfg.Member).Set(1)
 	defer h.metrics.RecoveryInProgress.WithLabelValues(h.cfg.Member).Set(0)
@@ -64,6 +70,14 @@ func (h *Healer) recover(parent context.Context, first memberstate.Result, req *
 			}
 			return Outcome{Decision: d}
 		}
+		if j.Active() && !in.LeaseHeld && d.Reason == plan.ReasonLeaseHeldByOther {
+			// The renewer found the Lease taken (ours lapsed): as on a
+			// failed fence, stop at once; the journal stays open for this
+			// agent or the holder to resume. Nothing failed.
+			h.log.Warn("recovery stopped: the Lease is held by another agent", zap.String("reason", string(plan.ReasonLeaseLost)),
+				zap.String("holder", in.LeaseHolder), zap.String("phase", string(j.Phase)))
+			return Outcome{Decision: plan.Decision{Action: plan.Nothing, Reason: plan.ReasonLeaseLost, Detail: d.Detail}, Err: lease.ErrHeldByOther}
+		}
 		if d.Action == plan.Finish {
 			return h.finish(ctx, &j, d)
 		}
@@ -80,7 +94,8 @@ func (h *Healer) recover(parent context.Context, first memberstate.Result, req *
 		}
 		err := h.runStep(ctx, d, func(ctx context.Context) error { return h.step(ctx, res, req, &j, d) })
 		if parent.Err() != nil {
-			return h.shutdown(&j, d)
+			keepLease = stopInFlight(j)
+			return h.shutdown(&j, d, keepLease)
 		}
 		var mismatch *hashMismatchError
 		switch {
@@ -130,10 +145,23 @@ func (h *Healer) recover(parent context.Context, first memberstate.Result, req *
 // shutdown: the agent stops (SIGTERM, a rolling update). Not a failure:
 // the journal stays open and the next start resumes it; the Lease is
 // released by recover.
-func (h *Healer) shutdown(j *journal.Record, d plan.Decision) Outcome {
+//
+// A stop in flight (tried, not yet confirmed) keeps the Lease: the manifest
+// may be parked while the kubelet has not yet stopped etcd, so every other
+// agent still counts this member as serving and might stop its own. The
+// renewer holds the Lease until the process exits; it then expires after
+// its TTL, by which time the member is down and seen so, or the restarted
+// agent resumes and takes it again.
+func (h *Healer) shutdown(j *journal.Record, d plan.Decision, keepLease bool) Outcome {
 	h.log.Info("agent shutting down mid-recovery: the journal stays open to resume at the next start",
-		zap.String("id", j.ID), zap.String("phase", string(j.Phase)))
+		zap.String("id", j.ID), zap.String("phase", string(j.Phase)), zap.Bool("leaseKeptForAStopInFlight", keepLease))
 	return Outcome{Decision: d, Err: context.Canceled}
+}
+
+// stopInFlight: the stop was tried and not yet confirmed (the member may
+// still be going down).
+func stopInFlight(j record.Record) bool {
+	return !j.StopAttemptedAt.IsZero() && !j.Phase.AtLeast(record.PhaseStopped)
 }
 
 // step carries out one decision and records it in the journal.
@@ -232,6 +260,7 @@ func (h *Healer) begin(ctx context.Context, res memberstate.Result, req *plan.Re
 			h.cfg.Member, res.Verdict.Reason, uint64(j.OldMemberID), j.Request)
 		if req != nil {
 			h.clearRequest(ctx)
+			j.RequestClearPending = h.clearPending // kept by the next journal write
 		}
 	}
 	return h.holdAt(ctx, HoldLeaseAcquired)

@@ -52,6 +52,11 @@ func DecidePutBack(j record.Record, o observation.Observation, stopped bool) Put
 	if !observation.DataDirUsable(o.Local.DataDirClass) {
 		return no("data dir is %s, not intact: left stopped; the start gate holds it", o.Local.DataDirClass)
 	}
+	if !o.Local.DataDirVerified {
+		// Only the cheap layout check answered (the deep one did not
+		// finish): a db lost to corruption would look ok.
+		return no("data dir is %s by its layout only, not verified by the deep check: left stopped; the next attempt rejoins it", o.Local.DataDirClass)
+	}
 	return PutBack{Restart: true, Reason: fmt.Sprintf("stopped by this attempt, member %x never removed, data dir intact (%s): restarted as it was",
 		uint64(j.OldMemberID), o.Local.DataDirClass)}
 }

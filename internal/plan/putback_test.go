@@ -17,7 +17,7 @@ func TestPutBackOnlyAMemberStoppedWithItsDataIntactAndNeverRemoved(t *testing.T)
 	base := func() (record.Record, observation.Observation) {
 		j := record.Record{Phase: record.PhaseStarted, OldMemberID: 0xa1, StopAttemptedAt: stoppedAt}
 		o := observation.Observation{Members: []observation.Member{{ID: 0xa1, Name: "m1"}, {ID: 0xa2, Serving: true}, {ID: 0xa3, Serving: true}},
-			Local: observation.Local{Name: "m1", DataDirClass: "ok", Match: observation.MatchOK, ID: 0xa1}}
+			Local: observation.Local{Name: "m1", DataDirClass: "ok", DataDirVerified: true, Match: observation.MatchOK, ID: 0xa1}}
 		return j, o
 	}
 	for _, c := range []struct {
@@ -37,6 +37,7 @@ func TestPutBackOnlyAMemberStoppedWithItsDataIntactAndNeverRemoved(t *testing.T)
 		}, true, false, "quarantined"},
 		{"data dir missing (why it was lost)", func(_ *record.Record, o *observation.Observation) { o.Local.DataDirClass = "missing" }, true, false, "missing"},
 		{"data dir corrupt", func(_ *record.Record, o *observation.Observation) { o.Local.DataDirClass = "corrupt" }, true, false, "corrupt"},
+		{"data dir ok by its layout only (deep check unfinished)", func(_ *record.Record, o *observation.Observation) { o.Local.DataDirVerified = false }, true, false, "not verified"},
 		{"journal says removed", func(j *record.Record, _ *observation.Observation) { j.Phase = record.PhaseRemoved }, true, false, "removed"},
 		{"old ID gone from the member list (a remove that timed out but was applied)", func(_ *record.Record, o *observation.Observation) {
 			o.Members = o.Members[1:]
@@ -54,5 +55,19 @@ func TestPutBackOnlyAMemberStoppedWithItsDataIntactAndNeverRemoved(t *testing.T)
 				t.Fatalf("DecidePutBack = %+v, want restart=%v with a reason saying %q", got, c.restart, c.says)
 			}
 		})
+	}
+}
+
+// Review: put-back restarts on a data dir whose class is only the cheap
+// layout verdict: the deep check (bbolt, in a child) did not finish within
+// the put-back's 10 s budget, which the fresh observation shares with the
+// start. A member lost for a corrupt db is then restarted on it.
+func TestNoPutBackOnAnUnverifiedDataDir(t *testing.T) {
+	in, _ := cluster(3, 2, local(localDown))
+	in.Obs.Local.DataDirClass, in.Obs.Local.DataDirVerified = "ok", false
+	j := record.Record{ID: "a1", Member: localName, OldMemberID: record.MemberID(id(1)), PeerURLs: []string{localPeer}, StopAttemptedAt: t0}
+	j.Advance(record.PhaseStarted, t0)
+	if pb := DecidePutBack(j, in.Obs, true); pb.Restart {
+		t.Errorf("restarts the member on a data dir whose deep check did not finish: %s", pb.Reason)
 	}
 }
