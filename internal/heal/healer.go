@@ -145,6 +145,9 @@ type Healer struct {
 	// clearPending: clearing an answered request's trigger failed; retried
 	// on every Consider, and meanwhile a request is that answered one.
 	clearPending bool
+	// leaseFreeSince: since when every look at the Lease found it free or
+	// expired (plan.Input.LeaseFreeSince); zero after a look that did not.
+	leaseFreeSince time.Time
 	// dryRunPruneSaid: a dry-run agent said once what it would prune.
 	dryRunPruneSaid bool
 	// mountPoint tells whether a path is a mount point (localdisk.IsMountPoint).
@@ -331,6 +334,7 @@ func (h *Healer) decide(ctx context.Context, res memberstate.Result, req *plan.R
 	if !j.Active() {
 		in := h.baseInput(res, req, j)
 		in.APIAvailable = true // optimistic; checked below if it matters
+		in.LeaseFreeSince = time.Unix(0, 0)
 		d := plan.Decide(in, h.cfg.Plan)
 		if d.Action != plan.Begin && d.Action != plan.RollbackLearner && !(d.Action == plan.Refuse && d.Reason == plan.ReasonDryRun) {
 			return d
@@ -351,6 +355,7 @@ func (h *Healer) input(ctx context.Context, res memberstate.Result, req *plan.Re
 	defer cancel()
 	holder, _, expired, err := l.Current(cctx)
 	if err != nil && !errors.Is(err, lease.ErrNotHeld) {
+		h.leaseFreeSince = time.Time{} // not seen: a break in "free at every look"
 		return in
 	}
 	in.APIAvailable = true
@@ -358,6 +363,13 @@ func (h *Healer) input(ctx context.Context, res memberstate.Result, req *plan.Re
 	if holder != "" && !expired && !in.LeaseHeld && holder != h.holder() {
 		in.LeaseHolder = holder
 	}
+	switch free := holder == "" || expired; {
+	case !free:
+		h.leaseFreeSince = time.Time{}
+	case h.leaseFreeSince.IsZero():
+		h.leaseFreeSince = in.Now
+	}
+	in.LeaseFreeSince = h.leaseFreeSince
 	return in
 }
 

@@ -42,6 +42,12 @@ func TestStrandedLearnerIsRolledBackThenTheHealMayBegin(t *testing.T) {
 			r.lease.other = "node9/m9"
 		}
 	}
+	// A first look finds the Lease free: not yet for the stall timeout.
+	if out := r.h.Consider(context.Background(), stranded, nil); len(r.cluster.removed) != 0 || out.Decision.Reason != plan.ReasonLearnerPresent {
+		t.Fatalf("the Lease seen free only now: %s/%q, removed %x; want learner-present, nothing removed",
+			out.Decision.Action, out.Decision.Reason, r.cluster.removed)
+	}
+	r.h.leaseFreeSince = stranded.Observation.At.Add(-6 * time.Minute) // free at every look for 6 minutes
 	out := r.h.Consider(context.Background(), stranded, nil)
 	if !slices.Equal(r.cluster.removed, []uint64{strandedID}) {
 		t.Fatalf("Consider: %s/%q (%s); removed %x, want the stranded learner %x removed", out.Decision.Action, out.Decision.Reason,

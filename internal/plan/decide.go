@@ -48,7 +48,7 @@ func decideIdle(in Input, cfg Config) Decision {
 	}
 	if d, ok := checkBegin(in, cfg); !ok {
 		if d.Reason == ReasonLearnerPresent {
-			return rollbackStranded(in, cfg, d) // rolled back if stranded
+			return rollbackStranded(in, cfg, d, false) // rolled back if stranded
 		}
 		return d
 	}
@@ -263,7 +263,7 @@ func decideRemove(o observation.Observation, old observation.Member) Decision {
 func decideAdd(in Input, cfg Config) Decision {
 	o := in.Obs
 	if ls := o.Learners(); len(ls) > 0 {
-		if d := rollbackStranded(in, cfg, Decision{}); d.Action == RollbackLearner {
+		if d := rollbackStranded(in, cfg, Decision{}, true); d.Action == RollbackLearner {
 			d.Action = RemoveStrandedLearner
 			return d
 		}

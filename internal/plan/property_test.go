@@ -158,6 +158,11 @@ func invariants(in Input, c Config, d Decision) []string {
 			fail("(g) %s without the Lease (held %v) or an open journal (phase %q)", d.Action, in.LeaseHeld, j.Phase)
 		}
 	}
+	// A stranded learner is rolled back only after the Lease was seen free
+	// for a stall timeout.
+	if d.Action == RollbackLearner && (in.LeaseFreeSince.IsZero() || in.Now.Sub(in.LeaseFreeSince) <= c.LearnerStallTimeout) {
+		fail("rolls back a learner with the Lease free only since %s", in.LeaseFreeSince)
+	}
 	// The snapshot source is a serving voter, not the old member, that can
 	// be streamed from.
 	if d.Action == TakeSnapshot {
@@ -356,6 +361,9 @@ func randomInput(r *rand.Rand) (Input, Config) {
 	}
 	if pick(0.2) {
 		in.LeaseHolder = "node2/node2"
+	}
+	if pick(0.7) {
+		in.LeaseFreeSince = t0.Add(-time.Duration(r.Int64N(int64(20 * time.Minute))))
 	}
 	if pick(0.1) {
 		in.FreeBytes -= 1 + r.Uint64N(in.FreeBytes)

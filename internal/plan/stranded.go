@@ -24,7 +24,10 @@ import (
 //     serving learner caught up within MaxLearnerLag (its owner could still
 //     promote it); a slow but progressing catch-up is never stranded;
 //   - no other agent holds a live Lease: its owner, mid-heal, may be the
-//     holder. The Lease is expired or free (the owner stopped renewing).
+//     holder. The Lease has been expired or free at every look of this
+//     agent for longer than the stall timeout (the owner stopped renewing
+//     for good, not for a moment: a seed stream of a live owner may keep
+//     its learner unstarted for minutes).
 //
 // Only an agent that wants to begin a heal (its refusal would be
 // learner-present) rolls back; the rollback is a recovery record of its
@@ -58,7 +61,9 @@ func stranded(in Input, cfg Config, m observation.Member) (time.Duration, bool) 
 // rollbackStranded is decideIdle's answer to a learner-present refusal
 // (refusal): roll back a stranded learner, if one is and no one else holds
 // the Lease; else the refusal stands.
-func rollbackStranded(in Input, cfg Config, refusal Decision) Decision {
+// atOurAdd: our own open rejoin, holding the Lease, meets the learner at
+// its add (the owner lost the Lease to us: its fences fail).
+func rollbackStranded(in Input, cfg Config, refusal Decision, atOurAdd bool) Decision {
 	for _, m := range in.Obs.Learners() {
 		idle, ok := stranded(in, cfg, m)
 		if !ok {
@@ -72,6 +77,16 @@ func rollbackStranded(in Input, cfg Config, refusal Decision) Decision {
 		case in.LeaseHolder != "":
 			// Its owner may be the holder, mid-heal: never touched.
 			return refuse(ReasonLearnerPresent, what+"; the recovery Lease is held by "+in.LeaseHolder+", who may be healing it")
+		case !atOurAdd && (in.LeaseFreeSince.IsZero() || in.Now.Sub(in.LeaseFreeSince) <= cfg.LearnerStallTimeout):
+			// Its owner's Lease may have lapsed only for a moment: it
+			// must have been free at every look for a stall timeout.
+			// (Holding it ourselves, at our add, the owner has lost it
+			// to us: its fences fail, it changes nothing more.)
+			free := "not yet seen free"
+			if !in.LeaseFreeSince.IsZero() {
+				free = "free for " + in.Now.Sub(in.LeaseFreeSince).Round(time.Second).String()
+			}
+			return refuse(ReasonLearnerPresent, what+"; the recovery Lease is "+free+", not yet for the stall timeout: its owner may still be alive")
 		case cfg.DryRun || in.Request != nil && in.Request.DryRun:
 			return refuse(ReasonDryRun, what+"; would: roll it back (remove it), then heal")
 		}

@@ -21,6 +21,11 @@ func clockOf(i int, since time.Time) opt {
 	}
 }
 
+// leaseFreeFor: this agent has seen the Lease free at every look for d.
+func leaseFreeFor(d time.Duration) opt {
+	return func(s *spec) { s.in.LeaseFreeSince = t0.Add(-d) }
+}
+
 // strandedOwnerLearner is what a dead owner leaves: an unstarted learner
 // (no name, not serving) with the owner's peer URL.
 func strandedOwnerLearner() opt { return member(learner(19, "", peer(19), false, 0)) }
@@ -34,7 +39,8 @@ func rollbackAt(p record.Phase) opt {
 
 func TestStrandedLearnerIsRolledBackByTheNextHolder(t *testing.T) {
 	stalled, recent := clockOf(19, t0.Add(-6*time.Minute)), clockOf(19, t0.Add(-4*time.Minute)) // stall timeout 5m
-	behind := member(learner(19, "node19", peer(19), true, leaderIndex-5000))                   // serving, far behind
+	free := leaseFreeFor(6 * time.Minute)
+	behind := member(learner(19, "node19", peer(19), true, leaderIndex-5000)) // serving, far behind
 	caughtUp := member(learner(19, "node19", peer(19), true, leaderIndex-10))
 	noStall := cfg(func(c *Config) { c.LearnerStallTimeout = 0 })
 	dry := cfg(func(c *Config) { c.DryRun = true })
@@ -44,18 +50,20 @@ func TestStrandedLearnerIsRolledBackByTheNextHolder(t *testing.T) {
 		action Action
 		reason Reason
 	}{
-		{"owner's learner unstarted, no progress past the stall timeout, Lease free", []opt{strandedOwnerLearner(), stalled}, RollbackLearner, ReasonLearnerStranded},
-		{"the same, asked by a manual request", []opt{strandedOwnerLearner(), stalled, request()}, RollbackLearner, ReasonLearnerStranded},
-		{"serving but stuck far behind", []opt{behind, stalled}, RollbackLearner, ReasonLearnerStranded},
+		{"owner's learner unstarted, no progress past the stall timeout, Lease free", []opt{strandedOwnerLearner(), stalled, free}, RollbackLearner, ReasonLearnerStranded},
+		{"the same, asked by a manual request", []opt{strandedOwnerLearner(), stalled, free, request()}, RollbackLearner, ReasonLearnerStranded},
+		{"serving but stuck far behind", []opt{behind, stalled, free}, RollbackLearner, ReasonLearnerStranded},
+		{"Lease free only for a moment (a live owner's lapse, e.g. mid seed stream)", []opt{strandedOwnerLearner(), stalled, leaseFreeFor(time.Minute)}, Refuse, ReasonLearnerPresent},
+		{"Lease not yet seen free", []opt{strandedOwnerLearner(), stalled}, Refuse, ReasonLearnerPresent},
 		{"within the stall timeout", []opt{strandedOwnerLearner(), recent}, Refuse, ReasonLearnerPresent},
 		{"no clock yet (a restarted agent)", []opt{strandedOwnerLearner()}, Refuse, ReasonLearnerPresent},
 		{"slow catch-up that progresses (a live owner, API partitioned)", []opt{behind, recent}, Refuse, ReasonLearnerPresent},
 		{"caught up: promotable, not stranded", []opt{caughtUp, stalled}, Refuse, ReasonLearnerPresent},
 		{"another agent holds a live Lease: its owner may be mid-heal", []opt{strandedOwnerLearner(), stalled, leaseOther("node19/node19")}, Refuse, ReasonLearnerPresent},
 		{"stall timeout off", []opt{strandedOwnerLearner(), stalled, noStall}, Refuse, ReasonLearnerPresent},
-		{"no API, no Lease, no rollback", []opt{strandedOwnerLearner(), stalled, noAPI()}, Refuse, ReasonAPIUnavailable},
-		{"dry run", []opt{strandedOwnerLearner(), stalled, dry}, Refuse, ReasonDryRun},
-		{"dry-run request", []opt{strandedOwnerLearner(), stalled, dryRunRequest()}, Refuse, ReasonDryRun},
+		{"no API, no Lease, no rollback", []opt{strandedOwnerLearner(), stalled, free, noAPI()}, Refuse, ReasonAPIUnavailable},
+		{"dry run", []opt{strandedOwnerLearner(), stalled, free, dry}, Refuse, ReasonDryRun},
+		{"dry-run request", []opt{strandedOwnerLearner(), stalled, free, dryRunRequest()}, Refuse, ReasonDryRun},
 		{"a learner with our peer URL is ours or of unknown origin (rule 7)", []opt{unstartedLearner(19), stalled}, Refuse, ReasonAmbiguousIdentity},
 		{"a healthy local member never rolls back", []opt{local(localHealthy), strandedOwnerLearner(), stalled}, Nothing, ReasonNone},
 		{"a healthy local member asked for a rejoin without a spare", []opt{local(localHealthy), request(), strandedOwnerLearner(), stalled}, Refuse, ReasonWouldLoseQuorum},

@@ -114,6 +114,11 @@ type Input struct {
 	LeaseHeld bool
 	// LeaseHolder names another holder of an unexpired Lease ("" if free).
 	LeaseHolder string
+	// LeaseFreeSince is since when this agent has seen the Lease free or
+	// expired at every look, without a break (zero: not seen so). A
+	// stranded learner is rolled back only after a stall timeout of it: a
+	// live owner's Lease may lapse for a moment (its API briefly away).
+	LeaseFreeSince time.Time
 	// FreeBytes is the free space where the snapshot and quarantine go.
 	FreeBytes uint64
 	// DataDirMountPoint: the data dir is a mount point (it cannot be
