@@ -9,9 +9,11 @@
 // Lease cannot both win, the loser gets a Conflict and re-reads.
 //
 // A holder that stops renewing (crashed, partitioned) loses the Lease once
-// renewTime+leaseDurationSeconds has passed; another agent may then take it
-// over and must resume or roll back from etcd's actual membership, not from
-// the old holder's memory. Confirm is the fence a holder checks before each
+// another agent has watched its record unchanged for leaseDurationSeconds
+// on its own clock (never by comparing the holder's renewTime with its own
+// clock: skewed clocks then delay a takeover, never hasten it); that agent
+// may then take it over and must resume or roll back from etcd's actual
+// membership, not from the old holder's memory. Confirm is the fence a holder checks before each
 // membership change.
 package lease
 
@@ -78,6 +80,11 @@ type Lease struct {
 	// resourceVersion.
 	opMu sync.Mutex
 	info Info // guarded by opMu
+
+	// seenRaw is the last record read of another holder's hold, seenAt
+	// when this process first saw it so (opMu): see stateOf.
+	seenRaw []byte
+	seenAt  time.Time
 
 	stateMu   sync.Mutex
 	held      bool
@@ -204,14 +211,14 @@ func (l *Lease) ConfirmFor(ctx context.Context, need time.Duration) error {
 func (l *Lease) confirmLocked(ctx context.Context) (leaseState, error) {
 	ctx, cancel := context.WithTimeout(ctx, l.requestTimeout())
 	defer cancel()
-	rec, _, err := l.lock.Get(ctx)
+	rec, raw, err := l.lock.Get(ctx)
 	if err != nil {
 		if isNotFound(err) {
 			return leaseState{}, fmt.Errorf("%w: lease %s does not exist", ErrNotHeld, l.describe())
 		}
 		return leaseState{}, l.apiError("read", err)
 	}
-	st := stateOf(rec, l.leases.last, l.cfg.Now())
+	st := l.stateOf(rec, raw, l.cfg.Now())
 	switch {
 	case st.Holder != l.cfg.Holder:
 		return st, fmt.Errorf("%w: %s", ErrNotHeld, st.describe(l.describe()))
@@ -253,14 +260,14 @@ func (l *Lease) Current(ctx context.Context) (holder string, info Info, expired 
 	defer l.opMu.Unlock()
 	ctx, cancel := context.WithTimeout(ctx, l.requestTimeout())
 	defer cancel()
-	rec, _, err := l.lock.Get(ctx)
+	rec, raw, err := l.lock.Get(ctx)
 	if err != nil {
 		if isNotFound(err) {
 			return "", Info{}, false, nil
 		}
 		return "", Info{}, false, l.apiError("read", err)
 	}
-	st := stateOf(rec, l.leases.last, l.cfg.Now())
+	st := l.stateOf(rec, raw, l.cfg.Now())
 	return st.Holder, st.Info, st.Holder != "" && st.Expired, nil
 }
 

@@ -1,9 +1,11 @@
 package lease
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"go.uber.org/zap"
@@ -53,7 +55,7 @@ func (l *Lease) writeOnce(ctx context.Context, info Info, mayTake bool) error {
 	now := l.cfg.Now()
 	mine := resourcelock.LeaderElectionRecord{HolderIdentity: l.cfg.Holder, LeaseDurationSeconds: ttlSeconds(l.cfg.TTL),
 		AcquireTime: metav1.NewTime(now), RenewTime: metav1.NewTime(now)}
-	rec, _, err := l.lock.Get(ctx)
+	rec, raw, err := l.lock.Get(ctx)
 	switch {
 	case isNotFound(err):
 		if !mayTake {
@@ -64,7 +66,7 @@ func (l *Lease) writeOnce(ctx context.Context, info Info, mayTake bool) error {
 	case err != nil:
 		return l.apiError("read", err)
 	default:
-		st := stateOf(rec, l.leases.last, now)
+		st := l.stateOf(rec, raw, now)
 		switch {
 		case st.Holder == l.cfg.Holder:
 			mine.AcquireTime, mine.LeaderTransitions = rec.AcquireTime, rec.LeaderTransitions
@@ -136,12 +138,27 @@ type leaseState struct {
 	Expired   bool
 }
 
-func stateOf(rec *resourcelock.LeaderElectionRecord, annotations map[string]string, now time.Time) leaseState {
-	st := leaseState{Holder: rec.HolderIdentity, Info: infoFrom(annotations), RenewedAt: rec.RenewTime.Time}
-	st.ExpiresAt = st.RenewedAt.Add(time.Duration(rec.LeaseDurationSeconds) * time.Second)
-	// The expiry compares the holder's clock (renewTime) with ours; control-
-	// plane nodes run NTP, and a TTL of tens of seconds dwarfs their skew.
-	st.Expired = rec.RenewTime.IsZero() || st.ExpiresAt.Before(now)
+// stateOf judges a record just read (raw: its bytes as read; opMu held).
+// Expiry never compares another node's clock with ours (renewTime is the
+// holder's wall clock): as in client-go's leader election, a hold that is
+// not ours expires once this process has seen the very same record, unchanged,
+// for its whole duration on its own clock; our own hold expires a TTL after
+// our last successful write was sent, by our own clock. So a skewed clock,
+// ours or the holder's, can delay a takeover, never hasten it.
+func (l *Lease) stateOf(rec *resourcelock.LeaderElectionRecord, raw []byte, now time.Time) leaseState {
+	st := leaseState{Holder: rec.HolderIdentity, Info: infoFrom(l.leases.last), RenewedAt: rec.RenewTime.Time}
+	dur := time.Duration(rec.LeaseDurationSeconds) * time.Second
+	if rec.HolderIdentity == l.cfg.Holder && l.acquiredHere() {
+		l.stateMu.Lock()
+		st.ExpiresAt = l.renewedAt.Add(l.cfg.TTL)
+		l.stateMu.Unlock()
+	} else {
+		if !bytes.Equal(raw, l.seenRaw) {
+			l.seenRaw, l.seenAt = slices.Clone(raw), now
+		}
+		st.ExpiresAt = l.seenAt.Add(dur)
+	}
+	st.Expired = rec.HolderIdentity == "" || !now.Before(st.ExpiresAt)
 	return st
 }
 
