@@ -72,6 +72,9 @@ type Config struct {
 	Log    *zap.Logger
 }
 
+// leaseTTLMargin: see the --lease-ttl check in Validate.
+const leaseTTLMargin = 5 * time.Second
+
 // Validate rejects flag values that cannot work, before anything runs.
 func (c Config) Validate() error {
 	var errs []error
@@ -106,9 +109,12 @@ func (c Config) Validate() error {
 			errs = append(errs, fmt.Errorf("--test-hold-at: unknown point %q, want one of %v", p, heal.HoldPoints))
 		}
 	}
-	if c.LeaseTTL != 0 && c.LeaseTTL <= heal.MaxStepTimeout {
-		errs = append(errs, fmt.Errorf("--lease-ttl must be longer than the longest step (%s), so that each step is fenced for its whole timeout; got %s",
-			heal.MaxStepTimeout, c.LeaseTTL))
+	// A fence renews when less than the step's timeout is left; right after
+	// a renewal the Lease has its TTL minus the write's round trip, which
+	// must still exceed the step: leaseTTLMargin covers a slow API.
+	if minTTL := heal.MaxStepTimeout + leaseTTLMargin; c.LeaseTTL != 0 && c.LeaseTTL < minTTL {
+		errs = append(errs, fmt.Errorf("--lease-ttl must be at least %s (the longest step, %s, plus %s for the renewal's round trip), so that each step is fenced for its whole timeout; got %s",
+			minTTL, heal.MaxStepTimeout, leaseTTLMargin, c.LeaseTTL))
 	}
 	if c.QuarantinePruneAfter < 0 {
 		errs = append(errs, fmt.Errorf("--quarantine-prune-after must be >= 0, got %s", c.QuarantinePruneAfter))

@@ -181,6 +181,8 @@ func (f *fakeRuntime) Describe() string                    { return "fake" }
 type fakeCluster struct {
 	calls []string
 	hash  uint32
+	// removeErr, if set, is what every MemberRemove returns.
+	removeErr error
 	// addErrs are returned by the next MemberAddAsLearner calls, in order.
 	addErrs []error
 	// onMoveLeader, if set, runs during MoveLeader (e.g. the Lease is lost meanwhile).
@@ -191,6 +193,9 @@ type fakeCluster struct {
 
 func (c *fakeCluster) MemberRemove(_ context.Context, _ []string, id uint64) error {
 	c.calls = append(c.calls, "remove")
+	if c.removeErr != nil {
+		return c.removeErr
+	}
 	c.removed = append(c.removed, id)
 	return nil
 }

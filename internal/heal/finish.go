@@ -116,6 +116,10 @@ func (h *Healer) finish(ctx context.Context, j *journal.Record, d plan.Decision)
 // is removed again first, so the cluster is left as it was before the add;
 // if that is impossible now, the journal stays open to be resumed.
 func (h *Healer) fail(ctx context.Context, j *journal.Record, d plan.Decision, cause error) Outcome {
+	if j.Kind == journal.KindRollbackLearner {
+		// Not a recovery of the member: no recoveries_total, no backoff.
+		return h.closeRollback(ctx, j, plan.Decision{Action: plan.Finish, Reason: d.Reason, Detail: cause.Error()})
+	}
 	if d.Action != plan.RemoveStalledLearner { // that one removed it already
 		res := h.obs.Observe(ctx, h.now())
 		if id, ok := plan.LearnerToRemoveOnFailure(*j, res.Observation); ok {

@@ -79,11 +79,7 @@ func (h *Healer) closeRollback(ctx context.Context, j *journal.Record, d plan.De
 		result = journal.ResultRefused
 	}
 	j.Result, j.Reason, j.Message, j.FinishedAt = result, string(d.Reason), d.Detail, now
-	phase := j.Phase
-	if result == journal.ResultFailed {
-		j.Failures++
-		j.LastFailureAt = now
-	}
+	phase := j.Phase // the failure count (backoff of the member's rejoin) is the last rejoin's, kept
 	j.Advance(journal.PhaseDone, now)
 	if err := journal.Save(h.cfg.StateDir, *j); err != nil {
 		h.log.Error("close journal", zap.Error(err))

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/etcd-agent/etcd-agent/internal/journal"
+	"github.com/etcd-agent/etcd-agent/internal/lease"
 	"github.com/etcd-agent/etcd-agent/internal/memberstate"
 	"github.com/etcd-agent/etcd-agent/internal/nodereport"
 	"github.com/etcd-agent/etcd-agent/internal/observation"
@@ -143,5 +144,36 @@ func TestStrandedLearnerRemovedAtOurAddThenOursAdded(t *testing.T) {
 	}
 	if n := r.rep.count(nodereport.ReasonLearnerRolledBack); n != 1 {
 		t.Fatalf("%d %s Events, want 1", n, nodereport.ReasonLearnerRolledBack)
+	}
+}
+
+// From the review: a rollback that fails is not a failed recovery of the
+// member: no recoveries_total{failed}, no RecoveryFailed Event, and the
+// backoff of the member's own rejoin (its failure count) is kept as it was.
+func TestFailedRollbackIsNotAFailedRecovery(t *testing.T) {
+	lost := cluster3(memberstate.Lost, 2, 3)
+	stranded := withStranded(lost, 10*time.Minute)
+	r := newRig(t, stranded)
+	j := journal.Record{ID: "rb1", Member: "m1", Node: "node1", Request: "auto", Kind: journal.KindRollbackLearner,
+		LearnerID: journal.MemberID(strandedID), StartedAt: time.Now().UTC(), Failures: 2}
+	j.Advance(journal.PhaseStarted, time.Now().UTC())
+	if err := journal.Save(r.dir, j); err != nil {
+		t.Fatal(err)
+	}
+	r.cluster.removeErr = errBoom
+	_ = r.lease.TryAcquire(context.Background(), lease.Info{})
+	r.h.Consider(context.Background(), stranded, nil)
+	got := r.journal(t)
+	if got.Active() || got.Result == journal.ResultSucceeded {
+		t.Fatalf("rollback record %s result %q (%s); want it closed, not succeeded, after the removes failed", got.Phase, got.Result, got.Message)
+	}
+	if got.Failures != 2 {
+		t.Fatalf("failure count %d after a failed rollback, want the rejoin's 2 kept", got.Failures)
+	}
+	if v := testutil.ToFloat64(r.m.RecoveriesTotal.WithLabelValues("m1", journal.ResultFailed)); v != 0 {
+		t.Fatalf("recoveries_total{failed} = %v for a rollback, want 0", v)
+	}
+	if n := r.rep.count(nodereport.ReasonRecoveryFailed); n != 0 {
+		t.Fatalf("%d RecoveryFailed Events for a rollback, want none", n)
 	}
 }
