@@ -22,6 +22,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 	"golang.org/x/sync/errgroup"
+	"k8s.io/apimachinery/pkg/util/wait"
 )
 
 // Row is one db size's figures; durations are per run, reported as the median.
@@ -242,26 +243,23 @@ func bareRejoin(ctx context.Context, l *lab.Lab, cli *clientv3.Client, node stri
 	if err := rt.Start(ctx, ic); err != nil {
 		return 0, err
 	}
-	deadline := time.Now().Add(10 * time.Minute)
 	promoted := false
-	for time.Now().Before(deadline) {
+	err = wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 10*time.Minute, true, func(ctx context.Context) (bool, error) {
 		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
 		if !promoted {
 			// etcd answers "not ready" until the learner has caught up.
 			_, err := cli.MemberPromote(rctx, add.Member.ID)
 			promoted = err == nil
 		}
-		if promoted {
-			// Done when the member serves, as the agent's TTR counts it.
-			if _, err := cli.Status(rctx, n.ClientURL); err == nil {
-				cancel()
-				return time.Since(start), nil
-			}
-		}
-		cancel()
-		time.Sleep(50 * time.Millisecond) // polling etcd
+		// Done when the member serves, as the agent's TTR counts it.
+		_, err := cli.Status(rctx, n.ClientURL)
+		return promoted && err == nil, nil
+	})
+	if err != nil {
+		return 0, fmt.Errorf("learner not promoted and serving after 10 minutes: %w", err)
 	}
-	return 0, fmt.Errorf("learner not promoted and serving after 10 minutes")
+	return time.Since(start), nil
 }
 
 // agentHeal breaks node's member (stopped, data dir gone; its start gate
@@ -283,26 +281,27 @@ func agentHeal(ctx context.Context, l *lab.Lab, node string, row *Heals) error {
 	if err := l.StartMember(node); err != nil {
 		return err
 	}
-	deadline := t0.Add(15 * time.Minute)
-	for time.Now().Before(deadline) {
-		rec, ok, _ := journal.Load(n.StateDir, n.Member)
-		if ok && rec.Phase == journal.PhaseDone && rec.StartedAt.After(t0) {
-			if rec.Result != journal.ResultSucceeded {
-				return fmt.Errorf("recovery %s: %s %s", rec.Result, rec.Reason, rec.Message)
-			}
-			row.Agent = append(row.Agent, rec.PhaseTimes[journal.PhasePromoted].Sub(t0))
-			row.AgentTotal = append(row.AgentTotal, rec.FinishedAt.Sub(t0))
-			row.Snapshot = append(row.Snapshot, rec.PhaseTimes[journal.PhaseSnapshotted].Sub(rec.PhaseTimes[journal.PhaseStopped]))
-			sent, err := l.BytesSentTo(ctx, uint64(rec.NewMemberID))
-			if err != nil {
-				return err
-			}
-			row.ToLearner = append(row.ToLearner, sent)
-			return nil
-		}
-		time.Sleep(100 * time.Millisecond) // polling the journal file
+	var rec journal.Record
+	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 15*time.Minute, true, func(context.Context) (bool, error) {
+		var ok bool
+		rec, ok, _ = journal.Load(n.StateDir, n.Member) // polling the journal file
+		return ok && rec.Phase == journal.PhaseDone && rec.StartedAt.After(t0), nil
+	})
+	switch {
+	case err != nil:
+		return fmt.Errorf("not healed in 15 minutes: %w", err)
+	case rec.Result != journal.ResultSucceeded:
+		return fmt.Errorf("recovery %s: %s %s", rec.Result, rec.Reason, rec.Message)
 	}
-	return fmt.Errorf("not healed in 15 minutes")
+	row.Agent = append(row.Agent, rec.PhaseTimes[journal.PhasePromoted].Sub(t0))
+	row.AgentTotal = append(row.AgentTotal, rec.FinishedAt.Sub(t0))
+	row.Snapshot = append(row.Snapshot, rec.PhaseTimes[journal.PhaseSnapshotted].Sub(rec.PhaseTimes[journal.PhaseStopped]))
+	sent, err := l.BytesSentTo(ctx, uint64(rec.NewMemberID))
+	if err != nil {
+		return err
+	}
+	row.ToLearner = append(row.ToLearner, sent)
+	return nil
 }
 
 // Print writes the table.

@@ -14,6 +14,7 @@ import (
 	"github.com/etcd-agent/etcd-agent/internal/journal"
 	"github.com/etcd-agent/etcd-agent/internal/lab"
 	"github.com/etcd-agent/etcd-agent/internal/lab/invariant"
+	"k8s.io/apimachinery/pkg/util/wait"
 )
 
 // Options configure the demo.
@@ -122,11 +123,11 @@ func Run(ctx context.Context, o Options) (Result, *lab.Lab, error) {
 // each step of the heal as it happens, until the journal closes.
 func watchTimeline(ctx context.Context, l *lab.Lab, n lab.Node, t0 time.Time, timeout time.Duration,
 	step func(string, ...any), res *Result) (journal.Record, error) {
-	deadline := t0.Add(timeout)
 	seenState := map[string]bool{}
 	seenPhase := map[journal.Phase]bool{}
 	at := func(t time.Time) string { return fmt.Sprintf("+%6.2fs", t.Sub(t0).Seconds()) }
-	for time.Now().Before(deadline) {
+	var final journal.Record
+	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Until(t0.Add(timeout)), true, func(context.Context) (bool, error) {
 		if m, err := l.AgentMetrics(ctx, n.Name); err == nil {
 			dd := m.OneHot("etcd_agent_data_dir_status", "status")
 			state := m.OneHot("etcd_agent_member_state", "state")
@@ -153,13 +154,20 @@ func watchTimeline(ctx context.Context, l *lab.Lab, n lab.Node, t0 time.Time, ti
 				step("%s  %-12s  %s", at(t), label(p), describe(p, rec))
 			}
 			if rec.Phase == journal.PhaseDone {
+				final = rec
 				if rec.Result != journal.ResultSucceeded {
-					return rec, fmt.Errorf("recovery %s: %s %s", rec.Result, rec.Reason, rec.Message)
+					return false, fmt.Errorf("recovery %s: %s %s", rec.Result, rec.Reason, rec.Message)
 				}
-				return rec, nil
+				return true, nil
 			}
 		}
-		time.Sleep(100 * time.Millisecond)
+		return false, nil
+	})
+	switch {
+	case err == nil:
+		return final, nil
+	case final.Phase == journal.PhaseDone:
+		return final, err
 	}
 	return journal.Record{}, fmt.Errorf("not healed within %s; see %s", timeout, filepath.Join(n.LogsDir))
 }
