@@ -38,6 +38,16 @@ type healRun struct {
 // so that the baseline is in the log before the fault.
 func startHeal(t *testing.T, l *lab.Lab) *healRun {
 	t.Helper()
+	return startHealVia(t, l, l.Spec.ClientURLs()...)
+}
+
+// startHealVia is startHeal with the checker's etcd client (writer, quorum
+// prober, membership watch) on endpoints only: a scenario that hangs a
+// member (SIGSTOP) keeps the checker off it, so that the prober measures
+// whether the cluster serves linearizable reads, not how fast a client
+// fails over from a member that accepts connections and never answers.
+func startHealVia(t *testing.T, l *lab.Lab, endpoints ...string) *healRun {
+	t.Helper()
 	h := &healRun{t: t, l: l}
 	var err error
 	if l.Spec.APIServer != nil {
@@ -45,7 +55,7 @@ func startHeal(t *testing.T, l *lab.Lab) *healRun {
 			t.Fatal(err)
 		}
 	}
-	if h.cli, err = l.EtcdClient(); err != nil {
+	if h.cli, err = l.EtcdClientFor(endpoints...); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { h.cli.Close() })
