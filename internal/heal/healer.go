@@ -349,6 +349,7 @@ func (h *Healer) input(ctx context.Context, res memberstate.Result, req *plan.Re
 	in := h.baseInput(res, req, j)
 	l, err := h.leaseOf(res.Observation.ClusterID)
 	if err != nil || l == nil {
+		h.leaseFreeSince = time.Time{} // no look: a break in "free at every look"
 		return in
 	}
 	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)

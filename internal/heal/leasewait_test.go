@@ -2,6 +2,7 @@ package heal
 
 import (
 	"context"
+	"errors"
 	"testing"
 
 	"github.com/etcd-agent/etcd-agent/internal/journal"
@@ -30,6 +31,9 @@ func TestLeaseTakenWhileWaitingIsNotAFailure(t *testing.T) {
 	}
 	out := r.h.Consider(context.Background(), res, nil)
 	j := r.journal(t)
+	if !j.Active() || !errors.Is(out.Err, lease.ErrHeldByOther) {
+		t.Fatalf("journal active %v, outcome err %v: want the attempt stopped at once (lease lost), its journal open to resume", j.Active(), out.Err)
+	}
 	if out.Result == journal.ResultFailed || j.Failures > 0 {
 		t.Errorf("attempt closed as %q (failures %d, reason %q: %s) after waiting for another agent's Lease until the recovery timeout",
 			j.Result, j.Failures, j.Reason, j.Message)

@@ -2,12 +2,12 @@ package heal
 
 import (
 	"context"
+	"errors"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/etcd-agent/etcd-agent/internal/memberstate"
-	"github.com/etcd-agent/etcd-agent/internal/plan"
 	"github.com/etcd-agent/etcd-agent/metrics"
 )
 
@@ -64,8 +64,8 @@ func TestShutdownMidStopKeepsTheLeaseWhileTheMemberGoesDown(t *testing.T) {
 		cancel() // SIGTERM
 	}()
 	out := h.Consider(ctx, res, nil)
-	if out.Decision.Action != plan.StopMember {
-		t.Logf("outcome %+v", out)
+	if !rt.parked.Load() || !errors.Is(out.Err, context.Canceled) {
+		t.Fatalf("outcome %+v, parked %v: want the shutdown to land while the stop was in flight", out, rt.parked.Load())
 	}
 	if fl.releasedAlive.Load() {
 		t.Errorf("the Lease was released while the member's manifest was parked and its process still running: another agent may now act on an observation that counts it as serving")

@@ -66,7 +66,10 @@ func (l *Lease) writeOnce(ctx context.Context, info Info, mayTake bool) error {
 	case err != nil:
 		return l.apiError("read", err)
 	default:
-		st := l.stateOf(rec, raw, now)
+		// Judged at a time read after the record was: a first look must
+		// never be dated before the read (a slow Get would hasten a
+		// takeover by its duration). now, read before, stays the renewal's.
+		st := l.stateOf(rec, raw, l.cfg.Now())
 		switch {
 		case st.Holder == l.cfg.Holder:
 			mine.AcquireTime, mine.LeaderTransitions = rec.AcquireTime, rec.LeaderTransitions

@@ -81,3 +81,42 @@ func TestAbandonedLeaseIsTakenAfterATTLOfWatching(t *testing.T) {
 		t.Fatalf("B took the Lease after %s, less than a TTL (%s) of watching", took, ttl)
 	}
 }
+
+// From the second review: the first-seen time of a record must be read
+// after the record was read. A TryAcquire whose clock was read before a
+// slow Get (here: the first reading lags 14 s, as a Get that took that
+// long would) must not date its first look at A's fresh record back to
+// then, and take A's Lease a TTL after that stale reading, inside A's
+// fenced step.
+func TestFirstLookIsDatedAfterTheRead(t *testing.T) {
+	kc, lname := newClient(t), leaseName(t)
+	ctx := ctxFor(t, time.Minute)
+	const ttl, need = 15 * time.Second, 10 * time.Second
+	a := newLease(t, kc, lname, "node-a/m1", ttl)
+	if err := a.TryAcquire(ctx, lease.Info{Target: "m1"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.ConfirmFor(ctx, need); err != nil {
+		t.Fatalf("A's fence: %v", err)
+	}
+	calls := 0
+	b, err := lease.New(lease.Config{Client: kc, Namespace: lab.AgentNamespace, Name: lname, Holder: "node-b/m2", TTL: ttl,
+		Log: zaptest.NewLogger(t), Now: func() time.Time {
+			calls++
+			if calls == 1 {
+				return time.Now().Add(-14 * time.Second) // read before a slow Get
+			}
+			return time.Now()
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.Abandon() // A renews no more: only its fence protects the step
+	if err := b.TryAcquire(ctx, lease.Info{Target: "m2", StartedAt: time.Now()}); err == nil {
+		t.Fatal("B took A's fresh Lease at its first look")
+	}
+	time.Sleep(2 * time.Second) // a wall-clock span is what is tested: no condition to poll
+	if err := b.TryAcquire(ctx, lease.Info{Target: "m2", StartedAt: time.Now()}); err == nil {
+		t.Fatal("B took A's Lease 2 s after its first look: the look was dated before the read, inside A's 10 s fence")
+	}
+}
