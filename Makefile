@@ -7,7 +7,7 @@ LDFLAGS := -X github.com/etcd-agent/etcd-agent/internal/version.Version=$(VERSIO
 LAB_DIR ?= $(CURDIR)/lab
 E2E_TIMEOUT ?= 45m
 
-.PHONY: all tools build unit e2e e2e-full test demo demo-down bench vet fmt clean deploy-test dashboard-png
+.PHONY: all tools build unit e2e e2e-full e2e-chaos test demo demo-down bench vet fmt clean deploy-test dashboard-png
 
 all: build
 
@@ -42,6 +42,17 @@ test: tools build vet
 ## e2e-full: the long scenarios kept out of make test (10 seed-mode heals in a row)
 e2e-full: tools build
 	@hack/gotest.sh -tags e2efull -count=1 -timeout 60m -run 'TestSeedModeTenHealsInARow' ./test/e2e/...
+
+## e2e-chaos: the randomized fault soak (docs/testing.md), kept out of make test
+## (which runs one 3-minute smoke run). CHAOS_SEED=n replays a seed; CHAOS_RUNS
+## seeds in a row; CHAOS_MODE=majority; reports and table.md in CHAOS_REPORT.
+CHAOS_DURATION ?= 10m
+CHAOS_RUNS ?= 1
+CHAOS_MODE ?= minority
+CHAOS_REPORT ?= $(CURDIR)/.chaos
+e2e-chaos: tools build
+	@CHAOS_DURATION=$(CHAOS_DURATION) CHAOS_RUNS=$(CHAOS_RUNS) CHAOS_MODE=$(CHAOS_MODE) CHAOS_REPORT=$(CHAOS_REPORT) \
+		hack/gotest.sh -count=1 -timeout 24h -run '^TestChaos$$' ./test/chaos/
 
 ## deploy-test: the manifests (server-side dry-run), RBAC and alert rules (promtool)
 deploy-test: tools build

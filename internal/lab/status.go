@@ -184,3 +184,15 @@ func (s Status) Summary() string {
 func readSupervisorState(n Node) (supervisor.State, error) {
 	return supervisor.ReadState(n.SupervisorStateFile())
 }
+
+// RunningEtcdPID is the PID of the node's etcd container as its supervisor
+// last published it, and whether it is running. It reads only the node's
+// own files, so it is safe beside a runner that changes the lab.
+func (n Node) RunningEtcdPID() (int, bool) {
+	st, err := readSupervisorState(n)
+	if err != nil {
+		return 0, false
+	}
+	c, ok := st.Container("etcd.yaml", "etcd")
+	return c.PID, ok && c.State == "running" && c.PID != 0
+}

@@ -72,7 +72,7 @@ func inspect(req inspectRequest, stage func(step string, partial Result)) Result
 // WAL segment, which is safe to read while the member appends to its tail.
 func inUse(dbPath, walDir string) Result {
 	r := Result{Class: ClassInUse}
-	memberID, clusterID, err := readWALIdentity(walDir)
+	memberID, clusterID, err := ReadWALIdentity(walDir)
 	if err != nil {
 		r.Detail = fmt.Sprintf("%s is locked by another process (is the member running?); WAL identity unreadable: %v", dbPath, err)
 		return r

@@ -114,10 +114,10 @@ func decodeWALMetadata(b []byte) (memberID, clusterID uint64, err error) {
 	return md.NodeID, md.ClusterID, nil
 }
 
-// readWALIdentity reads only the head of the newest segment, where every
+// ReadWALIdentity reads only the head of the newest segment, where every
 // segment repeats the metadata record. Used while the member runs: it is
 // cheap and tolerates the tail being written concurrently.
-func readWALIdentity(walDir string) (memberID, clusterID uint64, err error) {
+func ReadWALIdentity(walDir string) (memberID, clusterID uint64, err error) {
 	names, err := fileutil.ReadDir(walDir, fileutil.WithExt(".wal"))
 	if err != nil {
 		return 0, 0, err

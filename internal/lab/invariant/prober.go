@@ -24,7 +24,7 @@ func (o Outage) Duration() time.Duration { return o.To.Sub(o.From) }
 // Prober does a linearizable read every interval and records every window in
 // which they all failed.
 type Prober struct {
-	cli     *clientv3.Client
+	probe   func(context.Context) error
 	cancel  context.CancelFunc
 	done    chan struct{}
 	mu      sync.Mutex
@@ -34,8 +34,17 @@ type Prober struct {
 
 // StartProber probes through cli (use a client for every member's URL).
 func StartProber(ctx context.Context, cli *clientv3.Client, interval time.Duration) *Prober {
+	return StartProbing(ctx, func(ctx context.Context) error {
+		_, err := cli.Get(ctx, "health-probe")
+		return err
+	}, interval)
+}
+
+// StartProbing calls probe (given a one-second deadline) every interval
+// and records every window in which it failed.
+func StartProbing(ctx context.Context, probe func(context.Context) error, interval time.Duration) *Prober {
 	pctx, cancel := context.WithCancel(ctx)
-	p := &Prober{cli: cli, cancel: cancel, done: make(chan struct{})}
+	p := &Prober{probe: probe, cancel: cancel, done: make(chan struct{})}
 	go p.loop(pctx, interval)
 	return p
 }
@@ -48,7 +57,7 @@ func (p *Prober) loop(ctx context.Context, interval time.Duration) {
 	for {
 		rctx, cancel := context.WithTimeout(ctx, time.Second)
 		start := time.Now()
-		_, err := p.cli.Get(rctx, "health-probe")
+		err := p.probe(rctx)
 		cancel()
 		if ctx.Err() != nil { // stopped mid-probe: that failure is ours, not the cluster's
 			err = nil

@@ -1,0 +1,262 @@
+package chaos
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/etcd-agent/etcd-agent/internal/lab"
+	"github.com/etcd-agent/etcd-agent/internal/lab/invariant"
+	"github.com/etcd-agent/etcd-agent/internal/lab/linearize"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+)
+
+// Options configure one chaos run.
+type Options struct {
+	Seed uint64
+	Mode Mode
+	// Duration is how long faults are drawn; the run then settles and checks.
+	Duration time.Duration
+	// Dir is the lab's folder; BinDir and AgentBinary as for lab.Up.
+	Dir, BinDir, AgentBinary string
+	// Settle bounds the wait for a healthy cluster after each episode and
+	// at the end (default 4m).
+	Settle time.Duration
+	// Unavailable is the longest time every member may fail linearizable
+	// reads outside a majority fault before it counts as lost quorum
+	// (default 5s: a leader fault costs an election, up to two election
+	// timeouts, plus a probe's deadline).
+	Unavailable time.Duration
+	// Progress, when set, gets one line per episode (a test's t.Logf).
+	Progress func(format string, args ...any)
+	Log      *zap.Logger
+}
+
+// runner is one run's state. Lab calls go through withLab: the extra's
+// goroutine and the episode's share the lab's Spec.
+type runner struct {
+	o     Options
+	l     *lab.Lab
+	log   *zap.Logger
+	labMu sync.Mutex
+	nodes atomic.Pointer[[]lab.Node] // a copy for the observers
+
+	mu              sync.Mutex
+	slots           []string // member slot → node that runs it now
+	faults          map[Kind]int
+	majorityWindows []Window
+
+	ledger  *ledger
+	ids     *identityWatch
+	lease   *leaseWatch
+	members *invariant.MembershipWatch
+	writer  *invariant.Writer
+	prober  *invariant.Prober
+	load    *linearize.Load
+	clients *clientCache
+	obs     *observers
+}
+
+func (r *runner) withLab(f func() error) error {
+	r.labMu.Lock()
+	defer r.labMu.Unlock()
+	return f()
+}
+
+// publishNodes copies the lab's nodes for the observers (labMu held).
+func (r *runner) publishNodes() {
+	ns := append([]lab.Node(nil), r.l.Spec.Nodes...)
+	r.nodes.Store(&ns)
+}
+
+func (r *runner) slotNode(i int) string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.slots[i]
+}
+
+func (r *runner) count(k Kind) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.faults[k]++
+}
+
+// Run brings a lab up, plays the seed's schedule for o.Duration, settles,
+// checks every invariant and stops the lab. The error is for a run that
+// could not be made; broken invariants are in Report.Violations.
+func Run(ctx context.Context, o Options) (*Report, error) {
+	if o.Settle == 0 {
+		o.Settle = 4 * time.Minute
+	}
+	if o.Unavailable == 0 {
+		o.Unavailable = 5 * time.Second
+	}
+	if o.Log == nil {
+		o.Log = zap.NewNop()
+	}
+	if o.Progress == nil {
+		o.Progress = func(string, ...any) {}
+	}
+	features := availableFeatures()
+	sched, err := NewSchedule(o.Seed, o.Mode, 3, func(k Kind) bool { return features.has(catalog[k].needs) })
+	if err != nil {
+		return nil, err
+	}
+	rep := &Report{Seed: o.Seed, Mode: o.Mode, Duration: o.Duration, Unavailable: features.missing()}
+	lo := lab.Options{Dir: o.Dir, Nodes: 3, BinDir: o.BinDir, AgentBinary: o.AgentBinary, Agents: true, Log: o.Log,
+		PeerProxy: features.has(peerProxy), AgentArgs: []string{"--quarantine-keep=1000"}}
+	if features.has(diskLimit) {
+		lo.DiskLimit = labDiskLimit
+	}
+	uctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
+	l, err := lab.Up(uctx, lo)
+	cancel()
+	if l != nil {
+		defer func() {
+			if derr := l.Down(context.WithoutCancel(ctx)); derr != nil {
+				rep.Violations = append(rep.Violations, "lab down: "+derr.Error())
+			}
+		}()
+	}
+	if err != nil {
+		return rep, fmt.Errorf("lab up: %w", err)
+	}
+	r := &runner{o: o, l: l, log: o.Log, faults: map[Kind]int{}, slots: []string{"node1", "node2", "node3"}}
+	r.publishNodes()
+	if err := r.startObservers(ctx); err != nil {
+		r.stopObservers()
+		return rep, err
+	}
+	r.playSchedule(ctx, sched, rep)
+	r.finish(ctx, rep)
+	return rep, nil
+}
+
+// playSchedule plays episodes until the run's time is up or the cluster does not
+// settle (a second fault on an unhealed cluster could take a majority).
+func (r *runner) playSchedule(ctx context.Context, sched *Schedule, rep *Report) {
+	start := time.Now()
+	for time.Since(start) < r.o.Duration && ctx.Err() == nil {
+		e := sched.Next()
+		before := r.memberIDs(ctx)
+		at := time.Since(start).Round(time.Second)
+		node, err := r.play(ctx, e)
+		played := Played{Episode: e, At: at, Node: node}
+		if err != nil {
+			played.Err = err.Error()
+		}
+		serr := r.settle(ctx)
+		played.Settled = time.Since(start).Round(time.Second) - at
+		rep.Episodes = append(rep.Episodes, played)
+		r.o.Progress("chaos seed %d: %s", r.o.Seed, played)
+		if serr != nil {
+			rep.Violations = append(rep.Violations, fmt.Sprintf("episode #%d (%s on %s): %v", e.N, e.Kind, node, serr))
+			return
+		}
+		if !catalog[e.Kind].healing && !catalog[e.Kind].majority {
+			if changed := changedIDs(before, r.memberIDs(ctx)); changed != "" {
+				rep.Violations = append(rep.Violations, fmt.Sprintf("episode #%d (%s on %s) needs no rejoin, yet members were rejoined: %s", e.N, e.Kind, node, changed))
+			}
+		}
+		if e.Gap > 0 {
+			t := time.NewTimer(e.Gap)
+			select {
+			case <-ctx.Done():
+			case <-t.C:
+			}
+			t.Stop()
+		}
+	}
+}
+
+// settle waits until every slot's member is a healthy voter, no learner.
+func (r *runner) settle(ctx context.Context) error {
+	return r.l.WaitHealthy(ctx, len(r.slots), r.o.Settle)
+}
+
+// memberIDs maps member name → ID from the member list (empty if unread).
+func (r *runner) memberIDs(ctx context.Context) map[string]uint64 {
+	cli, err := r.clients.all(r.l)
+	if err != nil {
+		return nil
+	}
+	mctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	resp, err := cli.MemberList(mctx)
+	if err != nil {
+		return nil
+	}
+	out := map[string]uint64{}
+	for _, m := range resp.Members {
+		out[m.Name] = m.ID
+	}
+	return out
+}
+
+func changedIDs(before, after map[string]uint64) string {
+	if before == nil || after == nil {
+		return ""
+	}
+	var out []string
+	for name, id := range before {
+		if a, ok := after[name]; ok && a != id {
+			out = append(out, fmt.Sprintf("%s %x → %x", name, id, a))
+		}
+	}
+	sort.Strings(out)
+	return strings.Join(out, ", ")
+}
+
+// leaderNode is the node whose member leads now.
+func (r *runner) leaderNode(ctx context.Context) (string, error) {
+	var st lab.Status
+	_ = r.withLab(func() error { st = r.l.Status(ctx); return nil })
+	for _, m := range st.Members {
+		if m.Leader && m.Node != "" {
+			return m.Node, nil
+		}
+	}
+	return "", errors.New("no leader to hit: " + st.Summary())
+}
+
+// clientCache keeps one etcd client per endpoint set for the observers.
+type clientCache struct {
+	mu  sync.Mutex
+	m   map[string]*clientv3.Client
+	mk  func(...string) (*clientv3.Client, error)
+	eps []string
+}
+
+func (c *clientCache) get(eps ...string) (*clientv3.Client, error) {
+	key := fmt.Sprint(eps)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if cli, ok := c.m[key]; ok {
+		return cli, nil
+	}
+	cli, err := c.mk(eps...)
+	if err != nil {
+		return nil, err
+	}
+	c.m[key] = cli
+	return cli, nil
+}
+
+// all is a client for every member's URL (they stay the same across a
+// move: a moved member keeps its client URL).
+func (c *clientCache) all(*lab.Lab) (*clientv3.Client, error) { return c.get(c.eps...) }
+
+func (c *clientCache) close() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, cli := range c.m {
+		cli.Close()
+	}
+	c.m = map[string]*clientv3.Client{}
+}
