@@ -18,13 +18,15 @@ import (
 // ledger keeps every etcd member dir ("member" holding "wal") ever seen on
 // a node's disk, by inode: a rename (quarantine, put-back) keeps the
 // inode, so the ledger can tell a kept data dir from a deleted one, and a
-// dir etcd made afresh from one that was moved back.
+// dir etcd made afresh from one that was moved back. Its rules hold for
+// the dirs that were ever a member's data dir (seen at the node's data dir
+// path): an agent's seed in the making may be retried and thrown away.
 type ledger struct {
 	mu         sync.Mutex
 	clusterID  uint64
-	seen       map[uint64]*memberDir // by inode
-	firstDir   map[uint64]uint64     // member ID → inode of the first dir seen for it
-	destroyed  map[uint64]string     // inode → the fault that removed it
+	seen       map[fileID]*memberDir // the dirs on disk now
+	all        []*memberDir          // every dir ever seen, removed ones too
+	firstDir   map[uint64]*memberDir // member ID → the first data dir it had
 	violations []string
 	moves      []dirEvent
 }
@@ -33,6 +35,9 @@ type memberDir struct {
 	Node, Path          string
 	MemberID, ClusterID uint64
 	FirstSeen           time.Time
+	InUse               bool   // seen at the node's data dir path
+	Destroyed           string // the fault that removed it
+	Gone                bool   // its inode now holds another member's dir
 }
 
 // dirEvent is a member dir appearing or moving, for the majority-mode
@@ -43,15 +48,15 @@ type dirEvent struct {
 }
 
 func newLedger(clusterID uint64) *ledger {
-	return &ledger{clusterID: clusterID, seen: map[uint64]*memberDir{}, firstDir: map[uint64]uint64{}, destroyed: map[uint64]string{}}
+	return &ledger{clusterID: clusterID, seen: map[fileID]*memberDir{}, firstDir: map[uint64]*memberDir{}}
 }
 
 // maxDepth bounds the walk: disk/etcd-agent-quarantine/<copy>/member is 3 deep.
 const maxDepth = 5
 
 // memberDirs lists the member dirs under a node's disk by inode.
-func memberDirs(disk string) map[uint64]string {
-	out := map[uint64]string{}
+func memberDirs(disk string) map[fileID]string {
+	out := map[fileID]string{}
 	_ = filepath.WalkDir(disk, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return nil // vanished under us (etcd or the agent at work): the next scan sees it
@@ -75,16 +80,20 @@ func memberDirs(disk string) map[uint64]string {
 	return out
 }
 
-func inode(path string) (uint64, bool) {
+// fileID is a file's device and inode: each lab node's disk may be a
+// filesystem of its own.
+type fileID struct{ dev, ino uint64 }
+
+func inode(path string) (fileID, bool) {
 	st, err := os.Stat(path)
 	if err != nil {
-		return 0, false
+		return fileID{}, false
 	}
 	sys, ok := st.Sys().(*syscall.Stat_t)
 	if !ok {
-		return 0, false
+		return fileID{}, false
 	}
-	return sys.Ino, true
+	return fileID{dev: uint64(sys.Dev), ino: sys.Ino}, true
 }
 
 // scan records the member dirs on every node's disk now.
@@ -92,23 +101,33 @@ func (g *ledger) scan(nodes []lab.Node) {
 	now := time.Now()
 	for _, n := range nodes {
 		for ino, p := range memberDirs(n.DiskDir) {
-			g.mu.Lock()
-			old, known := g.seen[ino]
-			g.mu.Unlock()
-			if known {
-				if old.Path != p {
-					g.note(dirEvent{At: now, What: fmt.Sprintf("member dir of %x moved %s → %s", old.MemberID, old.Path, p)})
-					g.mu.Lock()
-					old.Path = p
-					g.mu.Unlock()
-				}
-				continue
-			}
 			mid, cid, err := localdisk.ReadWALIdentity(filepath.Join(p, "wal"))
 			if err != nil {
 				continue // being written: the next scan reads it
 			}
-			g.add(ino, &memberDir{Node: n.Name, Path: p, MemberID: mid, ClusterID: cid, FirstSeen: now})
+			g.mu.Lock()
+			d, known := g.seen[ino]
+			if known && d.MemberID != mid {
+				// The inode was freed and reused: the dir we knew is gone.
+				d.Gone, known = true, false
+			}
+			if !known {
+				d = &memberDir{Node: n.Name, Path: p, MemberID: mid, ClusterID: cid, FirstSeen: now}
+				g.seen[ino] = d
+				g.all = append(g.all, d)
+			}
+			g.mu.Unlock()
+			if !known {
+				g.note(dirEvent{At: now, What: fmt.Sprintf("member dir of %x appeared at %s", mid, p)})
+			} else if d.Path != p {
+				g.note(dirEvent{At: now, What: fmt.Sprintf("member dir of %x moved %s → %s", d.MemberID, d.Path, p)})
+				g.mu.Lock()
+				d.Path = p
+				g.mu.Unlock()
+			}
+			if n.DataDir != "" && p == filepath.Join(n.DataDir, "member") {
+				g.inUse(d)
+			}
 		}
 	}
 }
@@ -119,21 +138,23 @@ func (g *ledger) note(e dirEvent) {
 	g.moves = append(g.moves, e)
 }
 
-func (g *ledger) add(ino uint64, d *memberDir) {
+// inUse applies the rules to a dir the first time it is a data dir.
+func (g *ledger) inUse(d *memberDir) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	g.seen[ino] = d
-	g.moves = append(g.moves, dirEvent{At: d.FirstSeen, What: fmt.Sprintf("member dir of %x appeared at %s", d.MemberID, d.Path)})
+	if d.InUse {
+		return
+	}
+	d.InUse = true
 	if g.clusterID != 0 && d.ClusterID != g.clusterID {
 		g.violations = append(g.violations, fmt.Sprintf("foreign data dir %s: its WAL names cluster %x, the lab's is %x", d.Path, d.ClusterID, g.clusterID))
 	}
-	if first, ok := g.firstDir[d.MemberID]; ok && first != ino {
-		prev := g.seen[first]
+	if prev, ok := g.firstDir[d.MemberID]; ok && prev != d {
 		g.violations = append(g.violations, fmt.Sprintf("etcd made a fresh data dir %s (%s) under member ID %x, which had data in %s: a member started on empty data under an old ID",
 			d.Path, d.FirstSeen.Format("15:04:05.000"), d.MemberID, prev.Path))
 		return
 	}
-	g.firstDir[d.MemberID] = ino
+	g.firstDir[d.MemberID] = d
 }
 
 // destroy marks the member dir at dataDir as removed by the fault why
@@ -145,7 +166,16 @@ func (g *ledger) destroy(dataDir, why string) {
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	g.destroyed[ino] = why
+	g.forget(ino, why)
+}
+
+// forget drops the dir at ino from the dirs on disk (g.mu held): a new dir
+// may get its inode number.
+func (g *ledger) forget(ino fileID, why string) {
+	if d, ok := g.seen[ino]; ok {
+		d.Destroyed = why
+		delete(g.seen, ino)
+	}
 }
 
 // destroyNode marks every member dir on a node's disk as removed (the node
@@ -155,7 +185,7 @@ func (g *ledger) destroyNode(n lab.Node, why string) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	for ino := range dirs {
-		g.destroyed[ino] = why
+		g.forget(ino, why)
 	}
 }
 
@@ -164,7 +194,7 @@ func (g *ledger) destroyNode(n lab.Node, why string) {
 // removed it (the agent must never delete data: in use or quarantined).
 func (g *ledger) finish(nodes []lab.Node) []string {
 	g.scan(nodes)
-	present := map[uint64]bool{}
+	present := map[fileID]bool{}
 	for _, n := range nodes {
 		for ino := range memberDirs(n.DiskDir) {
 			present[ino] = true
@@ -175,7 +205,12 @@ func (g *ledger) finish(nodes []lab.Node) []string {
 	out := append([]string(nil), g.violations...)
 	var gone []string
 	for ino, d := range g.seen {
-		if !present[ino] && g.destroyed[ino] == "" {
+		if !present[ino] {
+			d.Gone = true
+		}
+	}
+	for _, d := range g.all {
+		if d.InUse && d.Gone && d.Destroyed == "" {
 			gone = append(gone, fmt.Sprintf("data dir of member %x last seen at %s (node %s) was deleted: neither in use nor quarantined", d.MemberID, d.Path, d.Node))
 		}
 	}
@@ -183,11 +218,16 @@ func (g *ledger) finish(nodes []lab.Node) []string {
 	return append(out, gone...)
 }
 
-// seenDirs is how many distinct member dirs the run saw.
-func (g *ledger) seenDirs() int {
+// seenDirs is how many distinct data dirs the run saw in use.
+func (g *ledger) seenDirs() (n int) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	return len(g.seen)
+	for _, d := range g.all {
+		if d.InUse {
+			n++
+		}
+	}
+	return n
 }
 
 // changesBetween lists the member dirs that appeared or moved in [from, to].
