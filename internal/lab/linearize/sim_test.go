@@ -106,8 +106,8 @@ func TestCheckTenMinutesOfHistory(t *testing.T) {
 func injectStaleRead(t *testing.T, h History) (int, string) {
 	t.Helper()
 	type write struct {
-		value        string
-		call, return_ time.Duration
+		value     string
+		call, ret time.Duration
 	}
 	var done []write // acknowledged writes of the key, in call order
 	for i, g := range h.Ops {
@@ -124,11 +124,11 @@ func injectStaleRead(t *testing.T, h History) (int, string) {
 				}
 			}
 		}
-		if wi < 0 || done[wi].return_ >= g.Call {
+		if wi < 0 || done[wi].ret >= g.Call {
 			continue
 		}
 		for _, w0 := range done {
-			if w0.value != g.Read && w0.return_ < done[wi].call {
+			if w0.value != g.Read && w0.ret < done[wi].call {
 				return i, w0.value
 			}
 		}
