@@ -3,6 +3,7 @@ module github.com/etcd-agent/etcd-agent
 go 1.26.0
 
 require (
+	github.com/anishathalye/porcupine v1.3.1
 	github.com/fsnotify/fsnotify v1.10.1
 	github.com/go-logr/zapr v1.3.0
 	github.com/prometheus/client_golang v1.25.0
