@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/etcd-agent/etcd-agent/internal/lab/invariant"
+	"github.com/etcd-agent/etcd-agent/internal/lab/linearize"
 )
 
 // finish undoes what the schedule may have left, settles, stops the
@@ -19,7 +20,7 @@ func (r *runner) finish(ctx context.Context, rep *Report) {
 		rep.Violations = append(rep.Violations, "the API did not come back at the end: "+err.Error())
 	}
 	cancel()
-	if err := r.settle(fctx); err != nil {
+	if err := r.settle(fctx, "", nil); err != nil {
 		rep.Violations = append(rep.Violations, fmt.Sprintf("not every member a healthy voter %s after the faults stopped: %v; agents' last refusals: %s",
 			r.o.Settle, err, r.lastRefusals()))
 	}
@@ -28,8 +29,8 @@ func (r *runner) finish(ctx context.Context, rep *Report) {
 	outages, probes := r.prober.Stop()
 	maxLearners, _ := r.members.Stop()
 	memberships := r.members.History()
+	r.stopObservers() // ends the Lease watch too
 	samples := r.lease.result()
-	r.stopObservers()
 	defer r.clients.close()
 
 	rep.APIWrites, rep.APIFailed = writes.APIAttempted, writes.APIFailed
@@ -74,13 +75,13 @@ func (r *runner) finish(ctx context.Context, rep *Report) {
 	if err := r.writer.VerifyAcked(vctx, writes); err != nil {
 		rep.Violations = append(rep.Violations, err.Error())
 	}
-	lin := history.Check(2*time.Minute, filepath.Join(r.o.Dir, "linearizability.html"))
+	lin := linearize.Check(history, 2*time.Minute, filepath.Join(r.o.Dir, "linearizability.html"))
 	rep.Linearizable = lin
 	switch {
 	case lin.Unknown:
 		rep.Violations = append(rep.Violations, fmt.Sprintf("linearizability not decided: the checker ran out of time on %d operations", lin.Ops))
 	case !lin.Ok:
-		rep.Violations = append(rep.Violations, fmt.Sprintf("etcd history of %d operations is not linearizable: see %s", lin.Ops, lin.Visualization))
+		rep.Violations = append(rep.Violations, fmt.Sprintf("etcd history of %d operations is not linearizable: see %s", lin.Ops, lin.VizPath))
 	}
 	if cli, err := r.clients.all(r.l); err == nil {
 		h, err := invariant.CheckHashKV(vctx, cli, time.Minute)

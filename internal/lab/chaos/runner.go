@@ -15,6 +15,7 @@ import (
 	"github.com/etcd-agent/etcd-agent/internal/lab/linearize"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+	"k8s.io/apimachinery/pkg/util/wait"
 )
 
 // Options configure one chaos run.
@@ -145,13 +146,16 @@ func (r *runner) playSchedule(ctx context.Context, sched *Schedule, rep *Report)
 	for time.Since(start) < r.o.Duration && ctx.Err() == nil {
 		e := sched.Next()
 		before := r.memberIDs(ctx)
+		rejoin := ""
 		at := time.Since(start).Round(time.Second)
 		node, err := r.play(ctx, e)
 		played := Played{Episode: e, At: at, Node: node}
 		if err != nil {
 			played.Err = err.Error()
+		} else if catalog[e.Kind].healing || e.Kind == MajorityStopWipe {
+			rejoin = r.memberOf(e.Slot) // majority-stop-wipe wipes the first slot
 		}
-		serr := r.settle(ctx)
+		serr := r.settle(ctx, rejoin, before)
 		played.Settled = time.Since(start).Round(time.Second) - at
 		rep.Episodes = append(rep.Episodes, played)
 		r.o.Progress("chaos seed %d: %s", r.o.Seed, played)
@@ -175,9 +179,70 @@ func (r *runner) playSchedule(ctx context.Context, sched *Schedule, rep *Report)
 	}
 }
 
-// settle waits until every slot's member is a healthy voter, no learner.
-func (r *runner) settle(ctx context.Context) error {
-	return r.l.WaitHealthy(ctx, len(r.slots), r.o.Settle)
+// settle waits until every slot's member is a healthy voter, no learner,
+// and every slot's agent says so too (healthy member, data dir ok, no
+// recovery): the cluster alone can look healthy while a wiped member still
+// serves from unlinked files. After a fault that needs a rejoin, the
+// member must also have a new ID: the heal must have happened.
+func (r *runner) settle(ctx context.Context, rejoin string, before map[string]uint64) error {
+	var last string
+	err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, r.o.Settle, true, func(ctx context.Context) (bool, error) {
+		var st lab.Status
+		_ = r.withLab(func() error { st = r.l.Status(ctx); return nil })
+		voters, healthy := st.Healthy()
+		if voters != len(r.slots) || healthy != voters || len(st.Members) != voters || st.LeaderID == "" {
+			last = "cluster: " + st.Summary()
+			return false, nil
+		}
+		if rejoin != "" {
+			if now := r.memberIDs(ctx); before[rejoin] != 0 && now[rejoin] == before[rejoin] {
+				last = fmt.Sprintf("member %s not rejoined yet (still %x)", rejoin, before[rejoin])
+				return false, nil
+			}
+		}
+		for i := range r.slots {
+			if why := r.agentNotSettled(ctx, r.slotNode(i)); why != "" {
+				last = why
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+	if err != nil {
+		return fmt.Errorf("not settled within %s: %s", r.o.Settle, last)
+	}
+	return nil
+}
+
+// agentNotSettled says why node's agent does not see its member healthy
+// with an ok data dir and no recovery ("" when it does).
+func (r *runner) agentNotSettled(ctx context.Context, node string) string {
+	var m lab.Metrics
+	var err error
+	_ = r.withLab(func() error { m, err = r.l.AgentMetrics(ctx, node); return nil })
+	if err != nil {
+		return fmt.Sprintf("agent on %s: %v", node, err)
+	}
+	state := m.OneHot("etcd_agent_member_state", "state")
+	dir := m.OneHot("etcd_agent_data_dir_status", "status")
+	busy, _ := m.Value("etcd_agent_recovery_in_progress", nil)
+	if state != "healthy" || dir != "ok" || busy != 0 {
+		return fmt.Sprintf("agent on %s sees member %s, data dir %s, recovery in progress %v", node, state, dir, busy)
+	}
+	return ""
+}
+
+// memberOf is the etcd member name of a slot (a moved member keeps it).
+func (r *runner) memberOf(slot int) string {
+	name := r.slotNode(slot)
+	var member string
+	_ = r.withLab(func() error {
+		if n, err := r.l.Spec.Node(name); err == nil {
+			member = n.Member
+		}
+		return nil
+	})
+	return member
 }
 
 // memberIDs maps member name → ID from the member list (empty if unread).
