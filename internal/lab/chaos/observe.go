@@ -56,6 +56,7 @@ func (r *runner) startObservers(ctx context.Context) error {
 	r.members = invariant.StartMembershipWatch(octx, cli, 100*time.Millisecond)
 	r.lease = startLeaseWatch(octx, kc, lease.Name(clusterID), 250*time.Millisecond)
 	r.ledger = newLedger(clusterID)
+	r.ledger.scan(*r.nodes.Load()) // the lab's own dirs, before any fault
 	r.ids = newIdentityWatch(func(url string) (*clientv3.Client, error) { return r.clients.get(url) })
 	r.obs.every(octx, 500*time.Millisecond, func(ctx context.Context) {
 		removed := RemovedAt(r.members.History())
