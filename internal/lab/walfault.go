@@ -68,8 +68,18 @@ type TornRecord struct {
 // start by truncating the file before the record (wal.Repair, logged as
 // "repairing" then "repaired").
 //
-// The member's etcd must not run: stop it with CrashMember (or StopMember)
-// first, and StartMember after. The WAL file's lock (etcd's own) is held
+// The member's etcd must not run: stop it with StopMember or CrashMember
+// first, and StartMember after. Which record is last depends on how etcd
+// stopped. StopMember: etcd closes its WAL, which writes out its buffered
+// records, so the tail is the HardState that follows the last entries;
+// tearing it loses nothing the member acknowledged and etcd repairs and
+// rejoins. CrashMember (SIGKILL): a HardState that only moves the commit
+// index is not fsynced and dies in etcd's write buffer, so the tail is
+// usually the last entry, which the member had acknowledged; losing it
+// is more than a real torn write loses, and raft then panics on the
+// leader's next heartbeat ("tocommit(N) is out of range [lastIndex(N-1)]")
+// and the member crash-loops until it is removed and added back. The
+// returned TornRecord tells which it was. The WAL file's lock (etcd's own) is held
 // while tearing, so a running etcd is refused.
 func (l *Lab) TearWALTail(node string) (TornRecord, error) {
 	var t TornRecord
