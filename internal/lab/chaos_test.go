@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -221,6 +223,41 @@ func TestPartition(t *testing.T) {
 			return err
 		})
 		if err := l.WaitHealthy(context.Background(), 3, 30*time.Second); err != nil {
+			t.Fatal(err)
+		}
+	})
+
+	// The proxy listens only while its member does: a stopped member's
+	// advertised peer URL refuses connections, as without a proxy.
+	t.Run("proxy follows its member", func(t *testing.T) {
+		_, followers := roles(t, l)
+		f := followers[0].Node
+		n, err := l.Spec.Node(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		addr := strings.TrimPrefix(n.PeerURL, "http://")
+		dial := func() error {
+			c, err := net.DialTimeout("tcp", addr, time.Second)
+			if err == nil {
+				c.Close()
+			}
+			return err
+		}
+		if err := l.StopMember(f); err != nil {
+			t.Fatal(err)
+		}
+		labtest.Eventually(t, 10*time.Second, f+"'s advertised peer URL refuses connections", func() error {
+			if err := dial(); !errors.Is(err, syscall.ECONNREFUSED) {
+				return fmt.Errorf("dial %s: %v", addr, err)
+			}
+			return nil
+		})
+		if err := l.StartMember(f); err != nil {
+			t.Fatal(err)
+		}
+		labtest.Eventually(t, 30*time.Second, f+"'s advertised peer URL accepts connections", dial)
+		if err := l.WaitHealthy(context.Background(), 3, 60*time.Second); err != nil {
 			t.Fatal(err)
 		}
 	})

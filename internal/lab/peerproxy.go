@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"go.uber.org/zap"
@@ -44,6 +45,12 @@ import (
 // messages are, and without them the member loses its leader within an
 // election timeout (and with it what it would forward leases to).
 //
+// A proxy listens only while its member does: it polls the member's peer
+// listener and closes its own when that refuses connections, and listens
+// again when it accepts. So whoever waits for a stopped member's advertised
+// peer URL to refuse connections (the agent's member runtime does, before
+// it touches the data dir) still sees it stop, within proxyPoll.
+//
 // The proxies run inside the process that called Up (a chaos runner is a Go
 // test process) and stop with Down or with that process: a lab with
 // PeerProxy started by the CLI `lab up` would lose its peer traffic when the
@@ -65,11 +72,18 @@ type peerProxies struct {
 type peerProxy struct {
 	set    *peerProxies
 	url    string // advertised, e.g. http://127.0.0.12:40123
+	addr   string // its host:port
 	target *url.URL
 	srv    *http.Server
 	rp     *httputil.ReverseProxy
 	tr     *http.Transport
+	stop   chan struct{}
+	lnMu   sync.Mutex
+	ln     net.Listener // nil while the member does not listen
 }
+
+// proxyPoll is how often a proxy checks that its member listens.
+const proxyPoll = 100 * time.Millisecond
 
 // liveRequest is a request being proxied, cancellable by a partition.
 type liveRequest struct {
@@ -100,7 +114,7 @@ func (s *peerProxies) start(advertised, target string) error {
 	if err != nil {
 		return fmt.Errorf("peer proxy for %s: %w", advertised, err)
 	}
-	p := &peerProxy{set: s, url: advertised, target: tu}
+	p := &peerProxy{set: s, url: advertised, addr: au.Host, target: tu, stop: make(chan struct{}), ln: ln}
 	p.tr = &http.Transport{
 		DialContext:         (&net.Dialer{Timeout: time.Second, KeepAlive: 30 * time.Second}).DialContext,
 		MaxIdleConnsPerHost: 64,
@@ -127,7 +141,60 @@ func (s *peerProxies) start(advertised, target string) error {
 	s.byURL[advertised] = p
 	s.mu.Unlock()
 	go func() { _ = p.srv.Serve(ln) }()
+	go p.mirror()
 	return nil
+}
+
+// mirror keeps the proxy listening exactly while its member listens.
+func (p *peerProxy) mirror() {
+	t := time.NewTicker(proxyPoll)
+	defer t.Stop()
+	for {
+		select {
+		case <-p.stop:
+			return
+		case <-t.C:
+		}
+		p.set.mu.Lock()
+		target := p.target.Host
+		p.set.mu.Unlock()
+		up, known := dialState(target)
+		if !known {
+			continue
+		}
+		p.lnMu.Lock()
+		select {
+		case <-p.stop: // closed meanwhile: open nothing
+			p.lnMu.Unlock()
+			return
+		default:
+		}
+		switch {
+		case up && p.ln == nil:
+			if ln, err := net.Listen("tcp", p.addr); err == nil {
+				p.ln = ln
+				go func() { _ = p.srv.Serve(ln) }()
+			}
+		case !up && p.ln != nil:
+			_ = p.ln.Close()
+			p.ln = nil
+		}
+		p.lnMu.Unlock()
+	}
+}
+
+// dialState dials addr once: up when it accepts, down when it refuses,
+// unknown otherwise (a timeout proves nothing).
+func dialState(addr string) (up, known bool) {
+	c, err := net.DialTimeout("tcp", addr, 300*time.Millisecond)
+	if err == nil {
+		_ = c.Close()
+		return true, true
+	}
+	if errors.Is(err, syscall.ECONNREFUSED) {
+		return false, true
+	}
+	return false, false
 }
 
 // ServeHTTP forwards one peer request unless a partition cuts it.
@@ -237,6 +304,13 @@ func (s *peerProxies) close() error {
 	s.mu.Unlock()
 	var errs []error
 	for _, p := range ps {
+		close(p.stop)
+		p.lnMu.Lock()
+		if p.ln != nil {
+			_ = p.ln.Close()
+			p.ln = nil
+		}
+		p.lnMu.Unlock()
 		if err := p.srv.Close(); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			errs = append(errs, err)
 		}
