@@ -47,7 +47,10 @@ type Options struct {
 	PeerProxy bool
 	// DiskLimit, in bytes, makes each node's DiskDir a tmpfs of that size
 	// (when this process may mount; see DiskFaultsAvailable), so that
-	// FillDisk can fill it. 0: plain folders.
+	// FillDisk can fill it. 0: plain folders. Give a member at least
+	// 256 MiB: etcd preallocates 64 MB WAL segments (the current one and
+	// the next), and a WAL repair copies the last segment aside (.broken)
+	// before truncating it.
 	DiskLimit int64
 	Log       *zap.Logger
 }

@@ -79,8 +79,8 @@ type TornRecord struct {
 // is more than a real torn write loses, and raft then panics on the
 // leader's next heartbeat ("tocommit(N) is out of range [lastIndex(N-1)]")
 // and the member crash-loops until it is removed and added back. The
-// returned TornRecord tells which it was. The WAL file's lock (etcd's own) is held
-// while tearing, so a running etcd is refused.
+// returned TornRecord tells which it was. The WAL file's lock (etcd's
+// own) is held while tearing, so a running etcd is refused.
 func (l *Lab) TearWALTail(node string) (TornRecord, error) {
 	var t TornRecord
 	n, err := l.Spec.Node(node)
@@ -95,7 +95,18 @@ func (l *Lab) TearWALTail(node string) (TornRecord, error) {
 		return t, fmt.Errorf("node %s: no WAL files under %s", node, n.DataDir)
 	}
 	sort.Strings(files) // <seq>-<index>.wal, both fixed-width hex
-	t.File = files[len(files)-1]
+	if t, err = tearLastRecord(files[len(files)-1]); err != nil {
+		return t, err
+	}
+	l.log.Info("fault: tear wal tail", zap.String("node", node), zap.String("file", t.File),
+		zap.Int64("offset", t.Offset), zap.Int64("bytes", t.Bytes), zap.String("recordType", t.TypeName))
+	return t, nil
+}
+
+// tearLastRecord zeroes the data and padding of the last record of the
+// WAL file at path, under etcd's lock.
+func tearLastRecord(path string) (TornRecord, error) {
+	t := TornRecord{File: path}
 	// etcd's own lock on its WAL files (an OFD lock where there is one).
 	f, err := fileutil.TryLockFile(t.File, os.O_RDWR, 0)
 	if err != nil {
@@ -120,12 +131,7 @@ func (l *Lab) TearWALTail(node string) (TornRecord, error) {
 	if _, err := f.WriteAt(make([]byte, t.Bytes), t.Offset+8); err != nil {
 		return t, err
 	}
-	if err := f.Sync(); err != nil {
-		return t, err
-	}
-	l.log.Info("fault: tear wal tail", zap.String("node", node), zap.String("file", t.File),
-		zap.Int64("offset", t.Offset), zap.Int64("bytes", t.Bytes), zap.String("recordType", t.TypeName))
-	return t, nil
+	return t, f.Sync()
 }
 
 // walFrameSize splits a WAL length field: the low 56 bits are the record's
