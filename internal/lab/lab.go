@@ -239,7 +239,11 @@ func (l *Lab) newNode(i int, withMember bool) (Node, error) {
 		return n, err
 	}
 	if withMember {
-		ports, err := freePorts(n.IP, 3)
+		nports := 2 // client, peer
+		if l.Spec.PeerProxy {
+			nports = 3 // and the peer proxy
+		}
+		ports, err := freePorts(n.IP, nports)
 		if err != nil {
 			return n, err
 		}
