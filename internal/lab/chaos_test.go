@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -68,12 +69,16 @@ func upLab(t *testing.T, o lab.Options) *lab.Lab {
 	o.Log = zaptest.NewLogger(t, zaptest.Level(zap.InfoLevel))
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
+	start := time.Now()
 	l, err := lab.Up(ctx, o)
+	t.Logf("lab up in %s", time.Since(start).Round(time.Millisecond))
 	if l != nil {
 		t.Cleanup(func() {
+			start := time.Now()
 			if err := l.Down(context.Background()); err != nil {
 				t.Errorf("lab down: %v", err)
 			}
+			t.Logf("lab down in %s", time.Since(start).Round(time.Millisecond))
 			if t.Failed() {
 				t.Logf("lab folder kept for inspection in %s", dir)
 			} else {
@@ -299,6 +304,64 @@ func TestPartition(t *testing.T) {
 			_, err := serializableValue(client(t, l, old.Node), "partition/leader/during")
 			return err
 		})
+	})
+
+	t.Run("moved member", func(t *testing.T) { movedPartition(t, l) })
+}
+
+// movedPartition: a member moved to another node (MoveMember, its data
+// copied along as if the disk moved) keeps its advertised proxy URL and can
+// be partitioned on its new node.
+func movedPartition(t *testing.T, l *lab.Lab) {
+	_, followers := roles(t, l)
+	f := followers[0].Node
+	src, err := l.Spec.Node(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	peerURL, dataDir := src.PeerURL, src.DataDir
+	if err := l.LoseNode(f, false); err != nil {
+		t.Fatal(err)
+	}
+	dst, err := l.AddNode(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	to := dst.Name
+	if out, err := exec.Command("cp", "-a", dataDir, filepath.Join(dst.DiskDir, "etcd")).CombinedOutput(); err != nil {
+		t.Fatalf("copy the data dir: %v: %s", err, out)
+	}
+	if err := l.MoveMember(f, to); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.WaitHealthy(context.Background(), 3, 60*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := l.Spec.Node(to); n.PeerURL != peerURL {
+		t.Fatalf("moved member advertises %s, want %s", n.PeerURL, peerURL)
+	}
+	if err := l.Partition(to); err != nil {
+		t.Fatal(err)
+	}
+	rest := client(t, l, others(l, to)...)
+	labtest.Eventually(t, 10*time.Second, "the other two keep quorum", func() error {
+		return put(rest, "partition/moved/during", "yes")
+	})
+	moved := client(t, l, to)
+	labtest.Eventually(t, 20*time.Second, "the partitioned moved member serves no linearizable read", func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		if _, err := moved.Get(ctx, "partition/probe"); err == nil {
+			return fmt.Errorf("linearizable Get through %s succeeded", to)
+		}
+		return nil
+	})
+	if err := l.HealPartition(to); err != nil {
+		t.Fatal(err)
+	}
+	labtest.Eventually(t, 30*time.Second, to+" catches up after the heal", func() error {
+		_, err := serializableValue(moved, "partition/moved/during")
+		return err
 	})
 }
 
