@@ -396,12 +396,17 @@ func TestFillDisk(t *testing.T) {
 		}
 	}
 	t.Logf("200 writes of 64 KiB through the others in %s", time.Since(start).Round(time.Millisecond))
-	// Give the filled member time to meet its full disk, then see what it did.
-	time.Sleep(3 * time.Second)
+	labtest.Eventually(t, 20*time.Second, f+" meets its full disk", func() error {
+		if len(etcdLogLines(t, l, f, "no space left on device")) == 0 {
+			return errors.New("no ENOSPC in its etcd log yet")
+		}
+		return nil
+	})
+	time.Sleep(2 * time.Second) // what it does next: crash-loop under its supervisor
 	pid, perr := l.EtcdPID(f)
 	t.Logf("%s after the writes: etcd pid %d (%v)", f, pid, perr)
-	for _, line := range etcdLogLines(t, l, f, "no space left", "panic", "fatal") {
-		t.Logf("%s etcd log: %.600s", f, line)
+	for _, line := range etcdLogLines(t, l, f, `"level":"fatal"`, `"level":"panic"`, "panic:") {
+		t.Logf("%s etcd log: %.300s", f, line)
 	}
 	if err := l.FreeDisk(f); err != nil {
 		t.Fatal(err)
@@ -415,6 +420,18 @@ func TestFillDisk(t *testing.T) {
 		return err
 	})
 	t.Logf("%s healthy %s after FreeDisk", f, time.Since(start).Round(time.Millisecond))
+	// and stays so: no ENOSPC crash after the disk was freed.
+	pid, err := l.EtcdPID(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(2 * time.Second)
+	if err := l.WaitHealthy(context.Background(), 3, 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if again, err := l.EtcdPID(f); err != nil || again != pid {
+		t.Fatalf("%s's etcd restarted after FreeDisk: pid %d then %d (%v)", f, pid, again, err)
+	}
 
 	if err := l.Down(context.Background()); err != nil {
 		t.Fatal(err)
