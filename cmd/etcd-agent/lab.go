@@ -14,6 +14,7 @@ import (
 	"github.com/etcd-agent/etcd-agent/internal/lab"
 	"github.com/etcd-agent/etcd-agent/internal/lab/supervisor"
 	"github.com/spf13/cobra"
+	"k8s.io/apimachinery/pkg/api/resource"
 )
 
 // defaultBinDir is the folder of this executable when it holds etcd (the
@@ -47,6 +48,7 @@ func newLabCmd(g *globalFlags) *cobra.Command {
 
 func newLabUpCmd(g *globalFlags, dir *string) *cobra.Command {
 	o := lab.Options{}
+	var diskLimit string
 	c := &cobra.Command{
 		Use:   "up",
 		Short: "Create the lab's nodes, start etcd under each node's supervisor, then kube-apiserver",
@@ -57,6 +59,13 @@ func newLabUpCmd(g *globalFlags, dir *string) *cobra.Command {
 				return err
 			}
 			o.Dir, o.Log = *dir, log
+			if diskLimit != "" {
+				q, err := resource.ParseQuantity(diskLimit)
+				if err != nil {
+					return fmt.Errorf("--disk-limit: %w", err)
+				}
+				o.DiskLimit = q.Value()
+			}
 			if o.AgentBinary == "" {
 				if o.AgentBinary, err = os.Executable(); err != nil {
 					return err
@@ -71,6 +80,9 @@ func newLabUpCmd(g *globalFlags, dir *string) *cobra.Command {
 				return fmt.Errorf("lab up: %w (stop what started with `etcd-agent lab down --dir %s`)", err, *dir)
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "lab up in %s (%.1fs)\n\n", l.Spec.Dir, time.Since(start).Seconds())
+			if ok, why := l.DiskFaultsAvailable(); o.DiskLimit > 0 && !ok {
+				fmt.Fprintf(cmd.OutOrStdout(), "disk faults unavailable: %s\n\n", why)
+			}
 			printStatus(cmd, l, l.Status(cmd.Context()))
 			printHowToReach(cmd, l)
 			return nil
@@ -84,6 +96,9 @@ func newLabUpCmd(g *globalFlags, dir *string) *cobra.Command {
 	c.Flags().StringVar(&o.EtcdBinary, "etcd-binary", "", "etcd binary for the members (default: <bin-dir>/etcd; make tools also builds bin/etcd-3.7)")
 	c.Flags().BoolVar(&o.EtcdTLS, "etcd-tls", false, "etcd serves client and peer TLS with client cert auth, as on kubeadm (certs in <dir>/pki/etcd)")
 	c.Flags().StringArrayVar(&o.AgentArgs, "agent-arg", nil, "extra flag for every agent (repeatable)")
+	c.Flags().StringVar(&diskLimit, "disk-limit", "", "make each node's disk a tmpfs of this size (e.g. 256Mi; needs root) for fill-disk; `lab down` unmounts them")
+	// No --peer-proxy: the peer proxies live in the process that brought the
+	// lab up, and this command exits (see internal/lab/peerproxy.go).
 	return c
 }
 

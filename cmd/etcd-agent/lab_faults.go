@@ -29,6 +29,24 @@ func newLabFaultCmds(open func() (*lab.Lab, error)) []*cobra.Command {
 		{"lose-node", "Kill the node's supervisor and everything it runs (a dead node)", func(_ *cobra.Command, l *lab.Lab, n string) error { return l.LoseNode(n, removeDisk) }},
 		{"stop-member", "Stop the node's etcd as a kubelet would: move its manifest out of the manifests dir", func(_ *cobra.Command, l *lab.Lab, n string) error { return l.StopMember(n) }},
 		{"start-member", "Move a manifest stopped by stop-member back", func(_ *cobra.Command, l *lab.Lab, n string) error { return l.StartMember(n) }},
+		{"crash-member", "SIGKILL the node's etcd and keep it down (its manifest moved aside as stop-member does); start-member brings it back", func(c *cobra.Command, l *lab.Lab, n string) error {
+			pid, err := l.CrashMember(n)
+			if err == nil {
+				fmt.Fprintf(c.OutOrStdout(), "killed etcd pid %d on %s; it stays down until start-member\n", pid, n)
+			}
+			return err
+		}},
+		{"tear-wal-tail", "Zero the data of the last record of the stopped member's newest WAL file (a torn write; etcd repairs it at start)", func(c *cobra.Command, l *lab.Lab, n string) error {
+			t, err := l.TearWALTail(n)
+			if err == nil {
+				fmt.Fprintf(c.OutOrStdout(), "tore the %s record (%d bytes) at offset %d of %s\n", t.TypeName, t.Bytes, t.Offset, t.File)
+			}
+			return err
+		}},
+		{"fill-disk", "Fill the node's disk (a tmpfs: lab up --disk-limit) until ENOSPC", func(_ *cobra.Command, l *lab.Lab, n string) error { return l.FillDisk(n) }},
+		{"free-disk", "Remove what fill-disk wrote", func(_ *cobra.Command, l *lab.Lab, n string) error { return l.FreeDisk(n) }},
+		// No partition verb: the peer proxies that cut it run only in the
+		// process that called lab.Up (Go API: Lab.Partition).
 		{"pause", "SIGSTOP the node's etcd (a hung member)", func(_ *cobra.Command, l *lab.Lab, n string) error { return l.Pause(n) }},
 		{"resume", "SIGCONT the node's etcd", func(_ *cobra.Command, l *lab.Lab, n string) error { return l.Resume(n) }},
 	}

@@ -24,7 +24,7 @@ func etcdPodManifest(etcdBin string, n Node, initialCluster, state, token string
 		"--data-dir=" + n.DataDir,
 		"--listen-client-urls=" + n.ClientURL,
 		"--advertise-client-urls=" + n.ClientURL,
-		"--listen-peer-urls=" + n.PeerURL,
+		"--listen-peer-urls=" + n.PeerListen(),
 		"--initial-advertise-peer-urls=" + n.PeerURL,
 		"--initial-cluster=" + initialCluster,
 		"--initial-cluster-state=" + state,

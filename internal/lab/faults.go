@@ -157,6 +157,9 @@ func (l *Lab) LoseNode(node string, removeDisk bool) error {
 	}
 	n.Lost = true
 	if removeDisk {
+		if err := l.unmountDisk(n.DiskDir, false); err != nil {
+			return err
+		}
 		if err := os.RemoveAll(n.DiskDir); err != nil {
 			return err
 		}
@@ -285,15 +288,22 @@ func (l *Lab) MoveMember(from, to string) error {
 		return fmt.Errorf("node %s is not lost: lose it first (two processes must never serve one member)", from)
 	}
 	moved := *dst
-	moved.Member, moved.ClientURL, moved.PeerURL = src.Member, src.ClientURL, src.PeerURL
+	// A member behind a peer proxy keeps its advertised (proxy) peer URL
+	// and its listen URL: the proxy forwards to wherever it listens.
+	moved.Member, moved.ClientURL, moved.PeerURL, moved.PeerListenURL = src.Member, src.ClientURL, src.PeerURL, src.PeerListenURL
 	moved.DataDir = filepath.Join(dst.DiskDir, "etcd")
 	m, err := etcdPodManifest(l.Spec.etcdBinary(), moved, initialCluster(l.Spec.Nodes), "existing", l.Spec.ClusterToken, l.gateCommand(moved), l.Spec.EtcdTLS)
 	if err != nil {
 		return err
 	}
 	l.log.Info("move member", zap.String("member", src.Member), zap.String("from", from), zap.String("to", to))
-	dst.Member, dst.ClientURL, dst.PeerURL, dst.DataDir = moved.Member, moved.ClientURL, moved.PeerURL, moved.DataDir
-	src.ClientURL, src.PeerURL = "", ""
+	dst.Member, dst.ClientURL, dst.PeerURL, dst.PeerListenURL, dst.DataDir = moved.Member, moved.ClientURL, moved.PeerURL, moved.PeerListenURL, moved.DataDir
+	src.ClientURL, src.PeerURL, src.PeerListenURL = "", "", ""
+	if l.peers != nil && moved.PeerListenURL != "" {
+		if err := l.peers.retarget(moved.PeerURL, moved.PeerListenURL); err != nil {
+			return err
+		}
+	}
 	if err := l.Spec.save(); err != nil {
 		return err
 	}

@@ -40,7 +40,19 @@ type Options struct {
 	// EtcdTLS runs etcd with client and peer TLS and client cert auth, as a
 	// kubeadm control plane does; everyone reaches it with a client cert.
 	EtcdTLS bool
-	Log     *zap.Logger
+	// PeerProxy puts an HTTP proxy, run by this process until Down, in
+	// front of every member's peer listener, so that Partition can cut a
+	// node's peer traffic (see peerproxy.go). It needs EtcdTLS off. Only a
+	// Go caller that outlives the lab can use it (not the CLI's `lab up`).
+	PeerProxy bool
+	// DiskLimit, in bytes, makes each node's DiskDir a tmpfs of that size
+	// (when this process may mount; see DiskFaultsAvailable), so that
+	// FillDisk can fill it. 0: plain folders. Give a member at least
+	// 256 MiB: etcd preallocates 64 MB WAL segments (the current one and
+	// the next), and a WAL repair copies the last segment aside (.broken)
+	// before truncating it.
+	DiskLimit int64
+	Log       *zap.Logger
 }
 
 // AgentNamespace is where the agents' Leases live in the lab.
@@ -50,6 +62,9 @@ const AgentNamespace = "etcd-agent"
 type Lab struct {
 	Spec *Spec
 	log  *zap.Logger
+	// peers are the peer proxies, when this process runs them (Up with
+	// PeerProxy); nil in a lab Open'ed by another process.
+	peers *peerProxies
 }
 
 // Open attaches to the lab in dir (started by Up, maybe by another process).
@@ -71,7 +86,13 @@ func Open(dir string, log *zap.Logger) (*Lab, error) {
 // Up creates the lab's nodes, starts their supervisors (which start etcd),
 // waits for a healthy cluster, then starts kube-apiserver on it, waits for
 // it to be ready and creates a Node object per lab node.
-func Up(ctx context.Context, o Options) (*Lab, error) {
+func Up(ctx context.Context, o Options) (_ *Lab, err error) {
+	if o.PeerProxy && o.EtcdTLS {
+		return nil, errors.New("PeerProxy needs EtcdTLS off: the peer proxies read plain http")
+	}
+	if o.DiskLimit < 0 {
+		return nil, fmt.Errorf("DiskLimit must not be negative, got %d", o.DiskLimit)
+	}
 	if o.Nodes < 1 || o.Nodes > 9 {
 		return nil, fmt.Errorf("--nodes must be 1..9, got %d", o.Nodes)
 	}
@@ -96,8 +117,21 @@ func Up(ctx context.Context, o Options) (*Lab, error) {
 	tok := make([]byte, 4)
 	_, _ = rand.Read(tok)
 	spec := &Spec{Dir: dir, ClusterToken: "lab-" + hex.EncodeToString(tok), BinDir: o.BinDir, EtcdBinary: o.EtcdBinary,
-		AgentBinary: o.AgentBinary, AgentArgs: o.AgentArgs, Agents: o.Agents, CreatedAt: time.Now().UTC()}
+		AgentBinary: o.AgentBinary, AgentArgs: o.AgentArgs, Agents: o.Agents, CreatedAt: time.Now().UTC(),
+		PeerProxy: o.PeerProxy, DiskLimit: o.DiskLimit}
 	l := &Lab{Spec: spec, log: o.Log}
+	if o.PeerProxy {
+		l.peers = newPeerProxies(o.Log)
+	}
+	// An Up that fails leaves no mount and no proxy behind: with either,
+	// it stops what it started (a lab without them is left for Down, as before).
+	defer func() {
+		if err != nil && (len(spec.DiskMounts) > 0 || l.peers != nil) {
+			if derr := l.Down(context.WithoutCancel(ctx)); derr != nil {
+				err = errors.Join(err, derr)
+			}
+		}
+	}()
 	if o.EtcdTLS {
 		if spec.EtcdTLS, err = writeEtcdPKI(filepath.Join(dir, "pki", "etcd")); err != nil {
 			return nil, fmt.Errorf("lab etcd PKI: %w", err)
@@ -109,6 +143,16 @@ func Up(ctx context.Context, o Options) (*Lab, error) {
 			return nil, err
 		}
 		spec.Nodes = append(spec.Nodes, n)
+	}
+	if err := spec.save(); err != nil { // records the mounts
+		return l, err
+	}
+	for _, n := range spec.Nodes {
+		if l.peers != nil {
+			if err := l.peers.start(n.PeerURL, n.PeerListenURL); err != nil {
+				return l, err
+			}
+		}
 	}
 	ic := initialCluster(spec.Nodes)
 	for _, n := range spec.Nodes {
@@ -191,8 +235,15 @@ func (l *Lab) newNode(i int, withMember bool) (Node, error) {
 			return n, err
 		}
 	}
+	if err := l.mountDisk(n); err != nil {
+		return n, err
+	}
 	if withMember {
-		ports, err := freePorts(n.IP, 2)
+		nports := 2 // client, peer
+		if l.Spec.PeerProxy {
+			nports = 3 // and the peer proxy
+		}
+		ports, err := freePorts(n.IP, nports)
 		if err != nil {
 			return n, err
 		}
@@ -203,6 +254,11 @@ func (l *Lab) newNode(i int, withMember bool) (Node, error) {
 		}
 		n.ClientURL = fmt.Sprintf("%s://%s:%d", scheme, n.IP, ports[0])
 		n.PeerURL = fmt.Sprintf("%s://%s:%d", scheme, n.IP, ports[1])
+		if l.Spec.PeerProxy {
+			// The member listens on ports[1] and advertises its proxy.
+			n.PeerListenURL = n.PeerURL
+			n.PeerURL = fmt.Sprintf("%s://%s:%d", scheme, n.IP, ports[2])
+		}
 		n.DataDir = filepath.Join(n.DiskDir, "etcd")
 	}
 	return n, nil
@@ -350,8 +406,16 @@ func (l *Lab) Down(ctx context.Context) error {
 			}
 		}
 	}
-	if left := l.liveProcesses(); len(left) > 0 {
+	left := l.liveProcesses()
+	if len(left) > 0 {
 		errs = append(errs, fmt.Errorf("lab processes still running after down: %v", left))
+	}
+	if l.peers != nil {
+		errs = append(errs, l.peers.close())
+	}
+	// The disks go last, once nothing runs on them.
+	if len(l.Spec.DiskMounts) > 0 {
+		errs = append(errs, l.unmountDisks(len(left) > 0))
 	}
 	return errors.Join(errs...)
 }

@@ -34,6 +34,15 @@ type Spec struct {
 	APIServer    *APIServer `json:"apiServer,omitempty"`
 	// EtcdTLS is set when the members serve TLS (client and peer).
 	EtcdTLS *EtcdTLS `json:"etcdTLS,omitempty"`
+	// PeerProxy: each member advertises a peer URL served by a proxy in the
+	// process that ran Up (see peerproxy.go), which Partition can cut.
+	PeerProxy bool `json:"peerProxy,omitempty"`
+	// DiskLimit is the size in bytes of each node's tmpfs DiskDir (0: none).
+	DiskLimit int64 `json:"diskLimit,omitempty"`
+	// DiskMounts are the tmpfs mounts this lab made (unmounted by Down).
+	DiskMounts []string `json:"diskMounts,omitempty"`
+	// DiskFaultsUnavailable says why the disks could not be mounted.
+	DiskFaultsUnavailable string `json:"diskFaultsUnavailable,omitempty"`
 }
 
 // Node is one lab node: its own loopback IP, manifests dir, local disk and
@@ -43,9 +52,12 @@ type Node struct {
 	IP   string `json:"ip"`
 	// Member is the etcd member name of the static pod this node was created
 	// with ("" for a node added empty, until a manifest is placed on it).
-	Member          string `json:"member,omitempty"`
-	ClientURL       string `json:"clientURL,omitempty"`
-	PeerURL         string `json:"peerURL,omitempty"`
+	Member    string `json:"member,omitempty"`
+	ClientURL string `json:"clientURL,omitempty"`
+	PeerURL   string `json:"peerURL,omitempty"`
+	// PeerListenURL is where etcd listens for peers when PeerURL is the
+	// node's peer proxy ("" without a proxy: etcd listens on PeerURL).
+	PeerListenURL   string `json:"peerListenURL,omitempty"`
 	NodeDir         string `json:"nodeDir"`
 	DiskDir         string `json:"diskDir"`
 	DataDir         string `json:"dataDir,omitempty"`
@@ -68,6 +80,14 @@ type APIServer struct {
 	Dir        string   `json:"dir"`
 	LogFile    string   `json:"logFile"`
 	Args       []string `json:"args"`
+}
+
+// PeerListen is the URL the node's etcd listens on for peers.
+func (n Node) PeerListen() string {
+	if n.PeerListenURL != "" {
+		return n.PeerListenURL
+	}
+	return n.PeerURL
 }
 
 // SupervisorStateFile is where a node's supervisor publishes its containers.

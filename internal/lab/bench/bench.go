@@ -211,7 +211,7 @@ func bareRejoin(ctx context.Context, l *lab.Lab, cli *clientv3.Client, node stri
 		return 0, err
 	}
 	defer os.Rename(parked, n.AgentManifest())
-	rt := memberruntime.NewStaticPod(n.EtcdManifest(), filepath.Join(n.NodeDir, "bench-parked"), []string{n.ClientURL, n.PeerURL}, zap.NewNop())
+	rt := memberruntime.NewStaticPod(n.EtcdManifest(), filepath.Join(n.NodeDir, "bench-parked"), []string{n.ClientURL, n.PeerListen()}, zap.NewNop())
 	ml, err := cli.MemberList(ctx)
 	if err != nil {
 		return 0, err
