@@ -15,9 +15,11 @@ type features struct {
 	why map[feature]string
 }
 
-func availableFeatures() features {
-	f := features{ok: map[feature]bool{none: true, peerProxy: true}, why: map[feature]string{}}
-	if ok, why := lab.DiskLimitAvailable(); ok {
+// availableFeatures asks the lab, which falls back to plain folders when
+// it cannot mount (not root), what it could make.
+func availableFeatures(l *lab.Lab) features {
+	f := features{ok: map[feature]bool{none: true, peerProxy: l.Spec.PeerProxy}, why: map[feature]string{peerProxy: "the lab has no peer proxies"}}
+	if ok, why := l.DiskFaultsAvailable(); ok {
 		f.ok[diskLimit] = true
 	} else {
 		f.why[diskLimit] = why

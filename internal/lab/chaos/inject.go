@@ -68,7 +68,7 @@ func (r *runner) fault(ctx context.Context, e Episode, node string) error {
 	case CorruptWAL:
 		return r.stopped(node, func() error { return r.withLab(func() error { return r.l.CorruptWAL(node) }) })
 	case TornWAL:
-		return r.withLab(func() error { return r.l.CrashAndTearWALTail(node) })
+		return r.stopped(node, func() error { return r.tear(node) })
 	case LoseNode:
 		return r.loseAndMove(ctx, e.Slot, node)
 	case PartitionLeader, PartitionFollower:
@@ -93,6 +93,20 @@ func (r *runner) wipe(node, why string) error {
 		}
 		r.ledger.destroy(n.DataDir, why)
 		return r.l.WipeDataDir(node)
+	})
+}
+
+// tear tears the last WAL record of a stopped member. A stopped one, not a
+// SIGKILLed one: after a kill the tail is often an entry the member had
+// acknowledged, which no real torn write can lose (see lab.TearWALTail);
+// after a stop it is the HardState etcd wrote last.
+func (r *runner) tear(node string) error {
+	return r.withLab(func() error {
+		rec, err := r.l.TearWALTail(node)
+		if err == nil {
+			r.log.Info("chaos: torn WAL tail", zap.String("node", node), zap.String("record", rec.TypeName), zap.Int64("offset", rec.Offset))
+		}
+		return err
 	})
 }
 

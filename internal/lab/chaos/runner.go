@@ -104,17 +104,9 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	if o.Progress == nil {
 		o.Progress = func(string, ...any) {}
 	}
-	features := availableFeatures()
-	sched, err := NewSchedule(o.Seed, o.Mode, 3, func(k Kind) bool { return features.has(catalog[k].needs) })
-	if err != nil {
-		return nil, err
-	}
-	rep := &Report{Seed: o.Seed, Mode: o.Mode, Duration: o.Duration, Unavailable: features.missing()}
+	rep := &Report{Seed: o.Seed, Mode: o.Mode, Duration: o.Duration}
 	lo := lab.Options{Dir: o.Dir, Nodes: 3, BinDir: o.BinDir, AgentBinary: o.AgentBinary, Agents: true, Log: o.Log,
-		PeerProxy: features.has(peerProxy), AgentArgs: []string{"--quarantine-keep=1000"}}
-	if features.has(diskLimit) {
-		lo.DiskLimit = labDiskLimit
-	}
+		PeerProxy: true, DiskLimit: labDiskLimit, AgentArgs: []string{"--quarantine-keep=1000"}}
 	uctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
 	l, err := lab.Up(uctx, lo)
 	cancel()
@@ -127,6 +119,12 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	}
 	if err != nil {
 		return rep, fmt.Errorf("lab up: %w", err)
+	}
+	features := availableFeatures(l)
+	rep.Unavailable = features.missing()
+	sched, err := NewSchedule(o.Seed, o.Mode, 3, func(k Kind) bool { return features.has(catalog[k].needs) })
+	if err != nil {
+		return rep, err
 	}
 	r := &runner{o: o, l: l, log: o.Log, faults: map[Kind]int{}, slots: []string{"node1", "node2", "node3"}}
 	r.publishNodes()
