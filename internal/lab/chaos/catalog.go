@@ -15,6 +15,7 @@ const (
 	KillEtcd          Kind = "kill-etcd"          // SIGKILL; the supervisor restarts it
 	PauseLeader       Kind = "pause-leader"       // SIGSTOP the leader for Hold, then SIGCONT
 	PauseFollower     Kind = "pause-follower"     // SIGSTOP a follower for Hold, then SIGCONT
+	PauseHung         Kind = "pause-hung"         // SIGSTOP a follower longer than the grace period: it may be rejoined
 	CorruptDB         Kind = "corrupt-db"         // bbolt file overwritten while stopped
 	CorruptWAL        Kind = "corrupt-wal"        // newest WAL overwritten while stopped
 	TornWAL           Kind = "torn-wal"           // last WAL record torn on a crashed member: etcd repairs it, no heal
@@ -40,6 +41,10 @@ type fault struct {
 	// healing: the agent is expected to rejoin the member (it lost its
 	// data), so a control-plane fault during it is worth drawing.
 	healing bool
+	// mayRejoin: the member is down longer than the grace period, so the
+	// agent may rejoin it, or not (it may serve again before the stop).
+	// A fault neither healing nor mayRejoin must leave every member's ID.
+	mayRejoin bool
 	// hold: how long the fault lasts before it is undone (zero: not undone).
 	hold span
 	// majority: a majority-mode fault on two slots.
@@ -63,12 +68,19 @@ const (
 // leaseTTL is the lab's --lease-ttl: the API stops are drawn either side of it.
 const leaseTTL = 15 * time.Second
 
+// gracePeriod is the chaos lab's --grace-period: longer than every hold of
+// a fault that must not make the agent rejoin (pauses, partitions, a full
+// disk), shorter than pause-hung's. A data dir missing or corrupt is lost
+// at once, whatever the grace period.
+const gracePeriod = 40 * time.Second
+
 var catalog = map[Kind]fault{
 	WipeRunning:       {healing: true},
 	WipeStopped:       {healing: true},
 	KillEtcd:          {},
 	PauseLeader:       {hold: span{2 * time.Second, 20 * time.Second}},
 	PauseFollower:     {hold: span{2 * time.Second, 30 * time.Second}},
+	PauseHung:         {hold: span{gracePeriod + 10*time.Second, gracePeriod + 40*time.Second}, mayRejoin: true},
 	CorruptDB:         {healing: true},
 	CorruptWAL:        {healing: true},
 	TornWAL:           {},

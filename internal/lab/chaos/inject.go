@@ -36,7 +36,7 @@ func (r *runner) play(ctx context.Context, e Episode) (target string, err error)
 func (r *runner) targetOf(ctx context.Context, e Episode) (string, error) {
 	node := r.slotNode(e.Slot)
 	switch e.Kind {
-	case PauseLeader, PartitionLeader, PauseFollower, PartitionFollower:
+	case PauseLeader, PartitionLeader, PauseFollower, PauseHung, PartitionFollower:
 		leader, err := r.leaderNode(ctx)
 		if err != nil {
 			return "", err
@@ -60,7 +60,7 @@ func (r *runner) fault(ctx context.Context, e Episode, node string) error {
 		return r.stopped(node, func() error { return r.wipe(node, string(e.Kind)) })
 	case KillEtcd:
 		return r.withLab(func() error { _, err := r.l.KillMember(node); return err })
-	case PauseLeader, PauseFollower:
+	case PauseLeader, PauseFollower, PauseHung:
 		return r.held(ctx, e.Hold, func() error { return r.withLab(func() error { return r.l.Pause(node) }) },
 			func() error { return r.withLab(func() error { return r.l.Resume(node) }) })
 	case CorruptDB:

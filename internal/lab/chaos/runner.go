@@ -106,7 +106,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	}
 	rep := &Report{Seed: o.Seed, Mode: o.Mode, Duration: o.Duration}
 	lo := lab.Options{Dir: o.Dir, Nodes: 3, BinDir: o.BinDir, AgentBinary: o.AgentBinary, Agents: true, Log: o.Log,
-		PeerProxy: true, DiskLimit: labDiskLimit, AgentArgs: []string{"--quarantine-keep=1000"}}
+		PeerProxy: true, DiskLimit: labDiskLimit, AgentArgs: []string{"--quarantine-keep=1000", "--grace-period=" + gracePeriod.String()}}
 	uctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
 	l, err := lab.Up(uctx, lo)
 	cancel()
@@ -161,7 +161,7 @@ func (r *runner) playSchedule(ctx context.Context, sched *Schedule, rep *Report)
 			rep.Violations = append(rep.Violations, fmt.Sprintf("episode #%d (%s on %s): %v", e.N, e.Kind, node, serr))
 			return
 		}
-		if !catalog[e.Kind].healing && !catalog[e.Kind].majority {
+		if f := catalog[e.Kind]; !f.healing && !f.mayRejoin && !f.majority {
 			if changed := changedIDs(before, r.memberIDs(ctx)); changed != "" {
 				rep.Violations = append(rep.Violations, fmt.Sprintf("episode #%d (%s on %s) needs no rejoin, yet members were rejoined: %s", e.N, e.Kind, node, changed))
 			}

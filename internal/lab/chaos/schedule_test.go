@@ -129,3 +129,18 @@ func TestBadScheduleInputIsRefused(t *testing.T) {
 		t.Error("the catalog order is not fixed")
 	}
 }
+
+// A fault that must leave every member's ID must also end before the
+// agent's grace period does; pause-hung must outlast it.
+func TestHoldsAreEitherSideOfTheGracePeriod(t *testing.T) {
+	for _, k := range Kinds() {
+		f := catalog[k]
+		switch {
+		case f.extraOnly || f.majority || f.healing:
+		case f.mayRejoin && f.hold.min <= gracePeriod:
+			t.Errorf("%s may rejoin but can end (%s) within the grace period %s", k, f.hold.min, gracePeriod)
+		case !f.mayRejoin && f.hold.max >= gracePeriod:
+			t.Errorf("%s must not rejoin but can last (%s) past the grace period %s", k, f.hold.max, gracePeriod)
+		}
+	}
+}
