@@ -103,6 +103,63 @@ func (l *Lab) TearWALTail(node string) (TornRecord, error) {
 	return t, nil
 }
 
+// AppendTornRecord leaves on the node's newest WAL file what a crash in the
+// middle of an append leaves: a record frame after the last record whose
+// bytes never reached the disk (zeros). No record the member wrote is
+// lost, so nothing it acknowledged is: the realistic torn write. etcd reads
+// it as a torn entry and repairs the file on its next start. The member's
+// etcd must not run (CrashMember first, StartMember after).
+func (l *Lab) AppendTornRecord(node string) (TornRecord, error) {
+	var t TornRecord
+	n, err := l.Spec.Node(node)
+	if err != nil {
+		return t, err
+	}
+	if pid, err := l.EtcdPID(node); err == nil {
+		return t, fmt.Errorf("node %s: etcd is running (pid %d): stop it first (CrashMember or StopMember)", node, pid)
+	}
+	files, err := filepath.Glob(filepath.Join(n.DataDir, "member", "wal", "*.wal"))
+	if err != nil || len(files) == 0 {
+		return t, fmt.Errorf("node %s: no WAL files under %s", node, n.DataDir)
+	}
+	sort.Strings(files)
+	if t, err = appendTornRecord(files[len(files)-1]); err != nil {
+		return t, err
+	}
+	l.log.Info("fault: torn record appended to the wal", zap.String("node", node), zap.String("file", t.File), zap.Int64("offset", t.Offset))
+	return t, nil
+}
+
+// tornRecordBytes is the appended record's length: a few entries' worth,
+// 8-aligned (no padding), all of it within one chunk etcd checks for zeros.
+const tornRecordBytes = 64
+
+// appendTornRecord writes a frame of tornRecordBytes zeros after the last
+// record of the WAL file at path, under etcd's lock.
+func appendTornRecord(path string) (TornRecord, error) {
+	t := TornRecord{File: path, Bytes: tornRecordBytes, TypeName: "torn append"}
+	f, err := fileutil.TryLockFile(path, os.O_RDWR, 0)
+	if err != nil {
+		return t, fmt.Errorf("lock %s (does an etcd hold it?): %w", path, err)
+	}
+	defer f.Close()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return t, err
+	}
+	off, size, err := lastWALRecord(b)
+	if err != nil {
+		return t, fmt.Errorf("%s: %w", path, err)
+	}
+	t.Offset = off + 8 + size
+	frame := make([]byte, 8+tornRecordBytes)
+	binary.LittleEndian.PutUint64(frame, tornRecordBytes)
+	if _, err := f.WriteAt(frame, t.Offset); err != nil {
+		return t, err
+	}
+	return t, f.Sync()
+}
+
 // tearLastRecord zeroes the data and padding of the last record of the
 // WAL file at path, under etcd's lock.
 func tearLastRecord(path string) (TornRecord, error) {

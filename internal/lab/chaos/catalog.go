@@ -18,7 +18,7 @@ const (
 	PauseHung         Kind = "pause-hung"         // SIGSTOP a follower longer than the grace period: it may be rejoined
 	CorruptDB         Kind = "corrupt-db"         // bbolt file overwritten while stopped
 	CorruptWAL        Kind = "corrupt-wal"        // newest WAL overwritten while stopped
-	TornWAL           Kind = "torn-wal"           // last WAL record torn on a crashed member: etcd repairs it, no heal
+	TornWAL           Kind = "torn-wal"           // a torn record after a crashed member's WAL tail: etcd repairs it, no heal
 	LoseNode          Kind = "lose-node"          // node and disk gone; member moved to a new node (UC1)
 	PartitionLeader   Kind = "partition-leader"   // the leader's peer traffic cut for Hold
 	PartitionFollower Kind = "partition-follower" // a follower's peer traffic cut for Hold
