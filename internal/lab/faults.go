@@ -2,6 +2,7 @@ package lab
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -244,14 +245,22 @@ func (l *Lab) StopMember(node string) error {
 	return l.waitEtcdGone(*n)
 }
 
-// StartMember moves a manifest stopped by StopMember back.
+// StartMember moves a manifest stopped by StopMember back. A member that
+// is not stopped (its manifest in place) is left alone, so an undo after
+// a half-made fault is safe.
 func (l *Lab) StartMember(node string) error {
 	n, err := l.Spec.Node(node)
 	if err != nil {
 		return err
 	}
 	l.log.Info("fault: start member", zap.String("node", node))
-	return os.Rename(stoppedManifest(*n), n.EtcdManifest())
+	err = os.Rename(stoppedManifest(*n), n.EtcdManifest())
+	if errors.Is(err, os.ErrNotExist) {
+		if _, serr := os.Stat(n.EtcdManifest()); serr == nil {
+			return nil
+		}
+	}
+	return err
 }
 
 func stoppedManifest(n Node) string { return filepath.Join(n.NodeDir, "etcd.yaml.stopped") }

@@ -82,3 +82,37 @@ func TestRemovedAtIsWhenTheListFirstLackedTheID(t *testing.T) {
 		t.Fatalf("RemovedAt = %v, want node2's 2 at 11 s", got)
 	}
 }
+
+func TestTenuresEndAtExpiryAndAtRelease(t *testing.T) {
+	ttl := 15 * time.Second
+	// Held from 0, renewed at 0, expired at 15; the same holder takes it
+	// again at 60, keeping its acquire time (client-go does).
+	expired := Tenures([]LeaseSample{
+		{At: at(1), Holder: "a", Acquired: at(0), Renewed: at(0), Duration: ttl},
+		{At: at(61), Holder: "a", Acquired: at(0), Renewed: at(60), Duration: ttl},
+	})
+	if heldDuring(expired, at(29), at(30)) {
+		t.Errorf("a change at 30 s counted as under the Lease that expired at 15 s: %+v", expired)
+	}
+	if !heldDuring(expired, at(61), at(62)) || !heldDuring(expired, at(5), at(6)) {
+		t.Errorf("tenures %+v miss the holds at 5 s and 61 s", expired)
+	}
+	// Released (holder cleared) at 10.
+	released := Tenures([]LeaseSample{
+		{At: at(1), Holder: "a", Acquired: at(0), Renewed: at(5), Duration: ttl},
+		{At: at(10), Holder: "", Acquired: at(0), Renewed: at(5), Duration: ttl},
+	})
+	if heldDuring(released, at(18), at(19)) {
+		t.Errorf("a change 9 s after the release counted as under the Lease: %+v", released)
+	}
+}
+
+// The first poll after a majority fault that sees the wiped member's heal
+// has its Since inside the window; only changes seen inside it count.
+func TestAChangeSeenAfterAMajorityWindowIsNotBlamedOnIt(t *testing.T) {
+	h := []invariant.Membership{list(0, 0, n1, n2, n3), list(5, 30, n1, n3)}
+	lease := []Tenure{{Holder: "a", From: at(0), To: at(100)}}
+	if v := AuditMembership(h, lease, []Window{{From: at(6), To: at(20), Episode: 2}}); len(v) != 0 {
+		t.Fatalf("a change seen 10 s after the window blamed on it: %v", v)
+	}
+}

@@ -23,6 +23,8 @@ func (r *runner) finish(ctx context.Context, rep *Report) {
 	if err := r.settle(fctx, "", nil); err != nil {
 		rep.Violations = append(rep.Violations, fmt.Sprintf("not every member a healthy voter %s after the faults stopped: %v; agents' last refusals: %s",
 			r.o.Settle, err, r.lastRefusals()))
+	} else if changed := changedIDs(r.lastSettled, r.memberIDs(fctx), ""); changed != "" {
+		rep.Violations = append(rep.Violations, fmt.Sprintf("members rejoined after the last episode (#%d) had settled, with no fault: %s", r.lastEpisode, changed))
 	}
 	writes := r.writer.Stop()
 	history := r.load.Stop()
@@ -42,9 +44,9 @@ func (r *runner) finish(ctx context.Context, rep *Report) {
 	for _, o := range outages {
 		d := o.Duration()
 		rep.MaxUnavailable = max(rep.MaxUnavailable, d)
-		if r.inMajorityWindow(o) {
+		if outside := r.outsideMajority(o); outside < d {
 			rep.MajorityUnavailable = max(rep.MajorityUnavailable, d)
-			continue
+			d = outside
 		}
 		if d > r.o.Unavailable {
 			rep.Violations = append(rep.Violations, fmt.Sprintf("quorum lost outside a majority fault: no member served a linearizable read from %s for %s (last error: %s)",
@@ -91,15 +93,32 @@ func (r *runner) finish(ctx context.Context, rep *Report) {
 		}
 	}
 	rep.Heals, rep.FailedHeals, rep.Refusals = r.agentLogCounts()
-}
-
-// inMajorityWindow says whether an outage lies within a majority fault
-// (plus the election that follows it).
-func (r *runner) inMajorityWindow(o invariant.Outage) bool {
-	for _, w := range r.majorityWindows {
-		if !o.From.Before(w.From) && !o.To.After(w.To.Add(r.o.Unavailable)) {
-			return true
+	failed, played := 0, 0
+	for _, p := range rep.Episodes {
+		if p.Skipped == "" {
+			played++
+		}
+		if p.Err != "" {
+			failed++
 		}
 	}
-	return false
+	if failed*5 > played {
+		rep.Violations = append(rep.Violations, fmt.Sprintf("%d of %d episodes could not make their fault: the run did not test what it says", failed, played))
+	}
+}
+
+// outsideMajority is the part of an outage outside every majority fault's
+// window, widened by a probe (a probe that began just before the fault
+// fails with it) and by the election after it.
+func (r *runner) outsideMajority(o invariant.Outage) time.Duration {
+	from, to := o.From, o.To
+	for _, w := range r.majorityWindows {
+		wf, wt := w.From.Add(-time.Second-probeInterval), w.To.Add(r.o.Unavailable)
+		if !to.After(wf) || !from.Before(wt) {
+			continue
+		}
+		before, after := max(0, wf.Sub(from)), max(0, to.Sub(wt))
+		return max(before, after)
+	}
+	return to.Sub(from)
 }

@@ -63,7 +63,12 @@ func (w *identityWatch) round(ctx context.Context, nodes []lab.Node, removedAt f
 			continue // replaced while we asked: the answer may be the new one's
 		}
 		id := st.Header.MemberId
-		key := fmt.Sprintf("%s/%d", n.Name, pid)
+		born := processStart(pid)
+		if born.IsZero() {
+			continue // died while we asked
+		}
+		// With its start time: a PID reused by a later process is another key.
+		key := fmt.Sprintf("%s/%d@%s", n.Name, pid, born.Format("15:04:05.00"))
 		byID[id] = append(byID[id], key)
 		w.mu.Lock()
 		if p, ok := w.started[key]; !ok {
@@ -71,7 +76,7 @@ func (w *identityWatch) round(ctx context.Context, nodes []lab.Node, removedAt f
 			w.starts++
 			// Started after the list lost its ID (the watch polls, so
 			// allow it a poll's lag): the ID was reused.
-			if rm, born := removedAt(id), processStart(pid); !rm.IsZero() && !born.IsZero() && born.After(rm.Add(2*time.Second)) {
+			if rm := removedAt(id); !rm.IsZero() && born.After(rm.Add(2*time.Second)) {
 				w.violations = append(w.violations, fmt.Sprintf("etcd %s started at %s under member ID %x, removed from the cluster by %s",
 					key, born.Format("15:04:05.000"), id, rm.Format("15:04:05.000")))
 			}

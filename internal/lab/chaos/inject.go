@@ -2,6 +2,7 @@ package chaos
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"syscall"
 	"time"
@@ -52,7 +53,14 @@ func (r *runner) targetOf(ctx context.Context, e Episode) (string, error) {
 }
 
 func (r *runner) fault(ctx context.Context, e Episode, node string) error {
-	r.count(e.Kind)
+	err := r.makeFault(ctx, e, node)
+	if err == nil {
+		r.count(e.Kind)
+	}
+	return err
+}
+
+func (r *runner) makeFault(ctx context.Context, e Episode, node string) error {
 	switch e.Kind {
 	case WipeRunning:
 		return r.wipe(node, string(e.Kind))
@@ -68,14 +76,11 @@ func (r *runner) fault(ctx context.Context, e Episode, node string) error {
 	case CorruptWAL:
 		return r.stopped(node, func() error { return r.withLab(func() error { return r.l.CorruptWAL(node) }) })
 	case TornWAL:
+		start := func() error { return r.withLab(func() error { return r.l.StartMember(node) }) }
 		if err := r.withLab(func() error { _, err := r.l.CrashMember(node); return err }); err != nil {
-			return err
+			return errors.Join(err, start())
 		}
-		terr := r.tear(node)
-		if err := r.withLab(func() error { return r.l.StartMember(node) }); err != nil {
-			return err
-		}
-		return terr
+		return errors.Join(r.tear(node), start())
 	case LoseNode:
 		return r.loseAndMove(ctx, e.Slot, node)
 	case PartitionLeader, PartitionFollower:
@@ -117,21 +122,18 @@ func (r *runner) tear(node string) error {
 
 // stopped runs f with the node's member stopped, then starts it again.
 func (r *runner) stopped(node string, f func() error) error {
+	start := func() error { return r.withLab(func() error { return r.l.StartMember(node) }) }
 	if err := r.withLab(func() error { return r.l.StopMember(node) }); err != nil {
-		return err
+		return errors.Join(err, start()) // the manifest may be moved out already
 	}
-	ferr := f()
-	if err := r.withLab(func() error { return r.l.StartMember(node) }); err != nil {
-		return err
-	}
-	return ferr
+	return errors.Join(f(), start())
 }
 
 // held makes a fault, keeps it for d (or until ctx ends), and undoes it;
 // the undo runs even when the run is being cancelled.
 func (r *runner) held(ctx context.Context, d time.Duration, do, undo func() error) error {
 	if err := do(); err != nil {
-		return err
+		return errors.Join(err, undo()) // half made: undo what was (every undo tolerates a part not made)
 	}
 	t := time.NewTimer(d)
 	defer t.Stop()
@@ -161,7 +163,9 @@ func (r *runner) loseAndMove(ctx context.Context, slot int, node string) error {
 		if err := r.l.MoveMember(node, nn.Name); err != nil {
 			return err
 		}
+		r.mu.Lock()
 		r.slots[slot] = nn.Name
+		r.mu.Unlock()
 		r.publishNodes()
 		return nil
 	})
@@ -185,11 +189,7 @@ func (r *runner) majority(ctx context.Context, e Episode, a, b string) error {
 			}
 			return r.withLab(func() error { return r.l.Pause(b) })
 		}, func() error {
-			errB := r.withLab(func() error { return r.l.Resume(b) })
-			if err := r.withLab(func() error { return r.l.Resume(a) }); err != nil {
-				return err
-			}
-			return errB
+			return errors.Join(r.withLab(func() error { return r.l.Resume(b) }), r.withLab(func() error { return r.l.Resume(a) }))
 		})
 	default: // stop both; with MajorityStopWipe a is wiped while down and comes back last
 		return r.held(ctx, e.Hold, func() error {
@@ -204,11 +204,7 @@ func (r *runner) majority(ctx context.Context, e Episode, a, b string) error {
 			}
 			return nil
 		}, func() error {
-			errB := r.withLab(func() error { return r.l.StartMember(b) })
-			if err := r.withLab(func() error { return r.l.StartMember(a) }); err != nil {
-				return err
-			}
-			return errB
+			return errors.Join(r.withLab(func() error { return r.l.StartMember(b) }), r.withLab(func() error { return r.l.StartMember(a) }))
 		})
 	}
 }
@@ -222,8 +218,15 @@ func (r *runner) playExtra(ctx context.Context, x Extra, episode int) error {
 		return nil
 	case <-t.C:
 	}
-	r.count(x.Kind)
 	r.log.Info("chaos: extra", zap.Int("episode", episode), zap.String("kind", string(x.Kind)))
+	err := r.makeExtra(ctx, x, episode)
+	if err == nil {
+		r.count(x.Kind)
+	}
+	return err
+}
+
+func (r *runner) makeExtra(ctx context.Context, x Extra, episode int) error {
 	switch x.Kind {
 	case APIStopShort, APIStopLong:
 		return r.held(ctx, x.Hold, func() error { return r.withLab(r.l.StopAPIServer) },

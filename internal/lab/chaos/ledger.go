@@ -22,11 +22,14 @@ import (
 // the dirs that were ever a member's data dir (seen at the node's data dir
 // path): an agent's seed in the making may be retried and thrown away.
 type ledger struct {
-	mu         sync.Mutex
-	clusterID  uint64
-	seen       map[fileID]*memberDir // the dirs on disk now
-	all        []*memberDir          // every dir ever seen, removed ones too
-	firstDir   map[uint64]*memberDir // member ID → the first data dir it had
+	mu        sync.Mutex
+	clusterID uint64
+	seen      map[fileID]*memberDir // the dirs on disk now
+	all       []*memberDir          // every dir ever seen, removed ones too
+	firstDir  map[uint64]*memberDir // member ID → the first data dir it had
+	// tombs are dirs a fault is removing (marked before it starts): a scan
+	// that still finds one skips it, until a scan no longer does.
+	tombs      map[fileID]tomb
 	violations []string
 	moves      []dirEvent
 }
@@ -48,7 +51,7 @@ type dirEvent struct {
 }
 
 func newLedger(clusterID uint64) *ledger {
-	return &ledger{clusterID: clusterID, seen: map[fileID]*memberDir{}, firstDir: map[uint64]*memberDir{}}
+	return &ledger{clusterID: clusterID, seen: map[fileID]*memberDir{}, firstDir: map[uint64]*memberDir{}, tombs: map[fileID]tomb{}}
 }
 
 // maxDepth bounds the walk: disk/etcd-agent-quarantine/<copy>/member is 3 deep.
@@ -80,6 +83,24 @@ func memberDirs(disk string) map[fileID]string {
 	return out
 }
 
+// tomb is a dir being removed: its member ID and change time (a dir made
+// afresh on its inode, under the same ID, has a later one).
+type tomb struct {
+	memberID uint64
+	ctime    int64
+}
+
+func ctimeOf(path string) int64 {
+	st, err := os.Stat(path)
+	if err != nil {
+		return 0
+	}
+	if sys, ok := st.Sys().(*syscall.Stat_t); ok {
+		return sys.Ctim.Nano()
+	}
+	return 0
+}
+
 // fileID is a file's device and inode: each lab node's disk may be a
 // filesystem of its own.
 type fileID struct{ dev, ino uint64 }
@@ -99,13 +120,28 @@ func inode(path string) (fileID, bool) {
 // scan records the member dirs on every node's disk now.
 func (g *ledger) scan(nodes []lab.Node) {
 	now := time.Now()
+	found := map[fileID]bool{}
+	defer func() {
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		for ino := range g.tombs {
+			if !found[ino] {
+				delete(g.tombs, ino) // gone at last: its inode may be reused
+			}
+		}
+	}()
 	for _, n := range nodes {
 		for ino, p := range memberDirs(n.DiskDir) {
+			found[ino] = true
 			mid, cid, err := localdisk.ReadWALIdentity(filepath.Join(p, "wal"))
 			if err != nil {
 				continue // being written: the next scan reads it
 			}
 			g.mu.Lock()
+			if tb, ok := g.tombs[ino]; ok && tb == (tomb{mid, ctimeOf(p)}) {
+				g.mu.Unlock()
+				continue // a fault is removing it
+			}
 			d, known := g.seen[ino]
 			if known && d.MemberID != mid {
 				// The inode was freed and reused: the dir we knew is gone.
@@ -175,6 +211,7 @@ func (g *ledger) forget(ino fileID, why string) {
 	if d, ok := g.seen[ino]; ok {
 		d.Destroyed = why
 		delete(g.seen, ino)
+		g.tombs[ino] = tomb{d.MemberID, ctimeOf(d.Path)}
 	}
 }
 

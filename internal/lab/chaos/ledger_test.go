@@ -123,3 +123,20 @@ func TestLedgerIgnoresASeedThrownAwayBeforeUse(t *testing.T) {
 		t.Fatalf("a seed thrown away before etcd used it counted: %v", v)
 	}
 }
+
+// A scan between the fault's mark and its removal (LoseNode kills the
+// node's processes first) must not take the dying dir for a new one.
+func TestLedgerSkipsADirAFaultIsRemoving(t *testing.T) {
+	n := ledgerNode(t)
+	g := newLedger(9)
+	makeDataDir(t, n.DataDir, 2, 9)
+	g.scan([]lab.Node{n})
+	g.destroyNode(n, "lose-node")
+	g.scan([]lab.Node{n}) // still there
+	if err := os.RemoveAll(n.DiskDir); err != nil {
+		t.Fatal(err)
+	}
+	if v := g.finish([]lab.Node{n}); len(v) != 0 {
+		t.Fatalf("a dir scanned while the fault removed it counted: %v", v)
+	}
+}

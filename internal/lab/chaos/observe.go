@@ -16,6 +16,9 @@ import (
 	"k8s.io/client-go/kubernetes"
 )
 
+// probeInterval is how often every member is asked for a linearizable read.
+const probeInterval = 200 * time.Millisecond
+
 // observers is everything that watches the run from outside the agents.
 type observers struct {
 	cancel context.CancelFunc
@@ -52,7 +55,7 @@ func (r *runner) startObservers(ctx context.Context) error {
 		return err
 	}
 	r.load = linearize.Start(octx, cli, linearize.Options{Seed: r.o.Seed})
-	r.prober = invariant.StartProbing(octx, r.anyMemberServes(eps), 200*time.Millisecond)
+	r.prober = invariant.StartProbing(octx, r.anyMemberServes(eps), probeInterval)
 	r.members = invariant.StartMembershipWatch(octx, cli, 100*time.Millisecond)
 	r.lease = startLeaseWatch(octx, kc, lease.Name(clusterID), 250*time.Millisecond)
 	r.ledger = newLedger(clusterID)

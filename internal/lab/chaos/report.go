@@ -51,9 +51,13 @@ type Played struct {
 	Node    string        `json:"node"`
 	Err     string        `json:"err,omitempty"`
 	Settled time.Duration `json:"settled"` // from its start to a healthy cluster
+	Skipped string        `json:"skipped,omitempty"`
 }
 
 func (p Played) String() string {
+	if p.Skipped != "" {
+		return fmt.Sprintf("%s: skipped, %s", p.Episode, p.Skipped)
+	}
 	s := fmt.Sprintf("+%s %s on %s; healthy after %s", p.At, p.Episode, p.Node, p.Settled)
 	if p.Err != "" {
 		s += "; fault not made: " + p.Err

@@ -62,6 +62,10 @@ type runner struct {
 	load    *linearize.Load
 	clients *clientCache
 	obs     *observers
+
+	features    features
+	lastSettled map[string]uint64 // member IDs after the last episode settled
+	lastEpisode int
 }
 
 func (r *runner) withLab(f func() error) error {
@@ -126,7 +130,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	if err != nil {
 		return rep, err
 	}
-	r := &runner{o: o, l: l, log: o.Log, faults: map[Kind]int{}, slots: []string{"node1", "node2", "node3"}}
+	r := &runner{o: o, l: l, log: o.Log, faults: map[Kind]int{}, slots: []string{"node1", "node2", "node3"}, features: features}
 	r.publishNodes()
 	if err := r.startObservers(ctx); err != nil {
 		r.stopObservers()
@@ -141,9 +145,18 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 // settle (a second fault on an unhealed cluster could take a majority).
 func (r *runner) playSchedule(ctx context.Context, sched *Schedule, rep *Report) {
 	start := time.Now()
+	var settled map[string]uint64 // member IDs when the last episode settled
+	last := 0
 	for time.Since(start) < r.o.Duration && ctx.Err() == nil {
 		e := sched.Next()
+		if !r.features.has(catalog[e.Kind].needs) {
+			rep.Episodes = append(rep.Episodes, Played{Episode: e, Skipped: "not available here"})
+			continue
+		}
 		before := r.memberIDs(ctx)
+		if changed := changedIDs(settled, before, ""); changed != "" {
+			rep.Violations = append(rep.Violations, fmt.Sprintf("members rejoined after episode #%d had settled, with no fault: %s", last, changed))
+		}
 		rejoin := ""
 		at := time.Since(start).Round(time.Second)
 		node, err := r.play(ctx, e)
@@ -161,8 +174,9 @@ func (r *runner) playSchedule(ctx context.Context, sched *Schedule, rep *Report)
 			rep.Violations = append(rep.Violations, fmt.Sprintf("episode #%d (%s on %s): %v", e.N, e.Kind, node, serr))
 			return
 		}
-		if f := catalog[e.Kind]; !f.healing && !f.mayRejoin && !f.majority {
-			if changed := changedIDs(before, r.memberIDs(ctx)); changed != "" {
+		settled, last = r.memberIDs(ctx), e.N
+		if f := catalog[e.Kind]; !f.healing && !f.mayRejoin {
+			if changed := changedIDs(before, settled, rejoin); changed != "" {
 				rep.Violations = append(rep.Violations, fmt.Sprintf("episode #%d (%s on %s) needs no rejoin, yet members were rejoined: %s", e.N, e.Kind, node, changed))
 			}
 		}
@@ -175,6 +189,7 @@ func (r *runner) playSchedule(ctx context.Context, sched *Schedule, rep *Report)
 			t.Stop()
 		}
 	}
+	r.lastSettled, r.lastEpisode = settled, last
 }
 
 // settle waits until every slot's member is a healthy voter, no learner,
@@ -262,13 +277,14 @@ func (r *runner) memberIDs(ctx context.Context) map[string]uint64 {
 	return out
 }
 
-func changedIDs(before, after map[string]uint64) string {
+// changedIDs lists the members whose ID changed, but excused's.
+func changedIDs(before, after map[string]uint64, excused string) string {
 	if before == nil || after == nil {
 		return ""
 	}
 	var out []string
 	for name, id := range before {
-		if a, ok := after[name]; ok && a != id {
+		if a, ok := after[name]; ok && a != id && name != excused {
 			out = append(out, fmt.Sprintf("%s %x → %x", name, id, a))
 		}
 	}

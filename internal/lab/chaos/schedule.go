@@ -91,7 +91,10 @@ type Schedule struct {
 const MaxNodeLosses = 2
 
 // NewSchedule returns the schedule of seed for a cluster of members (3 or
-// 5) in mode, drawing only from kinds available here (see Available).
+// 5) in mode. It draws from the whole catalog of the mode whatever this
+// machine can make, so that a seed is the same schedule everywhere; the
+// runner skips a fault the machine cannot make (available says which) and
+// the report names it. At least one kind must be available.
 func NewSchedule(seed uint64, mode Mode, members int, available func(Kind) bool) (*Schedule, error) {
 	if members < 3 {
 		return nil, fmt.Errorf("chaos needs at least 3 members, got %d", members)
@@ -100,14 +103,16 @@ func NewSchedule(seed uint64, mode Mode, members int, available func(Kind) bool)
 		return nil, fmt.Errorf("unknown chaos mode %q (minority or majority)", mode)
 	}
 	s := &Schedule{Seed: seed, Mode: mode, members: members, rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))}
+	some := false
 	for _, k := range Kinds() {
 		f := catalog[k]
-		if f.extraOnly || f.majority != (mode == Majority) || (available != nil && !available(k)) {
+		if f.extraOnly || f.majority != (mode == Majority) {
 			continue
 		}
 		s.kinds = append(s.kinds, k)
+		some = some || available == nil || available(k)
 	}
-	if len(s.kinds) == 0 {
+	if !some {
 		return nil, fmt.Errorf("no fault of mode %s is available here", mode)
 	}
 	return s, nil
