@@ -193,8 +193,14 @@ func (l *Lab) AddNode(ctx context.Context) (*Node, error) {
 		if err != nil {
 			return nil, err
 		}
-		if err := l.createNodeObject(ctx, kc, n); err != nil {
-			return nil, err
+		// Retried: right after a member was lost the API's etcd may time
+		// out a request or two (an election), as a real one would.
+		var last error
+		if err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+			last = l.createNodeObject(ctx, kc, n)
+			return last == nil, nil
+		}); err != nil {
+			return nil, fmt.Errorf("%w (last: %v)", err, last)
 		}
 	}
 	l.log.Info("added node", zap.String("node", n.Name), zap.String("ip", n.IP))

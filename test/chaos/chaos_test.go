@@ -96,10 +96,18 @@ func TestChaos(t *testing.T) {
 		seed := s.seed + uint64(i)
 		t.Logf("chaos run %d/%d: seed %d, %s, %s (replay: CHAOS_SEED=%d CHAOS_MODE=%s)", i+1, s.runs, seed, s.mode, s.duration, seed, s.mode)
 		ctx, cancel := context.WithTimeout(context.Background(), s.duration+20*time.Minute)
+		logPath := filepath.Join(work, fmt.Sprintf("chaos-%d.log", seed))
+		cfg := zap.NewProductionConfig()
+		cfg.OutputPaths, cfg.Sampling = []string{logPath}, nil
+		log, err := cfg.Build()
+		if err != nil {
+			t.Fatal(err)
+		}
 		rep, err := chaos.Run(ctx, chaos.Options{Seed: seed, Mode: s.mode, Duration: s.duration,
 			Dir: filepath.Join(work, fmt.Sprintf("lab-%d", seed)), BinDir: bin, AgentBinary: agent,
-			Progress: t.Logf, Log: zap.NewNop()})
+			Progress: t.Logf, Log: log})
 		cancel()
+		_ = log.Sync()
 		if rep != nil {
 			table = append(table, rep.Row())
 			if path, werr := rep.Write(s.report); werr == nil {
@@ -116,7 +124,7 @@ func TestChaos(t *testing.T) {
 		}
 		if !rep.Passed() {
 			t.Errorf("seed %d broke %d invariants:\n  %s\n%s", seed, len(rep.Violations), strings.Join(rep.Violations, "\n  "), rep.Schedule())
-			t.Logf("lab folder kept: %s", filepath.Join(work, fmt.Sprintf("lab-%d", seed)))
+			t.Logf("lab folder kept: %s; the runner's and the lab's log: %s", filepath.Join(work, fmt.Sprintf("lab-%d", seed)), logPath)
 			break
 		}
 	}

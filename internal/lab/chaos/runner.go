@@ -163,6 +163,7 @@ func (r *runner) playSchedule(ctx context.Context, sched *Schedule, rep *Report)
 		played := Played{Episode: e, At: at, Node: node}
 		if err != nil {
 			played.Err = err.Error()
+			r.o.Progress("chaos seed %d: #%d %s on %s: fault not made: %v", r.o.Seed, e.N, e.Kind, node, err)
 		} else if catalog[e.Kind].healing || e.Kind == MajorityStopWipe {
 			rejoin = r.memberOf(e.Slot) // majority-stop-wipe wipes the first slot
 		}
