@@ -83,19 +83,11 @@ type TornRecord struct {
 // own) is held while tearing, so a running etcd is refused.
 func (l *Lab) TearWALTail(node string) (TornRecord, error) {
 	var t TornRecord
-	n, err := l.Spec.Node(node)
+	newest, err := l.newestWALOfStopped(node)
 	if err != nil {
 		return t, err
 	}
-	if pid, err := l.EtcdPID(node); err == nil {
-		return t, fmt.Errorf("node %s: etcd is running (pid %d): stop it first (CrashMember or StopMember)", node, pid)
-	}
-	files, err := filepath.Glob(filepath.Join(n.DataDir, "member", "wal", "*.wal"))
-	if err != nil || len(files) == 0 {
-		return t, fmt.Errorf("node %s: no WAL files under %s", node, n.DataDir)
-	}
-	sort.Strings(files) // <seq>-<index>.wal, both fixed-width hex
-	if t, err = tearLastRecord(files[len(files)-1]); err != nil {
+	if t, err = tearLastRecord(newest); err != nil {
 		return t, err
 	}
 	l.log.Info("fault: tear wal tail", zap.String("node", node), zap.String("file", t.File),
@@ -111,23 +103,33 @@ func (l *Lab) TearWALTail(node string) (TornRecord, error) {
 // etcd must not run (CrashMember first, StartMember after).
 func (l *Lab) AppendTornRecord(node string) (TornRecord, error) {
 	var t TornRecord
-	n, err := l.Spec.Node(node)
+	newest, err := l.newestWALOfStopped(node)
 	if err != nil {
 		return t, err
 	}
-	if pid, err := l.EtcdPID(node); err == nil {
-		return t, fmt.Errorf("node %s: etcd is running (pid %d): stop it first (CrashMember or StopMember)", node, pid)
-	}
-	files, err := filepath.Glob(filepath.Join(n.DataDir, "member", "wal", "*.wal"))
-	if err != nil || len(files) == 0 {
-		return t, fmt.Errorf("node %s: no WAL files under %s", node, n.DataDir)
-	}
-	sort.Strings(files)
-	if t, err = appendTornRecord(files[len(files)-1]); err != nil {
+	if t, err = appendTornRecord(newest); err != nil {
 		return t, err
 	}
 	l.log.Info("fault: torn record appended to the wal", zap.String("node", node), zap.String("file", t.File), zap.Int64("offset", t.Offset))
 	return t, nil
+}
+
+// newestWALOfStopped is the newest WAL file of the node's member, whose etcd
+// must not run.
+func (l *Lab) newestWALOfStopped(node string) (string, error) {
+	n, err := l.Spec.Node(node)
+	if err != nil {
+		return "", err
+	}
+	if pid, err := l.EtcdPID(node); err == nil {
+		return "", fmt.Errorf("node %s: etcd is running (pid %d): stop it first (CrashMember or StopMember)", node, pid)
+	}
+	files, err := filepath.Glob(filepath.Join(n.DataDir, "member", "wal", "*.wal"))
+	if err != nil || len(files) == 0 {
+		return "", fmt.Errorf("node %s: no WAL files under %s", node, n.DataDir)
+	}
+	sort.Strings(files) // <seq>-<index>.wal, both fixed-width hex
+	return files[len(files)-1], nil
 }
 
 // tornRecordBytes is the appended record's length: a few entries' worth,

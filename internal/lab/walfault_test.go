@@ -9,6 +9,7 @@ import (
 	"go.etcd.io/etcd/server/v3/storage/wal"
 	"go.etcd.io/etcd/server/v3/storage/wal/walpb"
 	"go.etcd.io/raft/v3/raftpb"
+	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
 )
 
@@ -59,15 +60,7 @@ func TestTearLastRecordIsATornWriteToEtcd(t *testing.T) {
 			if torn.TypeName != tc.wantType {
 				t.Fatalf("tore %+v, want a %s record", torn, tc.wantType)
 			}
-			readAll := func() ([]raftpb.Entry, raftpb.HardState, error) {
-				w, err := wal.Open(lg, dir, walpb.Snapshot{})
-				if err != nil {
-					t.Fatal(err)
-				}
-				defer w.Close()
-				_, hs, ents, err := w.ReadAll()
-				return ents, hs, err
-			}
+			readAll := func() ([]raftpb.Entry, raftpb.HardState, error) { return readWAL(t, lg, dir) }
 			if _, _, err := readAll(); !errors.Is(err, io.ErrUnexpectedEOF) {
 				t.Fatalf("ReadAll of the torn WAL: %v, want io.ErrUnexpectedEOF", err)
 			}
@@ -109,15 +102,7 @@ func TestAppendedTornRecordLosesNothingWritten(t *testing.T) {
 	if _, err := appendTornRecord(files[0]); err != nil {
 		t.Fatal(err)
 	}
-	readAll := func() ([]raftpb.Entry, raftpb.HardState, error) {
-		w, err := wal.Open(lg, dir, walpb.Snapshot{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer w.Close()
-		_, hs, ents, err := w.ReadAll()
-		return ents, hs, err
-	}
+	readAll := func() ([]raftpb.Entry, raftpb.HardState, error) { return readWAL(t, lg, dir) }
 	if _, _, err := readAll(); !errors.Is(err, io.ErrUnexpectedEOF) {
 		t.Fatalf("ReadAll with a torn record appended: %v, want io.ErrUnexpectedEOF", err)
 	}
@@ -131,4 +116,16 @@ func TestAppendedTornRecordLosesNothingWritten(t *testing.T) {
 	if len(got) != 2 || hs.Commit != 2 {
 		t.Fatalf("after repair: %d entries, %v; want both entries and commit 2", len(got), hs)
 	}
+}
+
+// readWAL reads a whole WAL dir with etcd's own code.
+func readWAL(t *testing.T, lg *zap.Logger, dir string) ([]raftpb.Entry, raftpb.HardState, error) {
+	t.Helper()
+	w, err := wal.Open(lg, dir, walpb.Snapshot{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	_, hs, ents, err := w.ReadAll()
+	return ents, hs, err
 }
