@@ -375,7 +375,19 @@ func TestPartitionNeedsLiveProxies(t *testing.T) {
 func TestFillDisk(t *testing.T) {
 	l := upLab(t, lab.Options{DiskLimit: 256 << 20})
 	if ok, why := l.DiskFaultsAvailable(); !ok {
-		t.Skipf("disk faults unavailable here: %s", why)
+		// Root can mount a tmpfs: on this project's machines (root) the
+		// fault must work. Elsewhere the lab falls back to plain folders,
+		// and the fault must refuse clearly and leave no mount.
+		if os.Geteuid() == 0 {
+			t.Fatalf("disk faults unavailable though running as root: %s", why)
+		}
+		if err := l.FillDisk("node1"); err == nil {
+			t.Fatal("FillDisk on a lab without size-limited disks succeeded")
+		}
+		if m, err := l.MountedDisks(); err != nil || len(m) != 0 {
+			t.Fatalf("mounted disks %v, %v: want none after the fallback", m, err)
+		}
+		return
 	}
 	if m, err := l.MountedDisks(); err != nil || len(m) != 3 {
 		t.Fatalf("mounted disks %v, %v: want 3", m, err)
