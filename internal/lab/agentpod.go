@@ -8,10 +8,12 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"time"
 
 	"k8s.io/apimachinery/pkg/util/wait"
 
+	"go.uber.org/zap"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/yaml"
@@ -180,6 +182,17 @@ func waitAgentRestarted(ctx context.Context, n Node, old int) error {
 		return fmt.Errorf("agent on %s not restarted after 60s: %w", n.Name, err)
 	}
 	return waitAgentReady(ctx, n, 60*time.Second)
+}
+
+// SignalAgent sends sig to the node's running agent (a fault: SIGKILL or
+// SIGTERM at a random moment of a heal).
+func (l *Lab) SignalAgent(node string, sig syscall.Signal) error {
+	pid, err := l.AgentPID(node)
+	if err != nil {
+		return err
+	}
+	l.log.Info("fault: signal agent", zap.String("node", node), zap.Int("pid", pid), zap.Stringer("signal", sig))
+	return signalOurs(pid, l.Spec.Dir, sig)
 }
 
 // AgentPID is the PID of node's running agent.

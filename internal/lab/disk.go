@@ -177,7 +177,8 @@ func (l *Lab) nodeDisk(node string) (string, error) {
 
 // FillDisk fills node's disk (a tmpfs of DiskLimit bytes) with a ballast
 // file until a write fails with ENOSPC; what runs there then finds no room.
-func (l *Lab) FillDisk(node string) error {
+// A fill that fails takes its ballast back: a fault not made leaves nothing.
+func (l *Lab) FillDisk(node string) (err error) {
 	dir, err := l.nodeDisk(node)
 	if err != nil {
 		return err
@@ -188,6 +189,11 @@ func (l *Lab) FillDisk(node string) error {
 		return err
 	}
 	defer f.Close()
+	defer func() {
+		if err != nil {
+			_ = os.Remove(path)
+		}
+	}()
 	var written int64
 	full := false
 	for _, chunk := range []int{1 << 20, 4 << 10} {

@@ -43,7 +43,7 @@ func (l *Lab) KillMember(node string) (int, error) {
 		return 0, err
 	}
 	l.log.Info("fault: kill member", zap.String("node", node), zap.Int("pid", pid))
-	return pid, syscall.Kill(pid, syscall.SIGKILL)
+	return pid, signalOurs(pid, l.Spec.Dir, syscall.SIGKILL)
 }
 
 // Pause SIGSTOPs the node's etcd process (a hung member); Resume undoes it.
@@ -58,7 +58,7 @@ func (l *Lab) signalEtcd(node string, sig syscall.Signal) error {
 		return err
 	}
 	l.log.Info("fault: signal member", zap.String("node", node), zap.Int("pid", pid), zap.Stringer("signal", sig))
-	return syscall.Kill(pid, sig)
+	return signalOurs(pid, l.Spec.Dir, sig)
 }
 
 // WipeDataDir removes the node's etcd data dir while etcd may be running
@@ -140,7 +140,7 @@ func (l *Lab) LoseNode(node string, removeDisk bool) error {
 	}
 	l.log.Info("fault: lose node", zap.String("node", node), zap.Bool("removeDisk", removeDisk))
 	if procAlive(n.SupervisorPID, n.NodeDir) {
-		_ = syscall.Kill(n.SupervisorPID, syscall.SIGKILL)
+		_ = signalOurs(n.SupervisorPID, n.NodeDir, syscall.SIGKILL)
 		if !waitGone(n.SupervisorPID, n.NodeDir, 5*time.Second) {
 			return fmt.Errorf("supervisor %d of %s survived SIGKILL", n.SupervisorPID, node)
 		}
@@ -150,7 +150,7 @@ func (l *Lab) LoseNode(node string, removeDisk bool) error {
 		for _, p := range st.Pods {
 			for _, c := range p.Containers {
 				if procAlive(c.PID, l.Spec.Dir) {
-					_ = syscall.Kill(c.PID, syscall.SIGKILL)
+					_ = signalOurs(c.PID, l.Spec.Dir, syscall.SIGKILL)
 					waitGone(c.PID, l.Spec.Dir, 5*time.Second)
 				}
 			}

@@ -13,6 +13,7 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
 	"k8s.io/apimachinery/pkg/util/wait"
 )
 
@@ -103,17 +104,38 @@ func procAlive(pid int, marker string) bool {
 	return strings.Contains(string(cmdline), marker)
 }
 
+// signalOurs sends sig to pid only if it is still a live process of ours
+// (its command line mentions marker). The signal goes through a pidfd
+// opened before the check, so a PID reused after the check cannot get it.
+func signalOurs(pid int, marker string, sig syscall.Signal) error {
+	if pid <= 0 {
+		return fmt.Errorf("no process (pid %d)", pid)
+	}
+	fd, err := unix.PidfdOpen(pid, 0)
+	if err != nil {
+		return fmt.Errorf("process %d is gone: %w", pid, err)
+	}
+	defer unix.Close(fd)
+	if !procAlive(pid, marker) {
+		return fmt.Errorf("process %d is gone or no longer ours (its command line does not mention %s)", pid, marker)
+	}
+	if err := unix.PidfdSendSignal(fd, sig, nil, 0); err != nil {
+		return fmt.Errorf("signal %s to process %d: %w", sig, pid, err)
+	}
+	return nil
+}
+
 // stopPID sends SIGTERM to pid (if it is still ours), waits up to grace for it
 // to exit, then SIGKILLs it. It returns an error only if the process survives.
 func stopPID(pid int, marker string, grace time.Duration) error {
 	if !procAlive(pid, marker) {
 		return nil
 	}
-	_ = syscall.Kill(pid, syscall.SIGTERM)
+	_ = signalOurs(pid, marker, syscall.SIGTERM)
 	if waitGone(pid, marker, grace) {
 		return nil
 	}
-	_ = syscall.Kill(pid, syscall.SIGKILL)
+	_ = signalOurs(pid, marker, syscall.SIGKILL)
 	if waitGone(pid, marker, 5*time.Second) {
 		return nil
 	}

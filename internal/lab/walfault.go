@@ -34,9 +34,7 @@ func (l *Lab) CrashMember(node string) (int, error) {
 	if err := os.Rename(n.EtcdManifest(), stoppedManifest(*n)); err != nil {
 		return 0, err
 	}
-	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
-		return pid, err
-	}
+	_ = signalOurs(pid, l.Spec.Dir, syscall.SIGKILL) // gone already is fine: waitGone says so
 	if !waitGone(pid, l.Spec.Dir, 10*time.Second) {
 		return pid, fmt.Errorf("etcd %d on %s survived SIGKILL", pid, node)
 	}

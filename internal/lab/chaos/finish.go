@@ -61,6 +61,13 @@ func (r *runner) finish(ctx context.Context, rep *Report) {
 		}
 	}
 	rep.Violations = append(rep.Violations, AuditMembership(memberships, Tenures(samples), r.majorityWindows)...)
+	var etcdLogs []string
+	for _, n := range *r.nodes.Load() {
+		etcdLogs = append(etcdLogs, etcdLog(n.LogsDir, n.Name))
+	}
+	logged := LoggedChanges(etcdLogs)
+	rep.LoggedChanges = len(logged)
+	rep.Violations = append(rep.Violations, UnseenChanges(logged, memberships)...)
 	for _, w := range r.majorityWindows {
 		for _, c := range r.ledger.changesBetween(w.From, w.To) {
 			rep.Violations = append(rep.Violations, fmt.Sprintf("data changed while episode #%d held a majority down: %s", w.Episode, c))

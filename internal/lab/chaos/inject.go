@@ -241,13 +241,8 @@ func (r *runner) makeExtra(ctx context.Context, x Extra, episode int) error {
 			sig = syscall.SIGTERM
 		}
 		node := r.slotNode(x.Slot)
-		return r.withLab(func() error {
-			pid, err := r.l.AgentPID(node)
-			if err != nil {
-				return err // between restarts, or its node was just lost
-			}
-			return syscall.Kill(pid, sig)
-		})
+		// An error: between restarts, or its node was just lost.
+		return r.withLab(func() error { return r.l.SignalAgent(node, sig) })
 	}
 	return fmt.Errorf("episode %d: no verb for extra %s", episode, x.Kind)
 }

@@ -34,14 +34,17 @@ type Report struct {
 	Probes                         int
 	// MaxUnavailable is the longest time no member served a linearizable
 	// read; MajorityUnavailable the same within majority faults.
-	MaxUnavailable      time.Duration     `json:"maxUnavailable"`
-	MajorityUnavailable time.Duration     `json:"majorityUnavailable,omitempty"`
-	MaxLearners         int               `json:"maxLearners"`
-	EtcdStarts          int               `json:"etcdStarts"`
-	DataDirs            int               `json:"dataDirs"`
-	HashKV              map[string]uint32 `json:"hashKV"`
-	Linearizable        linearize.Result  `json:"linearizable"`
-	Violations          []string          `json:"violations"`
+	MaxUnavailable      time.Duration `json:"maxUnavailable"`
+	MajorityUnavailable time.Duration `json:"majorityUnavailable,omitempty"`
+	MaxLearners         int           `json:"maxLearners"`
+	EtcdStarts          int           `json:"etcdStarts"`
+	// LoggedChanges counts the membership changes etcd's logs show, each
+	// of which the watch must have seen (UnseenChanges).
+	LoggedChanges int               `json:"loggedChanges"`
+	DataDirs      int               `json:"dataDirs"`
+	HashKV        map[string]uint32 `json:"hashKV"`
+	Linearizable  linearize.Result  `json:"linearizable"`
+	Violations    []string          `json:"violations"`
 }
 
 // Played is an episode as it ran.

@@ -134,6 +134,9 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	r.publishNodes()
 	if err := r.startObservers(ctx); err != nil {
 		r.stopObservers()
+		if r.clients != nil {
+			r.clients.close()
+		}
 		return rep, err
 	}
 	r.playSchedule(ctx, sched, rep)

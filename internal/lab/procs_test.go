@@ -1,0 +1,40 @@
+package lab
+
+import (
+	"os/exec"
+	"syscall"
+	"testing"
+)
+
+// A PID the lab recorded may belong to a stranger by the time a fault
+// signals it: signalOurs must refuse one whose command line is not ours,
+// and one that is gone.
+func TestSignalOursOnlySignalsOurProcess(t *testing.T) {
+	dir := t.TempDir()
+	// The dir, as the shell's $0, is our marker; the ": " keeps the shell
+	// from exec-ing sleep in its place.
+	cmd := exec.Command("sh", "-c", "sleep 300; :", dir)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true} // so cleanup stops the sleep too
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	pid := cmd.Process.Pid
+	t.Cleanup(func() { _ = syscall.Kill(-pid, syscall.SIGKILL); _ = cmd.Wait() })
+
+	if err := signalOurs(pid, "/not/our/lab", syscall.SIGKILL); err == nil {
+		t.Fatal("signalled a process whose command line does not mention the marker")
+	}
+	if !procAlive(pid, dir) {
+		t.Fatal("the refused signal reached the process")
+	}
+	if err := signalOurs(pid, dir, syscall.SIGKILL); err != nil {
+		t.Fatalf("our own process: %v", err)
+	}
+	err := cmd.Wait()
+	if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); !ok || !ws.Signaled() || ws.Signal() != syscall.SIGKILL {
+		t.Fatalf("want the process killed by SIGKILL, got %v", err)
+	}
+	if err := signalOurs(pid, dir, syscall.SIGKILL); err == nil {
+		t.Fatal("a reaped PID was signalled without an error")
+	}
+}
