@@ -1,9 +1,13 @@
 package lab
 
 import (
+	"context"
 	"os/exec"
 	"syscall"
 	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/util/wait"
 )
 
 // A PID the lab recorded may belong to a stranger by the time a fault
@@ -20,6 +24,12 @@ func TestSignalOursOnlySignalsOurProcess(t *testing.T) {
 	}
 	pid := cmd.Process.Pid
 	t.Cleanup(func() { _ = syscall.Kill(-pid, syscall.SIGKILL); _ = cmd.Wait() })
+	// Until the child has exec'd the shell, its command line is still the
+	// test binary's: wait for our marker (CI raced this under load).
+	if err := wait.PollUntilContextTimeout(context.Background(), 5*time.Millisecond, 10*time.Second, true,
+		func(context.Context) (bool, error) { return procAlive(pid, dir), nil }); err != nil {
+		t.Fatalf("the shell never showed its marker in /proc/%d/cmdline: %v", pid, err)
+	}
 
 	if err := signalOurs(pid, "/not/our/lab", syscall.SIGKILL); err == nil {
 		t.Fatal("signalled a process whose command line does not mention the marker")

@@ -44,6 +44,9 @@ type Supervisor struct {
 	cfg  Config
 	mu   sync.Mutex
 	pods map[string]*podRunner // by manifest file name
+	// writeMu makes snapshot-and-write one step, so the write that lands
+	// last always carries the newest snapshot, never an older one.
+	writeMu sync.Mutex
 }
 
 // New checks cfg and returns a supervisor; Run starts it.
@@ -182,6 +185,8 @@ func (s *Supervisor) stopAll() {
 
 // writeState publishes every pod's container states to the state file.
 func (s *Supervisor) writeState() {
+	s.writeMu.Lock()
+	defer s.writeMu.Unlock()
 	s.mu.Lock()
 	st := State{PID: os.Getpid(), Updated: time.Now().UTC(), Pods: map[string]PodState{}}
 	names := make([]string, 0, len(s.pods))
