@@ -130,22 +130,41 @@ type envVars struct {
 // to variables defined before it, and a later definition replaces an earlier
 // one.
 func resolveEnv(env []corev1.EnvVar) envVars {
+	e, _ := resolveEnvFrom(env, nil)
+	return e
+}
+
+// resolveEnvFrom is resolveEnv with the valueFrom references runtime can
+// answer (nil: none, every valueFrom is runtime-only); its error is runtime's.
+func resolveEnvFrom(env []corev1.EnvVar, runtime func(corev1.EnvVar) (string, error)) (envVars, error) {
 	e := envVars{values: map[string]string{}, runtimeOnly: map[string]bool{}}
 	for _, v := range env {
+		// A value is expanded before it replaces an earlier definition, so
+		// it may refer to that one (the kubelet does the same).
+		var val string
+		runtimeOnly := false
+		switch {
+		case v.ValueFrom != nil && runtime == nil:
+			runtimeOnly = true
+		case v.ValueFrom != nil:
+			var err error
+			if val, err = runtime(v); err != nil {
+				return e, err
+			}
+		default:
+			var unresolved []string
+			val, unresolved = e.expand(v.Value)
+			runtimeOnly = len(unresolved) > 0
+		}
 		delete(e.values, v.Name)
 		delete(e.runtimeOnly, v.Name)
-		if v.ValueFrom != nil {
+		if runtimeOnly {
 			e.runtimeOnly[v.Name] = true
-			continue
+		} else {
+			e.values[v.Name] = val
 		}
-		val, unresolved := e.expand(v.Value)
-		if len(unresolved) > 0 {
-			e.runtimeOnly[v.Name] = true
-			continue
-		}
-		e.values[v.Name] = val
 	}
-	return e
+	return e, nil
 }
 
 // expand applies Kubernetes' $(VAR) expansion: "$$" is a literal "$", and a
