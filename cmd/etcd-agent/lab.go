@@ -15,6 +15,8 @@ import (
 	"github.com/etcd-agent/etcd-agent/internal/lab/supervisor"
 	"github.com/spf13/cobra"
 	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
 )
 
 // defaultBinDir is the folder of this executable when it holds etcd (the
@@ -48,7 +50,7 @@ func newLabCmd(g *globalFlags) *cobra.Command {
 
 func newLabUpCmd(g *globalFlags, dir *string) *cobra.Command {
 	o := lab.Options{}
-	var diskLimit string
+	var diskLimit, mode string
 	c := &cobra.Command{
 		Use:   "up",
 		Short: "Create the lab's nodes, start etcd under each node's supervisor, then kube-apiserver",
@@ -59,6 +61,13 @@ func newLabUpCmd(g *globalFlags, dir *string) *cobra.Command {
 				return err
 			}
 			o.Dir, o.Log = *dir, log
+			switch mode {
+			case "static-pod":
+			case "management":
+				o.Management = true
+			default:
+				return fmt.Errorf("--mode %q: want static-pod or management", mode)
+			}
 			if diskLimit != "" {
 				q, err := resource.ParseQuantity(diskLimit)
 				if err != nil {
@@ -88,7 +97,10 @@ func newLabUpCmd(g *globalFlags, dir *string) *cobra.Command {
 			return nil
 		},
 	}
-	c.Flags().IntVar(&o.Nodes, "nodes", 3, "number of nodes (etcd members)")
+	c.Flags().StringVar(&mode, "mode", "static-pod", "static-pod: a control plane of etcd static pods; management: worker nodes with lab kubelets, the real controller-manager and scheduler, local PVs and hosted etcd StatefulSets (docs/management-lab.md)")
+	c.Flags().IntVar(&o.Nodes, "nodes", 3, "number of nodes (etcd members; with --mode management, worker nodes)")
+	c.Flags().IntVar(&o.HostedClusters, "hosted-clusters", 2, "with --mode management: hosted etcd clusters (namespaces clusters-a, clusters-b, ...)")
+	c.Flags().IntVar(&o.PVsPerNode, "pvs-per-node", 0, "with --mode management: local PVs per worker (0: one more than --hosted-clusters, at least 3)")
 	c.Flags().StringVar(&o.BinDir, "bin-dir", defaultBinDir(), "folder with etcd, etcdctl, kube-apiserver (from `make tools`)")
 	c.Flags().StringVar(&o.AgentBinary, "agent-binary", "", "etcd-agent binary for supervisors and agents (default: this executable)")
 	c.Flags().BoolVar(&o.NoAPIServer, "no-apiserver", false, "do not start kube-apiserver")
@@ -195,10 +207,12 @@ func printStatus(cmd *cobra.Command, l *lab.Lab, st lab.Status) {
 }
 
 func newLabSuperviseCmd(g *globalFlags) *cobra.Command {
-	var nodeDir string
+	var nodeDir, kubeconfig, nodeName, nodeIP, salt string
+	var nodeLabels map[string]string
+	var heartbeat time.Duration
 	c := &cobra.Command{
 		Use:    "supervise",
-		Short:  "Run a lab node's static pods like a kubelet (started by `lab up`)",
+		Short:  "Run a lab node's static pods like a kubelet, and with --kubeconfig its API pods too (started by `lab up`)",
 		Hidden: true,
 		Args:   cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -206,10 +220,23 @@ func newLabSuperviseCmd(g *globalFlags) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			s, err := supervisor.New(supervisor.Config{
+			cfg := supervisor.Config{
 				ManifestsDir: filepath.Join(nodeDir, "manifests"), LogsDir: filepath.Join(nodeDir, "logs"),
 				StateFile: filepath.Join(nodeDir, "supervisor.json"), Log: log.With(),
-			})
+			}
+			if kubeconfig != "" {
+				rc, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+				if err != nil {
+					return err
+				}
+				kc, err := kubernetes.NewForConfig(rc)
+				if err != nil {
+					return err
+				}
+				cfg.Kubelet = &supervisor.KubeletConfig{Client: kc, NodeName: nodeName, NodeIP: nodeIP, NodeLabels: nodeLabels,
+					PodIPSalt: salt, Heartbeat: heartbeat, PodsDir: filepath.Join(nodeDir, "pods")}
+			}
+			s, err := supervisor.New(cfg)
 			if err != nil {
 				return err
 			}
@@ -219,6 +246,12 @@ func newLabSuperviseCmd(g *globalFlags) *cobra.Command {
 		},
 	}
 	c.Flags().StringVar(&nodeDir, "node-dir", "", "the node's folder")
+	c.Flags().StringVar(&kubeconfig, "kubeconfig", "", "be this node's lab kubelet too: register the Node and run the API pods bound to it")
+	c.Flags().StringVar(&nodeName, "node-name", "", "the Node's name (with --kubeconfig)")
+	c.Flags().StringVar(&nodeIP, "node-ip", "", "the Node's InternalIP (with --kubeconfig)")
+	c.Flags().StringVar(&salt, "pod-ip-salt", "", "salt of the per-pod loopback IPs, so that labs on one machine differ")
+	c.Flags().StringToStringVar(&nodeLabels, "node-labels", nil, "extra labels of the Node")
+	c.Flags().DurationVar(&heartbeat, "heartbeat", 5*time.Second, "how often Node status and the node Lease are renewed")
 	_ = c.MarkFlagRequired("node-dir")
 	return c
 }

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Builds the real etcd, etcdctl, etcdutl, etcd-3.7, kube-apiserver and promtool into bin/
+# Builds the real etcd, etcdctl, etcdutl, etcd-3.7, kube-apiserver,
+# kube-controller-manager, kube-scheduler and promtool into bin/
 # from the Go module proxy. Each tool has its own module under hack/tools/ (their
 # dependency graphs conflict: kubernetes 1.37 wants etcd client 3.7, the lab runs
 # etcd 3.6). A stamp per binary records the module version and Go version it was
@@ -16,7 +17,9 @@ tools=(
   "etcdctl|etcd|go.etcd.io/etcd/etcdctl/v3|go.etcd.io/etcd/etcdctl/v3"
   "etcdutl|etcd|go.etcd.io/etcd/etcdutl/v3|go.etcd.io/etcd/etcdutl/v3"
   "etcd-3.7|etcd37|go.etcd.io/etcd/server/v3|go.etcd.io/etcd/server/v3"
-  "kube-apiserver|kube-apiserver|k8s.io/kubernetes/cmd/kube-apiserver|k8s.io/kubernetes"
+  "kube-apiserver|kubernetes|k8s.io/kubernetes/cmd/kube-apiserver|k8s.io/kubernetes"
+  "kube-controller-manager|kubernetes|k8s.io/kubernetes/cmd/kube-controller-manager|k8s.io/kubernetes"
+  "kube-scheduler|kubernetes|k8s.io/kubernetes/cmd/kube-scheduler|k8s.io/kubernetes"
   "promtool|promtool|github.com/prometheus/prometheus/cmd/promtool|github.com/prometheus/prometheus"
 )
 only=("$@") # optional: build only these tools

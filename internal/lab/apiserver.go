@@ -54,6 +54,23 @@ func apiServerArgs(binDir, dir string, port int, pki apiserverPKI, etcdServers [
 // startAPIServer writes the PKI, token file and kubeconfig under dir and
 // starts kube-apiserver; it does not wait for readiness (waitAPIReady does).
 func startAPIServer(binDir, dir string, etcdServers []string, etcdTLS *EtcdTLS) (*APIServer, *process, error) {
+	return startAPIServerWith(binDir, dir, etcdServers, etcdTLS, apiExtras{})
+}
+
+// tokenUser is an identity of the token file (kubeconfig dir/kubeconfigs/).
+type tokenUser struct {
+	Name   string
+	Groups []string
+}
+
+// apiExtras are a management lab's additions: the control plane's and the
+// kubelets' identities, and flags (a later flag wins).
+type apiExtras struct {
+	users []tokenUser
+	args  []string
+}
+
+func startAPIServerWith(binDir, dir string, etcdServers []string, etcdTLS *EtcdTLS, x apiExtras) (*APIServer, *process, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, nil, err
 	}
@@ -66,22 +83,42 @@ func startAPIServer(binDir, dir string, etcdServers []string, etcdTLS *EtcdTLS) 
 		return nil, nil, err
 	}
 	token := hex.EncodeToString(tok)
-	if err := os.WriteFile(filepath.Join(dir, "tokens.csv"),
-		[]byte(token+`,lab-admin,lab-admin,"system:masters"`+"\n"), 0o600); err != nil {
-		return nil, nil, err
-	}
 	ports, err := freePorts("127.0.0.1", 1)
 	if err != nil {
 		return nil, nil, err
 	}
 	url := fmt.Sprintf("https://127.0.0.1:%d", ports[0])
+	tokens := token + `,lab-admin,lab-admin,"system:masters"` + "\n"
+	kubeconfigs := map[string]string{}
+	for _, u := range x.users {
+		if _, err := rand.Read(tok); err != nil {
+			return nil, nil, err
+		}
+		t := hex.EncodeToString(tok)
+		line := fmt.Sprintf("%s,%s,%s", t, u.Name, u.Name)
+		if len(u.Groups) > 0 {
+			line += fmt.Sprintf(",%q", strings.Join(u.Groups, ","))
+		}
+		tokens += line + "\n"
+		kc := filepath.Join(dir, "kubeconfigs", strings.ReplaceAll(u.Name, ":", "_")+".kubeconfig")
+		if err := os.MkdirAll(filepath.Dir(kc), 0o700); err != nil {
+			return nil, nil, err
+		}
+		if err := writeKubeconfig(kc, url, t, pki.CAPEM); err != nil {
+			return nil, nil, err
+		}
+		kubeconfigs[u.Name] = kc
+	}
+	if err := os.WriteFile(filepath.Join(dir, "tokens.csv"), []byte(tokens), 0o600); err != nil {
+		return nil, nil, err
+	}
 	kubeconfig := filepath.Join(filepath.Dir(dir), "kubeconfig")
 	if err := writeKubeconfig(kubeconfig, url, token, pki.CAPEM); err != nil {
 		return nil, nil, err
 	}
 	a := &APIServer{URL: url, Kubeconfig: kubeconfig, Token: token, Dir: dir,
 		LogFile: filepath.Join(dir, "kube-apiserver.log"),
-		Args:    apiServerArgs(binDir, dir, ports[0], pki, etcdServers, etcdTLS)}
+		Args:    append(apiServerArgs(binDir, dir, ports[0], pki, etcdServers, etcdTLS), x.args...), kubeconfigs: kubeconfigs}
 	proc, err := startDetached(a.Args, a.LogFile)
 	if err != nil {
 		return nil, nil, err

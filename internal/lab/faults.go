@@ -172,9 +172,12 @@ func (l *Lab) LoseNode(node string, removeDisk bool) error {
 // supervisor and creates its Node object. Its manifests dir is empty: place a
 // static-pod manifest there to give it a member.
 func (l *Lab) AddNode(ctx context.Context) (*Node, error) {
-	n, err := l.newNode(len(l.Spec.Nodes)+1, false)
+	n, err := l.newNode(l.nextNodeNumber(), false)
 	if err != nil {
 		return nil, err
+	}
+	if l.Spec.Management != nil {
+		return l.addWorker(ctx, n)
 	}
 	if err := l.startSupervisor(&n); err != nil {
 		return nil, err

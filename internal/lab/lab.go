@@ -52,7 +52,14 @@ type Options struct {
 	// the next), and a WAL repair copies the last segment aside (.broken)
 	// before truncating it.
 	DiskLimit int64
-	Log       *zap.Logger
+	// Management makes a management lab instead (mgmt.go): Nodes worker
+	// nodes run by lab kubelets, the real controller-manager and scheduler,
+	// PVsPerNode local PVs per worker (0: one more than HostedClusters, at
+	// least 3) and HostedClusters etcd StatefulSets.
+	Management     bool
+	HostedClusters int
+	PVsPerNode     int
+	Log            *zap.Logger
 }
 
 // AgentNamespace is where the agents' Leases live in the lab.
@@ -89,6 +96,11 @@ func Open(dir string, log *zap.Logger) (*Lab, error) {
 func Up(ctx context.Context, o Options) (_ *Lab, err error) {
 	if o.PeerProxy && o.EtcdTLS {
 		return nil, errors.New("PeerProxy needs EtcdTLS off: the peer proxies read plain http")
+	}
+	if o.Management {
+		if err := validateManagement(o); err != nil {
+			return nil, err
+		}
 	}
 	if o.DiskLimit < 0 {
 		return nil, fmt.Errorf("DiskLimit must not be negative, got %d", o.DiskLimit)
@@ -132,6 +144,9 @@ func Up(ctx context.Context, o Options) (_ *Lab, err error) {
 			}
 		}
 	}()
+	if o.Management {
+		return l, l.upManagement(ctx, o)
+	}
 	if o.EtcdTLS {
 		if spec.EtcdTLS, err = writeEtcdPKI(filepath.Join(dir, "pki", "etcd")); err != nil {
 			return nil, fmt.Errorf("lab etcd PKI: %w", err)
@@ -211,13 +226,16 @@ func checkBinaries(o Options) error {
 	if !o.NoAPIServer {
 		need = append(need, filepath.Join(o.BinDir, "kube-apiserver"))
 	}
+	if o.Management {
+		need = append(need, filepath.Join(o.BinDir, "kube-controller-manager"), filepath.Join(o.BinDir, "kube-scheduler"))
+	}
 	for _, p := range need {
 		if st, err := os.Stat(p); err != nil || st.IsDir() {
 			missing = append(missing, p)
 		}
 	}
 	if len(missing) > 0 {
-		return fmt.Errorf("missing binaries %s: run `make tools` (etcd, kube-apiserver) and `make build` (etcd-agent)", strings.Join(missing, ", "))
+		return fmt.Errorf("missing binaries %s: run `make tools` (etcd, kube-apiserver, ...) and `make build` (etcd-agent)", strings.Join(missing, ", "))
 	}
 	return nil
 }
@@ -225,9 +243,24 @@ func checkBinaries(o Options) error {
 // newNode lays out node i's folders and picks its loopback IP and ports.
 // withMember gives it an etcd member named after the node.
 func (l *Lab) newNode(i int, withMember bool) (Node, error) {
-	name := fmt.Sprintf("node%d", i)
+	return l.newNamedNode(fmt.Sprintf("node%d", i), fmt.Sprintf("127.0.0.%d", 10+i), withMember)
+}
+
+// nextNodeNumber is one past the highest nodeN in the lab.
+func (l *Lab) nextNodeNumber() int {
+	next := 1
+	for _, n := range l.Spec.Nodes {
+		var i int
+		if _, err := fmt.Sscanf(n.Name, "node%d", &i); err == nil && i >= next {
+			next = i + 1
+		}
+	}
+	return next
+}
+
+func (l *Lab) newNamedNode(name, ip string, withMember bool) (Node, error) {
 	nodeDir := filepath.Join(l.Spec.Dir, name)
-	n := Node{Name: name, IP: fmt.Sprintf("127.0.0.%d", 10+i), NodeDir: nodeDir,
+	n := Node{Name: name, IP: ip, NodeDir: nodeDir,
 		DiskDir: filepath.Join(nodeDir, "disk"), ManifestsDir: filepath.Join(nodeDir, "manifests"),
 		LogsDir: filepath.Join(nodeDir, "logs"), StateDir: filepath.Join(nodeDir, "agent-state")}
 	for _, d := range []string{n.DiskDir, n.ManifestsDir, n.LogsDir, n.StateDir} {
@@ -386,6 +419,13 @@ func (l *Lab) KubeClient() (kubernetes.Interface, error) {
 // process is still running afterwards.
 func (l *Lab) Down(ctx context.Context) error {
 	var errs []error
+	if m := l.Spec.Management; m != nil {
+		for _, p := range []*Process{m.ControllerManager, m.Scheduler} {
+			if p != nil {
+				errs = append(errs, stopPID(p.PID, l.Spec.Dir, 15*time.Second))
+			}
+		}
+	}
 	if a := l.Spec.APIServer; a != nil {
 		errs = append(errs, stopPID(a.PID, a.Dir, 15*time.Second))
 	}

@@ -43,6 +43,10 @@ type Spec struct {
 	DiskMounts []string `json:"diskMounts,omitempty"`
 	// DiskFaultsUnavailable says why the disks could not be mounted.
 	DiskFaultsUnavailable string `json:"diskFaultsUnavailable,omitempty"`
+	// Management is set for a management lab (mgmt.go): a control-plane
+	// node, worker nodes run by lab kubelets, real controllers, local PVs
+	// and hosted etcd clusters as StatefulSets.
+	Management *Management `json:"management,omitempty"`
 }
 
 // Node is one lab node: its own loopback IP, manifests dir, local disk and
@@ -69,7 +73,13 @@ type Node struct {
 	Lost            bool   `json:"lost,omitempty"`
 	// AgentArgs are this node's agent flags, after the lab's (a later flag wins).
 	AgentArgs []string `json:"agentArgs,omitempty"`
+	// Worker: a management lab's worker node, whose supervisor is also its
+	// lab kubelet (it registers the Node and runs the API pods bound to it).
+	Worker bool `json:"worker,omitempty"`
 }
+
+// PVDir is the folder under which the node's local PVs live.
+func (n Node) PVDir() string { return filepath.Join(n.DiskDir, "pv") }
 
 // APIServer is the lab's kube-apiserver.
 type APIServer struct {
@@ -80,6 +90,8 @@ type APIServer struct {
 	Dir        string   `json:"dir"`
 	LogFile    string   `json:"logFile"`
 	Args       []string `json:"args"`
+	// kubeconfigs of the token file's extra identities (Up only).
+	kubeconfigs map[string]string
 }
 
 // PeerListen is the URL the node's etcd listens on for peers.

@@ -88,23 +88,29 @@ type HostMount struct {
 // mounted at /var/lib/etcd from /mnt/disks/etcd is "missing" at
 // /var/lib/etcd on the host, which would look like a wiped member).
 func (m Member) HostPath(containerPath string) (string, bool) {
+	return TranslatePath(m.HostMounts, containerPath)
+}
+
+// TranslatePath maps a path inside a container to the node's filesystem
+// through the deepest of mounts that contains it; false when none does.
+func TranslatePath(mounts []HostMount, containerPath string) (string, bool) {
 	p := path.Clean(containerPath)
 	if !path.IsAbs(p) {
 		return "", false
 	}
 	best := -1
-	for i, mnt := range m.HostMounts {
+	for i, mnt := range mounts {
 		if !pathContains(mnt.ContainerPath, p) {
 			continue
 		}
-		if best < 0 || len(mnt.ContainerPath) > len(m.HostMounts[best].ContainerPath) {
+		if best < 0 || len(mnt.ContainerPath) > len(mounts[best].ContainerPath) {
 			best = i
 		}
 	}
 	if best < 0 {
 		return "", false
 	}
-	mnt := m.HostMounts[best]
+	mnt := mounts[best]
 	rel := strings.TrimPrefix(p, mnt.ContainerPath)
 	return path.Join(mnt.HostPath, rel), true
 }

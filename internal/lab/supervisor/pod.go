@@ -32,12 +32,41 @@ type podRunner struct {
 	cancel   context.CancelFunc
 	done     chan struct{}
 
+	// logName names the pod in its containers' log files.
+	logName string
+	// launch says how a container runs: static pods as written, API pods
+	// with their runtime env and volumes mapped to node folders.
+	launch func(corev1.Container) (launchSpec, error)
+	// onChange is told of every container state change (the lab kubelet
+	// writes the pod's status back).
+	onChange func()
+
 	mu     sync.Mutex
+	grace  time.Duration // SIGTERM to SIGKILL when the pod stops
 	states map[string]ContainerState
 }
 
+// launchSpec is one container process: argv, extra environment, folder.
+type launchSpec struct {
+	argv []string
+	env  []string
+	dir  string
+}
+
+// staticLaunch runs a static pod's container as its manifest says: plain
+// env values only, paths as written (a static pod's hostPaths are the
+// node's own folders in the lab).
+func staticLaunch(c corev1.Container) (launchSpec, error) {
+	ls := launchSpec{argv: append(append([]string{}, c.Command...), c.Args...), dir: c.WorkingDir}
+	for _, e := range c.Env {
+		ls.env = append(ls.env, e.Name+"="+e.Value)
+	}
+	return ls, nil
+}
+
 func newPodRunner(s *Supervisor, manifest, hash string, pod *corev1.Pod) *podRunner {
-	pr := &podRunner{sup: s, manifest: manifest, hash: hash, pod: pod, done: make(chan struct{}), states: map[string]ContainerState{}}
+	pr := &podRunner{sup: s, manifest: manifest, hash: hash, pod: pod, done: make(chan struct{}), states: map[string]ContainerState{},
+		logName: pod.Name, launch: staticLaunch, grace: s.cfg.StopTimeout}
 	for _, c := range pod.Spec.InitContainers {
 		pr.states[c.Name] = ContainerState{State: "waiting", Init: true}
 	}
@@ -64,6 +93,9 @@ func (pr *podRunner) update(name string, f func(*ContainerState)) {
 	pr.states[name] = st
 	pr.mu.Unlock()
 	pr.sup.writeState()
+	if pr.onChange != nil {
+		pr.onChange()
+	}
 }
 
 // run starts the pod: init containers in order (each retried with backoff
@@ -117,8 +149,15 @@ func (pr *podRunner) run(parent context.Context) {
 }
 
 // stop cancels the pod and waits until all its processes have exited.
-func (pr *podRunner) stop() {
+func (pr *podRunner) stop() { pr.stopWithin(-1) }
+
+// stopWithin is stop with grace between SIGTERM and SIGKILL (a deleted
+// pod's grace period; negative: the pod's own).
+func (pr *podRunner) stopWithin(grace time.Duration) {
 	pr.mu.Lock()
+	if grace >= 0 {
+		pr.grace = grace
+	}
 	cancel := pr.cancel
 	pr.mu.Unlock()
 	if cancel != nil {
@@ -130,26 +169,26 @@ func (pr *podRunner) stop() {
 // runOnce runs one container process to its end. When ctx ends first the
 // process gets SIGTERM, then SIGKILL after the stop timeout, like a kubelet.
 func (pr *podRunner) runOnce(ctx context.Context, c corev1.Container, init bool) error {
-	log := pr.sup.cfg.Log.With(zap.String("pod", pr.pod.Name), zap.String("container", c.Name))
-	argv := append(append([]string{}, c.Command...), c.Args...)
-	if len(argv) == 0 {
-		err := errors.New("container has no command (images are not supported by the lab)")
+	log := pr.sup.cfg.Log.With(zap.String("pod", pr.logName), zap.String("container", c.Name))
+	ls, err := pr.launch(c)
+	if err == nil && len(ls.argv) == 0 {
+		err = errors.New("container has no command (images are not supported by the lab)")
+	}
+	if err != nil {
 		pr.update(c.Name, func(s *ContainerState) { s.State, s.LastExit = "exited", err.Error() })
 		return err
 	}
-	logPath := filepath.Join(pr.sup.cfg.LogsDir, fmt.Sprintf("%s_%s.log", pr.pod.Name, c.Name))
+	argv := ls.argv
+	logPath := filepath.Join(pr.sup.cfg.LogsDir, fmt.Sprintf("%s_%s.log", pr.logName, c.Name))
 	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return err
 	}
 	defer logf.Close()
 	cmd := exec.Command(argv[0], argv[1:]...)
-	cmd.Dir = c.WorkingDir
+	cmd.Dir = ls.dir
 	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.Env = os.Environ()
-	for _, e := range c.Env {
-		cmd.Env = append(cmd.Env, e.Name+"="+e.Value)
-	}
+	cmd.Env = append(os.Environ(), ls.env...)
 	// Pdeathsig: a supervisor that dies (a "lost node") takes its containers with it.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
@@ -159,7 +198,9 @@ func (pr *podRunner) runOnce(ctx context.Context, c corev1.Container, init bool)
 	}
 	pid := cmd.Process.Pid
 	log.Info("container started", zap.Int("pid", pid))
-	pr.update(c.Name, func(s *ContainerState) { s.State, s.PID, s.StartedAt = "running", pid, time.Now().UTC() })
+	pr.update(c.Name, func(s *ContainerState) {
+		s.State, s.PID, s.StartedAt, s.Ready = "running", pid, time.Now().UTC(), false
+	})
 	waitErr := make(chan error, 1)
 	go func() { waitErr <- cmd.Wait() }()
 	var werr error
@@ -167,9 +208,12 @@ func (pr *podRunner) runOnce(ctx context.Context, c corev1.Container, init bool)
 	case werr = <-waitErr:
 	case <-ctx.Done():
 		_ = syscall.Kill(pid, syscall.SIGTERM)
+		pr.mu.Lock()
+		grace := pr.grace
+		pr.mu.Unlock()
 		select {
 		case werr = <-waitErr:
-		case <-time.After(pr.sup.cfg.StopTimeout):
+		case <-time.After(grace):
 			log.Warn("container ignored SIGTERM; killing", zap.Int("pid", pid))
 			_ = syscall.Kill(-pid, syscall.SIGKILL)
 			werr = <-waitErr
@@ -181,7 +225,7 @@ func (pr *podRunner) runOnce(ctx context.Context, c corev1.Container, init bool)
 	}
 	log.Info("container exited", zap.Int("pid", pid), zap.String("exit", exit))
 	fmt.Fprintf(logf, "supervisor: container exited: %s\n", exit)
-	pr.update(c.Name, func(s *ContainerState) { s.State, s.LastExit, s.PID = "exited", exit, 0 })
+	pr.update(c.Name, func(s *ContainerState) { s.State, s.LastExit, s.PID, s.Ready = "exited", exit, 0, false })
 	return werr
 }
 

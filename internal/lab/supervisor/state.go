@@ -16,6 +16,8 @@ type ContainerState struct {
 	StartedAt time.Time `json:"startedAt,omitzero"`
 	LastExit  string    `json:"lastExit,omitempty"`
 	Init      bool      `json:"init,omitempty"`
+	// Ready: the readiness probe passes (API pods with a probe only).
+	Ready bool `json:"ready,omitempty"`
 }
 
 // PodState is one static pod: one manifest file in the manifests dir.

@@ -37,6 +37,8 @@ type Config struct {
 	// StopTimeout is how long a container has after SIGTERM before SIGKILL.
 	StopTimeout time.Duration
 	Log         *zap.Logger
+	// Kubelet, when set, makes the supervisor the lab kubelet of a Node.
+	Kubelet *KubeletConfig
 }
 
 // Supervisor runs the static pods of one lab node.
@@ -44,6 +46,9 @@ type Supervisor struct {
 	cfg  Config
 	mu   sync.Mutex
 	pods map[string]*podRunner // by manifest file name
+	// apiPods are the API pods the lab kubelet runs, by namespace/name.
+	apiPods map[string]*podRunner
+	kubelet *kubelet
 	// writeMu makes snapshot-and-write one step, so the write that lands
 	// last always carries the newest snapshot, never an older one.
 	writeMu sync.Mutex
@@ -68,7 +73,15 @@ func New(cfg Config) (*Supervisor, error) {
 			return nil, err
 		}
 	}
-	return &Supervisor{cfg: cfg, pods: map[string]*podRunner{}}, nil
+	s := &Supervisor{cfg: cfg, pods: map[string]*podRunner{}, apiPods: map[string]*podRunner{}}
+	if cfg.Kubelet != nil {
+		k, err := newKubelet(s, *cfg.Kubelet)
+		if err != nil {
+			return nil, err
+		}
+		s.kubelet = k
+	}
+	return s, nil
 }
 
 // Run supervises until ctx is done, then stops every container it started.
@@ -84,9 +97,16 @@ func (s *Supervisor) Run(ctx context.Context) error {
 	tick := time.NewTicker(s.cfg.Resync)
 	defer tick.Stop()
 	s.sync(ctx)
+	kubeletDone := make(chan struct{})
+	if s.kubelet != nil {
+		go func() { defer close(kubeletDone); s.kubelet.run(ctx) }()
+	} else {
+		close(kubeletDone)
+	}
 	for {
 		select {
 		case <-ctx.Done():
+			<-kubeletDone
 			s.stopAll()
 			return nil
 		case <-w.Events:
@@ -179,7 +199,27 @@ func (s *Supervisor) stopAll() {
 		wg.Add(1)
 		go func() { defer wg.Done(); pr.stop() }()
 	}
+	if s.kubelet != nil {
+		wg.Add(1)
+		go func() { defer wg.Done(); s.kubelet.stopAll() }()
+	}
 	wg.Wait()
+	s.writeState()
+}
+
+func (s *Supervisor) addAPIPod(key string, pr *podRunner) {
+	s.mu.Lock()
+	s.apiPods[key] = pr
+	s.mu.Unlock()
+	s.writeState()
+}
+
+func (s *Supervisor) removeAPIPod(key string, pr *podRunner) {
+	s.mu.Lock()
+	if s.apiPods[key] == pr {
+		delete(s.apiPods, key)
+	}
+	s.mu.Unlock()
 	s.writeState()
 }
 
@@ -196,6 +236,9 @@ func (s *Supervisor) writeState() {
 	sort.Strings(names)
 	for _, n := range names {
 		st.Pods[n] = s.pods[n].snapshot()
+	}
+	for key, pr := range s.apiPods { // namespace/name never clashes with a file name
+		st.Pods[key] = pr.snapshot()
 	}
 	s.mu.Unlock()
 	b, _ := json.MarshalIndent(st, "", "  ")

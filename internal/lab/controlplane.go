@@ -1,0 +1,98 @@
+package lab
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"net/http"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"go.uber.org/zap"
+)
+
+// startControlPlane starts the real kube-controller-manager and
+// kube-scheduler of a management lab, each with its own identity (RBAC as
+// kubeadm sets it up: the bootstrap roles of system:kube-controller-manager
+// and system:kube-scheduler, controllers under their own service accounts),
+// and waits until both answer /healthz.
+func (l *Lab) startControlPlane(ctx context.Context) error {
+	m, a := l.Spec.Management, l.Spec.APIServer
+	ports, err := freePorts("127.0.0.1", 2)
+	if err != nil {
+		return err
+	}
+	pki := filepath.Join(a.Dir, "pki")
+	kcmKC, schedKC := m.Kubeconfigs["system:kube-controller-manager"], m.Kubeconfigs["system:kube-scheduler"]
+	kcm := []string{filepath.Join(l.Spec.BinDir, "kube-controller-manager"),
+		"--kubeconfig=" + kcmKC, "--authentication-kubeconfig=" + kcmKC, "--authorization-kubeconfig=" + kcmKC,
+		"--bind-address=127.0.0.1", "--secure-port=" + strconv.Itoa(ports[0]),
+		"--cert-dir=" + filepath.Join(a.Dir, "kcm-certs"),
+		"--leader-elect=false", "--use-service-account-credentials=true",
+		"--service-account-private-key-file=" + filepath.Join(pki, "sa.key"), "--root-ca-file=" + filepath.Join(pki, "ca.crt"),
+		"--controllers=*,-nodeipam,-service-lb-controller,-cloud-node-lifecycle,-route",
+		"--node-monitor-period=2s", "--node-monitor-grace-period=" + nodeMonitorGrace.String(),
+		"--v=1",
+	}
+	sched := []string{filepath.Join(l.Spec.BinDir, "kube-scheduler"),
+		"--kubeconfig=" + schedKC, "--authentication-kubeconfig=" + schedKC, "--authorization-kubeconfig=" + schedKC,
+		"--bind-address=127.0.0.1", "--secure-port=" + strconv.Itoa(ports[1]),
+		"--cert-dir=" + filepath.Join(a.Dir, "scheduler-certs"),
+		"--leader-elect=false", "--v=1",
+	}
+	for _, p := range []struct {
+		argv []string
+		log  string
+		port int
+		dst  **Process
+	}{
+		{kcm, filepath.Join(a.Dir, "kube-controller-manager.log"), ports[0], &m.ControllerManager},
+		{sched, filepath.Join(a.Dir, "kube-scheduler.log"), ports[1], &m.Scheduler},
+	} {
+		proc, err := startDetached(p.argv, p.log)
+		if err != nil {
+			return err
+		}
+		*p.dst = &Process{PID: proc.PID, LogFile: p.log, Args: p.argv}
+		if err := l.Spec.save(); err != nil {
+			return err
+		}
+		if err := waitHealthz(ctx, proc, p.port, p.log, 90*time.Second); err != nil {
+			return err
+		}
+		l.log.Info("started", zap.String("binary", filepath.Base(p.argv[0])), zap.Int("pid", proc.PID))
+	}
+	return nil
+}
+
+// waitHealthz polls https://127.0.0.1:port/healthz (self-signed serving
+// cert, anonymous: /healthz is always allowed) until it answers 200.
+func waitHealthz(ctx context.Context, proc *process, port int, logFile string, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	c := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}} // #nosec G402: a lab process's self-signed cert on loopback
+	defer c.CloseIdleConnections()
+	url := fmt.Sprintf("https://127.0.0.1:%d/healthz", port)
+	var last error
+	for {
+		if exited(proc) {
+			return fmt.Errorf("%s exited; see %s:\n%s", filepath.Base(logFile), logFile, tail(logFile, 15))
+		}
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		resp, err := c.Do(req)
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+			err = fmt.Errorf("%s", resp.Status)
+		}
+		last = err
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%s not healthy after %s: %v; see %s", url, timeout, last, logFile)
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+}

@@ -1,0 +1,130 @@
+package supervisor
+
+import (
+	"context"
+	"crypto/sha256"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/etcd-agent/etcd-agent/internal/manifest"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// PodIP is the loopback address the lab kubelet gives a pod: derived from its
+// namespace and name (and the lab's salt), so a StatefulSet member keeps its
+// address when it moves to another node, as it keeps its DNS name in a real
+// cluster; peers can be addressed without DNS. 127.64.0.0/10 stays clear of
+// the node addresses (127.0.0.0/16).
+func PodIP(salt, namespace, name string) string {
+	h := sha256.Sum256([]byte(salt + "/" + namespace + "/" + name))
+	return fmt.Sprintf("127.%d.%d.%d", 64+int(h[0])%128, h[1], 1+int(h[2])%254)
+}
+
+func podFields(pod *corev1.Pod, ip, hostIP string) manifest.PodFields {
+	return manifest.PodFields{Name: pod.Name, Namespace: pod.Namespace, UID: string(pod.UID), NodeName: pod.Spec.NodeName,
+		ServiceAccount: pod.Spec.ServiceAccountName, PodIP: ip, HostIP: hostIP}
+}
+
+// volumes maps the pod's volumes to node folders: hostPath as is, a PVC to
+// the path of the local PV bound to it, emptyDir to a folder of the pod's.
+func (k *kubelet) volumes(ctx context.Context, pod *corev1.Pod) (map[string]string, error) {
+	dirs := map[string]string{}
+	for _, v := range pod.Spec.Volumes {
+		switch {
+		case v.HostPath != nil:
+			dirs[v.Name] = v.HostPath.Path
+		case v.EmptyDir != nil:
+			d := filepath.Join(k.cfg.PodsDir, string(pod.UID), "volumes", v.Name)
+			if err := os.MkdirAll(d, 0o755); err != nil {
+				return nil, err
+			}
+			dirs[v.Name] = d
+		case v.PersistentVolumeClaim != nil:
+			p, err := k.localPVPath(ctx, pod.Namespace, v.PersistentVolumeClaim.ClaimName)
+			if err != nil {
+				return nil, fmt.Errorf("volume %s: %w", v.Name, err)
+			}
+			dirs[v.Name] = p
+		default:
+			return nil, fmt.Errorf("volume %s: only hostPath, emptyDir and PVCs on local PVs run in the lab", v.Name)
+		}
+	}
+	return dirs, nil
+}
+
+// localPVPath is the node folder of the local PV bound to claim; it must be
+// this node's (the scheduler's volume binding put the pod here for it).
+func (k *kubelet) localPVPath(ctx context.Context, ns, claim string) (string, error) {
+	pvc, err := k.cfg.Client.CoreV1().PersistentVolumeClaims(ns).Get(ctx, claim, metav1.GetOptions{})
+	if err != nil {
+		return "", err
+	}
+	if pvc.Status.Phase != corev1.ClaimBound || pvc.Spec.VolumeName == "" {
+		return "", fmt.Errorf("PVC %s/%s is %s, not bound yet", ns, claim, pvc.Status.Phase)
+	}
+	pv, err := k.cfg.Client.CoreV1().PersistentVolumes().Get(ctx, pvc.Spec.VolumeName, metav1.GetOptions{})
+	if err != nil {
+		return "", err
+	}
+	var p string
+	switch {
+	case pv.Spec.Local != nil:
+		p = pv.Spec.Local.Path
+	case pv.Spec.HostPath != nil:
+		p = pv.Spec.HostPath.Path
+	default:
+		return "", fmt.Errorf("PV %s is neither local nor hostPath", pv.Name)
+	}
+	if st, err := os.Stat(p); err != nil || !st.IsDir() {
+		return "", fmt.Errorf("PV %s: its path %s is not a folder on node %s", pv.Name, p, k.cfg.NodeName)
+	}
+	return p, nil
+}
+
+// apiLaunch runs an API pod's container: its env resolved with the pod's
+// fields, $(VAR)s expanded, and every absolute path under one of its volume
+// mounts rewritten to the node folder behind it (processes share the host's
+// filesystem; there is no mount namespace in the lab).
+func apiLaunch(c corev1.Container, fields manifest.PodFields, volumeDirs map[string]string) (launchSpec, error) {
+	env, err := manifest.RuntimeEnv(c, fields)
+	if err != nil {
+		return launchSpec{}, err
+	}
+	var mounts []manifest.HostMount
+	for _, vm := range c.VolumeMounts {
+		d, ok := volumeDirs[vm.Name]
+		if !ok {
+			return launchSpec{}, fmt.Errorf("volume mount %s: no such volume", vm.Name)
+		}
+		if vm.SubPathExpr != "" {
+			return launchSpec{}, fmt.Errorf("volume mount %s: subPathExpr is not supported in the lab", vm.Name)
+		}
+		mounts = append(mounts, manifest.HostMount{ContainerPath: filepath.Clean(vm.MountPath), HostPath: filepath.Join(d, vm.SubPath)})
+	}
+	ls := launchSpec{dir: translateArg(mounts, c.WorkingDir)}
+	for _, a := range env.Argv(c) {
+		ls.argv = append(ls.argv, translateArg(mounts, a))
+	}
+	for _, kv := range env.Environ() {
+		name, val, _ := strings.Cut(kv, "=")
+		ls.env = append(ls.env, name+"="+translateArg(mounts, val))
+	}
+	return ls, nil
+}
+
+// translateArg rewrites a path ("/var/lib/etcd/x") or a flag's path value
+// ("--data-dir=/var/lib/etcd/x") under a mount to the node's folder.
+func translateArg(mounts []manifest.HostMount, a string) string {
+	prefix, val := "", a
+	if i := strings.IndexByte(a, '='); i >= 0 && strings.HasPrefix(a, "-") {
+		prefix, val = a[:i+1], a[i+1:]
+	}
+	if hp, ok := manifest.TranslatePath(mounts, val); ok && strings.HasPrefix(val, "/") {
+		return prefix + hp
+	}
+	return a
+}
