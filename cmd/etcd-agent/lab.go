@@ -204,6 +204,7 @@ func printStatus(cmd *cobra.Command, l *lab.Lab, st lab.Status) {
 		fmt.Fprintf(cmd.OutOrStdout(), ", API ready %v %s", st.APIReady, st.APIError)
 	}
 	fmt.Fprintln(cmd.OutOrStdout())
+	printManagementStatus(cmd, st)
 }
 
 func newLabSuperviseCmd(g *globalFlags) *cobra.Command {

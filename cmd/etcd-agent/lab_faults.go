@@ -52,13 +52,21 @@ func newLabFaultCmds(open func() (*lab.Lab, error)) []*cobra.Command {
 	}
 	var cmds []*cobra.Command
 	for _, v := range verbs {
-		var node string
+		var node, pod string
+		podDo, byPod := podVerbs[v.use]
 		c := &cobra.Command{
 			Use: v.use, Short: v.short, Args: cobra.NoArgs,
 			RunE: func(cmd *cobra.Command, _ []string) error {
 				l, err := open()
 				if err != nil {
 					return err
+				}
+				if pod != "" {
+					if err := podDo(cmd, l, pod); err != nil {
+						return fmt.Errorf("%s %s: %w", v.use, pod, err)
+					}
+					fmt.Fprintf(cmd.OutOrStdout(), "%s %s: done\n", v.use, pod)
+					return nil
 				}
 				if err := v.do(cmd, l, node); err != nil {
 					return fmt.Errorf("%s %s: %w", v.use, node, err)
@@ -68,7 +76,13 @@ func newLabFaultCmds(open func() (*lab.Lab, error)) []*cobra.Command {
 			},
 		}
 		c.Flags().StringVar(&node, "node", "", "the lab node, e.g. node2")
-		_ = c.MarkFlagRequired("node")
+		if byPod {
+			c.Flags().StringVar(&pod, "pod", "", "a hosted etcd pod of a management lab instead, e.g. clusters-a/etcd-1")
+			c.MarkFlagsOneRequired("node", "pod")
+			c.MarkFlagsMutuallyExclusive("node", "pod")
+		} else {
+			_ = c.MarkFlagRequired("node")
+		}
 		if v.use == "lose-node" {
 			c.Flags().BoolVar(&removeDisk, "remove-disk", false, "also remove the node's local disk")
 		}
@@ -90,5 +104,5 @@ func newLabFaultCmds(open func() (*lab.Lab, error)) []*cobra.Command {
 			return nil
 		},
 	})
-	return cmds
+	return append(cmds, newLabPodFaultCmds(open)...)
 }

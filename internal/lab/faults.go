@@ -82,8 +82,13 @@ func (l *Lab) CorruptDB(node string) error {
 	if err != nil {
 		return err
 	}
-	path := filepath.Join(n.DataDir, "member", "snap", "db")
-	l.log.Info("fault: corrupt db", zap.String("node", node), zap.String("file", path))
+	return l.corruptDBIn(node, n.DataDir)
+}
+
+// corruptDBIn corrupts the bbolt db of the data dir of member (a node or a pod).
+func (l *Lab) corruptDBIn(member, dataDir string) error {
+	path := filepath.Join(dataDir, "member", "snap", "db")
+	l.log.Info("fault: corrupt db", zap.String("member", member), zap.String("file", path))
 	return corruptFile(path, []int64{0, 4096, -1})
 }
 
@@ -93,12 +98,17 @@ func (l *Lab) CorruptWAL(node string) error {
 	if err != nil {
 		return err
 	}
-	files, err := filepath.Glob(filepath.Join(n.DataDir, "member", "wal", "*.wal"))
+	return l.corruptWALIn(node, n.DataDir)
+}
+
+// corruptWALIn corrupts the newest WAL file in the data dir of member.
+func (l *Lab) corruptWALIn(member, dataDir string) error {
+	files, err := filepath.Glob(filepath.Join(dataDir, "member", "wal", "*.wal"))
 	if err != nil || len(files) == 0 {
-		return fmt.Errorf("node %s: no WAL files under %s", node, n.DataDir)
+		return fmt.Errorf("%s: no WAL files under %s", member, dataDir)
 	}
 	sort.Strings(files)
-	l.log.Info("fault: corrupt wal", zap.String("node", node), zap.String("file", files[len(files)-1]))
+	l.log.Info("fault: corrupt wal", zap.String("member", member), zap.String("file", files[len(files)-1]))
 	return corruptFile(files[len(files)-1], []int64{64, -1})
 }
 

@@ -36,6 +36,9 @@ type Status struct {
 	APIError   string         `json:"apiError,omitempty"`
 	Processes  []int          `json:"processes"`
 	MemberList string         `json:"memberListError,omitempty"`
+	// A management lab's worker Nodes and hosted etcd clusters.
+	Nodes  []NodeStatus          `json:"nodes,omitempty"`
+	Hosted []HostedClusterStatus `json:"hosted,omitempty"`
 }
 
 // Healthy counts the healthy voting members.
@@ -101,6 +104,9 @@ func (l *Lab) Status(ctx context.Context) Status {
 		} else {
 			st.APIReady = true
 		}
+	}
+	if l.Spec.Management != nil && st.APIReady {
+		l.hostedStatus(ctx, &st)
 	}
 	return st
 }

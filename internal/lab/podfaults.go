@@ -1,0 +1,157 @@
+package lab
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+
+	"go.uber.org/zap"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// Faults of a management lab, addressed by pod ("clusters-a/etcd-1") or by
+// API object, as an SRE would cause them with kubectl or a broken disk.
+
+// ParsePodRef splits "namespace/name".
+func ParsePodRef(ref string) (ns, name string, err error) {
+	ns, name, ok := strings.Cut(ref, "/")
+	if !ok || ns == "" || name == "" || strings.Contains(name, "/") {
+		return "", "", fmt.Errorf("pod %q: want namespace/name, e.g. clusters-a/etcd-1", ref)
+	}
+	return ns, name, nil
+}
+
+// DeletePod deletes a pod as `kubectl delete pod` does: with its grace
+// period, or with force at once (the API forgets it even if its node
+// still runs it, the way an SRE unsticks a pod of a dead node).
+func (l *Lab) DeletePod(ctx context.Context, ns, name string, force bool) error {
+	kc, err := l.KubeClient()
+	if err != nil {
+		return err
+	}
+	opts := metav1.DeleteOptions{}
+	if force {
+		opts.GracePeriodSeconds = ptr(int64(0))
+	}
+	l.log.Info("fault: delete pod", zap.String("pod", ns+"/"+name), zap.Bool("force", force))
+	return kc.CoreV1().Pods(ns).Delete(ctx, name, opts)
+}
+
+// DeletePVC deletes a PVC (the PVC protection finalizer keeps it until no
+// pod uses it); its local PV is released and kept (Retain).
+func (l *Lab) DeletePVC(ctx context.Context, ns, name string) error {
+	kc, err := l.KubeClient()
+	if err != nil {
+		return err
+	}
+	l.log.Info("fault: delete pvc", zap.String("pvc", ns+"/"+name))
+	return kc.CoreV1().PersistentVolumeClaims(ns).Delete(ctx, name, metav1.DeleteOptions{})
+}
+
+// Cordon marks a Node unschedulable (or schedulable again).
+func (l *Lab) Cordon(ctx context.Context, node string, unschedulable bool) error {
+	kc, err := l.KubeClient()
+	if err != nil {
+		return err
+	}
+	patch := fmt.Sprintf(`{"spec":{"unschedulable":%t}}`, unschedulable)
+	_, err = kc.CoreV1().Nodes().Patch(ctx, node, types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{})
+	return err
+}
+
+// HostedDataPVC is the PVC of a hosted etcd pod's data volume.
+func HostedDataPVC(pod string) string { return "data-" + pod }
+
+// PodDataDir is the node folder of a hosted etcd pod's data dir: the path
+// of the local PV bound to its PVC, plus the data dir inside the volume.
+func (l *Lab) PodDataDir(ctx context.Context, ns, pod string) (string, error) {
+	kc, err := l.KubeClient()
+	if err != nil {
+		return "", err
+	}
+	pvc, err := kc.CoreV1().PersistentVolumeClaims(ns).Get(ctx, HostedDataPVC(pod), metav1.GetOptions{})
+	if err != nil {
+		return "", err
+	}
+	if pvc.Spec.VolumeName == "" {
+		return "", fmt.Errorf("PVC %s/%s is not bound", ns, pvc.Name)
+	}
+	pv, err := kc.CoreV1().PersistentVolumes().Get(ctx, pvc.Spec.VolumeName, metav1.GetOptions{})
+	if err != nil {
+		return "", err
+	}
+	if pv.Spec.Local == nil {
+		return "", fmt.Errorf("PV %s is not a local PV", pv.Name)
+	}
+	return filepath.Join(pv.Spec.Local.Path, "data"), nil
+}
+
+// WipePodData removes a hosted etcd pod's data dir from its PV while etcd
+// may run (the PV's data lost).
+func (l *Lab) WipePodData(ctx context.Context, ns, pod string) error {
+	dir, err := l.PodDataDir(ctx, ns, pod)
+	if err != nil {
+		return err
+	}
+	l.log.Info("fault: wipe pod data", zap.String("pod", ns+"/"+pod), zap.String("dir", dir))
+	return os.RemoveAll(dir)
+}
+
+// CorruptPodDB and CorruptPodWAL are CorruptDB and CorruptWAL for a pod.
+func (l *Lab) CorruptPodDB(ctx context.Context, ns, pod string) error {
+	dir, err := l.PodDataDir(ctx, ns, pod)
+	if err != nil {
+		return err
+	}
+	return l.corruptDBIn(ns+"/"+pod, dir)
+}
+
+func (l *Lab) CorruptPodWAL(ctx context.Context, ns, pod string) error {
+	dir, err := l.PodDataDir(ctx, ns, pod)
+	if err != nil {
+		return err
+	}
+	return l.corruptWALIn(ns+"/"+pod, dir)
+}
+
+// PodContainerPID is the PID of a running container of an API pod, from the
+// supervisor state of the node the pod is bound to.
+func (l *Lab) PodContainerPID(ctx context.Context, ns, pod, container string) (int, error) {
+	kc, err := l.KubeClient()
+	if err != nil {
+		return 0, err
+	}
+	p, err := kc.CoreV1().Pods(ns).Get(ctx, pod, metav1.GetOptions{})
+	if err != nil {
+		return 0, err
+	}
+	if p.Spec.NodeName == "" {
+		return 0, fmt.Errorf("pod %s/%s is not scheduled", ns, pod)
+	}
+	return l.containerPID(p.Spec.NodeName, ns+"/"+pod, container)
+}
+
+// SignalPod sends sig to a hosted etcd pod's etcd (SIGKILL: its lab kubelet
+// restarts it; SIGSTOP/SIGCONT: a hung member).
+func (l *Lab) SignalPod(ctx context.Context, ns, pod string, sig syscall.Signal) (int, error) {
+	pid, err := l.PodContainerPID(ctx, ns, pod, "etcd")
+	if err != nil {
+		return 0, err
+	}
+	l.log.Info("fault: signal pod", zap.String("pod", ns+"/"+pod), zap.Int("pid", pid), zap.Stringer("signal", sig))
+	return pid, signalOurs(pid, l.Spec.Dir, sig)
+}
+
+// Pod reads an API pod.
+func (l *Lab) Pod(ctx context.Context, ns, pod string) (*corev1.Pod, error) {
+	kc, err := l.KubeClient()
+	if err != nil {
+		return nil, err
+	}
+	return kc.CoreV1().Pods(ns).Get(ctx, pod, metav1.GetOptions{})
+}
