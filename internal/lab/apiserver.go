@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -118,13 +119,26 @@ func startAPIServerWith(binDir, dir string, etcdServers []string, etcdTLS *EtcdT
 	}
 	a := &APIServer{URL: url, Kubeconfig: kubeconfig, Token: token, Dir: dir,
 		LogFile: filepath.Join(dir, "kube-apiserver.log"),
-		Args:    append(apiServerArgs(binDir, dir, ports[0], pki, etcdServers, etcdTLS), x.args...), kubeconfigs: kubeconfigs}
+		Args:    overrideFlags(apiServerArgs(binDir, dir, ports[0], pki, etcdServers, etcdTLS), x.args), kubeconfigs: kubeconfigs}
 	proc, err := startDetached(a.Args, a.LogFile)
 	if err != nil {
 		return nil, nil, err
 	}
 	a.PID = proc.PID
 	return a, proc, nil
+}
+
+// overrideFlags appends extra to args, dropping the args an extra flag
+// replaces (list flags such as --authorization-mode would add up instead).
+func overrideFlags(args, extra []string) []string {
+	name := func(a string) string { n, _, _ := strings.Cut(a, "="); return n }
+	out := []string{}
+	for _, a := range args {
+		if !slices.ContainsFunc(extra, func(e string) bool { return name(e) == name(a) }) {
+			out = append(out, a)
+		}
+	}
+	return append(out, extra...)
 }
 
 func writeKubeconfig(path, server, token string, ca []byte) error {

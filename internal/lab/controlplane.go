@@ -31,7 +31,7 @@ func (l *Lab) startControlPlane(ctx context.Context) error {
 		"--cert-dir=" + filepath.Join(a.Dir, "kcm-certs"),
 		"--leader-elect=false", "--use-service-account-credentials=true",
 		"--service-account-private-key-file=" + filepath.Join(pki, "sa.key"), "--root-ca-file=" + filepath.Join(pki, "ca.crt"),
-		"--controllers=*,-nodeipam,-service-lb-controller,-cloud-node-lifecycle,-route",
+		"--controllers=*,-node-ipam-controller",
 		"--node-monitor-period=2s", "--node-monitor-grace-period=" + nodeMonitorGrace.String(),
 		"--v=1",
 	}

@@ -122,6 +122,9 @@ func (l *Lab) hostedStatefulSet(ns string) *appsv1.StatefulSet {
 				ObjectMeta: metav1.ObjectMeta{Labels: labels},
 				Spec: corev1.PodSpec{
 					TerminationGracePeriodSeconds: ptr(int64(10)),
+					// etcd needs no API access (and the lab kubelet mounts no
+					// projected service-account tokens).
+					AutomountServiceAccountToken: ptr(false),
 					Affinity: &corev1.Affinity{PodAntiAffinity: &corev1.PodAntiAffinity{RequiredDuringSchedulingIgnoredDuringExecution: []corev1.PodAffinityTerm{{
 						LabelSelector: &metav1.LabelSelector{MatchLabels: labels}, TopologyKey: "kubernetes.io/hostname"}}}},
 					Containers: []corev1.Container{{

@@ -127,6 +127,13 @@ func dumpLogs(t *testing.T, l *lab.Lab) {
 	if l.Spec.APIServer != nil {
 		files = append(files, l.Spec.APIServer.LogFile)
 	}
+	if m := l.Spec.Management; m != nil {
+		for _, p := range []*lab.Process{m.ControllerManager, m.Scheduler} {
+			if p != nil {
+				files = append(files, p.LogFile)
+			}
+		}
+	}
 	for _, f := range files {
 		b, err := os.ReadFile(f)
 		if err != nil {

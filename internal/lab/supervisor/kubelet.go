@@ -54,8 +54,13 @@ type kubelet struct {
 	queue  workqueue.TypedRateLimitingInterface[string] // pod keys to sync
 	status workqueue.TypedRateLimitingInterface[string] // pod keys whose status to write
 
-	mu      sync.Mutex
-	running map[string]*apiPod // by namespace/name
+	// runCtx lives as long as the kubelet: pods run under it, not under
+	// the bounded context of the sync that started them.
+	runCtx context.Context
+
+	mu         sync.Mutex
+	running    map[string]*apiPod // by namespace/name
+	conditions map[corev1.NodeConditionType]nodeCondition
 }
 
 func newKubelet(s *Supervisor, cfg KubeletConfig) (*kubelet, error) {
@@ -74,6 +79,7 @@ func newKubelet(s *Supervisor, cfg KubeletConfig) (*kubelet, error) {
 // run registers the Node, then syncs pods until ctx ends. Every API call is
 // bounded; a failing API only delays status, never the running processes.
 func (k *kubelet) run(ctx context.Context) {
+	k.runCtx = ctx
 	go k.heartbeat(ctx)
 	f := informers.NewSharedInformerFactoryWithOptions(k.cfg.Client, 0, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
 		o.FieldSelector = fields.OneTermEqualSelector("spec.nodeName", k.cfg.NodeName).String()
@@ -183,8 +189,8 @@ func (k *kubelet) startPod(ctx context.Context, key string, pod *corev1.Pod) err
 	k.mu.Unlock()
 	k.sup.addAPIPod(key, pr)
 	k.log.Info("lab kubelet: starting pod", zap.String("pod", key), zap.String("podIP", ip))
-	go pr.run(ctx)
-	go k.probe(ctx, key, ap)
+	go pr.run(k.runCtx)
+	go k.probe(k.runCtx, key, ap)
 	k.status.Add(key)
 	return nil
 }

@@ -2,6 +2,7 @@ package supervisor
 
 import (
 	"context"
+	"encoding/json"
 	"time"
 
 	"go.uber.org/zap"
@@ -10,7 +11,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/util/retry"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 )
 
@@ -51,39 +52,54 @@ func (k *kubelet) ensureNode(ctx context.Context) (*corev1.Node, error) {
 	return n, err
 }
 
+// updateNodeStatus patches the Node's status, as the kubelet does: a patch
+// carries only what the kubelet owns, so it never races the taints and
+// conditions the node-lifecycle controller writes (NodeRestriction refuses
+// an update whose stale copy would "modify taints").
 func (k *kubelet) updateNodeStatus(ctx context.Context) error {
-	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		n, err := k.cfg.Client.CoreV1().Nodes().Get(ctx, k.cfg.NodeName, metav1.GetOptions{})
-		if err != nil {
-			return err
-		}
-		now := metav1.Now()
-		capacity := corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("8"), corev1.ResourceMemory: resource.MustParse("32Gi"),
-			corev1.ResourcePods: resource.MustParse("110"), corev1.ResourceEphemeralStorage: resource.MustParse("100Gi")}
-		n.Status.Capacity, n.Status.Allocatable = capacity, capacity
-		n.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: k.cfg.NodeIP}, {Type: corev1.NodeHostName, Address: k.cfg.NodeName}}
-		n.Status.NodeInfo.KubeletVersion = "v0.0.0-lab"
-		n.Status.NodeInfo.OperatingSystem, n.Status.NodeInfo.Architecture = "linux", "amd64"
-		set := func(t corev1.NodeConditionType, s corev1.ConditionStatus, reason string) {
-			for i := range n.Status.Conditions {
-				c := &n.Status.Conditions[i]
-				if c.Type == t {
-					if c.Status != s {
-						c.LastTransitionTime = now
-					}
-					c.Status, c.Reason, c.LastHeartbeatTime = s, reason, now
-					return
-				}
-			}
-			n.Status.Conditions = append(n.Status.Conditions, corev1.NodeCondition{Type: t, Status: s, Reason: reason, LastHeartbeatTime: now, LastTransitionTime: now})
-		}
-		set(corev1.NodeReady, corev1.ConditionTrue, "KubeletReady")
-		set(corev1.NodeMemoryPressure, corev1.ConditionFalse, "KubeletHasSufficientMemory")
-		set(corev1.NodeDiskPressure, corev1.ConditionFalse, "KubeletHasNoDiskPressure")
-		set(corev1.NodePIDPressure, corev1.ConditionFalse, "KubeletHasSufficientPID")
-		_, err = k.cfg.Client.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{})
+	now := metav1.Now()
+	capacity := corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("8"), corev1.ResourceMemory: resource.MustParse("32Gi"),
+		corev1.ResourcePods: resource.MustParse("110"), corev1.ResourceEphemeralStorage: resource.MustParse("100Gi")}
+	cond := func(t corev1.NodeConditionType, s corev1.ConditionStatus, reason string) corev1.NodeCondition {
+		return corev1.NodeCondition{Type: t, Status: s, Reason: reason, LastHeartbeatTime: now, LastTransitionTime: k.transition(t, s, now)}
+	}
+	status := corev1.NodeStatus{
+		Capacity: capacity, Allocatable: capacity,
+		Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: k.cfg.NodeIP}, {Type: corev1.NodeHostName, Address: k.cfg.NodeName}},
+		NodeInfo:  corev1.NodeSystemInfo{KubeletVersion: "v0.0.0-lab", OperatingSystem: "linux", Architecture: "amd64"},
+		Conditions: []corev1.NodeCondition{
+			cond(corev1.NodeReady, corev1.ConditionTrue, "KubeletReady"),
+			cond(corev1.NodeMemoryPressure, corev1.ConditionFalse, "KubeletHasSufficientMemory"),
+			cond(corev1.NodeDiskPressure, corev1.ConditionFalse, "KubeletHasNoDiskPressure"),
+			cond(corev1.NodePIDPressure, corev1.ConditionFalse, "KubeletHasSufficientPID"),
+		},
+	}
+	patch, err := json.Marshal(map[string]any{"status": status})
+	if err != nil {
 		return err
-	})
+	}
+	_, err = k.cfg.Client.CoreV1().Nodes().Patch(ctx, k.cfg.NodeName, types.StrategicMergePatchType, patch, metav1.PatchOptions{}, "status")
+	return err
+}
+
+// transition is when condition t last took status s as this kubelet posted
+// it (a kubelet that restarts starts the clock again, as a real one does).
+func (k *kubelet) transition(t corev1.NodeConditionType, s corev1.ConditionStatus, now metav1.Time) metav1.Time {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.conditions == nil {
+		k.conditions = map[corev1.NodeConditionType]nodeCondition{}
+	}
+	if c, ok := k.conditions[t]; ok && c.status == s {
+		return c.since
+	}
+	k.conditions[t] = nodeCondition{status: s, since: now}
+	return now
+}
+
+type nodeCondition struct {
+	status corev1.ConditionStatus
+	since  metav1.Time
 }
 
 // renewLease renews kube-node-lease/<node>, owned by the Node as the
