@@ -77,6 +77,9 @@ func newLabFaultCmds(open func() (*lab.Lab, error)) []*cobra.Command {
 		}
 		c.Flags().StringVar(&node, "node", "", "the lab node, e.g. node2")
 		if byPod {
+			if v.use == "wipe" {
+				c.Aliases = []string{"wipe-pv"} // a hosted member's PV data lost
+			}
 			c.Flags().StringVar(&pod, "pod", "", "a hosted etcd pod of a management lab instead, e.g. clusters-a/etcd-1")
 			c.MarkFlagsOneRequired("node", "pod")
 			c.MarkFlagsMutuallyExclusive("node", "pod")

@@ -90,24 +90,39 @@ func (n Node) AgentURL() string { return strings.TrimSuffix(n.AgentMetricsURL, "
 
 // waitAgentReady polls the agent's /readyz until it answers 200.
 func waitAgentReady(ctx context.Context, n Node, timeout time.Duration) error {
+	c := &http.Client{Timeout: 2 * time.Second}
+	if err := pollHTTPOK(ctx, c, n.AgentURL()+"/readyz", timeout, nil); err != nil {
+		return fmt.Errorf("agent on %s: %w; see %s", n.Name, err, filepath.Join(n.LogsDir, "etcd-agent-"+n.Name+"_etcd-agent.log"))
+	}
+	return nil
+}
+
+// pollHTTPOK GETs url every 200 ms until it answers 200 or timeout passes;
+// gone, if set, ends the wait early with its error (a process that exited).
+func pollHTTPOK(ctx context.Context, c *http.Client, url string, timeout time.Duration, gone func() error) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	c := &http.Client{Timeout: 2 * time.Second}
+	defer c.CloseIdleConnections()
 	var last error
 	for {
-		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, n.AgentURL()+"/readyz", nil)
+		if gone != nil {
+			if err := gone(); err != nil {
+				return err
+			}
+		}
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 		resp, err := c.Do(req)
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
 				return nil
 			}
-			err = fmt.Errorf("/readyz: %s", resp.Status)
+			err = fmt.Errorf("%s: %s", url, resp.Status)
 		}
 		last = err
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("agent on %s not ready after %s: %v; see %s", n.Name, timeout, last, filepath.Join(n.LogsDir, "etcd-agent-"+n.Name+"_etcd-agent.log"))
+			return fmt.Errorf("not ready after %s: %v", timeout, last)
 		case <-time.After(200 * time.Millisecond):
 		}
 	}

@@ -69,30 +69,15 @@ func (l *Lab) startControlPlane(ctx context.Context) error {
 // waitHealthz polls https://127.0.0.1:port/healthz (self-signed serving
 // cert, anonymous: /healthz is always allowed) until it answers 200.
 func waitHealthz(ctx context.Context, proc *process, port int, logFile string, timeout time.Duration) error {
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
 	c := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}} // #nosec G402: a lab process's self-signed cert on loopback
-	defer c.CloseIdleConnections()
-	url := fmt.Sprintf("https://127.0.0.1:%d/healthz", port)
-	var last error
-	for {
+	err := pollHTTPOK(ctx, c, fmt.Sprintf("https://127.0.0.1:%d/healthz", port), timeout, func() error {
 		if exited(proc) {
-			return fmt.Errorf("%s exited; see %s:\n%s", filepath.Base(logFile), logFile, tail(logFile, 15))
+			return fmt.Errorf("pid %d exited:\n%s", proc.PID, tail(logFile, 15))
 		}
-		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-		resp, err := c.Do(req)
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return nil
-			}
-			err = fmt.Errorf("%s", resp.Status)
-		}
-		last = err
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("%s not healthy after %s: %v; see %s", url, timeout, last, logFile)
-		case <-time.After(250 * time.Millisecond):
-		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("%w; see %s", err, logFile)
 	}
+	return nil
 }

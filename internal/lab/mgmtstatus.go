@@ -3,7 +3,6 @@ package lab
 import (
 	"context"
 	"fmt"
-	"sort"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -81,25 +80,7 @@ func (l *Lab) hostedMembers(ctx context.Context, ns string, hs *HostedClusterSta
 		return
 	}
 	defer c.Close()
-	lctx, cancel := context.WithTimeout(ctx, 3*time.Second)
-	resp, err := c.MemberList(lctx)
-	cancel()
-	if err != nil {
+	if hs.Members, err = probeMembers(ctx, c, nil, nil); err != nil {
 		hs.MemberList = err.Error()
-		return
 	}
-	for _, m := range resp.Members {
-		ms := MemberStatus{Name: m.Name, ID: fmt.Sprintf("%x", m.ID), Learner: m.IsLearner}
-		if len(m.PeerURLs) > 0 {
-			ms.PeerURL = m.PeerURLs[0]
-		}
-		if len(m.ClientURLs) > 0 {
-			ms.ClientURL = m.ClientURLs[0]
-			probeMember(ctx, &ms, nil)
-		} else {
-			ms.Error = "not started (no client URL yet)"
-		}
-		hs.Members = append(hs.Members, ms)
-	}
-	sort.Slice(hs.Members, func(i, j int) bool { return hs.Members[i].Name < hs.Members[j].Name })
 }

@@ -66,13 +66,6 @@ func (l *Lab) Status(ctx context.Context) Status {
 		return st
 	}
 	defer cli.Close()
-	lctx, cancel := context.WithTimeout(ctx, 3*time.Second)
-	resp, err := cli.MemberList(lctx)
-	cancel()
-	if err != nil {
-		st.MemberList = err.Error()
-		return st
-	}
 	tlsCfg, _ := l.EtcdTLSConfig() // EtcdClient above built it already
 	nodeByPeer := map[string]string{}
 	for _, n := range l.Spec.Nodes {
@@ -80,6 +73,38 @@ func (l *Lab) Status(ctx context.Context) Status {
 			nodeByPeer[n.PeerURL] = n.Name
 		}
 	}
+	if st.Members, err = probeMembers(ctx, cli, tlsCfg, nodeByPeer); err != nil {
+		st.MemberList = err.Error()
+		return st
+	}
+	for _, m := range st.Members {
+		if m.Leader {
+			st.LeaderID = m.ID
+		}
+	}
+	if a := l.Spec.APIServer; a != nil {
+		if err := apiReady(ctx, a); err != nil {
+			st.APIError = err.Error()
+		} else {
+			st.APIReady = true
+		}
+	}
+	if l.Spec.Management != nil && st.APIReady {
+		l.hostedStatus(ctx, &st)
+	}
+	return st
+}
+
+// probeMembers lists the cluster's members through cli and probes each one
+// (nodeByPeer names the node behind a peer URL, when known), by name.
+func probeMembers(ctx context.Context, cli *clientv3.Client, tlsCfg *tls.Config, nodeByPeer map[string]string) ([]MemberStatus, error) {
+	lctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	resp, err := cli.MemberList(lctx)
+	cancel()
+	if err != nil {
+		return nil, err
+	}
+	var out []MemberStatus
 	for _, m := range resp.Members {
 		ms := MemberStatus{Name: m.Name, ID: fmt.Sprintf("%x", m.ID), Learner: m.IsLearner}
 		if len(m.PeerURLs) > 0 {
@@ -92,23 +117,10 @@ func (l *Lab) Status(ctx context.Context) Status {
 		} else {
 			ms.Error = "not started (no client URL yet)"
 		}
-		if ms.Leader {
-			st.LeaderID = ms.ID
-		}
-		st.Members = append(st.Members, ms)
+		out = append(out, ms)
 	}
-	sort.Slice(st.Members, func(i, j int) bool { return st.Members[i].Name < st.Members[j].Name })
-	if a := l.Spec.APIServer; a != nil {
-		if err := apiReady(ctx, a); err != nil {
-			st.APIError = err.Error()
-		} else {
-			st.APIReady = true
-		}
-	}
-	if l.Spec.Management != nil && st.APIReady {
-		l.hostedStatus(ctx, &st)
-	}
-	return st
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out, nil
 }
 
 // probeMember fills ms from the member's own Status and a linearizable read
