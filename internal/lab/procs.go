@@ -149,7 +149,7 @@ func waitGone(pid int, marker string, d time.Duration) bool {
 	}) == nil
 }
 
-// labProcesses lists live etcd, kube-apiserver and etcd-agent processes whose
+// labProcesses lists live etcd, Kubernetes and etcd-agent processes whose
 // command line mentions dir: what a `lab down` must leave none of.
 func labProcesses(dir string) []int {
 	entries, _ := os.ReadDir("/proc")
@@ -165,7 +165,7 @@ func labProcesses(dir string) []int {
 			continue
 		}
 		switch filepath.Base(strings.TrimSuffix(exe, " (deleted)")) {
-		case "etcd", "kube-apiserver", "etcd-agent":
+		case "etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "etcd-agent":
 			if procAlive(pid, dir+"/") {
 				out = append(out, pid)
 			}

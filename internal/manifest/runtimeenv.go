@@ -48,6 +48,9 @@ type ContainerEnv struct {
 // resource references are refused: the lab runs no such pods, and an agent
 // must not guess an identity from them.
 func RuntimeEnv(c corev1.Container, fields PodFields) (ContainerEnv, error) {
+	if len(c.EnvFrom) > 0 {
+		return ContainerEnv{}, fmt.Errorf("envFrom (ConfigMaps, Secrets) is not supported")
+	}
 	e, err := resolveEnvFrom(c.Env, func(v corev1.EnvVar) (string, error) {
 		if v.ValueFrom.FieldRef == nil {
 			return "", fmt.Errorf("env %s: only valueFrom.fieldRef is supported", v.Name)

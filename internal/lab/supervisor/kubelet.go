@@ -89,6 +89,10 @@ func (k *kubelet) run(ctx context.Context) {
 	enqueue := func(obj any) {
 		if key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj); err == nil {
 			k.queue.Add(key)
+			// Someone else may have written the status (the node-lifecycle
+			// controller marks pods not Ready): put ours back, as the
+			// kubelet's status manager does (equal statuses are not written).
+			k.status.Add(key)
 		}
 	}
 	_, _ = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: enqueue, UpdateFunc: func(_, o any) { enqueue(o) }, DeleteFunc: enqueue})
@@ -142,19 +146,29 @@ func (k *kubelet) syncPod(ctx context.Context, key string) error {
 	if exists {
 		pod = obj.(*corev1.Pod)
 	}
-	if cur != nil && (pod == nil || pod.UID != cur.uid) && !cur.terminating {
+	terminating := cur != nil && k.isTerminating(cur)
+	if cur != nil && (pod == nil || pod.UID != cur.uid) {
+		// Force-deleted (or replaced): stop at once, or sooner than planned.
 		k.log.Info("lab kubelet: pod gone from the API; killing its containers", zap.String("pod", key))
-		k.stopPod(key, cur, 0)
+		if terminating {
+			cur.runner.stopWithin(minGrace) // the stop under way waits, then forgets it
+			return nil
+		}
+		k.stopPod(key, cur, minGrace)
 		cur = nil
 	}
-	if pod == nil || cur != nil && cur.terminating {
+	if pod == nil {
+		return nil
+	}
+	grace := max(time.Duration(ptr.Deref(pod.DeletionGracePeriodSeconds, 30))*time.Second, minGrace)
+	if terminating {
+		cur.runner.stopWithin(grace) // a second delete may shorten the grace
 		return nil
 	}
 	if pod.DeletionTimestamp != nil {
 		if cur == nil {
 			return k.finishDeletion(ctx, pod)
 		}
-		grace := time.Duration(ptr.Deref(pod.DeletionGracePeriodSeconds, 30)) * time.Second
 		k.log.Info("lab kubelet: pod deleted; stopping its containers", zap.String("pod", key), zap.Duration("grace", grace))
 		k.mu.Lock()
 		cur.terminating = true
@@ -189,10 +203,20 @@ func (k *kubelet) startPod(ctx context.Context, key string, pod *corev1.Pod) err
 	k.mu.Unlock()
 	k.sup.addAPIPod(key, pr)
 	k.log.Info("lab kubelet: starting pod", zap.String("pod", key), zap.String("podIP", ip))
-	go pr.run(k.runCtx)
+	pr.start(k.runCtx)
 	go k.probe(k.runCtx, key, ap)
 	k.status.Add(key)
 	return nil
+}
+
+// minGrace is the least time a deleted pod's containers get between SIGTERM
+// and SIGKILL, force-deleted ones too (the kubelet's minimum).
+const minGrace = 2 * time.Second
+
+func (k *kubelet) isTerminating(ap *apiPod) bool {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return ap.terminating
 }
 
 // stopPod stops a pod's containers within grace and forgets it.
@@ -220,7 +244,8 @@ func (k *kubelet) finishDeletion(ctx context.Context, pod *corev1.Pod) error {
 	return err
 }
 
-// stopAll stops every API pod (the supervisor is stopping).
+// stopAll stops every API pod (the supervisor is stopping), each within
+// its own grace but no longer than the supervisor's stop timeout.
 func (k *kubelet) stopAll() {
 	k.mu.Lock()
 	pods := k.running
@@ -229,7 +254,7 @@ func (k *kubelet) stopAll() {
 	var wg sync.WaitGroup
 	for key, ap := range pods {
 		wg.Add(1)
-		go func() { defer wg.Done(); k.stopPod(key, ap, -1) }()
+		go func() { defer wg.Done(); k.stopPod(key, ap, k.sup.cfg.StopTimeout) }()
 	}
 	wg.Wait()
 }

@@ -51,6 +51,9 @@ type launchSpec struct {
 	argv []string
 	env  []string
 	dir  string
+	// ownEnv: the process gets env (and PATH) only, not the supervisor's
+	// environment, as a container gets only its own.
+	ownEnv bool
 }
 
 // staticLaunch runs a static pod's container as its manifest says: plain
@@ -98,13 +101,20 @@ func (pr *podRunner) update(name string, f func(*ContainerState)) {
 	}
 }
 
-// run starts the pod: init containers in order (each retried with backoff
-// until it succeeds), then every container, each restarted when it exits.
-func (pr *podRunner) run(parent context.Context) {
+// start runs the pod in the background. Its cancel is set before start
+// returns, so a stop that follows at once waits for the processes instead
+// of finding nothing to cancel and leaving them to start untracked.
+func (pr *podRunner) start(parent context.Context) {
 	ctx, cancel := context.WithCancel(parent)
 	pr.mu.Lock()
 	pr.cancel = cancel
 	pr.mu.Unlock()
+	go pr.run(ctx)
+}
+
+// run runs the pod: init containers in order (each retried with backoff
+// until it succeeds), then every container, each restarted when it exits.
+func (pr *podRunner) run(ctx context.Context) {
 	defer close(pr.done)
 	for _, c := range pr.pod.Spec.InitContainers {
 		backoff := backoffInitial
@@ -152,10 +162,11 @@ func (pr *podRunner) run(parent context.Context) {
 func (pr *podRunner) stop() { pr.stopWithin(-1) }
 
 // stopWithin is stop with grace between SIGTERM and SIGKILL (a deleted
-// pod's grace period; negative: the pod's own).
+// pod's grace period; negative: the pod's own). A grace only ever shrinks,
+// as on a kubelet, also while the stop is under way.
 func (pr *podRunner) stopWithin(grace time.Duration) {
 	pr.mu.Lock()
-	if grace >= 0 {
+	if grace >= 0 && grace < pr.grace {
 		pr.grace = grace
 	}
 	cancel := pr.cancel
@@ -189,6 +200,9 @@ func (pr *podRunner) runOnce(ctx context.Context, c corev1.Container, init bool)
 	cmd.Dir = ls.dir
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.Env = append(os.Environ(), ls.env...)
+	if ls.ownEnv {
+		cmd.Env = append([]string{"PATH=" + os.Getenv("PATH")}, ls.env...)
+	}
 	// Pdeathsig: a supervisor that dies (a "lost node") takes its containers with it.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
@@ -208,25 +222,56 @@ func (pr *podRunner) runOnce(ctx context.Context, c corev1.Container, init bool)
 	case werr = <-waitErr:
 	case <-ctx.Done():
 		_ = syscall.Kill(pid, syscall.SIGTERM)
-		pr.mu.Lock()
-		grace := pr.grace
-		pr.mu.Unlock()
-		select {
-		case werr = <-waitErr:
-		case <-time.After(grace):
+		werr = pr.waitGrace(waitErr, time.Now(), func() {
 			log.Warn("container ignored SIGTERM; killing", zap.Int("pid", pid))
 			_ = syscall.Kill(-pid, syscall.SIGKILL)
-			werr = <-waitErr
-		}
+		})
 	}
-	exit := "exit 0"
+	// Whatever the container left behind in its process group goes with it.
+	_ = syscall.Kill(-pid, syscall.SIGKILL)
+	exit, code := "exit 0", 0
 	if werr != nil {
-		exit = werr.Error()
+		exit, code = werr.Error(), exitCode(cmd.ProcessState)
 	}
 	log.Info("container exited", zap.Int("pid", pid), zap.String("exit", exit))
 	fmt.Fprintf(logf, "supervisor: container exited: %s\n", exit)
-	pr.update(c.Name, func(s *ContainerState) { s.State, s.LastExit, s.PID, s.Ready = "exited", exit, 0, false })
+	pr.update(c.Name, func(s *ContainerState) {
+		s.State, s.LastExit, s.ExitCode, s.PID, s.Ready = "exited", exit, code, 0, false
+	})
 	return werr
+}
+
+// waitGrace waits for the process to exit until termAt plus the pod's
+// grace, re-read as it waits (a later delete may shorten it), then kills.
+func (pr *podRunner) waitGrace(waitErr <-chan error, termAt time.Time, kill func()) error {
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case err := <-waitErr:
+			return err
+		case <-tick.C:
+			pr.mu.Lock()
+			grace := pr.grace
+			pr.mu.Unlock()
+			if time.Since(termAt) >= grace {
+				kill()
+				return <-waitErr
+			}
+		}
+	}
+}
+
+// exitCode is the code a container runtime reports: the exit status, or
+// 128 plus the signal that killed the process.
+func exitCode(ps *os.ProcessState) int {
+	if ps == nil {
+		return -1
+	}
+	if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		return 128 + int(ws.Signal())
+	}
+	return ps.ExitCode()
 }
 
 func sleepCtx(ctx context.Context, d time.Duration) bool {

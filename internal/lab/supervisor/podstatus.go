@@ -19,8 +19,9 @@ import (
 func (k *kubelet) writeStatus(ctx context.Context, key string) error {
 	k.mu.Lock()
 	ap := k.running[key]
+	terminating := ap != nil && ap.terminating
 	k.mu.Unlock()
-	if ap == nil || ap.terminating {
+	if ap == nil || terminating {
 		return nil
 	}
 	ns, name, err := splitKey(key)
@@ -78,16 +79,18 @@ func podStatus(pod *corev1.Pod, snap PodState, ap *apiPod, hostIP string) corev1
 		}
 		st.InitContainerStatuses = append(st.InitContainerStatuses, cs)
 	}
-	ready, running := initialized, false
+	ready, started := initialized, false
 	for _, c := range pod.Spec.Containers {
 		s := snap.Containers[c.Name]
 		cs := containerStatus(c, s)
 		cs.Ready = s.State == "running" && (c.ReadinessProbe == nil || s.Ready)
 		ready = ready && cs.Ready
-		running = running || s.State == "running"
+		// A container that ran and waits for its restart keeps the pod
+		// Running (restartPolicy Always, the only one the lab kubelet runs).
+		started = started || s.State == "running" || s.Restarts > 0 || s.State == "exited"
 		st.ContainerStatuses = append(st.ContainerStatuses, cs)
 	}
-	if initialized && running {
+	if initialized && started {
 		st.Phase = corev1.PodRunning
 	}
 	cond := func(t corev1.PodConditionType, ok bool) {
@@ -103,10 +106,18 @@ func podStatus(pod *corev1.Pod, snap PodState, ap *apiPod, hostIP string) corev1
 		}
 		st.Conditions = append(st.Conditions, c)
 	}
-	cond(corev1.PodScheduled, true)
 	cond(corev1.PodInitialized, initialized)
 	cond(corev1.ContainersReady, ready)
 	cond(corev1.PodReady, ready)
+	// Conditions the kubelet does not own (PodScheduled, DisruptionTarget,
+	// readiness gates) stay as their writers left them.
+	for _, o := range old.Conditions {
+		switch o.Type {
+		case corev1.PodInitialized, corev1.ContainersReady, corev1.PodReady:
+		default:
+			st.Conditions = append(st.Conditions, o)
+		}
+	}
 	return st
 }
 
@@ -120,13 +131,19 @@ func containerStatus(c corev1.Container, s ContainerState) corev1.ContainerStatu
 		cs.Started = ptrTo(true)
 		cs.State.Running = &corev1.ContainerStateRunning{StartedAt: metav1.Time{Time: s.StartedAt.Truncate(time.Second)}}
 	case "exited":
-		code := int32(1)
-		if s.LastExit == "exit 0" {
-			code = 0
-		}
 		cs.Started = ptrTo(false)
-		cs.State.Terminated = &corev1.ContainerStateTerminated{ExitCode: code, Reason: "Exited", Message: s.LastExit,
+		term := &corev1.ContainerStateTerminated{ExitCode: int32(s.ExitCode), Reason: "Error", Message: s.LastExit,
 			StartedAt: metav1.Time{Time: s.StartedAt.Truncate(time.Second)}}
+		if s.ExitCode == 0 {
+			term.Reason = "Completed"
+		}
+		if s.Init && s.ExitCode == 0 {
+			cs.State.Terminated = term // an init container that is done
+			break
+		}
+		// Exited and waiting for its restart, as a kubelet shows it.
+		cs.State.Waiting = &corev1.ContainerStateWaiting{Reason: "CrashLoopBackOff", Message: s.LastExit}
+		cs.LastTerminationState.Terminated = term
 	default:
 		cs.Started = ptrTo(false)
 		cs.State.Waiting = &corev1.ContainerStateWaiting{Reason: "ContainerCreating"}

@@ -29,6 +29,7 @@ func (k *kubelet) probe(ctx context.Context, key string, ap *apiPod) {
 			timeout := time.Duration(max(p.TimeoutSeconds, 1)) * time.Second
 			okNeed, failNeed := max(p.SuccessThreshold, 1), max(p.FailureThreshold, 1)
 			var oks, fails int32
+			var probedPID int
 			pctx, cancel := context.WithCancel(ctx)
 			defer cancel()
 			go func() { <-ap.runner.done; cancel() }()
@@ -41,6 +42,9 @@ func (k *kubelet) probe(ctx context.Context, key string, ap *apiPod) {
 					oks, fails = 0, 0
 					return
 				}
+				if st.PID != probedPID { // a restarted process starts unready
+					oks, fails, probedPID = 0, 0, st.PID
+				}
 				err := runProbe(ctx, p.ProbeHandler, ap.ip, c, timeout)
 				if err == nil {
 					oks, fails = oks+1, 0
@@ -49,7 +53,8 @@ func (k *kubelet) probe(ctx context.Context, key string, ap *apiPod) {
 				}
 				switch {
 				case !st.Ready && oks >= okNeed:
-					ap.runner.update(c.Name, func(s *ContainerState) { s.Ready = s.State == "running" })
+					// Only the process that was probed becomes ready.
+					ap.runner.update(c.Name, func(s *ContainerState) { s.Ready = s.State == "running" && s.PID == st.PID })
 				case st.Ready && fails >= failNeed:
 					k.log.Info("lab kubelet: readiness probe failed", zap.String("pod", key), zap.String("container", c.Name), zap.Error(err))
 					ap.runner.update(c.Name, func(s *ContainerState) { s.Ready = false })

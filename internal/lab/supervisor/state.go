@@ -15,6 +15,7 @@ type ContainerState struct {
 	Restarts  int       `json:"restarts"`
 	StartedAt time.Time `json:"startedAt,omitzero"`
 	LastExit  string    `json:"lastExit,omitempty"`
+	ExitCode  int       `json:"exitCode,omitempty"` // of the last exit: status, or 128+signal
 	Init      bool      `json:"init,omitempty"`
 	// Ready: the readiness probe passes (API pods with a probe only).
 	Ready bool `json:"ready,omitempty"`

@@ -180,7 +180,7 @@ func (s *Supervisor) sync(ctx context.Context) {
 		s.cfg.Log.Info("starting static pod", zap.String("manifest", name), zap.String("pod", m.pod.Name))
 		pr := newPodRunner(s, name, m.hash, m.pod)
 		s.pods[name] = pr
-		go pr.run(ctx)
+		pr.start(ctx)
 	}
 	s.mu.Unlock()
 	s.writeState()

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/etcd-agent/etcd-agent/internal/manifest"
@@ -70,6 +71,9 @@ func (k *kubelet) localPVPath(ctx context.Context, ns, claim string) (string, er
 	if err != nil {
 		return "", err
 	}
+	if !pvOnNode(pv, k.cfg.NodeName) {
+		return "", fmt.Errorf("PV %s is not on node %s (its node affinity says so)", pv.Name, k.cfg.NodeName)
+	}
 	var p string
 	switch {
 	case pv.Spec.Local != nil:
@@ -83,6 +87,28 @@ func (k *kubelet) localPVPath(ctx context.Context, ns, claim string) (string, er
 		return "", fmt.Errorf("PV %s: its path %s is not a folder on node %s", pv.Name, p, k.cfg.NodeName)
 	}
 	return p, nil
+}
+
+// pvOnNode reports whether the PV's node affinity admits the node by its
+// hostname label (all lab nodes share one filesystem, so a folder that
+// exists proves nothing). A PV without node affinity is anywhere.
+func pvOnNode(pv *corev1.PersistentVolume, node string) bool {
+	a := pv.Spec.NodeAffinity
+	if a == nil || a.Required == nil {
+		return true
+	}
+	for _, term := range a.Required.NodeSelectorTerms {
+		ok := len(term.MatchExpressions) > 0
+		for _, e := range term.MatchExpressions {
+			if e.Key != "kubernetes.io/hostname" || e.Operator != corev1.NodeSelectorOpIn || !slices.Contains(e.Values, node) {
+				ok = false
+			}
+		}
+		if ok {
+			return true
+		}
+	}
+	return false
 }
 
 // apiLaunch runs an API pod's container: its env resolved with the pod's
@@ -105,7 +131,7 @@ func apiLaunch(c corev1.Container, fields manifest.PodFields, volumeDirs map[str
 		}
 		mounts = append(mounts, manifest.HostMount{ContainerPath: filepath.Clean(vm.MountPath), HostPath: filepath.Join(d, vm.SubPath)})
 	}
-	ls := launchSpec{dir: translateArg(mounts, c.WorkingDir)}
+	ls := launchSpec{dir: translateArg(mounts, c.WorkingDir), ownEnv: true}
 	for _, a := range env.Argv(c) {
 		ls.argv = append(ls.argv, translateArg(mounts, a))
 	}
