@@ -161,6 +161,7 @@ type fakeRuntime struct {
 	stopHangs     bool
 	hanging       atomic.Bool // Stop waits now
 	stopErr       error
+	onStart       func() // runs inside Start (e.g. a start that takes long)
 }
 
 func (f *fakeRuntime) Stop(ctx context.Context) error {
@@ -173,9 +174,15 @@ func (f *fakeRuntime) Stop(ctx context.Context) error {
 	}
 	return f.stopErr
 }
-func (f *fakeRuntime) Start(context.Context, string) error { f.starts++; return nil }
-func (f *fakeRuntime) Stopped() (bool, error)              { return f.stops > f.starts, nil }
-func (f *fakeRuntime) Describe() string                    { return "fake" }
+func (f *fakeRuntime) Start(context.Context, string) error {
+	f.starts++
+	if f.onStart != nil {
+		f.onStart()
+	}
+	return nil
+}
+func (f *fakeRuntime) Stopped() (bool, error) { return f.stops > f.starts, nil }
+func (f *fakeRuntime) Describe() string       { return "fake" }
 
 // fakeCluster answers every call; hash is what HashKV says for every member.
 type fakeCluster struct {

@@ -200,8 +200,7 @@ func (h *Healer) step(ctx context.Context, res memberstate.Result, req *plan.Req
 		if err := h.timed(j, journal.PhasePrepared, func() error { return h.prepareDataDir(ctx, res, j) }); err != nil {
 			return err
 		}
-		j.LearnerProgressAt = h.now().UTC()
-		return h.timed(j, journal.PhaseMemberStarted, func() error { return h.startMember(ctx, res, j) })
+		return h.timed(j, journal.PhaseMemberStarted, func() error { return h.startLearner(ctx, res, j) })
 	case plan.AdoptLearner:
 		j.NewMemberID = journal.MemberID(d.MemberID)
 		h.log.Info("adopting the learner an earlier add created", zap.String("id", fmtID(d.MemberID)))
@@ -209,8 +208,7 @@ func (h *Healer) step(ctx context.Context, res memberstate.Result, req *plan.Req
 	case plan.PrepareDataDir:
 		return h.timed(j, journal.PhasePrepared, func() error { return h.prepareDataDir(ctx, res, j) })
 	case plan.StartMember:
-		j.LearnerProgressAt = now
-		return h.timed(j, journal.PhaseMemberStarted, func() error { return h.startMember(ctx, res, j) })
+		return h.timed(j, journal.PhaseMemberStarted, func() error { return h.startLearner(ctx, res, j) })
 	case plan.WaitCatchUp:
 		h.trackLearner(j, res, now)
 		return journal.Save(h.cfg.StateDir, *j)

@@ -393,6 +393,17 @@ func (h *Healer) startMember(ctx context.Context, res memberstate.Result, j *jou
 	return nil
 }
 
+// startLearner starts the member and then starts the learner-stall clock:
+// the stall timeout measures a running learner that makes no progress, not
+// how long its start took (the journal saved with the phase carries it).
+func (h *Healer) startLearner(ctx context.Context, res memberstate.Result, j *journal.Record) error {
+	if err := h.startMember(ctx, res, j); err != nil {
+		return err
+	}
+	j.LearnerProgressAt = h.now().UTC()
+	return nil
+}
+
 // initialCluster is --initial-cluster for a start: the current members
 // plus self (under our name and the journal's peer URLs).
 func (h *Healer) initialCluster(o observation.Observation, j *journal.Record) string {
