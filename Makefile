@@ -11,7 +11,7 @@ E2E_TIMEOUT ?= 45m
 
 all: build
 
-## tools: build etcd (3.6), etcd-3.7, etcdctl, etcdutl, kube-apiserver, promtool into bin/ (once per machine)
+## tools: build etcd (3.6), etcd-3.7, etcdctl, etcdutl, kube-apiserver, kube-controller-manager, kube-scheduler, promtool into bin/ (once per machine)
 tools:
 	@hack/tools/build.sh
 
