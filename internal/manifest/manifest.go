@@ -184,9 +184,9 @@ func memberOf(c corev1.Container, mounts []HostMount) (Member, error) {
 	m := Member{
 		Name:                get("name"),
 		DataDir:             get("data-dir"),
-		ClientURLs:          splitURLs(get("advertise-client-urls")),
-		PeerURLs:            splitURLs(get("initial-advertise-peer-urls")),
-		ListenClientURLs:    splitURLs(get("listen-client-urls")),
+		ClientURLs:          SplitURLs(get("advertise-client-urls")),
+		PeerURLs:            SplitURLs(get("initial-advertise-peer-urls")),
+		ListenClientURLs:    SplitURLs(get("listen-client-urls")),
 		InitialCluster:      get("initial-cluster"),
 		InitialClusterState: get("initial-cluster-state"),
 		InitialClusterToken: get("initial-cluster-token"),
@@ -297,8 +297,8 @@ func hostMounts(pod *corev1.Pod, c corev1.Container) []HostMount {
 	return mounts
 }
 
-// splitURLs splits etcd's comma-separated URL lists.
-func splitURLs(s string) []string {
+// SplitURLs splits etcd's comma-separated URL lists.
+func SplitURLs(s string) []string {
 	var urls []string
 	for _, u := range strings.Split(s, ",") {
 		if u = strings.TrimSpace(u); u != "" {

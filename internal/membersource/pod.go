@@ -1,0 +1,192 @@
+// Package membersource finds the etcd members an agent serves on its node:
+// the static-pod manifest (one member), or every etcd pod bound to the node
+// that matches a selector (management nodes: many members of many
+// clusters, DESIGN.md §11). A static-pod manifest is a Pod, so one parser
+// (package manifest) reads both; this package adds what only an API pod
+// needs: the downward API, and volumes resolved through PVC → PV → host
+// path.
+package membersource
+
+import (
+	"errors"
+	"fmt"
+	"path"
+	"path/filepath"
+	"slices"
+
+	"github.com/etcd-agent/etcd-agent/internal/manifest"
+	"github.com/etcd-agent/etcd-agent/internal/watchdog"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// ClusterLabel names a member pod's etcd cluster when its controller does
+// not (default: "<namespace>/<owning StatefulSet>").
+const ClusterLabel = "etcd-agent.io/cluster"
+
+// DefaultKubeletPodsDir is where the kubelet mounts pods' volumes; a CSI
+// volume's files are under <pods dir>/<pod UID>/volumes/kubernetes.io~csi/<PV>/mount.
+const DefaultKubeletPodsDir = "/var/lib/kubelet/pods"
+
+// ErrNotReady: the pod cannot be read as a member yet (no IP yet, its PVC
+// not bound yet); asking again later may succeed.
+var ErrNotReady = errors.New("member pod not ready to be read")
+
+// Volumes looks up the objects behind a pod's PVC volumes.
+type Volumes interface {
+	PVC(namespace, name string) (*corev1.PersistentVolumeClaim, error)
+	PV(name string) (*corev1.PersistentVolume, error)
+}
+
+// PodMember is one etcd member pod on this node, as the agent serves it.
+type PodMember struct {
+	// Key is "<namespace>/<pod name>": unique on a node, stable across the
+	// pod's re-creations (a StatefulSet member keeps its name).
+	Key       string
+	Namespace string
+	Name      string
+	UID       types.UID
+	// Cluster names the member's etcd cluster: the ClusterLabel, else
+	// "<namespace>/<owning controller>".
+	Cluster  string
+	Identity watchdog.Identity // DataDir is the host path
+	// Endpoints are the gate's --endpoints: the other members' client URLs.
+	Endpoints []string
+	// GateWrapped: etcd runs through the start gate; GateStateDir is the
+	// host path of the gate's --state-dir ("" when not wrapped or unset).
+	GateWrapped  bool
+	GateStateDir string
+	// PVC and PV hold the data dir ("" for a hostPath volume).
+	PVC, PV string
+}
+
+// FromPod reads pod as a member. kubeletPodsDir "" is DefaultKubeletPodsDir.
+func FromPod(pod *corev1.Pod, vols Volumes, kubeletPodsDir string) (PodMember, error) {
+	pm := PodMember{Key: pod.Namespace + "/" + pod.Name, Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID, Cluster: ClusterOf(pod)}
+	if pod.Status.PodIP == "" {
+		return pm, fmt.Errorf("%w: pod %s has no IP yet", ErrNotReady, pm.Key)
+	}
+	fields := manifest.PodFields{Name: pod.Name, Namespace: pod.Namespace, UID: string(pod.UID), NodeName: pod.Spec.NodeName,
+		ServiceAccount: pod.Spec.ServiceAccountName, PodIP: pod.Status.PodIP, HostIP: pod.Status.HostIP}
+	m, c, argv, err := manifest.MemberOfPod(pod, fields)
+	if err != nil {
+		return pm, err
+	}
+	if len(m.PeerURLs) == 0 || len(m.ClientURLs) == 0 {
+		return pm, fmt.Errorf("pod %s: etcd sets no --initial-advertise-peer-urls or --advertise-client-urls", pm.Key)
+	}
+	r := resolver{pod: pod, c: c, vols: vols, podsDir: kubeletPodsDir}
+	if r.podsDir == "" {
+		r.podsDir = DefaultKubeletPodsDir
+	}
+	dataDir, vol, err := r.hostPath(m.DataDir)
+	if err != nil {
+		return pm, fmt.Errorf("pod %s: the data dir %s: %w", pm.Key, m.DataDir, err)
+	}
+	pm.PVC, pm.PV = vol.pvc, vol.pv
+	pm.Identity = watchdog.Identity{Name: m.Name, DataDir: dataDir, ClientURL: m.ClientURLs[0], PeerURLs: m.PeerURLs}
+	pm.GateWrapped = m.GateWrapped
+	if eps, ok := manifest.GateFlag(argv, "endpoints"); ok {
+		pm.Endpoints = manifest.SplitURLs(eps)
+	}
+	if sd, ok := manifest.GateFlag(argv, "state-dir"); ok {
+		host, vol, err := r.hostPath(sd)
+		if err != nil {
+			return pm, fmt.Errorf("pod %s: the start gate's --state-dir %s: %w", pm.Key, sd, err)
+		}
+		if vol.pvc != "" {
+			return pm, fmt.Errorf("pod %s: the start gate's --state-dir %s is on PVC %s: it must be the node's (a hostPath), or it is lost with the data", pm.Key, sd, vol.pvc)
+		}
+		pm.GateStateDir = host
+	}
+	return pm, nil
+}
+
+// ClusterOf names the etcd cluster of a member pod.
+func ClusterOf(pod *corev1.Pod) string {
+	if c := pod.Labels[ClusterLabel]; c != "" {
+		return c
+	}
+	if o := metav1.GetControllerOf(pod); o != nil {
+		return pod.Namespace + "/" + o.Name
+	}
+	return pod.Namespace + "/" + pod.Name
+}
+
+type resolver struct {
+	pod     *corev1.Pod
+	c       corev1.Container
+	vols    Volumes
+	podsDir string
+}
+
+type volumeRef struct{ pvc, pv string }
+
+// hostPath maps a path inside the etcd container to the node through the
+// deepest volume mount that holds it.
+func (r resolver) hostPath(containerPath string) (string, volumeRef, error) {
+	p := path.Clean(containerPath)
+	if !path.IsAbs(p) {
+		return "", volumeRef{}, fmt.Errorf("not an absolute path")
+	}
+	var best *corev1.VolumeMount
+	for i, vm := range r.c.VolumeMounts {
+		mp := path.Clean(vm.MountPath)
+		if (p == mp || mp == "/" || len(p) > len(mp) && p[:len(mp)+1] == mp+"/") && (best == nil || len(mp) > len(path.Clean(best.MountPath))) {
+			best = &r.c.VolumeMounts[i]
+		}
+	}
+	if best == nil {
+		return "", volumeRef{}, fmt.Errorf("not on any volume of container %s: the agent cannot find it on the node", r.c.Name)
+	}
+	if best.SubPathExpr != "" {
+		return "", volumeRef{}, fmt.Errorf("volume mount %s uses subPathExpr, which the agent does not resolve", best.Name)
+	}
+	i := slices.IndexFunc(r.pod.Spec.Volumes, func(v corev1.Volume) bool { return v.Name == best.Name })
+	if i < 0 {
+		return "", volumeRef{}, fmt.Errorf("volume mount %s: the pod has no such volume", best.Name)
+	}
+	root, ref, err := r.volumeRoot(r.pod.Spec.Volumes[i])
+	if err != nil {
+		return "", ref, err
+	}
+	rel := p[len(path.Clean(best.MountPath)):]
+	return filepath.Join(root, best.SubPath, rel), ref, nil
+}
+
+// volumeRoot is the node folder behind a volume: a hostPath as is; a PVC
+// through its bound PV (local or hostPath: the PV's path; CSI, e.g. an LVM
+// local volume: the folder the kubelet mounts it on for this pod).
+func (r resolver) volumeRoot(v corev1.Volume) (string, volumeRef, error) {
+	switch {
+	case v.HostPath != nil:
+		return v.HostPath.Path, volumeRef{}, nil
+	case v.PersistentVolumeClaim != nil:
+	default:
+		return "", volumeRef{}, fmt.Errorf("volume %s is neither hostPath nor a PVC", v.Name)
+	}
+	ref := volumeRef{pvc: v.PersistentVolumeClaim.ClaimName}
+	pvc, err := r.vols.PVC(r.pod.Namespace, ref.pvc)
+	if err != nil {
+		return "", ref, fmt.Errorf("PVC %s: %w", ref.pvc, err)
+	}
+	if pvc.Status.Phase != corev1.ClaimBound || pvc.Spec.VolumeName == "" {
+		return "", ref, fmt.Errorf("%w: PVC %s is %s, not bound", ErrNotReady, ref.pvc, pvc.Status.Phase)
+	}
+	ref.pv = pvc.Spec.VolumeName
+	pv, err := r.vols.PV(ref.pv)
+	if err != nil {
+		return "", ref, fmt.Errorf("PV %s: %w", ref.pv, err)
+	}
+	switch {
+	case pv.Spec.Local != nil:
+		return pv.Spec.Local.Path, ref, nil
+	case pv.Spec.HostPath != nil:
+		return pv.Spec.HostPath.Path, ref, nil
+	case pv.Spec.CSI != nil:
+		return filepath.Join(r.podsDir, string(r.pod.UID), "volumes", "kubernetes.io~csi", pv.Name, "mount"), ref, nil
+	}
+	return "", ref, fmt.Errorf("PV %s is neither local, hostPath nor CSI: the agent cannot find its files on the node", pv.Name)
+}
