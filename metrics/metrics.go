@@ -1,6 +1,6 @@
 // Package metrics defines the agent's Prometheus metrics (prefix etcd_agent_,
-// label member where per member) and sets them from what the agent observes
-// and does. Names and labels are the contract with the alerts in deploy/.
+// labels cluster and member on every series of a member) and sets them from
+// what the agent observes and does. Names and labels are the contract with the alerts in deploy/.
 package metrics
 
 import (
@@ -13,7 +13,21 @@ import (
 
 const namespace = "etcd_agent"
 
-// Metrics holds every collector of the agent.
+// Metrics holds every collector of the agent, as seen by the code of the
+// members of one cluster: every vector carries a leading label cluster,
+// already set (curried) here, so callers pass the labels that follow it
+// (member first) to WithLabelValues.
+//
+// The cluster label is "" for the static-pod member source (one cluster per
+// node: what New returns) and "<namespace>/<owner>" (the owning StatefulSet)
+// for pod members, whose code gets m.ForCluster("<namespace>/<owner>"). One
+// Registry holds the series of every cluster.
+//
+// A curried vector shares its series with the other clusters': Reset on it
+// clears every cluster, and prometheus' own DeletePartialMatch ignores the
+// curried label. StepStarted and StepExpected, the vectors deleted by partial
+// match, are GaugeVecs whose DeletePartialMatch stays within the cluster;
+// do not call Reset or DeletePartialMatch on the other fields.
 type Metrics struct {
 	Registry *prometheus.Registry
 
@@ -30,13 +44,13 @@ type Metrics struct {
 	// continuously with a reason (0 when not): alerts on "refused for how
 	// long", which RefusalsTotal (once per change of reason) cannot say.
 	RefusedSince        *prometheus.GaugeVec
-	RecoveryDuration    *prometheus.HistogramVec
-	PhaseDuration       *prometheus.HistogramVec
+	RecoveryDuration    prometheus.ObserverVec
+	PhaseDuration       prometheus.ObserverVec
 	LearnerLag          *prometheus.GaugeVec
 	SnapshotBytesTotal  *prometheus.CounterVec
 	SeedFallbacksTotal  *prometheus.CounterVec
 	LastRecovery        *prometheus.GaugeVec
-	ObservationDuration *prometheus.HistogramVec
+	ObservationDuration prometheus.ObserverVec
 	StartGateWrapped    *prometheus.GaugeVec
 	// ForeignEndpointResponses counts, per endpoint, the observations in
 	// which it answered for another cluster than the pinned one.
@@ -51,8 +65,8 @@ type Metrics struct {
 	// StepStarted and StepExpected: the recovery step (or wait) running
 	// now, by action: when it started and how long it may take before it
 	// is worth a look (EtcdAgentRecoveryStepSlow). No series when none runs.
-	StepStarted  *prometheus.GaugeVec
-	StepExpected *prometheus.GaugeVec
+	StepStarted  *GaugeVec
+	StepExpected *GaugeVec
 	// QuarantinePrunedTotal counts quarantined copies deleted under
 	// --quarantine-keep (the only deletions the agent makes);
 	// QuarantinePruneErrors the deletions or listings that failed.
@@ -61,65 +75,149 @@ type Metrics struct {
 	// EndpointsFileErrors counts learned endpoints files found unreadable
 	// or corrupt at start (a corrupt one is kept aside, not read as empty).
 	EndpointsFileErrors *prometheus.CounterVec
+
+	base *vectors // the registered vectors, not curried
 }
 
-// New registers every metric (and the Go and process collectors) in a fresh registry.
+// GaugeVec is a GaugeVec curried with a cluster whose DeletePartialMatch
+// deletes only that cluster's series (prometheus' ignores curried labels).
+type GaugeVec struct {
+	*prometheus.GaugeVec
+	base    *prometheus.GaugeVec
+	cluster string
+}
+
+// DeletePartialMatch deletes the cluster's series that match labels.
+func (v *GaugeVec) DeletePartialMatch(labels prometheus.Labels) int {
+	l := prometheus.Labels{clusterLabel: v.cluster}
+	for k, val := range labels {
+		if k == clusterLabel {
+			return 0 // the curried label: prometheus' would match nothing
+		}
+		l[k] = val
+	}
+	return v.base.DeletePartialMatch(l)
+}
+
+const clusterLabel = "cluster"
+
+// vectors are the registered vectors, labelled cluster, member, ...
+type vectors struct {
+	registry *prometheus.Registry
+
+	memberState, dataDirStatus, votingMembers, healthyVotingMembers, quorumMargin *prometheus.GaugeVec
+	recoveryInProgress, leaseHeld, refusedSince, learnerLag, lastRecovery         *prometheus.GaugeVec
+	startGateWrapped, stepStarted, stepExpected                                   *prometheus.GaugeVec
+
+	recoveriesTotal, refusalsTotal, snapshotBytesTotal, seedFallbacksTotal *prometheus.CounterVec
+	foreignEndpointResponses, hashMismatchTotal, learnerRollbacksTotal     *prometheus.CounterVec
+	quarantinePrunedTotal, quarantinePruneErrors, endpointsFileErrors      *prometheus.CounterVec
+	recoveryDuration, phaseDuration, observationDuration                   *prometheus.HistogramVec
+}
+
+// New registers every metric (and the Go and process collectors) in a fresh
+// registry and returns them for cluster "" (the static-pod member source).
 func New() *Metrics {
 	g := func(name, help string, labels ...string) *prometheus.GaugeVec {
-		return prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: namespace, Name: name, Help: help}, labels)
+		return prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: namespace, Name: name, Help: help}, append([]string{clusterLabel}, labels...))
 	}
 	c := func(name, help string, labels ...string) *prometheus.CounterVec {
-		return prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Name: name, Help: help}, labels)
+		return prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Name: name, Help: help}, append([]string{clusterLabel}, labels...))
 	}
 	h := func(name, help string, buckets []float64, labels ...string) *prometheus.HistogramVec {
-		return prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: namespace, Name: name, Help: help, Buckets: buckets}, labels)
+		return prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: namespace, Name: name, Help: help, Buckets: buckets}, append([]string{clusterLabel}, labels...))
 	}
 	durations := []float64{1, 2, 5, 10, 20, 30, 60, 120, 300, 600, 1800}
-	m := &Metrics{
-		Registry:             prometheus.NewRegistry(),
-		MemberState:          g("member_state", "The local member's state, one-hot: healthy, degraded, down, lost, recovering, learner.", "member", "state"),
-		DataDirStatus:        g("data_dir_status", "The local data dir's class, one-hot: ok, missing, empty, corrupt, foreign, in-use.", "member", "status"),
-		VotingMembers:        g("cluster_voting_members", "Voting members in the cluster's member list.", "member"),
-		HealthyVotingMembers: g("cluster_healthy_voting_members", "Voting members that answered a linearizable read (the local one only with a usable data dir).", "member"),
-		QuorumMargin:         g("cluster_quorum_margin", "Healthy voting members minus quorum: 0 means one more failure loses the API; < 0 means the majority is lost.", "member"),
-		RecoveryInProgress:   g("recovery_in_progress", "1 while this agent heals its member.", "member"),
-		LeaseHeld:            g("lease_held", "1 while this agent holds the cluster's recovery Lease.", "member"),
-		RecoveriesTotal:      c("recoveries_total", "Recoveries finished, by result (succeeded, failed).", "member", "result"),
-		RefusalsTotal:        c("recovery_refusals_total", "Recoveries refused, by reason code: once per change of reason (a refusal that lasts counts once), and once per manual request answered no.", "member", "reason"),
-		RefusedSince: g("recovery_refused_since_timestamp_seconds",
+	b := &vectors{
+		registry:             prometheus.NewRegistry(),
+		memberState:          g("member_state", "The local member's state, one-hot: healthy, degraded, down, lost, recovering, learner.", "member", "state"),
+		dataDirStatus:        g("data_dir_status", "The local data dir's class, one-hot: ok, missing, empty, corrupt, foreign, in-use.", "member", "status"),
+		votingMembers:        g("cluster_voting_members", "Voting members in the cluster's member list.", "member"),
+		healthyVotingMembers: g("cluster_healthy_voting_members", "Voting members that answered a linearizable read (the local one only with a usable data dir).", "member"),
+		quorumMargin:         g("cluster_quorum_margin", "Healthy voting members minus quorum: 0 means one more failure loses the API; < 0 means the majority is lost.", "member"),
+		recoveryInProgress:   g("recovery_in_progress", "1 while this agent heals its member.", "member"),
+		leaseHeld:            g("lease_held", "1 while this agent holds the cluster's recovery Lease.", "member"),
+		recoveriesTotal:      c("recoveries_total", "Recoveries finished, by result (succeeded, failed).", "member", "result"),
+		refusalsTotal:        c("recovery_refusals_total", "Recoveries refused, by reason code: once per change of reason (a refusal that lasts counts once), and once per manual request answered no.", "member", "reason"),
+		refusedSince: g("recovery_refused_since_timestamp_seconds",
 			"Unix time since which the agent has been refused continuously with this reason; 0 when it is not.", "member", "reason"),
-		RecoveryDuration:   h("recovery_duration_seconds", "Time from a recovery's start to the member promoted and verified.", durations, "member"),
-		PhaseDuration:      h("recovery_phase_duration_seconds", "Time spent in each recovery phase.", durations, "member", "phase"),
-		LearnerLag:         g("learner_lag_entries", "The rejoining learner's applied index behind the leader's commit index.", "member"),
-		SnapshotBytesTotal: c("snapshot_bytes_total", "Bytes of snapshots streamed from peers.", "member"),
-		SeedFallbacksTotal: c("seed_fallbacks_total", "Seed-mode rejoins that fell back to raft mode, by reason.", "member", "reason"),
-		LastRecovery:       g("last_recovery_timestamp_seconds", "Unix time of the last recovery's end.", "member"),
-		ObservationDuration: h("observation_duration_seconds", "Time one observation (member list, probes, data dir check) takes.",
+		recoveryDuration:   h("recovery_duration_seconds", "Time from a recovery's start to the member promoted and verified.", durations, "member"),
+		phaseDuration:      h("recovery_phase_duration_seconds", "Time spent in each recovery phase.", durations, "member", "phase"),
+		learnerLag:         g("learner_lag_entries", "The rejoining learner's applied index behind the leader's commit index.", "member"),
+		snapshotBytesTotal: c("snapshot_bytes_total", "Bytes of snapshots streamed from peers.", "member"),
+		seedFallbacksTotal: c("seed_fallbacks_total", "Seed-mode rejoins that fell back to raft mode, by reason.", "member", "reason"),
+		lastRecovery:       g("last_recovery_timestamp_seconds", "Unix time of the last recovery's end.", "member"),
+		observationDuration: h("observation_duration_seconds", "Time one observation (member list, probes, data dir check) takes.",
 			prometheus.ExponentialBuckets(0.001, 2, 14), "member"),
-		StartGateWrapped: g("start_gate_wrapped", "1 when the etcd static pod runs etcd through the start gate (`etcd-agent gate -- etcd ...`), so every start, container restarts included, is checked; 0 when it does not.", "member"),
-		ForeignEndpointResponses: c("foreign_endpoint_responses_total",
+		startGateWrapped: g("start_gate_wrapped", "1 when the etcd static pod runs etcd through the start gate (`etcd-agent gate -- etcd ...`), so every start, container restarts included, is checked; 0 when it does not.", "member"),
+		foreignEndpointResponses: c("foreign_endpoint_responses_total",
 			"Observations in which an endpoint answered for another cluster than the pinned one (its answers are ignored).", "member", "endpoint"),
-		HashMismatchTotal: c("hash_mismatch_total",
+		hashMismatchTotal: c("hash_mismatch_total",
 			"Recovery verifications that found voters with different HashKV at one revision and compact revision (the recovery failed with reason hash-mismatch).", "member"),
-		LearnerRollbacksTotal: c("learner_rollbacks_total",
+		learnerRollbacksTotal: c("learner_rollbacks_total",
 			"Stranded learners this agent removed: another agent's learner whose Lease expired and that made no progress for --learner-stall-timeout (reason learner-rolled-back).", "member"),
-		StepStarted: g("recovery_step_started_timestamp_seconds",
+		stepStarted: g("recovery_step_started_timestamp_seconds",
 			"Unix time at which the recovery step (or wait) running now started, by action; no series when none runs.", "member", "action"),
-		StepExpected: g("recovery_step_expected_seconds",
+		stepExpected: g("recovery_step_expected_seconds",
 			"How long the recovery step (or wait) running now may take before it is worth a look: half its own deadline (a wait: a fixed bound).", "member", "action"),
-		QuarantinePrunedTotal: c("quarantine_pruned_total",
+		quarantinePrunedTotal: c("quarantine_pruned_total",
 			"Quarantined data dirs and pre-change snapshots deleted beyond --quarantine-keep, once the member had been healthy since they were made (the only deletions the agent makes).", "member"),
-		QuarantinePruneErrors: c("quarantine_prune_errors_total", "Quarantine listings or deletions that failed.", "member"),
-		EndpointsFileErrors: c("learned_endpoints_file_errors_total",
+		quarantinePruneErrors: c("quarantine_prune_errors_total", "Quarantine listings or deletions that failed.", "member"),
+		endpointsFileErrors: c("learned_endpoints_file_errors_total",
 			"Learned endpoints files (endpoints.json in the state dir) found unreadable or corrupt at start; a corrupt one is kept aside as endpoints.json.corrupt-<time>.", "member"),
 	}
-	m.Registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		m.MemberState, m.DataDirStatus, m.VotingMembers, m.HealthyVotingMembers, m.QuorumMargin, m.RecoveryInProgress,
-		m.LeaseHeld, m.RecoveriesTotal, m.RefusalsTotal, m.RefusedSince, m.RecoveryDuration, m.PhaseDuration, m.LearnerLag,
-		m.SnapshotBytesTotal, m.SeedFallbacksTotal, m.LastRecovery, m.ObservationDuration, m.StartGateWrapped, m.ForeignEndpointResponses,
-		m.HashMismatchTotal, m.StepStarted, m.StepExpected, m.QuarantinePrunedTotal, m.QuarantinePruneErrors, m.EndpointsFileErrors,
-		m.LearnerRollbacksTotal)
-	return m
+	b.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		b.memberState, b.dataDirStatus, b.votingMembers, b.healthyVotingMembers, b.quorumMargin, b.recoveryInProgress,
+		b.leaseHeld, b.recoveriesTotal, b.refusalsTotal, b.refusedSince, b.recoveryDuration, b.phaseDuration, b.learnerLag,
+		b.snapshotBytesTotal, b.seedFallbacksTotal, b.lastRecovery, b.observationDuration, b.startGateWrapped, b.foreignEndpointResponses,
+		b.hashMismatchTotal, b.stepStarted, b.stepExpected, b.quarantinePrunedTotal, b.quarantinePruneErrors, b.endpointsFileErrors,
+		b.learnerRollbacksTotal)
+	return b.forCluster("")
+}
+
+// ForCluster returns the metrics of the members of cluster
+// ("<namespace>/<owner>" for pod members): the same Registry and series, with
+// every vector curried with that cluster label.
+func (m *Metrics) ForCluster(cluster string) *Metrics {
+	return m.base.forCluster(cluster)
+}
+
+func (b *vectors) forCluster(cluster string) *Metrics {
+	l := prometheus.Labels{clusterLabel: cluster}
+	g := func(v *prometheus.GaugeVec) *prometheus.GaugeVec { return v.MustCurryWith(l) }
+	c := func(v *prometheus.CounterVec) *prometheus.CounterVec { return v.MustCurryWith(l) }
+	h := func(v *prometheus.HistogramVec) prometheus.ObserverVec { return v.MustCurryWith(l) }
+	gp := func(v *prometheus.GaugeVec) *GaugeVec { return &GaugeVec{GaugeVec: g(v), base: v, cluster: cluster} }
+	return &Metrics{
+		Registry:                 b.registry,
+		MemberState:              g(b.memberState),
+		DataDirStatus:            g(b.dataDirStatus),
+		VotingMembers:            g(b.votingMembers),
+		HealthyVotingMembers:     g(b.healthyVotingMembers),
+		QuorumMargin:             g(b.quorumMargin),
+		RecoveryInProgress:       g(b.recoveryInProgress),
+		LeaseHeld:                g(b.leaseHeld),
+		RecoveriesTotal:          c(b.recoveriesTotal),
+		RefusalsTotal:            c(b.refusalsTotal),
+		RefusedSince:             g(b.refusedSince),
+		RecoveryDuration:         h(b.recoveryDuration),
+		PhaseDuration:            h(b.phaseDuration),
+		LearnerLag:               g(b.learnerLag),
+		SnapshotBytesTotal:       c(b.snapshotBytesTotal),
+		SeedFallbacksTotal:       c(b.seedFallbacksTotal),
+		LastRecovery:             g(b.lastRecovery),
+		ObservationDuration:      h(b.observationDuration),
+		StartGateWrapped:         g(b.startGateWrapped),
+		ForeignEndpointResponses: c(b.foreignEndpointResponses),
+		HashMismatchTotal:        c(b.hashMismatchTotal),
+		LearnerRollbacksTotal:    c(b.learnerRollbacksTotal),
+		StepStarted:              gp(b.stepStarted),
+		StepExpected:             gp(b.stepExpected),
+		QuarantinePrunedTotal:    c(b.quarantinePrunedTotal),
+		QuarantinePruneErrors:    c(b.quarantinePruneErrors),
+		EndpointsFileErrors:      c(b.endpointsFileErrors),
+		base:                     b,
+	}
 }
 
 // Handler serves the registry.
@@ -127,7 +225,7 @@ func (m *Metrics) Handler() http.Handler {
 	return promhttp.HandlerFor(m.Registry, promhttp.HandlerOpts{Registry: m.Registry})
 }
 
-// Init sets every series of member to its zero so that dashboards and
+// Init sets every series of member (in m's cluster) to its zero so that dashboards and
 // alerts see them before the first event (a counter that appears only on its
 // first increment makes rate() and absent() lie).
 func (m *Metrics) Init(member string, reasons []string) {

@@ -1,0 +1,160 @@
+package metrics
+
+import (
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+)
+
+// series gathers name from m's registry, each series by its labels.
+func series(t *testing.T, m *Metrics, name string) []*dto.Metric {
+	t.Helper()
+	mfs, err := m.Registry.Gather()
+	if err != nil {
+		t.Fatalf("gather: %v", err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name {
+			return mf.GetMetric()
+		}
+	}
+	return nil
+}
+
+func labels(m *dto.Metric) map[string]string {
+	l := map[string]string{}
+	for _, p := range m.GetLabel() {
+		l[p.GetName()] = p.GetValue()
+	}
+	return l
+}
+
+// find returns the one series of name with exactly the labels want.
+func find(t *testing.T, m *Metrics, name string, want map[string]string) *dto.Metric {
+	t.Helper()
+	var got []map[string]string
+	for _, s := range series(t, m, name) {
+		l := labels(s)
+		got = append(got, l)
+		if len(l) != len(want) {
+			continue
+		}
+		match := true
+		for k, v := range want {
+			if l[k] != v {
+				match = false
+			}
+		}
+		if match {
+			return s
+		}
+	}
+	t.Fatalf("%s: no series %v among %v", name, want, got)
+	return nil
+}
+
+func TestMetricsClusterLabel(t *testing.T) {
+	m := New()
+	a, b := m.ForCluster("clusters-a/etcd"), m.ForCluster("clusters-b/etcd")
+	if a.Registry != m.Registry || b.Registry != m.Registry {
+		t.Fatal("ForCluster: not the same Registry")
+	}
+	a.MemberState.WithLabelValues("etcd-0", "healthy").Set(1)
+	b.MemberState.WithLabelValues("etcd-0", "healthy").Set(0)
+	b.MemberState.WithLabelValues("etcd-0", "down").Set(1)
+	a.RecoveriesTotal.WithLabelValues("etcd-0", "succeeded").Add(2)
+	b.RecoveriesTotal.WithLabelValues("etcd-0", "succeeded").Add(5)
+	a.RecoveryDuration.WithLabelValues("etcd-0").Observe(3)
+	b.RecoveryDuration.WithLabelValues("etcd-0").Observe(7)
+	b.RecoveryDuration.WithLabelValues("etcd-0").Observe(9)
+	m.MemberState.WithLabelValues("etcd-0", "lost").Set(1)
+
+	lbl := func(cluster string, kv ...string) map[string]string {
+		l := map[string]string{"cluster": cluster, "member": "etcd-0"}
+		for i := 0; i+1 < len(kv); i += 2 {
+			l[kv[i]] = kv[i+1]
+		}
+		return l
+	}
+	const state = "etcd_agent_member_state"
+	if n := len(series(t, m, state)); n != 4 {
+		t.Errorf("%s: %d series, want 4 (a healthy, b healthy, b down, default lost)", state, n)
+	}
+	for _, c := range []struct {
+		cluster, state string
+		want           float64
+	}{{"clusters-a/etcd", "healthy", 1}, {"clusters-b/etcd", "healthy", 0}, {"clusters-b/etcd", "down", 1}, {"", "lost", 1}} {
+		if v := find(t, m, state, lbl(c.cluster, "state", c.state)).GetGauge().GetValue(); v != c.want {
+			t.Errorf("%s{cluster=%q,state=%q} = %v, want %v", state, c.cluster, c.state, v, c.want)
+		}
+	}
+
+	const rec = "etcd_agent_recoveries_total"
+	if n := len(series(t, m, rec)); n != 2 {
+		t.Errorf("%s: %d series, want 2", rec, n)
+	}
+	for cluster, want := range map[string]float64{"clusters-a/etcd": 2, "clusters-b/etcd": 5} {
+		if v := find(t, m, rec, lbl(cluster, "result", "succeeded")).GetCounter().GetValue(); v != want {
+			t.Errorf("%s{cluster=%q} = %v, want %v", rec, cluster, v, want)
+		}
+	}
+
+	const dur = "etcd_agent_recovery_duration_seconds"
+	if n := len(series(t, m, dur)); n != 2 {
+		t.Errorf("%s: %d series, want 2", dur, n)
+	}
+	for cluster, want := range map[string]struct {
+		n   uint64
+		sum float64
+	}{"clusters-a/etcd": {1, 3}, "clusters-b/etcd": {2, 16}} {
+		h := find(t, m, dur, lbl(cluster)).GetHistogram()
+		if h.GetSampleCount() != want.n || h.GetSampleSum() != want.sum {
+			t.Errorf("%s{cluster=%q}: count %d sum %v, want %d %v", dur, cluster, h.GetSampleCount(), h.GetSampleSum(), want.n, want.sum)
+		}
+	}
+
+	// ForCluster of a cluster's Metrics is that cluster, not a nested curry.
+	a.ForCluster("clusters-b/etcd").RecoveriesTotal.WithLabelValues("etcd-0", "succeeded").Inc()
+	if v := find(t, m, rec, lbl("clusters-b/etcd", "result", "succeeded")).GetCounter().GetValue(); v != 6 {
+		t.Errorf("%s{cluster=clusters-b/etcd} after ForCluster of a's = %v, want 6", rec, v)
+	}
+}
+
+// TestMetricsDefaultCluster: New's metrics (the static-pod member source)
+// write cluster="", and Init works on any cluster's Metrics.
+func TestMetricsDefaultCluster(t *testing.T) {
+	m := New()
+	m.Init("node-1", []string{"no-quorum"})
+	m.ForCluster("ns/etcd").Init("etcd-0", []string{"no-quorum"})
+	find(t, m, "etcd_agent_recoveries_total", map[string]string{"cluster": "", "member": "node-1", "result": "failed"})
+	find(t, m, "etcd_agent_recoveries_total", map[string]string{"cluster": "ns/etcd", "member": "etcd-0", "result": "failed"})
+	find(t, m, "etcd_agent_recovery_refused_since_timestamp_seconds", map[string]string{"cluster": "", "member": "node-1", "reason": "no-quorum"})
+	m.ObservationDuration.WithLabelValues("node-1").Observe(0.01)
+	find(t, m, "etcd_agent_observation_duration_seconds", map[string]string{"cluster": "", "member": "node-1"})
+	if n := len(series(t, m, "etcd_agent_lease_held")); n != 2 {
+		t.Errorf("etcd_agent_lease_held: %d series, want 2", n)
+	}
+}
+
+// TestMetricsStepDeletePartialMatch: deleting a member's step series by
+// partial match leaves the same-named member of another cluster alone
+// (prometheus' own, on a curried vector, ignores the cluster).
+func TestMetricsStepDeletePartialMatch(t *testing.T) {
+	m := New()
+	a, b := m.ForCluster("clusters-a/etcd"), m.ForCluster("clusters-b/etcd")
+	a.StepStarted.WithLabelValues("etcd-0", "stop-member").Set(1)
+	b.StepStarted.WithLabelValues("etcd-0", "stop-member").Set(2)
+	a.StepExpected.WithLabelValues("etcd-0", "stop-member").Set(3)
+	b.StepExpected.WithLabelValues("etcd-0", "stop-member").Set(4)
+	if n := a.StepStarted.DeletePartialMatch(prometheus.Labels{"member": "etcd-0"}); n != 1 {
+		t.Errorf("StepStarted.DeletePartialMatch: deleted %d, want 1", n)
+	}
+	a.StepExpected.DeletePartialMatch(prometheus.Labels{"member": "etcd-0"})
+	for _, name := range []string{"etcd_agent_recovery_step_started_timestamp_seconds", "etcd_agent_recovery_step_expected_seconds"} {
+		s := series(t, m, name)
+		if len(s) != 1 || labels(s[0])["cluster"] != "clusters-b/etcd" {
+			t.Errorf("%s after deleting clusters-a's etcd-0: %d series, want only clusters-b's", name, len(s))
+		}
+	}
+}
