@@ -47,7 +47,8 @@ etcd in its place (same PID). Without "--" it reads the member from
 			c.Log = log
 			ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 			defer stop()
-			if err := agent.Gate(ctx, c, timeout, args); err != nil {
+			argv, environ, err := agent.Gate(ctx, c, timeout, args)
+			if err != nil {
 				return err
 			}
 			if len(args) == 0 {
@@ -55,7 +56,7 @@ etcd in its place (same PID). Without "--" it reads the member from
 			}
 			stop()
 			_ = log.Sync()
-			return agent.ExecEtcd(args)
+			return agent.ExecEtcd(argv, environ)
 		},
 	}
 	addMemberFlags(cmd.Flags(), &c)

@@ -13,6 +13,7 @@ import (
 	"github.com/etcd-agent/etcd-agent/internal/journal"
 	"github.com/etcd-agent/etcd-agent/internal/localdisk"
 	"github.com/etcd-agent/etcd-agent/internal/manifest"
+	"github.com/etcd-agent/etcd-agent/internal/memberruntime"
 	"github.com/etcd-agent/etcd-agent/internal/nodereport"
 	"github.com/etcd-agent/etcd-agent/internal/pin"
 	"github.com/etcd-agent/etcd-agent/internal/plan"
@@ -30,10 +31,42 @@ const gateStillHoldingEvery = time.Minute
 // from it, exactly what will run; the caller then execs it (ExecEtcd).
 // Without it the identity comes from the static-pod manifest (the gate as
 // an init container, which a container restart does not rerun).
-func Gate(ctx context.Context, c Config, timeout time.Duration, etcdArgv []string) error {
+//
+// The pod runtime's files in --state-dir (memberruntime.HoldFile,
+// StartFile) hold etcd while the agent has the member stopped, and give
+// the flags a rejoin starts with; Gate returns etcd's command line and
+// environment with those flags set (etcdArgv and os.Environ() otherwise).
+func Gate(ctx context.Context, c Config, timeout time.Duration, etcdArgv []string) ([]string, []string, error) {
 	if c.Log == nil {
 		c.Log = zap.NewNop()
 	}
+	if err := gateWait(ctx, c, timeout, etcdArgv); err != nil {
+		return nil, nil, err
+	}
+	return withStartFlags(c, etcdArgv, os.Environ())
+}
+
+// withStartFlags sets the rejoin flags the pod runtime left in the state
+// dir on etcd's command line (with data in the data dir etcd ignores them).
+func withStartFlags(c Config, argv, environ []string) ([]string, []string, error) {
+	sf, ok, err := memberruntime.ReadStartFlags(c.StateDir)
+	if err != nil {
+		return nil, nil, fmt.Errorf("start gate: %w", err)
+	}
+	if !ok || len(argv) == 0 {
+		return argv, environ, nil
+	}
+	argv, environ, err = manifest.SetArgvFlags(argv, environ, map[string]string{
+		"initial-cluster-state": sf.InitialClusterState, "initial-cluster": sf.InitialCluster})
+	if err != nil {
+		return nil, nil, fmt.Errorf("start gate: the rejoin flags: %w", err)
+	}
+	c.Log.Info("start gate: etcd starts with the agent's rejoin flags", zap.String("initialCluster", sf.InitialCluster),
+		zap.Time("writtenAt", sf.WrittenAt))
+	return argv, environ, nil
+}
+
+func gateWait(ctx context.Context, c Config, timeout time.Duration, etcdArgv []string) error {
 	id, boot, err := gateIdentity(c, etcdArgv)
 	if err != nil {
 		return err
@@ -60,6 +93,12 @@ func Gate(ctx context.Context, c Config, timeout time.Duration, etcdArgv []strin
 		in := plan.GateInput{Pin: p, Bootstrap: boot.bootstrap, InitialClusterPeers: boot.peers}
 		if pinErr != nil {
 			in.PinError = pinErr.Error()
+		}
+		if h, held, err := memberruntime.ReadHold(c.StateDir); held {
+			in.HeldByAgent = fmt.Sprintf("%s since %s", h.Reason, h.Since.Format(time.RFC3339))
+			if err != nil {
+				in.HeldByAgent = "its hold file cannot be read: " + err.Error()
+			}
 		}
 		r := localdisk.Classify(ctx, id.DataDir, localdisk.Expect{ClusterID: uint64(p.ClusterID)})
 		if ctx.Err() != nil {
@@ -196,10 +235,10 @@ func gatePin(ctx context.Context, c Config, member string, log *zap.Logger) (pin
 
 // ExecEtcd replaces this process with etcd (the gate as etcd's wrapper):
 // same PID, so the kubelet (or the lab supervisor) sees etcd itself.
-func ExecEtcd(argv []string) error {
+func ExecEtcd(argv, environ []string) error {
 	path, err := exec.LookPath(argv[0])
 	if err != nil {
 		return fmt.Errorf("start gate: etcd binary: %w", err)
 	}
-	return syscall.Exec(path, argv, os.Environ())
+	return syscall.Exec(path, argv, environ)
 }

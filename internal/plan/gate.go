@@ -22,6 +22,7 @@ const (
 	GatePinUnreadable    Reason = "pin-unreadable"
 	GateUnverified       Reason = "data-dir-unverified"
 	GateWouldBootstrap   Reason = "would-bootstrap"
+	GateHeldByAgent      Reason = "held-by-agent"
 	GateIdentityMismatch Reason = ReasonAmbiguousIdentity
 )
 
@@ -49,6 +50,10 @@ type GateInput struct {
 	// (the peer URLs of --initial-cluster).
 	Bootstrap           bool
 	InitialClusterPeers []string
+	// HeldByAgent, when set, says why the agent holds the member stopped
+	// (the pod runtime's hold: its pod is re-created at once, so the gate
+	// keeps etcd down until the agent releases it).
+	HeldByAgent string
 }
 
 // GateVerdict is the gate's answer for one look.
@@ -68,6 +73,9 @@ type GateVerdict struct {
 func DecideGate(in GateInput) GateVerdict {
 	if in.PinError != "" {
 		return hold(GatePinUnreadable, "the agent's record of this member cannot be read ("+in.PinError+"): cannot tell whether it has served before")
+	}
+	if in.HeldByAgent != "" {
+		return hold(GateHeldByAgent, "the agent holds this member stopped: "+in.HeldByAgent)
 	}
 	expected := expectedMemberIDs(in.Pin, in.Journal)
 	o, j := in.Obs, in.Journal

@@ -32,6 +32,8 @@ func TestStartGate(t *testing.T) {
 		pass bool
 		want Reason
 	}{
+		{"held by the agent (pod runtime): a healthy data dir of its own holds too", GateInput{DataDirClass: "ok", DataDirVerified: true, DataDirMemberID: 7, Pin: seen, Obs: started, HeldByAgent: "stopped for a rejoin"}, false, GateHeldByAgent},
+		{"held by the agent: a prepared data dir holds until released", GateInput{DataDirClass: "missing", Pin: seen, Journal: prepared, Obs: neverStarted, HeldByAgent: "stopped for a rejoin"}, false, GateHeldByAgent},
 		{"healthy data dir of the pinned member passes", GateInput{DataDirClass: "ok", DataDirVerified: true, DataDirMemberID: 7, Pin: seen, Obs: started}, true, GateDataDirOK},
 		{"healthy data dir of a never-seen member passes", GateInput{DataDirClass: "ok", DataDirVerified: true, DataDirMemberID: 5, Obs: unreachable}, true, GateDataDirOK},
 		{"healthy data dir of the learner a recovery prepared passes", GateInput{DataDirClass: "ok", DataDirVerified: true, DataDirMemberID: 9, Pin: seen, Journal: prepared, Obs: started}, true, GateDataDirOK},

@@ -1,0 +1,178 @@
+package memberruntime
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/etcd-agent/etcd-agent/internal/fsutil"
+	"go.uber.org/zap"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+)
+
+// The pod runtime (DESIGN.md §11) runs a member that is an API pod, e.g.
+// one of a StatefulSet's: the agent cannot take the pod away (its
+// controller re-creates it at once), so it holds etcd back instead. Its
+// start gate ("etcd-agent gate --state-dir=<member state dir> -- etcd ...")
+// reads two files in the member's state dir, on the node:
+//   - HoldFile: while it exists the gate holds etcd, whatever the data dir
+//     says (the pod runtime's "parked manifest");
+//   - StartFile: the flags a rejoin starts with (--initial-cluster-state
+//     existing, --initial-cluster), which the gate sets on etcd's command
+//     line when it lets etcd start.
+//
+// Stop writes HoldFile, deletes the pod (gracefully: its own grace period)
+// and waits for the process to go; the re-created pod's gate holds. Start
+// writes StartFile and removes HoldFile; the gate then judges as always.
+const (
+	HoldFile  = "held-by-agent.json"
+	StartFile = "start-flags.json"
+)
+
+// Hold is the content of HoldFile.
+type Hold struct {
+	Since  time.Time `json:"since"`
+	Reason string    `json:"reason"`
+}
+
+// StartFlags is the content of StartFile.
+type StartFlags struct {
+	InitialCluster      string    `json:"initialCluster"`
+	InitialClusterState string    `json:"initialClusterState"`
+	WrittenAt           time.Time `json:"writtenAt"`
+}
+
+// ReadHold says whether the agent holds the member in stateDir, and since
+// when. A file that cannot be read counts as held (never start on doubt).
+func ReadHold(stateDir string) (Hold, bool, error) {
+	b, err := os.ReadFile(filepath.Join(stateDir, HoldFile))
+	if errors.Is(err, os.ErrNotExist) {
+		return Hold{}, false, nil
+	}
+	if err != nil {
+		return Hold{}, true, err
+	}
+	var h Hold
+	if err := json.Unmarshal(b, &h); err != nil {
+		return Hold{}, true, fmt.Errorf("%s: %w", filepath.Join(stateDir, HoldFile), err)
+	}
+	return h, true, nil
+}
+
+// ReadStartFlags returns the rejoin flags the agent left for the gate.
+func ReadStartFlags(stateDir string) (StartFlags, bool, error) {
+	b, err := os.ReadFile(filepath.Join(stateDir, StartFile))
+	if errors.Is(err, os.ErrNotExist) {
+		return StartFlags{}, false, nil
+	}
+	if err != nil {
+		return StartFlags{}, false, err
+	}
+	var s StartFlags
+	if err := json.Unmarshal(b, &s); err != nil {
+		return StartFlags{}, false, fmt.Errorf("%s: %w", filepath.Join(stateDir, StartFile), err)
+	}
+	if s.InitialCluster == "" || s.InitialClusterState != "existing" {
+		return StartFlags{}, false, fmt.Errorf("%s: incomplete (%+v)", filepath.Join(stateDir, StartFile), s)
+	}
+	return s, true, nil
+}
+
+// PodDeleter deletes the member's pod, gracefully (the API is behind it).
+type PodDeleter interface {
+	DeletePod(ctx context.Context) error
+}
+
+type pod struct {
+	key      string // namespace/name, for logs
+	deleter  PodDeleter
+	stateDir string
+	// gated says whether the pod runs etcd through the start gate on
+	// stateDir: without it a deleted pod comes back on its old data.
+	gated    func() error
+	urls     []string
+	dataDir  string
+	stopWait waitLimits
+	log      *zap.Logger
+	now      func() time.Time
+
+	mu sync.Mutex
+}
+
+// NewPod returns the pod runtime for the member pod key ("ns/name") whose
+// gate reads stateDir. listenURLs and dataDir tell that the process is gone.
+func NewPod(key string, deleter PodDeleter, stateDir string, gated func() error, listenURLs []string, dataDir string, log *zap.Logger, opts ...Option) Runtime {
+	if log == nil {
+		log = zap.NewNop()
+	}
+	return &pod{key: key, deleter: deleter, stateDir: stateDir, gated: gated, urls: listenURLs, dataDir: dataDir,
+		stopWait: limits(opts), log: log.With(zap.String("runtime", "pod"), zap.String("pod", key)), now: time.Now}
+}
+
+func (p *pod) Describe() string {
+	return fmt.Sprintf("pod: %s, held by its start gate through %s while stopped", p.key, filepath.Join(p.stateDir, HoldFile))
+}
+
+func (p *pod) Stopped() (bool, error) {
+	_, held, err := ReadHold(p.stateDir)
+	return held, err
+}
+
+func (p *pod) Stop(ctx context.Context) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if err := p.gated(); err != nil {
+		return fmt.Errorf("refusing to stop pod %s: %w (a deleted pod would come back and start etcd on its old data)", p.key, err)
+	}
+	if _, held, err := ReadHold(p.stateDir); err != nil || !held {
+		b, _ := json.Marshal(Hold{Since: p.now().UTC(), Reason: "stopped by the agent for a rejoin"})
+		if err := os.MkdirAll(p.stateDir, 0o700); err != nil {
+			return err
+		}
+		if err := fsutil.WriteFileAtomic(filepath.Join(p.stateDir, HoldFile), b, 0o600); err != nil {
+			return fmt.Errorf("hold the member before deleting its pod: %w", err)
+		}
+		p.log.Info("holding the member at its start gate", zap.String("hold", filepath.Join(p.stateDir, HoldFile)))
+	}
+	if err := p.deleter.DeletePod(ctx); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("delete pod %s: %w", p.key, err)
+	}
+	p.log.Info("deleted the member's pod to stop etcd (graceful; its controller re-creates it, held at the gate)")
+	if err := waitGone(ctx, p.log, p.stopWait, p.urls, p.dataDir); err != nil {
+		return fmt.Errorf("pod %s deleted but etcd has not stopped: %w", p.key, err)
+	}
+	p.log.Info("etcd member stopped")
+	return nil
+}
+
+func (p *pod) Start(ctx context.Context, initialCluster string) error {
+	if strings.TrimSpace(initialCluster) == "" {
+		return errors.New("start: empty --initial-cluster")
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	b, _ := json.Marshal(StartFlags{InitialCluster: initialCluster, InitialClusterState: "existing", WrittenAt: p.now().UTC()})
+	if err := os.MkdirAll(p.stateDir, 0o700); err != nil {
+		return err
+	}
+	if err := fsutil.WriteFileAtomic(filepath.Join(p.stateDir, StartFile), b, 0o600); err != nil {
+		return fmt.Errorf("write the rejoin flags for the gate: %w", err)
+	}
+	if err := os.Remove(filepath.Join(p.stateDir, HoldFile)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("release the member at its start gate: %w", err)
+	}
+	if err := fsutil.SyncDir(p.stateDir); err != nil {
+		return err
+	}
+	p.log.Info("released the member at its start gate", zap.String("initialCluster", initialCluster))
+	return nil
+}

@@ -1,0 +1,87 @@
+package memberruntime
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+)
+
+type deleterFunc func(ctx context.Context) error
+
+func (f deleterFunc) DeletePod(ctx context.Context) error { return f(ctx) }
+
+// nobody listens on port 1 of loopback: a stopped member.
+var goneURLs = []string{"http://127.0.0.1:1"}
+
+func TestPodStopHoldsTheGateBeforeDeletingThePod(t *testing.T) {
+	dir := t.TempDir()
+	deletes := 0
+	d := deleterFunc(func(context.Context) error {
+		deletes++
+		if _, held, err := ReadHold(dir); err != nil || !held {
+			t.Errorf("the pod was deleted before the gate was held (held=%v err=%v): its re-created pod could start etcd", held, err)
+		}
+		return nil
+	})
+	rt := NewPod("ns/etcd-0", d, dir, func() error { return nil }, goneURLs, filepath.Join(dir, "data"), nil, StopTimeout(10*time.Second))
+	if err := rt.Stop(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if stopped, err := rt.Stopped(); err != nil || !stopped || deletes != 1 {
+		t.Fatalf("stopped=%v err=%v deletes=%d", stopped, err, deletes)
+	}
+	if err := rt.Start(context.Background(), "etcd-0=http://a:2380,etcd-1=http://b:2380"); err != nil {
+		t.Fatal(err)
+	}
+	if stopped, _ := rt.Stopped(); stopped {
+		t.Fatal("still held after Start")
+	}
+	sf, ok, err := ReadStartFlags(dir)
+	if err != nil || !ok || sf.InitialCluster != "etcd-0=http://a:2380,etcd-1=http://b:2380" || sf.InitialClusterState != "existing" {
+		t.Fatalf("start flags %+v %v %v", sf, ok, err)
+	}
+}
+
+func TestPodStopRefusesAPodWithoutTheGate(t *testing.T) {
+	dir := t.TempDir()
+	d := deleterFunc(func(context.Context) error { t.Error("deleted a pod whose etcd is not behind the gate"); return nil })
+	rt := NewPod("ns/etcd-0", d, dir, func() error { return errors.New("not gate-wrapped") }, goneURLs, "", nil)
+	if err := rt.Stop(context.Background()); err == nil {
+		t.Fatal("Stop must refuse")
+	}
+	if _, held, _ := ReadHold(dir); held {
+		t.Fatal("a refused Stop left a hold")
+	}
+}
+
+func TestPodStopKeepsTheHoldWhenTheDeleteFails(t *testing.T) {
+	dir := t.TempDir()
+	rt := NewPod("ns/etcd-0", deleterFunc(func(context.Context) error { return errors.New("api down") }), dir, func() error { return nil }, goneURLs, "", nil)
+	if err := rt.Stop(context.Background()); err == nil {
+		t.Fatal("Stop must fail when the pod cannot be deleted")
+	}
+	// The hold stays: the member may be restarted by its kubelet at any
+	// time, and the rejoin that wanted it stopped is not over.
+	if stopped, _ := rt.Stopped(); !stopped {
+		t.Fatal("hold removed")
+	}
+}
+
+func TestAnUnreadableHoldCountsAsHeld(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, HoldFile), []byte("{not json"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, held, err := ReadHold(dir); !held || err == nil {
+		t.Fatalf("held=%v err=%v", held, err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, StartFile), []byte(`{"initialCluster":"a=http://x:2380"}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok, err := ReadStartFlags(dir); ok || err == nil {
+		t.Fatalf("an incomplete start file was accepted: %v %v", ok, err)
+	}
+}
