@@ -30,5 +30,9 @@ func newRunCmd(g *globalFlags) *cobra.Command {
 	addMemberFlags(cmd.Flags(), &c)
 	addHealFlags(cmd.Flags(), &c)
 	cmd.Flags().StringVar(&c.MetricsAddr, "metrics-addr", ":9793", "address for /metrics, /healthz and /readyz")
+	cmd.Flags().StringVar(&c.MemberSource, "member-source", agent.MemberSourceStaticPod,
+		"where the members come from: static-pod (the manifest at --static-pod-manifest) or pods (every etcd pod bound to --node-name that matches --pod-selector; each member's state in <state-dir>/members/<namespace>_<pod>, which its start gate must be given as --state-dir)")
+	cmd.Flags().StringVar(&c.PodSelector, "pod-selector", "app=etcd", "with --member-source=pods: the label selector of etcd member pods")
+	cmd.Flags().StringVar(&c.KubeletPodsDir, "kubelet-pods-dir", "/var/lib/kubelet/pods", "with --member-source=pods: where the kubelet mounts pods' volumes (CSI PVs are found there; mount it with HostToContainer propagation)")
 	return cmd
 }

@@ -14,10 +14,12 @@ import (
 
 	"github.com/etcd-agent/etcd-agent/internal/heal"
 	"github.com/etcd-agent/etcd-agent/internal/manifest"
+	"github.com/etcd-agent/etcd-agent/internal/memberruntime"
 	"github.com/etcd-agent/etcd-agent/internal/pin"
 	"github.com/etcd-agent/etcd-agent/internal/watchdog"
 	"go.etcd.io/etcd/client/pkg/v3/transport"
 	"go.uber.org/zap"
+	"k8s.io/apimachinery/pkg/labels"
 )
 
 // Config is everything `etcd-agent run` and `status` are told.
@@ -61,8 +63,17 @@ type Config struct {
 	QuarantinePruneAfter time.Duration
 	// RejoinMode is "seed" (the flag's default) or "raft" (heal.RejoinSeed/RejoinRaft).
 	RejoinMode string
-	// MemberRuntime is "static-pod" or "exec" (with StopCommand/StartCommand).
+	// MemberRuntime is "static-pod" or "exec" (with StopCommand/StartCommand);
+	// members from pods always use the pod runtime.
 	MemberRuntime string
+	// MemberSource is "static-pod" (the default: one member, from
+	// StaticPodManifest) or "pods" (every etcd pod bound to NodeName that
+	// matches PodSelector, each with its own state dir under
+	// StateDir/members; DESIGN.md §11).
+	MemberSource string
+	PodSelector  string
+	// KubeletPodsDir is where the kubelet mounts pods' volumes (CSI PVs).
+	KubeletPodsDir string
 	StopCommand   string
 	StartCommand  string
 	// CrashBefore is the e2e suite's crash hook (hidden flag).
@@ -70,7 +81,16 @@ type Config struct {
 	// HoldAt is the e2e suite's hold hook (hidden flag, heal.HoldPoints).
 	HoldAt []string
 	Log    *zap.Logger
+
+	// podRuntime is a pod member's runtime (set per member by runPods).
+	podRuntime memberruntime.Runtime
 }
+
+// Member sources (--member-source).
+const (
+	MemberSourceStaticPod = "static-pod"
+	MemberSourcePods      = "pods"
+)
 
 // leaseTTLMargin: see the --lease-ttl check in Validate.
 const leaseTTLMargin = 5 * time.Second
@@ -89,6 +109,18 @@ func (c Config) Validate() error {
 	}
 	if c.StateDir == "" {
 		errs = append(errs, errors.New("--state-dir is required"))
+	}
+	switch c.MemberSource {
+	case "", MemberSourceStaticPod:
+	case MemberSourcePods:
+		if c.NodeName == "" {
+			errs = append(errs, errors.New("--member-source=pods needs --node-name (the pods bound to this node are its members)"))
+		}
+		if _, err := labels.Parse(c.PodSelector); err != nil {
+			errs = append(errs, fmt.Errorf("--pod-selector: %w", err))
+		}
+	default:
+		errs = append(errs, fmt.Errorf("--member-source must be %s or %s, got %q", MemberSourceStaticPod, MemberSourcePods, c.MemberSource))
 	}
 	switch c.MemberRuntime {
 	case "static-pod", "":

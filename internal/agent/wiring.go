@@ -48,6 +48,9 @@ func (c Config) PlanConfig() plan.Config {
 
 // Runtime builds the member runtime.
 func (c Config) Runtime(id watchdog.Identity) (memberruntime.Runtime, error) {
+	if c.podRuntime != nil {
+		return c.podRuntime, nil
+	}
 	urls := append([]string{id.ClientURL}, id.PeerURLs...)
 	if c.MemberRuntime == "exec" {
 		return memberruntime.NewExec(c.StopCommand, c.StartCommand, urls, id.DataDir, c.Log, memberruntime.StopTimeout(c.StopTimeout)), nil

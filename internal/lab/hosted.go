@@ -34,6 +34,7 @@ const (
 	hostedPeerPort      = 2380
 	hostedMetricsPort   = 2381
 	hostedDataMountPath = "/var/lib/etcd"
+	hostedAgentMount    = "/lab-nodes"
 )
 
 func hostedNamespace(i int) string { return "clusters-" + string(rune('a'+i)) }
@@ -103,6 +104,22 @@ func (l *Lab) hostedStatefulSet(ns string) *appsv1.StatefulSet {
 	fieldEnv := func(name, path string) corev1.EnvVar {
 		return corev1.EnvVar{Name: name, ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: path}}}
 	}
+	command := []string{l.Spec.etcdBinary()}
+	env := []corev1.EnvVar{fieldEnv("POD_NAME", "metadata.name"), fieldEnv("POD_IP", "status.podIP")}
+	mounts := []corev1.VolumeMount{{Name: "data", MountPath: hostedDataMountPath}}
+	var volumes []corev1.Volume
+	if l.Spec.Agents {
+		// etcd runs through the start gate, which reads the member's state
+		// dir kept by the agent of the node the pod runs on (a hostPath: on
+		// a real node /var/lib/etcd-agent; the lab's nodes share one
+		// filesystem, so the node's name picks its folder).
+		command = append([]string{l.Spec.AgentBinary, "gate",
+			"--state-dir=" + hostedAgentMount + "/$(NODE_NAME)/agent-state/members/$(POD_NAMESPACE)_$(POD_NAME)",
+			"--endpoints=" + strings.Join(l.HostedClientURLs(ns), ","), "--poll-interval=500ms", "--log-format=json", "--"}, command...)
+		env = append([]corev1.EnvVar{fieldEnv("NODE_NAME", "spec.nodeName"), fieldEnv("POD_NAMESPACE", "metadata.namespace")}, env...)
+		mounts = append(mounts, corev1.VolumeMount{Name: "agent-state", MountPath: hostedAgentMount})
+		volumes = append(volumes, corev1.Volume{Name: "agent-state", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: l.Spec.Dir}}})
+	}
 	return &appsv1.StatefulSet{
 		ObjectMeta: metav1.ObjectMeta{Name: HostedEtcdName, Labels: labels},
 		Spec: appsv1.StatefulSetSpec{
@@ -125,14 +142,15 @@ func (l *Lab) hostedStatefulSet(ns string) *appsv1.StatefulSet {
 					// etcd needs no API access (and the lab kubelet mounts no
 					// projected service-account tokens).
 					AutomountServiceAccountToken: ptr(false),
+					Volumes:                      volumes,
 					Affinity: &corev1.Affinity{PodAntiAffinity: &corev1.PodAntiAffinity{RequiredDuringSchedulingIgnoredDuringExecution: []corev1.PodAffinityTerm{{
 						LabelSelector: &metav1.LabelSelector{MatchLabels: labels}, TopologyKey: "kubernetes.io/hostname"}}}},
 					Containers: []corev1.Container{{
 						Name: "etcd", Image: "registry.k8s.io/etcd:3.6.16-0",
-						Command:      []string{l.Spec.etcdBinary()},
+						Command:      command,
 						Args:         args,
-						Env:          []corev1.EnvVar{fieldEnv("POD_NAME", "metadata.name"), fieldEnv("POD_IP", "status.podIP")},
-						VolumeMounts: []corev1.VolumeMount{{Name: "data", MountPath: hostedDataMountPath}},
+						Env:          env,
+						VolumeMounts: mounts,
 						Ports: []corev1.ContainerPort{{Name: "client", ContainerPort: hostedClientPort}, {Name: "peer", ContainerPort: hostedPeerPort},
 							{Name: "metrics", ContainerPort: hostedMetricsPort}},
 						ReadinessProbe: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/readyz", Port: intstr.FromString("metrics")}},

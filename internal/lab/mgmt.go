@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/etcd-agent/etcd-agent/internal/pin"
 	"go.uber.org/zap"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -52,8 +53,6 @@ func validateManagement(o Options) error {
 	switch {
 	case o.EtcdTLS, o.PeerProxy, o.DiskLimit > 0, o.NoAPIServer:
 		return errors.New("a management lab runs without etcd TLS, peer proxies, disk limits, and always with an API server")
-	case o.Agents:
-		return errors.New("a management lab has no agents yet (they come as a DaemonSet with issue 14)")
 	case o.HostedClusters < 0 || o.HostedClusters > 26:
 		return fmt.Errorf("hosted clusters must be 0..26, got %d", o.HostedClusters)
 	case o.PVsPerNode < 0:
@@ -125,6 +124,9 @@ func (l *Lab) upManagement(ctx context.Context, o Options) error {
 	if err := l.waitNodesReady(ctx, 90*time.Second); err != nil {
 		return err
 	}
+	if err := l.startPodAgents(ctx); err != nil {
+		return err
+	}
 	pvs := o.PVsPerNode
 	if pvs == 0 {
 		pvs = max(defaultPVsPerNode, o.HostedClusters+1)
@@ -138,6 +140,9 @@ func (l *Lab) upManagement(ctx context.Context, o Options) error {
 		}
 	}
 	if err := l.WaitHostedClustersHealthy(ctx, 3*time.Minute); err != nil {
+		return err
+	}
+	if err := l.waitHostedPinned(ctx, 60*time.Second); err != nil {
 		return err
 	}
 	l.log.Info("management lab up", zap.Int("workers", o.Nodes), zap.Int("hostedClusters", o.HostedClusters), zap.Duration("took", time.Since(start)))
@@ -163,6 +168,11 @@ func (l *Lab) addWorker(ctx context.Context, n Node) (*Node, error) {
 		return nil, err
 	}
 	n.SupervisorPID = proc.PID
+	if l.Spec.Agents {
+		if err := l.writeAgentManifest(&n); err != nil {
+			return nil, err
+		}
+	}
 	l.Spec.Nodes = append(l.Spec.Nodes, n)
 	if err := l.Spec.save(); err != nil {
 		return nil, err
@@ -228,4 +238,72 @@ func ignoreExists(err error) error {
 		return nil
 	}
 	return err
+}
+
+// startPodAgents (with Agents) creates the agents' namespace, and waits
+// until every worker's agent (placed with its lab kubelet) serves /readyz.
+func (l *Lab) startPodAgents(ctx context.Context) error {
+	if !l.Spec.Agents {
+		return nil
+	}
+	kc, err := l.KubeClient()
+	if err != nil {
+		return err
+	}
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: AgentNamespace}}
+	if _, err := kc.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); ignoreExists(err) != nil {
+		return fmt.Errorf("create namespace %s: %w", AgentNamespace, err)
+	}
+	for _, n := range l.Workers() {
+		if err := waitAgentReady(ctx, n, 60*time.Second); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// waitHostedPinned (with Agents) waits until the agent on each hosted
+// member's node has pinned the member (seen it serve): from then on its
+// start gate knows the member existed.
+func (l *Lab) waitHostedPinned(ctx context.Context, timeout time.Duration) error {
+	if !l.Spec.Agents {
+		return nil
+	}
+	kc, err := l.KubeClient()
+	if err != nil {
+		return err
+	}
+	var last error
+	err = wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
+		for _, ns := range l.Spec.Management.HostedClusters {
+			for i := range HostedEtcdReplicas {
+				name := fmt.Sprintf("%s-%d", HostedEtcdName, i)
+				p, err := kc.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+				if err != nil {
+					last = err
+					return false, nil
+				}
+				n, err := l.Spec.Node(p.Spec.NodeName)
+				if err != nil {
+					last = fmt.Errorf("%s/%s: %w", ns, name, err)
+					return false, nil
+				}
+				if _, ok, err := pin.Load(HostedMemberStateDir(*n, ns, name), name); err != nil || !ok {
+					last = fmt.Errorf("%s/%s not pinned by the agent on %s yet (%v)", ns, name, n.Name, err)
+					return false, nil
+				}
+			}
+		}
+		return true, nil
+	})
+	if err != nil {
+		return fmt.Errorf("hosted members not pinned after %s: %v", timeout, last)
+	}
+	return nil
+}
+
+// HostedMemberStateDir is where node n's agent keeps the hosted member
+// pod's state (agent.MemberStateDir under the node's agent state dir).
+func HostedMemberStateDir(n Node, namespace, pod string) string {
+	return filepath.Join(n.StateDir, "members", namespace+"_"+pod)
 }

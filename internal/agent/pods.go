@@ -1,0 +1,305 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"reflect"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/etcd-agent/etcd-agent/internal/journal"
+	"github.com/etcd-agent/etcd-agent/internal/membersource"
+	"github.com/etcd-agent/etcd-agent/internal/memberruntime"
+	"github.com/etcd-agent/etcd-agent/metrics"
+	"go.uber.org/zap"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
+)
+
+// podGoneGrace: a member whose pod has been absent this long (and which is
+// not mid-recovery) is no longer served. The pod runtime deletes the pod
+// itself to stop etcd, and its controller re-creates it within seconds.
+const podGoneGrace = time.Minute
+
+// MemberStateDir is a pod member's state dir under the agent's: the start
+// gate in the pod must be given the same folder (its --state-dir, through a
+// hostPath volume) to read the member's pin, journal and hold.
+func MemberStateDir(stateDir, namespace, pod string) string {
+	return filepath.Join(stateDir, "members", namespace+"_"+pod)
+}
+
+// runPods serves every etcd pod bound to this node that matches the
+// selector (--member-source=pods): one observation loop, journal and state
+// dir per member, all sharing one API client, one pod informer and the
+// metrics registry (each member's series labelled with its cluster).
+func runPods(ctx context.Context, c Config, m *metrics.Metrics, ready *atomic.Bool, metricsAddr string) error {
+	kc, err := c.KubeClient()
+	if err != nil {
+		return fmt.Errorf("--member-source=pods needs the Kubernetes API: %w", err)
+	}
+	f := informers.NewSharedInformerFactoryWithOptions(kc, 0, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+		o.FieldSelector = "spec.nodeName=" + c.NodeName
+		o.LabelSelector = c.PodSelector
+	}))
+	pods := f.Core().V1().Pods()
+	wake := make(chan struct{}, 1)
+	nudge := func(any) {
+		select {
+		case wake <- struct{}{}:
+		default:
+		}
+	}
+	if _, err := pods.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: nudge,
+		UpdateFunc: func(_, o any) { nudge(o) }, DeleteFunc: nudge}); err != nil {
+		return err
+	}
+	f.Start(ctx.Done())
+	defer f.Shutdown()
+	c.Log.Info("serving the etcd pods bound to this node", zap.String("node", c.NodeName), zap.String("selector", c.PodSelector),
+		zap.String("stateDir", c.StateDir), zap.String("metrics", metricsAddr))
+	for !cache.WaitForCacheSync(ctx.Done(), pods.Informer().HasSynced) {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+	}
+	ready.Store(true)
+	pm := &podMembers{c: c, kc: kc, m: m, ready: ready, metricsAddr: metricsAddr, lister: pods.Lister(),
+		vols: apiVolumes{kc: kc}, workers: map[string]*podWorker{}, readRV: map[string]string{}, log: c.Log}
+	defer pm.stopAll()
+	t := time.NewTicker(c.PollInterval)
+	defer t.Stop()
+	for {
+		pm.reconcile(ctx)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-wake:
+		case <-t.C:
+		}
+	}
+}
+
+// podMembers keeps one worker per member pod of this node.
+type podMembers struct {
+	c           Config
+	kc          kubernetes.Interface
+	m           *metrics.Metrics
+	ready       *atomic.Bool
+	metricsAddr string
+	lister      corelisters.PodLister
+	vols        membersource.Volumes
+	log         *zap.Logger
+
+	workers map[string]*podWorker
+	readRV  map[string]string // the pod version each worker's member was read from
+	// unreadable remembers the last error per pod, to say it once.
+	unreadable map[string]string
+}
+
+// podWorker runs one member's loop.
+type podWorker struct {
+	member   membersource.PodMember
+	stateDir string
+	cancel   context.CancelFunc
+	done     chan struct{}
+	goneAt   time.Time // when its pod was last seen missing
+
+	mu  sync.Mutex
+	cur membersource.PodMember // the pod as last read (the gate check reads it)
+}
+
+func (w *podWorker) current() membersource.PodMember {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.cur
+}
+
+func (w *podWorker) setCurrent(pm membersource.PodMember) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.cur = pm
+}
+
+// reconcile starts a worker for each member pod, restarts one whose
+// identity changed, and ends one whose pod is gone, never mid-recovery.
+func (p *podMembers) reconcile(ctx context.Context) {
+	pods, err := p.lister.List(labels.Everything())
+	if err != nil {
+		p.log.Error("listing this node's etcd pods", zap.Error(err))
+		return
+	}
+	seen := map[string]bool{}
+	for _, pod := range pods {
+		key := pod.Namespace + "/" + pod.Name
+		seen[key] = true
+		w := p.workers[key]
+		if pod.DeletionTimestamp != nil {
+			continue // going: its successor is read when it comes
+		}
+		if w != nil && p.readRV[key] == pod.ResourceVersion {
+			w.goneAt = time.Time{}
+			continue // read already (the PVC and PV are asked once per change of the pod)
+		}
+		member, err := membersource.FromPod(pod, p.vols, p.c.KubeletPodsDir)
+		if err != nil {
+			p.sayUnreadable(key, err)
+			continue
+		}
+		p.sayUnreadable(key, nil)
+		p.readRV[key] = pod.ResourceVersion
+		if w != nil {
+			w.goneAt = time.Time{}
+			w.setCurrent(member)
+			if sameMember(w.member, member) {
+				continue
+			}
+			if p.midRecovery(w) {
+				continue // the journal resumes under the identity it started with
+			}
+			p.log.Info("member pod changed identity; restarting its loop", zap.String("pod", key),
+				zap.String("dataDir", member.Identity.DataDir), zap.String("was", w.member.Identity.DataDir))
+			p.stop(key)
+		}
+		p.start(ctx, member)
+	}
+	for key, w := range p.workers {
+		if seen[key] {
+			continue
+		}
+		if w.goneAt.IsZero() {
+			w.goneAt = time.Now()
+		}
+		if time.Since(w.goneAt) >= podGoneGrace && !p.midRecovery(w) {
+			p.log.Info("member pod gone from this node; no longer serving it", zap.String("pod", key))
+			p.stop(key)
+		}
+	}
+}
+
+func sameMember(a, b membersource.PodMember) bool {
+	return reflect.DeepEqual(a.Identity, b.Identity) && a.Cluster == b.Cluster && a.GateStateDir == b.GateStateDir
+}
+
+func (p *podMembers) sayUnreadable(key string, err error) {
+	if p.unreadable == nil {
+		p.unreadable = map[string]string{}
+	}
+	if err == nil {
+		delete(p.unreadable, key)
+		return
+	}
+	if p.unreadable[key] == err.Error() {
+		return
+	}
+	p.unreadable[key] = err.Error()
+	if errors.Is(err, membersource.ErrNotReady) {
+		p.log.Info("member pod not readable yet", zap.String("pod", key), zap.Error(err))
+		return
+	}
+	p.log.Warn("cannot serve this etcd pod: its member cannot be read", zap.String("pod", key), zap.Error(err))
+}
+
+// midRecovery: the member's journal has a recovery under way.
+func (p *podMembers) midRecovery(w *podWorker) bool {
+	j, _, err := journal.Load(w.stateDir, w.member.Identity.Name)
+	return err != nil || j.Active()
+}
+
+func (p *podMembers) start(ctx context.Context, member membersource.PodMember) {
+	stateDir := MemberStateDir(p.c.StateDir, member.Namespace, member.Name)
+	wctx, cancel := context.WithCancel(ctx)
+	w := &podWorker{member: member, stateDir: stateDir, cancel: cancel, done: make(chan struct{}), cur: member}
+	p.workers[member.Key] = w
+	c := p.c
+	c.StateDir = stateDir
+	c.QuarantineDir = "" // beside the data dir: on the PV's own filesystem
+	c.StaticPodManifest = ""
+	c.MemberName, c.DataDir, c.ClientURL, c.PeerURLs = member.Identity.Name, member.Identity.DataDir, member.Identity.ClientURL, member.Identity.PeerURLs
+	c.Endpoints = member.Endpoints
+	c.Log = p.log.With(zap.String("pod", member.Key), zap.String("cluster", member.Cluster))
+	urls := append([]string{member.Identity.ClientURL}, member.Identity.PeerURLs...)
+	c.podRuntime = memberruntime.NewPod(member.Key, podDeleter{kc: p.kc, ns: member.Namespace, name: member.Name}, stateDir,
+		func() error { return gatedOn(w.current(), stateDir) }, urls, member.Identity.DataDir, c.Log, memberruntime.StopTimeout(c.StopTimeout))
+	env := memberEnv{metrics: p.m.ForCluster(member.Cluster), ready: p.ready, kc: p.kc, metricsAddr: p.metricsAddr,
+		gateWrapped: func() bool { return gatedOn(w.current(), stateDir) == nil }}
+	go func() {
+		defer close(w.done)
+		for wctx.Err() == nil {
+			err := runMember(wctx, c, member.Identity, env)
+			if wctx.Err() != nil {
+				return
+			}
+			c.Log.Error("member loop ended; restarting it", zap.Error(err))
+			select {
+			case <-wctx.Done():
+			case <-time.After(5 * c.PollInterval):
+			}
+		}
+	}()
+}
+
+// gatedOn: the member's pod runs etcd through the start gate, reading
+// stateDir; only then may its pod be deleted to stop etcd.
+func gatedOn(pm membersource.PodMember, stateDir string) error {
+	switch {
+	case !pm.GateWrapped:
+		return errors.New("its etcd container does not run etcd through the start gate (etcd-agent gate --state-dir=... -- etcd ...)")
+	case pm.GateStateDir == "":
+		return fmt.Errorf("its start gate has no --state-dir; give it %s through a hostPath volume", stateDir)
+	case filepath.Clean(pm.GateStateDir) != filepath.Clean(stateDir):
+		return fmt.Errorf("its start gate reads %s, not this agent's %s", pm.GateStateDir, stateDir)
+	}
+	return nil
+}
+
+func (p *podMembers) stop(key string) {
+	w := p.workers[key]
+	if w == nil {
+		return
+	}
+	w.cancel()
+	<-w.done
+	delete(p.workers, key)
+	delete(p.readRV, key)
+}
+
+func (p *podMembers) stopAll() {
+	for key := range p.workers {
+		p.stop(key)
+	}
+}
+
+// podDeleter deletes a member pod with its own grace period.
+type podDeleter struct {
+	kc       kubernetes.Interface
+	ns, name string
+}
+
+func (d podDeleter) DeletePod(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	return d.kc.CoreV1().Pods(d.ns).Delete(ctx, d.name, metav1.DeleteOptions{})
+}
+
+// apiVolumes reads PVCs and PVs from the API, each bounded.
+type apiVolumes struct{ kc kubernetes.Interface }
+
+func (v apiVolumes) PVC(ns, name string) (*corev1.PersistentVolumeClaim, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	return v.kc.CoreV1().PersistentVolumeClaims(ns).Get(ctx, name, metav1.GetOptions{})
+}
+
+func (v apiVolumes) PV(name string) (*corev1.PersistentVolume, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	return v.kc.CoreV1().PersistentVolumes().Get(ctx, name, metav1.GetOptions{})
+}
