@@ -74,8 +74,8 @@ type Config struct {
 	PodSelector  string
 	// KubeletPodsDir is where the kubelet mounts pods' volumes (CSI PVs).
 	KubeletPodsDir string
-	StopCommand   string
-	StartCommand  string
+	StopCommand    string
+	StartCommand   string
 	// CrashBefore is the e2e suite's crash hook (hidden flag).
 	CrashBefore []string
 	// HoldAt is the e2e suite's hold hook (hidden flag, heal.HoldPoints).

@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"github.com/etcd-agent/etcd-agent/internal/journal"
-	"github.com/etcd-agent/etcd-agent/internal/membersource"
 	"github.com/etcd-agent/etcd-agent/internal/memberruntime"
+	"github.com/etcd-agent/etcd-agent/internal/membersource"
 	"github.com/etcd-agent/etcd-agent/metrics"
 	"go.uber.org/zap"
 	corev1 "k8s.io/api/core/v1"
