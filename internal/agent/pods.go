@@ -12,6 +12,7 @@ import (
 
 	"github.com/etcd-agent/etcd-agent/internal/journal"
 	"github.com/etcd-agent/etcd-agent/internal/memberruntime"
+	"github.com/etcd-agent/etcd-agent/internal/nodereport"
 	"github.com/etcd-agent/etcd-agent/internal/membersource"
 	"github.com/etcd-agent/etcd-agent/metrics"
 	"go.uber.org/zap"
@@ -114,6 +115,9 @@ type podWorker struct {
 
 	mu  sync.Mutex
 	cur membersource.PodMember // the pod as last read (the gate check reads it)
+
+	// requests carries the pod's recover annotation to the member's loop.
+	requests chan request
 }
 
 func (w *podWorker) current() membersource.PodMember {
@@ -143,6 +147,14 @@ func (p *podMembers) reconcile(ctx context.Context) {
 		w := p.workers[key]
 		if pod.DeletionTimestamp != nil {
 			continue // going: its successor is read when it comes
+		}
+		if w != nil {
+			if req, ok, err := nodereport.ParseRequest(pod.Annotations); ok {
+				select {
+				case w.requests <- request{req: req, err: err}:
+				default: // one pending request is enough; the annotation stays until handled
+				}
+			}
 		}
 		if w != nil && p.readRV[key] == pod.ResourceVersion {
 			w.goneAt = time.Time{}
@@ -216,7 +228,7 @@ func (p *podMembers) midRecovery(w *podWorker) bool {
 func (p *podMembers) start(ctx context.Context, member membersource.PodMember) {
 	stateDir := MemberStateDir(p.c.StateDir, member.Namespace, member.Name)
 	wctx, cancel := context.WithCancel(ctx)
-	w := &podWorker{member: member, stateDir: stateDir, cancel: cancel, done: make(chan struct{}), cur: member}
+	w := &podWorker{member: member, stateDir: stateDir, cancel: cancel, done: make(chan struct{}), cur: member, requests: make(chan request, 1)}
 	p.workers[member.Key] = w
 	c := p.c
 	c.StateDir = stateDir
@@ -228,10 +240,14 @@ func (p *podMembers) start(ctx context.Context, member membersource.PodMember) {
 	urls := append([]string{member.Identity.ClientURL}, member.Identity.PeerURLs...)
 	c.podRuntime = memberruntime.NewPod(member.Key, podDeleter{kc: p.kc, ns: member.Namespace, name: member.Name}, stateDir,
 		func() error { return gatedOn(w.current(), stateDir) }, urls, member.Identity.DataDir, c.Log, memberruntime.StopTimeout(c.StopTimeout))
+	podRep := nodereport.NewPodReporter(p.kc, member.Namespace, member.Name, p.c.NodeName, "etcd-agent", c.Log)
 	env := memberEnv{metrics: p.m.ForCluster(member.Cluster), ready: p.ready, kc: p.kc, metricsAddr: p.metricsAddr,
-		gateWrapped: func() bool { return gatedOn(w.current(), stateDir) == nil }}
+		gateWrapped: func() bool { return gatedOn(w.current(), stateDir) == nil },
+		podReporter: podRep, requests: w.requests,
+		stillRequested: func(ctx context.Context) bool { return podStillRequested(ctx, p.kc, member.Namespace, member.Name) }}
 	go func() {
 		defer close(w.done)
+		defer podRep.Shutdown()
 		for wctx.Err() == nil {
 			err := runMember(wctx, c, member.Identity, env)
 			if wctx.Err() != nil {
@@ -244,6 +260,19 @@ func (p *podMembers) start(ctx context.Context, member membersource.PodMember) {
 			}
 		}
 	}()
+}
+
+// podStillRequested re-reads the pod: a request is acted on only while its
+// trigger annotation is still there.
+func podStillRequested(ctx context.Context, kc kubernetes.Interface, ns, name string) bool {
+	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	p, err := kc.CoreV1().Pods(ns).Get(rctx, name, metav1.GetOptions{})
+	if err != nil {
+		return false
+	}
+	_, ok, _ := nodereport.ParseRequest(p.Annotations)
+	return ok
 }
 
 // gatedOn: the member's pod runs etcd through the start gate, reading

@@ -73,6 +73,11 @@ type memberEnv struct {
 	// gateWrapped, when set, reports whether the member's etcd runs
 	// through the start gate (pods); static pods read their manifest.
 	gateWrapped func() bool
+	// A pod member's reporting (Events, last-recovery) and manual requests
+	// (the recover annotation) are on its pod: the caller provides them.
+	podReporter    *nodereport.Reporter
+	requests       <-chan request
+	stillRequested func(context.Context) bool
 }
 
 // runMember observes, decides and acts for one member until ctx ends.
@@ -101,16 +106,18 @@ func runMember(ctx context.Context, c Config, id watchdog.Identity, env memberEn
 	if wd.LoadError() != nil { // logged by the watchdog
 		m.EndpointsFileErrors.WithLabelValues(id.Name).Inc()
 	}
-	var nodeRep *nodereport.Reporter
-	requests := make(chan request, 1)
+	nodeRep, requests, still := env.podReporter, env.requests, env.stillRequested
 	if kc != nil && c.NodeName != "" && env.node {
 		nodeRep = nodereport.NewReporter(kc, c.NodeName, "etcd-agent", log)
 		defer nodeRep.Shutdown()
 		rep.node = startNodeStatus(ctx, nodeRep, log, statusRetryEvery)
+		ch := make(chan request, 1)
+		requests = ch
+		still = func(ctx context.Context) bool { return stillRequested(ctx, kc, c.NodeName) }
 		go func() {
 			err := nodereport.WatchRequests(ctx, kc, c.NodeName, func(r nodereport.Request, err error) {
 				select {
-				case requests <- request{req: r, err: err}:
+				case ch <- request{req: r, err: err}:
 				default: // one pending request is enough; the annotation stays until handled
 				}
 			})
@@ -137,7 +144,7 @@ func runMember(ctx context.Context, c Config, id watchdog.Identity, env memberEn
 		var req *plan.Request
 		select {
 		case pending := <-requests:
-			if !stillRequested(ctx, kc, c.NodeName) {
+			if !still(ctx) {
 				break // handled already (the watch delivers every Node update while the trigger is on)
 			}
 			if pending.err != nil {

@@ -25,11 +25,15 @@ import (
 // being stopped should not hang on an API server that is down.
 const flushTimeout = 5 * time.Second
 
-// Reporter writes Events and annotations on one Node.
+// Reporter writes Events and annotations on one Node, or on one member
+// pod (--member-source=pods: the pod is the member's object, as the Node is
+// a static-pod member's).
 type Reporter struct {
 	kc   kubernetes.Interface
 	node string
-	log  *zap.Logger
+	// pod, when set, is the object reported on ("namespace/name").
+	podNamespace, pod string
+	log               *zap.Logger
 
 	broadcaster record.EventBroadcaster
 	recorder    record.EventRecorder
@@ -57,7 +61,16 @@ func NewReporter(kc kubernetes.Interface, nodeName, component string, log *zap.L
 	return r
 }
 
-// Eventf records an Event on the Node; eventType is corev1.EventTypeNormal
+// NewPodReporter returns a Reporter for the member pod namespace/name on
+// nodeName. Call Shutdown when done.
+func NewPodReporter(kc kubernetes.Interface, namespace, name, nodeName, component string, log *zap.Logger) *Reporter {
+	r := NewReporter(kc, nodeName, component, log)
+	r.podNamespace, r.pod = namespace, name
+	r.log = r.log.With(zap.String("pod", namespace+"/"+name))
+	return r
+}
+
+// Eventf records an Event on the Node (or pod); eventType is corev1.EventTypeNormal
 // or corev1.EventTypeWarning. It does not wait for the API server: Events
 // are best effort, the annotation and the logs are the record.
 func (r *Reporter) Eventf(eventType, reason, format string, args ...any) {
@@ -65,7 +78,7 @@ func (r *Reporter) Eventf(eventType, reason, format string, args ...any) {
 		r.log.Error("event with an unknown type dropped", zap.String("type", eventType), zap.String("reason", reason))
 		return
 	}
-	ref := r.nodeRef()
+	ref := r.objectRef()
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.stopped {
@@ -79,6 +92,22 @@ func (r *Reporter) Eventf(eventType, reason, format string, args ...any) {
 // nodeRef looks the Node's UID up once. Without it (API down, Node not
 // created yet) the Event carries the node name as UID, as the kubelet's do;
 // `kubectl describe node` finds both kinds.
+func (r *Reporter) objectRef() *corev1.ObjectReference {
+	if r.pod == "" {
+		return r.nodeRef()
+	}
+	// A StatefulSet pod is re-created under its name with a new UID (the
+	// pod runtime deletes it to stop etcd): looked up each time, so that
+	// `kubectl describe pod` shows the Event on the pod that is there.
+	ref := &corev1.ObjectReference{APIVersion: "v1", Kind: "Pod", Namespace: r.podNamespace, Name: r.pod}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if p, err := r.kc.CoreV1().Pods(r.podNamespace).Get(ctx, r.pod, metav1.GetOptions{}); err == nil {
+		ref.UID = p.UID
+	}
+	return ref
+}
+
 func (r *Reporter) nodeRef() *corev1.ObjectReference {
 	r.refOnce.Do(func() {
 		r.ref = &corev1.ObjectReference{APIVersion: "v1", Kind: "Node", Name: r.node, UID: types.UID(r.node)}
@@ -119,17 +148,33 @@ func (r *Reporter) SetStatus(ctx context.Context, status string) error {
 // never writes a Node it has not just read.
 func (r *Reporter) ClearRequest(ctx context.Context) error {
 	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		n, err := r.kc.CoreV1().Nodes().Get(ctx, r.node, metav1.GetOptions{})
+		obj, err := r.get(ctx)
 		if err != nil {
-			return fmt.Errorf("read node %s: %w", r.node, err)
+			return err
 		}
-		_, hasRecover := n.Annotations[AnnotationRecover]
-		_, hasDryRun := n.Annotations[AnnotationRecoverDryRun]
+		_, hasRecover := obj.GetAnnotations()[AnnotationRecover]
+		_, hasDryRun := obj.GetAnnotations()[AnnotationRecoverDryRun]
 		if !hasRecover && !hasDryRun {
 			return nil
 		}
-		return r.patchAnnotations(ctx, n.ResourceVersion, map[string]any{AnnotationRecover: nil, AnnotationRecoverDryRun: nil})
+		return r.patchAnnotations(ctx, obj.GetResourceVersion(), map[string]any{AnnotationRecover: nil, AnnotationRecoverDryRun: nil})
 	})
+}
+
+// get reads the reported object.
+func (r *Reporter) get(ctx context.Context) (metav1.Object, error) {
+	if r.pod != "" {
+		p, err := r.kc.CoreV1().Pods(r.podNamespace).Get(ctx, r.pod, metav1.GetOptions{})
+		if err != nil {
+			return nil, fmt.Errorf("read pod %s/%s: %w", r.podNamespace, r.pod, err)
+		}
+		return p, nil
+	}
+	n, err := r.kc.CoreV1().Nodes().Get(ctx, r.node, metav1.GetOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("read node %s: %w", r.node, err)
+	}
+	return n, nil
 }
 
 // patchAnnotations sends a JSON merge patch of the Node's annotations (a nil
@@ -143,6 +188,12 @@ func (r *Reporter) patchAnnotations(ctx context.Context, resourceVersion string,
 	patch, err := json.Marshal(map[string]any{"metadata": meta})
 	if err != nil {
 		return err
+	}
+	if r.pod != "" {
+		if _, err := r.kc.CoreV1().Pods(r.podNamespace).Patch(ctx, r.pod, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+			return fmt.Errorf("annotate pod %s/%s: %w", r.podNamespace, r.pod, err)
+		}
+		return nil
 	}
 	if _, err := r.kc.CoreV1().Nodes().Patch(ctx, r.node, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
 		return fmt.Errorf("annotate node %s: %w", r.node, err)
