@@ -21,7 +21,7 @@ func (e statusExit) ExitCode() int { return int(e) }
 
 func newStatusCmd(g *globalFlags) *cobra.Command {
 	c := agent.Config{}
-	var output string
+	var output, memberSource string
 	cmd := &cobra.Command{
 		Use:   "status",
 		Short: "Observe once and print what the agent sees and why (exit 0 healthy, 1 degraded/down, 2 lost, 3 majority lost)",
@@ -35,6 +35,9 @@ func newStatusCmd(g *globalFlags) *cobra.Command {
 				return err
 			}
 			c.Log = log
+			if memberSource == agent.MemberSourcePods {
+				return podsStatus(cmd.OutOrStdout(), c.StateDir, output)
+			}
 			rep, err := agent.Status(cmd.Context(), c)
 			if err != nil {
 				return err
@@ -56,7 +59,54 @@ func newStatusCmd(g *globalFlags) *cobra.Command {
 	}
 	addMemberFlags(cmd.Flags(), &c)
 	cmd.Flags().StringVarP(&output, "output", "o", "table", "table or json")
+	cmd.Flags().StringVar(&memberSource, "member-source", agent.MemberSourceStaticPod,
+		"static-pod: observe the member now; pods: list every pod member the daemon serves, from its latest reports in --state-dir")
 	return cmd
+}
+
+// podsStatus prints the daemon's latest report on each pod member; the
+// exit code is the worst member's.
+func podsStatus(out io.Writer, stateDir, output string) error {
+	st, err := agent.PodMembersStatus(stateDir)
+	if err != nil {
+		return err
+	}
+	if output == "json" {
+		enc := json.NewEncoder(out)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(st); err != nil {
+			return err
+		}
+	} else {
+		tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "POD\tMEMBER\tSTATE\tREASON\tDATA DIR\tQUORUM\tDECISION\tAT")
+		for _, s := range st {
+			r := s.Report
+			if s.Error != "" {
+				fmt.Fprintf(tw, "%s\t\t\t%s\t\t\t\t\n", s.Pod, s.Error)
+				continue
+			}
+			decision := ""
+			if r.Decision != nil {
+				decision = fmt.Sprintf("%s %s", r.Decision.Action, r.Decision.Reason)
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d/%d (margin %d)\t%s\t%s\n", s.Pod, r.Observation.Local.Name, strings.ToUpper(string(r.State)), r.Reason,
+				r.Observation.Local.DataDirClass, r.HealthyVoters, r.Voters, r.QuorumMargin, strings.TrimSpace(decision), r.At.Format(time.RFC3339))
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+	}
+	worst := 0
+	for _, s := range st {
+		if s.Error == "" {
+			worst = max(worst, s.Report.ExitCode())
+		}
+	}
+	if worst != 0 {
+		return statusExit(worst)
+	}
+	return nil
 }
 
 func printReport(out io.Writer, r agent.Report) {

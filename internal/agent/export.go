@@ -25,6 +25,7 @@ type reporter struct {
 	statusPath string
 	last       memberstate.Verdict
 	lastMajor  bool
+	lastCounts [2]int // voters, healthy voters in the last status written
 	decision   plan.Decision
 	// statusErr is the last status file write error logged ("" after a success).
 	statusErr string
@@ -72,8 +73,10 @@ func (r *reporter) export(res memberstate.Result, recovering bool) {
 			r.log.Info("quorum is back", zap.Int("voters", obs.Voters()), zap.Int("healthyVoters", obs.HealthyVoters()))
 		}
 	}
-	changed := v.State != r.last.State || v.Reason != r.last.Reason || v.MajorityLost != r.lastMajor
-	r.last, r.lastMajor = v, v.MajorityLost
+	// The quorum counts too: `status` must not show a margin long gone.
+	counts := [2]int{obs.Voters(), obs.HealthyVoters()}
+	changed := v.State != r.last.State || v.Reason != r.last.Reason || v.MajorityLost != r.lastMajor || counts != r.lastCounts
+	r.last, r.lastMajor, r.lastCounts = v, v.MajorityLost, counts
 	if changed {
 		r.writeStatus(r.newReport(res))
 		r.node.publish(statusLine(r.member, res))

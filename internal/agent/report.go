@@ -2,8 +2,12 @@ package agent
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"os"
 	"path/filepath"
+	"sort"
+	"strings"
 	"time"
 
 	"github.com/etcd-agent/etcd-agent/internal/journal"
@@ -120,4 +124,40 @@ func Hex(id uint64) string {
 		return ""
 	}
 	return fmt.Sprintf("%x", id)
+}
+
+// PodMemberStatus is the daemon's latest report on one pod member.
+type PodMemberStatus struct {
+	// Pod is "namespace/name".
+	Pod    string `json:"pod"`
+	Report Report `json:"report"`
+	Error  string `json:"error,omitempty"`
+}
+
+// PodMembersStatus reads the latest report the daemon wrote for each pod
+// member it serves (--member-source=pods), from their state dirs under
+// stateDir, sorted by pod.
+func PodMembersStatus(stateDir string) ([]PodMemberStatus, error) {
+	dirs, err := filepath.Glob(filepath.Join(stateDir, "members", "*"))
+	if err != nil {
+		return nil, err
+	}
+	sort.Strings(dirs)
+	var out []PodMemberStatus
+	for _, d := range dirs {
+		ns, name, ok := strings.Cut(filepath.Base(d), "_")
+		if !ok {
+			continue
+		}
+		s := PodMemberStatus{Pod: ns + "/" + name}
+		b, err := os.ReadFile(filepath.Join(d, StatusFile))
+		if err == nil {
+			err = json.Unmarshal(b, &s.Report)
+		}
+		if err != nil {
+			s.Error = err.Error()
+		}
+		out = append(out, s)
+	}
+	return out, nil
 }

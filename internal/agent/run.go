@@ -83,6 +83,9 @@ type memberEnv struct {
 // runMember observes, decides and acts for one member until ctx ends.
 func runMember(ctx context.Context, c Config, id watchdog.Identity, env memberEnv) error {
 	m, kc := env.metrics, env.kc
+	if err := os.MkdirAll(c.StateDir, 0o755); err != nil { // a pod member's own, under the agent's
+		return err
+	}
 	log := c.Log.With(zap.String("member", id.Name), zap.String("node", c.NodeName))
 	log.Info("agent started", zap.String("dataDir", id.DataDir), zap.Strings("peerURLs", id.PeerURLs),
 		zap.String("clientURL", id.ClientURL), zap.String("metrics", env.metricsAddr), zap.Duration("poll", c.PollInterval),

@@ -4,16 +4,21 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/etcd-agent/etcd-agent/internal/journal"
 	"github.com/etcd-agent/etcd-agent/internal/lab"
 	"github.com/etcd-agent/etcd-agent/internal/lab/invariant"
+	"github.com/etcd-agent/etcd-agent/internal/nodereport"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
 )
 
 // TestManagementAgentsHealWipedPVs (issue 14, UC2 on StatefulSet pods): 3
@@ -100,6 +105,42 @@ func TestManagementAgentsHealWipedPVs(t *testing.T) {
 		if st, err := os.Stat(j.SnapshotPath); err != nil || st.Size() == 0 {
 			t.Fatalf("pre-change snapshot %s: %v", j.SnapshotPath, err)
 		}
+		// Reported on the pod, as on the Node for a static pod.
+		eventually(t, 30*time.Second, tg.ns+"/"+tg.pod+": last-recovery and a RecoverySucceeded Event on the pod", func() error {
+			p := mustPod(t, kc, tg.ns, tg.pod)
+			lr, ok, err := nodereport.LastRecoveryFrom(p.Annotations)
+			if err != nil || !ok || lr.Result != nodereport.ResultSucceeded {
+				return fmt.Errorf("last-recovery %+v ok=%v err=%v", lr, ok, err)
+			}
+			evs, err := kc.CoreV1().Events(tg.ns).List(ctx, metav1.ListOptions{FieldSelector: fields.Set{
+				"involvedObject.kind": "Pod", "involvedObject.name": tg.pod, "reason": nodereport.ReasonRecoverySucceeded}.String()})
+			if err != nil || len(evs.Items) == 0 {
+				return fmt.Errorf("no RecoverySucceeded event (%v)", err)
+			}
+			return nil
+		})
+		// `etcd-agent status --member-source=pods` on the node lists it.
+		out, err := exec.Command(agentBinary, "status", "--member-source=pods", "--state-dir", mustNode(t, l, tg.node).StateDir).CombinedOutput()
+		if err != nil {
+			t.Fatalf("status on %s: %v\n%s", tg.node, err, out)
+		}
+		for _, ns := range clusters { // every member on the node, each with its latest report
+			for pod, node := range placement[ns] {
+				if node != tg.node {
+					continue
+				}
+				line := ""
+				for _, ln := range strings.Split(string(out), "\n") {
+					if strings.HasPrefix(ln, ns+"/"+pod+" ") {
+						line = ln
+					}
+				}
+				if !strings.Contains(line, " HEALTHY ") {
+					t.Fatalf("status on %s: %s/%s is not listed healthy:\n%s", tg.node, ns, pod, out)
+				}
+			}
+		}
+		t.Logf("etcd-agent status --member-source=pods on %s:\n%s", tg.node, out)
 	}
 	// Both at once: the two recoveries overlapped (different clusters,
 	// different Leases).
