@@ -74,6 +74,10 @@ type Config struct {
 	PodSelector  string
 	// KubeletPodsDir is where the kubelet mounts pods' volumes (CSI PVs).
 	KubeletPodsDir string
+	// NodeLostGrace: a pod member's node must be NotReady with its node
+	// Lease unrenewed this long before another node's agent frees the
+	// member's place (UC1, the steward).
+	NodeLostGrace time.Duration
 	StopCommand    string
 	StartCommand   string
 	// CrashBefore is the e2e suite's crash hook (hidden flag).

@@ -14,6 +14,7 @@ import (
 	"github.com/etcd-agent/etcd-agent/internal/memberruntime"
 	"github.com/etcd-agent/etcd-agent/internal/membersource"
 	"github.com/etcd-agent/etcd-agent/internal/nodereport"
+	"github.com/etcd-agent/etcd-agent/internal/plan"
 	"github.com/etcd-agent/etcd-agent/metrics"
 	"go.uber.org/zap"
 	corev1 "k8s.io/api/core/v1"
@@ -62,17 +63,30 @@ func runPods(ctx context.Context, c Config, m *metrics.Metrics, ready *atomic.Bo
 		UpdateFunc: func(_, o any) { nudge(o) }, DeleteFunc: nudge}); err != nil {
 		return err
 	}
-	f.Start(ctx.Done())
-	defer f.Shutdown()
+	// The steward looks at the member pods of its clusters on other nodes,
+	// and at Nodes.
+	everyNode := informers.NewSharedInformerFactoryWithOptions(kc, 0, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+		o.LabelSelector = c.PodSelector
+	}))
+	allPods := everyNode.Core().V1().Pods()
+	nodesF := informers.NewSharedInformerFactory(kc, 0)
+	nodes := nodesF.Core().V1().Nodes()
+	allPods.Informer()
+	nodes.Informer()
+	for _, fac := range []informers.SharedInformerFactory{f, everyNode, nodesF} {
+		fac.Start(ctx.Done())
+		defer fac.Shutdown()
+	}
 	c.Log.Info("serving the etcd pods bound to this node", zap.String("node", c.NodeName), zap.String("selector", c.PodSelector),
 		zap.String("stateDir", c.StateDir), zap.String("metrics", metricsAddr))
-	for !cache.WaitForCacheSync(ctx.Done(), pods.Informer().HasSynced) {
+	for !cache.WaitForCacheSync(ctx.Done(), pods.Informer().HasSynced, allPods.Informer().HasSynced, nodes.Informer().HasSynced) {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
 	}
 	ready.Store(true)
 	pm := &podMembers{c: c, kc: kc, m: m, ready: ready, metricsAddr: metricsAddr, lister: pods.Lister(),
+		allPods: allPods.Lister(), nodes: nodes.Lister(),
 		vols: apiVolumes{kc: kc}, workers: map[string]*podWorker{}, readRV: map[string]string{}, log: c.Log}
 	defer pm.stopAll()
 	t := time.NewTicker(c.PollInterval)
@@ -96,6 +110,8 @@ type podMembers struct {
 	ready       *atomic.Bool
 	metricsAddr string
 	lister      corelisters.PodLister
+	allPods     corelisters.PodLister // member pods on every node (the steward's)
+	nodes       corelisters.NodeLister
 	vols        membersource.Volumes
 	log         *zap.Logger
 
@@ -245,6 +261,12 @@ func (p *podMembers) start(ctx context.Context, member membersource.PodMember) {
 		gateWrapped: func() bool { return gatedOn(w.current(), stateDir) == nil },
 		podReporter: podRep, requests: w.requests,
 		stillRequested: func(ctx context.Context) bool { return podStillRequested(ctx, p.kc, member.Namespace, member.Name) }}
+	t, err := c.TLSConfig()
+	if err != nil {
+		p.log.Error("etcd client TLS", zap.Error(err))
+	}
+	env.steward = &steward{c: c, kc: p.kc, self: w.current, pods: p.allPods, nodes: p.nodes, tls: t, m: env.metrics,
+		log: c.Log.Named("steward"), said: map[string]plan.Reason{}}
 	go func() {
 		defer close(w.done)
 		defer podRep.Shutdown()

@@ -78,6 +78,9 @@ type memberEnv struct {
 	podReporter    *nodereport.Reporter
 	requests       <-chan request
 	stillRequested func(context.Context) bool
+	// steward, for a pod member, acts for members of its cluster on lost
+	// nodes (UC1) while this member is healthy.
+	steward *steward
 }
 
 // runMember observes, decides and acts for one member until ctx ends.
@@ -139,6 +142,13 @@ func runMember(ctx context.Context, c Config, id watchdog.Identity, env memberEn
 		return err
 	}
 	gate := gateCheck{c: c, log: log, m: m, member: id.Name, wrapped: env.gateWrapped}
+	if env.steward != nil {
+		env.steward.observe = func(ctx context.Context) memberstate.Result {
+			r := pipe.assess(pipe.wd.Observe(ctx, time.Now()))
+			pipe.exportAll(ctx, r, false)
+			return r
+		}
+	}
 	return wd.Run(ctx, func(o observation.Observation) {
 		r := pipe.assess(o)
 		pipe.exportAll(ctx, r, false)
@@ -162,6 +172,9 @@ func runMember(ctx context.Context, c Config, id watchdog.Identity, env memberEn
 		rep.decided(r, out.Decision)
 		if out.Result == "" {
 			h.Housekeep(r) // --quarantine-keep, on an observation no recovery acted on
+			if env.steward != nil && req == nil {
+				env.steward.consider(ctx, r)
+			}
 		}
 		if req != nil && out.Result == "" && !out.Answered && out.Err == nil {
 			// Decide said "nothing to do" to a manual request: say so.

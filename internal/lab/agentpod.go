@@ -24,6 +24,9 @@ import (
 const (
 	LabPollInterval = "1s"
 	LabGracePeriod  = "3s"
+	// LabNodeLostGrace: how long a worker must be NotReady with its node
+	// Lease unrenewed before the steward frees its members' places.
+	LabNodeLostGrace = "15s"
 )
 
 // AgentManifest is the agent's static-pod manifest on a node.
@@ -73,6 +76,7 @@ func (l *Lab) podAgentArgs(n *Node, addr string) []string {
 		"--node-name=" + n.Name,
 		"--member-source=pods",
 		"--pod-selector=app=" + HostedEtcdName,
+		"--node-lost-grace=" + LabNodeLostGrace,
 		"--state-dir=" + n.StateDir,
 		"--metrics-addr=" + addr,
 		"--poll-interval=" + LabPollInterval,

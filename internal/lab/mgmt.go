@@ -121,7 +121,7 @@ func (l *Lab) upManagement(ctx context.Context, o Options) error {
 			return err
 		}
 	}
-	if err := l.waitNodesReady(ctx, 90*time.Second); err != nil {
+	if err := l.WaitNodesReady(ctx, 90*time.Second); err != nil {
 		return err
 	}
 	if err := l.startPodAgents(ctx); err != nil {
@@ -192,8 +192,8 @@ func (l *Lab) Workers() []Node {
 	return out
 }
 
-// waitNodesReady waits until every live worker's Node is Ready.
-func (l *Lab) waitNodesReady(ctx context.Context, timeout time.Duration) error {
+// WaitNodesReady waits until every live worker's Node is Ready.
+func (l *Lab) WaitNodesReady(ctx context.Context, timeout time.Duration) error {
 	kc, err := l.KubeClient()
 	if err != nil {
 		return err

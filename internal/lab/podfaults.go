@@ -155,3 +155,21 @@ func (l *Lab) Pod(ctx context.Context, ns, pod string) (*corev1.Pod, error) {
 	}
 	return kc.CoreV1().Pods(ns).Get(ctx, pod, metav1.GetOptions{})
 }
+
+// PartitionKubelet SIGSTOPs a worker's lab kubelet (paused: false resumes
+// it with SIGCONT): the API sees the node's heartbeats stop and the
+// node-lifecycle controller marks it NotReady, while its pods' processes,
+// the agent among them, keep running and serving (a kubelet cut off from
+// the API, or hung, on a node whose etcd members still reach their peers).
+func (l *Lab) PartitionKubelet(node string, paused bool) error {
+	n, err := l.Spec.Node(node)
+	if err != nil {
+		return err
+	}
+	sig := syscall.SIGSTOP
+	if !paused {
+		sig = syscall.SIGCONT
+	}
+	l.log.Info("fault: kubelet partition", zap.String("node", node), zap.Bool("paused", paused))
+	return signalOurs(n.SupervisorPID, n.NodeDir, sig)
+}

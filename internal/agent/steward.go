@@ -1,0 +1,331 @@
+package agent
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/etcd-agent/etcd-agent/internal/lease"
+	"github.com/etcd-agent/etcd-agent/internal/manifest"
+	"github.com/etcd-agent/etcd-agent/internal/memberstate"
+	"github.com/etcd-agent/etcd-agent/internal/membersource"
+	"github.com/etcd-agent/etcd-agent/internal/nodereport"
+	"github.com/etcd-agent/etcd-agent/internal/plan"
+	"github.com/etcd-agent/etcd-agent/metrics"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/apimachinery/pkg/labels"
+	corelisters "k8s.io/client-go/listers/core/v1"
+)
+
+var everyPod = labels.Everything()
+
+// nodeLeaseNamespace holds the kubelets' node Leases.
+const nodeLeaseNamespace = "kube-node-lease"
+
+// stewardStepTimeout bounds one steward step (an API write or a member
+// removal); the Lease is confirmed for it first.
+const stewardStepTimeout = 10 * time.Second
+
+// stewardMaxSteps bounds one stewardship: remove, retain, delete the claim,
+// delete the pod, and a spare look.
+const stewardMaxSteps = 6
+
+// steward acts, from one healthy pod member, for the members of its
+// cluster whose node is lost (plan.DecideSteward): UC1 on management nodes.
+type steward struct {
+	c       Config // NodeName, Namespace, LeaseTTL, NodeLostGrace
+	kc      kubernetes.Interface
+	self    func() membersource.PodMember
+	pods    corelisters.PodLister // every member pod, all nodes
+	nodes   corelisters.NodeLister
+	observe func(context.Context) memberstate.Result
+	tls     *tls.Config
+	m       *metrics.Metrics
+	log     *zap.Logger
+
+	said map[string]plan.Reason // per target pod: the last refusal said
+}
+
+// consider looks, on an observation of a healthy local member, for member
+// pods of the same cluster on nodes that are not Ready, and frees the
+// place of any whose node is lost.
+func (s *steward) consider(ctx context.Context, r memberstate.Result) {
+	if r.Verdict.State != memberstate.Healthy || r.Observation.ClusterID == 0 {
+		return
+	}
+	self := s.self()
+	siblings, err := s.pods.Pods(self.Namespace).List(everyPod)
+	if err != nil {
+		return
+	}
+	for _, p := range siblings {
+		if p.Name == self.Name || membersource.ClusterOf(p) != self.Cluster || p.Spec.NodeName == "" {
+			continue
+		}
+		if n, err := s.nodes.Get(p.Spec.NodeName); err == nil && nodeReady(n) {
+			delete(s.said, p.Name)
+			continue // a Ready node's members are its own agent's (a cordoned node is Ready)
+		}
+		s.steward(ctx, r, p)
+	}
+}
+
+// steward judges one pod on a node that is not Ready and, when its member
+// is lost, takes the steps under the cluster's Lease, each re-judged on a
+// fresh observation and fenced.
+func (s *steward) steward(ctx context.Context, r memberstate.Result, p *corev1.Pod) {
+	key := p.Namespace + "/" + p.Name
+	in, err := s.facts(ctx, r, p)
+	if err != nil {
+		s.log.Info("steward: cannot judge a member pod on a node that is not Ready", zap.String("target", key), zap.Error(err))
+		return
+	}
+	d := plan.DecideSteward(in, s.cfg())
+	if !s.acting(key, d) {
+		return
+	}
+	l, err := lease.New(lease.Config{Client: s.kc, Namespace: s.c.Namespace, Name: lease.Name(r.Observation.ClusterID),
+		Holder: s.c.NodeName + "/" + s.self().Identity.Name + "/steward", TTL: s.c.LeaseTTL, Log: s.log})
+	if err != nil {
+		s.log.Error("steward: lease", zap.Error(err))
+		return
+	}
+	if err := l.TryAcquire(ctx, lease.Info{Target: "steward " + key, Phase: string(d.Action), StartedAt: time.Now()}); err != nil {
+		s.refused(key, plan.Decision{Action: plan.Refuse, Reason: leaseReason(err), Detail: err.Error()})
+		return
+	}
+	defer func() {
+		rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = l.Release(rctx)
+	}()
+	s.log.Info("steward: acting for a member on a lost node", zap.String("target", key), zap.String("node", p.Spec.NodeName))
+	for range stewardMaxSteps {
+		fresh := s.observe(ctx)
+		cur, err := s.kc.CoreV1().Pods(p.Namespace).Get(ctx, p.Name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) || (err == nil && cur.UID != p.UID) {
+			s.log.Info("steward: the stuck pod is gone; its StatefulSet re-creates it on a live node", zap.String("target", key))
+			return
+		}
+		if err != nil {
+			s.log.Warn("steward: re-reading the pod", zap.String("target", key), zap.Error(err))
+			return
+		}
+		if in, err = s.facts(ctx, fresh, cur); err != nil {
+			s.log.Warn("steward: re-judging", zap.String("target", key), zap.Error(err))
+			return
+		}
+		d = plan.DecideSteward(in, s.cfg())
+		if !s.acting(key, d) {
+			return
+		}
+		if err := l.ConfirmFor(ctx, stewardStepTimeout); err != nil {
+			s.log.Warn("steward: the Lease is no longer ours; stopping", zap.String("target", key), zap.Error(err))
+			return
+		}
+		_ = l.SetPhase(ctx, string(d.Action))
+		sctx, cancel := context.WithTimeout(ctx, stewardStepTimeout)
+		err = s.do(sctx, d, fresh, cur, in)
+		cancel()
+		if err != nil {
+			s.log.Error("steward: step failed; judged again at the next observation", zap.String("target", key), zap.String("step", string(d.Action)), zap.Error(err))
+			s.event(cur, corev1.EventTypeWarning, nodereport.ReasonRecoveryFailed, "steward %s: %s failed: %v", s.c.NodeName, d.Action, err)
+			return
+		}
+		s.log.Info("steward: step done", zap.String("target", key), zap.String("step", string(d.Action)), zap.String("detail", d.Detail))
+		s.event(cur, corev1.EventTypeNormal, nodereport.ReasonRecoveryStarted, "steward %s (node %s lost): %s: %s", s.c.NodeName, cur.Spec.NodeName, d.Action, d.Detail)
+		p = cur
+	}
+}
+
+func (s *steward) cfg() plan.StewardConfig { return plan.StewardConfig{NodeLostGrace: s.c.NodeLostGrace} }
+
+// acting reports whether d is a step; a refusal is said once per change.
+func (s *steward) acting(key string, d plan.Decision) bool {
+	switch d.Action {
+	case plan.Refuse:
+		s.refused(key, d)
+		return false
+	case plan.Nothing:
+		delete(s.said, key)
+		return false
+	}
+	return true
+}
+
+func (s *steward) refused(key string, d plan.Decision) {
+	if s.said[key] == d.Reason {
+		return
+	}
+	s.said[key] = d.Reason
+	s.m.RefusalsTotal.WithLabelValues(s.self().Identity.Name, string(d.Reason)).Inc()
+	s.log.Info("steward: not acting for a member on a node that is not Ready", zap.String("target", key),
+		zap.String("reason", string(d.Reason)), zap.String("detail", d.Detail))
+}
+
+func leaseReason(err error) plan.Reason {
+	if errors.Is(err, lease.ErrAPIUnavailable) {
+		return plan.ReasonAPIUnavailable
+	}
+	return plan.ReasonLeaseHeldByOther
+}
+
+// facts gathers what plan.DecideSteward looks at for pod p.
+func (s *steward) facts(ctx context.Context, r memberstate.Result, p *corev1.Pod) (plan.StewardInput, error) {
+	in := plan.StewardInput{Now: time.Now(), Obs: r.Observation, Local: r.Verdict, PodExists: true, PodNode: p.Spec.NodeName}
+	m, _, _, err := manifest.MemberOfPod(p, manifest.PodFields{Name: p.Name, Namespace: p.Namespace, UID: string(p.UID),
+		NodeName: p.Spec.NodeName, ServiceAccount: p.Spec.ServiceAccountName, PodIP: p.Status.PodIP, HostIP: p.Status.HostIP})
+	if err != nil {
+		return in, fmt.Errorf("its member: %w", err)
+	}
+	in.TargetName, in.TargetPeerURLs = m.Name, m.PeerURLs
+	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	node, err := s.kc.CoreV1().Nodes().Get(rctx, p.Spec.NodeName, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+	case err != nil:
+		return in, err
+	default:
+		in.NodeExists, in.NodeReady = true, nodeReady(node)
+		nl, err := s.kc.CoordinationV1().Leases(nodeLeaseNamespace).Get(rctx, p.Spec.NodeName, metav1.GetOptions{})
+		if err != nil && !apierrors.IsNotFound(err) {
+			return in, err
+		}
+		if err == nil && nl.Spec.RenewTime != nil {
+			in.NodeLeaseRenewed = nl.Spec.RenewTime.Time
+		}
+	}
+	for _, v := range p.Spec.Volumes {
+		if v.PersistentVolumeClaim == nil {
+			continue
+		}
+		pvc, err := s.kc.CoreV1().PersistentVolumeClaims(p.Namespace).Get(rctx, v.PersistentVolumeClaim.ClaimName, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			continue
+		}
+		if err != nil {
+			return in, err
+		}
+		if pvc.Spec.VolumeName == "" {
+			continue
+		}
+		pv, err := s.kc.CoreV1().PersistentVolumes().Get(rctx, pvc.Spec.VolumeName, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			continue
+		}
+		if err != nil {
+			return in, err
+		}
+		if !pvOnNode(pv, p.Spec.NodeName) {
+			continue // not node-local: the pod takes it along when it moves
+		}
+		in.PVCBoundToNode, in.PVCDeleting = true, pvc.DeletionTimestamp != nil
+		in.PVExists, in.PVRetained = true, pv.Spec.PersistentVolumeReclaimPolicy == corev1.PersistentVolumeReclaimRetain
+		return in, nil
+	}
+	return in, nil
+}
+
+// do takes one step.
+func (s *steward) do(ctx context.Context, d plan.Decision, r memberstate.Result, p *corev1.Pod, in plan.StewardInput) error {
+	switch d.Action {
+	case plan.RemoveMember:
+		return s.removeMember(ctx, r, d.MemberID)
+	case plan.StewardRetainPV, plan.StewardDeletePVC:
+		pvc, pv, err := s.nodeLocalClaim(ctx, p)
+		if err != nil {
+			return err
+		}
+		if d.Action == plan.StewardRetainPV {
+			patch := []byte(`{"spec":{"persistentVolumeReclaimPolicy":"Retain"}}`)
+			_, err = s.kc.CoreV1().PersistentVolumes().Patch(ctx, pv.Name, types.MergePatchType, patch, metav1.PatchOptions{})
+			return err
+		}
+		uid := pvc.UID
+		return s.kc.CoreV1().PersistentVolumeClaims(p.Namespace).Delete(ctx, pvc.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
+	case plan.StewardForceDeletePod:
+		zero, uid := int64(0), p.UID
+		return s.kc.CoreV1().Pods(p.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{GracePeriodSeconds: &zero, Preconditions: &metav1.Preconditions{UID: &uid}})
+	}
+	return fmt.Errorf("not a steward step: %s", d.Action)
+}
+
+// nodeLocalClaim is the pod's PVC bound to a PV on the pod's node.
+func (s *steward) nodeLocalClaim(ctx context.Context, p *corev1.Pod) (*corev1.PersistentVolumeClaim, *corev1.PersistentVolume, error) {
+	for _, v := range p.Spec.Volumes {
+		if v.PersistentVolumeClaim == nil {
+			continue
+		}
+		pvc, err := s.kc.CoreV1().PersistentVolumeClaims(p.Namespace).Get(ctx, v.PersistentVolumeClaim.ClaimName, metav1.GetOptions{})
+		if err != nil || pvc.Spec.VolumeName == "" {
+			continue
+		}
+		pv, err := s.kc.CoreV1().PersistentVolumes().Get(ctx, pvc.Spec.VolumeName, metav1.GetOptions{})
+		if err == nil && pvOnNode(pv, p.Spec.NodeName) {
+			return pvc, pv, nil
+		}
+	}
+	return nil, nil, errors.New("no claim of the pod is bound to a PV on its node any more")
+}
+
+// removeMember removes id through the members that serve.
+func (s *steward) removeMember(ctx context.Context, r memberstate.Result, id uint64) error {
+	var eps []string
+	for _, m := range r.Observation.Members {
+		if m.Serving && m.ID != id {
+			eps = append(eps, m.ClientURLs...)
+		}
+	}
+	cli, err := clientv3.New(clientv3.Config{Endpoints: eps, DialTimeout: 3 * time.Second, TLS: s.tls, Logger: zap.NewNop()})
+	if err != nil {
+		return err
+	}
+	defer cli.Close()
+	if _, err := cli.MemberRemove(ctx, id); err != nil {
+		// Applied by an earlier attempt whose answer was lost: the next
+		// look sees it gone.
+		return fmt.Errorf("remove member %x: %w", id, err)
+	}
+	return nil
+}
+
+func (s *steward) event(p *corev1.Pod, eventType, reason, format string, args ...any) {
+	rep := nodereport.NewPodReporter(s.kc, p.Namespace, p.Name, s.c.NodeName, "etcd-agent", s.log)
+	rep.Eventf(eventType, reason, format, args...)
+	rep.Shutdown()
+}
+
+func nodeReady(n *corev1.Node) bool {
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// pvOnNode: the PV's node affinity pins it to node by hostname.
+func pvOnNode(pv *corev1.PersistentVolume, node string) bool {
+	a := pv.Spec.NodeAffinity
+	if a == nil || a.Required == nil {
+		return false
+	}
+	for _, term := range a.Required.NodeSelectorTerms {
+		for _, e := range term.MatchExpressions {
+			if e.Key == corev1.LabelHostname && e.Operator == corev1.NodeSelectorOpIn && slices.Contains(e.Values, node) {
+				return true
+			}
+		}
+	}
+	return false
+}

@@ -1,0 +1,108 @@
+package plan
+
+import (
+	"testing"
+	"time"
+
+	"github.com/etcd-agent/etcd-agent/internal/memberstate"
+	"github.com/etcd-agent/etcd-agent/internal/observation"
+)
+
+func TestStewardFreesALostNodesMemberStepByStepAndRefusesOtherwise(t *testing.T) {
+	now := time.Unix(10_000, 0)
+	grace := 5 * time.Minute
+	voter := func(id uint64, name string, serving bool) observation.Member {
+		return observation.Member{ID: id, Name: name, PeerURLs: []string{"http://" + name + ":2380"}, ClientURLs: []string{"http://" + name + ":2379"}, Serving: serving}
+	}
+	obs := func(ms ...observation.Member) observation.Observation {
+		o := observation.Observation{ClusterID: 0xc1, LeaderID: 1, Members: ms, Local: observation.Local{Match: observation.MatchOK, ID: 1, DataDirClass: "ok"}}
+		return o
+	}
+	lostOne := obs(voter(1, "etcd-0", true), voter(2, "etcd-1", true), voter(3, "etcd-2", false))
+	removed := obs(voter(1, "etcd-0", true), voter(2, "etcd-1", true))
+	healthy := memberstate.Verdict{State: memberstate.Healthy}
+	// The base case: etcd-2's node has been NotReady with a stale node
+	// Lease for longer than the grace, the member does not answer.
+	base := StewardInput{Now: now, Obs: lostOne, Local: healthy, TargetName: "etcd-2", TargetPeerURLs: []string{"http://etcd-2:2380"},
+		PodExists: true, PodNode: "node3", NodeExists: true, NodeReady: false, NodeLeaseRenewed: now.Add(-grace - time.Second),
+		PVCBoundToNode: true, PVExists: true}
+	with := func(f func(*StewardInput)) StewardInput { in := base; f(&in); return in }
+	for _, tc := range []struct {
+		name   string
+		in     StewardInput
+		action Action
+		reason Reason
+	}{
+		{"lost node, member silent: remove the member first", base, RemoveMember, ReasonNone},
+		{"member removed: keep the old PV's data (Retain)", with(func(in *StewardInput) { in.Obs = removed }), StewardRetainPV, ReasonNone},
+		{"PV retained: delete the claim (it waits on the pod)", with(func(in *StewardInput) { in.Obs = removed; in.PVRetained = true }), StewardDeletePVC, ReasonNone},
+		{"claim deleting: force-delete the stuck pod", with(func(in *StewardInput) { in.Obs = removed; in.PVRetained = true; in.PVCDeleting = true }), StewardForceDeletePod, ReasonNone},
+		{"claim gone: force-delete the stuck pod", with(func(in *StewardInput) { in.Obs = removed; in.PVCBoundToNode = false }), StewardForceDeletePod, ReasonNone},
+		{"pod gone (re-created, not bound yet): nothing left", with(func(in *StewardInput) { in.Obs = removed; in.PodNode = "" }), Nothing, ReasonNotNeeded},
+		{"node Ready: never touched", with(func(in *StewardInput) { in.NodeReady = true }), Refuse, ReasonNodeReady},
+		{"node only cordoned (Ready): never touched, even after removal", with(func(in *StewardInput) { in.Obs = removed; in.NodeReady = true }), Refuse, ReasonNodeReady},
+		{"NotReady, node Lease renewed within the grace: wait", with(func(in *StewardInput) { in.NodeLeaseRenewed = now.Add(-time.Minute) }), Refuse, ReasonInGracePeriod},
+		{"NotReady for long but the member still serves (partitioned kubelet)", with(func(in *StewardInput) {
+			in.Obs = obs(voter(1, "etcd-0", true), voter(2, "etcd-1", true), voter(3, "etcd-2", true))
+		}), Refuse, ReasonMemberServing},
+		{"the steward's own member is not healthy", with(func(in *StewardInput) { in.Local = memberstate.Verdict{State: memberstate.Degraded} }), Refuse, ReasonStewardNotHealthy},
+		{"majority lost: never", with(func(in *StewardInput) {
+			in.Obs = obs(voter(1, "etcd-0", true), voter(2, "etcd-1", false), voter(3, "etcd-2", false))
+		}), Refuse, ReasonMajorityLost},
+		{"a learner is present: one change at a time", with(func(in *StewardInput) {
+			l := voter(4, "etcd-3", false)
+			l.IsLearner = true
+			in.Obs = obs(voter(1, "etcd-0", true), voter(2, "etcd-1", true), voter(3, "etcd-2", false), l)
+		}), Refuse, ReasonLearnerPresent},
+		{"removing would leave no quorum of the smaller cluster (rule 2)", with(func(in *StewardInput) {
+			o := obs(voter(1, "etcd-0", true), voter(2, "etcd-1", true), voter(3, "etcd-2", false), voter(4, "etcd-3", false), voter(5, "etcd-4", false))
+			o.Members[1].Serving = true
+			in.Obs = o
+		}), Refuse, ReasonMajorityLost},
+		{"the target is a learner (its own agent's rejoin)", with(func(in *StewardInput) {
+			l := voter(3, "etcd-2", false)
+			l.IsLearner = true
+			in.Obs = obs(voter(1, "etcd-0", true), voter(2, "etcd-1", true), l)
+		}), Refuse, ReasonLearnerPresent},
+	} {
+		d := DecideSteward(tc.in, StewardConfig{NodeLostGrace: grace})
+		if d.Action != tc.action || d.Reason != tc.reason {
+			t.Errorf("%s: got %s/%s (%s), want %s/%s", tc.name, d.Action, d.Reason, d.Detail, tc.action, tc.reason)
+		}
+		if tc.action == RemoveMember && d.MemberID != 3 {
+			t.Errorf("%s: removes %x, want 3", tc.name, d.MemberID)
+		}
+	}
+}
+
+// Rule 2 on its own: 4 voters, one lost, one more unhealthy: removing the
+// lost one leaves 2 healthy of 3, quorum 2: allowed; with two unhealthy
+// besides, majority is lost first.
+func TestStewardRemovalKeepsAQuorumOfTheSmallerCluster(t *testing.T) {
+	now := time.Unix(10_000, 0)
+	m := func(id uint64, name string, serving bool) observation.Member {
+		return observation.Member{ID: id, Name: name, PeerURLs: []string{"http://" + name + ":2380"}, Serving: serving}
+	}
+	// The local member serves but its data dir is gone: it is not healthy.
+	o := observation.Observation{ClusterID: 1, LeaderID: 1, Members: []observation.Member{m(1, "a", true), m(2, "b", true), m(3, "c", true), m(4, "d", false)},
+		Local: observation.Local{Match: observation.MatchOK, ID: 1, DataDirClass: "missing"}}
+	in := StewardInput{Now: now, Obs: o, Local: memberstate.Verdict{State: memberstate.Healthy}, TargetName: "d", TargetPeerURLs: []string{"http://d:2380"},
+		PodExists: true, PodNode: "n4", NodeExists: true, NodeLeaseRenewed: now.Add(-time.Hour), PVCBoundToNode: true, PVExists: true}
+	if d := DecideSteward(in, StewardConfig{NodeLostGrace: time.Minute}); d.Action != RemoveMember {
+		t.Fatalf("2 healthy of 3 left, quorum 2: %s/%s %s", d.Action, d.Reason, d.Detail)
+	}
+	in.Obs.Members[1].Serving = false // now: a, c serve; a is not healthy: 1 healthy of 3 left
+	in.Obs.LeaderID = 1
+	if d := DecideSteward(in, StewardConfig{NodeLostGrace: time.Minute}); d.Reason != ReasonMajorityLost && d.Reason != ReasonWouldLoseQuorum {
+		t.Fatalf("got %s/%s", d.Action, d.Reason)
+	}
+	in.Obs.Members[1].Serving = true
+	in.Obs.Members[2].Serving = true
+	in.Obs.Local.ID = 1
+	o2 := in.Obs
+	o2.Members = []observation.Member{m(1, "a", true), m(2, "b", true), m(3, "c", false), m(4, "d", false), m(5, "e", true)}
+	in.Obs = o2 // 5 voters, 3 serve (a not healthy): 2 healthy of 4 left, quorum 3
+	if d := DecideSteward(in, StewardConfig{NodeLostGrace: time.Minute}); d.Reason != ReasonWouldLoseQuorum {
+		t.Fatalf("2 healthy of 4 left: got %s/%s %s", d.Action, d.Reason, d.Detail)
+	}
+}
