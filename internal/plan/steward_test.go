@@ -54,7 +54,7 @@ func TestStewardFreesALostNodesMemberStepByStepAndRefusesOtherwise(t *testing.T)
 			l.IsLearner = true
 			in.Obs = obs(voter(1, "etcd-0", true), voter(2, "etcd-1", true), voter(3, "etcd-2", false), l)
 		}), Refuse, ReasonLearnerPresent},
-		{"removing would leave no quorum of the smaller cluster (rule 2)", with(func(in *StewardInput) {
+		{"three of five voters silent: majority lost", with(func(in *StewardInput) {
 			o := obs(voter(1, "etcd-0", true), voter(2, "etcd-1", true), voter(3, "etcd-2", false), voter(4, "etcd-3", false), voter(5, "etcd-4", false))
 			o.Members[1].Serving = true
 			in.Obs = o
