@@ -6,6 +6,7 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X github.com/etcd-agent/etcd-agent/internal/version.Version=$(VERSION)
 LAB_DIR ?= $(CURDIR)/lab
 E2E_TIMEOUT ?= 45m
+BENCH_MEMBERS ?= 1,10,30
 
 .PHONY: all tools build unit e2e e2e-full e2e-chaos test demo demo-down bench vet fmt clean deploy-test dashboard-png
 
@@ -77,6 +78,7 @@ BENCH_SIZES ?= 100MB,500MB
 bench: tools build
 	$(GO) test -run '^$$' -bench . -benchmem ./internal/...
 	$(BIN)/etcd-agent lab bench --dir $(CURDIR)/.lab-bench --sizes $(BENCH_SIZES) --log-level warn
+	$(BIN)/etcd-agent lab bench-scale --dir $(CURDIR)/.lab-bench --members $(BENCH_MEMBERS) --log-level warn
 
 clean:
 	rm -f $(BIN)/etcd-agent

@@ -43,7 +43,7 @@ func newLabCmd(g *globalFlags) *cobra.Command {
 		}
 		return lab.Open(dir, log)
 	}
-	cmd.AddCommand(newLabUpCmd(g, &dir), newLabDownCmd(open), newLabStatusCmd(open), newLabSuperviseCmd(g), newLabDemoCmd(g, &dir), newLabBenchCmd(g, &dir))
+	cmd.AddCommand(newLabUpCmd(g, &dir), newLabDownCmd(open), newLabStatusCmd(open), newLabSuperviseCmd(g), newLabDemoCmd(g, &dir), newLabBenchCmd(g, &dir), newLabBenchScaleCmd(g, &dir))
 	cmd.AddCommand(newLabFaultCmds(open)...)
 	return cmd
 }

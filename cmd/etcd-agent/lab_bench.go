@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/etcd-agent/etcd-agent/internal/lab"
 	"github.com/etcd-agent/etcd-agent/internal/lab/bench"
@@ -69,4 +70,38 @@ func parseSize(s string) (int64, error) {
 		return 0, fmt.Errorf("bad size %q: want e.g. 100MB or 1GB", s)
 	}
 	return n * mult, nil
+}
+
+func newLabBenchScaleCmd(g *globalFlags, dir *string) *cobra.Command {
+	var binDir string
+	var members []int
+	var window, poll time.Duration
+	c := &cobra.Command{
+		Use:   "bench-scale",
+		Short: "Measure the agent's idle CPU and RSS with 1, 10, 30 ... local members (management node, pod members), and print a table",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			log, err := g.logger()
+			if err != nil {
+				return err
+			}
+			exe, err := os.Executable()
+			if err != nil {
+				return err
+			}
+			if binDir, err = filepath.Abs(binDir); err != nil {
+				return err
+			}
+			_, err = bench.Scale(cmd.Context(), bench.ScaleOptions{
+				Lab:     lab.Options{Dir: *dir, BinDir: binDir, AgentBinary: exe, Log: log},
+				Members: members, Window: window, PollInterval: poll, Out: cmd.OutOrStdout(), Log: log,
+			})
+			return err
+		},
+	}
+	c.Flags().IntSliceVar(&members, "members", []int{1, 10, 30}, "local member counts to measure (each a one-member hosted cluster)")
+	c.Flags().DurationVar(&window, "window", time.Minute, "how long CPU time is measured at each count")
+	c.Flags().DurationVar(&poll, "poll-interval", 5*time.Second, "the agent's --poll-interval while measured (the product's default)")
+	c.Flags().StringVar(&binDir, "bin-dir", defaultBinDir(), "folder with etcd and the Kubernetes binaries (from `make tools`)")
+	return c
 }

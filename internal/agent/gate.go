@@ -40,8 +40,14 @@ func Gate(ctx context.Context, c Config, timeout time.Duration, etcdArgv []strin
 	if c.Log == nil {
 		c.Log = zap.NewNop()
 	}
-	if err := gateWait(ctx, c, timeout, etcdArgv); err != nil {
+	v, err := gateWait(ctx, c, timeout, etcdArgv)
+	if err != nil {
 		return nil, nil, err
+	}
+	if v.Reason != plan.GatePrepared {
+		// Only the learner the agent prepared starts with its rejoin
+		// flags; any other pass runs etcd exactly as judged.
+		return etcdArgv, os.Environ(), nil
 	}
 	return withStartFlags(c, etcdArgv, os.Environ())
 }
@@ -66,10 +72,10 @@ func withStartFlags(c Config, argv, environ []string) ([]string, []string, error
 	return argv, environ, nil
 }
 
-func gateWait(ctx context.Context, c Config, timeout time.Duration, etcdArgv []string) error {
+func gateWait(ctx context.Context, c Config, timeout time.Duration, etcdArgv []string) (plan.GateVerdict, error) {
 	id, boot, err := gateIdentity(c, etcdArgv)
 	if err != nil {
-		return err
+		return plan.GateVerdict{}, err
 	}
 	if timeout > 0 {
 		var cancel context.CancelFunc
@@ -103,12 +109,12 @@ func gateWait(ctx context.Context, c Config, timeout time.Duration, etcdArgv []s
 		r := localdisk.Classify(ctx, id.DataDir, localdisk.Expect{ClusterID: uint64(p.ClusterID)})
 		if ctx.Err() != nil {
 			// An interrupted check proves nothing: never open on it.
-			return fmt.Errorf("start gate: stopped while checking the data dir: %w", ctx.Err())
+			return plan.GateVerdict{}, fmt.Errorf("start gate: stopped while checking the data dir: %w", ctx.Err())
 		}
 		in.DataDirClass, in.DataDirDetail, in.DataDirMemberID, in.DataDirVerified = string(r.Class), r.Detail, r.MemberID, r.Verified
 		j, _, err := journal.Load(c.StateDir, id.Name)
 		if err != nil {
-			return err
+			return plan.GateVerdict{}, err
 		}
 		in.Journal = j
 		// A healthy data dir of this member needs no cluster to pass; the
@@ -119,18 +125,18 @@ func gateWait(ctx context.Context, c Config, timeout time.Duration, etcdArgv []s
 			// The answer depends on the cluster: ask it.
 			if wd == nil {
 				if wd, err = c.NewWatchdog(id, func() uint64 { return uint64(p.ClusterID) }); err != nil {
-					return err
+					return plan.GateVerdict{}, err
 				}
 			}
 			in.Obs = wd.Observe(ctx, time.Now())
 			v = plan.DecideGate(in)
 		}
 		if v.Pass && ctx.Err() != nil {
-			return fmt.Errorf("start gate: stopped: %w", ctx.Err())
+			return plan.GateVerdict{}, fmt.Errorf("start gate: stopped: %w", ctx.Err())
 		}
 		if v.Pass {
 			log.Info("start gate open", zap.String("reason", string(v.Reason)), zap.String("detail", v.Detail), zap.String("pin", p.String()))
-			return nil
+			return v, nil
 		}
 		if v != last || time.Since(lastLogged) >= gateStillHoldingEvery {
 			log.Warn("start gate holds etcd back", zap.String("reason", string(v.Reason)), zap.String("detail", v.Detail),
@@ -139,7 +145,7 @@ func gateWait(ctx context.Context, c Config, timeout time.Duration, etcdArgv []s
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("start gate: still closed (%s: %s): %w", v.Reason, v.Detail, ctx.Err())
+			return plan.GateVerdict{}, fmt.Errorf("start gate: still closed (%s: %s): %w", v.Reason, v.Detail, ctx.Err())
 		case <-time.After(c.PollInterval):
 		}
 	}

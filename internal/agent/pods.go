@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -14,11 +15,12 @@ import (
 	"github.com/etcd-agent/etcd-agent/internal/memberruntime"
 	"github.com/etcd-agent/etcd-agent/internal/membersource"
 	"github.com/etcd-agent/etcd-agent/internal/nodereport"
-	"github.com/etcd-agent/etcd-agent/internal/plan"
 	"github.com/etcd-agent/etcd-agent/metrics"
 	"go.uber.org/zap"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
@@ -254,8 +256,8 @@ func (p *podMembers) start(ctx context.Context, member membersource.PodMember) {
 	c.Endpoints = member.Endpoints
 	c.Log = p.log.With(zap.String("pod", member.Key), zap.String("cluster", member.Cluster))
 	urls := append([]string{member.Identity.ClientURL}, member.Identity.PeerURLs...)
-	c.podRuntime = memberruntime.NewPod(member.Key, podDeleter{kc: p.kc, ns: member.Namespace, name: member.Name}, stateDir,
-		func() error { return gatedOn(w.current(), stateDir) }, urls, member.Identity.DataDir, c.Log, memberruntime.StopTimeout(c.StopTimeout))
+	c.podRuntime = memberruntime.NewPod(member.Key, podDeleter{kc: p.kc, ns: member.Namespace, name: member.Name, node: p.c.NodeName}, stateDir,
+		func() error { return p.stoppable(w.current(), stateDir) }, urls, member.Identity.DataDir, c.Log, memberruntime.StopTimeout(c.StopTimeout))
 	podRep := nodereport.NewPodReporter(p.kc, member.Namespace, member.Name, p.c.NodeName, "etcd-agent", c.Log)
 	env := memberEnv{metrics: p.m.ForCluster(member.Cluster), ready: p.ready, kc: p.kc, metricsAddr: p.metricsAddr,
 		gateWrapped: func() bool { return gatedOn(w.current(), stateDir) == nil },
@@ -265,8 +267,7 @@ func (p *podMembers) start(ctx context.Context, member membersource.PodMember) {
 	if err != nil {
 		p.log.Error("etcd client TLS", zap.Error(err))
 	}
-	env.steward = &steward{c: c, kc: p.kc, self: w.current, pods: p.allPods, nodes: p.nodes, tls: t, m: env.metrics,
-		log: c.Log.Named("steward"), said: map[string]plan.Reason{}}
+	env.steward = newSteward(c, p.kc, w.current, p.allPods, p.nodes, t, env.metrics, c.Log.Named("steward"))
 	go func() {
 		defer close(w.done)
 		defer podRep.Shutdown()
@@ -328,16 +329,85 @@ func (p *podMembers) stopAll() {
 	}
 }
 
-// podDeleter deletes a member pod with its own grace period.
-type podDeleter struct {
-	kc       kubernetes.Interface
-	ns, name string
+// stoppable: the pod runtime may stop this member by deleting its pod only
+// if the pod that comes back is held by the gate too: the pod runs etcd
+// through the gate on this member's state dir, its controller's template
+// does as well (a changed template re-creates it from that), and its data
+// dir does not move with the pod's UID (a CSI volume: not yet supported).
+func (p *podMembers) stoppable(cur membersource.PodMember, stateDir string) error {
+	if err := gatedOn(cur, stateDir); err != nil {
+		return err
+	}
+	if cur.DataDirPerPod {
+		return errors.New("its data dir is a CSI volume mounted by pod UID: it moves when the pod is re-created, which the pod runtime does not follow yet")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	pod, err := p.kc.CoreV1().Pods(cur.Namespace).Get(ctx, cur.Name, metav1.GetOptions{})
+	if err != nil {
+		return fmt.Errorf("read the pod: %w", err)
+	}
+	owner := metav1.GetControllerOf(pod)
+	if owner == nil || owner.Kind != "StatefulSet" {
+		return nil // nothing re-creates it from another template
+	}
+	sts, err := p.kc.AppsV1().StatefulSets(pod.Namespace).Get(ctx, owner.Name, metav1.GetOptions{})
+	if err != nil {
+		return fmt.Errorf("read its StatefulSet %s: %w", owner.Name, err)
+	}
+	next := pod.DeepCopy()
+	next.Spec = *sts.Spec.Template.Spec.DeepCopy()
+	next.Spec.NodeName = pod.Spec.NodeName
+	for _, v := range pod.Spec.Volumes { // the claim templates' volumes
+		if !slices.ContainsFunc(next.Spec.Volumes, func(x corev1.Volume) bool { return x.Name == v.Name }) {
+			next.Spec.Volumes = append(next.Spec.Volumes, v)
+		}
+	}
+	nm, err := membersource.FromPod(next, p.vols, p.c.KubeletPodsDir)
+	if err != nil {
+		return fmt.Errorf("its StatefulSet %s's template: %w", sts.Name, err)
+	}
+	if err := gatedOn(nm, stateDir); err != nil {
+		return fmt.Errorf("its StatefulSet %s's template would re-create it so that %w", sts.Name, err)
+	}
+	return nil
 }
 
-func (d podDeleter) DeletePod(ctx context.Context) error {
+// podDeleter deletes a member pod with its own grace period: the pod bound
+// to this node, by the UID it has when read (never a successor elsewhere).
+type podDeleter struct {
+	kc             kubernetes.Interface
+	ns, name, node string
+}
+
+func (d podDeleter) DeletePod(ctx context.Context) (types.UID, error) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	return d.kc.CoreV1().Pods(d.ns).Delete(ctx, d.name, metav1.DeleteOptions{})
+	pod, err := d.kc.CoreV1().Pods(d.ns).Get(ctx, d.name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return "", nil
+	}
+	if err != nil {
+		return "", err
+	}
+	if pod.Spec.NodeName != d.node {
+		return "", fmt.Errorf("pod %s/%s is bound to node %q, not this agent's %s: not ours to stop", d.ns, d.name, pod.Spec.NodeName, d.node)
+	}
+	uid := pod.UID
+	return uid, d.kc.CoreV1().Pods(d.ns).Delete(ctx, d.name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
+}
+
+func (d podDeleter) PodGone(ctx context.Context, uid types.UID) (bool, error) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	pod, err := d.kc.CoreV1().Pods(d.ns).Get(ctx, d.name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return true, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	return pod.UID != uid, nil
 }
 
 // apiVolumes reads PVCs and PVs from the API, each bounded.

@@ -13,6 +13,7 @@ import (
 	"github.com/etcd-agent/etcd-agent/internal/memberstate"
 	"github.com/etcd-agent/etcd-agent/internal/membersource"
 	"github.com/etcd-agent/etcd-agent/internal/nodereport"
+	"github.com/etcd-agent/etcd-agent/internal/observation"
 	"github.com/etcd-agent/etcd-agent/internal/plan"
 	"github.com/etcd-agent/etcd-agent/metrics"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -53,6 +54,47 @@ type steward struct {
 	log     *zap.Logger
 
 	said map[string]plan.Reason // per target pod: the last refusal said
+	// leases: one handle per cluster, kept, so that an expired hold of a
+	// dead agent is seen expiring (a handle times a holder's silence from
+	// its own first look).
+	leases map[uint64]*lease.Lease
+	// nodeLeases: each node Lease's renewTime as last seen, and since when
+	// (our clock): staleness is never judged on the kubelet's clock.
+	nodeLeases map[string]seenValue
+	// silentSince: since when each target member has been seen silent.
+	silentSince map[string]time.Time
+	now         func() time.Time
+}
+
+// seenValue is a value and since when it has been seen unchanged.
+type seenValue struct {
+	value string
+	since time.Time
+}
+
+// AnnotationRemovedMember is written on a member pod by the steward before
+// it removes the member (plan.RemovedMark): only a pod so marked by this
+// cluster's steward has its claim deleted and is force-deleted.
+const AnnotationRemovedMember = "etcd-agent.io/removed-member"
+
+func newSteward(c Config, kc kubernetes.Interface, self func() membersource.PodMember, pods corelisters.PodLister, nodes corelisters.NodeLister,
+	t *tls.Config, m *metrics.Metrics, log *zap.Logger) *steward {
+	return &steward{c: c, kc: kc, self: self, pods: pods, nodes: nodes, tls: t, m: m, log: log, said: map[string]plan.Reason{},
+		leases: map[uint64]*lease.Lease{}, nodeLeases: map[string]seenValue{}, silentSince: map[string]time.Time{}, now: time.Now}
+}
+
+// leaseFor is the kept Lease handle of the cluster.
+func (s *steward) leaseFor(clusterID uint64) (*lease.Lease, error) {
+	if l, ok := s.leases[clusterID]; ok {
+		return l, nil
+	}
+	l, err := lease.New(lease.Config{Client: s.kc, Namespace: s.c.Namespace, Name: lease.Name(clusterID),
+		Holder: s.c.NodeName + "/" + s.self().Identity.Name + "/steward", TTL: s.c.LeaseTTL, Log: s.log})
+	if err != nil {
+		return nil, err
+	}
+	s.leases[clusterID] = l
+	return l, nil
 }
 
 // consider looks, on an observation of a healthy local member, for member
@@ -93,8 +135,7 @@ func (s *steward) steward(ctx context.Context, r memberstate.Result, p *corev1.P
 	if !s.acting(key, d) {
 		return
 	}
-	l, err := lease.New(lease.Config{Client: s.kc, Namespace: s.c.Namespace, Name: lease.Name(r.Observation.ClusterID),
-		Holder: s.c.NodeName + "/" + s.self().Identity.Name + "/steward", TTL: s.c.LeaseTTL, Log: s.log})
+	l, err := s.leaseFor(r.Observation.ClusterID)
 	if err != nil {
 		s.log.Error("steward: lease", zap.Error(err))
 		return
@@ -147,7 +188,9 @@ func (s *steward) steward(ctx context.Context, r memberstate.Result, p *corev1.P
 	}
 }
 
-func (s *steward) cfg() plan.StewardConfig { return plan.StewardConfig{NodeLostGrace: s.c.NodeLostGrace} }
+func (s *steward) cfg() plan.StewardConfig {
+	return plan.StewardConfig{NodeLostGrace: s.c.NodeLostGrace, MemberGrace: s.c.GracePeriod}
+}
 
 // acting reports whether d is a step; a refusal is said once per change.
 func (s *steward) acting(key string, d plan.Decision) bool {
@@ -181,30 +224,49 @@ func leaseReason(err error) plan.Reason {
 
 // facts gathers what plan.DecideSteward looks at for pod p.
 func (s *steward) facts(ctx context.Context, r memberstate.Result, p *corev1.Pod) (plan.StewardInput, error) {
-	in := plan.StewardInput{Now: time.Now(), Obs: r.Observation, Local: r.Verdict, PodExists: true, PodNode: p.Spec.NodeName}
+	now := s.now()
+	in := plan.StewardInput{Now: now, Obs: r.Observation, Local: r.Verdict, PodExists: true, PodNode: p.Spec.NodeName,
+		ClusterID: r.Observation.ClusterID, RemovedMark: p.Annotations[AnnotationRemovedMember]}
 	m, _, _, err := manifest.MemberOfPod(p, manifest.PodFields{Name: p.Name, Namespace: p.Namespace, UID: string(p.UID),
 		NodeName: p.Spec.NodeName, ServiceAccount: p.Spec.ServiceAccountName, PodIP: p.Status.PodIP, HostIP: p.Status.HostIP})
 	if err != nil {
 		return in, fmt.Errorf("its member: %w", err)
 	}
 	in.TargetName, in.TargetPeerURLs = m.Name, m.PeerURLs
+	key := p.Namespace + "/" + p.Name
+	if t, ok := memberByPeerURL(r, m.PeerURLs); ok && !t.Serving {
+		if s.silentSince[key].IsZero() {
+			s.silentSince[key] = now
+		}
+		in.TargetSilentFor = now.Sub(s.silentSince[key])
+	} else {
+		delete(s.silentSince, key)
+	}
 	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	node, err := s.kc.CoreV1().Nodes().Get(rctx, p.Spec.NodeName, metav1.GetOptions{})
+	var node *corev1.Node
+	renewed := "no node" // the node, or its Lease, missing: stale from our first look
+	node, err = s.kc.CoreV1().Nodes().Get(rctx, p.Spec.NodeName, metav1.GetOptions{})
 	switch {
 	case apierrors.IsNotFound(err):
+		node = nil
 	case err != nil:
 		return in, err
 	default:
 		in.NodeExists, in.NodeReady = true, nodeReady(node)
+		renewed = "no lease"
 		nl, err := s.kc.CoordinationV1().Leases(nodeLeaseNamespace).Get(rctx, p.Spec.NodeName, metav1.GetOptions{})
 		if err != nil && !apierrors.IsNotFound(err) {
 			return in, err
 		}
 		if err == nil && nl.Spec.RenewTime != nil {
-			in.NodeLeaseRenewed = nl.Spec.RenewTime.Time
+			renewed = nl.Spec.RenewTime.UTC().Format(time.RFC3339Nano)
 		}
 	}
+	if seen, ok := s.nodeLeases[p.Spec.NodeName]; !ok || seen.value != renewed {
+		s.nodeLeases[p.Spec.NodeName] = seenValue{value: renewed, since: now}
+	}
+	in.NodeLeaseStaleFor = now.Sub(s.nodeLeases[p.Spec.NodeName].since)
 	for _, v := range p.Spec.Volumes {
 		if v.PersistentVolumeClaim == nil {
 			continue
@@ -226,7 +288,7 @@ func (s *steward) facts(ctx context.Context, r memberstate.Result, p *corev1.Pod
 		if err != nil {
 			return in, err
 		}
-		if !pvOnNode(pv, p.Spec.NodeName) {
+		if !pvOnNode(pv, p.Spec.NodeName, node) {
 			continue // not node-local: the pod takes it along when it moves
 		}
 		in.PVCBoundToNode, in.PVCDeleting = true, pvc.DeletionTimestamp != nil
@@ -240,6 +302,13 @@ func (s *steward) facts(ctx context.Context, r memberstate.Result, p *corev1.Pod
 func (s *steward) do(ctx context.Context, d plan.Decision, r memberstate.Result, p *corev1.Pod, in plan.StewardInput) error {
 	switch d.Action {
 	case plan.RemoveMember:
+		// The mark first (with the pod's UID as a precondition): after
+		// it, whoever resumes knows this pod's member was removed by a
+		// steward of this cluster, and only then frees its claim and pod.
+		patch := fmt.Sprintf(`{"metadata":{"uid":%q,"annotations":{%q:%q}}}`, p.UID, AnnotationRemovedMember, plan.RemovedMark(r.Observation.ClusterID, d.MemberID))
+		if _, err := s.kc.CoreV1().Pods(p.Namespace).Patch(ctx, p.Name, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+			return fmt.Errorf("mark the pod before removing its member: %w", err)
+		}
 		return s.removeMember(ctx, r, d.MemberID)
 	case plan.StewardRetainPV, plan.StewardDeletePVC:
 		pvc, pv, err := s.nodeLocalClaim(ctx, p)
@@ -271,7 +340,7 @@ func (s *steward) nodeLocalClaim(ctx context.Context, p *corev1.Pod) (*corev1.Pe
 			continue
 		}
 		pv, err := s.kc.CoreV1().PersistentVolumes().Get(ctx, pvc.Spec.VolumeName, metav1.GetOptions{})
-		if err == nil && pvOnNode(pv, p.Spec.NodeName) {
+		if err == nil && pvOnNode(pv, p.Spec.NodeName, s.nodeOrNil(ctx, p.Spec.NodeName)) {
 			return pvc, pv, nil
 		}
 	}
@@ -314,18 +383,49 @@ func nodeReady(n *corev1.Node) bool {
 	return false
 }
 
-// pvOnNode: the PV's node affinity pins it to node by hostname.
-func pvOnNode(pv *corev1.PersistentVolume, node string) bool {
+// pvOnNode: the PV's node affinity pins it to the node: a term whose In
+// expressions all hold for the Node's labels (any topology key, e.g. a CSI
+// LVM driver's), or, with the Node gone, names it by hostname.
+func pvOnNode(pv *corev1.PersistentVolume, nodeName string, node *corev1.Node) bool {
 	a := pv.Spec.NodeAffinity
 	if a == nil || a.Required == nil {
 		return false
 	}
+	labels := map[string]string{corev1.LabelHostname: nodeName}
+	if node != nil {
+		labels = node.Labels
+	}
 	for _, term := range a.Required.NodeSelectorTerms {
+		ok := len(term.MatchExpressions) > 0
 		for _, e := range term.MatchExpressions {
-			if e.Key == corev1.LabelHostname && e.Operator == corev1.NodeSelectorOpIn && slices.Contains(e.Values, node) {
-				return true
+			v, has := labels[e.Key]
+			if e.Operator != corev1.NodeSelectorOpIn || !has || !slices.Contains(e.Values, v) {
+				ok = false
 			}
+		}
+		if ok {
+			return true
 		}
 	}
 	return false
+}
+
+func (s *steward) nodeOrNil(ctx context.Context, name string) *corev1.Node {
+	n, err := s.kc.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return nil
+	}
+	return n
+}
+
+// memberByPeerURL finds the listed member with one of peerURLs.
+func memberByPeerURL(r memberstate.Result, peerURLs []string) (observation.Member, bool) {
+	for _, m := range r.Observation.Members {
+		for _, u := range m.PeerURLs {
+			if slices.Contains(peerURLs, u) {
+				return m, true
+			}
+		}
+	}
+	return observation.Member{}, false
 }

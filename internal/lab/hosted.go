@@ -37,7 +37,22 @@ const (
 	hostedAgentMount    = "/lab-nodes"
 )
 
-func hostedNamespace(i int) string { return "clusters-" + string(rune('a'+i)) }
+// hostedNamespace: clusters-a .. clusters-z, then clusters-26, clusters-27, ...
+func hostedNamespace(i int) string {
+	if i < 26 {
+		return "clusters-" + string(rune('a'+i))
+	}
+	return fmt.Sprintf("clusters-%d", i)
+}
+
+// HostedReplicas is the member count of each hosted cluster (default
+// HostedEtcdReplicas; 1 for the scale benchmark's small clusters).
+func (l *Lab) HostedReplicas() int {
+	if m := l.Spec.Management; m != nil && m.HostedReplicas > 0 {
+		return m.HostedReplicas
+	}
+	return HostedEtcdReplicas
+}
 
 // HostedPodIP is the loopback IP of a hosted member's pod.
 func (l *Lab) HostedPodIP(namespace, pod string) string {
@@ -47,7 +62,7 @@ func (l *Lab) HostedPodIP(namespace, pod string) string {
 // HostedClientURLs are the client URLs of a hosted cluster's members.
 func (l *Lab) HostedClientURLs(namespace string) []string {
 	var urls []string
-	for i := range HostedEtcdReplicas {
+	for i := range l.HostedReplicas() {
 		urls = append(urls, fmt.Sprintf("http://%s:%d", l.HostedPodIP(namespace, fmt.Sprintf("%s-%d", HostedEtcdName, i)), hostedClientPort))
 	}
 	return urls
@@ -83,7 +98,7 @@ func (l *Lab) CreateHostedCluster(ctx context.Context, ns string) error {
 
 func (l *Lab) hostedStatefulSet(ns string) *appsv1.StatefulSet {
 	var peers []string
-	for i := range HostedEtcdReplicas {
+	for i := range l.HostedReplicas() {
 		name := fmt.Sprintf("%s-%d", HostedEtcdName, i)
 		peers = append(peers, fmt.Sprintf("%s=http://%s:%d", name, l.HostedPodIP(ns, name), hostedPeerPort))
 	}
@@ -123,7 +138,7 @@ func (l *Lab) hostedStatefulSet(ns string) *appsv1.StatefulSet {
 	return &appsv1.StatefulSet{
 		ObjectMeta: metav1.ObjectMeta{Name: HostedEtcdName, Labels: labels},
 		Spec: appsv1.StatefulSetSpec{
-			Replicas: ptr(int32(HostedEtcdReplicas)), ServiceName: hostedDiscoverySvc,
+			Replicas: ptr(int32(l.HostedReplicas())), ServiceName: hostedDiscoverySvc,
 			PodManagementPolicy: appsv1.ParallelPodManagement,
 			Selector:            &metav1.LabelSelector{MatchLabels: labels},
 			PersistentVolumeClaimRetentionPolicy: &appsv1.StatefulSetPersistentVolumeClaimRetentionPolicy{
@@ -213,8 +228,8 @@ func (l *Lab) WaitHostedClustersHealthy(ctx context.Context, timeout time.Durati
 	var last error
 	err = wait.PollUntilContextTimeout(ctx, time.Second, timeout, true, func(ctx context.Context) (bool, error) {
 		for _, ns := range l.Spec.Management.HostedClusters {
-			if h := l.HostedClusterHealth(ctx, ns); h.Healthy != HostedEtcdReplicas {
-				last = fmt.Errorf("%s: %d of %d members serve (%v)", ns, h.Healthy, HostedEtcdReplicas, h.Err)
+			if h := l.HostedClusterHealth(ctx, ns); h.Healthy != l.HostedReplicas() {
+				last = fmt.Errorf("%s: %d of %d members serve (%v)", ns, h.Healthy, l.HostedReplicas(), h.Err)
 				return false, nil
 			}
 			pods, err := kc.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "app=" + HostedEtcdName})
@@ -228,8 +243,8 @@ func (l *Lab) WaitHostedClustersHealthy(ctx context.Context, timeout time.Durati
 					ready++
 				}
 			}
-			if ready != HostedEtcdReplicas {
-				last = fmt.Errorf("%s: %d of %d pods Ready", ns, ready, HostedEtcdReplicas)
+			if ready != l.HostedReplicas() {
+				last = fmt.Errorf("%s: %d of %d pods Ready", ns, ready, l.HostedReplicas())
 				return false, nil
 			}
 		}

@@ -59,6 +59,8 @@ type Options struct {
 	Management     bool
 	HostedClusters int
 	PVsPerNode     int
+	// HostedReplicas: members per hosted cluster (0: HostedEtcdReplicas).
+	HostedReplicas int
 	Log            *zap.Logger
 }
 

@@ -26,6 +26,7 @@ type Management struct {
 	Scheduler         *Process `json:"scheduler,omitempty"`
 	PodIPSalt         string   `json:"podIPSalt"`
 	HostedClusters    []string `json:"hostedClusters,omitempty"` // namespaces
+	HostedReplicas    int      `json:"hostedReplicas,omitempty"` // members per hosted cluster (0: 3)
 	// Kubeconfigs by identity: the controller-manager's, the scheduler's,
 	// and one per possible worker (system:node:node1..9; the API server
 	// reads its token file once, so every node's is made up front).
@@ -53,8 +54,10 @@ func validateManagement(o Options) error {
 	switch {
 	case o.EtcdTLS, o.PeerProxy, o.DiskLimit > 0, o.NoAPIServer:
 		return errors.New("a management lab runs without etcd TLS, peer proxies, disk limits, and always with an API server")
-	case o.HostedClusters < 0 || o.HostedClusters > 26:
-		return fmt.Errorf("hosted clusters must be 0..26, got %d", o.HostedClusters)
+	case o.HostedClusters < 0 || o.HostedClusters > 200:
+		return fmt.Errorf("hosted clusters must be 0..200, got %d", o.HostedClusters)
+	case o.HostedReplicas < 0 || o.HostedReplicas > o.Nodes:
+		return fmt.Errorf("hosted replicas must be 0 (%d) .. the worker count %d (one member per node), got %d", HostedEtcdReplicas, o.Nodes, o.HostedReplicas)
 	case o.PVsPerNode < 0:
 		return fmt.Errorf("PVs per node must not be negative, got %d", o.PVsPerNode)
 	}
@@ -67,7 +70,7 @@ func validateManagement(o Options) error {
 // per worker, local PVs and the hosted etcd clusters.
 func (l *Lab) upManagement(ctx context.Context, o Options) error {
 	spec := l.Spec
-	m := &Management{ControlPlaneNode: controlPlaneNode, PodIPSalt: spec.ClusterToken, Kubeconfigs: map[string]string{}}
+	m := &Management{ControlPlaneNode: controlPlaneNode, PodIPSalt: spec.ClusterToken, Kubeconfigs: map[string]string{}, HostedReplicas: o.HostedReplicas}
 	spec.Management = m
 	cp, err := l.newNamedNode(controlPlaneNode, controlPlaneIP, true)
 	if err != nil {
@@ -276,7 +279,7 @@ func (l *Lab) waitHostedPinned(ctx context.Context, timeout time.Duration) error
 	var last error
 	err = wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
 		for _, ns := range l.Spec.Management.HostedClusters {
-			for i := range HostedEtcdReplicas {
+			for i := range l.HostedReplicas() {
 				name := fmt.Sprintf("%s-%d", HostedEtcdName, i)
 				p, err := kc.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
 				if err != nil {

@@ -14,6 +14,8 @@ import (
 	"github.com/etcd-agent/etcd-agent/internal/fsutil"
 	"go.uber.org/zap"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 )
 
 // The pod runtime (DESIGN.md §11) runs a member that is an API pod, e.g.
@@ -84,9 +86,16 @@ func ReadStartFlags(stateDir string) (StartFlags, bool, error) {
 	return s, true, nil
 }
 
-// PodDeleter deletes the member's pod, gracefully (the API is behind it).
+// PodDeleter deletes the member's pod, gracefully, and tells when the API
+// no longer has it (the API is behind it).
 type PodDeleter interface {
-	DeletePod(ctx context.Context) error
+	// DeletePod deletes the member's pod if it is bound to this node, with
+	// its UID as a precondition; it returns that UID ("" when there was no
+	// pod to delete).
+	DeletePod(ctx context.Context) (types.UID, error)
+	// PodGone: the pod with uid is no longer in the API (its kubelet
+	// confirmed its containers' end, or it was force-deleted).
+	PodGone(ctx context.Context, uid types.UID) (bool, error)
 }
 
 type pod struct {
@@ -140,15 +149,58 @@ func (p *pod) Stop(ctx context.Context) error {
 		}
 		p.log.Info("holding the member at its start gate", zap.String("hold", filepath.Join(p.stateDir, HoldFile)))
 	}
-	if err := p.deleter.DeletePod(ctx); err != nil && !apierrors.IsNotFound(err) {
+	uid, err := p.deleter.DeletePod(ctx)
+	if err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("delete pod %s: %w", p.key, err)
 	}
-	p.log.Info("deleted the member's pod to stop etcd (graceful; its controller re-creates it, held at the gate)")
-	if err := waitGone(ctx, p.log, p.stopWait, p.urls, p.dataDir); err != nil {
+	p.log.Info("deleted the member's pod to stop etcd (graceful; its controller re-creates it, held at the gate)", zap.String("uid", string(uid)))
+	// Gone = the API no longer has that pod (its kubelet confirmed the
+	// end of its containers) and nobody holds the db lock. Not its IP: a
+	// deleted pod's address times out rather than refusing, on a real
+	// network.
+	if err := p.waitPodGone(ctx, uid); err != nil {
 		return fmt.Errorf("pod %s deleted but etcd has not stopped: %w", p.key, err)
 	}
 	p.log.Info("etcd member stopped")
 	return nil
+}
+
+func (p *pod) waitPodGone(ctx context.Context, uid types.UID) error {
+	start := time.Now()
+	var logged time.Time
+	var last string
+	err := wait.PollUntilContextTimeout(ctx, pollInterval, p.stopWait.timeout, true, func(ctx context.Context) (bool, error) {
+		if uid != "" {
+			gone, err := p.deleter.PodGone(ctx, uid)
+			if err != nil || !gone {
+				last = fmt.Sprintf("pod %s (uid %s) still in the API (%v)", p.key, uid, err)
+				return p.still(start, &logged, last), nil
+			}
+		}
+		st, err := probeProcess(nil, p.dataDir)
+		if err != nil {
+			return false, err
+		}
+		if !st.gone() {
+			last = st.detail
+			return p.still(start, &logged, last), nil
+		}
+		return true, nil
+	})
+	if err != nil && ctx.Err() == nil {
+		return fmt.Errorf("not gone within %s: %s: %w", p.stopWait.timeout, last, err)
+	}
+	return err
+}
+
+// still logs, every stopWait.every, that Stop still waits; it returns false.
+func (p *pod) still(start time.Time, logged *time.Time, detail string) bool {
+	if time.Since(start) >= p.stopWait.every && time.Since(*logged) >= p.stopWait.every {
+		*logged = time.Now()
+		p.log.Info("still waiting for the member's pod to go", zap.Duration("waited", time.Since(start).Round(time.Millisecond)),
+			zap.Duration("timeout", p.stopWait.timeout), zap.String("detail", detail))
+	}
+	return false
 }
 
 func (p *pod) Start(ctx context.Context, initialCluster string) error {

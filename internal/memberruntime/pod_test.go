@@ -2,7 +2,9 @@ package memberruntime
 
 import (
 	"context"
+
 	"errors"
+	"k8s.io/apimachinery/pkg/types"
 	"os"
 	"path/filepath"
 	"testing"
@@ -11,7 +13,38 @@ import (
 
 type deleterFunc func(ctx context.Context) error
 
-func (f deleterFunc) DeletePod(ctx context.Context) error { return f(ctx) }
+func (f deleterFunc) DeletePod(ctx context.Context) (types.UID, error) { return "u1", f(ctx) }
+
+// PodGone: gone at once (the API's answer is the deleter's to give).
+func (f deleterFunc) PodGone(context.Context, types.UID) (bool, error) { return true, nil }
+
+// slowDeleter's pod leaves the API only after gone has been asked n times.
+type slowDeleter struct{ asked, n int }
+
+func (d *slowDeleter) DeletePod(context.Context) (types.UID, error) { return "u1", nil }
+func (d *slowDeleter) PodGone(_ context.Context, uid types.UID) (bool, error) {
+	d.asked++
+	return uid == "u1" && d.asked > d.n, nil
+}
+
+// From the review: "gone" is the API's word (a deleted pod's IP times out
+// rather than refusing on a real network), not a dial of its URLs.
+func TestPodStopWaitsForTheAPIToLetThePodGo(t *testing.T) {
+	dir := t.TempDir()
+	d := &slowDeleter{n: 5}
+	rt := NewPod("ns/etcd-0", d, dir, func() error { return nil }, []string{"http://192.0.2.1:2379"}, filepath.Join(dir, "data"), nil, StopTimeout(10*time.Second))
+	if err := rt.Stop(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if d.asked <= d.n {
+		t.Fatalf("Stop returned after %d looks; the pod left the API after %d", d.asked, d.n+1)
+	}
+	never := &slowDeleter{n: 1 << 30}
+	rt = NewPod("ns/etcd-0", never, t.TempDir(), func() error { return nil }, nil, "", nil, StopTimeout(time.Second))
+	if err := rt.Stop(context.Background()); err == nil {
+		t.Fatal("a pod the API keeps must make Stop fail at its deadline")
+	}
+}
 
 // nobody listens on port 1 of loopback: a stopped member.
 var goneURLs = []string{"http://127.0.0.1:1"}

@@ -60,11 +60,17 @@ type PodMember struct {
 	GateStateDir string
 	// PVC and PV hold the data dir ("" for a hostPath volume).
 	PVC, PV string
+	// Node is the node the pod is bound to.
+	Node string
+	// DataDirPerPod: the data dir's host path depends on the pod's UID (a
+	// CSI volume, mounted under the kubelet's pods dir): it moves when the
+	// pod is re-created.
+	DataDirPerPod bool
 }
 
 // FromPod reads pod as a member. kubeletPodsDir "" is DefaultKubeletPodsDir.
 func FromPod(pod *corev1.Pod, vols Volumes, kubeletPodsDir string) (PodMember, error) {
-	pm := PodMember{Key: pod.Namespace + "/" + pod.Name, Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID, Cluster: ClusterOf(pod)}
+	pm := PodMember{Key: pod.Namespace + "/" + pod.Name, Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID, Cluster: ClusterOf(pod), Node: pod.Spec.NodeName}
 	if pod.Status.PodIP == "" {
 		return pm, fmt.Errorf("%w: pod %s has no IP yet", ErrNotReady, pm.Key)
 	}
@@ -85,7 +91,7 @@ func FromPod(pod *corev1.Pod, vols Volumes, kubeletPodsDir string) (PodMember, e
 	if err != nil {
 		return pm, fmt.Errorf("pod %s: the data dir %s: %w", pm.Key, m.DataDir, err)
 	}
-	pm.PVC, pm.PV = vol.pvc, vol.pv
+	pm.PVC, pm.PV, pm.DataDirPerPod = vol.pvc, vol.pv, vol.perPod
 	pm.Identity = watchdog.Identity{Name: m.Name, DataDir: dataDir, ClientURL: m.ClientURLs[0], PeerURLs: m.PeerURLs}
 	pm.GateWrapped = m.GateWrapped
 	if eps, ok := manifest.GateFlag(argv, "endpoints"); ok {
@@ -122,7 +128,10 @@ type resolver struct {
 	podsDir string
 }
 
-type volumeRef struct{ pvc, pv string }
+type volumeRef struct {
+	pvc, pv string
+	perPod  bool // under the kubelet's pods dir, by pod UID
+}
 
 // hostPath maps a path inside the etcd container to the node through the
 // deepest volume mount that holds it.
@@ -186,6 +195,7 @@ func (r resolver) volumeRoot(v corev1.Volume) (string, volumeRef, error) {
 	case pv.Spec.HostPath != nil:
 		return pv.Spec.HostPath.Path, ref, nil
 	case pv.Spec.CSI != nil:
+		ref.perPod = true
 		return filepath.Join(r.podsDir, string(r.pod.UID), "volumes", "kubernetes.io~csi", pv.Name, "mount"), ref, nil
 	}
 	return "", ref, fmt.Errorf("PV %s is neither local, hostPath nor CSI: the agent cannot find its files on the node", pv.Name)

@@ -79,7 +79,7 @@ func TestFromPodFindsACSIVolumeWhereTheKubeletMountsIt(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := "/host/kubelet/pods/uid-2/volumes/kubernetes.io~csi/pvc-123/mount/data"; pm.Identity.DataDir != want {
+	if want := "/host/kubelet/pods/uid-2/volumes/kubernetes.io~csi/pvc-123/mount/data"; pm.Identity.DataDir != want || !pm.DataDirPerPod {
 		t.Fatalf("data dir %s, want %s", pm.Identity.DataDir, want)
 	}
 }

@@ -40,6 +40,9 @@ const (
 type StewardConfig struct {
 	// NodeLostGrace: how long the node's Lease must have gone unrenewed.
 	NodeLostGrace time.Duration
+	// MemberGrace: how long the member must have been silent (rule 6:
+	// one bad look never triggers anything).
+	MemberGrace time.Duration
 }
 
 // StewardInput is what the steward looked at for one member of its
@@ -59,8 +62,20 @@ type StewardInput struct {
 	// Node: the pod's node, as the API says.
 	NodeExists bool
 	NodeReady  bool
-	// NodeLeaseRenewed is the node Lease's last renewal (zero: none).
-	NodeLeaseRenewed time.Time
+	// NodeLeaseStaleFor: for how long, on the steward's own clock, the
+	// node's Lease has been seen unrenewed (its renewTime unchanged, or
+	// no Lease or Node at all); the kubelet's clock is never compared
+	// with ours.
+	NodeLeaseStaleFor time.Duration
+	// TargetSilentFor: for how long, on the steward's clock, the target
+	// member has been seen not serving (0: serving at the last look).
+	TargetSilentFor time.Duration
+	// ClusterID is the steward's cluster; RemovedMark is what the pod's
+	// etcd-agent.io/removed-member annotation says a steward removed
+	// ("" when none): the PV, claim and pod of a member that is not in
+	// the list are freed only when a steward of this cluster removed it.
+	ClusterID   uint64
+	RemovedMark string
 	// PVC: the target's PVC, while bound to a PV on PodNode (the old one).
 	PVCBoundToNode bool
 	PVCDeleting    bool
@@ -82,13 +97,23 @@ func DecideSteward(in StewardInput, cfg StewardConfig) Decision {
 	if in.NodeExists && in.NodeReady {
 		return refuse(ReasonNodeReady, fmt.Sprintf("node %s is Ready (a cordoned node is too): its pods are not touched", in.PodNode))
 	}
-	if age := in.Now.Sub(in.NodeLeaseRenewed); in.NodeExists && !in.NodeLeaseRenewed.IsZero() && age < cfg.NodeLostGrace {
-		return refuse(ReasonInGracePeriod, fmt.Sprintf("node %s is NotReady; its kubelet renewed its node Lease %s ago, the node-lost grace is %s",
-			in.PodNode, age.Round(time.Second), cfg.NodeLostGrace))
+	if in.NodeLeaseStaleFor < cfg.NodeLostGrace {
+		return refuse(ReasonInGracePeriod, fmt.Sprintf("node %s is NotReady; its node Lease has been seen unrenewed for %s, the node-lost grace is %s",
+			in.PodNode, in.NodeLeaseStaleFor.Round(time.Second), cfg.NodeLostGrace))
 	}
 	target, inList := memberByPeer(o, in.TargetName, in.TargetPeerURLs)
 	if inList && target.Serving {
 		return refuse(ReasonMemberServing, fmt.Sprintf("node %s is lost to the API but member %s (%x) still answers: nothing is lost", in.PodNode, in.TargetName, target.ID))
+	}
+	if !inList {
+		if named, ok := memberNamed(o, in.TargetName); ok {
+			return refuse(ReasonAmbiguousIdentity, fmt.Sprintf("member %s (%x) is listed with peer URLs %v, its pod says %v: not acting on a guess",
+				in.TargetName, named.ID, named.PeerURLs, in.TargetPeerURLs))
+		}
+	}
+	if inList && in.TargetSilentFor < cfg.MemberGrace {
+		return refuse(ReasonInGracePeriod, fmt.Sprintf("member %s (%x) has been silent for %s, the grace is %s",
+			in.TargetName, target.ID, in.TargetSilentFor.Round(time.Second), cfg.MemberGrace))
 	}
 	if in.Local.State != memberstate.Healthy {
 		return refuse(ReasonStewardNotHealthy, "the steward's own member is "+string(in.Local.State)+": only an agent with a healthy member of the cluster acts for another")
@@ -111,7 +136,16 @@ func DecideSteward(in StewardInput, cfg StewardConfig) Decision {
 				in.TargetName, healthy, n-1, memberstate.Quorum(n-1)))
 		}
 		return Decision{Action: RemoveMember, MemberID: target.ID,
-			Detail: fmt.Sprintf("member %s (%x) on lost node %s: remove it so that it can rejoin elsewhere", in.TargetName, target.ID, in.PodNode)}
+			Detail: fmt.Sprintf("member %s (%x) on lost node %s: mark its pod, then remove the member so that it can rejoin elsewhere", in.TargetName, target.ID, in.PodNode)}
+	}
+	// Not in the list: freed only if a steward of this cluster removed
+	// it (the mark written on the pod before the removal). A pod of
+	// another cluster, or one whose member left otherwise, is not ours.
+	if id, ok := ParseRemovedMark(in.RemovedMark, in.ClusterID); !ok {
+		return refuse(ReasonAmbiguousIdentity, fmt.Sprintf("%s is not a member of cluster %x and no steward of it removed it (mark %q): not ours to free",
+			in.TargetName, in.ClusterID, in.RemovedMark))
+	} else if _, listed := o.Member(id); listed {
+		return refuse(ReasonAmbiguousIdentity, fmt.Sprintf("the pod says member %x was removed, but it is listed", id))
 	}
 	if in.PVExists && !in.PVRetained && in.PVCBoundToNode {
 		return Decision{Action: StewardRetainPV, Detail: "keep the old data on " + in.PodNode + " whatever happens to its claim"}
@@ -124,6 +158,28 @@ func DecideSteward(in StewardInput, cfg StewardConfig) Decision {
 		return Decision{Action: StewardDeletePVC, Detail: "the claim binds the member to the PV on " + in.PodNode}
 	}
 	return Decision{Action: StewardForceDeletePod, Detail: "the pod is stuck on " + in.PodNode + ", whose kubelet will never confirm its end"}
+}
+
+// RemovedMark is the pod annotation value a steward writes before it
+// removes the member: "<cluster id>/<member id>" in hex.
+func RemovedMark(clusterID, memberID uint64) string { return fmt.Sprintf("%x/%x", clusterID, memberID) }
+
+// ParseRemovedMark reads a RemovedMark of clusterID.
+func ParseRemovedMark(s string, clusterID uint64) (uint64, bool) {
+	var c, m uint64
+	if n, err := fmt.Sscanf(s, "%x/%x", &c, &m); err != nil || n != 2 || c != clusterID || m == 0 || RemovedMark(c, m) != s {
+		return 0, false
+	}
+	return m, true
+}
+
+func memberNamed(o observation.Observation, name string) (observation.Member, bool) {
+	for _, m := range o.Members {
+		if m.Name == name {
+			return m, true
+		}
+	}
+	return observation.Member{}, false
 }
 
 // memberByPeer finds the member with name and one of peerURLs; a member

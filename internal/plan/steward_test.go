@@ -11,6 +11,7 @@ import (
 func TestStewardFreesALostNodesMemberStepByStepAndRefusesOtherwise(t *testing.T) {
 	now := time.Unix(10_000, 0)
 	grace := 5 * time.Minute
+	_ = now
 	voter := func(id uint64, name string, serving bool) observation.Member {
 		return observation.Member{ID: id, Name: name, PeerURLs: []string{"http://" + name + ":2380"}, ClientURLs: []string{"http://" + name + ":2379"}, Serving: serving}
 	}
@@ -24,8 +25,9 @@ func TestStewardFreesALostNodesMemberStepByStepAndRefusesOtherwise(t *testing.T)
 	// The base case: etcd-2's node has been NotReady with a stale node
 	// Lease for longer than the grace, the member does not answer.
 	base := StewardInput{Now: now, Obs: lostOne, Local: healthy, TargetName: "etcd-2", TargetPeerURLs: []string{"http://etcd-2:2380"},
-		PodExists: true, PodNode: "node3", NodeExists: true, NodeReady: false, NodeLeaseRenewed: now.Add(-grace - time.Second),
-		PVCBoundToNode: true, PVExists: true}
+		PodExists: true, PodNode: "node3", NodeExists: true, NodeReady: false, NodeLeaseStaleFor: grace + time.Second, TargetSilentFor: time.Minute,
+		PVCBoundToNode: true, PVExists: true, ClusterID: 0xc1}
+	marked := "c1/3"
 	with := func(f func(*StewardInput)) StewardInput { in := base; f(&in); return in }
 	for _, tc := range []struct {
 		name   string
@@ -34,14 +36,26 @@ func TestStewardFreesALostNodesMemberStepByStepAndRefusesOtherwise(t *testing.T)
 		reason Reason
 	}{
 		{"lost node, member silent: remove the member first", base, RemoveMember, ReasonNone},
-		{"member removed: keep the old PV's data (Retain)", with(func(in *StewardInput) { in.Obs = removed }), StewardRetainPV, ReasonNone},
-		{"PV retained: delete the claim (it waits on the pod)", with(func(in *StewardInput) { in.Obs = removed; in.PVRetained = true }), StewardDeletePVC, ReasonNone},
-		{"claim deleting: force-delete the stuck pod", with(func(in *StewardInput) { in.Obs = removed; in.PVRetained = true; in.PVCDeleting = true }), StewardForceDeletePod, ReasonNone},
-		{"claim gone: force-delete the stuck pod", with(func(in *StewardInput) { in.Obs = removed; in.PVCBoundToNode = false }), StewardForceDeletePod, ReasonNone},
+		{"member removed by a steward: keep the old PV's data (Retain)", with(func(in *StewardInput) { in.Obs = removed; in.RemovedMark = marked }), StewardRetainPV, ReasonNone},
+		{"PV retained: delete the claim (it waits on the pod)", with(func(in *StewardInput) { in.Obs = removed; in.RemovedMark = marked; in.PVRetained = true }), StewardDeletePVC, ReasonNone},
+		{"claim deleting: force-delete the stuck pod", with(func(in *StewardInput) {
+			in.Obs = removed
+			in.RemovedMark = marked
+			in.PVRetained = true
+			in.PVCDeleting = true
+		}), StewardForceDeletePod, ReasonNone},
+		{"claim gone: force-delete the stuck pod", with(func(in *StewardInput) { in.Obs = removed; in.RemovedMark = marked; in.PVCBoundToNode = false }), StewardForceDeletePod, ReasonNone},
 		{"pod gone (re-created, not bound yet): nothing left", with(func(in *StewardInput) { in.Obs = removed; in.PodNode = "" }), Nothing, ReasonNotNeeded},
+		// From the review: "not in the list" is not "removed".
+		{"not in the list and not marked (another cluster's pod, or gone otherwise): not ours", with(func(in *StewardInput) { in.Obs = removed }), Refuse, ReasonAmbiguousIdentity},
+		{"marked by a steward of another cluster: not ours", with(func(in *StewardInput) { in.Obs = removed; in.RemovedMark = "c2/3" }), Refuse, ReasonAmbiguousIdentity},
+		{"marked removed but still listed: not ours", with(func(in *StewardInput) { in.Obs = removed; in.RemovedMark = "c1/2" }), Refuse, ReasonAmbiguousIdentity},
+		{"listed under its name with other peer URLs (a changed template): no guess", with(func(in *StewardInput) { in.TargetPeerURLs = []string{"http://new-etcd-2:2380"} }), Refuse, ReasonAmbiguousIdentity},
+		{"node Lease seen unrenewed for less than the grace (our clock)", with(func(in *StewardInput) { in.NodeLeaseStaleFor = time.Minute }), Refuse, ReasonInGracePeriod},
+		{"member silent for less than its grace (rule 6)", with(func(in *StewardInput) { in.TargetSilentFor = time.Second }), Refuse, ReasonInGracePeriod},
 		{"node Ready: never touched", with(func(in *StewardInput) { in.NodeReady = true }), Refuse, ReasonNodeReady},
 		{"node only cordoned (Ready): never touched, even after removal", with(func(in *StewardInput) { in.Obs = removed; in.NodeReady = true }), Refuse, ReasonNodeReady},
-		{"NotReady, node Lease renewed within the grace: wait", with(func(in *StewardInput) { in.NodeLeaseRenewed = now.Add(-time.Minute) }), Refuse, ReasonInGracePeriod},
+
 		{"NotReady for long but the member still serves (partitioned kubelet)", with(func(in *StewardInput) {
 			in.Obs = obs(voter(1, "etcd-0", true), voter(2, "etcd-1", true), voter(3, "etcd-2", true))
 		}), Refuse, ReasonMemberServing},
@@ -65,7 +79,7 @@ func TestStewardFreesALostNodesMemberStepByStepAndRefusesOtherwise(t *testing.T)
 			in.Obs = obs(voter(1, "etcd-0", true), voter(2, "etcd-1", true), l)
 		}), Refuse, ReasonLearnerPresent},
 	} {
-		d := DecideSteward(tc.in, StewardConfig{NodeLostGrace: grace})
+		d := DecideSteward(tc.in, StewardConfig{NodeLostGrace: grace, MemberGrace: 3 * time.Second})
 		if d.Action != tc.action || d.Reason != tc.reason {
 			t.Errorf("%s: got %s/%s (%s), want %s/%s", tc.name, d.Action, d.Reason, d.Detail, tc.action, tc.reason)
 		}
@@ -87,7 +101,7 @@ func TestStewardRemovalKeepsAQuorumOfTheSmallerCluster(t *testing.T) {
 	o := observation.Observation{ClusterID: 1, LeaderID: 1, Members: []observation.Member{m(1, "a", true), m(2, "b", true), m(3, "c", true), m(4, "d", false)},
 		Local: observation.Local{Match: observation.MatchOK, ID: 1, DataDirClass: "missing"}}
 	in := StewardInput{Now: now, Obs: o, Local: memberstate.Verdict{State: memberstate.Healthy}, TargetName: "d", TargetPeerURLs: []string{"http://d:2380"},
-		PodExists: true, PodNode: "n4", NodeExists: true, NodeLeaseRenewed: now.Add(-time.Hour), PVCBoundToNode: true, PVExists: true}
+		PodExists: true, PodNode: "n4", NodeExists: true, NodeLeaseStaleFor: time.Hour, TargetSilentFor: time.Hour, PVCBoundToNode: true, PVExists: true}
 	if d := DecideSteward(in, StewardConfig{NodeLostGrace: time.Minute}); d.Action != RemoveMember {
 		t.Fatalf("2 healthy of 3 left, quorum 2: %s/%s %s", d.Action, d.Reason, d.Detail)
 	}

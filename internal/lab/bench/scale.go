@@ -1,0 +1,160 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/etcd-agent/etcd-agent/internal/lab"
+	"go.uber.org/zap"
+)
+
+// ScaleOptions configure `lab bench-scale`: the agent's idle cost with K
+// local members (DESIGN §10, §11), each the only member of its own small
+// hosted etcd cluster, on one management node.
+type ScaleOptions struct {
+	Lab     lab.Options // Dir, BinDir, AgentBinary, Log; the rest is set here
+	Members []int
+	// Window is how long the agent's CPU time is measured once every
+	// member is pinned and the agent has settled.
+	Window time.Duration
+	// PollInterval is the agent's --poll-interval while measured (the
+	// product's default, not the lab's short one).
+	PollInterval time.Duration
+	Out          io.Writer
+	Log          *zap.Logger
+}
+
+// ScaleRow is one member count's figures.
+type ScaleRow struct {
+	Members    int
+	CPUPercent float64 // of one core, over the window
+	RSSMiB     float64
+}
+
+// clockTicks is USER_HZ, the unit of /proc/<pid>/stat's times (100 on Linux).
+const clockTicks = 100
+
+// Scale measures each member count in its own lab, then prints the table.
+func Scale(ctx context.Context, o ScaleOptions) ([]ScaleRow, error) {
+	var rows []ScaleRow
+	for _, k := range o.Members {
+		row, err := scaleOne(ctx, o, k)
+		if err != nil {
+			return rows, fmt.Errorf("%d members: %w", k, err)
+		}
+		o.Log.Info("measured", zap.Int("members", k), zap.Float64("cpuPercent", row.CPUPercent), zap.Float64("rssMiB", row.RSSMiB))
+		rows = append(rows, row)
+	}
+	printScale(o.Out, o, rows)
+	return rows, nil
+}
+
+func scaleOne(ctx context.Context, o ScaleOptions, k int) (ScaleRow, error) {
+	opts := o.Lab
+	opts.Dir = filepath.Join(o.Lab.Dir, fmt.Sprintf("scale-%d", k))
+	opts.Management, opts.Agents, opts.Nodes, opts.HostedClusters, opts.HostedReplicas = true, true, 1, k, 1
+	opts.PVsPerNode = k + 1
+	opts.AgentArgs = append(append([]string{}, opts.AgentArgs...), "--poll-interval="+o.PollInterval.String())
+	l, err := lab.Up(ctx, opts)
+	if l != nil {
+		defer func() {
+			if err := l.Down(context.Background()); err != nil {
+				o.Log.Warn("lab down", zap.Error(err))
+			}
+		}()
+	}
+	if err != nil {
+		return ScaleRow{}, err
+	}
+	pid, err := l.AgentPID("node1")
+	if err != nil {
+		return ScaleRow{}, err
+	}
+	// Settle: the informers' first lists and every member's first looks.
+	select {
+	case <-ctx.Done():
+		return ScaleRow{}, ctx.Err()
+	case <-time.After(2 * o.PollInterval):
+	}
+	t0, err := cpuTicks(pid)
+	if err != nil {
+		return ScaleRow{}, err
+	}
+	start := time.Now()
+	select {
+	case <-ctx.Done():
+		return ScaleRow{}, ctx.Err()
+	case <-time.After(o.Window):
+	}
+	t1, err := cpuTicks(pid)
+	if err != nil {
+		return ScaleRow{}, err
+	}
+	rss, err := rssKiB(pid)
+	if err != nil {
+		return ScaleRow{}, err
+	}
+	cpu := float64(t1-t0) / clockTicks / time.Since(start).Seconds() * 100
+	return ScaleRow{Members: k, CPUPercent: cpu, RSSMiB: float64(rss) / 1024}, nil
+}
+
+// cpuTicks is the process's user+system time in clock ticks.
+func cpuTicks(pid int) (int64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	// The command name (field 2) may hold spaces: fields after its ")".
+	s := string(b)
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+	if len(f) < 13 {
+		return 0, fmt.Errorf("/proc/%d/stat: %d fields", pid, len(f))
+	}
+	u, err1 := strconv.ParseInt(f[11], 10, 64) // utime, field 14
+	st, err2 := strconv.ParseInt(f[12], 10, 64)
+	if err1 != nil || err2 != nil {
+		return 0, fmt.Errorf("/proc/%d/stat: %v %v", pid, err1, err2)
+	}
+	return u + st, nil
+}
+
+// rssKiB is the process's resident set (VmRSS).
+func rssKiB(pid int) (int64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, err
+	}
+	for _, ln := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(ln, "VmRSS:"); ok {
+			return strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+		}
+	}
+	return 0, fmt.Errorf("/proc/%d/status: no VmRSS", pid)
+}
+
+// printScale prints the rows, the per-member cost between the smallest and
+// the largest count, and its extrapolation to 100 members.
+func printScale(out io.Writer, o ScaleOptions, rows []ScaleRow) {
+	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(tw, "agent idle cost, --poll-interval=%s, CPU over %s\n", o.PollInterval, o.Window)
+	fmt.Fprintln(tw, "members\tCPU (% of a core)\tRSS (MiB)")
+	for _, r := range rows {
+		fmt.Fprintf(tw, "%d\t%.2f\t%.1f\n", r.Members, r.CPUPercent, r.RSSMiB)
+	}
+	if len(rows) >= 2 {
+		a, b := rows[0], rows[len(rows)-1]
+		if n := float64(b.Members - a.Members); n > 0 {
+			cpu, rss := (b.CPUPercent-a.CPUPercent)/n, (b.RSSMiB-a.RSSMiB)/n
+			fmt.Fprintf(tw, "per member\t%.3f\t%.2f\n", cpu, rss)
+			fmt.Fprintf(tw, "100 members (extrapolated)\t%.2f\t%.1f\n", a.CPUPercent+cpu*float64(100-a.Members), a.RSSMiB+rss*float64(100-a.Members))
+		}
+	}
+	_ = tw.Flush()
+}
