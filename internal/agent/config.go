@@ -78,8 +78,8 @@ type Config struct {
 	// Lease unrenewed this long before another node's agent frees the
 	// member's place (UC1, the steward).
 	NodeLostGrace time.Duration
-	StopCommand    string
-	StartCommand   string
+	StopCommand   string
+	StartCommand  string
 	// CrashBefore is the e2e suite's crash hook (hidden flag).
 	CrashBefore []string
 	// HoldAt is the e2e suite's hold hook (hidden flag, heal.HoldPoints).

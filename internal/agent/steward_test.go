@@ -5,8 +5,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/etcd-agent/etcd-agent/internal/memberstate"
 	"github.com/etcd-agent/etcd-agent/internal/membersource"
+	"github.com/etcd-agent/etcd-agent/internal/memberstate"
 	"github.com/etcd-agent/etcd-agent/internal/observation"
 	"go.uber.org/zap"
 	coordv1 "k8s.io/api/coordination/v1"
@@ -36,7 +36,9 @@ func stewardUnderTest(t *testing.T, objs ...any) (*steward, *time.Time) {
 	}
 	now := time.Unix(1_000_000, 0)
 	s := newSteward(Config{NodeName: "node1", Namespace: "etcd-agent", LeaseTTL: 30 * time.Second, NodeLostGrace: time.Minute, GracePeriod: 3 * time.Second},
-		kc, func() membersource.PodMember { return membersource.PodMember{Identity: membersource.PodMember{}.Identity} }, nil, nil, nil, nil, zap.NewNop())
+		kc, func() membersource.PodMember {
+			return membersource.PodMember{Identity: membersource.PodMember{}.Identity}
+		}, nil, nil, nil, nil, zap.NewNop())
 	s.now = func() time.Time { return now }
 	return s, &now
 }
