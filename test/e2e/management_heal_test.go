@@ -119,12 +119,15 @@ func TestManagementAgentsHealWipedPVs(t *testing.T) {
 			}
 			return nil
 		})
-		// `etcd-agent status --member-source=pods` on the node lists it.
+		// `etcd-agent status --member-source=pods` on the node lists every
+		// member it serves from its latest report (exit code: the worst
+		// member's; the other cluster's heal may still run on this node).
 		out, err := exec.Command(agentBinary, "status", "--member-source=pods", "--state-dir", mustNode(t, l, tg.node).StateDir).CombinedOutput()
-		if err != nil {
+		var exitErr *exec.ExitError
+		if err != nil && !errorsAs(err, &exitErr) {
 			t.Fatalf("status on %s: %v\n%s", tg.node, err, out)
 		}
-		for _, ns := range clusters { // every member on the node, each with its latest report
+		for _, ns := range clusters {
 			for pod, node := range placement[ns] {
 				if node != tg.node {
 					continue
@@ -135,8 +138,8 @@ func TestManagementAgentsHealWipedPVs(t *testing.T) {
 						line = ln
 					}
 				}
-				if !strings.Contains(line, " HEALTHY ") {
-					t.Fatalf("status on %s: %s/%s is not listed healthy:\n%s", tg.node, ns, pod, out)
+				if line == "" || strings.Contains(line, "no such file") || (ns == tg.ns && pod == tg.pod && !strings.Contains(line, " HEALTHY ")) {
+					t.Fatalf("status on %s: %s/%s is not listed with its latest report (healthy, for the healed one):\n%s", tg.node, ns, pod, out)
 				}
 			}
 		}
