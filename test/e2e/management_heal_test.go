@@ -37,6 +37,7 @@ func TestManagementAgentsHealWipedPVs(t *testing.T) {
 	}
 	ctx := context.Background()
 	clusters := l.Spec.Management.HostedClusters
+	runAgentsAsShippedManagementRBAC(t, l, kc)
 	placement := map[string]map[string]string{}
 	checkers := map[string]*invariant.Checker{}
 	for _, ns := range clusters {

@@ -34,6 +34,7 @@ func TestManagementAgentsMoveMembersOffALostNode(t *testing.T) {
 	}
 	ctx := context.Background()
 	clusters := l.Spec.Management.HostedClusters
+	runAgentsAsShippedManagementRBAC(t, l, kc)
 	grace, err := time.ParseDuration(lab.LabNodeLostGrace)
 	if err != nil {
 		t.Fatal(err)
