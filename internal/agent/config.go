@@ -88,6 +88,12 @@ type Config struct {
 
 	// podRuntime is a pod member's runtime (set per member by runPods).
 	podRuntime memberruntime.Runtime
+	// probeSlots bounds how many members are probed at once (runPods).
+	probeSlots chan struct{}
+	// ProbeWorkers: with --member-source=pods, how many members may be
+	// observed at once (each observation probes every member of its
+	// cluster); the rest wait their turn.
+	ProbeWorkers int
 }
 
 // Member sources (--member-source).
@@ -235,7 +241,7 @@ func (c Config) NewWatchdog(id watchdog.Identity, pinned func() uint64) (*watchd
 		return nil, err
 	}
 	cfg := watchdog.Config{Identity: id, Endpoints: c.Endpoints, TLS: t, PollInterval: c.PollInterval,
-		GracePeriod: c.GracePeriod, Log: c.Log, PinnedClusterID: pinned}
+		GracePeriod: c.GracePeriod, Log: c.Log, PinnedClusterID: pinned, Slots: c.probeSlots}
 	if c.StateDir != "" {
 		cfg.EndpointsFile = filepath.Join(c.StateDir, "endpoints.json")
 	}

@@ -87,6 +87,7 @@ func runPods(ctx context.Context, c Config, m *metrics.Metrics, ready *atomic.Bo
 		}
 	}
 	ready.Store(true)
+	c.probeSlots = make(chan struct{}, max(1, c.ProbeWorkers))
 	pm := &podMembers{c: c, kc: kc, m: m, ready: ready, metricsAddr: metricsAddr, lister: pods.Lister(),
 		allPods: allPods.Lister(), nodes: nodes.Lister(),
 		vols: apiVolumes{kc: kc}, workers: map[string]*podWorker{}, readRV: map[string]string{}, log: c.Log}

@@ -50,11 +50,17 @@ type Config struct {
 	// is adopted, and kept for the life of the process.
 	PinnedClusterID func() uint64
 	Log             *zap.Logger
+	// Slots, when set, is a counting semaphore shared by many watchdogs
+	// (one agent serving many members): an observation takes a slot for
+	// its probes, so at most cap(Slots) members are probed at once.
+	Slots chan struct{}
 }
 
 // Watchdog observes; Observe is one poll, Run polls until its context ends.
 type Watchdog struct {
 	cfg     Config
+	// observeHook, when set, runs at the start of each observation (tests).
+	observeHook func()
 	clients *clients
 	deep    deepCache
 
@@ -108,6 +114,13 @@ func (w *Watchdog) Close() { w.clients.close() }
 // (memberstate.Assessor), with SampleGap.
 func (w *Watchdog) Observe(ctx context.Context, now time.Time) observation.Observation {
 	start := time.Now()
+	if w.cfg.Slots != nil {
+		select {
+		case w.cfg.Slots <- struct{}{}:
+			defer func() { <-w.cfg.Slots }()
+		case <-ctx.Done(): // the probes below fail at once on ctx
+		}
+	}
 	obs := w.observe(ctx, now)
 	w.mu.Lock()
 	w.gap = w.maxSampleGap()
@@ -138,6 +151,9 @@ func (w *Watchdog) maxSampleGap() time.Duration {
 }
 
 func (w *Watchdog) observe(ctx context.Context, now time.Time) observation.Observation {
+	if w.observeHook != nil {
+		w.observeHook()
+	}
 	id := w.cfg.Identity
 	obs := observation.Observation{At: now, Local: observation.Local{Name: id.Name, PeerURLs: id.PeerURLs,
 		ClientURL: id.ClientURL, DataDir: id.DataDir}}
