@@ -58,11 +58,11 @@ type Config struct {
 
 // Watchdog observes; Observe is one poll, Run polls until its context ends.
 type Watchdog struct {
-	cfg     Config
+	cfg Config
 	// observeHook, when set, runs at the start of each observation (tests).
 	observeHook func()
-	clients *clients
-	deep    deepCache
+	clients     *clients
+	deep        deepCache
 
 	mu        sync.Mutex
 	endpoints []string
