@@ -84,7 +84,9 @@ func gateWait(ctx context.Context, c Config, timeout time.Duration, etcdArgv []s
 	}
 	start := time.Now()
 	log := c.Log.With(zap.String("member", id.Name), zap.String("dataDir", id.DataDir))
-	p, pinErr := gatePin(ctx, c, id.Name, log)
+	var nodePin pin.Pin
+	var nodeErr error
+	nodeAsked := false
 	var wd *watchdog.Watchdog
 	defer func() {
 		if wd != nil {
@@ -93,8 +95,15 @@ func gateWait(ctx context.Context, c Config, timeout time.Duration, etcdArgv []s
 	}()
 	last, lastLogged := plan.GateVerdict{}, time.Time{}
 	for {
-		if pinErr != nil { // fixed by hand meanwhile?
-			p, pinErr = gatePin(ctx, c, id.Name, log)
+		// The state dir's pin is read at every look: the agent may set a
+		// member's dir aside meanwhile (a new claim: another member).
+		p, ok, pinErr := pin.Load(c.StateDir, id.Name)
+		if pinErr == nil && !ok {
+			if !nodeAsked || nodeErr != nil { // an unreadable one: fixed by hand meanwhile?
+				nodePin, nodeErr = gateNodePin(ctx, c, id.Name, log)
+				nodeAsked = true
+			}
+			p, pinErr = nodePin, nodeErr
 		}
 		in := plan.GateInput{Pin: p, Bootstrap: boot.bootstrap, InitialClusterPeers: boot.peers}
 		if pinErr != nil {
@@ -208,14 +217,11 @@ func gateIdentity(c Config, etcdArgv []string) (watchdog.Identity, bootstrapFlag
 	return id, bootstrapOf(m), nil
 }
 
-// gatePin is what the agent has seen of member: its state dir's pin, else
-// the Node's (a reinstalled node). A pin that cannot be read is an error
-// (the gate then holds); no API means only the state dir is known.
-func gatePin(ctx context.Context, c Config, member string, log *zap.Logger) (pin.Pin, error) {
-	p, ok, err := pin.Load(c.StateDir, member)
-	if err != nil || ok {
-		return p, err
-	}
+// gateNodePin is what the Node says the agent has seen of member, for a
+// state dir without a pin (a reinstalled node). A pin that cannot be read
+// is an error (the gate then holds); no API means only the state dir is
+// known.
+func gateNodePin(ctx context.Context, c Config, member string, log *zap.Logger) (pin.Pin, error) {
 	if c.NodeName == "" {
 		return pin.Pin{}, nil
 	}
@@ -226,7 +232,7 @@ func gatePin(ctx context.Context, c Config, member string, log *zap.Logger) (pin
 	}
 	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	p, ok, err = nodereport.ReadPin(rctx, kc, c.NodeName, member)
+	p, ok, err := nodereport.ReadPin(rctx, kc, c.NodeName, member)
 	switch {
 	case errors.Is(err, nodereport.ErrMalformedPins):
 		return pin.Pin{}, err

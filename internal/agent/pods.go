@@ -4,13 +4,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
+	"strings"
 	"reflect"
 	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/etcd-agent/etcd-agent/internal/fsutil"
 	"github.com/etcd-agent/etcd-agent/internal/journal"
 	"github.com/etcd-agent/etcd-agent/internal/memberruntime"
 	"github.com/etcd-agent/etcd-agent/internal/membersource"
@@ -246,6 +249,11 @@ func (p *podMembers) midRecovery(w *podWorker) bool {
 
 func (p *podMembers) start(ctx context.Context, member membersource.PodMember) {
 	stateDir := MemberStateDir(p.c.StateDir, member.Namespace, member.Name)
+	if err := claimStateDir(stateDir, member, member.Identity.Name, p.log); err != nil {
+		p.sayUnreadable(member.Key, err)
+		delete(p.readRV, member.Key) // looked at again at the next tick
+		return
+	}
 	wctx, cancel := context.WithCancel(ctx)
 	w := &podWorker{member: member, stateDir: stateDir, cancel: cancel, done: make(chan struct{}), cur: member, requests: make(chan request, 1)}
 	p.workers[member.Key] = w
@@ -424,4 +432,44 @@ func (v apiVolumes) PV(name string) (*corev1.PersistentVolume, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	return v.kc.CoreV1().PersistentVolumes().Get(ctx, name, metav1.GetOptions{})
+}
+
+// claimFile records, in a member state dir, the claim (PVC UID) its member
+// ran on: a dir keyed by namespace and pod name outlives the pod, and a
+// later pod of that name on a new claim (its cluster deleted and created
+// again) is another member.
+const claimFile = "claim.json"
+
+// claimStateDir makes dir the state dir of pm's claim: a dir recorded for
+// another claim is renamed aside (<dir>.<old claim>.<time>, never deleted)
+// unless a recovery is open in it; then the member is not served until a
+// person looks. A member without a claim (hostPath) keeps its dir.
+func claimStateDir(dir string, pm membersource.PodMember, member string, log *zap.Logger) error {
+	if pm.PVCUID == "" {
+		return nil
+	}
+	b, err := os.ReadFile(filepath.Join(dir, claimFile))
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+	case err != nil:
+		return err
+	case strings.TrimSpace(string(b)) == string(pm.PVCUID):
+		return nil
+	default:
+		old := strings.TrimSpace(string(b))
+		if j, _, err := journal.Load(dir, member); err != nil || j.Active() {
+			return fmt.Errorf("state dir %s belongs to claim %s, the pod now runs on claim %s, and a recovery is open in it (%v): not set aside; look at it by hand",
+				dir, old, pm.PVCUID, err)
+		}
+		aside := fmt.Sprintf("%s.%s.%s", dir, old, time.Now().UTC().Format("20060102T150405Z"))
+		if err := os.Rename(dir, aside); err != nil {
+			return err
+		}
+		log.Warn("the member's pod runs on a new claim: its earlier state dir (pin, journal) is another member's; set aside",
+			zap.String("pod", pm.Namespace+"/"+pm.Name), zap.String("was", aside), zap.String("claim", string(pm.PVCUID)))
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	return fsutil.WriteFileAtomic(filepath.Join(dir, claimFile), []byte(string(pm.PVCUID)+"\n"), 0o644)
 }

@@ -58,8 +58,10 @@ type PodMember struct {
 	// host path of the gate's --state-dir ("" when not wrapped or unset).
 	GateWrapped  bool
 	GateStateDir string
-	// PVC and PV hold the data dir ("" for a hostPath volume).
+	// PVC and PV hold the data dir ("" for a hostPath volume); PVCUID
+	// tells one incarnation of the claim from the next.
 	PVC, PV string
+	PVCUID  types.UID
 	// Node is the node the pod is bound to.
 	Node string
 	// DataDirPerPod: the data dir's host path depends on the pod's UID (a
@@ -91,7 +93,7 @@ func FromPod(pod *corev1.Pod, vols Volumes, kubeletPodsDir string) (PodMember, e
 	if err != nil {
 		return pm, fmt.Errorf("pod %s: the data dir %s: %w", pm.Key, m.DataDir, err)
 	}
-	pm.PVC, pm.PV, pm.DataDirPerPod = vol.pvc, vol.pv, vol.perPod
+	pm.PVC, pm.PV, pm.PVCUID, pm.DataDirPerPod = vol.pvc, vol.pv, vol.pvcUID, vol.perPod
 	pm.Identity = watchdog.Identity{Name: m.Name, DataDir: dataDir, ClientURL: m.ClientURLs[0], PeerURLs: m.PeerURLs}
 	pm.GateWrapped = m.GateWrapped
 	if eps, ok := manifest.GateFlag(argv, "endpoints"); ok {
@@ -130,6 +132,7 @@ type resolver struct {
 
 type volumeRef struct {
 	pvc, pv string
+	pvcUID  types.UID
 	perPod  bool // under the kubelet's pods dir, by pod UID
 }
 
@@ -184,7 +187,7 @@ func (r resolver) volumeRoot(v corev1.Volume) (string, volumeRef, error) {
 	if pvc.Status.Phase != corev1.ClaimBound || pvc.Spec.VolumeName == "" {
 		return "", ref, fmt.Errorf("%w: PVC %s is %s, not bound", ErrNotReady, ref.pvc, pvc.Status.Phase)
 	}
-	ref.pv = pvc.Spec.VolumeName
+	ref.pv, ref.pvcUID = pvc.Spec.VolumeName, pvc.UID
 	pv, err := r.vols.PV(ref.pv)
 	if err != nil {
 		return "", ref, fmt.Errorf("PV %s: %w", ref.pv, err)

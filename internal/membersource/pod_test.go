@@ -8,6 +8,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 )
 
 type vols struct {
@@ -30,7 +31,7 @@ func (v vols) PV(name string) (*corev1.PersistentVolume, error) {
 }
 
 func bound(ns, name, pv string) *corev1.PersistentVolumeClaim {
-	return &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+	return &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, UID: "claim-" + types.UID(name)},
 		Spec: corev1.PersistentVolumeClaimSpec{VolumeName: pv}, Status: corev1.PersistentVolumeClaimStatus{Phase: corev1.ClaimBound}}
 }
 
@@ -65,7 +66,7 @@ func TestFromPodFollowsThePVCToTheLocalPVOnTheNode(t *testing.T) {
 	}
 	if pm.Key != "clusters-b/etcd-2" || pm.Cluster != "clusters-b/etcd" || pm.Identity.Name != "etcd-2" ||
 		pm.Identity.DataDir != "/mnt/disks/pv3/data" || pm.Identity.ClientURL != "http://127.80.0.2:2379" ||
-		pm.PVC != "data-etcd-2" || pm.PV != "node2-pv3" || !pm.GateWrapped ||
+		pm.PVC != "data-etcd-2" || pm.PV != "node2-pv3" || pm.PVCUID != "claim-data-etcd-2" || !pm.GateWrapped ||
 		pm.GateStateDir != "/var/lib/etcd-agent/members/clusters-b_etcd-2" || strings.Join(pm.Endpoints, ",") != "http://a:2379,http://b:2379" {
 		t.Fatalf("%+v", pm)
 	}

@@ -1,0 +1,64 @@
+package agent
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/etcd-agent/etcd-agent/internal/journal"
+	"github.com/etcd-agent/etcd-agent/internal/membersource"
+	"github.com/etcd-agent/etcd-agent/internal/pin"
+	"github.com/etcd-agent/etcd-agent/internal/record"
+	"go.uber.org/zap"
+)
+
+// From the review: a member state dir is keyed by namespace and pod name,
+// so a later pod of that name on this node (its hosted cluster deleted and
+// created again) would inherit the old member's pin, journal and hold: its
+// gate would hold the new cluster's first start for good. The dir records
+// the claim it belongs to; another claim's dir is set aside (never deleted).
+func TestAMemberStateDirOfAnEarlierClaimIsSetAside(t *testing.T) {
+	root := t.TempDir()
+	dir := MemberStateDir(root, "clusters-a", "etcd-0")
+	pm := membersource.PodMember{Namespace: "clusters-a", Name: "etcd-0", PVC: "data-etcd-0", PVCUID: "claim-1"}
+	if err := claimStateDir(dir, pm, "etcd-0", zap.NewNop()); err != nil {
+		t.Fatal(err)
+	}
+	if err := pin.Save(dir, pin.Pin{Member: "etcd-0", ClusterID: 0xc1, MemberID: 7}); err != nil {
+		t.Fatal(err)
+	}
+	// The same claim again (an agent restart, a UC2 heal): kept.
+	if err := claimStateDir(dir, pm, "etcd-0", zap.NewNop()); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok, _ := pin.Load(dir, "etcd-0"); !ok {
+		t.Fatal("the pin of the same claim was set aside")
+	}
+	// A new claim: the old dir is set aside, whole.
+	pm.PVCUID = "claim-2"
+	if err := claimStateDir(dir, pm, "etcd-0", zap.NewNop()); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok, _ := pin.Load(dir, "etcd-0"); ok {
+		t.Fatal("a new claim inherited the old member's pin")
+	}
+	aside, _ := filepath.Glob(dir + ".claim-1.*")
+	if len(aside) != 1 {
+		t.Fatalf("set-aside dirs %v", aside)
+	}
+	if _, ok, _ := pin.Load(aside[0], "etcd-0"); !ok {
+		t.Fatal("the old pin was not kept in the set-aside dir")
+	}
+	// Mid-recovery under the old claim: never set aside (the journal resumes).
+	pm.PVCUID = "claim-3"
+	if err := journal.Save(dir, record.Record{Member: "etcd-0", ID: "j1", Phase: record.PhaseStopped}); err != nil {
+		t.Fatal(err)
+	}
+	if err := claimStateDir(dir, pm, "etcd-0", zap.NewNop()); err == nil || !strings.Contains(err.Error(), "recovery") {
+		t.Fatalf("a dir with an open recovery must not be set aside: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, claimFile)); err != nil {
+		t.Fatal(err)
+	}
+}
