@@ -42,12 +42,8 @@ func (l *Lab) agentArgs(n *Node) ([]string, error) {
 		n.AgentMetricsURL = fmt.Sprintf("http://%s:%d/metrics", n.IP, ports[0])
 	}
 	addr := strings.TrimSuffix(strings.TrimPrefix(n.AgentMetricsURL, "http://"), "/metrics")
-	if n.Worker {
-		return l.podAgentArgs(n, addr), nil
-	}
 	args := []string{l.Spec.AgentBinary, "run",
 		"--node-name=" + n.Name,
-		"--static-pod-manifest=" + n.EtcdManifest(),
 		"--state-dir=" + n.StateDir,
 		"--metrics-addr=" + addr,
 		"--poll-interval=" + LabPollInterval,
@@ -57,8 +53,14 @@ func (l *Lab) agentArgs(n *Node) ([]string, error) {
 		"--recovery-timeout=3m",
 		"--lease-ttl=15s",
 		"--namespace=" + AgentNamespace,
-		"--endpoints=" + strings.Join(l.Spec.ClientURLs(), ","),
 		"--log-format=json",
+	}
+	if n.Worker {
+		// A management lab worker's agent serves the hosted etcd pods
+		// bound to its node.
+		args = append(args, "--member-source=pods", "--pod-selector=app="+HostedEtcdName, "--node-lost-grace="+LabNodeLostGrace)
+	} else {
+		args = append(args, "--static-pod-manifest="+n.EtcdManifest(), "--endpoints="+strings.Join(l.Spec.ClientURLs(), ","))
 	}
 	if a := l.Spec.APIServer; a != nil {
 		args = append(args, "--kubeconfig="+a.Kubeconfig)
@@ -67,29 +69,6 @@ func (l *Lab) agentArgs(n *Node) ([]string, error) {
 		args = append(args, t.agentFlags()...)
 	}
 	return append(append(args, l.Spec.AgentArgs...), n.AgentArgs...), nil
-}
-
-// podAgentArgs is the command line of a management lab worker's agent: it
-// serves the hosted etcd pods bound to its node.
-func (l *Lab) podAgentArgs(n *Node, addr string) []string {
-	args := []string{l.Spec.AgentBinary, "run",
-		"--node-name=" + n.Name,
-		"--member-source=pods",
-		"--pod-selector=app=" + HostedEtcdName,
-		"--node-lost-grace=" + LabNodeLostGrace,
-		"--state-dir=" + n.StateDir,
-		"--metrics-addr=" + addr,
-		"--poll-interval=" + LabPollInterval,
-		"--grace-period=" + LabGracePeriod,
-		"--retry-backoff=2s",
-		"--learner-stall-timeout=30s",
-		"--recovery-timeout=3m",
-		"--lease-ttl=15s",
-		"--namespace=" + AgentNamespace,
-		"--kubeconfig=" + l.Spec.APIServer.Kubeconfig,
-		"--log-format=json",
-	}
-	return append(append(args, l.Spec.AgentArgs...), n.AgentArgs...)
 }
 
 // writeAgentManifest places the agent's static pod on node n; its

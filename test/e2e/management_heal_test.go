@@ -39,18 +39,10 @@ func TestManagementAgentsHealWipedPVs(t *testing.T) {
 	clusters := l.Spec.Management.HostedClusters
 	runAgentsAsShippedManagementRBAC(t, l, kc)
 	placement := map[string]map[string]string{}
-	checkers := map[string]*invariant.Checker{}
 	for _, ns := range clusters {
 		placement[ns] = checkHostedPlacement(t, l, kc, ns)
-		cli, err := l.HostedEtcdClient(ns)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { cli.Close() })
-		if checkers[ns], err = invariant.Start(ctx, nil, cli); err != nil {
-			t.Fatal(err)
-		}
 	}
+	checkers := startHostedCheckers(t, l, clusters)
 	untouched := clusters[2]
 	idsUntouched := hostedMemberIDs(t, l, untouched)
 	type target struct{ ns, pod, node, oldID, pvDir string }

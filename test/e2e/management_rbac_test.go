@@ -6,12 +6,10 @@ import (
 	"testing"
 
 	"github.com/etcd-agent/etcd-agent/internal/lab"
-	authv1 "k8s.io/api/authentication/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
 )
 
 // runAgentsAsShippedManagementRBAC restarts a management lab's agents as the
@@ -34,22 +32,7 @@ func runAgentsAsShippedManagementRBAC(t *testing.T, l *lab.Lab, kc kubernetes.In
 			t.Fatal(err)
 		}
 	}
-	tok, err := kc.CoreV1().ServiceAccounts(lab.AgentNamespace).CreateToken(ctx, "etcd-agent",
-		&authv1.TokenRequest{Spec: authv1.TokenRequestSpec{ExpirationSeconds: ptr(int64(3600))}}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := clientcmd.LoadFromFile(l.Spec.APIServer.Kubeconfig)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, ai := range cfg.AuthInfos {
-		ai.Token, ai.ClientCertificateData, ai.ClientKeyData, ai.ClientCertificate, ai.ClientKey = tok.Status.Token, nil, nil, "", ""
-	}
-	saKubeconfig := filepath.Join(l.Spec.Dir, "kubeconfig-serviceaccount")
-	if err := clientcmd.WriteToFile(*cfg, saKubeconfig); err != nil {
-		t.Fatal(err)
-	}
+	saKubeconfig := serviceAccountKubeconfig(t, l, kc)
 	sa := saClient(t, saKubeconfig)
 	// Tight: no pod deletions where the writer is not bound, no PV
 	// deletions, no Secrets.

@@ -40,18 +40,10 @@ func TestManagementAgentsMoveMembersOffALostNode(t *testing.T) {
 		t.Fatal(err)
 	}
 	placement := map[string]map[string]string{}
-	checkers := map[string]*invariant.Checker{}
 	for _, ns := range clusters {
 		placement[ns] = checkHostedPlacement(t, l, kc, ns)
-		cli, err := l.HostedEtcdClient(ns)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { cli.Close() })
-		if checkers[ns], err = invariant.Start(ctx, nil, cli); err != nil {
-			t.Fatal(err)
-		}
 	}
+	checkers := startHostedCheckers(t, l, clusters)
 	// snapshot of what must not change: member IDs, pod and PVC UIDs.
 	type objects struct {
 		ids  []string

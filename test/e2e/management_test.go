@@ -67,17 +67,7 @@ func TestManagementLab(t *testing.T) {
 
 	// Every cluster keeps quorum and its acknowledged writes through the
 	// loss of one node.
-	checkers := map[string]*invariant.Checker{}
-	for _, ns := range clusters {
-		cli, err := l.HostedEtcdClient(ns)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { cli.Close() })
-		if checkers[ns], err = invariant.Start(ctx, nil, cli); err != nil {
-			t.Fatal(err)
-		}
-	}
+	checkers := startHostedCheckers(t, l, clusters)
 	nsA := clusters[0]
 	// A node that leads neither cluster: a leader's loss would add an
 	// election to the outage the prober measures, which is not this test's point.
@@ -196,6 +186,23 @@ func TestManagementLab(t *testing.T) {
 			}
 		}
 	}
+}
+
+// startHostedCheckers starts the invariant checker of each hosted cluster.
+func startHostedCheckers(t *testing.T, l *lab.Lab, clusters []string) map[string]*invariant.Checker {
+	t.Helper()
+	checkers := map[string]*invariant.Checker{}
+	for _, ns := range clusters {
+		cli, err := l.HostedEtcdClient(ns)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { cli.Close() })
+		if checkers[ns], err = invariant.Start(context.Background(), nil, cli); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return checkers
 }
 
 // checkHostedPlacement checks a hosted cluster's pods: Running and Ready,

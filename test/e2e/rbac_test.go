@@ -40,22 +40,7 @@ func TestHealRunsWithOnlyTheShippedRBAC(t *testing.T) {
 	for _, f := range []string{"serviceaccount.yaml", "rbac.yaml"} {
 		applyShipped(t, kc, filepath.Join(repoRoot, "deploy", "daemonset", f))
 	}
-	tok, err := kc.CoreV1().ServiceAccounts(lab.AgentNamespace).CreateToken(ctx, "etcd-agent",
-		&authv1.TokenRequest{Spec: authv1.TokenRequestSpec{ExpirationSeconds: ptr(int64(3600))}}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := clientcmd.LoadFromFile(l.Spec.APIServer.Kubeconfig)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, ai := range cfg.AuthInfos {
-		ai.Token = tok.Status.Token
-	}
-	saKubeconfig := filepath.Join(l.Spec.Dir, "kubeconfig-serviceaccount")
-	if err := clientcmd.WriteToFile(*cfg, saKubeconfig); err != nil {
-		t.Fatal(err)
-	}
+	saKubeconfig := serviceAccountKubeconfig(t, l, kc)
 	// Tight: the ServiceAccount may not touch Leases elsewhere or delete Nodes.
 	sa := saClient(t, saKubeconfig)
 	_, err = sa.CoordinationV1().Leases("default").Create(ctx, &coordv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: "not-ours"}}, metav1.CreateOptions{})
@@ -162,6 +147,29 @@ func applyShipped(t *testing.T, kc kubernetes.Interface, path string) {
 			t.Fatalf("%s: %v", path, err)
 		}
 	}
+}
+
+// serviceAccountKubeconfig writes a kubeconfig for the lab's API that
+// authenticates as the agent's ServiceAccount (a TokenRequest token).
+func serviceAccountKubeconfig(t *testing.T, l *lab.Lab, kc kubernetes.Interface) string {
+	t.Helper()
+	tok, err := kc.CoreV1().ServiceAccounts(lab.AgentNamespace).CreateToken(context.Background(), "etcd-agent",
+		&authv1.TokenRequest{Spec: authv1.TokenRequestSpec{ExpirationSeconds: ptr(int64(3600))}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := clientcmd.LoadFromFile(l.Spec.APIServer.Kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ai := range cfg.AuthInfos {
+		ai.Token, ai.ClientCertificateData, ai.ClientKeyData, ai.ClientCertificate, ai.ClientKey = tok.Status.Token, nil, nil, "", ""
+	}
+	path := filepath.Join(l.Spec.Dir, "kubeconfig-serviceaccount")
+	if err := clientcmd.WriteToFile(*cfg, path); err != nil {
+		t.Fatal(err)
+	}
+	return path
 }
 
 func saClient(t *testing.T, kubeconfig string) kubernetes.Interface {
