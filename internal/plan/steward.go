@@ -123,11 +123,17 @@ func DecideSteward(in StewardInput, cfg StewardConfig) Decision {
 			o.ServingVoters(), n, memberstate.Quorum(n)))
 	}
 	if inList {
-		if ls := o.Learners(); len(ls) > 0 {
-			return refuse(ReasonLearnerPresent, fmt.Sprintf("learner %x (%s) is present; one change at a time", ls[0].ID, ls[0].Name))
+		for _, l := range o.Learners() {
+			if l.ID != target.ID {
+				return refuse(ReasonLearnerPresent, fmt.Sprintf("learner %x (%s) is present; one change at a time", l.ID, l.Name))
+			}
 		}
 		if target.IsLearner {
-			return refuse(ReasonAmbiguousIdentity, fmt.Sprintf("member %s is a learner (%x): its own agent's recovery, not the steward's", in.TargetName, target.ID))
+			// A rejoin whose node died under it: its agent is gone, and
+			// the learner would block every other change. Removing a
+			// learner changes no quorum.
+			return Decision{Action: RemoveMember, MemberID: target.ID,
+				Detail: fmt.Sprintf("learner %x of %s on lost node %s: mark its pod, then remove the learner", target.ID, in.TargetName, in.PodNode)}
 		}
 		// Rule 2: the lost member is not healthy; the healthy voters left
 		// must be a quorum of the smaller cluster.

@@ -73,10 +73,17 @@ func TestStewardFreesALostNodesMemberStepByStepAndRefusesOtherwise(t *testing.T)
 			o.Members[1].Serving = true
 			in.Obs = o
 		}), Refuse, ReasonMajorityLost},
-		{"the target is a learner (its own agent's rejoin)", with(func(in *StewardInput) {
+		// From the review: a learner on a lost node (a rejoin whose node
+		// died) would block every change for good.
+		{"the target is a silent learner on the lost node: removed", with(func(in *StewardInput) {
 			l := voter(3, "etcd-2", false)
 			l.IsLearner = true
 			in.Obs = obs(voter(1, "etcd-0", true), voter(2, "etcd-1", true), l)
+		}), RemoveMember, ReasonNone},
+		{"another member's learner is present: one change at a time", with(func(in *StewardInput) {
+			l := voter(4, "etcd-9", false)
+			l.IsLearner = true
+			in.Obs = obs(voter(1, "etcd-0", true), voter(2, "etcd-1", true), voter(3, "etcd-2", false), l)
 		}), Refuse, ReasonLearnerPresent},
 	} {
 		d := DecideSteward(tc.in, StewardConfig{NodeLostGrace: grace, MemberGrace: 3 * time.Second})
