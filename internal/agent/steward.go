@@ -169,12 +169,16 @@ func (s *steward) steward(ctx context.Context, r memberstate.Result, p *corev1.P
 		if !s.acting(key, d) {
 			return
 		}
-		if err := l.ConfirmFor(ctx, stewardStepTimeout); err != nil {
+		// The step's deadline is set before its fence, and the fence asks
+		// the Lease to outlive it: the journal write and the step itself
+		// both end while no other agent can hold the Lease.
+		sctx, cancel := context.WithTimeout(ctx, stewardStepTimeout)
+		if err := l.ConfirmFor(sctx, stewardStepTimeout); err != nil {
+			cancel()
 			s.log.Warn("steward: the Lease is no longer ours; stopping", zap.String("target", key), zap.Error(err))
 			return
 		}
-		_ = l.SetPhase(ctx, string(d.Action))
-		sctx, cancel := context.WithTimeout(ctx, stewardStepTimeout)
+		_ = l.SetPhase(sctx, string(d.Action))
 		err = s.do(sctx, d, fresh, cur, in)
 		cancel()
 		if err != nil {
