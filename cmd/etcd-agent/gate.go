@@ -60,6 +60,8 @@ etcd in its place (same PID). Without "--" it reads the member from
 		},
 	}
 	addMemberFlags(cmd.Flags(), &c)
+	cmd.Flags().StringVar(&c.MemberSource, "member-source", agent.MemberSourceStaticPod,
+		"pods: this gate guards a member pod served by an agent with --member-source=pods; with its cluster unreachable it lets a first bootstrap through only on that agent's word (from the cluster's record in the API, which outlives nodes) that the cluster never served")
 	cmd.Flags().DurationVar(&timeout, "timeout", 0, "give up after this long (0: wait as long as it takes, like any init container)")
 	return cmd
 }

@@ -94,6 +94,10 @@ type Config struct {
 	// observed at once (each observation probes every member of its
 	// cluster); the rest wait their turn.
 	ProbeWorkers int
+	// PeerProbeInterval: with --member-source=pods, how long a routine poll
+	// of a healthy cluster may reuse the other members' last probe (each
+	// member's own agent probes it every poll; 0: every poll).
+	PeerProbeInterval time.Duration
 }
 
 // Member sources (--member-source).
@@ -242,6 +246,9 @@ func (c Config) NewWatchdog(id watchdog.Identity, pinned func() uint64) (*watchd
 	}
 	cfg := watchdog.Config{Identity: id, Endpoints: c.Endpoints, TLS: t, PollInterval: c.PollInterval,
 		GracePeriod: c.GracePeriod, Log: c.Log, PinnedClusterID: pinned, Slots: c.probeSlots}
+	if c.MemberSource == MemberSourcePods {
+		cfg.PeerProbeEvery = c.PeerProbeInterval
+	}
 	if c.StateDir != "" {
 		cfg.EndpointsFile = filepath.Join(c.StateDir, "endpoints.json")
 	}

@@ -109,6 +109,12 @@ func gateWait(ctx context.Context, c Config, timeout time.Duration, etcdArgv []s
 		if pinErr != nil {
 			in.PinError = pinErr.Error()
 		}
+		if c.MemberSource == MemberSourcePods {
+			in.AdmissionRequired, in.Now = true, time.Now()
+			if in.Admission, err = pin.LoadAdmission(c.StateDir); err != nil {
+				in.AdmissionError = err.Error()
+			}
+		}
 		if h, held, err := memberruntime.ReadHold(c.StateDir); held {
 			in.HeldByAgent = fmt.Sprintf("%s since %s", h.Reason, h.Since.Format(time.RFC3339))
 			if err != nil {
@@ -118,7 +124,7 @@ func gateWait(ctx context.Context, c Config, timeout time.Duration, etcdArgv []s
 		r := localdisk.Classify(ctx, id.DataDir, localdisk.Expect{ClusterID: uint64(p.ClusterID)})
 		if ctx.Err() != nil {
 			// An interrupted check proves nothing: never open on it.
-			return plan.GateVerdict{}, fmt.Errorf("start gate: stopped while checking the data dir: %w", ctx.Err())
+			return plan.GateVerdict{}, fmt.Errorf("start gate: stopped while checking the data dir (still closed: %s: %s): %w", last.Reason, last.Detail, ctx.Err())
 		}
 		in.DataDirClass, in.DataDirDetail, in.DataDirMemberID, in.DataDirVerified = string(r.Class), r.Detail, r.MemberID, r.Verified
 		j, _, err := journal.Load(c.StateDir, id.Name)

@@ -9,58 +9,117 @@ import (
 	"github.com/etcd-agent/etcd-agent/internal/observation"
 	"github.com/etcd-agent/etcd-agent/internal/pin"
 	"github.com/etcd-agent/etcd-agent/internal/plan"
+	"github.com/etcd-agent/etcd-agent/internal/record"
 	"go.uber.org/zap"
 	"k8s.io/client-go/kubernetes"
 )
 
-// pinner keeps the member's pin (plan.NextPin decides when it moves) in the
-// state dir and on the Node. The state dir is written first: it is what
-// the start gate reads when the API is down.
-type pinner struct {
-	stateDir, member, node string
-	kc                     kubernetes.Interface // nil: state dir only
-	log                    *zap.Logger
-
-	mu         sync.Mutex
-	pin        pin.Pin
-	nodeBehind bool // the Node's copy still needs writing
-	nodeTried  time.Time
+// pinRecord is where a member's pin outlives the node's disk: the Node (a
+// static-pod member belongs to its node) or its cluster's record in the
+// API (a pod member moves between nodes and claims).
+type pinRecord interface {
+	ReadPins(ctx context.Context) (map[string]pin.Pin, bool, error)
+	WritePin(ctx context.Context, p pin.Pin) error
+	Where() string
 }
 
-// nodeRetryEvery spaces out Node writes while the API is away, so that a
-// down API does not slow every observation by a request timeout.
-const nodeRetryEvery = 30 * time.Second
+// nodePins is a static-pod member's record: the Node's annotation.
+type nodePins struct {
+	kc   kubernetes.Interface
+	node string
+}
 
-// newPinner loads the state dir's pin, else adopts the Node's (a node
-// reinstalled with an empty state dir still knows its member existed).
-// An unreadable pin is an error: the agent must not forget a member.
-func newPinner(ctx context.Context, stateDir, member, node string, kc kubernetes.Interface, log *zap.Logger) (*pinner, error) {
-	p := &pinner{stateDir: stateDir, member: member, node: node, kc: kc, log: log}
+func (n nodePins) ReadPins(ctx context.Context) (map[string]pin.Pin, bool, error) {
+	return nodereport.ReadPins(ctx, n.kc, n.node)
+}
+func (n nodePins) WritePin(ctx context.Context, p pin.Pin) error {
+	return nodereport.WritePin(ctx, n.kc, n.node, p)
+}
+func (n nodePins) Where() string { return "Node " + n.node }
+
+// pinner keeps the member's pin (plan.NextPin decides when it moves) in the
+// state dir and in its record. The state dir is written first: it is what
+// the start gate reads when the API is down. With admit (a pod member),
+// while the member has no pin, it also renews the gate's admission: the
+// record's word on whether the cluster has served (record.Admission).
+type pinner struct {
+	stateDir, member string
+	remote           pinRecord // nil: state dir only
+	admit            bool
+	log              *zap.Logger
+
+	mu           sync.Mutex
+	pin          pin.Pin
+	remoteBehind bool // the record's copy still needs writing
+	remoteTried  time.Time
+	admittedAt   time.Time // the last admission written (or tried)
+}
+
+// Node writes and record reads are spaced out while the API is away, so
+// that a down API does not slow every observation by a request timeout.
+const (
+	nodeRetryEvery = 30 * time.Second
+	// admissionRenewEvery keeps the gate's "never served" fresh (plan.
+	// AdmissionFreshFor) while the member has no pin.
+	admissionRenewEvery = 30 * time.Second
+)
+
+// newPinner loads the state dir's pin, else adopts the record's (a node
+// reinstalled with an empty state dir, or a pod member on a new node or
+// claim, still knows its member existed). An unreadable pin is an error:
+// the agent must not forget a member.
+func newPinner(ctx context.Context, stateDir, member string, remote pinRecord, admit bool, log *zap.Logger) (*pinner, error) {
+	p := &pinner{stateDir: stateDir, member: member, remote: remote, admit: admit, log: log}
 	cur, ok, err := pin.Load(stateDir, member)
 	if err != nil {
 		return nil, err
 	}
 	if ok {
-		p.pin, p.nodeBehind = cur, kc != nil && node != ""
+		p.pin, p.remoteBehind = cur, remote != nil
 		return p, nil
 	}
-	if kc == nil || node == "" {
+	if remote == nil {
 		return p, nil
 	}
+	return p, p.adopt(ctx)
+}
+
+// adopt reads the record: the member's pin is taken when the state dir has
+// none, and (admit) the gate is told whether the cluster has served. An
+// unreadable record leaves the gate without a word (it holds a bootstrap).
+func (p *pinner) adopt(ctx context.Context) error {
+	p.admittedAt = time.Now()
 	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	np, ok, err := nodereport.ReadPin(rctx, kc, node, member)
-	switch {
-	case err != nil:
-		log.Warn("the Node's pin could not be read; the member counts as never seen until it serves", zap.Error(err))
-	case ok:
-		if err := pin.Save(stateDir, np); err != nil {
-			return nil, err
-		}
-		log.Warn("adopted the Node's pin: the state dir had none (a reinstalled node?)", zap.String("pin", np.String()))
-		p.pin = np
+	pins, seen, err := p.remote.ReadPins(rctx)
+	if err != nil {
+		p.log.Warn("the member's record could not be read; the member counts as never seen until it serves", zap.String("record", p.remote.Where()), zap.Error(err))
+		return nil
 	}
-	return p, nil
+	if rp, ok := pins[p.member]; ok && !p.pin.Seen() {
+		if err := pin.Save(p.stateDir, rp); err != nil {
+			return err
+		}
+		p.log.Warn("adopted the member's pin from its record: the state dir had none (a new node or claim, a reinstalled node?)",
+			zap.String("record", p.remote.Where()), zap.String("pin", rp.String()))
+		p.pin = rp
+	}
+	if !p.admit {
+		return nil
+	}
+	a := record.Admission{ClusterSeen: seen, Record: p.remote.Where(), CheckedAt: time.Now().UTC()}
+	var newest pin.Pin // the cluster the record last saw serving
+	for _, q := range pins {
+		if q.SeenAt.After(newest.SeenAt) || newest.ClusterID == 0 {
+			newest = q
+		}
+	}
+	a.ClusterID = newest.ClusterID
+	if err := pin.SaveAdmission(p.stateDir, a); err != nil {
+		p.log.Error("could not give the start gate the record's word; retrying", zap.Error(err))
+		p.admittedAt = time.Time{}
+	}
+	return nil
 }
 
 // ClusterID is the pinned cluster ID (0 before the member was seen serving).
@@ -88,17 +147,22 @@ func (p *pinner) observe(ctx context.Context, o observation.Observation) {
 			return
 		}
 		p.log.Info("member pinned", zap.String("pin", next.String()), zap.String("was", p.pin.String()))
-		p.pin, p.nodeBehind = next, p.kc != nil && p.node != ""
+		p.pin, p.remoteBehind = next, p.remote != nil
 	}
-	if !p.nodeBehind || (!changed && time.Since(p.nodeTried) < nodeRetryEvery) {
+	if p.remote != nil && !p.pin.Seen() && (p.admit || p.admittedAt.IsZero()) && time.Since(p.admittedAt) >= admissionRenewEvery {
+		if err := p.adopt(ctx); err != nil {
+			p.log.Error("could not adopt the record's pin; retrying", zap.Error(err))
+		}
+	}
+	if !p.remoteBehind || (!changed && time.Since(p.remoteTried) < nodeRetryEvery) {
 		return
 	}
-	p.nodeTried = time.Now()
+	p.remoteTried = time.Now()
 	rctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()
-	if err := nodereport.WritePin(rctx, p.kc, p.node, p.pin); err != nil {
-		p.log.Warn("could not record the member's pin on the Node; retrying on the next observation", zap.Error(err))
+	if err := p.remote.WritePin(rctx, p.pin); err != nil {
+		p.log.Warn("could not record the member's pin in its record; retrying on the next observation", zap.String("record", p.remote.Where()), zap.Error(err))
 		return
 	}
-	p.nodeBehind = false
+	p.remoteBehind = false
 }

@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/etcd-agent/etcd-agent/internal/clusterrecord"
 	"github.com/etcd-agent/etcd-agent/internal/fsutil"
 	"github.com/etcd-agent/etcd-agent/internal/journal"
 	"github.com/etcd-agent/etcd-agent/internal/memberruntime"
@@ -271,6 +272,7 @@ func (p *podMembers) start(ctx context.Context, member membersource.PodMember) {
 	env := memberEnv{metrics: p.m.ForCluster(member.Cluster), ready: p.ready, kc: p.kc, metricsAddr: p.metricsAddr,
 		gateWrapped: func() bool { return gatedOn(w.current(), stateDir) == nil },
 		podReporter: podRep, requests: w.requests,
+		pinRecord:      clusterrecord.Store{KC: p.kc, Namespace: member.Namespace, Cluster: member.Cluster, Owner: member.Controller},
 		stillRequested: func(ctx context.Context) bool { return podStillRequested(ctx, p.kc, member.Namespace, member.Name) }}
 	t, err := c.TLSConfig()
 	if err != nil {
@@ -317,6 +319,10 @@ func gatedOn(pm membersource.PodMember, stateDir string) error {
 		return fmt.Errorf("its start gate has no --state-dir; give it %s through a hostPath volume", stateDir)
 	case filepath.Clean(pm.GateStateDir) != filepath.Clean(stateDir):
 		return fmt.Errorf("its start gate reads %s, not this agent's %s", pm.GateStateDir, stateDir)
+	case pm.GateMemberSource != MemberSourcePods:
+		// Without it a gate on a new node or claim, its cluster unreachable,
+		// would let etcd bootstrap under the member's old IDs.
+		return errors.New("its start gate lacks --member-source=pods (it must wait for the agent's word from the cluster's record before a first bootstrap)")
 	}
 	return nil
 }

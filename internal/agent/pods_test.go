@@ -18,7 +18,8 @@ func TestAPodIsStoppedOnlyWhenItsGateReadsThisAgentsStateDir(t *testing.T) {
 		pm   membersource.PodMember
 		want string // "" = may stop
 	}{
-		{"gated on this state dir", membersource.PodMember{GateWrapped: true, GateStateDir: dir + "/"}, ""},
+		{"gated on this state dir", membersource.PodMember{GateWrapped: true, GateStateDir: dir + "/", GateMemberSource: MemberSourcePods}, ""},
+		{"gate without --member-source=pods", membersource.PodMember{GateWrapped: true, GateStateDir: dir}, "lacks --member-source=pods"},
 		{"not gate-wrapped", membersource.PodMember{}, "does not run etcd through the start gate"},
 		{"gate without --state-dir", membersource.PodMember{GateWrapped: true}, "no --state-dir"},
 		{"gate reading another folder", membersource.PodMember{GateWrapped: true, GateStateDir: "/var/lib/etcd-agent"}, "not this agent's"},

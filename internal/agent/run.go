@@ -78,6 +78,9 @@ type memberEnv struct {
 	podReporter    *nodereport.Reporter
 	requests       <-chan request
 	stillRequested func(context.Context) bool
+	// pinRecord, for a pod member, is its cluster's record: its pin is
+	// kept there, and its gate is told whether the cluster has served.
+	pinRecord pinRecord
 	// steward, for a pod member, acts for members of its cluster on lost
 	// nodes (UC1) while this member is healthy.
 	steward *steward
@@ -96,11 +99,11 @@ func runMember(ctx context.Context, c Config, id watchdog.Identity, env memberEn
 	rep := &reporter{log: log, metrics: m, member: id.Name, statusPath: filepath.Join(c.StateDir, StatusFile)}
 	m.Init(id.Name, reasonStrings())
 
-	pinNode := ""
-	if env.node {
-		pinNode = c.NodeName
+	remote := env.pinRecord
+	if env.node && kc != nil && c.NodeName != "" {
+		remote = nodePins{kc: kc, node: c.NodeName}
 	}
-	pins, err := newPinner(ctx, c.StateDir, id.Name, pinNode, kc, log)
+	pins, err := newPinner(ctx, c.StateDir, id.Name, remote, env.pinRecord != nil, log)
 	if err != nil {
 		return err
 	}

@@ -128,7 +128,7 @@ func (l *Lab) hostedStatefulSet(ns string) *appsv1.StatefulSet {
 		// dir kept by the agent of the node the pod runs on (a hostPath: on
 		// a real node /var/lib/etcd-agent; the lab's nodes share one
 		// filesystem, so the node's name picks its folder).
-		command = append([]string{l.Spec.AgentBinary, "gate",
+		command = append([]string{l.Spec.AgentBinary, "gate", "--member-source=pods",
 			"--state-dir=" + hostedAgentMount + "/$(NODE_NAME)/agent-state/members/$(POD_NAMESPACE)_$(POD_NAME)",
 			"--endpoints=" + strings.Join(l.HostedClientURLs(ns), ","), "--poll-interval=500ms", "--log-format=json", "--"}, command...)
 		env = append([]corev1.EnvVar{fieldEnv("NODE_NAME", "spec.nodeName"), fieldEnv("POD_NAMESPACE", "metadata.namespace")}, env...)

@@ -58,12 +58,17 @@ type PodMember struct {
 	// host path of the gate's --state-dir ("" when not wrapped or unset).
 	GateWrapped  bool
 	GateStateDir string
+	// GateMemberSource is the gate's --member-source ("pods": it waits for
+	// the agent's word before a first bootstrap).
+	GateMemberSource string
 	// PVC and PV hold the data dir ("" for a hostPath volume); PVCUID
 	// tells one incarnation of the claim from the next.
 	PVC, PV string
 	PVCUID  types.UID
-	// Node is the node the pod is bound to.
-	Node string
+	// Node is the node the pod is bound to; Controller the pod's owner
+	// (its StatefulSet), nil when none.
+	Node       string
+	Controller *metav1.OwnerReference
 	// DataDirPerPod: the data dir's host path depends on the pod's UID (a
 	// CSI volume, mounted under the kubelet's pods dir): it moves when the
 	// pod is re-created.
@@ -72,7 +77,8 @@ type PodMember struct {
 
 // FromPod reads pod as a member. kubeletPodsDir "" is DefaultKubeletPodsDir.
 func FromPod(pod *corev1.Pod, vols Volumes, kubeletPodsDir string) (PodMember, error) {
-	pm := PodMember{Key: pod.Namespace + "/" + pod.Name, Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID, Cluster: ClusterOf(pod), Node: pod.Spec.NodeName}
+	pm := PodMember{Key: pod.Namespace + "/" + pod.Name, Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID, Cluster: ClusterOf(pod), Node: pod.Spec.NodeName,
+		Controller: metav1.GetControllerOf(pod)}
 	if pod.Status.PodIP == "" {
 		return pm, fmt.Errorf("%w: pod %s has no IP yet", ErrNotReady, pm.Key)
 	}
@@ -99,6 +105,7 @@ func FromPod(pod *corev1.Pod, vols Volumes, kubeletPodsDir string) (PodMember, e
 	if eps, ok := manifest.GateFlag(argv, "endpoints"); ok {
 		pm.Endpoints = manifest.SplitURLs(eps)
 	}
+	pm.GateMemberSource, _ = manifest.GateFlag(argv, "member-source")
 	if sd, ok := manifest.GateFlag(argv, "state-dir"); ok {
 		host, vol, err := r.hostPath(sd)
 		if err != nil {

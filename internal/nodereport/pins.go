@@ -67,20 +67,19 @@ func WritePin(ctx context.Context, kc kubernetes.Interface, node string, p pin.P
 }
 
 func decodePins(s string) (map[string]pin.Pin, error) {
-	pins := map[string]pin.Pin{}
-	if s == "" {
-		return pins, nil
-	}
-	var raw map[string]json.RawMessage
-	if err := json.Unmarshal([]byte(s), &raw); err != nil {
-		return nil, fmt.Errorf("%w: %s is not a JSON object: %w", ErrMalformedPins, AnnotationPins, err)
-	}
-	for member, b := range raw {
-		p, err := pin.Decode(b)
-		if err != nil {
-			return nil, fmt.Errorf("%w: %s, member %q: %w", ErrMalformedPins, AnnotationPins, member, err)
-		}
-		pins[member] = p
+	pins, err := pin.DecodeMap(s)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s: %w", ErrMalformedPins, AnnotationPins, err)
 	}
 	return pins, nil
+}
+
+// ReadPins returns every pin on node's annotation, and whether it has one.
+func ReadPins(ctx context.Context, kc kubernetes.Interface, node string) (map[string]pin.Pin, bool, error) {
+	n, err := kc.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+	if err != nil {
+		return nil, false, err
+	}
+	pins, err := decodePins(n.Annotations[AnnotationPins])
+	return pins, len(pins) > 0, err
 }

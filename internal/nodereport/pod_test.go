@@ -3,6 +3,7 @@ package nodereport_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -81,5 +82,20 @@ func TestAPodReporterAnnotatesAndRecordsEventsOnThePod(t *testing.T) {
 			}
 		}
 		return fmt.Errorf("%d events, none RecoverySucceeded from %s", len(evs.Items), node.Name)
+	})
+	// And on the member's Node (issue 14): `kubectl describe node` shows
+	// what the agent did to the etcd pods on it, each naming its pod.
+	eventually(t, 15*time.Second, "the event on the Node", func() error {
+		evs, err := kc.CoreV1().Events("").List(ctx, metav1.ListOptions{FieldSelector: fields.Set{
+			"involvedObject.kind": "Node", "involvedObject.name": node.Name}.String()})
+		if err != nil {
+			return err
+		}
+		for _, e := range evs.Items {
+			if e.Reason == nodereport.ReasonRecoverySucceeded && strings.Contains(e.Message, pod.Namespace+"/"+pod.Name) {
+				return nil
+			}
+		}
+		return fmt.Errorf("%d events on the Node, none RecoverySucceeded naming the pod", len(evs.Items))
 	})
 }

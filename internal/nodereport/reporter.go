@@ -70,7 +70,7 @@ func NewPodReporter(kc kubernetes.Interface, namespace, name, nodeName, componen
 	return r
 }
 
-// Eventf records an Event on the Node (or pod); eventType is corev1.EventTypeNormal
+// Eventf records an Event on the Node (or on the pod and its Node); eventType is corev1.EventTypeNormal
 // or corev1.EventTypeWarning. It does not wait for the API server: Events
 // are best effort, the annotation and the logs are the record.
 func (r *Reporter) Eventf(eventType, reason, format string, args ...any) {
@@ -78,7 +78,10 @@ func (r *Reporter) Eventf(eventType, reason, format string, args ...any) {
 		r.log.Error("event with an unknown type dropped", zap.String("type", eventType), zap.String("reason", reason))
 		return
 	}
-	ref := r.objectRef()
+	ref, nodeRef := r.objectRef(), (*corev1.ObjectReference)(nil)
+	if r.pod != "" && r.node != "" {
+		nodeRef = r.nodeRef()
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.stopped {
@@ -87,6 +90,12 @@ func (r *Reporter) Eventf(eventType, reason, format string, args ...any) {
 	}
 	r.queued.Add(1)
 	r.recorder.Eventf(ref, eventType, reason, format, args...)
+	if nodeRef != nil {
+		// The Node gets it too, naming the pod: `kubectl describe node`
+		// shows what the agent did to the etcd pods on it.
+		r.queued.Add(1)
+		r.recorder.Eventf(nodeRef, eventType, reason, "pod %s/%s: %s", r.podNamespace, r.pod, fmt.Sprintf(format, args...))
+	}
 }
 
 // nodeRef looks the Node's UID up once. Without it (API down, Node not

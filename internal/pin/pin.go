@@ -63,3 +63,63 @@ func Save(stateDir string, p Pin) error {
 	}
 	return fsutil.WriteFileAtomic(Path(stateDir, p.Member), append(b, '\n'), 0o600)
 }
+
+// AdmissionFile holds, in a pod member's state dir, the agent's word on
+// whether the member's cluster has served (record.Admission).
+const AdmissionFile = "cluster-admission.json"
+
+// LoadAdmission reads the agent's word; the zero Admission when there is
+// none. An unreadable file is an error (the gate then holds).
+func LoadAdmission(stateDir string) (record.Admission, error) {
+	b, err := os.ReadFile(filepath.Join(stateDir, AdmissionFile))
+	if errors.Is(err, os.ErrNotExist) {
+		return record.Admission{}, nil
+	}
+	if err != nil {
+		return record.Admission{}, err
+	}
+	var a record.Admission
+	if err := json.Unmarshal(b, &a); err != nil || !a.Given() {
+		return record.Admission{}, fmt.Errorf("the cluster admission %s is unreadable (%v): the agent rewrites it", filepath.Join(stateDir, AdmissionFile), err)
+	}
+	return a, nil
+}
+
+// SaveAdmission writes a atomically.
+func SaveAdmission(stateDir string, a record.Admission) error {
+	if !a.Given() {
+		return errors.New("refusing to save an admission without its time")
+	}
+	if err := os.MkdirAll(stateDir, 0o700); err != nil {
+		return err
+	}
+	b, err := json.MarshalIndent(a, "", "  ")
+	if err != nil {
+		return err
+	}
+	return fsutil.WriteFileAtomic(filepath.Join(stateDir, AdmissionFile), append(b, '\n'), 0o644)
+}
+
+// DecodeMap parses a JSON map member name -> pin (the form kept on a Node
+// and in a cluster's record); "" is an empty map.
+func DecodeMap(s string) (map[string]Pin, error) {
+	pins := map[string]Pin{}
+	if s == "" {
+		return pins, nil
+	}
+	var raw map[string]json.RawMessage
+	if err := json.Unmarshal([]byte(s), &raw); err != nil {
+		return nil, fmt.Errorf("not a JSON object: %w", err)
+	}
+	for member, b := range raw {
+		p, err := Decode(b)
+		if err != nil {
+			return nil, fmt.Errorf("member %q: %w", member, err)
+		}
+		if p.Member != member {
+			return nil, fmt.Errorf("member %q: the pin names %q", member, p.Member)
+		}
+		pins[member] = p
+	}
+	return pins, nil
+}

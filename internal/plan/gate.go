@@ -23,6 +23,7 @@ const (
 	GateUnverified       Reason = "data-dir-unverified"
 	GateWouldBootstrap   Reason = "would-bootstrap"
 	GateHeldByAgent      Reason = "held-by-agent"
+	GateAwaitingAgent    Reason = "awaiting-agent"
 	GateIdentityMismatch Reason = ReasonAmbiguousIdentity
 )
 
@@ -54,7 +55,20 @@ type GateInput struct {
 	// (the pod runtime's hold: its pod is re-created at once, so the gate
 	// keeps etcd down until the agent releases it).
 	HeldByAgent string
+	// AdmissionRequired: a pod member's gate (--member-source=pods), whose
+	// state dir starts empty on every new node and claim, lets a first
+	// bootstrap through only on the agent's Admission, read from the
+	// cluster's record; a "never served" counts while younger than
+	// AdmissionFreshFor at Now.
+	AdmissionRequired bool
+	Admission         record.Admission
+	AdmissionError    string
+	Now               time.Time
 }
+
+// AdmissionFreshFor is how long the agent's "this cluster never served"
+// is trusted: the agent renews it while the member has no pin.
+const AdmissionFreshFor = 2 * time.Minute
 
 // GateVerdict is the gate's answer for one look.
 type GateVerdict struct {
@@ -121,6 +135,9 @@ func DecideGate(in GateInput) GateVerdict {
 				in.DataDirClass, o.MemberListError, in.Pin))
 		}
 		if in.Bootstrap {
+			if v, held := admissionHold(in); held {
+				return v
+			}
 			return pass(GateNeverSeen, "data dir "+in.DataDirClass+", the cluster cannot be asked, this member was never seen serving and its flags bootstrap a new cluster")
 		}
 		return hold(GateClusterUnknown, "data dir "+in.DataDirClass+" and the cluster cannot be asked: cannot tell whether the member exists")
@@ -151,6 +168,29 @@ func DecideGate(in GateInput) GateVerdict {
 		return pass(GateNeverStarted, fmt.Sprintf("member %x was added and has never started: a new member starts on an empty data dir", m.ID))
 	}
 	return pass(GateNotMember, "data dir "+in.DataDirClass+" and the member is not in the cluster (etcd itself refuses to join)")
+}
+
+// admissionHold: with the cluster unreachable, may a pod member whose
+// state dir has no pin bootstrap? Only on the agent's recent word that the
+// cluster's record has never seen it serve.
+func admissionHold(in GateInput) (GateVerdict, bool) {
+	a := in.Admission
+	switch {
+	case !in.AdmissionRequired:
+		return GateVerdict{}, false
+	case in.AdmissionError != "":
+		return hold(GateAwaitingAgent, "the agent's word on this cluster cannot be read ("+in.AdmissionError+")"), true
+	case !a.Given():
+		return hold(GateAwaitingAgent, "the cluster cannot be asked and the agent has not yet said whether this member's cluster has served before "+
+			"(its record outlives nodes): a member re-created on a new node or claim must not bootstrap under its old IDs"), true
+	case a.ClusterSeen:
+		return hold(GateClusterUnknown, fmt.Sprintf("the cluster cannot be asked, and cluster %x has served before (%s): etcd must not bootstrap it again under the old IDs",
+			uint64(a.ClusterID), a.Record)), true
+	case in.Now.Sub(a.CheckedAt) > AdmissionFreshFor:
+		return hold(GateAwaitingAgent, fmt.Sprintf("the agent's word that the cluster never served (%s) is from %s, older than %s: waiting for a fresh one",
+			a.Record, a.CheckedAt.UTC().Format(time.RFC3339), AdmissionFreshFor)), true
+	}
+	return GateVerdict{}, false
 }
 
 // expectedMemberIDs are the member IDs a healthy data dir of this member may

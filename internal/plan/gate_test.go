@@ -11,6 +11,7 @@ import (
 
 // The start gate's rules, one row each (docs/recovery.md "The start gate").
 func TestStartGate(t *testing.T) {
+	now := time.Unix(1_000_000, 0)
 	seen := record.Pin{Member: "node2", ClusterID: 0xc1, MemberID: 7, FirstSeenAt: time.Unix(1, 0)}
 	started := observation.Observation{ClusterID: 0xc1, Members: []observation.Member{{ID: 7, Name: "node2", ClientURLs: []string{"http://x"}}},
 		Local: observation.Local{Match: observation.MatchOK, ID: 7}}
@@ -67,6 +68,18 @@ func TestStartGate(t *testing.T) {
 		{"pinned member, cluster unreachable, bootstrap flags: holds (power event)", GateInput{DataDirClass: "missing", Pin: seen, Obs: unreachable, Bootstrap: true}, false, GateClusterUnknown},
 		{"pinned single member, data dir lost: holds", GateInput{DataDirClass: "empty", Pin: seen, Obs: unreachable}, false, GateClusterUnknown},
 		{"never-seen member, cluster unreachable, bootstrap flags: bootstraps", GateInput{DataDirClass: "missing", Obs: unreachable, Bootstrap: true}, true, GateNeverSeen},
+		{"pod member, no word from the agent, cluster unreachable, bootstrap flags: holds", GateInput{DataDirClass: "missing", Obs: unreachable, Bootstrap: true,
+			AdmissionRequired: true, Now: now}, false, GateAwaitingAgent},
+		{"pod member, its cluster served per the record, cluster unreachable: holds", GateInput{DataDirClass: "empty", Obs: unreachable, Bootstrap: true,
+			AdmissionRequired: true, Admission: record.Admission{ClusterSeen: true, ClusterID: 0xc1, CheckedAt: now}, Now: now}, false, GateClusterUnknown},
+		{"pod member, a stale word that the cluster never served: holds", GateInput{DataDirClass: "missing", Obs: unreachable, Bootstrap: true,
+			AdmissionRequired: true, Admission: record.Admission{CheckedAt: now.Add(-AdmissionFreshFor - time.Second)}, Now: now}, false, GateAwaitingAgent},
+		{"pod member, an unreadable word: holds", GateInput{DataDirClass: "missing", Obs: unreachable, Bootstrap: true,
+			AdmissionRequired: true, AdmissionError: "bad json", Now: now}, false, GateAwaitingAgent},
+		{"pod member, a fresh word that the cluster never served: bootstraps", GateInput{DataDirClass: "missing", Obs: unreachable, Bootstrap: true,
+			AdmissionRequired: true, Admission: record.Admission{CheckedAt: now.Add(-time.Second)}, Now: now}, true, GateNeverSeen},
+		{"pod member, no word, but the cluster answers that it never started: passes", GateInput{DataDirClass: "empty", Obs: neverStarted,
+			AdmissionRequired: true, Now: now}, true, GateNeverStarted},
 		{"never-seen member, cluster unreachable, existing: holds", GateInput{DataDirClass: "missing", Obs: unreachable}, false, GateClusterUnknown},
 		{"data dir the agent prepared passes", GateInput{DataDirClass: "empty", Pin: seen, Journal: prepared, Obs: unreachable}, true, GatePrepared},
 		{"learner started by the recovery but never published passes", GateInput{DataDirClass: "missing", Pin: seen, Journal: learnerRan, Obs: neverStarted}, true, GatePrepared},

@@ -12,7 +12,8 @@ import (
 )
 
 // Run observes every poll interval, and at once when the data dir changes,
-// calling onResult with each result, until ctx ends.
+// calling onResult with each result, until ctx ends. Its polls are routine:
+// they may reuse the other members' last probe (Config.PeerProbeEvery).
 func (w *Watchdog) Run(ctx context.Context, onObservation func(observation.Observation)) error {
 	fsw, err := fsnotify.NewWatcher()
 	if err != nil {
@@ -59,7 +60,7 @@ func (w *Watchdog) Run(ctx context.Context, onObservation func(observation.Obser
 	tick := time.NewTicker(w.cfg.PollInterval)
 	defer tick.Stop()
 	for {
-		onObservation(w.Observe(ctx, time.Now()))
+		onObservation(w.observeTimed(ctx, time.Now(), true))
 		select {
 		case <-ctx.Done():
 			return nil

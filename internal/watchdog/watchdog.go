@@ -54,6 +54,10 @@ type Config struct {
 	// (one agent serving many members): an observation takes a slot for
 	// its probes, so at most cap(Slots) members are probed at once.
 	Slots chan struct{}
+	// PeerProbeEvery, when set, lets a routine poll (Run) reuse the other
+	// members' last probe for this long while nothing is amiss (see
+	// peersFresh); Observe always probes every member.
+	PeerProbeEvery time.Duration
 }
 
 // Watchdog observes; Observe is one poll, Run polls until its context ends.
@@ -75,6 +79,8 @@ type Watchdog struct {
 	// list (no leader), the members it named are still probed one by one,
 	// so that a lost majority is reported with real counts.
 	lastMembers []observation.Member
+	// peers is the last full probe of every member, for routine polls.
+	peers peerProbe
 	// loadErr: the learned endpoints file could not be read at start;
 	// corruptAside: it is corrupt and is kept aside before the first write.
 	loadErr      error
@@ -113,6 +119,10 @@ func (w *Watchdog) Close() { w.clients.close() }
 // (its state, the learners' clocks) is the agent's to assess
 // (memberstate.Assessor), with SampleGap.
 func (w *Watchdog) Observe(ctx context.Context, now time.Time) observation.Observation {
+	return w.observeTimed(ctx, now, false)
+}
+
+func (w *Watchdog) observeTimed(ctx context.Context, now time.Time, routine bool) observation.Observation {
 	start := time.Now()
 	if w.cfg.Slots != nil {
 		select {
@@ -121,7 +131,7 @@ func (w *Watchdog) Observe(ctx context.Context, now time.Time) observation.Obser
 		case <-ctx.Done(): // the probes below fail at once on ctx
 		}
 	}
-	obs := w.observe(ctx, now)
+	obs := w.observe(ctx, now, routine)
 	w.mu.Lock()
 	w.gap = w.maxSampleGap()
 	w.lastPollTook = time.Since(start)
@@ -150,7 +160,7 @@ func (w *Watchdog) maxSampleGap() time.Duration {
 	return 3*w.cfg.PollInterval + w.lastPollTook
 }
 
-func (w *Watchdog) observe(ctx context.Context, now time.Time) observation.Observation {
+func (w *Watchdog) observe(ctx context.Context, now time.Time, routine bool) observation.Observation {
 	if w.observeHook != nil {
 		w.observeHook()
 	}
@@ -216,11 +226,31 @@ func (w *Watchdog) observe(ctx context.Context, now time.Time) observation.Obser
 		wg.Add(1)
 		go func() { defer wg.Done(); localAns = w.clients.probe(ctx, &local, cluster) }()
 	}
-	for i := range obs.Members {
+	reuse := routine && w.peersFresh(now, obs.Members, li)
+	probe := func(i int) {
 		wg.Add(1)
 		go func() { defer wg.Done(); answers[i] = w.clients.probe(ctx, &obs.Members[i], cluster) }()
 	}
+	for i := range obs.Members {
+		if !reuse || i == li {
+			probe(i)
+		}
+	}
 	wg.Wait()
+	if reuse && !obs.Members[li].Serving {
+		reuse = false // something is amiss after all: ask everyone now
+		for i := range obs.Members {
+			if i != li {
+				probe(i)
+			}
+		}
+		wg.Wait()
+	}
+	if reuse {
+		w.reusePeers(obs.Members, answers, li, cluster)
+	} else {
+		w.rememberPeers(now, obs.Members, li)
+	}
 	if li >= 0 {
 		local, localAns = obs.Members[li], answers[li]
 	} else if localAns.foreign(cluster) {
@@ -237,7 +267,12 @@ func (w *Watchdog) observe(ctx context.Context, now time.Time) observation.Obser
 	if obs.Local.Match == observation.MatchOK {
 		m, _ := obs.Member(obs.Local.ID)
 		obs.Local.Serving, obs.Local.IsLearner = m.Serving, m.IsLearner
-		obs.Local.Alarms = w.alarms(ctx, append([]string{listEP}, eps...), m.ID, cluster, &foreign)
+		if reuse {
+			obs.Local.Alarms = w.peerAlarms()
+		} else {
+			obs.Local.Alarms = w.alarms(ctx, append([]string{listEP}, eps...), m.ID, cluster, &foreign)
+			w.rememberAlarms(obs.Local.Alarms)
+		}
 	} else {
 		// Not (unambiguously) ours: a process may answer, never ours to stop.
 		obs.Local.Serving = local.Serving

@@ -11,14 +11,17 @@ import (
 	"testing"
 	"time"
 
+	"github.com/etcd-agent/etcd-agent/internal/clusterrecord"
 	"github.com/etcd-agent/etcd-agent/internal/journal"
 	"github.com/etcd-agent/etcd-agent/internal/lab"
 	"github.com/etcd-agent/etcd-agent/internal/lab/invariant"
+	"github.com/etcd-agent/etcd-agent/internal/membersource"
 	"github.com/etcd-agent/etcd-agent/internal/nodereport"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/client-go/kubernetes"
 )
 
 // TestManagementAgentsHealWipedPVs (issue 14, UC2 on StatefulSet pods): 3
@@ -156,6 +159,9 @@ func TestManagementAgentsHealWipedPVs(t *testing.T) {
 	if ids := hostedMemberIDs(t, l, untouched); !slices.Equal(ids, idsUntouched) {
 		t.Fatalf("%s was not broken but its members changed: %v -> %v", untouched, idsUntouched, ids)
 	}
+	for _, ns := range clusters {
+		checkClusterRecord(t, l, kc, ns)
+	}
 }
 
 func mustNode(t *testing.T, l *lab.Lab, name string) *lab.Node {
@@ -209,4 +215,35 @@ func hostedVotersHealthy(ctx context.Context, l *lab.Lab, ns string) error {
 		}
 	}
 	return nil
+}
+
+// checkClusterRecord: the cluster's record of pins (a ConfigMap owned by its
+// StatefulSet) names every member under the ID it serves under now.
+func checkClusterRecord(t *testing.T, l *lab.Lab, kc kubernetes.Interface, ns string) {
+	t.Helper()
+	ctx := context.Background()
+	key := membersource.ClusterOf(mustPod(t, kc, ns, "etcd-0"))
+	eventually(t, time.Minute, ns+": the cluster's record pins every member under its current ID", func() error {
+		s := clusterrecord.Store{KC: kc, Namespace: ns, Cluster: key}
+		pins, _, err := s.ReadPins(ctx)
+		if err != nil {
+			return err
+		}
+		var got []string
+		for name, p := range pins {
+			got = append(got, fmt.Sprintf("%s=%x", name, uint64(p.MemberID)))
+		}
+		slices.Sort(got)
+		if want := hostedMemberIDs(t, l, ns); !slices.Equal(got, want) {
+			return fmt.Errorf("record %s pins %v, the cluster lists %v", s.Where(), got, want)
+		}
+		cm, err := kc.CoreV1().ConfigMaps(ns).Get(ctx, clusterrecord.Name(key), metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if len(cm.OwnerReferences) != 1 || cm.OwnerReferences[0].Kind != "StatefulSet" || cm.OwnerReferences[0].Name != lab.HostedEtcdName {
+			return fmt.Errorf("record owned by %+v, want the StatefulSet %s", cm.OwnerReferences, lab.HostedEtcdName)
+		}
+		return nil
+	})
 }

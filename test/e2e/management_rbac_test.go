@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/etcd-agent/etcd-agent/internal/lab"
+	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -41,6 +42,9 @@ func runAgentsAsShippedManagementRBAC(t *testing.T, l *lab.Lab, kc kubernetes.In
 	}
 	if err := sa.CoreV1().PersistentVolumes().Delete(ctx, "any", metav1.DeleteOptions{}); !apierrors.IsForbidden(err) {
 		t.Fatalf("deleting a PV: %v, want Forbidden", err)
+	}
+	if _, err := sa.CoreV1().ConfigMaps("default").Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "any"}}, metav1.CreateOptions{}); !apierrors.IsForbidden(err) {
+		t.Fatalf("creating a ConfigMap outside the hosted namespaces: %v, want Forbidden", err)
 	}
 	if _, err := sa.CoreV1().Secrets(l.Spec.Management.HostedClusters[0]).List(ctx, metav1.ListOptions{}); !apierrors.IsForbidden(err) {
 		t.Fatalf("listing Secrets: %v, want Forbidden", err)

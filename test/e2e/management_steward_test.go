@@ -11,6 +11,7 @@ import (
 
 	"github.com/etcd-agent/etcd-agent/internal/lab"
 	"github.com/etcd-agent/etcd-agent/internal/lab/invariant"
+	"github.com/etcd-agent/etcd-agent/internal/pin"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -186,6 +187,14 @@ func TestManagementAgentsMoveMembersOffALostNode(t *testing.T) {
 		if _, err := os.Stat(filepath.Join(pv.Spec.Local.Path, "data", "member", "snap", "db")); err != nil {
 			t.Fatalf("old data on %s: %v", lost, err)
 		}
+		// The member's state dir on the new node started empty: its agent
+		// read the cluster's record and told the gate the cluster has served
+		// (no bootstrap under the old IDs, even with the cluster unreachable).
+		a, err := pin.LoadAdmission(lab.HostedMemberStateDir(*n4, ns, podOn(t, placement[ns], lost)))
+		if err != nil || !a.ClusterSeen {
+			t.Fatalf("%s: the gate's word on %s: %+v %v, want the cluster seen", ns, n4.Name, a, err)
+		}
+		checkClusterRecord(t, l, kc, ns)
 		r, err := checkers[ns].Finish(ctx, invariant.Options{})
 		if err != nil {
 			t.Fatalf("%s: %v", ns, err)

@@ -1,0 +1,92 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"reflect"
+	"testing"
+	"time"
+
+	"github.com/etcd-agent/etcd-agent/internal/observation"
+	"github.com/etcd-agent/etcd-agent/internal/pin"
+	"github.com/etcd-agent/etcd-agent/internal/record"
+	"go.uber.org/zap"
+)
+
+// fakeRecord is a pin record in memory (the real ones: nodePins and
+// clusterrecord.Store, tested against their API objects).
+type fakeRecord struct {
+	pins  map[string]pin.Pin
+	err   error
+	wrote []pin.Pin
+}
+
+func (f *fakeRecord) ReadPins(context.Context) (map[string]pin.Pin, bool, error) {
+	return f.pins, len(f.pins) > 0, f.err
+}
+func (f *fakeRecord) WritePin(_ context.Context, p pin.Pin) error {
+	f.wrote = append(f.wrote, p)
+	return f.err
+}
+func (f *fakeRecord) Where() string { return "hc1/etcd-agent-pins-x" }
+
+// A pod member on a new node or claim: its state dir is empty, its
+// cluster's record is not. The agent adopts the member's pin from it, and
+// tells the gate whether the cluster has served (its only way to tell a
+// first start from a member re-created later).
+func TestAPodMembersPinAndItsGatesWordComeFromTheClustersRecord(t *testing.T) {
+	at := time.Unix(1_700_000_000, 0).UTC()
+	mine := pin.Pin{Member: "etcd-1", ClusterID: 0xc1, MemberID: 0x11, FirstSeenAt: at, SeenAt: at}
+	other := pin.Pin{Member: "etcd-0", ClusterID: 0xc1, MemberID: 0x10, FirstSeenAt: at, SeenAt: at}
+	for _, tc := range []struct {
+		name     string
+		rec      *fakeRecord
+		wantPin  bool
+		wantWord bool // an admission is given
+		wantSeen bool
+	}{
+		{"the record pins this member: adopted", &fakeRecord{pins: map[string]pin.Pin{"etcd-1": mine, "etcd-0": other}}, true, true, true},
+		{"the record pins others only: the cluster has served", &fakeRecord{pins: map[string]pin.Pin{"etcd-0": other}}, false, true, true},
+		{"no record: the cluster never served", &fakeRecord{pins: map[string]pin.Pin{}}, false, true, false},
+		{"the record cannot be read: no word (the gate holds)", &fakeRecord{err: errors.New("api down")}, false, false, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			p, err := newPinner(context.Background(), dir, "etcd-1", tc.rec, true, zap.NewNop())
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, ok, err := pin.Load(dir, "etcd-1")
+			if err != nil || ok != tc.wantPin || p.Current().Seen() != tc.wantPin || (ok && !reflect.DeepEqual(got, mine)) {
+				t.Fatalf("state dir pin %+v ok=%v err=%v, pinner %+v; want adopted=%v", got, ok, err, p.Current(), tc.wantPin)
+			}
+			a, err := pin.LoadAdmission(dir)
+			if err != nil || a.Given() != tc.wantWord || a.ClusterSeen != tc.wantSeen {
+				t.Fatalf("admission %+v %v; want given=%v seen=%v", a, err, tc.wantWord, tc.wantSeen)
+			}
+			if tc.wantSeen && a.ClusterID != 0xc1 {
+				t.Fatalf("admission names cluster %x", uint64(a.ClusterID))
+			}
+		})
+	}
+}
+
+// The word that the cluster never served goes stale (plan.
+// AdmissionFreshFor): the agent renews it while the member has no pin,
+// and the record's later pins turn it into "served".
+func TestThePinnerRenewsTheGatesWordWhileTheMemberHasNoPin(t *testing.T) {
+	dir := t.TempDir()
+	rec := &fakeRecord{pins: map[string]pin.Pin{}}
+	p, err := newPinner(context.Background(), dir, "etcd-1", rec, true, zap.NewNop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	at := time.Now().UTC()
+	rec.pins = map[string]pin.Pin{"etcd-0": {Member: "etcd-0", ClusterID: 0xc1, MemberID: 0x10, FirstSeenAt: at, SeenAt: at}}
+	p.admittedAt = time.Now().Add(-admissionRenewEvery) // due
+	p.observe(context.Background(), observation.Observation{At: at, MemberListError: "not asked"})
+	a, err := pin.LoadAdmission(dir)
+	if err != nil || !a.ClusterSeen || a.ClusterID != record.MemberID(0xc1) {
+		t.Fatalf("renewed admission %+v %v, want the cluster seen", a, err)
+	}
+}
