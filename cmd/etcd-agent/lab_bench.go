@@ -76,6 +76,8 @@ func newLabBenchScaleCmd(g *globalFlags, dir *string) *cobra.Command {
 	var binDir string
 	var members []int
 	var window, poll time.Duration
+	var replicas int
+	var profileDir string
 	c := &cobra.Command{
 		Use:   "bench-scale",
 		Short: "Measure the agent's idle CPU and RSS with 1, 10, 30 ... local members (management node, pod members), and print a table",
@@ -94,12 +96,14 @@ func newLabBenchScaleCmd(g *globalFlags, dir *string) *cobra.Command {
 			}
 			_, err = bench.Scale(cmd.Context(), bench.ScaleOptions{
 				Lab:     lab.Options{Dir: *dir, BinDir: binDir, AgentBinary: exe, Log: log},
-				Members: members, Window: window, PollInterval: poll, Out: cmd.OutOrStdout(), Log: log,
+				Members: members, Window: window, PollInterval: poll, Replicas: replicas, ProfileDir: profileDir, Out: cmd.OutOrStdout(), Log: log,
 			})
 			return err
 		},
 	}
-	c.Flags().IntSliceVar(&members, "members", []int{1, 10, 30}, "local member counts to measure (each a one-member hosted cluster)")
+	c.Flags().IntSliceVar(&members, "members", []int{1, 10, 30}, "local member counts to measure (each a member of its own hosted cluster)")
+	c.Flags().IntVar(&replicas, "replicas", 1, "members per hosted cluster: 1 (one node) or 3 (three nodes, one member of each cluster per node; node1's agent is measured)")
+	c.Flags().StringVar(&profileDir, "profile-dir", "", "save a CPU profile of the measured agent over each window here (agent-<members>.pprof)")
 	c.Flags().DurationVar(&window, "window", time.Minute, "how long CPU time is measured at each count")
 	c.Flags().DurationVar(&poll, "poll-interval", 5*time.Second, "the agent's --poll-interval while measured (the product's default)")
 	c.Flags().StringVar(&binDir, "bin-dir", defaultBinDir(), "folder with etcd and the Kubernetes binaries (from `make tools`)")

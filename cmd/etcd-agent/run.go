@@ -32,6 +32,7 @@ func newRunCmd(g *globalFlags) *cobra.Command {
 	addMemberFlags(cmd.Flags(), &c)
 	addHealFlags(cmd.Flags(), &c)
 	cmd.Flags().StringVar(&c.MetricsAddr, "metrics-addr", ":9793", "address for /metrics, /healthz and /readyz")
+	cmd.Flags().BoolVar(&c.Profiling, "profiling", false, "also serve Go's /debug/pprof/ on --metrics-addr (CPU and heap profiles of the agent)")
 	cmd.Flags().StringVar(&c.MemberSource, "member-source", agent.MemberSourceStaticPod,
 		"where the members come from: static-pod (the manifest at --static-pod-manifest) or pods (every etcd pod bound to --node-name that matches --pod-selector; each member's state in <state-dir>/members/<namespace>_<pod>, which its start gate must be given as --state-dir)")
 	cmd.Flags().StringVar(&c.PodSelector, "pod-selector", "app=etcd", "with --member-source=pods: the label selector of etcd member pods")

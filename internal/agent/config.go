@@ -40,7 +40,9 @@ type Config struct {
 	PollInterval time.Duration
 	GracePeriod  time.Duration
 	MetricsAddr  string
-	StateDir     string
+	// Profiling serves Go's /debug/pprof/ on MetricsAddr (--profiling).
+	Profiling bool
+	StateDir  string
 	// Kubeconfig for the Lease, Node annotations and Events ("" = in-cluster).
 	Kubeconfig string
 	// Namespace holds the recovery Lease.

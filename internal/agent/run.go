@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"os"
 	"path/filepath"
 	"sync/atomic"
@@ -41,7 +42,7 @@ func Run(ctx context.Context, c Config) error {
 	}
 	m := metrics.New()
 	var ready atomic.Bool
-	srv, err := serveHTTP(c.MetricsAddr, m, &ready, c.Log)
+	srv, err := serveHTTP(c.MetricsAddr, m, &ready, c.Profiling, c.Log)
 	if err != nil {
 		return err
 	}
@@ -273,17 +274,23 @@ func waitForIdentity(ctx context.Context, c Config) (watchdog.Identity, error) {
 
 // serveHTTP serves /metrics, /healthz (the process lives) and /readyz (it
 // has completed an observation).
-func serveHTTP(addr string, m *metrics.Metrics, ready *atomic.Bool, log *zap.Logger) (*http.Server, error) {
+func serveHTTP(addr string, m *metrics.Metrics, ready *atomic.Bool, profiling bool, log *zap.Logger) (*http.Server, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, err
 	}
-	return serveOn(ln, m, ready, log), nil
+	return serveOn(ln, m, ready, profiling, log), nil
 }
 
-// serveOn serves serveHTTP's endpoints on ln; the server's errors go to log.
-func serveOn(ln net.Listener, m *metrics.Metrics, ready *atomic.Bool, log *zap.Logger) *http.Server {
+// serveOn serves serveHTTP's endpoints on ln (and, with profiling, Go's
+// /debug/pprof/, as Kubernetes components do with --profiling); the
+// server's errors go to log.
+func serveOn(ln net.Listener, m *metrics.Metrics, ready *atomic.Bool, profiling bool, log *zap.Logger) *http.Server {
 	mux := http.NewServeMux()
+	if profiling {
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	}
 	mux.Handle("/metrics", m.Handler())
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { w.Write([]byte("ok\n")) })
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {

@@ -15,7 +15,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"fmt"
 
 	"github.com/etcd-agent/etcd-agent/internal/pin"
@@ -87,13 +86,13 @@ func (s Store) WritePin(ctx context.Context, p pin.Pin) error {
 		cms := s.KC.CoreV1().ConfigMaps(s.Namespace)
 		cm, err := cms.Get(ctx, Name(s.Cluster), metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
-			b, err := json.Marshal(map[string]pin.Pin{p.Member: p})
+			v, err := pin.EncodeWith(map[string]pin.Pin{}, p)
 			if err != nil {
 				return err
 			}
 			cm = &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: Name(s.Cluster), Namespace: s.Namespace,
 				Labels: map[string]string{LabelRecord: DataKey}, Annotations: map[string]string{AnnotationCluster: s.Cluster}},
-				Data: map[string]string{DataKey: string(b)}}
+				Data: map[string]string{DataKey: v}}
 			if s.Owner != nil {
 				o := *s.Owner
 				o.Controller, o.BlockOwnerDeletion = nil, nil
@@ -109,15 +108,14 @@ func (s Store) WritePin(ctx context.Context, p pin.Pin) error {
 		if err != nil {
 			return err
 		}
-		pins[p.Member] = p
-		b, err := json.Marshal(pins)
+		v, err := pin.EncodeWith(pins, p)
 		if err != nil {
 			return err
 		}
 		if cm.Data == nil {
 			cm.Data = map[string]string{}
 		}
-		cm.Data[DataKey] = string(b)
+		cm.Data[DataKey] = v
 		_, err = cms.Update(ctx, cm, metav1.UpdateOptions{})
 		return err
 	})

@@ -49,15 +49,14 @@ func WritePin(ctx context.Context, kc kubernetes.Interface, node string, p pin.P
 		if err != nil {
 			return err
 		}
-		pins[p.Member] = p
-		b, err := json.Marshal(pins)
+		v, err := pin.EncodeWith(pins, p)
 		if err != nil {
 			return err
 		}
 		// A merge patch that carries the resourceVersion read: it fails
 		// with a conflict if the Node changed since (RBAC grants patch only).
 		patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"resourceVersion": n.ResourceVersion,
-			"annotations": map[string]string{AnnotationPins: string(b)}}})
+			"annotations": map[string]string{AnnotationPins: v}}})
 		if err != nil {
 			return err
 		}

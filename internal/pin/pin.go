@@ -123,3 +123,10 @@ func DecodeMap(s string) (map[string]Pin, error) {
 	}
 	return pins, nil
 }
+
+// EncodeWith sets p in pins and encodes the map (the form DecodeMap reads).
+func EncodeWith(pins map[string]Pin, p Pin) (string, error) {
+	pins[p.Member] = p
+	b, err := json.Marshal(pins)
+	return string(b), err
+}

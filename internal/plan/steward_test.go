@@ -1,6 +1,7 @@
 package plan
 
 import (
+	"slices"
 	"testing"
 	"time"
 
@@ -125,5 +126,16 @@ func TestStewardRemovalKeepsAQuorumOfTheSmallerCluster(t *testing.T) {
 	in.Obs = o2 // 5 voters, 3 serve (a not healthy): 2 healthy of 4 left, quorum 3
 	if d := DecideSteward(in, StewardConfig{NodeLostGrace: time.Minute}); d.Reason != ReasonWouldLoseQuorum {
 		t.Fatalf("2 healthy of 4 left: got %s/%s %s", d.Action, d.Reason, d.Detail)
+	}
+}
+
+// Every reason the steward refuses with is a known refusal reason: its
+// metric series exist at 0 from the start (alerts on increase() need them).
+func TestEveryStewardRefusalIsAKnownReason(t *testing.T) {
+	for _, r := range []Reason{ReasonNodeReady, ReasonInGracePeriod, ReasonMemberServing, ReasonStewardNotHealthy,
+		ReasonMajorityLost, ReasonLearnerPresent, ReasonWouldLoseQuorum, ReasonAmbiguousIdentity} {
+		if !slices.Contains(RefusalReasons(), r) {
+			t.Errorf("%s is not in RefusalReasons()", r)
+		}
 	}
 }

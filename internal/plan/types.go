@@ -90,7 +90,9 @@ const (
 func RefusalReasons() []Reason {
 	return []Reason{ReasonMajorityLost, ReasonWouldLoseQuorum, ReasonLearnerPresent, ReasonLeaseHeldByOther,
 		ReasonAPIUnavailable, ReasonAmbiguousIdentity, ReasonMemberHealthy, ReasonDryRun, ReasonDiskFull,
-		ReasonBadRequest, ReasonNoSnapshotSource, ReasonForeignCluster, ReasonDataDirMountPoint}
+		ReasonBadRequest, ReasonNoSnapshotSource, ReasonForeignCluster, ReasonDataDirMountPoint,
+		// The steward's (DecideSteward), for a member on a lost node.
+		ReasonNodeReady, ReasonInGracePeriod, ReasonMemberServing, ReasonStewardNotHealthy}
 }
 
 // Request is a manual trigger (Node annotation or `etcd-agent recover`).

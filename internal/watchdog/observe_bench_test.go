@@ -15,21 +15,8 @@ import (
 // layout): the agent's cost per poll. It runs the real lab from bin/
 // (`make tools build` first).
 func BenchmarkObserve(b *testing.B) {
-	bin, _ := filepath.Abs("../../bin")
-	for _, f := range []string{"etcd", "etcd-agent"} {
-		if _, err := os.Stat(filepath.Join(bin, f)); err != nil {
-			b.Fatalf("%s missing: run `make tools build`", filepath.Join(bin, f))
-		}
-	}
 	ctx := context.Background()
-	l, err := lab.Up(ctx, lab.Options{Dir: b.TempDir(), Nodes: 3, BinDir: bin,
-		AgentBinary: filepath.Join(bin, "etcd-agent"), NoAPIServer: true})
-	if l != nil {
-		defer l.Down(ctx)
-	}
-	if err != nil {
-		b.Fatal(err)
-	}
+	l := threeMemberLab(b)
 	n := l.Spec.Nodes[1]
 	w, err := New(Config{Identity: Identity{Name: n.Member, PeerURLs: []string{n.PeerURL}, ClientURL: n.ClientURL, DataDir: n.DataDir},
 		Endpoints: l.Spec.ClientURLs(), PollInterval: time.Second, GracePeriod: time.Minute})
@@ -44,4 +31,25 @@ func BenchmarkObserve(b *testing.B) {
 	for b.Loop() {
 		w.Observe(ctx, time.Now())
 	}
+}
+
+// threeMemberLab is a 3-member etcd lab from bin/ (no API server), taken
+// down when the test ends.
+func threeMemberLab(t testing.TB) *lab.Lab {
+	t.Helper()
+	bin, _ := filepath.Abs("../../bin")
+	for _, f := range []string{"etcd", "etcd-agent"} {
+		if _, err := os.Stat(filepath.Join(bin, f)); err != nil {
+			t.Fatalf("%s missing: run `make tools build`", filepath.Join(bin, f))
+		}
+	}
+	l, err := lab.Up(context.Background(), lab.Options{Dir: t.TempDir(), Nodes: 3, BinDir: bin,
+		AgentBinary: filepath.Join(bin, "etcd-agent"), NoAPIServer: true})
+	if l != nil {
+		t.Cleanup(func() { _ = l.Down(context.Background()) })
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
 }

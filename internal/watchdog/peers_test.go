@@ -2,12 +2,9 @@ package watchdog
 
 import (
 	"context"
-	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
-	"github.com/etcd-agent/etcd-agent/internal/lab"
 	"github.com/etcd-agent/etcd-agent/internal/observation"
 )
 
@@ -17,18 +14,8 @@ import (
 // steward act on), and while any member does not serve every routine poll
 // probes them all. A reused probe never makes a member look lost.
 func TestRoutinePollsReuseThePeersProbeOnlyWhileEveryMemberServes(t *testing.T) {
-	bin, _ := filepath.Abs("../../bin")
-	if _, err := os.Stat(filepath.Join(bin, "etcd")); err != nil {
-		t.Fatalf("%v: run `make tools build`", err)
-	}
 	ctx := context.Background()
-	l, err := lab.Up(ctx, lab.Options{Dir: t.TempDir(), Nodes: 3, BinDir: bin, AgentBinary: filepath.Join(bin, "etcd-agent"), NoAPIServer: true})
-	if l != nil {
-		defer l.Down(ctx)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
+	l := threeMemberLab(t)
 	n, peer := l.Spec.Nodes[0], l.Spec.Nodes[2]
 	w, err := New(Config{Identity: Identity{Name: n.Member, PeerURLs: []string{n.PeerURL}, ClientURL: n.ClientURL, DataDir: n.DataDir},
 		Endpoints: l.Spec.ClientURLs(), PollInterval: time.Second, GracePeriod: time.Minute, PeerProbeEvery: time.Hour})

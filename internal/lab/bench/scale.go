@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -27,8 +28,16 @@ type ScaleOptions struct {
 	// PollInterval is the agent's --poll-interval while measured (the
 	// product's default, not the lab's short one).
 	PollInterval time.Duration
-	Out          io.Writer
-	Log          *zap.Logger
+	// Replicas is the members per hosted cluster: 1 (one node, K
+	// one-member clusters) or 3 (three nodes, K three-member clusters,
+	// one member of each per node; node1's agent is measured, and each
+	// of its members has two peers to probe).
+	Replicas int
+	// ProfileDir, when set, gets a CPU profile of the measured agent over
+	// each window (agent-<members>.pprof; the agent runs with --profiling).
+	ProfileDir string
+	Out        io.Writer
+	Log        *zap.Logger
 }
 
 // ScaleRow is one member count's figures.
@@ -59,9 +68,13 @@ func Scale(ctx context.Context, o ScaleOptions) ([]ScaleRow, error) {
 func scaleOne(ctx context.Context, o ScaleOptions, k int) (ScaleRow, error) {
 	opts := o.Lab
 	opts.Dir = filepath.Join(o.Lab.Dir, fmt.Sprintf("scale-%d", k))
-	opts.Management, opts.Agents, opts.Nodes, opts.HostedClusters, opts.HostedReplicas = true, true, 1, k, 1
+	replicas := max(1, o.Replicas)
+	opts.Management, opts.Agents, opts.Nodes, opts.HostedClusters, opts.HostedReplicas = true, true, replicas, k, replicas
 	opts.PVsPerNode = k + 1
 	opts.AgentArgs = append(append([]string{}, opts.AgentArgs...), "--poll-interval="+o.PollInterval.String())
+	if o.ProfileDir != "" {
+		opts.AgentArgs = append(opts.AgentArgs, "--profiling")
+	}
 	l, err := lab.Up(ctx, opts)
 	if l != nil {
 		defer func() {
@@ -88,6 +101,14 @@ func scaleOne(ctx context.Context, o ScaleOptions, k int) (ScaleRow, error) {
 		return ScaleRow{}, err
 	}
 	start := time.Now()
+	profiled := make(chan error, 1)
+	if o.ProfileDir != "" {
+		go func() {
+			profiled <- profileAgent(ctx, l, o.Window, filepath.Join(o.ProfileDir, fmt.Sprintf("agent-%d.pprof", k)))
+		}()
+	} else {
+		profiled <- nil
+	}
 	select {
 	case <-ctx.Done():
 		return ScaleRow{}, ctx.Err()
@@ -102,7 +123,45 @@ func scaleOne(ctx context.Context, o ScaleOptions, k int) (ScaleRow, error) {
 		return ScaleRow{}, err
 	}
 	cpu := float64(t1-t0) / clockTicks / time.Since(start).Seconds() * 100
+	if err := <-profiled; err != nil {
+		o.Log.Warn("CPU profile", zap.Error(err))
+	}
 	return ScaleRow{Members: k, CPUPercent: cpu, RSSMiB: float64(rss) / 1024}, nil
+}
+
+// profileAgent saves node1's agent's CPU profile over window to path.
+func profileAgent(ctx context.Context, l *lab.Lab, window time.Duration, path string) error {
+	n, err := l.Spec.Node("node1")
+	if err != nil {
+		return err
+	}
+	url := strings.TrimSuffix(n.AgentMetricsURL, "/metrics") + fmt.Sprintf("/debug/pprof/profile?seconds=%d", int(window.Seconds()))
+	rctx, cancel := context.WithTimeout(ctx, window+30*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(rctx, http.MethodGet, url, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("%s: %s", url, resp.Status)
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(f, resp.Body); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }
 
 // cpuTicks is the process's user+system time in clock ticks.
@@ -143,7 +202,7 @@ func rssKiB(pid int) (int64, error) {
 // the largest count, and its extrapolation to 100 members.
 func printScale(out io.Writer, o ScaleOptions, rows []ScaleRow) {
 	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-	fmt.Fprintf(tw, "agent idle cost, --poll-interval=%s, CPU over %s\n", o.PollInterval, o.Window)
+	fmt.Fprintf(tw, "agent idle cost, --poll-interval=%s, %d-member clusters, CPU over %s\n", o.PollInterval, max(1, o.Replicas), o.Window)
 	fmt.Fprintln(tw, "members\tCPU (% of a core)\tRSS (MiB)")
 	for _, r := range rows {
 		fmt.Fprintf(tw, "%d\t%.2f\t%.1f\n", r.Members, r.CPUPercent, r.RSSMiB)
