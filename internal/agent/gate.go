@@ -144,6 +144,9 @@ func gateWait(ctx context.Context, c Config, timeout time.Duration, etcdArgv []s
 				}
 			}
 			in.Obs = wd.Observe(ctx, time.Now())
+			if in.AdmissionRequired {
+				in.Now = time.Now() // the admission's age counts the observation's time
+			}
 			v = plan.DecideGate(in)
 		}
 		if v.Pass && ctx.Err() != nil {

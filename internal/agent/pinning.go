@@ -53,6 +53,7 @@ type pinner struct {
 	remoteBehind bool // the record's copy still needs writing
 	remoteTried  time.Time
 	admittedAt   time.Time // the last admission written (or tried)
+	recordRead   time.Time // the last check that the record still has our pin
 }
 
 // Node writes and record reads are spaced out while the API is away, so
@@ -62,6 +63,11 @@ const (
 	// admissionRenewEvery keeps the gate's "never served" fresh (plan.
 	// AdmissionFreshFor) while the member has no pin.
 	admissionRenewEvery = 30 * time.Second
+	// recordCheckEvery: a pinned member checks that its record still has
+	// its pin (a ConfigMap deleted by hand or by the garbage collector
+	// after its StatefulSet was deleted and created again), and writes it
+	// back: a record without it would let a re-created member bootstrap.
+	recordCheckEvery = 2 * time.Minute
 )
 
 // newPinner loads the state dir's pin, else adopts the record's (a node
@@ -154,6 +160,9 @@ func (p *pinner) observe(ctx context.Context, o observation.Observation) {
 			p.log.Error("could not adopt the record's pin; retrying", zap.Error(err))
 		}
 	}
+	if p.remote != nil && p.pin.Seen() && !p.remoteBehind && time.Since(p.recordRead) >= recordCheckEvery {
+		p.checkRecord(ctx)
+	}
 	if !p.remoteBehind || (!changed && time.Since(p.remoteTried) < nodeRetryEvery) {
 		return
 	}
@@ -165,4 +174,22 @@ func (p *pinner) observe(ctx context.Context, o observation.Observation) {
 		return
 	}
 	p.remoteBehind = false
+}
+
+// checkRecord marks the record behind when it lacks our pin, or has an
+// older one (a later one is another node's: the member moved on).
+func (p *pinner) checkRecord(ctx context.Context) {
+	p.recordRead = time.Now()
+	rctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	pins, _, err := p.remote.ReadPins(rctx)
+	if err != nil {
+		p.log.Warn("could not check the member's record; checking again later", zap.String("record", p.remote.Where()), zap.Error(err))
+		return
+	}
+	if rp, ok := pins[p.member]; !ok || rp.SeenAt.Before(p.pin.SeenAt) {
+		p.log.Warn("the member's record lacks its pin (deleted or replaced?); writing it back", zap.String("record", p.remote.Where()),
+			zap.String("pin", p.pin.String()))
+		p.remoteBehind, p.remoteTried = true, time.Time{}
+	}
 }

@@ -90,3 +90,39 @@ func TestThePinnerRenewsTheGatesWordWhileTheMemberHasNoPin(t *testing.T) {
 		t.Fatalf("renewed admission %+v %v, want the cluster seen", a, err)
 	}
 }
+
+// From review 9: a record deleted (by hand, or with its StatefulSet) while
+// its members serve was never written again, and a member re-created later
+// would have read "never served". A pinned member checks its record and
+// writes its pin back, unless the record has a later one (the member moved
+// on, on another node).
+func TestAPinnedMemberWritesItsPinBackIntoARecordThatLostIt(t *testing.T) {
+	at := time.Now().UTC()
+	mine := pin.Pin{Member: "etcd-1", ClusterID: 0xc1, MemberID: 0x11, FirstSeenAt: at, SeenAt: at}
+	dir := t.TempDir()
+	if err := pin.Save(dir, mine); err != nil {
+		t.Fatal(err)
+	}
+	rec := &fakeRecord{pins: map[string]pin.Pin{"etcd-1": mine}}
+	p, err := newPinner(context.Background(), dir, "etcd-1", rec, true, zap.NewNop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	idle := observation.Observation{At: at, MemberListError: "not asked"}
+	p.observe(context.Background(), idle) // the state dir's pin, written once
+	rec.wrote = nil
+	rec.pins = map[string]pin.Pin{} // the record lost it
+	p.recordRead = time.Now().Add(-recordCheckEvery)
+	p.observe(context.Background(), idle)
+	if len(rec.wrote) != 1 || rec.wrote[0].MemberID != 0x11 {
+		t.Fatalf("pin not written back: %+v", rec.wrote)
+	}
+	later := mine
+	later.MemberID, later.SeenAt = 0x21, at.Add(time.Minute)
+	rec.wrote, rec.pins = nil, map[string]pin.Pin{"etcd-1": later}
+	p.recordRead = time.Now().Add(-recordCheckEvery)
+	p.observe(context.Background(), idle)
+	if len(rec.wrote) != 0 {
+		t.Fatalf("a later pin (the member moved on) was overwritten: %+v", rec.wrote)
+	}
+}

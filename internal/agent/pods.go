@@ -19,6 +19,7 @@ import (
 	"github.com/etcd-agent/etcd-agent/internal/memberruntime"
 	"github.com/etcd-agent/etcd-agent/internal/membersource"
 	"github.com/etcd-agent/etcd-agent/internal/nodereport"
+	"github.com/etcd-agent/etcd-agent/internal/pin"
 	"github.com/etcd-agent/etcd-agent/metrics"
 	"go.uber.org/zap"
 	corev1 "k8s.io/api/core/v1"
@@ -219,9 +220,44 @@ func (p *podMembers) reconcile(ctx context.Context) {
 	}
 }
 
+// sameMember: b is the member a's loop serves. A new claim or a new
+// controller (a StatefulSet deleted with orphans and created again) starts
+// the loop again: its state dir and record are read anew.
 func sameMember(a, b membersource.PodMember) bool {
-	return reflect.DeepEqual(a.Identity, b.Identity) && a.Cluster == b.Cluster && a.GateStateDir == b.GateStateDir
+	return reflect.DeepEqual(a.Identity, b.Identity) && a.Cluster == b.Cluster && a.GateStateDir == b.GateStateDir &&
+		a.PVCUID == b.PVCUID && controllerUID(a) == controllerUID(b)
 }
+
+func controllerUID(pm membersource.PodMember) types.UID {
+	if pm.Controller == nil {
+		return ""
+	}
+	return pm.Controller.UID
+}
+
+// podRecord is a pod member's cluster record, as its pod is now: owned by
+// the pod's StatefulSet, its pin naming the claim it is on.
+type podRecord struct {
+	kc  kubernetes.Interface
+	cur func() membersource.PodMember
+}
+
+func (r podRecord) store() clusterrecord.Store {
+	pm := r.cur()
+	return clusterrecord.Store{KC: r.kc, Namespace: pm.Namespace, Cluster: pm.Cluster, Owner: pm.Controller}
+}
+
+func (r podRecord) ReadPins(ctx context.Context) (map[string]pin.Pin, bool, error) {
+	return r.store().ReadPins(ctx)
+}
+
+func (r podRecord) WritePin(ctx context.Context, p pin.Pin) error {
+	pm := r.cur()
+	p.ClaimName, p.ClaimUID = pm.PVC, string(pm.PVCUID)
+	return r.store().WritePin(ctx, p)
+}
+
+func (r podRecord) Where() string { return r.store().Where() }
 
 func (p *podMembers) sayUnreadable(key string, err error) {
 	if p.unreadable == nil {
@@ -272,7 +308,7 @@ func (p *podMembers) start(ctx context.Context, member membersource.PodMember) {
 	env := memberEnv{metrics: p.m.ForCluster(member.Cluster), ready: p.ready, kc: p.kc, metricsAddr: p.metricsAddr,
 		gateWrapped: func() bool { return gatedOn(w.current(), stateDir) == nil },
 		podReporter: podRep, requests: w.requests,
-		pinRecord:      clusterrecord.Store{KC: p.kc, Namespace: member.Namespace, Cluster: member.Cluster, Owner: member.Controller},
+		pinRecord:      podRecord{kc: p.kc, cur: w.current},
 		stillRequested: func(ctx context.Context) bool { return podStillRequested(ctx, p.kc, member.Namespace, member.Name) }}
 	t, err := c.TLSConfig()
 	if err != nil {

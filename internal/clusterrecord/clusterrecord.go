@@ -16,6 +16,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"slices"
 
 	"github.com/etcd-agent/etcd-agent/internal/pin"
 	corev1 "k8s.io/api/core/v1"
@@ -55,7 +56,8 @@ func (s Store) Where() string { return s.Namespace + "/" + Name(s.Cluster) }
 
 // ReadPins returns the record's pins and whether the record pins any
 // member. A record that is not the agent's or cannot be decoded is an
-// error (never "no record": that would let a member bootstrap).
+// error (never "no record": that would let a member bootstrap). A record
+// of an earlier incarnation (Live) reads as none.
 func (s Store) ReadPins(ctx context.Context) (map[string]pin.Pin, bool, error) {
 	cm, err := s.KC.CoreV1().ConfigMaps(s.Namespace).Get(ctx, Name(s.Cluster), metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
@@ -65,7 +67,44 @@ func (s Store) ReadPins(ctx context.Context) (map[string]pin.Pin, bool, error) {
 		return nil, false, err
 	}
 	pins, err := s.decode(cm)
-	return pins, len(pins) > 0, err
+	if err != nil {
+		return nil, false, err
+	}
+	live, err := s.Live(ctx, pins)
+	if err != nil {
+		return nil, false, err
+	}
+	if !live {
+		return map[string]pin.Pin{}, false, nil
+	}
+	return pins, len(pins) > 0, nil
+}
+
+// Live: at least one of the pins' claims still exists (or a pin names no
+// claim, so nothing can be told). When every member's claim is gone, the
+// cluster was created again from scratch under the same name (scaled to 0,
+// its PVCs deleted): its members are new, and the old pins would hold
+// their gates for good. The steward deletes one member's claim at a time,
+// with a quorum of members on their claims, so a record is never dead
+// while its cluster lives.
+func (s Store) Live(ctx context.Context, pins map[string]pin.Pin) (bool, error) {
+	if len(pins) == 0 {
+		return true, nil
+	}
+	for _, p := range pins {
+		if p.ClaimName == "" {
+			return true, nil
+		}
+		c, err := s.KC.CoreV1().PersistentVolumeClaims(s.Namespace).Get(ctx, p.ClaimName, metav1.GetOptions{})
+		switch {
+		case apierrors.IsNotFound(err):
+		case err != nil:
+			return false, fmt.Errorf("is the record %s live? its claim %s: %w", s.Where(), p.ClaimName, err)
+		case string(c.UID) == p.ClaimUID && c.DeletionTimestamp == nil: // a claim being deleted is going
+			return true, nil
+		}
+	}
+	return false, nil
 }
 
 func (s Store) decode(cm *corev1.ConfigMap) (map[string]pin.Pin, error) {
@@ -93,10 +132,8 @@ func (s Store) WritePin(ctx context.Context, p pin.Pin) error {
 			cm = &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: Name(s.Cluster), Namespace: s.Namespace,
 				Labels: map[string]string{LabelRecord: DataKey}, Annotations: map[string]string{AnnotationCluster: s.Cluster}},
 				Data: map[string]string{DataKey: v}}
-			if s.Owner != nil {
-				o := *s.Owner
-				o.Controller, o.BlockOwnerDeletion = nil, nil
-				cm.OwnerReferences = []metav1.OwnerReference{o}
+			if o := s.ownerRef(); o != nil {
+				cm.OwnerReferences = []metav1.OwnerReference{*o}
 			}
 			_, err = cms.Create(ctx, cm, metav1.CreateOptions{})
 			return err
@@ -108,6 +145,11 @@ func (s Store) WritePin(ctx context.Context, p pin.Pin) error {
 		if err != nil {
 			return err
 		}
+		if live, err := s.Live(ctx, pins); err != nil {
+			return err
+		} else if !live {
+			pins = map[string]pin.Pin{} // an earlier incarnation's: replaced
+		}
 		v, err := pin.EncodeWith(pins, p)
 		if err != nil {
 			return err
@@ -116,7 +158,23 @@ func (s Store) WritePin(ctx context.Context, p pin.Pin) error {
 			cm.Data = map[string]string{}
 		}
 		cm.Data[DataKey] = v
+		if o := s.ownerRef(); o != nil && !slices.ContainsFunc(cm.OwnerReferences, func(r metav1.OwnerReference) bool { return r.UID == o.UID }) {
+			// The StatefulSet was deleted (orphaning) and created again:
+			// owned by the new one, or the collector deletes the record.
+			cm.OwnerReferences = []metav1.OwnerReference{*o}
+		}
 		_, err = cms.Update(ctx, cm, metav1.UpdateOptions{})
 		return err
 	})
+}
+
+// ownerRef is the record's owner reference: neither controller nor
+// blocking the owner's deletion.
+func (s Store) ownerRef() *metav1.OwnerReference {
+	if s.Owner == nil {
+		return nil
+	}
+	o := *s.Owner
+	o.Controller, o.BlockOwnerDeletion = nil, nil
+	return &o
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/etcd-agent/etcd-agent/internal/clusterrecord"
@@ -118,3 +119,64 @@ func TestARecordThatIsNotThisClustersIsAnErrorAndIsKept(t *testing.T) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// From review 9: a cluster created again from scratch under the same name
+// (scaled to 0, its PVCs deleted, scaled up) found its predecessor's record:
+// every new member adopted an old pin and every gate held for good. A record
+// none of whose claims exists any more is an earlier incarnation's: it
+// reads as none, and the first new pin replaces it. One live claim keeps it
+// (the steward deletes one member's claim at a time).
+func TestARecordWhoseClaimsAreAllGoneIsAnEarlierIncarnations(t *testing.T) {
+	kc := shared.KubeClient(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	s := clusterrecord.Store{KC: kc, Namespace: "default", Cluster: "default/" + strings.ToLower(t.Name())}
+	t.Cleanup(func() {
+		_ = kc.CoreV1().ConfigMaps("default").Delete(context.Background(), clusterrecord.Name(s.Cluster), metav1.DeleteOptions{})
+	})
+	claim := func(name string) *corev1.PersistentVolumeClaim {
+		c, err := kc.CoreV1().PersistentVolumeClaims("default").Create(ctx, &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: name},
+			Spec: corev1.PersistentVolumeClaimSpec{AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+				Resources: corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Mi")}}}}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			_ = kc.CoreV1().PersistentVolumeClaims("default").Delete(context.Background(), name, metav1.DeleteOptions{})
+		})
+		return c
+	}
+	prefix := strings.ToLower(t.Name())[:20]
+	c0, c1 := claim(prefix+"-data-0"), claim(prefix+"-data-1")
+	on := func(p pin.Pin, c *corev1.PersistentVolumeClaim) pin.Pin {
+		p.ClaimName, p.ClaimUID = c.Name, string(c.UID)
+		return p
+	}
+	for _, p := range []pin.Pin{on(pinOf("etcd-0", 0xc1, 0x10), c0), on(pinOf("etcd-1", 0xc1, 0x11), c1)} {
+		if err := s.WritePin(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The steward freed etcd-1 (its claim deleted): etcd-0's claim lives.
+	if err := kc.CoreV1().PersistentVolumeClaims("default").Delete(ctx, c1.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if pins, seen, err := s.ReadPins(ctx); err != nil || !seen || pins["etcd-1"].MemberID != 0x11 {
+		t.Fatalf("a record with a live claim: %+v %v %v", pins, seen, err)
+	}
+	// Every claim gone (the cluster created again from scratch).
+	if err := kc.CoreV1().PersistentVolumeClaims("default").Delete(ctx, c0.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if pins, seen, err := s.ReadPins(ctx); err != nil || seen || len(pins) != 0 {
+		t.Fatalf("an earlier incarnation's record reads %+v seen=%v err=%v, want none", pins, seen, err)
+	}
+	n0 := claim(prefix + "-data-0b")
+	if err := s.WritePin(ctx, on(pinOf("etcd-0", 0xc2, 0x20), n0)); err != nil {
+		t.Fatal(err)
+	}
+	pins, seen, err := s.ReadPins(ctx)
+	if err != nil || !seen || len(pins) != 1 || pins["etcd-0"].MemberID != 0x20 {
+		t.Fatalf("the new incarnation's first pin did not replace the record: %+v %v %v", pins, seen, err)
+	}
+}

@@ -134,6 +134,12 @@ func DecideGate(in GateInput) GateVerdict {
 				"etcd must not start it on empty data (a fresh cluster under the old IDs). If the cluster is gone for good, restoring from a backup is a human's call",
 				in.DataDirClass, o.MemberListError, in.Pin))
 		}
+		if m, ok := startedInLastList(o); ok {
+			// No quorum to ask, but a member's own (maybe stale) list shows
+			// this member started: it has voted and acknowledged writes.
+			return hold(GateMemberExisted, fmt.Sprintf("data dir %s, the cluster cannot be asked (%s), and the last member list seen shows member %s (%x) started: "+
+				"etcd must not start it on empty data under its old IDs", in.DataDirClass, o.MemberListError, m.Name, m.ID))
+		}
 		if in.Bootstrap {
 			if v, held := admissionHold(in); held {
 				return v
@@ -186,11 +192,32 @@ func admissionHold(in GateInput) (GateVerdict, bool) {
 	case a.ClusterSeen:
 		return hold(GateClusterUnknown, fmt.Sprintf("the cluster cannot be asked, and cluster %x has served before (%s): etcd must not bootstrap it again under the old IDs",
 			uint64(a.ClusterID), a.Record)), true
+	case a.CheckedAt.After(in.Now.Add(admissionClockSlack)):
+		return hold(GateAwaitingAgent, fmt.Sprintf("the agent's word that the cluster never served (%s) is dated %s, in the future: a clock stepped back; waiting for a fresh one",
+			a.Record, a.CheckedAt.UTC().Format(time.RFC3339))), true
 	case in.Now.Sub(a.CheckedAt) > AdmissionFreshFor:
 		return hold(GateAwaitingAgent, fmt.Sprintf("the agent's word that the cluster never served (%s) is from %s, older than %s: waiting for a fresh one",
 			a.Record, a.CheckedAt.UTC().Format(time.RFC3339), AdmissionFreshFor)), true
 	}
 	return GateVerdict{}, false
+}
+
+// admissionClockSlack is how far in the future an admission may be dated
+// (the agent and the gate read one node's clock).
+const admissionClockSlack = 5 * time.Second
+
+// startedInLastList finds this member, by name or peer URL, started in the
+// member list the observation holds although the cluster could not be
+// asked (a surviving member's own list, or the last one seen).
+func startedInLastList(o observation.Observation) (observation.Member, bool) {
+	for _, m := range o.Members {
+		if (m.Name == o.Local.Name && m.Name != "") || observation.Overlaps(m.PeerURLs, o.Local.PeerURLs) {
+			if !neverStarted(m) {
+				return m, true
+			}
+		}
+	}
+	return observation.Member{}, false
 }
 
 // expectedMemberIDs are the member IDs a healthy data dir of this member may

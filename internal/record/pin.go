@@ -22,6 +22,12 @@ type Pin struct {
 	// the record last changed.
 	FirstSeenAt time.Time `json:"firstSeenAt"`
 	SeenAt      time.Time `json:"seenAt"`
+	// ClaimName and ClaimUID, in a cluster's record, name the PVC the
+	// member's data was on when written: a record none of whose claims
+	// exists any more is an earlier incarnation's (the cluster was created
+	// again from scratch under the same name).
+	ClaimName string `json:"claimName,omitempty"`
+	ClaimUID  string `json:"claimUID,omitempty"`
 }
 
 // Seen reports whether the member was ever seen serving.

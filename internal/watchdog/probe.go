@@ -11,8 +11,10 @@ import (
 
 	"github.com/etcd-agent/etcd-agent/internal/netprobe"
 	"github.com/etcd-agent/etcd-agent/internal/observation"
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+	"google.golang.org/grpc/connectivity"
 )
 
 // clients keeps one etcd client per endpoint, so that every member is asked
@@ -45,6 +47,23 @@ func (c *clients) get(url string) (*clientv3.Client, error) {
 	}
 	c.byURL[url] = cl
 	return cl, nil
+}
+
+// connected: the client of url has a ready connection, so the member was
+// reachable a moment ago and a request fails fast if it is gone (a reset
+// connection); the TCP probe before each request is then not needed.
+func (c *clients) connected(url string) bool {
+	c.mu.Lock()
+	cl := c.byURL[url]
+	c.mu.Unlock()
+	return cl != nil && cl.ActiveConnection().GetState() == connectivity.Ready
+}
+
+// status asks ep for its own Status over its client's one connection:
+// clientv3's Maintenance.Status dials a new connection on every call (a TCP
+// and HTTP/2 handshake per member per poll).
+func status(ctx context.Context, cl *clientv3.Client, ep string) (*clientv3.StatusResponse, error) {
+	return clientv3.NewMaintenanceFromMaintenanceClient(pb.NewMaintenanceClient(cl.ActiveConnection()), cl).Status(ctx, ep)
 }
 
 // forget closes clients of endpoints no longer wanted.
@@ -87,7 +106,7 @@ func (c *clients) memberList(ctx context.Context, endpoints []string, requireLea
 	}
 	c.mu.Unlock()
 	for _, ep := range endpoints {
-		if !reachable(ep) {
+		if !c.connected(ep) && !reachable(ep) {
 			lastErr = fmt.Errorf("%s: connection refused", ep)
 			c.drop(ep)
 			continue
@@ -154,7 +173,7 @@ func (c *clients) probe(ctx context.Context, m *observation.Member, pin uint64) 
 		return answer{}
 	}
 	ep := m.ClientURLs[0]
-	if !reachable(ep) {
+	if !c.connected(ep) && !reachable(ep) {
 		m.ProbeError = "unreachable: connection refused"
 		c.drop(ep)
 		return answer{}
@@ -166,7 +185,7 @@ func (c *clients) probe(ctx context.Context, m *observation.Member, pin uint64) 
 	}
 	rctx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
-	st, err := cl.Status(rctx, ep)
+	st, err := status(rctx, cl, ep)
 	if err != nil {
 		m.ProbeError = "status: " + err.Error()
 		c.drop(ep)
