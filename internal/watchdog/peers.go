@@ -1,85 +1,81 @@
 package watchdog
 
 import (
+	"context"
 	"slices"
 	"time"
 
 	"github.com/etcd-agent/etcd-agent/internal/observation"
 )
 
-// peerProbe is the last full probe of every member: a routine poll of a
-// healthy cluster asks only the local member (and the member list), and
-// takes the others' state from here. An agent serving many members spends
-// most of its CPU on gRPC to the peers, and a healthy peer's state changes
-// rarely; what the agent decides on never comes from here (the healer and
-// the steward observe afresh before every step, with Observe).
+// peerProbe is the last full probe of a healthy cluster: a routine poll
+// (Run) within PeerProbeEvery of it asks only the local member (its Status,
+// and a linearizable read through it, which needs a quorum), and takes the
+// member list and the other members' state from here. An agent serving
+// many members spends most of its CPU on gRPC to the peers and on the
+// member list, and neither changes often in a healthy cluster; what the
+// agent acts on never comes from here (the healer and the steward observe
+// afresh, with Observe, before every step).
 type peerProbe struct {
 	at      time.Time
-	members map[uint64]observation.Member
+	members []observation.Member // in the observation's order
+	cluster uint64
+	localID uint64
 	alarms  []string
 }
 
-// peersFresh: a routine poll may reuse the last probe of the other members.
-// Only while that probe is recent (PeerProbeEvery), every member then
-// served (a reused probe can only make a failure be seen later, never make
-// a healthy member look lost), no learner is present (a change under way),
-// the local member is listed, and the member list is the one probed.
-func (w *Watchdog) peersFresh(now time.Time, members []observation.Member, local int) bool {
+// rememberProbe keeps a full observation for the routine polls that
+// follow, only when it shows nothing amiss: the local member matched and
+// serving, every member serving, one leader, no learner, no foreign answer.
+func (w *Watchdog) rememberProbe(now time.Time, o observation.Observation) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	p := w.peers
-	if w.cfg.PeerProbeEvery <= 0 || local < 0 || p.members == nil || now.Sub(p.at) >= w.cfg.PeerProbeEvery || now.Before(p.at) ||
-		len(members) != len(p.members) {
-		return false
-	}
-	for _, m := range members {
-		last, ok := p.members[m.ID]
-		if !ok || m.IsLearner || last.IsLearner || !last.Serving || !slices.Equal(m.ClientURLs, last.ClientURLs) ||
-			!slices.Equal(m.PeerURLs, last.PeerURLs) || m.Name != last.Name {
-			return false
-		}
-	}
-	return true
-}
-
-// reusePeers fills the members other than local from the last probe.
-func (w *Watchdog) reusePeers(members []observation.Member, answers []answer, local int, cluster uint64) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	for i := range members {
-		if i == local {
-			continue
-		}
-		members[i] = w.peers.members[members[i].ID]
-		answers[i] = answer{member: members[i].ID, cluster: cluster}
-	}
-}
-
-// rememberPeers keeps a full probe for the routine polls that follow; a
-// probe without the local member listed is not one to reuse.
-func (w *Watchdog) rememberPeers(now time.Time, members []observation.Member, local int) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if local < 0 {
-		w.peers = peerProbe{}
+	w.peers = peerProbe{}
+	if w.cfg.PeerProbeEvery <= 0 || o.MemberListError != "" || o.Local.Match != observation.MatchOK || !o.Local.Serving ||
+		o.LeaderID == 0 || len(o.ForeignEndpoints) > 0 || o.ClusterID == 0 {
 		return
 	}
-	w.peers.at, w.peers.members = now, make(map[uint64]observation.Member, len(members))
-	for _, m := range members {
-		w.peers.members[m.ID] = m
+	for _, m := range o.Members {
+		if !m.Serving || m.IsLearner {
+			return
+		}
 	}
+	w.peers = peerProbe{at: now, members: slices.Clone(o.Members), cluster: o.ClusterID, localID: o.Local.ID, alarms: o.Local.Alarms}
 }
 
-// peerAlarms is the local member's alarms as the last full probe saw them;
-// rememberAlarms keeps a full probe's.
-func (w *Watchdog) peerAlarms() []string {
+// quickObserve is a routine poll from the last full probe and a fresh one
+// of the local member; ok is false (a full observation is due) when that
+// probe is stale or gone, or the local member does not answer as the same
+// serving member of the same cluster.
+func (w *Watchdog) quickObserve(ctx context.Context, now time.Time, obs observation.Observation) (observation.Observation, bool) {
 	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.peers.alarms
-}
-
-func (w *Watchdog) rememberAlarms(a []string) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.peers.alarms = a
+	p := w.peers
+	w.mu.Unlock()
+	if p.members == nil || now.Sub(p.at) >= w.cfg.PeerProbeEvery || now.Before(p.at) || (obs.PinnedClusterID != 0 && obs.PinnedClusterID != p.cluster) {
+		return obs, false
+	}
+	li := slices.IndexFunc(p.members, func(m observation.Member) bool { return m.ID == p.localID })
+	if li < 0 || len(p.members[li].ClientURLs) == 0 || p.members[li].ClientURLs[0] != obs.Local.ClientURL {
+		return obs, false
+	}
+	members := slices.Clone(p.members)
+	ans := w.clients.probe(ctx, &members[li], p.cluster)
+	if !members[li].Serving || ans.member != p.localID || ans.cluster != p.cluster || ans.leader == 0 {
+		return obs, false
+	}
+	if !slices.ContainsFunc(members, func(m observation.Member) bool { return m.ID == ans.leader }) {
+		return obs, false // a leader the last list does not have: membership changed
+	}
+	for i := range members { // the leader as the local member knows it now
+		members[i].IsLeader = members[i].ID == ans.leader
+	}
+	obs.Members, obs.ClusterID, obs.PinnedClusterID = members, p.cluster, w.pin()
+	obs.Local.AnsweringID, obs.Local.AnsweringClusterID = ans.member, ans.cluster
+	obs.LeaderID = observation.Leader(members)
+	observation.MatchLocal(&obs)
+	if obs.Local.Match != observation.MatchOK || obs.Local.ID != p.localID {
+		return obs, false
+	}
+	obs.Local.Serving, obs.Local.IsLearner, obs.Local.Alarms = true, false, p.alarms
+	return obs, true
 }

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/etcd-agent/etcd-agent/internal/observation"
+	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // Routine polls (Run) of a healthy cluster ask only the local member and
@@ -41,11 +42,53 @@ func TestRoutinePollsReuseThePeersProbeOnlyWhileEveryMemberServes(t *testing.T) 
 			t.Fatalf("cluster not healthy: %+v", o.Members)
 		}
 	}
+	// Leadership moves between full probes: a routine poll names the
+	// leader the local member knows now (stale flags would read as two
+	// leaders or none: a lost quorum).
+	// (to a member that is not the peer stopped below: its loss would
+	// cost an election, which makes every poll a full one)
+	leader := o.LeaderID
+	var next uint64
+	for _, name := range []string{l.Spec.Nodes[1].Member, n.Member} {
+		for _, m := range o.Members {
+			if m.Name == name && m.ID != leader && next == 0 {
+				next = m.ID
+			}
+		}
+	}
+	var leaderURL string
+	for _, m := range o.Members {
+		if m.ID == leader {
+			leaderURL = m.ClientURLs[0]
+		}
+	}
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{leaderURL}, DialTimeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	mctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	_, err = cli.MoveLeader(mctx, next)
+	cancel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		if o = w.observeTimed(ctx, time.Now(), true); o.LeaderID == next {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("routine polls after the leader moved to %x name leader %x", next, o.LeaderID)
+		}
+	}
 	if err := l.StopMember(peer.Name); err != nil {
 		t.Fatal(err)
 	}
 	if o = w.observeTimed(ctx, time.Now(), true); !serving(o, peer.Member) {
 		t.Fatalf("a routine poll within PeerProbeEvery probed %s again (want its last probe reused)", peer.Member)
+	}
+	if o.LeaderID == 0 || o.MemberListError != "" || o.Local.Match != observation.MatchOK || !o.Local.Serving {
+		t.Fatalf("a routine poll from the last probe must read as that healthy cluster: leader %x, list error %q, local %+v", o.LeaderID, o.MemberListError, o.Local)
 	}
 	if o = w.Observe(ctx, time.Now()); serving(o, peer.Member) {
 		t.Fatalf("a full observation says the stopped %s serves", peer.Member)

@@ -158,7 +158,8 @@ func reachable(endpoint string) bool {
 
 // answer is who answered a Status request: its header's member and cluster
 // IDs (zero when nothing answered).
-type answer struct{ member, cluster uint64 }
+// leader is the leader the member knows (from its Status).
+type answer struct{ member, cluster, leader uint64 }
 
 // foreign: the answer came from another cluster than pin (when pin is set).
 func (a answer) foreign(pin uint64) bool { return pin != 0 && a.cluster != 0 && a.cluster != pin }
@@ -191,7 +192,7 @@ func (c *clients) probe(ctx context.Context, m *observation.Member, pin uint64) 
 		c.drop(ep)
 		return answer{}
 	}
-	ans := answer{member: st.Header.MemberId, cluster: st.Header.ClusterId}
+	ans := answer{member: st.Header.MemberId, cluster: st.Header.ClusterId, leader: st.Leader}
 	if ans.foreign(pin) {
 		m.ProbeError = fmt.Sprintf("%s answers for cluster %x, not %x", ep, ans.cluster, pin)
 		return ans

@@ -175,6 +175,12 @@ func (w *Watchdog) observe(ctx context.Context, now time.Time, routine bool) obs
 	if f := w.cfg.PinnedClusterID; f != nil {
 		obs.ClusterPinned = f() != 0
 	}
+	if routine {
+		if q, ok := w.quickObserve(ctx, now, obs); ok {
+			w.classifyDataDir(ctx, &q)
+			return q
+		}
+	}
 	var foreign []string
 	resp, listEP, err := w.clients.memberList(ctx, eps, true, pin, &foreign)
 	if err != nil {
@@ -226,31 +232,11 @@ func (w *Watchdog) observe(ctx context.Context, now time.Time, routine bool) obs
 		wg.Add(1)
 		go func() { defer wg.Done(); localAns = w.clients.probe(ctx, &local, cluster) }()
 	}
-	reuse := routine && w.peersFresh(now, obs.Members, li)
-	probe := func(i int) {
+	for i := range obs.Members {
 		wg.Add(1)
 		go func() { defer wg.Done(); answers[i] = w.clients.probe(ctx, &obs.Members[i], cluster) }()
 	}
-	for i := range obs.Members {
-		if !reuse || i == li {
-			probe(i)
-		}
-	}
 	wg.Wait()
-	if reuse && !obs.Members[li].Serving {
-		reuse = false // something is amiss after all: ask everyone now
-		for i := range obs.Members {
-			if i != li {
-				probe(i)
-			}
-		}
-		wg.Wait()
-	}
-	if reuse {
-		w.reusePeers(obs.Members, answers, li, cluster)
-	} else {
-		w.rememberPeers(now, obs.Members, li)
-	}
 	if li >= 0 {
 		local, localAns = obs.Members[li], answers[li]
 	} else if localAns.foreign(cluster) {
@@ -267,17 +253,13 @@ func (w *Watchdog) observe(ctx context.Context, now time.Time, routine bool) obs
 	if obs.Local.Match == observation.MatchOK {
 		m, _ := obs.Member(obs.Local.ID)
 		obs.Local.Serving, obs.Local.IsLearner = m.Serving, m.IsLearner
-		if reuse {
-			obs.Local.Alarms = w.peerAlarms()
-		} else {
-			obs.Local.Alarms = w.alarms(ctx, append([]string{listEP}, eps...), m.ID, cluster, &foreign)
-			w.rememberAlarms(obs.Local.Alarms)
-		}
+		obs.Local.Alarms = w.alarms(ctx, append([]string{listEP}, eps...), m.ID, cluster, &foreign)
 	} else {
 		// Not (unambiguously) ours: a process may answer, never ours to stop.
 		obs.Local.Serving = local.Serving
 	}
 	obs.ForeignEndpoints = uniq(foreign)
+	w.rememberProbe(now, obs)
 	w.classifyDataDir(ctx, &obs)
 	return obs
 }
