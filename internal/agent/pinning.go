@@ -19,7 +19,11 @@ import (
 // API (a pod member moves between nodes and claims).
 type pinRecord interface {
 	ReadPins(ctx context.Context) (map[string]pin.Pin, bool, error)
-	WritePin(ctx context.Context, p pin.Pin) error
+	// WritePin records p; first: the member's first pin.
+	WritePin(ctx context.Context, p pin.Pin, first bool) error
+	// Behind: the record's pin for the member (ok: it has one) needs ours
+	// written back.
+	Behind(rec pin.Pin, ok bool, ours pin.Pin) bool
 	Where() string
 }
 
@@ -32,8 +36,14 @@ type nodePins struct {
 func (n nodePins) ReadPins(ctx context.Context) (map[string]pin.Pin, bool, error) {
 	return nodereport.ReadPins(ctx, n.kc, n.node)
 }
-func (n nodePins) WritePin(ctx context.Context, p pin.Pin) error {
+func (n nodePins) WritePin(ctx context.Context, p pin.Pin, _ bool) error {
 	return nodereport.WritePin(ctx, n.kc, n.node, p)
+}
+
+// Behind: the Node is this node's alone; a missing or older pin is ours
+// to write back.
+func (n nodePins) Behind(rec pin.Pin, ok bool, ours pin.Pin) bool {
+	return !ok || rec.SeenAt.Before(ours.SeenAt)
 }
 func (n nodePins) Where() string { return "Node " + n.node }
 
@@ -51,6 +61,7 @@ type pinner struct {
 	mu           sync.Mutex
 	pin          pin.Pin
 	remoteBehind bool // the record's copy still needs writing
+	remoteFirst  bool // and it is the member's first pin
 	remoteTried  time.Time
 	admittedAt   time.Time // the last admission written (or tried)
 	recordRead   time.Time // the last check that the record still has our pin
@@ -153,6 +164,7 @@ func (p *pinner) observe(ctx context.Context, o observation.Observation) {
 			return
 		}
 		p.log.Info("member pinned", zap.String("pin", next.String()), zap.String("was", p.pin.String()))
+		p.remoteFirst = p.remoteFirst || !p.pin.Seen()
 		p.pin, p.remoteBehind = next, p.remote != nil
 	}
 	if p.remote != nil && !p.pin.Seen() && (p.admit || p.admittedAt.IsZero()) && time.Since(p.admittedAt) >= admissionRenewEvery {
@@ -169,15 +181,15 @@ func (p *pinner) observe(ctx context.Context, o observation.Observation) {
 	p.remoteTried = time.Now()
 	rctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()
-	if err := p.remote.WritePin(rctx, p.pin); err != nil {
+	if err := p.remote.WritePin(rctx, p.pin, p.remoteFirst); err != nil {
 		p.log.Warn("could not record the member's pin in its record; retrying on the next observation", zap.String("record", p.remote.Where()), zap.Error(err))
 		return
 	}
-	p.remoteBehind = false
+	p.remoteBehind, p.remoteFirst = false, false
 }
 
-// checkRecord marks the record behind when it lacks our pin, or has an
-// older one (a later one is another node's: the member moved on).
+// checkRecord marks the record behind when it lacks our pin, or holds one
+// the record says is ours to replace (pinRecord.Behind).
 func (p *pinner) checkRecord(ctx context.Context) {
 	p.recordRead = time.Now()
 	rctx, cancel := context.WithTimeout(ctx, 3*time.Second)
@@ -187,7 +199,7 @@ func (p *pinner) checkRecord(ctx context.Context) {
 		p.log.Warn("could not check the member's record; checking again later", zap.String("record", p.remote.Where()), zap.Error(err))
 		return
 	}
-	if rp, ok := pins[p.member]; !ok || rp.SeenAt.Before(p.pin.SeenAt) {
+	if rp, ok := pins[p.member]; p.remote.Behind(rp, ok, p.pin) {
 		p.log.Warn("the member's record lacks its pin (deleted or replaced?); writing it back", zap.String("record", p.remote.Where()),
 			zap.String("pin", p.pin.String()))
 		p.remoteBehind, p.remoteTried = true, time.Time{}

@@ -24,7 +24,10 @@ type fakeRecord struct {
 func (f *fakeRecord) ReadPins(context.Context) (map[string]pin.Pin, bool, error) {
 	return f.pins, len(f.pins) > 0, f.err
 }
-func (f *fakeRecord) WritePin(_ context.Context, p pin.Pin) error {
+func (f *fakeRecord) Behind(rec pin.Pin, ok bool, ours pin.Pin) bool {
+	return nodePins{}.Behind(rec, ok, ours)
+}
+func (f *fakeRecord) WritePin(_ context.Context, p pin.Pin, _ bool) error {
 	f.wrote = append(f.wrote, p)
 	return f.err
 }

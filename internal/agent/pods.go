@@ -236,10 +236,13 @@ func controllerUID(pm membersource.PodMember) types.UID {
 }
 
 // podRecord is a pod member's cluster record, as its pod is now: owned by
-// the pod's StatefulSet, its pin naming the claim it is on.
+// the pod's StatefulSet, its pin naming the claim it is on, written only
+// while the pod is bound to this node on that claim (an agent whose member
+// moved away must not write its old pin over the new one).
 type podRecord struct {
-	kc  kubernetes.Interface
-	cur func() membersource.PodMember
+	kc   kubernetes.Interface
+	node string
+	cur  func() membersource.PodMember
 }
 
 func (r podRecord) store() clusterrecord.Store {
@@ -251,10 +254,34 @@ func (r podRecord) ReadPins(ctx context.Context) (map[string]pin.Pin, bool, erro
 	return r.store().ReadPins(ctx)
 }
 
-func (r podRecord) WritePin(ctx context.Context, p pin.Pin) error {
+func (r podRecord) WritePin(ctx context.Context, p pin.Pin, first bool) error {
 	pm := r.cur()
+	pod, err := r.kc.CoreV1().Pods(pm.Namespace).Get(ctx, pm.Name, metav1.GetOptions{})
+	if err != nil {
+		return err
+	}
+	if pod.Spec.NodeName != r.node || pod.UID != pm.UID {
+		return fmt.Errorf("pod %s is no longer the one this agent serves (now on node %q): its pin is not written", pm.Key, pod.Spec.NodeName)
+	}
+	if pm.PVC != "" {
+		c, err := r.kc.CoreV1().PersistentVolumeClaims(pm.Namespace).Get(ctx, pm.PVC, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if c.UID != pm.PVCUID {
+			return fmt.Errorf("claim %s/%s is %s now, not %s: the pin is not written", pm.Namespace, pm.PVC, c.UID, pm.PVCUID)
+		}
+	}
 	p.ClaimName, p.ClaimUID = pm.PVC, string(pm.PVCUID)
-	return r.store().WritePin(ctx, p)
+	return r.store().WritePin(ctx, p, first)
+}
+
+// Behind: the record lacks the member's pin, names no claim (written
+// before claims were recorded) or another claim (WritePin then checks that
+// the pod and claim are still ours), or is older on this claim.
+func (r podRecord) Behind(rec pin.Pin, ok bool, ours pin.Pin) bool {
+	pm := r.cur()
+	return !ok || rec.ClaimName != pm.PVC || rec.ClaimUID != string(pm.PVCUID) || rec.SeenAt.Before(ours.SeenAt)
 }
 
 func (r podRecord) Where() string { return r.store().Where() }
@@ -308,7 +335,7 @@ func (p *podMembers) start(ctx context.Context, member membersource.PodMember) {
 	env := memberEnv{metrics: p.m.ForCluster(member.Cluster), ready: p.ready, kc: p.kc, metricsAddr: p.metricsAddr,
 		gateWrapped: func() bool { return gatedOn(w.current(), stateDir) == nil },
 		podReporter: podRep, requests: w.requests,
-		pinRecord:      podRecord{kc: p.kc, cur: w.current},
+		pinRecord:      podRecord{kc: p.kc, node: p.c.NodeName, cur: w.current},
 		stillRequested: func(ctx context.Context) bool { return podStillRequested(ctx, p.kc, member.Namespace, member.Name) }}
 	t, err := c.TLSConfig()
 	if err != nil {

@@ -80,8 +80,9 @@ func (s Store) ReadPins(ctx context.Context) (map[string]pin.Pin, bool, error) {
 	return pins, len(pins) > 0, nil
 }
 
-// Live: at least one of the pins' claims still exists (or a pin names no
-// claim, so nothing can be told). When every member's claim is gone, the
+// Live: at least one of the pins' claims still exists, Terminating or not
+// (or a pin names no claim, so nothing can be told). When every member's
+// claim is gone, the
 // cluster was created again from scratch under the same name (scaled to 0,
 // its PVCs deleted): its members are new, and the old pins would hold
 // their gates for good. The steward deletes one member's claim at a time,
@@ -100,7 +101,7 @@ func (s Store) Live(ctx context.Context, pins map[string]pin.Pin) (bool, error) 
 		case apierrors.IsNotFound(err):
 		case err != nil:
 			return false, fmt.Errorf("is the record %s live? its claim %s: %w", s.Where(), p.ClaimName, err)
-		case string(c.UID) == p.ClaimUID && c.DeletionTimestamp == nil: // a claim being deleted is going
+		case string(c.UID) == p.ClaimUID: // Terminating too: in use until its pod goes
 			return true, nil
 		}
 	}
@@ -119,8 +120,10 @@ func (s Store) decode(cm *corev1.ConfigMap) (map[string]pin.Pin, error) {
 }
 
 // WritePin records p (read-modify-write on the ConfigMap's resource
-// version, retried on conflict, so other members' pins survive).
-func (s Store) WritePin(ctx context.Context, p pin.Pin) error {
+// version, retried on conflict, so other members' pins survive). Only a
+// member's first pin (first) replaces a record of an earlier incarnation:
+// a member that served before is proof the record's cluster lives.
+func (s Store) WritePin(ctx context.Context, p pin.Pin, first bool) error {
 	return retry.OnError(retry.DefaultRetry, func(err error) bool { return apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err) }, func() error {
 		cms := s.KC.CoreV1().ConfigMaps(s.Namespace)
 		cm, err := cms.Get(ctx, Name(s.Cluster), metav1.GetOptions{})
@@ -145,10 +148,12 @@ func (s Store) WritePin(ctx context.Context, p pin.Pin) error {
 		if err != nil {
 			return err
 		}
-		if live, err := s.Live(ctx, pins); err != nil {
-			return err
-		} else if !live {
-			pins = map[string]pin.Pin{} // an earlier incarnation's: replaced
+		if first {
+			if live, err := s.Live(ctx, pins); err != nil {
+				return err
+			} else if !live {
+				pins = map[string]pin.Pin{} // an earlier incarnation's: replaced
+			}
 		}
 		v, err := pin.EncodeWith(pins, p)
 		if err != nil {

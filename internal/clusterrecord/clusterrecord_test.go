@@ -9,8 +9,11 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/etcd-agent/etcd-agent/internal/clusterrecord"
 	"github.com/etcd-agent/etcd-agent/internal/lab"
@@ -53,7 +56,7 @@ func TestAClustersRecordKeepsEveryMembersPinAcrossConcurrentWriters(t *testing.T
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			errs <- s.WritePin(ctx, pinOf(fmt.Sprintf("etcd-%d", i), 0xc1, uint64(0x10+i)))
+			errs <- s.WritePin(ctx, pinOf(fmt.Sprintf("etcd-%d", i), 0xc1, uint64(0x10+i)), true)
 		}()
 	}
 	wg.Wait()
@@ -63,7 +66,7 @@ func TestAClustersRecordKeepsEveryMembersPinAcrossConcurrentWriters(t *testing.T
 			t.Fatal(err)
 		}
 	}
-	if err := s.WritePin(ctx, pinOf("etcd-1", 0xc1, 0x21)); err != nil { // etcd-1 rejoined under a new ID
+	if err := s.WritePin(ctx, pinOf("etcd-1", 0xc1, 0x21), false); err != nil { // etcd-1 rejoined under a new ID
 		t.Fatal(err)
 	}
 	pins, seen, err := s.ReadPins(ctx)
@@ -108,7 +111,7 @@ func TestARecordThatIsNotThisClustersIsAnErrorAndIsKept(t *testing.T) {
 		if _, _, err := s.ReadPins(ctx); err == nil {
 			t.Fatalf("%s: read as a record", tc.name)
 		}
-		if err := s.WritePin(ctx, pinOf("etcd-0", 0xc1, 0x10)); err == nil {
+		if err := s.WritePin(ctx, pinOf("etcd-0", 0xc1, 0x10), true); err == nil {
 			t.Fatalf("%s: written over", tc.name)
 		}
 		got, err := kc.CoreV1().ConfigMaps("default").Get(ctx, cm.Name, metav1.GetOptions{})
@@ -153,30 +156,58 @@ func TestARecordWhoseClaimsAreAllGoneIsAnEarlierIncarnations(t *testing.T) {
 		return p
 	}
 	for _, p := range []pin.Pin{on(pinOf("etcd-0", 0xc1, 0x10), c0), on(pinOf("etcd-1", 0xc1, 0x11), c1)} {
-		if err := s.WritePin(ctx, p); err != nil {
+		if err := s.WritePin(ctx, p, true); err != nil {
 			t.Fatal(err)
 		}
 	}
-	// The steward freed etcd-1 (its claim deleted): etcd-0's claim lives.
-	if err := kc.CoreV1().PersistentVolumeClaims("default").Delete(ctx, c1.Name, metav1.DeleteOptions{}); err != nil {
+	// Every claim being deleted while the pods still run (Terminating:
+	// in use): the cluster lives, and a member's write-back of its pin
+	// keeps the others' (review 10).
+	for _, c := range []*corev1.PersistentVolumeClaim{c0, c1} {
+		if err := kc.CoreV1().PersistentVolumeClaims("default").Delete(ctx, c.Name, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.WritePin(ctx, on(pinOf("etcd-1", 0xc1, 0x11), c1), false); err != nil {
 		t.Fatal(err)
 	}
+	if pins, seen, err := s.ReadPins(ctx); err != nil || !seen || len(pins) != 2 {
+		t.Fatalf("a record whose claims are Terminating: %+v seen=%v err=%v, want both pins", pins, seen, err)
+	}
+	// The steward freed etcd-1 (its claim gone): etcd-0's claim lives.
+	gone(t, c1.Name)
 	if pins, seen, err := s.ReadPins(ctx); err != nil || !seen || pins["etcd-1"].MemberID != 0x11 {
 		t.Fatalf("a record with a live claim: %+v %v %v", pins, seen, err)
 	}
 	// Every claim gone (the cluster created again from scratch).
-	if err := kc.CoreV1().PersistentVolumeClaims("default").Delete(ctx, c0.Name, metav1.DeleteOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	gone(t, c0.Name)
 	if pins, seen, err := s.ReadPins(ctx); err != nil || seen || len(pins) != 0 {
 		t.Fatalf("an earlier incarnation's record reads %+v seen=%v err=%v, want none", pins, seen, err)
 	}
 	n0 := claim(prefix + "-data-0b")
-	if err := s.WritePin(ctx, on(pinOf("etcd-0", 0xc2, 0x20), n0)); err != nil {
+	if err := s.WritePin(ctx, on(pinOf("etcd-0", 0xc2, 0x20), n0), true); err != nil {
 		t.Fatal(err)
 	}
 	pins, seen, err := s.ReadPins(ctx)
 	if err != nil || !seen || len(pins) != 1 || pins["etcd-0"].MemberID != 0x20 {
 		t.Fatalf("the new incarnation's first pin did not replace the record: %+v %v %v", pins, seen, err)
+	}
+}
+
+// gone lets a deleted claim go: no controller-manager runs here to drop
+// its protection finalizer once no pod uses it.
+func gone(t *testing.T, name string) {
+	t.Helper()
+	kc := shared.KubeClient(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := kc.CoreV1().PersistentVolumeClaims("default").Patch(ctx, name, types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`), metav1.PatchOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		t.Fatal(err)
+	}
+	if err := wait.PollUntilContextCancel(ctx, 50*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+		_, err := kc.CoreV1().PersistentVolumeClaims("default").Get(ctx, name, metav1.GetOptions{})
+		return apierrors.IsNotFound(err), nil
+	}); err != nil {
+		t.Fatalf("claim %s still there: %v", name, err)
 	}
 }

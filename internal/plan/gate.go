@@ -134,7 +134,7 @@ func DecideGate(in GateInput) GateVerdict {
 				"etcd must not start it on empty data (a fresh cluster under the old IDs). If the cluster is gone for good, restoring from a backup is a human's call",
 				in.DataDirClass, o.MemberListError, in.Pin))
 		}
-		if m, ok := startedInLastList(o); ok {
+		if m, ok := startedInLastList(in); ok {
 			// No quorum to ask, but a member's own (maybe stale) list shows
 			// this member started: it has voted and acknowledged writes.
 			return hold(GateMemberExisted, fmt.Sprintf("data dir %s, the cluster cannot be asked (%s), and the last member list seen shows member %s (%x) started: "+
@@ -206,15 +206,21 @@ func admissionHold(in GateInput) (GateVerdict, bool) {
 // (the agent and the gate read one node's clock).
 const admissionClockSlack = 5 * time.Second
 
-// startedInLastList finds this member, by name or peer URL, started in the
-// member list the observation holds although the cluster could not be
-// asked (a surviving member's own list, or the last one seen).
-func startedInLastList(o observation.Observation) (observation.Member, bool) {
+// startedInLastList finds this member started in the member list the
+// observation holds although the cluster could not be asked (a surviving
+// member's own list, or the last one seen): by peer URL, or by name in a
+// list that is this member's cluster's (it shares a peer URL with
+// --initial-cluster, or it is the pinned or admitted cluster): member
+// names such as etcd-0 repeat in every cluster of a management node.
+func startedInLastList(in GateInput) (observation.Member, bool) {
+	o := in.Obs
+	ours := o.ClusterID != 0 && (o.ClusterID == uint64(in.Pin.ClusterID) || o.ClusterID == uint64(in.Admission.ClusterID))
 	for _, m := range o.Members {
-		if (m.Name == o.Local.Name && m.Name != "") || observation.Overlaps(m.PeerURLs, o.Local.PeerURLs) {
-			if !neverStarted(m) {
-				return m, true
-			}
+		ours = ours || observation.Overlaps(m.PeerURLs, in.InitialClusterPeers)
+	}
+	for _, m := range o.Members {
+		if ((ours && m.Name == o.Local.Name && m.Name != "") || observation.Overlaps(m.PeerURLs, o.Local.PeerURLs)) && !neverStarted(m) {
+			return m, true
 		}
 	}
 	return observation.Member{}, false

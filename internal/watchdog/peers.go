@@ -15,13 +15,13 @@ import (
 // many members spends most of its CPU on gRPC to the peers and on the
 // member list, and neither changes often in a healthy cluster; what the
 // agent acts on never comes from here (the healer and the steward observe
-// afresh, with Observe, before every step).
+// afresh, with Observe, before every step). Its age is at most two poll
+// intervals (DESIGN §4: a member serves if it answered within them).
 type peerProbe struct {
 	at      time.Time
 	members []observation.Member // in the observation's order
 	cluster uint64
 	localID uint64
-	alarms  []string
 }
 
 // rememberProbe keeps a full observation for the routine polls that
@@ -40,7 +40,7 @@ func (w *Watchdog) rememberProbe(now time.Time, o observation.Observation) {
 			return
 		}
 	}
-	w.peers = peerProbe{at: now, members: slices.Clone(o.Members), cluster: o.ClusterID, localID: o.Local.ID, alarms: o.Local.Alarms}
+	w.peers = peerProbe{at: now, members: slices.Clone(o.Members), cluster: o.ClusterID, localID: o.Local.ID}
 }
 
 // quickObserve is a routine poll from the last full probe and a fresh one
@@ -76,6 +76,11 @@ func (w *Watchdog) quickObserve(ctx context.Context, now time.Time, obs observat
 	if obs.Local.Match != observation.MatchOK || obs.Local.ID != p.localID {
 		return obs, false
 	}
-	obs.Local.Serving, obs.Local.IsLearner, obs.Local.Alarms = true, false, p.alarms
+	var foreign []string // the local member's own alarms: asked every poll
+	obs.Local.Serving, obs.Local.IsLearner = true, false
+	obs.Local.Alarms = w.alarms(ctx, []string{obs.Local.ClientURL}, p.localID, p.cluster, &foreign)
+	if len(foreign) > 0 {
+		return obs, false
+	}
 	return obs, true
 }

@@ -19,7 +19,7 @@ func TestRoutinePollsReuseThePeersProbeOnlyWhileEveryMemberServes(t *testing.T) 
 	l := threeMemberLab(t)
 	n, peer := l.Spec.Nodes[0], l.Spec.Nodes[2]
 	w, err := New(Config{Identity: Identity{Name: n.Member, PeerURLs: []string{n.PeerURL}, ClientURL: n.ClientURL, DataDir: n.DataDir},
-		Endpoints: l.Spec.ClientURLs(), PollInterval: time.Second, GracePeriod: time.Minute, PeerProbeEvery: time.Hour})
+		Endpoints: l.Spec.ClientURLs(), PollInterval: time.Hour, ProbeTimeout: 3 * time.Second, GracePeriod: time.Minute, PeerProbeEvery: time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -107,5 +107,19 @@ func TestRoutinePollsReuseThePeersProbeOnlyWhileEveryMemberServes(t *testing.T) 
 		if time.Now().After(deadline) {
 			t.Fatalf("%s restarted but routine polls never saw it serve", peer.Member)
 		}
+	}
+}
+
+// A reused probe is never older than two poll intervals (DESIGN §4: a
+// member serves if it answered within them).
+func TestThePeersProbeIsReusedForAtMostTwoPolls(t *testing.T) {
+	w, err := New(Config{Identity: Identity{Name: "m", PeerURLs: []string{"http://127.0.0.1:1"}, DataDir: t.TempDir()},
+		PollInterval: 5 * time.Second, PeerProbeEvery: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	if got := w.cfg.PeerProbeEvery; got != 10*time.Second {
+		t.Fatalf("PeerProbeEvery %s, want 10s (two polls)", got)
 	}
 }

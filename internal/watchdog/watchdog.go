@@ -55,8 +55,8 @@ type Config struct {
 	// its probes, so at most cap(Slots) members are probed at once.
 	Slots chan struct{}
 	// PeerProbeEvery, when set, lets a routine poll (Run) reuse the other
-	// members' last probe for this long while nothing is amiss (see
-	// peersFresh); Observe always probes every member.
+	// members' last probe for this long (at most two poll intervals) while
+	// nothing is amiss (see quickObserve); Observe always probes every member.
 	PeerProbeEvery time.Duration
 }
 
@@ -95,6 +95,9 @@ func New(cfg Config) (*Watchdog, error) {
 	if cfg.PollInterval <= 0 {
 		cfg.PollInterval = 5 * time.Second
 	}
+	// DESIGN §4 counts a member serving when it answered within the last
+	// two poll intervals: a reused probe may not be older.
+	cfg.PeerProbeEvery = min(cfg.PeerProbeEvery, 2*cfg.PollInterval)
 	if cfg.ProbeTimeout <= 0 {
 		cfg.ProbeTimeout = min(cfg.PollInterval, 3*time.Second)
 	}
