@@ -97,8 +97,8 @@ type Config struct {
 	// cluster); the rest wait their turn.
 	ProbeWorkers int
 	// PeerProbeInterval: with --member-source=pods, how long a routine poll
-	// of a healthy cluster may reuse the other members' last probe (each
-	// member's own agent probes it every poll; 0: every poll).
+	// of a healthy cluster may reuse the other members' last probe (0:
+	// every poll probes every member).
 	PeerProbeInterval time.Duration
 }
 
@@ -134,6 +134,9 @@ func (c Config) Validate() error {
 		}
 		if _, err := labels.Parse(c.PodSelector); err != nil {
 			errs = append(errs, fmt.Errorf("--pod-selector: %w", err))
+		}
+		if c.PeerProbeInterval < 0 {
+			errs = append(errs, fmt.Errorf("--peer-probe-interval must be >= 0, got %s", c.PeerProbeInterval))
 		}
 	default:
 		errs = append(errs, fmt.Errorf("--member-source must be %s or %s, got %q", MemberSourceStaticPod, MemberSourcePods, c.MemberSource))

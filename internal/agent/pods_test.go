@@ -47,6 +47,11 @@ func TestPodMemberSourceNeedsANodeAndAValidSelector(t *testing.T) {
 	if err := c.Validate(); err != nil {
 		t.Fatal(err)
 	}
+	c.PeerProbeInterval = -time.Second
+	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "--peer-probe-interval") {
+		t.Fatalf("negative --peer-probe-interval: %v", err)
+	}
+	c.PeerProbeInterval = 0
 	c.MemberSource = "files"
 	if err := c.Validate(); err == nil {
 		t.Fatal("unknown member source accepted")

@@ -10,16 +10,18 @@ import (
 	"github.com/etcd-agent/etcd-agent/internal/lab"
 )
 
-// BenchmarkObserve measures one observation of a healthy 3-member cluster
-// (member list, Status + linearizable read per member, alarms, data dir
-// layout): the agent's cost per poll. It runs the real lab from bin/
-// (`make tools build` first).
+// BenchmarkObserve measures one observation of a healthy 3-member cluster,
+// side by side: "full" (member list, Status + linearizable read per member,
+// data dir layout: what Observe and every peer probe cost) and "routine"
+// (a poll within --peer-probe-interval of a healthy full probe: one member
+// list through the local member). It runs the real lab from bin/ (`make
+// tools build` first).
 func BenchmarkObserve(b *testing.B) {
 	ctx := context.Background()
 	l := threeMemberLab(b)
 	n := l.Spec.Nodes[1]
 	w, err := New(Config{Identity: Identity{Name: n.Member, PeerURLs: []string{n.PeerURL}, ClientURL: n.ClientURL, DataDir: n.DataDir},
-		Endpoints: l.Spec.ClientURLs(), PollInterval: time.Second, GracePeriod: time.Minute})
+		Endpoints: l.Spec.ClientURLs(), PollInterval: time.Second, GracePeriod: time.Minute, PeerProbeEvery: time.Hour})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -27,10 +29,20 @@ func BenchmarkObserve(b *testing.B) {
 	if r := assess(w).Observe(ctx, time.Now()); r.Verdict.State != "healthy" {
 		b.Fatalf("cluster not healthy: %s %s", r.Verdict.State, r.Verdict.Detail)
 	}
-	b.ResetTimer()
-	for b.Loop() {
-		w.Observe(ctx, time.Now())
-	}
+	b.Run("full", func(b *testing.B) {
+		for b.Loop() {
+			w.Observe(ctx, time.Now())
+		}
+	})
+	b.Run("routine", func(b *testing.B) {
+		at := time.Now()
+		if o := w.observeTimed(ctx, at, false); o.ServingVoters() != 3 {
+			b.Fatalf("cluster not healthy: %+v", o.Members)
+		}
+		for b.Loop() {
+			w.observeTimed(ctx, at, true)
+		}
+	})
 }
 
 // threeMemberLab is a 3-member etcd lab from bin/ (no API server), taken

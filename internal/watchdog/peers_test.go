@@ -110,16 +110,3 @@ func TestRoutinePollsReuseThePeersProbeOnlyWhileEveryMemberServes(t *testing.T) 
 	}
 }
 
-// A reused probe is never older than two poll intervals (DESIGN §4: a
-// member serves if it answered within them).
-func TestThePeersProbeIsReusedForAtMostTwoPolls(t *testing.T) {
-	w, err := New(Config{Identity: Identity{Name: "m", PeerURLs: []string{"http://127.0.0.1:1"}, DataDir: t.TempDir()},
-		PollInterval: 5 * time.Second, PeerProbeEvery: time.Minute})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer w.Close()
-	if got := w.cfg.PeerProbeEvery; got != 10*time.Second {
-		t.Fatalf("PeerProbeEvery %s, want 10s (two polls)", got)
-	}
-}

@@ -14,6 +14,7 @@ import (
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/connectivity"
 )
 
@@ -23,12 +24,20 @@ import (
 type clients struct {
 	tls     *tls.Config
 	timeout time.Duration
+	// dialOptions are added to every client's (tests count requests).
+	dialOptions []grpc.DialOption
 	mu      sync.Mutex
 	byURL   map[string]*clientv3.Client
 	// preferred is the endpoint that last answered the member list: asked
 	// first, so a down local member does not cost a timeout every poll.
 	preferred string
 }
+
+// keepAliveEvery: an idle connection is pinged this often, so that one to
+// a vanished host is closed and the next probe of it fails fast. A peer's
+// connection idles between full probes (PeerProbeEvery): pinging it more
+// often than that costs more than a probe that waits its timeout.
+const keepAliveEvery = 30 * time.Second
 
 func newClients(tlsCfg *tls.Config, timeout time.Duration) *clients {
 	return &clients{tls: tlsCfg, timeout: timeout, byURL: map[string]*clientv3.Client{}}
@@ -41,7 +50,7 @@ func (c *clients) get(url string) (*clientv3.Client, error) {
 		return cl, nil
 	}
 	cl, err := clientv3.New(clientv3.Config{Endpoints: []string{url}, DialTimeout: c.timeout, TLS: c.tls,
-		Logger: zap.NewNop(), DialKeepAliveTime: 10 * time.Second, DialKeepAliveTimeout: c.timeout})
+		Logger: zap.NewNop(), DialKeepAliveTime: keepAliveEvery, DialKeepAliveTimeout: c.timeout, DialOptions: c.dialOptions})
 	if err != nil {
 		return nil, err
 	}

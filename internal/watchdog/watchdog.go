@@ -55,8 +55,8 @@ type Config struct {
 	// its probes, so at most cap(Slots) members are probed at once.
 	Slots chan struct{}
 	// PeerProbeEvery, when set, lets a routine poll (Run) reuse the other
-	// members' last probe for this long (at most two poll intervals) while
-	// nothing is amiss (see quickObserve); Observe always probes every member.
+	// members' last probe for this long while nothing is amiss (see
+	// quickObserve); Observe always probes every member.
 	PeerProbeEvery time.Duration
 }
 
@@ -95,9 +95,6 @@ func New(cfg Config) (*Watchdog, error) {
 	if cfg.PollInterval <= 0 {
 		cfg.PollInterval = 5 * time.Second
 	}
-	// DESIGN §4 counts a member serving when it answered within the last
-	// two poll intervals: a reused probe may not be older.
-	cfg.PeerProbeEvery = min(cfg.PeerProbeEvery, 2*cfg.PollInterval)
 	if cfg.ProbeTimeout <= 0 {
 		cfg.ProbeTimeout = min(cfg.PollInterval, 3*time.Second)
 	}
@@ -256,7 +253,11 @@ func (w *Watchdog) observe(ctx context.Context, now time.Time, routine bool) obs
 	if obs.Local.Match == observation.MatchOK {
 		m, _ := obs.Member(obs.Local.ID)
 		obs.Local.Serving, obs.Local.IsLearner = m.Serving, m.IsLearner
-		obs.Local.Alarms = w.alarms(ctx, append([]string{listEP}, eps...), m.ID, cluster, &foreign)
+		// A member's Status lists every alarm it knows (and "no leader")
+		// as errors: with none, there is no alarm to ask about.
+		if !m.Serving || len(m.Errors) > 0 {
+			obs.Local.Alarms = w.alarms(ctx, append([]string{listEP}, eps...), m.ID, cluster, &foreign)
+		}
 	} else {
 		// Not (unambiguously) ours: a process may answer, never ours to stop.
 		obs.Local.Serving = local.Serving

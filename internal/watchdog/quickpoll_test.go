@@ -1,0 +1,170 @@
+package watchdog
+
+import (
+	"context"
+	"errors"
+	"net/url"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/etcd-agent/etcd-agent/internal/observation"
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc"
+)
+
+// requestLog records every gRPC request the watchdog's clients send.
+type requestLog struct {
+	mu   sync.Mutex
+	sent []string // "<target> <method>"
+}
+
+func (r *requestLog) interceptor(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+	r.mu.Lock()
+	r.sent = append(r.sent, cc.Target()+" "+method)
+	r.mu.Unlock()
+	return invoker(ctx, method, req, reply, cc, opts...)
+}
+
+func (r *requestLog) take() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := r.sent
+	r.sent = nil
+	return out
+}
+
+func countMethod(sent []string, method string) int {
+	n := 0
+	for _, s := range sent {
+		if strings.HasSuffix(s, " "+method) {
+			n++
+		}
+	}
+	return n
+}
+
+// A routine poll of a healthy cluster is one request: a linearizable
+// member list through the local member, which only a leader with a quorum
+// answers. It stays one request until the reused probe is
+// --peer-probe-interval old; a new member (a learner) or an alarm makes
+// every poll a full probe. A full probe asks for alarms only when a
+// member's Status lists any.
+func TestARoutinePollOfAHealthyClusterIsOneMemberListThroughTheLocalMember(t *testing.T) {
+	ctx := context.Background()
+	l := threeMemberLab(t)
+	n := l.Spec.Nodes[0]
+	const every = 30 * time.Second
+	w, err := New(Config{Identity: Identity{Name: n.Member, PeerURLs: []string{n.PeerURL}, ClientURL: n.ClientURL, DataDir: n.DataDir},
+		Endpoints: l.Spec.ClientURLs(), PollInterval: time.Hour, ProbeTimeout: 3 * time.Second, GracePeriod: time.Minute, PeerProbeEvery: every})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	var log requestLog
+	w.clients.dialOptions = []grpc.DialOption{grpc.WithChainUnaryInterceptor(log.interceptor)}
+	local, err := url.Parse(n.ClientURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// A full probe of the healthy cluster, at t0.
+	var o observation.Observation
+	var t0 time.Time
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		t0 = time.Now()
+		if o = w.observeTimed(ctx, t0, true); o.ServingVoters() == 3 && o.LeaderID != 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("cluster not healthy: %+v", o.Members)
+		}
+	}
+	if got := countMethod(log.take(), "/etcdserverpb.Maintenance/Alarm"); got != 0 {
+		t.Fatalf("a full probe of a cluster without alarms asked for alarms %d times", got)
+	}
+
+	sent := func(at time.Time) (observation.Observation, []string) {
+		o := w.observeTimed(ctx, at, true)
+		return o, log.take()
+	}
+	o, reqs := sent(t0.Add(every - time.Millisecond))
+	if len(reqs) != 1 || !strings.HasSuffix(reqs[0], local.Host+" /etcdserverpb.Cluster/MemberList") {
+		t.Fatalf("a routine poll within %s of a healthy full probe sent %q; want one member list to %s", every, reqs, local.Host)
+	}
+	if o.ServingVoters() != 3 || o.LeaderID == 0 || o.MemberListError != "" || o.Local.Match != observation.MatchOK || !o.Local.Serving {
+		t.Fatalf("a routine poll must read as the healthy cluster: members %+v, leader %x, list error %q, local %+v", o.Members, o.LeaderID, o.MemberListError, o.Local)
+	}
+	if _, reqs = sent(t0.Add(every)); len(reqs) < 4 {
+		t.Fatalf("a routine poll %s after the full probe sent %q; want a full probe (every member)", every, reqs)
+	}
+
+	// A new member: the list differs, so the poll probes everyone.
+	cli, err := clientv3.New(clientv3.Config{Endpoints: l.Spec.ClientURLs(), DialTimeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	t1 := time.Now()
+	if o, _ = sent(t1); o.ServingVoters() != 3 {
+		t.Fatalf("cluster not healthy: %+v", o.Members)
+	}
+	// etcd refuses a change until its leader has been connected to a
+	// quorum for a while (a lab just started): retry until it takes it.
+	var added *clientv3.MemberAddResponse
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		actx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		added, err = cli.MemberAddAsLearner(actx, []string{"http://127.0.0.1:1"})
+		cancel()
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, rpctypes.ErrUnhealthy) || time.Now().After(deadline) {
+			t.Fatal(err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	o, reqs = sent(t1.Add(time.Second))
+	if len(reqs) < 4 || len(o.Members) != 4 {
+		t.Fatalf("after a learner was added a routine poll sent %q and saw %d members; want a full probe of all 4", reqs, len(o.Members))
+	}
+	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	_, err = cli.MemberRemove(rctx, added.Member.ID)
+	cancel()
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// An alarm: the full probe reports it, and no poll reuses a probe
+	// that saw one.
+	t2 := time.Now()
+	if o, _ = sent(t2); o.ServingVoters() != 3 || len(o.Members) != 3 {
+		t.Fatalf("cluster not healthy after the learner went: %+v", o.Members)
+	}
+	mc := pb.NewMaintenanceClient(cli.ActiveConnection())
+	alarm := &pb.AlarmRequest{Action: pb.AlarmRequest_ACTIVATE, MemberID: o.Local.ID, Alarm: pb.AlarmType_NOSPACE}
+	actx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	_, err = mc.Alarm(actx, alarm)
+	cancel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		if _, err := cli.AlarmDisarm(dctx, &clientv3.AlarmMember{MemberID: o.Local.ID, Alarm: pb.AlarmType_NOSPACE}); err != nil {
+			t.Error(err)
+		}
+	}()
+	o, reqs = sent(t2.Add(every))
+	if len(o.Local.Alarms) != 1 || o.Local.Alarms[0] != "NOSPACE" || countMethod(reqs, "/etcdserverpb.Maintenance/Alarm") == 0 {
+		t.Fatalf("a full probe with a NOSPACE alarm raised reports alarms %q after %q", o.Local.Alarms, reqs)
+	}
+	o, reqs = sent(t2.Add(every + time.Second))
+	if len(reqs) < 4 || len(o.Local.Alarms) != 1 {
+		t.Fatalf("a routine poll after a probe that saw an alarm sent %q and reports alarms %q; want a full probe that reports it", reqs, o.Local.Alarms)
+	}
+}
