@@ -44,8 +44,11 @@ func (w *Watchdog) rememberProbe(now time.Time, o observation.Observation) {
 			return
 		}
 	}
+	// The leader's term and the local member's must be one: the leader
+	// then led the very term the routine polls compare against.
 	local, _ := o.Member(o.Local.ID)
-	if local.RaftTerm == 0 {
+	leader, _ := o.Member(o.LeaderID)
+	if local.RaftTerm == 0 || local.RaftTerm != leader.RaftTerm {
 		return
 	}
 	w.peers = peerProbe{at: now, members: slices.Clone(o.Members), cluster: o.ClusterID, localID: o.Local.ID, term: local.RaftTerm}
