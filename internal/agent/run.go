@@ -172,6 +172,14 @@ func runMember(ctx context.Context, c Config, id watchdog.Identity, env memberEn
 			log.Info("manual recovery requested", zap.String("action", req.Action), zap.Bool("dryRun", req.DryRun))
 		default:
 		}
+		if o.PeersReused {
+			if req == nil && r.Verdict.State == memberstate.Healthy {
+				return // nothing to decide; the healer, the prune and the steward see full observations only
+			}
+			// A step may follow: decide on every member probed now.
+			r = pipe.assess(pipe.wd.Observe(ctx, time.Now()))
+			pipe.exportAll(ctx, r, false)
+		}
 		out := h.Consider(ctx, r, req)
 		rep.decided(r, out.Decision)
 		if out.Result == "" {

@@ -90,6 +90,12 @@ type Observation struct {
 	// ForeignEndpoints answered for another cluster in this poll; their
 	// answers were ignored.
 	ForeignEndpoints []string `json:"foreignEndpoints,omitempty"`
+	// PeersProbedAt is when every member was last probed: At for a full
+	// observation. PeersReused: a routine poll asked only the local member
+	// and took the others (their state, the leader, the alarms) from the
+	// full probe at PeersProbedAt. Nothing acts on such an observation.
+	PeersProbedAt time.Time `json:"peersProbedAt"`
+	PeersReused   bool      `json:"peersReused,omitempty"`
 }
 
 // Voters counts the voting members.

@@ -21,16 +21,22 @@ type peerProbe struct {
 	members []observation.Member // in the observation's order
 	cluster uint64
 	localID uint64
-	// term is the local member's raft term in that probe: raft elects at
-	// most one leader per term, so while the local member is in the same
-	// term and serves linearizable reads, its leader is the one probed.
+	// term is the local member's term in that probe (etcd's term of its
+	// last applied entry), which was the leader's: raft elects at most one
+	// leader per term, and a linearizable read is answered only once the
+	// member applied past its read index, which a new leader's term
+	// reaches. So the same term in a routine poll means the same leader,
+	// except in one race etcd leaves open (a read answered while the
+	// member stores its applied index but not yet its term): one poll may
+	// then name the old leader. Reported only; nothing acts on it.
 	term uint64
 }
 
 // rememberProbe keeps a full observation for the routine polls that
 // follow, only when it shows nothing amiss: the local member matched and
-// serving without alarms, every member serving, one leader, no learner, no
-// foreign answer.
+// serving, its Status listing no error (so no alarm anywhere it knows of,
+// whether or not the alarms could be asked), every member serving, one
+// leader, no learner, no foreign answer.
 func (w *Watchdog) rememberProbe(now time.Time, o observation.Observation) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -48,7 +54,7 @@ func (w *Watchdog) rememberProbe(now time.Time, o observation.Observation) {
 	// then led the very term the routine polls compare against.
 	local, _ := o.Member(o.Local.ID)
 	leader, _ := o.Member(o.LeaderID)
-	if local.RaftTerm == 0 || local.RaftTerm != leader.RaftTerm {
+	if local.RaftTerm == 0 || local.RaftTerm != leader.RaftTerm || len(local.Errors) > 0 {
 		return
 	}
 	w.peers = peerProbe{at: now, members: slices.Clone(o.Members), cluster: o.ClusterID, localID: o.Local.ID, term: local.RaftTerm}
@@ -87,6 +93,7 @@ func (w *Watchdog) quickObserve(ctx context.Context, now time.Time, obs observat
 		return obs, false
 	}
 	obs.Local.Serving, obs.Local.IsLearner = true, false
+	obs.PeersProbedAt, obs.PeersReused = p.at, true
 	return obs, true
 }
 

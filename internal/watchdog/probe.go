@@ -33,12 +33,6 @@ type clients struct {
 	preferred string
 }
 
-// keepAliveEvery: an idle connection is pinged this often, so that one to
-// a vanished host is closed and the next probe of it fails fast. A peer's
-// connection idles between full probes (PeerProbeEvery): pinging it more
-// often than that costs more than a probe that waits its timeout.
-const keepAliveEvery = 30 * time.Second
-
 func newClients(tlsCfg *tls.Config, timeout time.Duration) *clients {
 	return &clients{tls: tlsCfg, timeout: timeout, byURL: map[string]*clientv3.Client{}}
 }
@@ -50,7 +44,7 @@ func (c *clients) get(url string) (*clientv3.Client, error) {
 		return cl, nil
 	}
 	cl, err := clientv3.New(clientv3.Config{Endpoints: []string{url}, DialTimeout: c.timeout, TLS: c.tls,
-		Logger: zap.NewNop(), DialKeepAliveTime: keepAliveEvery, DialKeepAliveTimeout: c.timeout, DialOptions: c.dialOptions})
+		Logger: zap.NewNop(), DialKeepAliveTime: 10 * time.Second, DialKeepAliveTimeout: c.timeout, DialOptions: c.dialOptions})
 	if err != nil {
 		return nil, err
 	}

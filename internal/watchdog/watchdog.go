@@ -263,6 +263,7 @@ func (w *Watchdog) observe(ctx context.Context, now time.Time, routine bool) obs
 		obs.Local.Serving = local.Serving
 	}
 	obs.ForeignEndpoints = uniq(foreign)
+	obs.PeersProbedAt = now
 	w.rememberProbe(now, obs)
 	w.classifyDataDir(ctx, &obs)
 	return obs
