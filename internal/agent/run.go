@@ -172,11 +172,10 @@ func runMember(ctx context.Context, c Config, id watchdog.Identity, env memberEn
 			log.Info("manual recovery requested", zap.String("action", req.Action), zap.Bool("dryRun", req.DryRun))
 		default:
 		}
-		if o.PeersReused {
-			if req == nil && r.Verdict.State == memberstate.Healthy {
-				return // nothing to decide; the healer, the prune and the steward see full observations only
-			}
-			// A step may follow: decide on every member probed now.
+		switch decideOn(r, req) {
+		case nothingToDecide:
+			return
+		case observeAfresh: // a step may follow: decide on every member probed now
 			r = pipe.assess(pipe.wd.Observe(ctx, time.Now()))
 			pipe.exportAll(ctx, r, false)
 		}
@@ -198,6 +197,30 @@ func runMember(ctx context.Context, c Config, id watchdog.Identity, env memberEn
 			log.Info("recovery outcome", zap.String("result", out.Result), zap.String("reason", string(out.Decision.Reason)), zap.Error(out.Err))
 		}
 	})
+}
+
+// What a poll's result is good for: the healer, the quarantine prune and
+// the steward see full observations only. A routine poll that reused the
+// other members' last probe (observation.PeersReused) and shows a healthy
+// member with no request has nothing to decide; one that shows anything
+// else is followed by a full observation, which they decide on.
+type useOfResult int
+
+const (
+	decideOnIt useOfResult = iota
+	nothingToDecide
+	observeAfresh
+)
+
+func decideOn(r memberstate.Result, req *plan.Request) useOfResult {
+	switch {
+	case !r.Observation.PeersReused:
+		return decideOnIt
+	case req == nil && r.Verdict.State == memberstate.Healthy:
+		return nothingToDecide
+	default:
+		return observeAfresh
+	}
 }
 
 // stillRequested re-reads the Node: a request is acted on only while its

@@ -61,3 +61,33 @@ func TestMetricsServerErrorsAreLogged(t *testing.T) {
 		<-time.After(5 * time.Millisecond) // poll
 	}
 }
+
+// The healer, the quarantine prune and the steward never decide on a
+// routine poll that reused the other members' last probe: a healthy one
+// needs no decision; anything else is decided on a full observation.
+func TestOnlyFullObservationsAreDecidedOn(t *testing.T) {
+	reused := func(state memberstate.State) memberstate.Result {
+		r := memberstate.Result{Verdict: memberstate.Verdict{State: state}}
+		r.Observation.PeersReused = true
+		return r
+	}
+	full := memberstate.Result{Verdict: memberstate.Verdict{State: memberstate.Healthy}}
+	manual := &plan.Request{Action: "rejoin"}
+	for _, c := range []struct {
+		name string
+		r    memberstate.Result
+		req  *plan.Request
+		want useOfResult
+	}{
+		{"full, healthy", full, nil, decideOnIt},
+		{"full, manual request", full, manual, decideOnIt},
+		{"reused, healthy", reused(memberstate.Healthy), nil, nothingToDecide},
+		{"reused, healthy, manual request", reused(memberstate.Healthy), manual, observeAfresh},
+		{"reused, degraded (data dir wiped under a serving member)", reused(memberstate.Degraded), nil, observeAfresh},
+		{"reused, lost", reused(memberstate.Lost), nil, observeAfresh},
+	} {
+		if got := decideOn(c.r, c.req); got != c.want {
+			t.Errorf("%s: %v, want %v", c.name, got, c.want)
+		}
+	}
+}

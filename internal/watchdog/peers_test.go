@@ -73,13 +73,10 @@ func TestRoutinePollsReuseThePeersProbeOnlyWhileEveryMemberServes(t *testing.T) 
 	if err != nil {
 		t.Fatal(err)
 	}
-	for deadline := time.Now().Add(10 * time.Second); ; {
-		if o = w.observeTimed(ctx, time.Now(), true); o.LeaderID == next {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("routine polls after the leader moved to %x name leader %x", next, o.LeaderID)
-		}
+	// The local member is in a new term: the first routine poll probes
+	// every member again, and names the new leader.
+	if o = w.observeTimed(ctx, time.Now(), true); o.LeaderID != next || o.PeersReused {
+		t.Fatalf("the first routine poll after the leader moved to %x names leader %x (reused probe: %v)", next, o.LeaderID, o.PeersReused)
 	}
 	if err := l.StopMember(peer.Name); err != nil {
 		t.Fatal(err)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/url"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -35,6 +36,12 @@ func (r *requestLog) take() []string {
 	out := r.sent
 	r.sent = nil
 	return out
+}
+
+// fullProbe: every member of a 3-member cluster was asked its Status and
+// a linearizable read.
+func fullProbe(sent []string) bool {
+	return countMethod(sent, "/etcdserverpb.Maintenance/Status") == 3 && countMethod(sent, "/etcdserverpb.KV/Range") == 3
 }
 
 func countMethod(sent []string, method string) int {
@@ -95,10 +102,10 @@ func TestARoutinePollOfAHealthyClusterIsOneMemberListThroughTheLocalMember(t *te
 	if len(reqs) != 1 || !strings.HasSuffix(reqs[0], local.Host+" /etcdserverpb.Cluster/MemberList") {
 		t.Fatalf("a routine poll within %s of a healthy full probe sent %q; want one member list to %s", every, reqs, local.Host)
 	}
-	if o.ServingVoters() != 3 || o.LeaderID == 0 || o.MemberListError != "" || o.Local.Match != observation.MatchOK || !o.Local.Serving {
+	if !o.PeersReused || !o.PeersProbedAt.Equal(t0) || o.ServingVoters() != 3 || o.LeaderID == 0 || o.MemberListError != "" || o.Local.Match != observation.MatchOK || !o.Local.Serving {
 		t.Fatalf("a routine poll must read as the healthy cluster: members %+v, leader %x, list error %q, local %+v", o.Members, o.LeaderID, o.MemberListError, o.Local)
 	}
-	if _, reqs = sent(t0.Add(every)); len(reqs) < 4 {
+	if o, reqs = sent(t0.Add(every)); !fullProbe(reqs) || o.PeersReused {
 		t.Fatalf("a routine poll %s after the full probe sent %q; want a full probe (every member)", every, reqs)
 	}
 
@@ -128,7 +135,7 @@ func TestARoutinePollOfAHealthyClusterIsOneMemberListThroughTheLocalMember(t *te
 		time.Sleep(200 * time.Millisecond)
 	}
 	o, reqs = sent(t1.Add(time.Second))
-	if len(reqs) < 4 || len(o.Members) != 4 {
+	if countMethod(reqs, "/etcdserverpb.Cluster/MemberList") < 2 || len(o.Members) != 4 || o.PeersReused {
 		t.Fatalf("after a learner was added a routine poll sent %q and saw %d members; want a full probe of all 4", reqs, len(o.Members))
 	}
 	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
@@ -164,7 +171,80 @@ func TestARoutinePollOfAHealthyClusterIsOneMemberListThroughTheLocalMember(t *te
 		t.Fatalf("a full probe with a NOSPACE alarm raised reports alarms %q after %q", o.Local.Alarms, reqs)
 	}
 	o, reqs = sent(t2.Add(every + time.Second))
-	if len(reqs) < 4 || len(o.Local.Alarms) != 1 {
+	if !fullProbe(reqs) || len(o.Local.Alarms) != 1 || o.PeersReused {
 		t.Fatalf("a routine poll after a probe that saw an alarm sent %q and reports alarms %q; want a full probe that reports it", reqs, o.Local.Alarms)
+	}
+}
+
+// A routine poll reuses the last probe only when the local member answers
+// as the member probed (rule 7), of the same cluster, in the same term,
+// with the same members; any difference, or a local member that no longer
+// answers, makes that same poll a full probe.
+func TestARoutinePollFallsBackToAFullProbeOnAnyDifference(t *testing.T) {
+	ctx := context.Background()
+	l := threeMemberLab(t)
+	n := l.Spec.Nodes[0]
+	w, err := New(Config{Identity: Identity{Name: n.Member, PeerURLs: []string{n.PeerURL}, ClientURL: n.ClientURL, DataDir: n.DataDir},
+		Endpoints: l.Spec.ClientURLs(), PollInterval: time.Hour, ProbeTimeout: 3 * time.Second, GracePeriod: time.Minute, PeerProbeEvery: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	var log requestLog
+	w.clients.dialOptions = []grpc.DialOption{grpc.WithChainUnaryInterceptor(log.interceptor)}
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		if o := w.observeTimed(ctx, time.Now(), true); o.ServingVoters() == 3 && !o.PeersReused && w.peers.members != nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("cluster not healthy")
+		}
+	}
+	healthy := w.peers
+	local := slices.IndexFunc(healthy.members, func(m observation.Member) bool { return m.ID == healthy.localID })
+	other := (local + 1) % len(healthy.members)
+	for _, c := range []struct {
+		name   string
+		tamper func(p *peerProbe)
+	}{
+		{"nothing differs", func(p *peerProbe) {}},
+		{"another member answers at the local URL", func(p *peerProbe) { p.localID++; p.members[local].ID++ }},
+		{"another cluster", func(p *peerProbe) { p.cluster++ }},
+		{"another term", func(p *peerProbe) { p.term-- }},
+		{"a member's peer URL", func(p *peerProbe) { p.members[other].PeerURLs = []string{"http://127.0.0.1:1"} }},
+		{"a member's client URL", func(p *peerProbe) { p.members[other].ClientURLs = []string{"http://127.0.0.1:1"} }},
+		{"a member's name", func(p *peerProbe) { p.members[other].Name += "x" }},
+		{"a member's role", func(p *peerProbe) { p.members[other].IsLearner = true }},
+		{"a member more", func(p *peerProbe) { p.members = append(p.members, observation.Member{ID: 1, Name: "x"}) }},
+		{"a member less", func(p *peerProbe) { p.members = slices.Delete(p.members, other, other+1) }},
+	} {
+		p := healthy
+		p.members = slices.Clone(healthy.members)
+		for i := range p.members {
+			p.members[i].PeerURLs, p.members[i].ClientURLs = slices.Clone(p.members[i].PeerURLs), slices.Clone(p.members[i].ClientURLs)
+		}
+		c.tamper(&p)
+		w.mu.Lock()
+		w.peers = p
+		w.mu.Unlock()
+		log.take()
+		o := w.observeTimed(ctx, p.at.Add(time.Second), true)
+		reqs := log.take()
+		if reused := c.name == "nothing differs"; o.PeersReused != reused || fullProbe(reqs) == reused {
+			t.Errorf("%s: the poll reused the probe: %v after %q; want %v", c.name, o.PeersReused, reqs, reused)
+		}
+		if o.ServingVoters() != 3 || o.Local.ID != healthy.localID {
+			t.Errorf("%s: the poll does not show the healthy cluster: %+v", c.name, o.Members)
+		}
+	}
+
+	// The local member stops: the same poll probes everyone and says so.
+	w.observeTimed(ctx, time.Now(), false)
+	if err := l.StopMember(n.Name); err != nil {
+		t.Fatal(err)
+	}
+	if o := w.observeTimed(ctx, time.Now(), true); o.PeersReused || o.Local.Serving || o.ServingVoters() != 2 {
+		t.Fatalf("a routine poll after the local member stopped: reused %v, local serving %v, %d serving; want a full probe that sees it down",
+			o.PeersReused, o.Local.Serving, o.ServingVoters())
 	}
 }
