@@ -6,6 +6,9 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/etcd-agent/etcd-agent/internal/lab/bench"
 )
 
 func execute(args ...string) (string, error) {
@@ -81,5 +84,21 @@ func TestInstallGateCopiesTheBinaryExecutable(t *testing.T) {
 	fi, err := os.Stat(filepath.Join(dir, "etcd-agent"))
 	if err != nil || fi.Mode().Perm()&0o111 == 0 || fi.Size() == 0 {
 		t.Fatalf("installed: %v %v (%s)", fi, err, out)
+	}
+}
+
+// `lab bench-scale` measures the agent at the product's timings: its
+// peer-probe interval is `run`'s default.
+func TestBenchScaleMeasuresAtTheProductsPeerProbeInterval(t *testing.T) {
+	f := newRunCmd(&globalFlags{}).Flags().Lookup("peer-probe-interval")
+	if f == nil {
+		t.Fatal("run has no --peer-probe-interval")
+	}
+	want, err := time.ParseDuration(bench.ProductPeerProbeInterval)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f.DefValue != want.String() {
+		t.Fatalf("run's --peer-probe-interval defaults to %s, bench-scale measures at %s", f.DefValue, want)
 	}
 }

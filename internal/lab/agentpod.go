@@ -27,6 +27,9 @@ const (
 	// LabNodeLostGrace: how long a worker must be NotReady with its node
 	// Lease unrenewed before the steward frees its members' places.
 	LabNodeLostGrace = "15s"
+	// LabPeerProbeInterval: how long a worker's routine polls reuse the
+	// peers' last probe: six polls, as the product's 30 s are at 5 s.
+	LabPeerProbeInterval = "6s"
 )
 
 // AgentManifest is the agent's static-pod manifest on a node.
@@ -58,7 +61,8 @@ func (l *Lab) agentArgs(n *Node) ([]string, error) {
 	if n.Worker {
 		// A management lab worker's agent serves the hosted etcd pods
 		// bound to its node.
-		args = append(args, "--member-source=pods", "--pod-selector=app="+HostedEtcdName, "--node-lost-grace="+LabNodeLostGrace)
+		args = append(args, "--member-source=pods", "--pod-selector=app="+HostedEtcdName, "--node-lost-grace="+LabNodeLostGrace,
+			"--peer-probe-interval="+LabPeerProbeInterval)
 	} else {
 		args = append(args, "--static-pod-manifest="+n.EtcdManifest(), "--endpoints="+strings.Join(l.Spec.ClientURLs(), ","))
 	}

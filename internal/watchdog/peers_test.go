@@ -106,4 +106,3 @@ func TestRoutinePollsReuseThePeersProbeOnlyWhileEveryMemberServes(t *testing.T) 
 		}
 	}
 }
-

@@ -26,8 +26,8 @@ type clients struct {
 	timeout time.Duration
 	// dialOptions are added to every client's (tests count requests).
 	dialOptions []grpc.DialOption
-	mu      sync.Mutex
-	byURL   map[string]*clientv3.Client
+	mu          sync.Mutex
+	byURL       map[string]*clientv3.Client
 	// preferred is the endpoint that last answered the member list: asked
 	// first, so a down local member does not cost a timeout every poll.
 	preferred string

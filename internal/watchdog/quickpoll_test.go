@@ -3,6 +3,7 @@ package watchdog
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/url"
 	"slices"
 	"strings"
@@ -246,5 +247,49 @@ func TestARoutinePollFallsBackToAFullProbeOnAnyDifference(t *testing.T) {
 	if o := w.observeTimed(ctx, time.Now(), true); o.PeersReused || o.Local.Serving || o.ServingVoters() != 2 {
 		t.Fatalf("a routine poll after the local member stopped: reused %v, local serving %v, %d serving; want a full probe that sees it down",
 			o.PeersReused, o.Local.Serving, o.ServingVoters())
+	}
+}
+
+// Only a probe that shows nothing amiss is reused: the local member's term
+// must be its leader's (the same term then means the same leader), and its
+// Status must list no error (no alarm it knows of, asked or not).
+func TestOnlyAHealthyProbeInOneTermIsRemembered(t *testing.T) {
+	w, err := New(Config{Identity: Identity{Name: "m1", PeerURLs: []string{"http://127.0.0.1:1"}, ClientURL: "http://127.0.0.1:2", DataDir: t.TempDir()},
+		PeerProbeEvery: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	member := func(id uint64, term uint64, leader bool) observation.Member {
+		return observation.Member{ID: id, Name: fmt.Sprintf("m%d", id), PeerURLs: []string{fmt.Sprintf("http://127.0.0.%d:1", id)},
+			ClientURLs: []string{fmt.Sprintf("http://127.0.0.%d:2", id)}, Serving: true, IsLeader: leader, RaftTerm: term}
+	}
+	healthy := func() observation.Observation {
+		return observation.Observation{ClusterID: 0xc1, LeaderID: 2, Members: []observation.Member{member(1, 7, false), member(2, 7, true), member(3, 7, false)},
+			Local: observation.Local{Match: observation.MatchOK, ID: 1, Serving: true}}
+	}
+	for _, c := range []struct {
+		name     string
+		tamper   func(o *observation.Observation)
+		remember bool
+	}{
+		{"healthy, one term", func(o *observation.Observation) {}, true},
+		{"the local member in another term than its leader", func(o *observation.Observation) { o.Members[0].RaftTerm = 8 }, false},
+		{"the local member's term unknown", func(o *observation.Observation) { o.Members[0].RaftTerm = 0 }, false},
+		{"the local Status lists an error (an alarm)", func(o *observation.Observation) { o.Members[0].Errors = []string{"memberID:1 alarm:NOSPACE"} }, false},
+		{"local alarms", func(o *observation.Observation) { o.Local.Alarms = []string{"NOSPACE"} }, false},
+		{"a peer not serving", func(o *observation.Observation) { o.Members[2].Serving = false }, false},
+		{"a learner", func(o *observation.Observation) { o.Members[2].IsLearner = true }, false},
+		{"no leader", func(o *observation.Observation) { o.LeaderID = 0 }, false},
+		{"a foreign answer", func(o *observation.Observation) { o.ForeignEndpoints = []string{"http://127.0.0.9:2"} }, false},
+		{"no member list", func(o *observation.Observation) { o.MemberListError = "no leader" }, false},
+		{"the local member not matched", func(o *observation.Observation) { o.Local.Match = observation.MatchAmbiguous }, false},
+	} {
+		o := healthy()
+		c.tamper(&o)
+		w.rememberProbe(time.Now(), o)
+		if got := w.peers.members != nil; got != c.remember {
+			t.Errorf("%s: remembered %v, want %v", c.name, got, c.remember)
+		}
 	}
 }

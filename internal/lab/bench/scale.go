@@ -65,13 +65,19 @@ func Scale(ctx context.Context, o ScaleOptions) ([]ScaleRow, error) {
 	return rows, nil
 }
 
+// ProductPeerProbeInterval is `etcd-agent run`'s default (a test in
+// cmd/etcd-agent keeps them one).
+const ProductPeerProbeInterval = "30s"
+
 func scaleOne(ctx context.Context, o ScaleOptions, k int) (ScaleRow, error) {
 	opts := o.Lab
 	opts.Dir = filepath.Join(o.Lab.Dir, fmt.Sprintf("scale-%d", k))
 	replicas := max(1, o.Replicas)
 	opts.Management, opts.Agents, opts.Nodes, opts.HostedClusters, opts.HostedReplicas = true, true, replicas, k, replicas
 	opts.PVsPerNode = k + 1
-	opts.AgentArgs = append(append([]string{}, opts.AgentArgs...), "--poll-interval="+o.PollInterval.String())
+	// The product's timings, not the lab's short ones.
+	opts.AgentArgs = append(append([]string{}, opts.AgentArgs...), "--poll-interval="+o.PollInterval.String(),
+		"--peer-probe-interval="+ProductPeerProbeInterval)
 	if o.ProfileDir != "" {
 		opts.AgentArgs = append(opts.AgentArgs, "--profiling")
 	}
@@ -202,7 +208,7 @@ func rssKiB(pid int) (int64, error) {
 // the largest count, and its extrapolation to 100 members.
 func printScale(out io.Writer, o ScaleOptions, rows []ScaleRow) {
 	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-	fmt.Fprintf(tw, "agent idle cost, --poll-interval=%s, %d-member clusters, CPU over %s\n", o.PollInterval, max(1, o.Replicas), o.Window)
+	fmt.Fprintf(tw, "agent idle cost, --poll-interval=%s, --peer-probe-interval=%s, %d-member clusters, CPU over %s\n", o.PollInterval, ProductPeerProbeInterval, max(1, o.Replicas), o.Window)
 	fmt.Fprintln(tw, "members\tCPU (% of a core)\tRSS (MiB)")
 	for _, r := range rows {
 		fmt.Fprintf(tw, "%d\t%.2f\t%.1f\n", r.Members, r.CPUPercent, r.RSSMiB)
