@@ -22,6 +22,7 @@ import (
 	"github.com/etcd-agent/etcd-agent/internal/pin"
 	"github.com/etcd-agent/etcd-agent/metrics"
 	"go.uber.org/zap"
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -375,14 +376,21 @@ func podStillRequested(ctx context.Context, kc kubernetes.Interface, ns, name st
 // gatedOn: the member's pod runs etcd through the start gate, reading
 // stateDir; only then may its pod be deleted to stop etcd.
 func gatedOn(pm membersource.PodMember, stateDir string) error {
+	return gateReads(membersource.Gate{Wrapped: pm.GateWrapped, StateDir: pm.GateStateDir, MemberSource: pm.GateMemberSource}, stateDir)
+}
+
+// gateReads: g is the start gate, for pods, reading stateDir on the node
+// ("": any state dir on the node, as for a pod that comes back on another
+// node, whose own agent checks the path).
+func gateReads(g membersource.Gate, stateDir string) error {
 	switch {
-	case !pm.GateWrapped:
+	case !g.Wrapped:
 		return errors.New("its etcd container does not run etcd through the start gate (etcd-agent gate --state-dir=... -- etcd ...)")
-	case pm.GateStateDir == "":
-		return fmt.Errorf("its start gate has no --state-dir; give it %s through a hostPath volume", stateDir)
-	case filepath.Clean(pm.GateStateDir) != filepath.Clean(stateDir):
-		return fmt.Errorf("its start gate reads %s, not this agent's %s", pm.GateStateDir, stateDir)
-	case pm.GateMemberSource != MemberSourcePods:
+	case g.StateDir == "":
+		return errors.New("its start gate has no --state-dir; give it the agent's member state dir through a hostPath volume")
+	case stateDir != "" && filepath.Clean(g.StateDir) != filepath.Clean(stateDir):
+		return fmt.Errorf("its start gate reads %s, not this agent's %s", g.StateDir, stateDir)
+	case g.MemberSource != MemberSourcePods:
 		// Without it a gate on a new node or claim, its cluster unreachable,
 		// would let etcd bootstrap under the member's old IDs.
 		return errors.New("its start gate lacks --member-source=pods (it must wait for the agent's word from the cluster's record before a first bootstrap)")
@@ -433,6 +441,19 @@ func (p *podMembers) stoppable(cur membersource.PodMember, stateDir string) erro
 	if err != nil {
 		return fmt.Errorf("read its StatefulSet %s: %w", owner.Name, err)
 	}
+	nm, err := membersource.FromPod(fromTemplate(pod, sts), p.vols, p.c.KubeletPodsDir)
+	if err != nil {
+		return fmt.Errorf("its StatefulSet %s's template: %w", sts.Name, err)
+	}
+	if err := gatedOn(nm, stateDir); err != nil {
+		return fmt.Errorf("its StatefulSet %s's template would re-create it so that %w", sts.Name, err)
+	}
+	return nil
+}
+
+// fromTemplate is pod as sts's template would re-create it (same name,
+// node and claims).
+func fromTemplate(pod *corev1.Pod, sts *appsv1.StatefulSet) *corev1.Pod {
 	next := pod.DeepCopy()
 	next.Spec = *sts.Spec.Template.Spec.DeepCopy()
 	next.Spec.NodeName = pod.Spec.NodeName
@@ -441,14 +462,33 @@ func (p *podMembers) stoppable(cur membersource.PodMember, stateDir string) erro
 			next.Spec.Volumes = append(next.Spec.Volumes, v)
 		}
 	}
-	nm, err := membersource.FromPod(next, p.vols, p.c.KubeletPodsDir)
+	return next
+}
+
+// templateUngated says why pod's StatefulSet would re-create it without
+// the start gate, for pods, on a node-local state dir ("" when it would
+// not, or nothing re-creates the pod); err: the StatefulSet could not be
+// read.
+func templateUngated(ctx context.Context, kc kubernetes.Interface, pod *corev1.Pod) (string, error) {
+	owner := metav1.GetControllerOf(pod)
+	if owner == nil || owner.Kind != "StatefulSet" {
+		return "", nil
+	}
+	sts, err := kc.AppsV1().StatefulSets(pod.Namespace).Get(ctx, owner.Name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return "", nil // nothing re-creates the pod
+	}
 	if err != nil {
-		return fmt.Errorf("its StatefulSet %s's template: %w", sts.Name, err)
+		return "", fmt.Errorf("read its StatefulSet %s: %w", owner.Name, err)
 	}
-	if err := gatedOn(nm, stateDir); err != nil {
-		return fmt.Errorf("its StatefulSet %s's template would re-create it so that %w", sts.Name, err)
+	g, err := membersource.GateOf(fromTemplate(pod, sts))
+	if err == nil {
+		err = gateReads(g, "")
 	}
-	return nil
+	if err != nil {
+		return fmt.Sprintf("its StatefulSet %s's template: %v", sts.Name, err), nil
+	}
+	return "", nil
 }
 
 // podDeleter deletes a member pod with its own grace period: the pod bound

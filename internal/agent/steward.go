@@ -271,6 +271,11 @@ func (s *steward) facts(ctx context.Context, r memberstate.Result, p *corev1.Pod
 		s.nodeLeases[p.Spec.NodeName] = seenValue{value: renewed, since: now}
 	}
 	in.NodeLeaseStaleFor = now.Sub(s.nodeLeases[p.Spec.NodeName].since)
+	// The pod comes back from its StatefulSet on a live node: its gate
+	// must hold etcd there until that node's agent prepared it.
+	if in.TemplateUngated, err = templateUngated(rctx, s.kc, p); err != nil {
+		return in, err
+	}
 	for _, v := range p.Spec.Volumes {
 		if v.PersistentVolumeClaim == nil {
 			continue

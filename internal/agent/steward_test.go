@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -9,6 +10,7 @@ import (
 	"github.com/etcd-agent/etcd-agent/internal/memberstate"
 	"github.com/etcd-agent/etcd-agent/internal/observation"
 	"go.uber.org/zap"
+	appsv1 "k8s.io/api/apps/v1"
 	coordv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -30,6 +32,10 @@ func stewardUnderTest(t *testing.T, objs ...any) (*steward, *time.Time) {
 			}
 		case *coordv1.Lease:
 			if _, err := kc.CoordinationV1().Leases(o.Namespace).Create(context.Background(), o, metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+		case *appsv1.StatefulSet:
+			if _, err := kc.AppsV1().StatefulSets(o.Namespace).Create(context.Background(), o, metav1.CreateOptions{}); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -113,3 +119,64 @@ func TestAPVIsNodeLocalByTheNodesLabels(t *testing.T) {
 		t.Fatal("another node's PV")
 	}
 }
+
+// The steward frees a member's place only when the pod's StatefulSet
+// re-creates it through the start gate, for pods, on a node-local state
+// dir: otherwise etcd would start on the new node before its agent
+// prepared it. The template is read without the pod's claim (gone after
+// the steward's third step).
+func TestTheStewardReadsWhetherTheStatefulSetRecreatesThePodGated(t *testing.T) {
+	etcd := []string{"etcd", "--name=$(POD_NAME)", "--data-dir=/var/lib/etcd",
+		"--initial-advertise-peer-urls=http://$(POD_IP):2380", "--advertise-client-urls=http://$(POD_IP):2379"}
+	gate := func(flags ...string) []string {
+		return append(append(append([]string{"/etcd-agent", "gate"}, flags...), "--"), etcd...)
+	}
+	sts := func(name string, command []string, stateOnClaim bool) *appsv1.StatefulSet {
+		vols := []corev1.Volume{{Name: "agent-state", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/var/lib/etcd-agent"}}}}
+		if stateOnClaim {
+			vols = nil
+		}
+		return &appsv1.StatefulSet{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "clusters-a"},
+			Spec: appsv1.StatefulSetSpec{Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{Volumes: vols, Containers: []corev1.Container{{Name: "etcd", Command: command,
+				Env:          []corev1.EnvVar{{Name: "POD_NAME", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.name"}}}, {Name: "POD_IP", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "status.podIP"}}}},
+				VolumeMounts: []corev1.VolumeMount{{Name: "data", MountPath: "/var/lib/etcd"}, {Name: "agent-state", MountPath: "/agent"}}}}}}}}
+	}
+	gated := gate("--member-source=pods", "--state-dir=/agent/members/clusters-a_$(POD_NAME)")
+	cases := []struct {
+		sts  *appsv1.StatefulSet
+		want string // "" = gated
+	}{
+		{sts("gated", gated, false), ""},
+		{sts("no-gate", etcd, false), "does not run etcd through the start gate"},
+		{sts("gate-for-static-pods", gate("--state-dir=/agent/members/clusters-a_$(POD_NAME)"), false), "lacks --member-source=pods"},
+		{sts("gate-without-state-dir", gate("--member-source=pods"), false), "no --state-dir"},
+		{sts("state-dir-on-a-claim", gate("--member-source=pods", "--state-dir=/var/lib/etcd/agent"), true), "is on PVC data"},
+	}
+	var objs []any
+	for _, c := range cases {
+		objs = append(objs, c.sts)
+	}
+	s, _ := stewardUnderTest(t, objs...)
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node3"}, Status: corev1.NodeStatus{Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionUnknown}}}}
+	if _, err := s.kc.CoreV1().Nodes().Create(context.Background(), node, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	r := memberstate.Result{Observation: observation.Observation{ClusterID: 0xc1, Members: []observation.Member{{ID: 3, Name: "etcd-2", PeerURLs: []string{"http://10.0.0.3:2380"}}}}}
+	for _, c := range append(cases, struct {
+		sts  *appsv1.StatefulSet
+		want string
+	}{&appsv1.StatefulSet{ObjectMeta: metav1.ObjectMeta{Name: "gone"}}, ""}) {
+		p := stuckPod()
+		p.OwnerReferences = []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "StatefulSet", Name: c.sts.Name, UID: "s1", Controller: ptrTo(true)}}
+		p.Spec.Volumes = []corev1.Volume{{Name: "data", VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "data-etcd-2"}}}}
+		in, err := s.facts(context.Background(), r, p)
+		if err != nil {
+			t.Fatalf("%s: %v", c.sts.Name, err)
+		}
+		if (in.TemplateUngated == "") != (c.want == "") || !strings.Contains(in.TemplateUngated, c.want) {
+			t.Errorf("StatefulSet %s: TemplateUngated %q, want %q", c.sts.Name, in.TemplateUngated, c.want)
+		}
+	}
+}
+
+func ptrTo[T any](v T) *T { return &v }

@@ -101,23 +101,67 @@ func FromPod(pod *corev1.Pod, vols Volumes, kubeletPodsDir string) (PodMember, e
 	}
 	pm.PVC, pm.PV, pm.PVCUID, pm.DataDirPerPod = vol.pvc, vol.pv, vol.pvcUID, vol.perPod
 	pm.Identity = watchdog.Identity{Name: m.Name, DataDir: dataDir, ClientURL: m.ClientURLs[0], PeerURLs: m.PeerURLs}
-	pm.GateWrapped = m.GateWrapped
 	if eps, ok := manifest.GateFlag(argv, "endpoints"); ok {
 		pm.Endpoints = manifest.SplitURLs(eps)
 	}
-	pm.GateMemberSource, _ = manifest.GateFlag(argv, "member-source")
-	if sd, ok := manifest.GateFlag(argv, "state-dir"); ok {
-		host, vol, err := r.hostPath(sd)
-		if err != nil {
-			return pm, fmt.Errorf("pod %s: the start gate's --state-dir %s: %w", pm.Key, sd, err)
-		}
-		if vol.pvc != "" {
-			return pm, fmt.Errorf("pod %s: the start gate's --state-dir %s is on PVC %s: it must be the node's (a hostPath), or it is lost with the data", pm.Key, sd, vol.pvc)
-		}
-		pm.GateStateDir = host
+	g, err := readGate(r, argv, m.GateWrapped, pm.Key)
+	if err != nil {
+		return pm, err
 	}
+	pm.GateWrapped, pm.GateStateDir, pm.GateMemberSource = g.Wrapped, g.StateDir, g.MemberSource
 	return pm, nil
 }
+
+// Gate is how a member pod starts etcd: through the agent's start gate
+// (Wrapped), reading StateDir on the node, with --member-source
+// MemberSource.
+type Gate struct {
+	Wrapped      bool
+	StateDir     string
+	MemberSource string
+}
+
+// GateOf reads only pod's start gate: it needs neither the pod's IP nor
+// its data dir's claim (the steward judges the template of a pod whose
+// claim it deleted).
+func GateOf(pod *corev1.Pod) (Gate, error) {
+	key := pod.Namespace + "/" + pod.Name
+	fields := manifest.PodFields{Name: pod.Name, Namespace: pod.Namespace, UID: string(pod.UID), NodeName: pod.Spec.NodeName,
+		ServiceAccount: pod.Spec.ServiceAccountName, PodIP: pod.Status.PodIP, HostIP: pod.Status.HostIP}
+	m, c, argv, err := manifest.MemberOfPod(pod, fields)
+	if err != nil {
+		return Gate{}, err
+	}
+	return readGate(resolver{pod: pod, c: c, vols: noClaims{}}, argv, m.GateWrapped, key)
+}
+
+// readGate reads the start gate's flags from the etcd container's argv;
+// its --state-dir must be on a hostPath volume.
+func readGate(r resolver, argv []string, wrapped bool, key string) (Gate, error) {
+	g := Gate{Wrapped: wrapped}
+	g.MemberSource, _ = manifest.GateFlag(argv, "member-source")
+	sd, ok := manifest.GateFlag(argv, "state-dir")
+	if !ok {
+		return g, nil
+	}
+	host, vol, err := r.hostPath(sd)
+	switch {
+	case errors.Is(err, errOnAClaim) || err == nil && vol.pvc != "":
+		return g, fmt.Errorf("pod %s: the start gate's --state-dir %s is on PVC %s: it must be the node's (a hostPath), or it is lost with the data", key, sd, vol.pvc)
+	case err != nil:
+		return g, fmt.Errorf("pod %s: the start gate's --state-dir %s: %w", key, sd, err)
+	}
+	g.StateDir = host
+	return g, nil
+}
+
+// noClaims answers no claim: GateOf needs only hostPath volumes.
+type noClaims struct{}
+
+var errOnAClaim = errors.New("on a claim")
+
+func (noClaims) PVC(string, string) (*corev1.PersistentVolumeClaim, error) { return nil, errOnAClaim }
+func (noClaims) PV(string) (*corev1.PersistentVolume, error)               { return nil, errOnAClaim }
 
 // ClusterOf names the etcd cluster of a member pod.
 func ClusterOf(pod *corev1.Pod) string {

@@ -34,6 +34,10 @@ const (
 	ReasonMemberServing Reason = "member-serving"
 	// ReasonStewardNotHealthy: the steward's own member is not healthy.
 	ReasonStewardNotHealthy Reason = "steward-not-healthy"
+	// ReasonNotGated: the member pod's StatefulSet would re-create it
+	// without the start gate (reading the agents' state dir, for pods):
+	// etcd would start on the new node before an agent prepared it.
+	ReasonNotGated Reason = "not-gated"
 )
 
 // StewardConfig is the steward's configuration.
@@ -82,6 +86,10 @@ type StewardInput struct {
 	// PV: the old PV; PVRetained: its reclaim policy is Retain.
 	PVExists   bool
 	PVRetained bool
+	// TemplateUngated says why the pod's StatefulSet would re-create it
+	// without the start gate ("" when it runs etcd through the gate, or
+	// nothing re-creates the pod).
+	TemplateUngated string
 }
 
 // DecideSteward says which step frees the target member's place now, or
@@ -117,6 +125,9 @@ func DecideSteward(in StewardInput, cfg StewardConfig) Decision {
 	}
 	if in.Local.State != memberstate.Healthy {
 		return refuse(ReasonStewardNotHealthy, "the steward's own member is "+string(in.Local.State)+": only an agent with a healthy member of the cluster acts for another")
+	}
+	if in.TemplateUngated != "" {
+		return refuse(ReasonNotGated, "the pod would come back on a live node without the start gate: "+in.TemplateUngated)
 	}
 	if quorumLost(o) {
 		return refuse(ReasonMajorityLost, fmt.Sprintf("%d of %d voters serve, quorum is %d (or no leader): restoring from a backup is a human's call",

@@ -60,6 +60,13 @@ func TestStewardFreesALostNodesMemberStepByStepAndRefusesOtherwise(t *testing.T)
 		{"NotReady for long but the member still serves (partitioned kubelet)", with(func(in *StewardInput) {
 			in.Obs = obs(voter(1, "etcd-0", true), voter(2, "etcd-1", true), voter(3, "etcd-2", true))
 		}), Refuse, ReasonMemberServing},
+		{"its StatefulSet would re-create it without the start gate: nothing is touched", with(func(in *StewardInput) { in.TemplateUngated = "no gate" }), Refuse, ReasonNotGated},
+		{"removed, but its StatefulSet lost the gate since: claim and pod stay", with(func(in *StewardInput) {
+			in.Obs = removed
+			in.RemovedMark = marked
+			in.PVRetained = true
+			in.TemplateUngated = "no gate"
+		}), Refuse, ReasonNotGated},
 		{"the steward's own member is not healthy", with(func(in *StewardInput) { in.Local = memberstate.Verdict{State: memberstate.Degraded} }), Refuse, ReasonStewardNotHealthy},
 		{"majority lost: never", with(func(in *StewardInput) {
 			in.Obs = obs(voter(1, "etcd-0", true), voter(2, "etcd-1", false), voter(3, "etcd-2", false))

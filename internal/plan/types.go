@@ -92,7 +92,7 @@ func RefusalReasons() []Reason {
 		ReasonAPIUnavailable, ReasonAmbiguousIdentity, ReasonMemberHealthy, ReasonDryRun, ReasonDiskFull,
 		ReasonBadRequest, ReasonNoSnapshotSource, ReasonForeignCluster, ReasonDataDirMountPoint,
 		// The steward's (DecideSteward), for a member on a lost node.
-		ReasonNodeReady, ReasonInGracePeriod, ReasonMemberServing, ReasonStewardNotHealthy}
+		ReasonNodeReady, ReasonInGracePeriod, ReasonMemberServing, ReasonStewardNotHealthy, ReasonNotGated}
 }
 
 // Request is a manual trigger (Node annotation or `etcd-agent recover`).
