@@ -452,43 +452,18 @@ func (p *podMembers) stoppable(cur membersource.PodMember, stateDir string) erro
 }
 
 // fromTemplate is pod as sts's template would re-create it (same name,
-// node and claims).
+// node and claims: the pod's volumes of sts's claim templates).
 func fromTemplate(pod *corev1.Pod, sts *appsv1.StatefulSet) *corev1.Pod {
 	next := pod.DeepCopy()
 	next.Spec = *sts.Spec.Template.Spec.DeepCopy()
 	next.Spec.NodeName = pod.Spec.NodeName
-	for _, v := range pod.Spec.Volumes { // the claim templates' volumes
-		if !slices.ContainsFunc(next.Spec.Volumes, func(x corev1.Volume) bool { return x.Name == v.Name }) {
+	for _, v := range pod.Spec.Volumes {
+		claimed := slices.ContainsFunc(sts.Spec.VolumeClaimTemplates, func(c corev1.PersistentVolumeClaim) bool { return c.Name == v.Name })
+		if claimed && !slices.ContainsFunc(next.Spec.Volumes, func(x corev1.Volume) bool { return x.Name == v.Name }) {
 			next.Spec.Volumes = append(next.Spec.Volumes, v)
 		}
 	}
 	return next
-}
-
-// templateUngated says why pod's StatefulSet would re-create it without
-// the start gate, for pods, on a node-local state dir ("" when it would
-// not, or nothing re-creates the pod); err: the StatefulSet could not be
-// read.
-func templateUngated(ctx context.Context, kc kubernetes.Interface, pod *corev1.Pod) (string, error) {
-	owner := metav1.GetControllerOf(pod)
-	if owner == nil || owner.Kind != "StatefulSet" {
-		return "", nil
-	}
-	sts, err := kc.AppsV1().StatefulSets(pod.Namespace).Get(ctx, owner.Name, metav1.GetOptions{})
-	if apierrors.IsNotFound(err) {
-		return "", nil // nothing re-creates the pod
-	}
-	if err != nil {
-		return "", fmt.Errorf("read its StatefulSet %s: %w", owner.Name, err)
-	}
-	g, err := membersource.GateOf(fromTemplate(pod, sts))
-	if err == nil {
-		err = gateReads(g, "")
-	}
-	if err != nil {
-		return fmt.Sprintf("its StatefulSet %s's template: %v", sts.Name, err), nil
-	}
-	return "", nil
 }
 
 // podDeleter deletes a member pod with its own grace period: the pod bound

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -14,7 +15,10 @@ import (
 	coordv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
 )
 
 // A fake API is enough here: what is tested is the steward's own
@@ -120,62 +124,97 @@ func TestAPVIsNodeLocalByTheNodesLabels(t *testing.T) {
 	}
 }
 
-// The steward frees a member's place only when the pod's StatefulSet
-// re-creates it through the start gate, for pods, on a node-local state
-// dir: otherwise etcd would start on the new node before its agent
-// prepared it. The template is read without the pod's claim (gone after
-// the steward's third step).
+// The steward frees a member's place only when the pod comes back through
+// the start gate, for pods, on a node-local state dir: the pod itself and
+// its own StatefulSet's template (the revision a rollout may re-create it
+// from) are gated. Otherwise etcd could start on the new node before its
+// agent prepared it. Nothing is read from the pod's claim (gone after the
+// steward's third step).
 func TestTheStewardReadsWhetherTheStatefulSetRecreatesThePodGated(t *testing.T) {
 	etcd := []string{"etcd", "--name=$(POD_NAME)", "--data-dir=/var/lib/etcd",
 		"--initial-advertise-peer-urls=http://$(POD_IP):2380", "--advertise-client-urls=http://$(POD_IP):2379"}
 	gate := func(flags ...string) []string {
 		return append(append(append([]string{"/etcd-agent", "gate"}, flags...), "--"), etcd...)
 	}
-	sts := func(name string, command []string, stateOnClaim bool) *appsv1.StatefulSet {
-		vols := []corev1.Volume{{Name: "agent-state", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/var/lib/etcd-agent"}}}}
+	gated := gate("--member-source=pods", "--state-dir=/agent/members/clusters-a_$(POD_NAME)")
+	container := func(command []string) corev1.Container {
+		return corev1.Container{Name: "etcd", Command: command,
+			Env: []corev1.EnvVar{{Name: "POD_NAME", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.name"}}},
+				{Name: "POD_IP", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "status.podIP"}}}},
+			VolumeMounts: []corev1.VolumeMount{{Name: "data", MountPath: "/var/lib/etcd"}, {Name: "agent-state", MountPath: "/agent"}}}
+	}
+	agentState := corev1.Volume{Name: "agent-state", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/var/lib/etcd-agent"}}}
+	claim := corev1.Volume{Name: "data", VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "data-etcd-2"}}}
+	sts := func(name, uid string, command []string, stateOnClaim bool) *appsv1.StatefulSet {
+		vols := []corev1.Volume{agentState}
 		if stateOnClaim {
 			vols = nil
 		}
-		return &appsv1.StatefulSet{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "clusters-a"},
-			Spec: appsv1.StatefulSetSpec{Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{Volumes: vols, Containers: []corev1.Container{{Name: "etcd", Command: command,
-				Env:          []corev1.EnvVar{{Name: "POD_NAME", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.name"}}}, {Name: "POD_IP", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "status.podIP"}}}},
-				VolumeMounts: []corev1.VolumeMount{{Name: "data", MountPath: "/var/lib/etcd"}, {Name: "agent-state", MountPath: "/agent"}}}}}}}}
+		return &appsv1.StatefulSet{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "clusters-a", UID: types.UID(uid)},
+			Spec: appsv1.StatefulSetSpec{VolumeClaimTemplates: []corev1.PersistentVolumeClaim{{ObjectMeta: metav1.ObjectMeta{Name: "data"}}},
+				Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{Volumes: vols, Containers: []corev1.Container{container(command)}}}}}
 	}
-	gated := gate("--member-source=pods", "--state-dir=/agent/members/clusters-a_$(POD_NAME)")
-	cases := []struct {
-		sts  *appsv1.StatefulSet
-		want string // "" = gated
-	}{
-		{sts("gated", gated, false), ""},
-		{sts("no-gate", etcd, false), "does not run etcd through the start gate"},
-		{sts("gate-for-static-pods", gate("--state-dir=/agent/members/clusters-a_$(POD_NAME)"), false), "lacks --member-source=pods"},
-		{sts("gate-without-state-dir", gate("--member-source=pods"), false), "no --state-dir"},
-		{sts("state-dir-on-a-claim", gate("--member-source=pods", "--state-dir=/var/lib/etcd/agent"), true), "is on PVC data"},
-	}
-	var objs []any
-	for _, c := range cases {
-		objs = append(objs, c.sts)
-	}
-	s, _ := stewardUnderTest(t, objs...)
+	rolling := sts("rolling", "u-rolling", gated, false)
+	rolling.Status.CurrentRevision, rolling.Status.UpdateRevision = "rolling-1", "rolling-2"
+	s, _ := stewardUnderTest(t, sts("gated", "u-gated", gated, false), sts("no-gate", "u-no-gate", etcd, false),
+		sts("gate-for-static-pods", "u-static", gate("--state-dir=/agent/members/clusters-a_$(POD_NAME)"), false),
+		sts("gate-without-state-dir", "u-nostate", gate("--member-source=pods"), false),
+		sts("state-dir-on-a-claim", "u-claim", gate("--member-source=pods", "--state-dir=/var/lib/etcd/agent"), true), rolling)
+	kc := s.kc.(*fake.Clientset)
+	kc.PrependReactor("get", "statefulsets", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		if a.(k8stesting.GetAction).GetName() == "unreadable" {
+			return true, nil, errors.New("the API is away")
+		}
+		return false, nil, nil
+	})
 	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node3"}, Status: corev1.NodeStatus{Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionUnknown}}}}
 	if _, err := s.kc.CoreV1().Nodes().Create(context.Background(), node, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	r := memberstate.Result{Observation: observation.Observation{ClusterID: 0xc1, Members: []observation.Member{{ID: 3, Name: "etcd-2", PeerURLs: []string{"http://10.0.0.3:2380"}}}}}
-	for _, c := range append(cases, struct {
-		sts  *appsv1.StatefulSet
-		want string
-	}{&appsv1.StatefulSet{ObjectMeta: metav1.ObjectMeta{Name: "gone"}}, ""}) {
+	owned := func(kind, apiVersion, name, uid string) []metav1.OwnerReference {
+		return []metav1.OwnerReference{{APIVersion: apiVersion, Kind: kind, Name: name, UID: types.UID(uid), Controller: ptrTo(true)}}
+	}
+	for _, c := range []struct {
+		name    string
+		owners  []metav1.OwnerReference
+		command []string // the pod's own
+		hash    string   // its controller-revision-hash
+		want    string   // "" = gated
+	}{
+		{"gated pod, gated template", owned("StatefulSet", "apps/v1", "gated", "u-gated"), gated, "", ""},
+		{"template without the gate", owned("StatefulSet", "apps/v1", "no-gate", "u-no-gate"), gated, "", "template: its etcd container does not run etcd through the start gate"},
+		{"template's gate for static pods", owned("StatefulSet", "apps/v1", "gate-for-static-pods", "u-static"), gated, "", "lacks --member-source=pods"},
+		{"template's gate without a state dir", owned("StatefulSet", "apps/v1", "gate-without-state-dir", "u-nostate"), gated, "", "no --state-dir"},
+		{"template's state dir on a claim", owned("StatefulSet", "apps/v1", "state-dir-on-a-claim", "u-claim"), gated, "", "is on PVC data"},
+		{"the pod itself without the gate (another revision may re-create it)", owned("StatefulSet", "apps/v1", "gated", "u-gated"), etcd, "", "the pod: its etcd container does not run etcd through the start gate"},
+		{"no controller", nil, gated, "", "no controller re-creates the pod"},
+		{"another kind of controller", owned("ReplicaSet", "apps/v1", "gated", "u-gated"), gated, "", "whose template the agent does not read"},
+		{"a StatefulSet of another API group", owned("StatefulSet", "apps.kruise.io/v1beta1", "gated", "u-gated"), gated, "", "whose template the agent does not read"},
+		{"a StatefulSet of that name that is not the pod's controller", owned("StatefulSet", "apps/v1", "gated", "u-old"), gated, "", "is not the pod's controller"},
+		{"its StatefulSet gone", owned("StatefulSet", "apps/v1", "gone", "u-gone"), gated, "", "is gone"},
+		{"a rollout, the pod of the current revision", owned("StatefulSet", "apps/v1", "rolling", "u-rolling"), gated, "rolling-1", ""},
+		{"a rollout, the pod of neither revision", owned("StatefulSet", "apps/v1", "rolling", "u-rolling"), gated, "rolling-0", "is rolling out"},
+	} {
 		p := stuckPod()
-		p.OwnerReferences = []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "StatefulSet", Name: c.sts.Name, UID: "s1", Controller: ptrTo(true)}}
-		p.Spec.Volumes = []corev1.Volume{{Name: "data", VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "data-etcd-2"}}}}
+		p.OwnerReferences = c.owners
+		p.Labels = map[string]string{appsv1.ControllerRevisionHashLabelKey: c.hash}
+		p.Spec.Containers = []corev1.Container{container(c.command)}
+		p.Spec.Volumes = []corev1.Volume{claim, agentState}
 		in, err := s.facts(context.Background(), r, p)
 		if err != nil {
-			t.Fatalf("%s: %v", c.sts.Name, err)
+			t.Fatalf("%s: %v", c.name, err)
 		}
 		if (in.TemplateUngated == "") != (c.want == "") || !strings.Contains(in.TemplateUngated, c.want) {
-			t.Errorf("StatefulSet %s: TemplateUngated %q, want %q", c.sts.Name, in.TemplateUngated, c.want)
+			t.Errorf("%s: TemplateUngated %q, want %q", c.name, in.TemplateUngated, c.want)
 		}
+	}
+	// A StatefulSet that cannot be read is no answer: the steward does
+	// not judge the pod.
+	p := stuckPod()
+	p.OwnerReferences = owned("StatefulSet", "apps/v1", "unreadable", "u-x")
+	if _, err := s.facts(context.Background(), r, p); err == nil {
+		t.Fatal("facts with an unreadable StatefulSet: no error")
 	}
 }
 

@@ -34,9 +34,10 @@ const (
 	ReasonMemberServing Reason = "member-serving"
 	// ReasonStewardNotHealthy: the steward's own member is not healthy.
 	ReasonStewardNotHealthy Reason = "steward-not-healthy"
-	// ReasonNotGated: the member pod's StatefulSet would re-create it
-	// without the start gate (reading the agents' state dir, for pods):
-	// etcd would start on the new node before an agent prepared it.
+	// ReasonNotGated: the member pod might come back without the start
+	// gate (for pods, on a node-local state dir), or from a controller
+	// whose template the agent does not read: etcd could start on the new
+	// node before an agent prepared it.
 	ReasonNotGated Reason = "not-gated"
 )
 
@@ -86,9 +87,9 @@ type StewardInput struct {
 	// PV: the old PV; PVRetained: its reclaim policy is Retain.
 	PVExists   bool
 	PVRetained bool
-	// TemplateUngated says why the pod's StatefulSet would re-create it
-	// without the start gate ("" when it runs etcd through the gate, or
-	// nothing re-creates the pod).
+	// TemplateUngated says why the pod might come back on a live node
+	// without the start gate ("" when its StatefulSet re-creates it
+	// through the gate).
 	TemplateUngated string
 }
 
@@ -127,7 +128,7 @@ func DecideSteward(in StewardInput, cfg StewardConfig) Decision {
 		return refuse(ReasonStewardNotHealthy, "the steward's own member is "+string(in.Local.State)+": only an agent with a healthy member of the cluster acts for another")
 	}
 	if in.TemplateUngated != "" {
-		return refuse(ReasonNotGated, "the pod would come back on a live node without the start gate: "+in.TemplateUngated)
+		return refuse(ReasonNotGated, "the pod might come back on a live node without the start gate holding etcd: "+in.TemplateUngated)
 	}
 	if quorumLost(o) {
 		return refuse(ReasonMajorityLost, fmt.Sprintf("%d of %d voters serve, quorum is %d (or no leader): restoring from a backup is a human's call",

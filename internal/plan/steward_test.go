@@ -67,6 +67,13 @@ func TestStewardFreesALostNodesMemberStepByStepAndRefusesOtherwise(t *testing.T)
 			in.PVRetained = true
 			in.TemplateUngated = "no gate"
 		}), Refuse, ReasonNotGated},
+		{"claim deleting, but the pod might come back ungated: the pod stays", with(func(in *StewardInput) {
+			in.Obs = removed
+			in.RemovedMark = marked
+			in.PVRetained = true
+			in.PVCDeleting = true
+			in.TemplateUngated = "rolling out"
+		}), Refuse, ReasonNotGated},
 		{"the steward's own member is not healthy", with(func(in *StewardInput) { in.Local = memberstate.Verdict{State: memberstate.Degraded} }), Refuse, ReasonStewardNotHealthy},
 		{"majority lost: never", with(func(in *StewardInput) {
 			in.Obs = obs(voter(1, "etcd-0", true), voter(2, "etcd-1", false), voter(3, "etcd-2", false))
