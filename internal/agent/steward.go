@@ -101,7 +101,9 @@ func (s *steward) leaseFor(clusterID uint64) (*lease.Lease, error) {
 // pods of the same cluster on nodes that are not Ready, and frees the
 // place of any whose node is lost.
 func (s *steward) consider(ctx context.Context, r memberstate.Result) {
-	if r.Verdict.State != memberstate.Healthy || r.Observation.ClusterID == 0 {
+	// A routine poll that reused the peers' last probe says nothing new
+	// about them: the steward judges full observations only.
+	if r.Observation.PeersReused || r.Verdict.State != memberstate.Healthy || r.Observation.ClusterID == 0 {
 		return
 	}
 	self := s.self()

@@ -219,3 +219,17 @@ func TestTheStewardReadsWhetherTheStatefulSetRecreatesThePodGated(t *testing.T) 
 }
 
 func ptrTo[T any](v T) *T { return &v }
+
+// The steward judges full observations only: a routine poll that reused
+// the peers' last probe says nothing new about them. (Its pod lister is
+// nil here: a steward that looked would fail.)
+func TestTheStewardIgnoresAReusedProbe(t *testing.T) {
+	s, _ := stewardUnderTest(t)
+	r := memberstate.Result{Observation: observation.Observation{ClusterID: 0xc1, PeersReused: true}, Verdict: memberstate.Verdict{State: memberstate.Healthy}}
+	defer func() {
+		if p := recover(); p != nil {
+			t.Fatalf("the steward looked at its cluster's pods on a reused probe: %v", p)
+		}
+	}()
+	s.consider(context.Background(), r)
+}

@@ -214,6 +214,13 @@ type Outcome struct {
 // back first is not the answer: the heal it blocked (and a manual request)
 // is considered again at once, on a fresh observation.
 func (h *Healer) Consider(ctx context.Context, res memberstate.Result, req *plan.Request) Outcome {
+	if res.Observation.PeersReused {
+		// A routine poll took the other members from an older probe
+		// (observation.PeersReused): the healer decides on every member
+		// probed now. (The agent observes afresh before it calls; this
+		// holds for any caller.)
+		res = h.obs.Observe(ctx, h.now())
+	}
 	out := h.consider(ctx, res, req)
 	if out.Result == journal.ResultSucceeded && out.Decision.Reason == plan.ReasonLearnerRolledBack && ctx.Err() == nil {
 		return h.consider(ctx, h.obs.Observe(ctx, h.now()), req)

@@ -20,6 +20,9 @@ import (
 // These are the only deletions the agent makes: each is logged, an Event
 // and counted.
 func (h *Healer) Housekeep(res memberstate.Result) {
+	if res.Observation.PeersReused {
+		return // its alarms and peers are an older probe's: prune on a full observation only
+	}
 	v := res.Verdict
 	if v.State != memberstate.Healthy || v.MajorityLost {
 		h.healthySince = time.Time{}
