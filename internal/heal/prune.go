@@ -20,10 +20,15 @@ import (
 // These are the only deletions the agent makes: each is logged, an Event
 // and counted.
 func (h *Healer) Housekeep(res memberstate.Result) {
-	if res.Observation.PeersReused {
-		return // its alarms and peers are an older probe's: prune on a full observation only
-	}
 	v := res.Verdict
+	if res.Observation.PeersReused {
+		// Its alarms and peers are an older probe's: it may end the
+		// healthy run, never start it or prune.
+		if v.State != memberstate.Healthy || v.MajorityLost {
+			h.healthySince = time.Time{}
+		}
+		return
+	}
 	if v.State != memberstate.Healthy || v.MajorityLost {
 		h.healthySince = time.Time{}
 		return

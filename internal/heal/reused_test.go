@@ -45,4 +45,9 @@ func TestTheHealerNeverDecidesOnAReusedProbe(t *testing.T) {
 	if h.healthySince.IsZero() {
 		t.Fatal("a full healthy observation does not start the prune's healthy run")
 	}
+	// A reused poll may still end the healthy run (never start it).
+	h.Housekeep(reused)
+	if !h.healthySince.IsZero() {
+		t.Fatal("an unhealthy reused observation did not end the prune's healthy run")
+	}
 }

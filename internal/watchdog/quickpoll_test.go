@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -237,6 +238,25 @@ func TestARoutinePollFallsBackToAFullProbeOnAnyDifference(t *testing.T) {
 		if o.ServingVoters() != 3 || o.Local.ID != healthy.localID {
 			t.Errorf("%s: the poll does not show the healthy cluster: %+v", c.name, o.Members)
 		}
+	}
+
+	// The local data dir goes (etcd still serves from open files): the
+	// poll is a full one, so no reused probe is ever an unhealthy member's.
+	if o := w.observeTimed(ctx, time.Now(), false); o.ServingVoters() != 3 || w.peers.members == nil {
+		t.Fatalf("cluster not healthy: %+v", o.Members)
+	}
+	aside := n.DataDir + ".aside"
+	if err := os.Rename(n.DataDir, aside); err != nil {
+		t.Fatal(err)
+	}
+	log.take()
+	o := w.observeTimed(ctx, time.Now(), true)
+	reqs := log.take()
+	if err := os.Rename(aside, n.DataDir); err != nil {
+		t.Fatal(err)
+	}
+	if o.PeersReused || !fullProbe(reqs) || o.Local.DataDirClass != "missing" {
+		t.Fatalf("a routine poll with the data dir gone: reused %v after %q, data dir %q; want a full probe that sees it missing", o.PeersReused, reqs, o.Local.DataDirClass)
 	}
 
 	// The local member stops: the same poll probes everyone and says so.

@@ -176,9 +176,13 @@ func (w *Watchdog) observe(ctx context.Context, now time.Time, routine bool) obs
 		obs.ClusterPinned = f() != 0
 	}
 	if routine {
+		// A reused probe is only ever a healthy member's: a data dir that
+		// is not usable makes it a full observation (one sample, every
+		// member probed), which the agent then decides on.
 		if q, ok := w.quickObserve(ctx, now, obs); ok {
-			w.classifyDataDir(ctx, &q)
-			return q
+			if w.classifyDataDir(ctx, &q); observation.DataDirUsable(q.Local.DataDirClass) {
+				return q
+			}
 		}
 	}
 	var foreign []string
