@@ -221,6 +221,7 @@ func (h *Healer) Consider(ctx context.Context, res memberstate.Result, req *plan
 		// holds for any caller.)
 		res = h.obs.Observe(ctx, h.now())
 	}
+	h.seen(res.Verdict)
 	out := h.consider(ctx, res, req)
 	if out.Result == journal.ResultSucceeded && out.Decision.Reason == plan.ReasonLearnerRolledBack && ctx.Err() == nil {
 		return h.consider(ctx, h.obs.Observe(ctx, h.now()), req)

@@ -11,6 +11,17 @@ import (
 	"go.uber.org/zap"
 )
 
+// seen ends the member's healthy run (the prune's clock) on a result that
+// is not healthy: any result the healer is handed, whatever it decides (a
+// refused recovery never reaches Housekeep).
+func (h *Healer) seen(v memberstate.Verdict) bool {
+	if v.State != memberstate.Healthy || v.MajorityLost {
+		h.healthySince = time.Time{}
+		return false
+	}
+	return true
+}
+
 // Housekeep enforces --quarantine-keep from the idle loop, on an
 // observation no recovery acted on: the member's copies (quarantined data
 // dirs, pre-change snapshots) beyond the newest QuarantineKeep of each kind
@@ -20,17 +31,9 @@ import (
 // These are the only deletions the agent makes: each is logged, an Event
 // and counted.
 func (h *Healer) Housekeep(res memberstate.Result) {
-	v := res.Verdict
-	if res.Observation.PeersReused {
-		// Its alarms and peers are an older probe's: it may end the
-		// healthy run, never start it or prune.
-		if v.State != memberstate.Healthy || v.MajorityLost {
-			h.healthySince = time.Time{}
-		}
-		return
-	}
-	if v.State != memberstate.Healthy || v.MajorityLost {
-		h.healthySince = time.Time{}
+	// A reused probe's alarms and peers are an older probe's: it may end
+	// the healthy run, never start it or prune.
+	if !h.seen(res.Verdict) || res.Observation.PeersReused {
 		return
 	}
 	if h.healthySince.IsZero() {

@@ -51,3 +51,28 @@ func TestTheHealerNeverDecidesOnAReusedProbe(t *testing.T) {
 		t.Fatal("an unhealthy reused observation did not end the prune's healthy run")
 	}
 }
+
+// The prune's healthy run ends on any result that is not healthy, also one
+// whose recovery was refused (a refusal never reaches Housekeep): a member
+// repaired by hand afterwards starts a new run.
+func TestARefusedUnhealthyResultEndsThePrunesHealthyRun(t *testing.T) {
+	dir := t.TempDir()
+	now := time.Now().UTC()
+	healthy := memberstate.Result{Observation: observation.Observation{At: now, ClusterID: 1}, Verdict: memberstate.Verdict{State: memberstate.Healthy}}
+	lost := memberstate.Result{Observation: observation.Observation{At: now, ClusterID: 1}, Verdict: memberstate.Verdict{State: memberstate.Lost}}
+	l := &freeLease{}
+	h := New(Config{Member: "node2", Node: "node2", StateDir: dir, QuarantineDir: dir,
+		Plan: plan.Config{AutoHeal: true, MaxLearnerLag: 1000}, RecoveryTimeout: time.Minute, QuarantinePruneAfter: time.Minute,
+		StepInterval: time.Millisecond, Log: zap.NewNop()},
+		sameObserver{lost}, func(uint64) (Lease, error) { return l, nil }, nil, nil, metrics.New())
+	h.Housekeep(healthy)
+	if h.healthySince.IsZero() {
+		t.Fatal("no healthy run started")
+	}
+	if out := h.Consider(context.Background(), lost, nil); out.Decision.Action != plan.Refuse {
+		t.Fatalf("want a refusal to decide on (the cluster shows no quorum), got %+v", out.Decision)
+	}
+	if !h.healthySince.IsZero() {
+		t.Fatal("a refused unhealthy result left the prune's healthy run going")
+	}
+}
