@@ -27,6 +27,10 @@ type reporter struct {
 	lastMajor  bool
 	lastCounts [2]int // voters, healthy voters in the last status written
 	decision   plan.Decision
+	// gauges are the state gauges last set: a poll that changes none of
+	// them sets none (each set is a labelled lookup, every poll, for
+	// every member an agent serves).
+	gauges *stateGauges
 	// statusErr is the last status file write error logged ("" after a success).
 	statusErr string
 }
@@ -55,7 +59,11 @@ func (r *reporter) export(res memberstate.Result, recovering bool) {
 		res.Verdict.State = memberstate.Recovering // shown as such; the healer decides on the tracker's own verdict
 	}
 	v, obs := res.Verdict, res.Observation
-	exportMetrics(r.metrics, r.member, obs, v.State, time.Since(obs.At))
+	if g := newStateGauges(obs, v.State); r.gauges == nil || *r.gauges != g {
+		exportMetrics(r.metrics, r.member, obs, v.State)
+		r.gauges = &g
+	}
+	exportPoll(r.metrics, r.member, obs, time.Since(obs.At))
 	if v.State != r.last.State || v.Reason != r.last.Reason {
 		lvl := r.log.Info
 		if v.State == memberstate.Lost || v.State == memberstate.Down || v.State == memberstate.Degraded {
@@ -108,25 +116,41 @@ func (r *reporter) writeStatus(rep Report) {
 	r.statusErr = msg
 }
 
-// exportMetrics sets the state metrics from one assessed observation; a
-// result taken mid-recovery shows state Recovering.
-func exportMetrics(m *metrics.Metrics, member string, obs observation.Observation, state memberstate.State, took time.Duration) {
-	for _, s := range memberstate.AllStates() {
-		m.MemberState.WithLabelValues(member, string(s)).Set(metrics.Bool(s == state))
-	}
-	for _, c := range localdisk.AllClasses() {
-		m.DataDirStatus.WithLabelValues(member, string(c)).Set(metrics.Bool(string(c) == obs.Local.DataDirClass))
-	}
+// stateGauges is what exportMetrics sets.
+type stateGauges struct {
+	state                   memberstate.State
+	dataDir                 string
+	voters, healthy, margin int
+}
+
+func newStateGauges(obs observation.Observation, state memberstate.State) stateGauges {
 	voters, healthy := obs.Voters(), obs.HealthyVoters()
-	m.VotingMembers.WithLabelValues(member).Set(float64(voters))
-	m.HealthyVotingMembers.WithLabelValues(member).Set(float64(healthy))
 	// With no member list the agent cannot count voters; it still knows no
 	// quorum answered, which is what the margin must say.
 	margin := healthy - memberstate.Quorum(voters)
 	if obs.MemberListError != "" {
 		margin = -1
 	}
-	m.QuorumMargin.WithLabelValues(member).Set(float64(margin))
+	return stateGauges{state: state, dataDir: obs.Local.DataDirClass, voters: voters, healthy: healthy, margin: margin}
+}
+
+// exportMetrics sets the state gauges from one assessed observation; a
+// result taken mid-recovery shows state Recovering.
+func exportMetrics(m *metrics.Metrics, member string, obs observation.Observation, state memberstate.State) {
+	g := newStateGauges(obs, state)
+	for _, s := range memberstate.AllStates() {
+		m.MemberState.WithLabelValues(member, string(s)).Set(metrics.Bool(s == state))
+	}
+	for _, c := range localdisk.AllClasses() {
+		m.DataDirStatus.WithLabelValues(member, string(c)).Set(metrics.Bool(string(c) == obs.Local.DataDirClass))
+	}
+	m.VotingMembers.WithLabelValues(member).Set(float64(g.voters))
+	m.HealthyVotingMembers.WithLabelValues(member).Set(float64(g.healthy))
+	m.QuorumMargin.WithLabelValues(member).Set(float64(g.margin))
+}
+
+// exportPoll records one poll: how long it took, and foreign answers.
+func exportPoll(m *metrics.Metrics, member string, obs observation.Observation, took time.Duration) {
 	m.ObservationDuration.WithLabelValues(member).Observe(took.Seconds())
 	for _, ep := range obs.ForeignEndpoints {
 		m.ForeignEndpointResponses.WithLabelValues(member, ep).Inc()

@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -8,17 +9,69 @@ import (
 	"github.com/etcd-agent/etcd-agent/internal/observation"
 	"github.com/etcd-agent/etcd-agent/metrics"
 	dto "github.com/prometheus/client_model/go"
+	"go.uber.org/zap"
 )
+
+// The state gauges are set only when one of them changes, and then follow
+// every change: a poll that changes nothing leaves them as they are.
+func TestStateGaugesFollowEveryChange(t *testing.T) {
+	m := metrics.New()
+	r := &reporter{log: zap.NewNop(), metrics: m, member: "node2", statusPath: filepath.Join(t.TempDir(), StatusFile)}
+	member := func(id uint64, serving bool) observation.Member {
+		return observation.Member{ID: id, Serving: serving}
+	}
+	healthy := observation.Observation{At: time.Now(), Members: []observation.Member{member(1, true), member(2, true), member(3, true)},
+		Local: observation.Local{ID: 1, Match: observation.MatchOK, Serving: true, DataDirClass: "ok"}}
+	peerDown := healthy
+	peerDown.Members = []observation.Member{member(1, true), member(2, true), member(3, false)}
+	wiped := healthy
+	wiped.Local.DataDirClass = "missing"
+	gauge := func(g interface {
+		Write(*dto.Metric) error
+	}) float64 {
+		var d dto.Metric
+		if err := g.Write(&d); err != nil {
+			t.Fatal(err)
+		}
+		return d.GetGauge().GetValue()
+	}
+	for i, c := range []struct {
+		obs     observation.Observation
+		state   memberstate.State
+		healthy float64
+		dataDir string
+	}{
+		{healthy, memberstate.Healthy, 3, "ok"},
+		{healthy, memberstate.Healthy, 3, "ok"},
+		{peerDown, memberstate.Healthy, 2, "ok"},
+		{wiped, memberstate.Lost, 2, "missing"},
+		{healthy, memberstate.Healthy, 3, "ok"},
+	} {
+		r.export(memberstate.Result{Observation: c.obs, Verdict: memberstate.Verdict{State: c.state}}, false)
+		if got := gauge(m.HealthyVotingMembers.WithLabelValues("node2")); got != c.healthy {
+			t.Errorf("poll %d: healthy voters %v, want %v", i, got, c.healthy)
+		}
+		for _, s := range memberstate.AllStates() {
+			if got, want := gauge(m.MemberState.WithLabelValues("node2", string(s))), metrics.Bool(s == c.state); got != want {
+				t.Errorf("poll %d: state %s = %v, want %v", i, s, got, want)
+			}
+		}
+		if got := gauge(m.DataDirStatus.WithLabelValues("node2", c.dataDir)); got != 1 {
+			t.Errorf("poll %d: data dir %s = %v, want 1", i, c.dataDir, got)
+		}
+	}
+}
 
 // Each observation in which an endpoint answered for another cluster counts
 // once for that endpoint.
 func TestForeignEndpointResponsesCounted(t *testing.T) {
 	m := metrics.New()
 	obs := observation.Observation{ForeignEndpoints: []string{"http://10.0.0.99:2379"}}
+	r := &reporter{log: zap.NewNop(), metrics: m, member: "node2", statusPath: filepath.Join(t.TempDir(), StatusFile)}
 	for range 2 {
-		exportMetrics(m, "node2", obs, memberstate.Healthy, time.Millisecond)
+		r.export(memberstate.Result{Observation: obs, Verdict: memberstate.Verdict{State: memberstate.Healthy}}, false)
 	}
-	exportMetrics(m, "node2", observation.Observation{}, memberstate.Healthy, time.Millisecond)
+	r.export(memberstate.Result{Verdict: memberstate.Verdict{State: memberstate.Healthy}}, false)
 	var d dto.Metric
 	if err := m.ForeignEndpointResponses.WithLabelValues("node2", "http://10.0.0.99:2379").Write(&d); err != nil {
 		t.Fatal(err)

@@ -1,34 +1,28 @@
 package watchdog
 
 import (
-	"context"
 	"slices"
 	"time"
 
 	"github.com/etcd-agent/etcd-agent/internal/observation"
-	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.uber.org/zap"
 )
 
 // peerProbe is the last full probe of a healthy cluster: a routine poll
-// (Run) within PeerProbeEvery of it asks the local member one linearizable
-// member list and takes the other members' state from here. An agent
-// serving many members spends most of its CPU on gRPC requests, one unit
-// per request, and in a healthy cluster the peers' state changes rarely.
-// What the agent acts on never comes from here: the healer and the steward
-// observe afresh, with Observe, before every step.
+// (Run) within PeerProbeEvery of it takes every member's state from here,
+// without a request, while each member's liveness stream (liveness) stays
+// open. An agent serving many members spends most of its CPU on gRPC
+// requests, one unit per request, and in a healthy cluster the members'
+// state changes rarely. What the agent acts on never comes from here: the
+// healer and the steward observe afresh, with Observe, before every step.
 type peerProbe struct {
 	at      time.Time
 	members []observation.Member // in the observation's order
 	cluster uint64
 	localID uint64
-	// term is the local member's term in that probe (etcd's term of its
-	// last applied entry), which was the leader's: raft elects at most one
-	// leader per term, and a linearizable read is answered only once the
-	// member applied past its read index, which a new leader's term
-	// reaches. So the same term in a routine poll means the same leader,
-	// except in one race etcd leaves open (a read answered while the
-	// member stores its applied index but not yet its term): one poll may
-	// then name the old leader. Reported only; nothing acts on it.
+	// term is the local member's term in that probe, which was the
+	// leader's: the leader a reused probe names led that term; a new
+	// election shows at the next full probe (reported only).
 	term uint64
 }
 
@@ -60,14 +54,12 @@ func (w *Watchdog) rememberProbe(now time.Time, o observation.Observation) {
 	w.peers = peerProbe{at: now, members: slices.Clone(o.Members), cluster: o.ClusterID, localID: o.Local.ID, term: local.RaftTerm}
 }
 
-// quickObserve is a routine poll from the last full probe and one request
-// to the local member: a linearizable member list, which answers only
-// through a leader with a quorum (so the member serves), names who answers
-// (rule 7), and shows the membership and the term as they are now. ok is
-// false (a full observation is due) when that probe is stale or gone, or
-// the answer is not the same serving member of the same cluster, in the
-// same term, with the same members.
-func (w *Watchdog) quickObserve(ctx context.Context, now time.Time, obs observation.Observation) (observation.Observation, bool) {
+// quickObserve is a routine poll from the last full probe, with no
+// request: every member of that probe still has its liveness stream open
+// (so none exited, lost its connection or its leader since) and the local
+// member's connection is ready. ok is false (a full observation is due)
+// when that probe is stale or gone, or any stream ended.
+func (w *Watchdog) quickObserve(now time.Time, obs observation.Observation) (observation.Observation, bool) {
 	w.mu.Lock()
 	p := w.peers
 	w.mu.Unlock()
@@ -76,17 +68,12 @@ func (w *Watchdog) quickObserve(ctx context.Context, now time.Time, obs observat
 	}
 	li := slices.IndexFunc(p.members, func(m observation.Member) bool { return m.ID == p.localID })
 	url := obs.Local.ClientURL
-	if li < 0 || len(p.members[li].ClientURLs) == 0 || p.members[li].ClientURLs[0] != url || !w.clients.connected(url) {
-		return obs, false
-	}
-	var foreign []string
-	resp, _, err := w.clients.memberList(ctx, []string{url}, true, p.cluster, &foreign)
-	if err != nil || resp.Header.MemberId != p.localID || resp.Header.ClusterId != p.cluster ||
-		resp.Header.RaftTerm != p.term || !sameMembers(p.members, resp.Members) {
+	if li < 0 || len(p.members[li].ClientURLs) == 0 || p.members[li].ClientURLs[0] != url || !w.clients.connected(url) || !w.live.intact(p.members) {
 		return obs, false
 	}
 	obs.Members, obs.ClusterID, obs.PinnedClusterID = slices.Clone(p.members), p.cluster, w.pin()
-	obs.Local.AnsweringID, obs.Local.AnsweringClusterID = resp.Header.MemberId, resp.Header.ClusterId
+	// Who answers at the local URL (rule 7) is who answered its stream.
+	obs.Local.AnsweringID, obs.Local.AnsweringClusterID = p.localID, p.cluster
 	obs.LeaderID = observation.Leader(obs.Members)
 	observation.MatchLocal(&obs)
 	if obs.Local.Match != observation.MatchOK || obs.Local.ID != p.localID {
@@ -97,21 +84,22 @@ func (w *Watchdog) quickObserve(ctx context.Context, now time.Time, obs observat
 	return obs, true
 }
 
-// sameMembers: the list names exactly the probed members, each with the
-// same name, URLs and role.
-func sameMembers(probed []observation.Member, list []*pb.Member) bool {
-	if len(probed) != len(list) {
-		return false
+// watchLiveness opens the liveness streams of a remembered probe's
+// members (those not open yet); a member whose stream does not open
+// makes the probe forgotten, so the next routine poll is a full one.
+func (w *Watchdog) watchLiveness() {
+	w.mu.Lock()
+	p := w.peers
+	w.mu.Unlock()
+	if p.members == nil {
+		return
 	}
-	for _, l := range list {
-		i := slices.IndexFunc(probed, func(m observation.Member) bool { return m.ID == l.ID })
-		if i < 0 {
-			return false
+	if err := w.live.ensure(w.clients, p.members, p.cluster, w.cfg.ProbeTimeout); err != nil {
+		w.cfg.Log.Debug("liveness streams not all open; the next poll probes every member", zap.Error(err))
+		w.mu.Lock()
+		if w.peers.at.Equal(p.at) {
+			w.peers = peerProbe{}
 		}
-		m := probed[i]
-		if m.Name != l.Name || m.IsLearner != l.IsLearner || !slices.Equal(m.PeerURLs, l.PeerURLs) || !slices.Equal(m.ClientURLs, l.ClientURLs) {
-			return false
-		}
+		w.mu.Unlock()
 	}
-	return true
 }

@@ -9,12 +9,13 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
-// Routine polls (Run) of a healthy cluster ask only the local member and
-// reuse the other members' last probe; a stopped peer is then seen at the
-// next full probe (PeerProbeEvery, or any Observe: what the healer and the
-// steward act on), and while any member does not serve every routine poll
-// probes them all. A reused probe never makes a member look lost.
-func TestRoutinePollsReuseThePeersProbeOnlyWhileEveryMemberServes(t *testing.T) {
+// Routine polls (Run) of a healthy cluster reuse the last full probe
+// while every member's liveness stream stays open. A leadership move
+// keeps every member with a leader, so it shows at the next full probe
+// (reported only: the healer and the steward act on full observations);
+// a peer that stops ends its stream, and the next routine poll probes
+// every member, as every poll does until all serve again.
+func TestRoutinePollsReuseTheLastProbeOnlyWhileEveryMemberIsLive(t *testing.T) {
 	ctx := context.Background()
 	l := threeMemberLab(t)
 	n, peer := l.Spec.Nodes[0], l.Spec.Nodes[2]
@@ -73,22 +74,30 @@ func TestRoutinePollsReuseThePeersProbeOnlyWhileEveryMemberServes(t *testing.T) 
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The local member is in a new term: the first routine poll probes
-	// every member again, and names the new leader.
-	if o = w.observeTimed(ctx, time.Now(), true); o.LeaderID != next || o.PeersReused {
-		t.Fatalf("the first routine poll after the leader moved to %x names leader %x (reused probe: %v)", next, o.LeaderID, o.PeersReused)
+	// Every member keeps a leader through the move: the routine poll
+	// reuses the probe, naming the leader it saw; a full observation names
+	// the new one, and the routine polls after it do.
+	if o = w.observeTimed(ctx, time.Now(), true); !o.PeersReused || o.LeaderID != leader {
+		t.Fatalf("the first routine poll after the leader moved: reused %v, leader %x; want the probe reused, naming %x", o.PeersReused, o.LeaderID, leader)
+	}
+	if o = w.Observe(ctx, time.Now()); o.LeaderID != next {
+		t.Fatalf("a full observation after the leader moved to %x names %x", next, o.LeaderID)
+	}
+	if o = w.observeTimed(ctx, time.Now(), true); !o.PeersReused || o.LeaderID != next {
+		t.Fatalf("a routine poll after that full observation: reused %v, leader %x; want %x", o.PeersReused, o.LeaderID, next)
+	}
+	for len(w.live.ended) > 0 {
+		<-w.live.ended
 	}
 	if err := l.StopMember(peer.Name); err != nil {
 		t.Fatal(err)
 	}
-	if o = w.observeTimed(ctx, time.Now(), true); !serving(o, peer.Member) {
-		t.Fatalf("a routine poll within PeerProbeEvery probed %s again (want its last probe reused)", peer.Member)
+	waitEnded(t, w, 10*time.Second, "peer stopped")
+	if o = w.observeTimed(ctx, time.Now(), true); o.PeersReused || serving(o, peer.Member) {
+		t.Fatalf("a routine poll after %s stopped: reused %v, it serves %v; want a full probe that sees it down", peer.Member, o.PeersReused, serving(o, peer.Member))
 	}
 	if o.LeaderID == 0 || o.MemberListError != "" || o.Local.Match != observation.MatchOK || !o.Local.Serving {
-		t.Fatalf("a routine poll from the last probe must read as that healthy cluster: leader %x, list error %q, local %+v", o.LeaderID, o.MemberListError, o.Local)
-	}
-	if o = w.Observe(ctx, time.Now()); serving(o, peer.Member) {
-		t.Fatalf("a full observation says the stopped %s serves", peer.Member)
+		t.Fatalf("the cluster keeps its quorum: leader %x, list error %q, local %+v", o.LeaderID, o.MemberListError, o.Local)
 	}
 	// The last full probe saw a member not serving: routine polls probe
 	// everyone until all serve again.

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/url"
 	"os"
 	"slices"
 	"strings"
@@ -32,6 +31,19 @@ func (r *requestLog) interceptor(ctx context.Context, method string, req, reply 
 	return invoker(ctx, method, req, reply, cc, opts...)
 }
 
+func (r *requestLog) streamInterceptor(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+	r.mu.Lock()
+	r.sent = append(r.sent, cc.Target()+" "+method)
+	r.mu.Unlock()
+	return streamer(ctx, desc, cc, method, opts...)
+}
+
+func (r *requestLog) dialOptions() []grpc.DialOption {
+	return []grpc.DialOption{grpc.WithChainUnaryInterceptor(r.interceptor), grpc.WithChainStreamInterceptor(r.streamInterceptor)}
+}
+
+const watchMethod = "/etcdserverpb.Watch/Watch"
+
 func (r *requestLog) take() []string {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -56,13 +68,14 @@ func countMethod(sent []string, method string) int {
 	return n
 }
 
-// A routine poll of a healthy cluster is one request: a linearizable
-// member list through the local member, which only a leader with a quorum
-// answers. It stays one request until the reused probe is
-// --peer-probe-interval old; a new member (a learner) or an alarm makes
-// every poll a full probe. A full probe asks for alarms only when a
-// member's Status lists any.
-func TestARoutinePollOfAHealthyClusterIsOneMemberListThroughTheLocalMember(t *testing.T) {
+// A routine poll of a healthy cluster sends nothing while every member's
+// liveness stream stays open: the full probe opens one require-leader
+// watch stream per member, once, and the polls reuse that probe until it
+// is --peer-probe-interval old. A change of membership (a learner) shows
+// at the next full probe, after which every poll is a full probe while
+// the learner is there; an alarm likewise. A full probe asks for alarms
+// only when a member's Status lists any.
+func TestARoutinePollOfALiveHealthyClusterSendsNothing(t *testing.T) {
 	ctx := context.Background()
 	l := threeMemberLab(t)
 	n := l.Spec.Nodes[0]
@@ -74,44 +87,47 @@ func TestARoutinePollOfAHealthyClusterIsOneMemberListThroughTheLocalMember(t *te
 	}
 	defer w.Close()
 	var log requestLog
-	w.clients.dialOptions = []grpc.DialOption{grpc.WithChainUnaryInterceptor(log.interceptor)}
-	local, err := url.Parse(n.ClientURL)
-	if err != nil {
-		t.Fatal(err)
-	}
+	w.clients.dialOptions = log.dialOptions()
 
 	// A full probe of the healthy cluster, at t0.
 	var o observation.Observation
 	var t0 time.Time
+	var reqs []string
 	for deadline := time.Now().Add(30 * time.Second); ; {
 		t0 = time.Now()
-		if o = w.observeTimed(ctx, t0, true); o.ServingVoters() == 3 && o.LeaderID != 0 {
+		if o = w.observeTimed(ctx, t0, true); o.ServingVoters() == 3 && o.LeaderID != 0 && !o.PeersReused {
 			break
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("cluster not healthy: %+v", o.Members)
 		}
 	}
-	if got := countMethod(log.take(), "/etcdserverpb.Maintenance/Alarm"); got != 0 {
+	reqs = log.take()
+	if got := countMethod(reqs, "/etcdserverpb.Maintenance/Alarm"); got != 0 {
 		t.Fatalf("a full probe of a cluster without alarms asked for alarms %d times", got)
+	}
+	if got := countMethod(reqs, watchMethod); got != 3 {
+		t.Fatalf("the healthy full probe opened %d liveness streams; want one per member (3)", got)
 	}
 
 	sent := func(at time.Time) (observation.Observation, []string) {
 		o := w.observeTimed(ctx, at, true)
 		return o, log.take()
 	}
-	o, reqs := sent(t0.Add(every - time.Millisecond))
-	if len(reqs) != 1 || !strings.HasSuffix(reqs[0], local.Host+" /etcdserverpb.Cluster/MemberList") {
-		t.Fatalf("a routine poll within %s of a healthy full probe sent %q; want one member list to %s", every, reqs, local.Host)
+	o, reqs = sent(t0.Add(every - time.Millisecond))
+	if len(reqs) != 0 {
+		t.Fatalf("a routine poll within %s of a healthy full probe sent %q; want nothing", every, reqs)
 	}
-	if !o.PeersReused || !o.PeersProbedAt.Equal(t0) || o.ServingVoters() != 3 || o.LeaderID == 0 || o.MemberListError != "" || o.Local.Match != observation.MatchOK || !o.Local.Serving {
+	if !o.PeersReused || !o.PeersProbedAt.Equal(t0) || o.ServingVoters() != 3 || o.LeaderID == 0 || o.MemberListError != "" ||
+		o.Local.Match != observation.MatchOK || !o.Local.Serving || o.Local.AnsweringID != o.Local.ID {
 		t.Fatalf("a routine poll must read as the healthy cluster: members %+v, leader %x, list error %q, local %+v", o.Members, o.LeaderID, o.MemberListError, o.Local)
 	}
-	if o, reqs = sent(t0.Add(every)); !fullProbe(reqs) || o.PeersReused {
-		t.Fatalf("a routine poll %s after the full probe sent %q; want a full probe (every member)", every, reqs)
+	if o, reqs = sent(t0.Add(every)); !fullProbe(reqs) || o.PeersReused || countMethod(reqs, watchMethod) != 0 {
+		t.Fatalf("a routine poll %s after the full probe sent %q; want a full probe (every member) and no new stream", every, reqs)
 	}
 
-	// A new member: the list differs, so the poll probes everyone.
+	// A new member: the next full probe sees it, and no poll reuses a
+	// probe with a learner.
 	cli, err := clientv3.New(clientv3.Config{Endpoints: l.Spec.ClientURLs(), DialTimeout: 5 * time.Second})
 	if err != nil {
 		t.Fatal(err)
@@ -136,9 +152,11 @@ func TestARoutinePollOfAHealthyClusterIsOneMemberListThroughTheLocalMember(t *te
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-	o, reqs = sent(t1.Add(time.Second))
-	if countMethod(reqs, "/etcdserverpb.Cluster/MemberList") < 2 || len(o.Members) != 4 || o.PeersReused {
-		t.Fatalf("after a learner was added a routine poll sent %q and saw %d members; want a full probe of all 4", reqs, len(o.Members))
+	if o, reqs = sent(t1.Add(every)); len(o.Members) != 4 || o.PeersReused {
+		t.Fatalf("the full probe after a learner was added sent %q and saw %d members; want all 4", reqs, len(o.Members))
+	}
+	if o, reqs = sent(t1.Add(every + time.Second)); !fullProbe(reqs) || len(o.Members) != 4 || o.PeersReused {
+		t.Fatalf("a routine poll while a learner is there sent %q and saw %d members; want a full probe of all 4", reqs, len(o.Members))
 	}
 	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	_, err = cli.MemberRemove(rctx, added.Member.ID)
@@ -178,11 +196,40 @@ func TestARoutinePollOfAHealthyClusterIsOneMemberListThroughTheLocalMember(t *te
 	}
 }
 
-// A routine poll reuses the last probe only when the local member answers
-// as the member probed (rule 7), of the same cluster, in the same term,
-// with the same members; any difference, or a local member that no longer
-// answers, makes that same poll a full probe.
-func TestARoutinePollFallsBackToAFullProbeOnAnyDifference(t *testing.T) {
+// waitEnded waits (bounded) for a liveness stream to end.
+func waitEnded(t *testing.T, w *Watchdog, within time.Duration, what string) {
+	t.Helper()
+	select {
+	case <-w.live.ended:
+	case <-time.After(within):
+		t.Fatalf("%s: no liveness stream ended within %s", what, within)
+	}
+}
+
+// healthyProbe polls until a full probe of the healthy cluster is
+// remembered.
+func healthyProbe(t *testing.T, w *Watchdog) {
+	t.Helper()
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		w.mu.Lock()
+		w.peers = peerProbe{}
+		w.mu.Unlock()
+		if o := w.observeTimed(context.Background(), time.Now(), true); o.ServingVoters() == 3 && w.peers.members != nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("cluster not healthy")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// A member that exits, or loses its leader, ends its liveness stream: Run
+// observes at once (not at its next tick), and that poll, and every one
+// until a full probe of a healthy cluster, probes every member. So does
+// a local data dir that goes. A stream answered by another member or
+// cluster than the one probed is not opened (rule 7).
+func TestAnEndedLivenessStreamMakesTheNextPollAFullProbe(t *testing.T) {
 	ctx := context.Background()
 	l := threeMemberLab(t)
 	n := l.Spec.Nodes[0]
@@ -193,58 +240,84 @@ func TestARoutinePollFallsBackToAFullProbeOnAnyDifference(t *testing.T) {
 	}
 	defer w.Close()
 	var log requestLog
-	w.clients.dialOptions = []grpc.DialOption{grpc.WithChainUnaryInterceptor(log.interceptor)}
-	for deadline := time.Now().Add(30 * time.Second); ; {
-		if o := w.observeTimed(ctx, time.Now(), true); o.ServingVoters() == 3 && !o.PeersReused && w.peers.members != nil {
-			break
+	w.clients.dialOptions = log.dialOptions()
+	healthyProbe(t, w)
+
+	// Rule 7: a stream is kept only when the member probed answers it.
+	p := w.peers
+	li := slices.IndexFunc(p.members, func(m observation.Member) bool { return m.ID == p.localID })
+	if _, err := w.live.open(w.clients, p.localID+1, n.ClientURL, p.cluster, time.Second); err == nil {
+		t.Fatal("a liveness stream answered by another member was opened")
+	}
+	if _, err := w.live.open(w.clients, p.localID, n.ClientURL, p.cluster+1, time.Second); err == nil {
+		t.Fatal("a liveness stream answered for another cluster was opened")
+	}
+	if li < 0 {
+		t.Fatal("the local member is not in the probe")
+	}
+
+	// A peer exits: Run (polling hourly) observes at once.
+	rctx, stop := context.WithCancel(ctx)
+	defer stop()
+	seen := make(chan observation.Observation, 16)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = w.Run(rctx, func(o observation.Observation) { seen <- o })
+	}()
+	if o := <-seen; !o.PeersReused {
+		t.Fatalf("Run's first poll, right after a healthy full probe, did not reuse it: %+v", o.Members)
+	}
+	log.take()
+	if err := l.StopMember(l.Spec.Nodes[2].Name); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case o := <-seen:
+		// (2 serve, or fewer while the two left elect a leader)
+		if reqs := log.take(); o.PeersReused || o.ServingVoters() > 2 || countMethod(reqs, "/etcdserverpb.Maintenance/Status") < 2 {
+			t.Fatalf("Run's poll after a peer exited: reused %v, %d serving, sent %q; want a full probe without it", o.PeersReused, o.ServingVoters(), reqs)
 		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("Run did not observe within 15 s of a peer exiting (its next tick is an hour away)")
+	}
+	stop()
+	<-done
+	if err := l.StartMember(l.Spec.Nodes[2].Name); err != nil {
+		t.Fatal(err)
+	}
+	healthyProbe(t, w)
+
+	// The local member loses its leader (both peers stop): etcd cancels
+	// its require-leader stream within three election timeouts.
+	for len(w.live.ended) > 0 {
+		<-w.live.ended
+	}
+	for _, p := range l.Spec.Nodes[1:] {
+		if err := l.StopMember(p.Name); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitEnded(t, w, 20*time.Second, "peers stopped")
+	deadline := time.Now().Add(20 * time.Second)
+	for w.live.intact(p.members[li : li+1]) {
 		if time.Now().After(deadline) {
-			t.Fatal("cluster not healthy")
+			t.Fatal("the local member's stream stayed open without a leader")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if o := w.observeTimed(ctx, time.Now(), true); o.PeersReused || o.Local.Serving {
+		t.Fatalf("a routine poll after the local member lost its leader: reused %v, local serving %v; want a full probe that sees it not serving", o.PeersReused, o.Local.Serving)
+	}
+	for _, p := range l.Spec.Nodes[1:] {
+		if err := l.StartMember(p.Name); err != nil {
+			t.Fatal(err)
 		}
 	}
-	healthy := w.peers
-	local := slices.IndexFunc(healthy.members, func(m observation.Member) bool { return m.ID == healthy.localID })
-	other := (local + 1) % len(healthy.members)
-	for _, c := range []struct {
-		name   string
-		tamper func(p *peerProbe)
-	}{
-		{"nothing differs", func(p *peerProbe) {}},
-		{"another member answers at the local URL", func(p *peerProbe) { p.localID++; p.members[local].ID++ }},
-		{"another cluster", func(p *peerProbe) { p.cluster++ }},
-		{"another term", func(p *peerProbe) { p.term-- }},
-		{"a member's peer URL", func(p *peerProbe) { p.members[other].PeerURLs = []string{"http://127.0.0.1:1"} }},
-		{"a member's client URL", func(p *peerProbe) { p.members[other].ClientURLs = []string{"http://127.0.0.1:1"} }},
-		{"a member's name", func(p *peerProbe) { p.members[other].Name += "x" }},
-		{"a member's role", func(p *peerProbe) { p.members[other].IsLearner = true }},
-		{"a member more", func(p *peerProbe) { p.members = append(p.members, observation.Member{ID: 1, Name: "x"}) }},
-		{"a member less", func(p *peerProbe) { p.members = slices.Delete(p.members, other, other+1) }},
-	} {
-		p := healthy
-		p.members = slices.Clone(healthy.members)
-		for i := range p.members {
-			p.members[i].PeerURLs, p.members[i].ClientURLs = slices.Clone(p.members[i].PeerURLs), slices.Clone(p.members[i].ClientURLs)
-		}
-		c.tamper(&p)
-		w.mu.Lock()
-		w.peers = p
-		w.mu.Unlock()
-		log.take()
-		o := w.observeTimed(ctx, p.at.Add(time.Second), true)
-		reqs := log.take()
-		if reused := c.name == "nothing differs"; o.PeersReused != reused || fullProbe(reqs) == reused {
-			t.Errorf("%s: the poll reused the probe: %v after %q; want %v", c.name, o.PeersReused, reqs, reused)
-		}
-		if o.ServingVoters() != 3 || o.Local.ID != healthy.localID {
-			t.Errorf("%s: the poll does not show the healthy cluster: %+v", c.name, o.Members)
-		}
-	}
+	healthyProbe(t, w)
 
 	// The local data dir goes (etcd still serves from open files): the
 	// poll is a full one, so no reused probe is ever an unhealthy member's.
-	if o := w.observeTimed(ctx, time.Now(), false); o.ServingVoters() != 3 || w.peers.members == nil {
-		t.Fatalf("cluster not healthy: %+v", o.Members)
-	}
 	aside := n.DataDir + ".aside"
 	if err := os.Rename(n.DataDir, aside); err != nil {
 		t.Fatal(err)
@@ -259,11 +332,16 @@ func TestARoutinePollFallsBackToAFullProbeOnAnyDifference(t *testing.T) {
 		t.Fatalf("a routine poll with the data dir gone: reused %v after %q, data dir %q; want a full probe that sees it missing", o.PeersReused, reqs, o.Local.DataDirClass)
 	}
 
-	// The local member stops: the same poll probes everyone and says so.
-	w.observeTimed(ctx, time.Now(), false)
+	// The local member stops: its stream ends, and the next poll probes
+	// everyone and says so.
+	healthyProbe(t, w)
+	for len(w.live.ended) > 0 {
+		<-w.live.ended
+	}
 	if err := l.StopMember(n.Name); err != nil {
 		t.Fatal(err)
 	}
+	waitEnded(t, w, 10*time.Second, "local member stopped")
 	if o := w.observeTimed(ctx, time.Now(), true); o.PeersReused || o.Local.Serving || o.ServingVoters() != 2 {
 		t.Fatalf("a routine poll after the local member stopped: reused %v, local serving %v, %d serving; want a full probe that sees it down",
 			o.PeersReused, o.Local.Serving, o.ServingVoters())

@@ -57,7 +57,7 @@ func (w *Watchdog) Run(ctx context.Context, onObservation func(observation.Obser
 			}
 		}
 	}()
-	tick := time.NewTicker(w.cfg.PollInterval)
+	tick := time.NewTimer(untilNextTick(time.Now(), w.cfg.PollInterval))
 	defer tick.Stop()
 	for {
 		onObservation(w.observeTimed(ctx, time.Now(), true))
@@ -65,9 +65,19 @@ func (w *Watchdog) Run(ctx context.Context, onObservation func(observation.Obser
 		case <-ctx.Done():
 			return nil
 		case <-tick.C:
+			tick.Reset(untilNextTick(time.Now(), w.cfg.PollInterval))
 		case <-trigger:
+		case <-w.live.ended: // a member exited or lost its leader
 		}
 	}
+}
+
+// untilNextTick is the wait until the next multiple of every on the wall
+// clock: the polls of every member an agent serves fall on one instant, so
+// the process wakes once per interval, not once per member (each wakeup of
+// an idle process costs more than the work it does).
+func untilNextTick(now time.Time, every time.Duration) time.Duration {
+	return every - time.Duration(now.UnixNano()%int64(every))
 }
 
 // relevant: events on the data dir itself or anything inside it (the parent

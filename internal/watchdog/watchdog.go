@@ -67,6 +67,8 @@ type Watchdog struct {
 	observeHook func()
 	clients     *clients
 	deep        deepCache
+	layout      localdisk.LayoutCache
+	live        *liveness
 
 	mu        sync.Mutex
 	endpoints []string
@@ -101,7 +103,7 @@ func New(cfg Config) (*Watchdog, error) {
 	if cfg.Log == nil {
 		cfg.Log = zap.NewNop()
 	}
-	w := &Watchdog{cfg: cfg, clients: newClients(cfg.TLS, cfg.ProbeTimeout)}
+	w := &Watchdog{cfg: cfg, clients: newClients(cfg.TLS, cfg.ProbeTimeout), live: newLiveness()}
 	learned, err := loadEndpoints(cfg.EndpointsFile)
 	if err != nil {
 		cfg.Log.Error("learned endpoints unreadable; using the configured ones until a member list answers (a corrupt file is kept aside before it is rewritten)",
@@ -113,7 +115,10 @@ func New(cfg Config) (*Watchdog, error) {
 }
 
 // Close releases the etcd clients.
-func (w *Watchdog) Close() { w.clients.close() }
+func (w *Watchdog) Close() {
+	w.live.close()
+	w.clients.close()
+}
 
 // Observe makes one observation at now. What it means for the member
 // (its state, the learners' clocks) is the agent's to assess
@@ -179,7 +184,7 @@ func (w *Watchdog) observe(ctx context.Context, now time.Time, routine bool) obs
 		// A reused probe is only ever a healthy member's: a data dir that
 		// is not usable makes it a full observation (one sample, every
 		// member probed), which the agent then decides on.
-		if q, ok := w.quickObserve(ctx, now, obs); ok {
+		if q, ok := w.quickObserve(now, obs); ok {
 			if w.classifyDataDir(ctx, &q); observation.DataDirUsable(q.Local.DataDirClass) {
 				return q
 			}
@@ -269,6 +274,7 @@ func (w *Watchdog) observe(ctx context.Context, now time.Time, routine bool) obs
 	obs.ForeignEndpoints = uniq(foreign)
 	obs.PeersProbedAt = now
 	w.rememberProbe(now, obs)
+	w.watchLiveness()
 	w.classifyDataDir(ctx, &obs)
 	return obs
 }
@@ -318,7 +324,8 @@ func (w *Watchdog) alarms(ctx context.Context, eps []string, id, cluster uint64,
 	return nil
 }
 
-// classifyDataDir runs the cheap layout check always and the deep check
+// classifyDataDir runs the cheap layout check always (listing again only
+// when a directory it rests on changed, localdisk.LayoutCache) and the deep check
 // (db lock, bbolt + WAL + identity) when the member is not serving: a
 // running member holds the db lock, and its open files are not what a
 // restart would read. A broken layout is confirmed by the deep check too: a
@@ -326,7 +333,7 @@ func (w *Watchdog) alarms(ctx context.Context, eps []string, id, cluster uint64,
 // confirmed corrupt dir makes a stopped member lost at once.
 func (w *Watchdog) classifyDataDir(ctx context.Context, obs *observation.Observation) {
 	dir := obs.Local.DataDir
-	r := localdisk.ClassifyLayout(dir)
+	r := w.layout.Classify(dir)
 	if (r.Class == localdisk.ClassOK || r.Class == localdisk.ClassCorrupt) && !obs.Local.Serving {
 		exp := localdisk.Expect{ClusterID: obs.ClusterID}
 		if obs.Local.Match == observation.MatchOK {

@@ -1,0 +1,60 @@
+package localdisk
+
+import (
+	"os"
+	"sync"
+	"time"
+)
+
+// layoutSettle is how old a directory's change must be before a listing of
+// it is reused: a change keeps the mtime of one made in the same clock
+// tick, so a listing is reused only when the last change it rests on was
+// long before it was made.
+const layoutSettle = time.Second
+
+// LayoutCache is ClassifyLayout for a data dir checked every poll: it
+// reuses the last ClassOK verdict while the data dir, member/ and
+// member/wal are the same directories with the same mtime and ctime (so
+// no entry came or went) and member/snap/db is the same regular, non-empty
+// file. Four stats instead of three listings; any difference, any error,
+// and any verdict but ok lists again.
+type LayoutCache struct {
+	mu  sync.Mutex
+	now func() time.Time // tests move the clock
+	dir string
+	key layoutKey
+	res Result
+	// listed counts full checks (tests).
+	listed int
+}
+
+type statKey struct {
+	dev, ino     uint64
+	mtime, ctime int64
+	mode         os.FileMode
+	nonEmpty     bool
+}
+
+type layoutKey [4]statKey
+
+// Classify returns ClassifyLayout(dataDir), from the last ok verdict when
+// nothing it rests on changed.
+func (c *LayoutCache) Classify(dataDir string) Result {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	now := time.Now
+	if c.now != nil {
+		now = c.now
+	}
+	key, settled, err := keyOf(dataDir, now())
+	if err == nil && c.dir == dataDir && key == c.key {
+		return c.res
+	}
+	c.dir = ""
+	c.listed++
+	r := ClassifyLayout(dataDir)
+	if err == nil && settled && r.Class == ClassOK {
+		c.dir, c.key, c.res = dataDir, key, r
+	}
+	return r
+}
