@@ -39,8 +39,8 @@ func newRunCmd(g *globalFlags) *cobra.Command {
 	cmd.Flags().DurationVar(&c.NodeLostGrace, "node-lost-grace", 5*time.Minute,
 		"with --member-source=pods: how long a member pod's node must be NotReady with its node Lease unrenewed before an agent with a healthy member of the same cluster removes the member, keeps its PV (Retain), deletes its claim and force-deletes the pod so that it is rescheduled (UC1)")
 	cmd.Flags().IntVar(&c.ProbeWorkers, "probe-workers", 8, "with --member-source=pods: how many members are observed at once (a bounded pool; the others wait their turn)")
-	cmd.Flags().DurationVar(&c.PeerProbeInterval, "peer-probe-interval", 30*time.Second,
-		"with --member-source=pods: while every member of a cluster serves without alarms, a routine poll asks the local member one linearizable member list and reuses the others' last probe for this long (a new term, a membership change or a local member that does not answer makes it a full probe; before any step the agent probes every member); 0: every poll probes every member")
+	cmd.Flags().DurationVar(&c.PeerProbeInterval, "peer-probe-interval", time.Minute,
+		"with --member-source=pods: while every member of a cluster serves without alarms, routine polls send no request and reuse the last full probe for this long, as long as each member's liveness stream (a require-leader watch) stays open; a stream that ends (the member exits, loses its connection or its leader) makes the next poll, at once, a full probe; before any step the agent probes every member; 0: every poll probes every member")
 	cmd.Flags().StringVar(&c.KubeletPodsDir, "kubelet-pods-dir", "/var/lib/kubelet/pods", "with --member-source=pods: where the kubelet mounts pods' volumes (CSI PVs are found there; mount it with HostToContainer propagation)")
 	return cmd
 }

@@ -96,9 +96,10 @@ type Config struct {
 	// observed at once (each observation probes every member of its
 	// cluster); the rest wait their turn.
 	ProbeWorkers int
-	// PeerProbeInterval: with --member-source=pods, how long a routine poll
-	// of a healthy cluster may reuse the other members' last probe (0:
-	// every poll probes every member).
+	// PeerProbeInterval: with --member-source=pods, how long routine polls
+	// of a healthy cluster may reuse its last full probe while every
+	// member's liveness stream stays open (0: every poll probes every
+	// member).
 	PeerProbeInterval time.Duration
 }
 

@@ -28,8 +28,8 @@ const (
 	// Lease unrenewed before the steward frees its members' places.
 	LabNodeLostGrace = "15s"
 	// LabPeerProbeInterval: how long a worker's routine polls reuse the
-	// peers' last probe: six polls, as the product's 30 s are at 5 s.
-	LabPeerProbeInterval = "6s"
+	// last full probe: twelve polls, as the product's 60 s are at 5 s.
+	LabPeerProbeInterval = "12s"
 )
 
 // AgentManifest is the agent's static-pod manifest on a node.

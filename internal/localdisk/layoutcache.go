@@ -38,8 +38,10 @@ type statKey struct {
 type layoutKey [4]statKey
 
 // Classify returns ClassifyLayout(dataDir), from the last ok verdict when
-// nothing it rests on changed.
-func (c *LayoutCache) Classify(dataDir string) Result {
+// reuse is set and nothing it rests on changed. Without reuse it always
+// lists (and remembers): a verdict is reused at most until the caller's
+// next full check, however coarse or remote the file system's clock.
+func (c *LayoutCache) Classify(dataDir string, reuse bool) Result {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	now := time.Now
@@ -47,7 +49,7 @@ func (c *LayoutCache) Classify(dataDir string) Result {
 		now = c.now
 	}
 	key, settled, err := keyOf(dataDir, now())
-	if err == nil && c.dir == dataDir && key == c.key {
+	if reuse && err == nil && c.dir == dataDir && key == c.key {
 		return c.res
 	}
 	c.dir = ""

@@ -91,9 +91,10 @@ type Observation struct {
 	// answers were ignored.
 	ForeignEndpoints []string `json:"foreignEndpoints,omitempty"`
 	// PeersProbedAt is when every member was last probed: At for a full
-	// observation. PeersReused: a routine poll asked only the local member
-	// and took the others (their state, the leader, the alarms) from the
-	// full probe at PeersProbedAt. Nothing acts on such an observation.
+	// observation. PeersReused: a routine poll asked nothing and took every
+	// member (their state, the leader, the alarms, the membership) from the
+	// full probe at PeersProbedAt, while each member's liveness stream had
+	// stayed open since. Nothing acts on such an observation.
 	PeersProbedAt time.Time `json:"peersProbedAt"`
 	PeersReused   bool      `json:"peersReused,omitempty"`
 }

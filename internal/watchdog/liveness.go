@@ -19,11 +19,15 @@ import (
 const livenessKey = "etcd-agent-liveness"
 
 // liveness keeps one require-leader watch stream open to each member of
-// the last healthy full probe. An idle stream costs no request and no
-// wakeup, and it ends, at once, when the member's process exits or its
-// connection breaks, or within three election timeouts of the member
-// losing its leader (etcd cancels require-leader streams then), or when
-// gRPC's keepalive gets no answer. While every stream of a probe stays
+// the last healthy full probe. An idle stream costs no request (its
+// connection's keepalive pings it after clients.keepAlive without a
+// frame), and it
+// ends, at once, when the member's process exits or its connection
+// breaks, or within three election timeouts of the member losing its
+// leader (etcd cancels require-leader streams then), or when the
+// keepalive gets no answer. A member that keeps its leader and its
+// connection but stops serving (a stalled disk or apply loop) keeps its
+// stream: the next full probe sees it. While every stream of a probe stays
 // open, a routine poll reuses that probe without asking anything
 // (quickObserve); a stream that ends wakes Run for a full observation.
 type liveness struct {
@@ -107,7 +111,11 @@ func (l *liveness) ensure(c *clients, members []observation.Member, cluster uint
 			continue
 		}
 		l.mu.Lock()
-		l.byID[m.ID] = s
+		if old, ok := l.byID[m.ID]; ok && !isDone(old.done) {
+			s.stop() // another observation opened one meanwhile
+		} else {
+			l.byID[m.ID] = s
+		}
 		l.mu.Unlock()
 	}
 	return errors.Join(errs...)
@@ -119,17 +127,14 @@ func (l *liveness) open(c *clients, id uint64, url string, cluster uint64, timeo
 		return nil, err
 	}
 	ctx, cancel := context.WithCancel(clientv3.WithRequireLeader(l.ctx))
-	ws, err := pb.NewWatchClient(cl.ActiveConnection()).Watch(ctx)
-	if err != nil {
-		cancel()
-		return nil, fmt.Errorf("liveness stream to %s: %w", url, err)
-	}
-	req := &pb.WatchRequest{RequestUnion: &pb.WatchRequest_CreateRequest{CreateRequest: &pb.WatchCreateRequest{Key: []byte(livenessKey)}}}
-	timer := time.AfterFunc(timeout, cancel) // bounds the Send and the first Recv
-	err = ws.Send(req)
+	timer := time.AfterFunc(timeout, cancel) // bounds the stream's creation, the Send and the first Recv
 	var resp *pb.WatchResponse
+	ws, err := pb.NewWatchClient(cl.ActiveConnection()).Watch(ctx)
 	if err == nil {
-		resp, err = ws.Recv()
+		req := &pb.WatchRequest{RequestUnion: &pb.WatchRequest_CreateRequest{CreateRequest: &pb.WatchCreateRequest{Key: []byte(livenessKey)}}}
+		if err = ws.Send(req); err == nil {
+			resp, err = ws.Recv()
+		}
 	}
 	if !timer.Stop() && err == nil {
 		err = context.DeadlineExceeded
@@ -145,13 +150,13 @@ func (l *liveness) open(c *clients, id uint64, url string, cluster uint64, timeo
 	}
 	s := &liveStream{url: url, cancel: cancel, done: make(chan struct{})}
 	go func() {
-		defer close(s.done)
 		for {
 			if r, err := ws.Recv(); err != nil || r.Canceled {
 				break
 			}
 		}
 		cancel()
+		close(s.done) // before the signal: the poll it wakes must see the stream ended
 		if !s.stopped.Load() {
 			select {
 			case l.ended <- struct{}{}:

@@ -13,8 +13,9 @@ import (
 // BenchmarkObserve measures one observation of a healthy 3-member cluster,
 // side by side: "full" (member list, Status + linearizable read per member,
 // data dir layout: what Observe and every peer probe cost) and "routine"
-// (a poll within --peer-probe-interval of a healthy full probe: one member
-// list through the local member). It runs the real lab from bin/ (`make
+// (a poll within --peer-probe-interval of a healthy full probe while every
+// member's liveness stream is open: no request, the data dir's stats). It
+// runs the real lab from bin/ (`make
 // tools build` first).
 func BenchmarkObserve(b *testing.B) {
 	ctx := context.Background()
@@ -34,13 +35,16 @@ func BenchmarkObserve(b *testing.B) {
 			w.Observe(ctx, time.Now())
 		}
 	})
+	w.running.Store(true) // the routine polls below are Run's
 	b.Run("routine", func(b *testing.B) {
 		at := time.Now()
 		if o := w.observeTimed(ctx, at, false); o.ServingVoters() != 3 {
 			b.Fatalf("cluster not healthy: %+v", o.Members)
 		}
 		for b.Loop() {
-			w.observeTimed(ctx, at, true)
+			if o := w.observeTimed(ctx, at, true); !o.PeersReused {
+				b.Fatal("a routine poll of the healthy cluster did not reuse the probe")
+			}
 		}
 	})
 }

@@ -91,15 +91,29 @@ func (w *Watchdog) watchLiveness() {
 	w.mu.Lock()
 	p := w.peers
 	w.mu.Unlock()
-	if p.members == nil {
+	if p.members == nil || !w.running.Load() {
 		return
 	}
-	if err := w.live.ensure(w.clients, p.members, p.cluster, w.cfg.ProbeTimeout); err != nil {
-		w.cfg.Log.Debug("liveness streams not all open; the next poll probes every member", zap.Error(err))
-		w.mu.Lock()
-		if w.peers.at.Equal(p.at) {
-			w.peers = peerProbe{}
-		}
-		w.mu.Unlock()
+	err := w.live.ensure(w.clients, p.members, p.cluster, w.cfg.ProbeTimeout)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if err != nil && w.peers.at.Equal(p.at) {
+		w.peers = peerProbe{}
 	}
+	// Said once per different failure, and once when they open again.
+	switch msg := errString(err); {
+	case msg == w.liveErr:
+	case err != nil:
+		w.cfg.Log.Warn("liveness streams do not open; every poll probes every member until they do", zap.Error(err))
+	default:
+		w.cfg.Log.Info("liveness streams open again")
+	}
+	w.liveErr = errString(err)
+}
+
+func errString(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
 }

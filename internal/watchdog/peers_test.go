@@ -25,6 +25,7 @@ func TestRoutinePollsReuseTheLastProbeOnlyWhileEveryMemberIsLive(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer w.Close()
+	w.running.Store(true) // the routine polls below are Run's
 	serving := func(o observation.Observation, name string) bool {
 		for _, m := range o.Members {
 			if m.Name == name {

@@ -24,6 +24,10 @@ import (
 type clients struct {
 	tls     *tls.Config
 	timeout time.Duration
+	// keepAlive: a connection with a stream open (a liveness stream) is
+	// pinged after this long without a frame, and dropped (ending its
+	// streams) when the ping is not answered within timeout.
+	keepAlive time.Duration
 	// dialOptions are added to every client's (tests count requests).
 	dialOptions []grpc.DialOption
 	mu          sync.Mutex
@@ -34,7 +38,7 @@ type clients struct {
 }
 
 func newClients(tlsCfg *tls.Config, timeout time.Duration) *clients {
-	return &clients{tls: tlsCfg, timeout: timeout, byURL: map[string]*clientv3.Client{}}
+	return &clients{tls: tlsCfg, timeout: timeout, keepAlive: 10 * time.Second, byURL: map[string]*clientv3.Client{}}
 }
 
 func (c *clients) get(url string) (*clientv3.Client, error) {
@@ -44,7 +48,7 @@ func (c *clients) get(url string) (*clientv3.Client, error) {
 		return cl, nil
 	}
 	cl, err := clientv3.New(clientv3.Config{Endpoints: []string{url}, DialTimeout: c.timeout, TLS: c.tls,
-		Logger: zap.NewNop(), DialKeepAliveTime: 10 * time.Second, DialKeepAliveTimeout: c.timeout, DialOptions: append(staticWindow(), c.dialOptions...)})
+		Logger: zap.NewNop(), DialKeepAliveTime: c.keepAlive, DialKeepAliveTimeout: c.timeout, DialOptions: append(staticWindow(), c.dialOptions...)})
 	if err != nil {
 		return nil, err
 	}

@@ -89,6 +89,17 @@ func TestARoutinePollOfALiveHealthyClusterSendsNothing(t *testing.T) {
 	var log requestLog
 	w.clients.dialOptions = log.dialOptions()
 
+	// Outside Run (a one-shot status, the gate) no stream is opened.
+	for deadline := time.Now().Add(30 * time.Second); w.Observe(ctx, time.Now()).ServingVoters() != 3 || w.peers.members == nil; {
+		if time.Now().After(deadline) {
+			t.Fatal("cluster not healthy")
+		}
+	}
+	if got := countMethod(log.take(), watchMethod); got != 0 {
+		t.Fatalf("a one-shot observation opened %d liveness streams", got)
+	}
+	w.running.Store(true) // the polls below are Run's
+
 	// A full probe of the healthy cluster, at t0.
 	var o observation.Observation
 	var t0 time.Time
@@ -241,6 +252,8 @@ func TestAnEndedLivenessStreamMakesTheNextPollAFullProbe(t *testing.T) {
 	defer w.Close()
 	var log requestLog
 	w.clients.dialOptions = log.dialOptions()
+	w.nextTick = func(time.Time) time.Duration { return time.Hour } // Run polls only when woken
+	w.running.Store(true)                                           // the polls below are Run's
 	healthyProbe(t, w)
 
 	// Rule 7: a stream is kept only when the member probed answers it.
@@ -283,6 +296,7 @@ func TestAnEndedLivenessStreamMakesTheNextPollAFullProbe(t *testing.T) {
 	}
 	stop()
 	<-done
+	w.running.Store(true)
 	if err := l.StartMember(l.Spec.Nodes[2].Name); err != nil {
 		t.Fatal(err)
 	}

@@ -57,7 +57,13 @@ func (w *Watchdog) Run(ctx context.Context, onObservation func(observation.Obser
 			}
 		}
 	}()
-	tick := time.NewTimer(untilNextTick(time.Now(), w.cfg.PollInterval))
+	next := w.nextTick
+	if next == nil {
+		next = func(now time.Time) time.Duration { return untilNextTick(now, w.cfg.PollInterval) }
+	}
+	w.running.Store(true)
+	defer w.running.Store(false)
+	tick := time.NewTimer(next(time.Now()))
 	defer tick.Stop()
 	for {
 		onObservation(w.observeTimed(ctx, time.Now(), true))
@@ -65,7 +71,7 @@ func (w *Watchdog) Run(ctx context.Context, onObservation func(observation.Obser
 		case <-ctx.Done():
 			return nil
 		case <-tick.C:
-			tick.Reset(untilNextTick(time.Now(), w.cfg.PollInterval))
+			tick.Reset(next(time.Now()))
 		case <-trigger:
 		case <-w.live.ended: // a member exited or lost its leader
 		}

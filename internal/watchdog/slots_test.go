@@ -40,3 +40,24 @@ func TestSharedSlotsBoundConcurrentObservations(t *testing.T) {
 		t.Fatalf("peak concurrent observations %d, want 1..2", p)
 	}
 }
+
+// Run's polls fall on wall-clock multiples of the interval, whenever it
+// started: every member of an agent is polled at one instant.
+func TestPollsFallOnWallClockMultiples(t *testing.T) {
+	every := 5 * time.Second
+	base := time.Date(2026, 12, 2, 16, 0, 0, 0, time.UTC)
+	for _, c := range []struct {
+		after time.Duration
+		want  time.Duration
+	}{
+		{0, every}, // on a multiple: the next one, never now
+		{time.Nanosecond, every - time.Nanosecond},
+		{1300 * time.Millisecond, 3700 * time.Millisecond},
+		{every - time.Nanosecond, time.Nanosecond},
+		{every, every},
+	} {
+		if got := untilNextTick(base.Add(c.after), every); got != c.want {
+			t.Errorf("%s after a multiple: next poll in %s, want %s", c.after, got, c.want)
+		}
+	}
+}

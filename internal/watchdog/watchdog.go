@@ -13,6 +13,7 @@ import (
 	"slices"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/etcd-agent/etcd-agent/internal/localdisk"
@@ -69,6 +70,11 @@ type Watchdog struct {
 	deep        deepCache
 	layout      localdisk.LayoutCache
 	live        *liveness
+	// running: Run polls; only then are liveness streams kept (a one-shot
+	// observation, `status` or the gate, has no routine poll to spare).
+	running atomic.Bool
+	// nextTick is the wait until Run's next poll (tests: far away).
+	nextTick func(now time.Time) time.Duration
 
 	mu        sync.Mutex
 	endpoints []string
@@ -83,6 +89,8 @@ type Watchdog struct {
 	lastMembers []observation.Member
 	// peers is the last full probe of every member, for routine polls.
 	peers peerProbe
+	// liveErr: the last failure to open liveness streams that was logged.
+	liveErr string
 	// loadErr: the learned endpoints file could not be read at start;
 	// corruptAside: it is corrupt and is kept aside before the first write.
 	loadErr      error
@@ -104,6 +112,12 @@ func New(cfg Config) (*Watchdog, error) {
 		cfg.Log = zap.NewNop()
 	}
 	w := &Watchdog{cfg: cfg, clients: newClients(cfg.TLS, cfg.ProbeTimeout), live: newLiveness()}
+	if ka := cfg.PeerProbeEvery / 2; ka > w.clients.keepAlive {
+		// Each ping is a wakeup per connection: a member that hangs (or a
+		// path that drops packets) ends its liveness stream within half the
+		// reuse, and the timeout.
+		w.clients.keepAlive = ka
+	}
 	learned, err := loadEndpoints(cfg.EndpointsFile)
 	if err != nil {
 		cfg.Log.Error("learned endpoints unreadable; using the configured ones until a member list answers (a corrupt file is kept aside before it is rewritten)",
@@ -185,7 +199,7 @@ func (w *Watchdog) observe(ctx context.Context, now time.Time, routine bool) obs
 		// is not usable makes it a full observation (one sample, every
 		// member probed), which the agent then decides on.
 		if q, ok := w.quickObserve(now, obs); ok {
-			if w.classifyDataDir(ctx, &q); observation.DataDirUsable(q.Local.DataDirClass) {
+			if w.classifyDataDir(ctx, &q, true); observation.DataDirUsable(q.Local.DataDirClass) {
 				return q
 			}
 		}
@@ -275,7 +289,7 @@ func (w *Watchdog) observe(ctx context.Context, now time.Time, routine bool) obs
 	obs.PeersProbedAt = now
 	w.rememberProbe(now, obs)
 	w.watchLiveness()
-	w.classifyDataDir(ctx, &obs)
+	w.classifyDataDir(ctx, &obs, false)
 	return obs
 }
 
@@ -324,16 +338,17 @@ func (w *Watchdog) alarms(ctx context.Context, eps []string, id, cluster uint64,
 	return nil
 }
 
-// classifyDataDir runs the cheap layout check always (listing again only
-// when a directory it rests on changed, localdisk.LayoutCache) and the deep check
+// classifyDataDir runs the cheap layout check always (in a reused poll,
+// listing again only when a directory it rests on changed:
+// localdisk.LayoutCache; a full observation always lists) and the deep check
 // (db lock, bbolt + WAL + identity) when the member is not serving: a
 // running member holds the db lock, and its open files are not what a
 // restart would read. A broken layout is confirmed by the deep check too: a
 // member bootstrapping has its db before its WAL (then in-use), and only a
 // confirmed corrupt dir makes a stopped member lost at once.
-func (w *Watchdog) classifyDataDir(ctx context.Context, obs *observation.Observation) {
+func (w *Watchdog) classifyDataDir(ctx context.Context, obs *observation.Observation, reuse bool) {
 	dir := obs.Local.DataDir
-	r := w.layout.Classify(dir)
+	r := w.layout.Classify(dir, reuse)
 	if (r.Class == localdisk.ClassOK || r.Class == localdisk.ClassCorrupt) && !obs.Local.Serving {
 		exp := localdisk.Expect{ClusterID: obs.ClusterID}
 		if obs.Local.Match == observation.MatchOK {

@@ -67,12 +67,22 @@ func Scale(ctx context.Context, o ScaleOptions) ([]ScaleRow, error) {
 
 // ProductPeerProbeInterval is `etcd-agent run`'s default (a test in
 // cmd/etcd-agent keeps them one).
-const ProductPeerProbeInterval = "30s"
+const ProductPeerProbeInterval = "60s"
 
 func scaleOne(ctx context.Context, o ScaleOptions, k int) (ScaleRow, error) {
 	opts := o.Lab
-	opts.Dir = filepath.Join(o.Lab.Dir, fmt.Sprintf("scale-%d", k))
 	replicas := max(1, o.Replicas)
+	opts.Dir = filepath.Join(o.Lab.Dir, fmt.Sprintf("scale-%d", k))
+	// Each count starts from an empty lab: one left by an earlier run (of
+	// the other shape, or of another cluster) would restart its members.
+	if old, err := lab.Open(opts.Dir, o.Log); err == nil {
+		if err := old.Down(ctx); err != nil {
+			return ScaleRow{}, fmt.Errorf("the lab left in %s: %w", opts.Dir, err)
+		}
+	}
+	if err := os.RemoveAll(opts.Dir); err != nil {
+		return ScaleRow{}, err
+	}
 	opts.Management, opts.Agents, opts.Nodes, opts.HostedClusters, opts.HostedReplicas = true, true, replicas, k, replicas
 	opts.PVsPerNode = k + 1
 	// The product's timings, not the lab's short ones.
