@@ -48,7 +48,7 @@ func (c *clients) get(url string) (*clientv3.Client, error) {
 		return cl, nil
 	}
 	cl, err := clientv3.New(clientv3.Config{Endpoints: []string{url}, DialTimeout: c.timeout, TLS: c.tls,
-		Logger: zap.NewNop(), DialKeepAliveTime: c.keepAlive, DialKeepAliveTimeout: c.timeout, DialOptions: append(staticWindow(), c.dialOptions...)})
+		Logger: zap.NewNop(), DialKeepAliveTime: c.keepAlive, DialKeepAliveTimeout: c.timeout, DialOptions: append(probeDialOptions(), c.dialOptions...)})
 	if err != nil {
 		return nil, err
 	}
@@ -56,12 +56,14 @@ func (c *clients) get(url string) (*clientv3.Client, error) {
 	return cl, nil
 }
 
-// staticWindow turns gRPC's flow-control tuning off for the probes: it
+// probeDialOptions turn gRPC's flow-control tuning off for the probes: it
 // sends a ping after each answer's data to measure the bandwidth, a second
 // round trip for every request, and the probes' answers are a few hundred
-// bytes (the window stays at gRPC's default, 64 KiB).
-func staticWindow() []grpc.DialOption {
-	return []grpc.DialOption{grpc.WithStaticStreamWindowSize(64 << 10), grpc.WithStaticConnWindowSize(64 << 10)}
+// bytes (the window stays at gRPC's default, 64 KiB). The write buffer is
+// taken from a pool per write, not held per connection: an agent keeps
+// three idle connections per member of a three-member cluster.
+func probeDialOptions() []grpc.DialOption {
+	return []grpc.DialOption{grpc.WithStaticStreamWindowSize(64 << 10), grpc.WithStaticConnWindowSize(64 << 10), grpc.WithSharedWriteBuffer(true)}
 }
 
 // connected: the client of url has a ready connection, so the member was
