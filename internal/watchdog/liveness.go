@@ -44,6 +44,7 @@ type liveStream struct {
 	url    string
 	cancel context.CancelFunc
 	done   chan struct{} // closed when the stream ended
+	exited chan struct{} // closed when its goroutine is gone
 	// stopped: ended by us (member gone, agent closing), not a signal.
 	stopped atomic.Bool
 }
@@ -58,14 +59,24 @@ func newLiveness() *liveness {
 	return &liveness{ctx: ctx, cancel: cancel, ended: make(chan struct{}, 1), byID: map[uint64]*liveStream{}}
 }
 
-// close ends every stream.
+// close ends every stream, and waits (bounded) for their goroutines.
 func (l *liveness) close() {
 	l.cancel()
 	l.mu.Lock()
-	defer l.mu.Unlock()
+	var streams []*liveStream
 	for id, s := range l.byID {
 		s.stop()
+		streams = append(streams, s)
 		delete(l.byID, id)
+	}
+	l.mu.Unlock()
+	deadline := time.After(5 * time.Second) // a cancelled Recv returns at once
+	for _, s := range streams {
+		select {
+		case <-s.exited:
+		case <-deadline:
+			return
+		}
 	}
 }
 
@@ -148,8 +159,9 @@ func (l *liveness) open(c *clients, id uint64, url string, cluster uint64, timeo
 		return nil, fmt.Errorf("liveness stream to %s: answered by member %x of cluster %x, want %x of %x", url,
 			resp.GetHeader().GetMemberId(), resp.GetHeader().GetClusterId(), id, cluster)
 	}
-	s := &liveStream{url: url, cancel: cancel, done: make(chan struct{})}
+	s := &liveStream{url: url, cancel: cancel, done: make(chan struct{}), exited: make(chan struct{})}
 	go func() {
+		defer close(s.exited)
 		for {
 			if r, err := ws.Recv(); err != nil || r.Canceled {
 				break

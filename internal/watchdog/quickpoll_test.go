@@ -269,6 +269,32 @@ func TestAnEndedLivenessStreamMakesTheNextPollAFullProbe(t *testing.T) {
 		t.Fatal("the local member is not in the probe")
 	}
 
+	// A member no longer listed (removed, or its URL changed): its stream
+	// is closed, without waking Run, and the probe no longer counts as
+	// live until a healthy probe opens it again.
+	drop := (li + 1) % len(p.members)
+	w.live.mu.Lock()
+	dropped := w.live.byID[p.members[drop].ID]
+	w.live.mu.Unlock()
+	if dropped == nil {
+		t.Fatal("the healthy probe opened no stream to every member")
+	}
+	if err := w.live.ensure(w.clients, slices.Delete(slices.Clone(p.members), drop, drop+1), p.cluster, time.Second); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-dropped.exited:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the stream of a member no longer listed is still running")
+	}
+	if len(w.live.ended) != 0 || w.live.intact(p.members) {
+		t.Fatalf("closing the stream of a member no longer listed: woke Run %v, probe still live %v", len(w.live.ended) != 0, w.live.intact(p.members))
+	}
+	healthyProbe(t, w)
+	if !w.live.intact(w.peers.members) {
+		t.Fatal("a healthy probe did not open the dropped member's stream again")
+	}
+
 	// A peer exits: Run (polling hourly) observes at once.
 	rctx, stop := context.WithCancel(ctx)
 	defer stop()

@@ -69,18 +69,23 @@ func Scale(ctx context.Context, o ScaleOptions) ([]ScaleRow, error) {
 // cmd/etcd-agent keeps them one).
 const ProductPeerProbeInterval = "60s"
 
+// emptyLab removes the bench's own lab dir for one count, stopping a lab
+// left running there first: a lab left by an earlier run (of the other
+// shape, or of another cluster) would otherwise restart its members.
+func emptyLab(ctx context.Context, dir string, log *zap.Logger) error {
+	if old, err := lab.Open(dir, log); err == nil {
+		if err := old.Down(ctx); err != nil {
+			return fmt.Errorf("the lab left in %s: %w", dir, err)
+		}
+	}
+	return os.RemoveAll(dir)
+}
+
 func scaleOne(ctx context.Context, o ScaleOptions, k int) (ScaleRow, error) {
 	opts := o.Lab
 	replicas := max(1, o.Replicas)
 	opts.Dir = filepath.Join(o.Lab.Dir, fmt.Sprintf("scale-%d", k))
-	// Each count starts from an empty lab: one left by an earlier run (of
-	// the other shape, or of another cluster) would restart its members.
-	if old, err := lab.Open(opts.Dir, o.Log); err == nil {
-		if err := old.Down(ctx); err != nil {
-			return ScaleRow{}, fmt.Errorf("the lab left in %s: %w", opts.Dir, err)
-		}
-	}
-	if err := os.RemoveAll(opts.Dir); err != nil {
+	if err := emptyLab(ctx, opts.Dir, o.Log); err != nil {
 		return ScaleRow{}, err
 	}
 	opts.Management, opts.Agents, opts.Nodes, opts.HostedClusters, opts.HostedReplicas = true, true, replicas, k, replicas
