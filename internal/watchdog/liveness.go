@@ -12,6 +12,7 @@ import (
 	"github.com/etcd-agent/etcd-agent/internal/observation"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc/connectivity"
 )
 
 // livenessKey is watched by the liveness streams; nothing writes it (an
@@ -47,6 +48,8 @@ type liveStream struct {
 	exited chan struct{} // closed when its goroutine is gone
 	// stopped: ended by us (member gone, agent closing), not a signal.
 	stopped atomic.Bool
+	// goaway: ended because its connection left Ready (the member stops).
+	goaway atomic.Bool
 }
 
 func (s *liveStream) stop() {
@@ -160,6 +163,17 @@ func (l *liveness) open(c *clients, id uint64, url string, cluster uint64, timeo
 			resp.GetHeader().GetMemberId(), resp.GetHeader().GetClusterId(), id, cluster)
 	}
 	s := &liveStream{url: url, cancel: cancel, done: make(chan struct{}), exited: make(chan struct{})}
+	// A member that stops gracefully sends GOAWAY and waits for open
+	// streams (etcd waits up to its request timeout, some 7 s, before it
+	// cuts them): the connection leaving Ready ends the stream at once,
+	// so the agent never holds up a member's stop.
+	conn := cl.ActiveConnection()
+	go func() {
+		if conn.WaitForStateChange(ctx, connectivity.Ready) {
+			s.goaway.Store(true)
+			cancel()
+		}
+	}()
 	go func() {
 		defer close(s.exited)
 		for {

@@ -308,8 +308,24 @@ func TestAnEndedLivenessStreamMakesTheNextPollAFullProbe(t *testing.T) {
 		t.Fatalf("Run's first poll, right after a healthy full probe, did not reuse it: %+v", o.Members)
 	}
 	log.take()
+	w.live.mu.Lock()
+	var stopping *liveStream
+	for _, m := range p.members {
+		if len(m.ClientURLs) > 0 && m.ClientURLs[0] == l.Spec.Nodes[2].ClientURL {
+			stopping = w.live.byID[m.ID]
+		}
+	}
+	w.live.mu.Unlock()
+	if stopping == nil {
+		t.Fatal("no liveness stream to the peer about to stop")
+	}
 	if err := l.StopMember(l.Spec.Nodes[2].Name); err != nil {
 		t.Fatal(err)
+	}
+	// etcd stops gracefully (GOAWAY, then it waits for open streams):
+	// the stream ended on the GOAWAY, not when etcd cut it.
+	if !stopping.goaway.Load() {
+		t.Fatal("the liveness stream of a member stopping gracefully did not end on its GOAWAY (it holds up etcd's stop)")
 	}
 	select {
 	case o := <-seen:
