@@ -17,7 +17,10 @@ const layoutSettle = time.Second
 // member/wal are the same directories with the same mtime and ctime (so
 // no entry came or went) and member/snap/db is the same regular, non-empty
 // file. Four stats instead of three listings; any difference, any error,
-// and any verdict but ok lists again.
+// and any verdict but ok lists again. (The watchdog's deep-check cache
+// keys on every WAL, snapshot and db file's size and mtime: that needs
+// the listings saved here, and a running member's db changes on every
+// write; this key holds only what the layout check reads.)
 type LayoutCache struct {
 	mu  sync.Mutex
 	now func() time.Time // tests move the clock

@@ -31,6 +31,9 @@ const livenessKey = "etcd-agent-liveness"
 // stream: the next full probe sees it. While every stream of a probe stays
 // open, a routine poll reuses that probe without asking anything
 // (quickObserve); a stream that ends wakes Run for a full observation.
+// The streams are raw gRPC Watch streams, not clientv3's Watcher: that one
+// resumes a broken stream on its own and never says it broke, which is
+// the one thing wanted here.
 type liveness struct {
 	ctx    context.Context
 	cancel context.CancelFunc

@@ -20,10 +20,6 @@ type peerProbe struct {
 	members []observation.Member // in the observation's order
 	cluster uint64
 	localID uint64
-	// term is the local member's term in that probe, which was the
-	// leader's: the leader a reused probe names led that term; a new
-	// election shows at the next full probe (reported only).
-	term uint64
 }
 
 // rememberProbe keeps a full observation for the routine polls that
@@ -44,14 +40,14 @@ func (w *Watchdog) rememberProbe(now time.Time, o observation.Observation) {
 			return
 		}
 	}
-	// The leader's term and the local member's must be one: the leader
-	// then led the very term the routine polls compare against.
+	// The leader's term and the local member's must be one: the leader a
+	// reused probe names was the leader the local member followed then.
 	local, _ := o.Member(o.Local.ID)
 	leader, _ := o.Member(o.LeaderID)
 	if local.RaftTerm == 0 || local.RaftTerm != leader.RaftTerm || len(local.Errors) > 0 {
 		return
 	}
-	w.peers = peerProbe{at: now, members: slices.Clone(o.Members), cluster: o.ClusterID, localID: o.Local.ID, term: local.RaftTerm}
+	w.peers = peerProbe{at: now, members: slices.Clone(o.Members), cluster: o.ClusterID, localID: o.Local.ID}
 }
 
 // quickObserve is a routine poll from the last full probe, with no

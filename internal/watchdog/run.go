@@ -57,13 +57,9 @@ func (w *Watchdog) Run(ctx context.Context, onObservation func(observation.Obser
 			}
 		}
 	}()
-	next := w.nextTick
-	if next == nil {
-		next = func(now time.Time) time.Duration { return untilNextTick(now, w.cfg.PollInterval) }
-	}
 	w.running.Store(true)
 	defer w.running.Store(false)
-	tick := time.NewTimer(next(time.Now()))
+	tick := time.NewTimer(w.untilPoll(time.Now()))
 	defer tick.Stop()
 	for {
 		onObservation(w.observeTimed(ctx, time.Now(), true))
@@ -71,11 +67,19 @@ func (w *Watchdog) Run(ctx context.Context, onObservation func(observation.Obser
 		case <-ctx.Done():
 			return nil
 		case <-tick.C:
-			tick.Reset(next(time.Now()))
+			tick.Reset(w.untilPoll(time.Now()))
 		case <-trigger:
 		case <-w.live.ended: // a member exited or lost its leader
 		}
 	}
+}
+
+// untilPoll is how long Run waits for its next poll.
+func (w *Watchdog) untilPoll(now time.Time) time.Duration {
+	if w.nextTick != nil {
+		return w.nextTick(now)
+	}
+	return untilNextTick(now, w.cfg.PollInterval)
 }
 
 // untilNextTick is the wait until the next multiple of every on the wall

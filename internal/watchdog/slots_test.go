@@ -45,6 +45,11 @@ func TestSharedSlotsBoundConcurrentObservations(t *testing.T) {
 // started: every member of an agent is polled at one instant.
 func TestPollsFallOnWallClockMultiples(t *testing.T) {
 	every := 5 * time.Second
+	w, err := New(Config{Identity: Identity{Name: "m1", PeerURLs: []string{"http://127.0.0.1:1"}, DataDir: t.TempDir()}, PollInterval: every})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
 	base := time.Date(2026, 12, 2, 16, 0, 0, 0, time.UTC)
 	for _, c := range []struct {
 		after time.Duration
@@ -56,7 +61,7 @@ func TestPollsFallOnWallClockMultiples(t *testing.T) {
 		{every - time.Nanosecond, time.Nanosecond},
 		{every, every},
 	} {
-		if got := untilNextTick(base.Add(c.after), every); got != c.want {
+		if got := w.untilPoll(base.Add(c.after)); got != c.want {
 			t.Errorf("%s after a multiple: next poll in %s, want %s", c.after, got, c.want)
 		}
 	}
