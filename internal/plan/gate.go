@@ -269,7 +269,8 @@ func neverStarted(m observation.Member) bool { return len(m.ClientURLs) == 0 }
 // moves on by itself. It returns the pin to store and whether it changed.
 func NextPin(p record.Pin, member string, o observation.Observation, now time.Time) (record.Pin, bool) {
 	l := o.Local
-	if l.Match != observation.MatchOK || !l.Serving || l.IsLearner || l.ID == 0 || o.ClusterID == 0 || o.MemberListError != "" ||
+	// A reused probe (no request in that poll) is not a sight of anything.
+	if o.PeersReused || l.Match != observation.MatchOK || !l.Serving || l.IsLearner || l.ID == 0 || o.ClusterID == 0 || o.MemberListError != "" ||
 		l.AnsweringID != l.ID || l.AnsweringClusterID != o.ClusterID || !observation.DataDirUsable(l.DataDirClass) {
 		return p, false
 	}

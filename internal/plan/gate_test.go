@@ -136,6 +136,19 @@ func TestPinIsTakenWhenTheMemberServesAndFollowsItsNewIDButNeverAnotherCluster(t
 	if _, changed := NextPin(p, "node2", serving, now.Add(time.Second)); changed {
 		t.Fatal("the same sight changes nothing")
 	}
+	// From the review of issue 14's round: a routine poll that reused the
+	// last full probe (no request) neither sets nor moves a pin; only an
+	// observation that asked the member does.
+	reused := serving
+	reused.PeersReused = true
+	if _, changed := NextPin(record.Pin{}, "node2", reused, now); changed {
+		t.Fatal("a reused probe set a pin")
+	}
+	moved := reused
+	moved.Local.ID, moved.Local.AnsweringID = 8, 8
+	if _, changed := NextPin(p, "node2", moved, now); changed {
+		t.Fatal("a reused probe moved a pin")
+	}
 	learner := serving
 	learner.Local.ID, learner.Local.AnsweringID, learner.Local.IsLearner = 9, 9, true
 	if _, changed := NextPin(record.Pin{}, "node2", learner, now); changed {

@@ -2,8 +2,10 @@ package bench
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -71,12 +73,25 @@ const ProductPeerProbeInterval = "60s"
 
 // emptyLab removes the bench's own lab dir for one count, stopping a lab
 // left running there first: a lab left by an earlier run (of the other
-// shape, or of another cluster) would otherwise restart its members.
+// shape, or of another cluster) would otherwise restart its members. A
+// dir that is not a lab (no readable lab.json) and is not empty is not
+// the bench's to remove: it is refused, and kept.
 func emptyLab(ctx context.Context, dir string, log *zap.Logger) error {
-	if old, err := lab.Open(dir, log); err == nil {
-		if err := old.Down(ctx); err != nil {
-			return fmt.Errorf("the lab left in %s: %w", dir, err)
-		}
+	entries, err := os.ReadDir(dir)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return nil
+	case err != nil:
+		return err
+	case len(entries) == 0:
+		return os.Remove(dir)
+	}
+	old, err := lab.Open(dir, log)
+	if err != nil {
+		return fmt.Errorf("%s is not a lab this bench left (%w): remove it, or choose another --dir", dir, err)
+	}
+	if err := old.Down(ctx); err != nil {
+		return fmt.Errorf("the lab left in %s: %w", dir, err)
 	}
 	return os.RemoveAll(dir)
 }

@@ -15,7 +15,8 @@ import (
 
 // Each count of bench-scale starts from an empty lab: the members of a lab
 // left by an earlier run (make bench runs both shapes in one --dir) were
-// restarted, and the 1-member run failed with "0 of 1 members serve".
+// restarted, and the 1-member run failed with "0 of 1 members serve". A
+// dir that is not a lab is not the bench's to remove.
 func TestEachCountStartsFromAnEmptyLab(t *testing.T) {
 	for _, withSpec := range []bool{false, true} {
 		dir := filepath.Join(t.TempDir(), "scale-1")
@@ -35,11 +36,17 @@ func TestEachCountStartsFromAnEmptyLab(t *testing.T) {
 				t.Fatalf("the leftover lab does not open: %v", err)
 			}
 		}
-		if err := emptyLab(context.Background(), dir, zap.NewNop()); err != nil {
-			t.Fatal(err)
+		err := emptyLab(context.Background(), dir, zap.NewNop())
+		_, gone := os.Stat(dir)
+		if withSpec && (err != nil || !errors.Is(gone, fs.ErrNotExist)) {
+			t.Fatalf("a leftover lab: %v; still there: %v", err, gone)
 		}
-		if _, err := os.Stat(dir); !errors.Is(err, fs.ErrNotExist) {
-			t.Fatalf("a leftover lab (with lab.json: %v) is still there: %v", withSpec, err)
+		// Without lab.json it is not a lab the bench left: kept, refused.
+		if !withSpec && (err == nil || gone != nil) {
+			t.Fatalf("a dir that is not a lab: error %v, stat %v; want it refused and kept", err, gone)
 		}
+	}
+	if err := emptyLab(context.Background(), filepath.Join(t.TempDir(), "none"), zap.NewNop()); err != nil {
+		t.Fatalf("no dir at all: %v", err)
 	}
 }
