@@ -83,7 +83,7 @@ func synthetic() Recording {
 				for _, st := range []string{"healthy", "degraded", "down", "lost", "recovering", "learner"} {
 					s.Samples = append(s.Samples, Sample{Name: "etcd_agent_member_state", Labels: map[string]string{"state": st}, Value: b2f(st == state)})
 				}
-				for _, st := range []string{"ok", "missing", "empty", "corrupt", "foreign", "in-use"} {
+				for _, st := range []string{"ok", "missing", "empty", "corrupt", "foreign", "in-use", "stale"} {
 					s.Samples = append(s.Samples, Sample{Name: "etcd_agent_data_dir_status", Labels: map[string]string{"status": st}, Value: b2f(st == dd)})
 				}
 				refusals := 0.0

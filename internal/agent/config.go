@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/etcd-agent/etcd-agent/internal/heal"
+	"github.com/etcd-agent/etcd-agent/internal/localdisk"
 	"github.com/etcd-agent/etcd-agent/internal/manifest"
 	"github.com/etcd-agent/etcd-agent/internal/memberruntime"
 	"github.com/etcd-agent/etcd-agent/internal/pin"
@@ -243,15 +244,18 @@ func (c Config) TLSConfig() (*tls.Config, error) {
 
 // NewWatchdog builds the watchdog of member id (run, status and the gate
 // all observe the same way). Learned endpoints persist in the state dir.
-// pinned returns the pinned cluster ID (0 before the member was seen serving):
-// answers from any other cluster are ignored (rule 7).
-func (c Config) NewWatchdog(id watchdog.Identity, pinned func() uint64) (*watchdog.Watchdog, error) {
+// pinned returns the member's pin (zero before it was seen serving):
+// answers from any other cluster are ignored (rule 7), and its data dir
+// behind the pin's high-water mark is stale (UC2).
+func (c Config) NewWatchdog(id watchdog.Identity, pinned func() pin.Pin) (*watchdog.Watchdog, error) {
 	t, err := c.TLSConfig()
 	if err != nil {
 		return nil, err
 	}
 	cfg := watchdog.Config{Identity: id, Endpoints: c.Endpoints, TLS: t, PollInterval: c.PollInterval,
-		GracePeriod: c.GracePeriod, Log: c.Log, PinnedClusterID: pinned, Slots: c.probeSlots}
+		GracePeriod: c.GracePeriod, Log: c.Log, Slots: c.probeSlots,
+		PinnedClusterID: func() uint64 { return uint64(pinned().ClusterID) },
+		PinnedHighWater: func() localdisk.HighWater { return highWaterOf(pinned()) }}
 	if c.MemberSource == MemberSourcePods {
 		cfg.PeerProbeEvery = c.PeerProbeInterval
 	}
@@ -261,9 +265,18 @@ func (c Config) NewWatchdog(id watchdog.Identity, pinned func() uint64) (*watchd
 	return watchdog.New(cfg)
 }
 
-// statePin returns the cluster ID pinned in the state dir, read once: the
-// view of a one-shot command (status, the gate).
-func (c Config) statePin(member string) func() uint64 {
+// statePin returns the pin in the state dir, read once: the view of a
+// one-shot command (status).
+func (c Config) statePin(member string) func() pin.Pin {
 	p, _, _ := pin.Load(c.StateDir, member)
-	return func() uint64 { return uint64(p.ClusterID) }
+	return func() pin.Pin { return p }
+}
+
+// highWaterOf is the pin's high-water mark as the data dir check takes it
+// (none before the member's progress was confirmed).
+func highWaterOf(p pin.Pin) localdisk.HighWater {
+	if !p.Seen() || p.HighWater.Index == 0 {
+		return localdisk.HighWater{}
+	}
+	return localdisk.HighWater{MemberID: uint64(p.MemberID), Term: p.HighWater.Term, Index: p.HighWater.Index}
 }

@@ -121,7 +121,7 @@ func gateWait(ctx context.Context, c Config, timeout time.Duration, etcdArgv []s
 				in.HeldByAgent = "its hold file cannot be read: " + err.Error()
 			}
 		}
-		r := localdisk.Classify(ctx, id.DataDir, localdisk.Expect{ClusterID: uint64(p.ClusterID)})
+		r := localdisk.Classify(ctx, id.DataDir, localdisk.Expect{ClusterID: uint64(p.ClusterID), HighWater: highWaterOf(p)})
 		if ctx.Err() != nil {
 			// An interrupted check proves nothing: never open on it.
 			return plan.GateVerdict{}, fmt.Errorf("start gate: stopped while checking the data dir (still closed: %s: %s): %w", last.Reason, last.Detail, ctx.Err())
@@ -139,7 +139,7 @@ func gateWait(ctx context.Context, c Config, timeout time.Duration, etcdArgv []s
 		if !(v.Pass && r.Class == localdisk.ClassOK) && (r.Class == localdisk.ClassMissing || r.Class == localdisk.ClassEmpty || r.Class == localdisk.ClassOK) {
 			// The answer depends on the cluster: ask it.
 			if wd == nil {
-				if wd, err = c.NewWatchdog(id, func() uint64 { return uint64(p.ClusterID) }); err != nil {
+				if wd, err = c.NewWatchdog(id, func() pin.Pin { return p }); err != nil {
 					return plan.GateVerdict{}, err
 				}
 			}

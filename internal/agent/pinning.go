@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"reflect"
 	"sync"
 	"time"
 
@@ -65,6 +66,7 @@ type pinner struct {
 	remoteTried  time.Time
 	admittedAt   time.Time // the last admission written (or tried)
 	recordRead   time.Time // the last check that the record still has our pin
+	markRecorded time.Time // the last high-water mark written to the record
 }
 
 // Node writes and record reads are spaced out while the API is away, so
@@ -79,6 +81,12 @@ const (
 	// after its StatefulSet was deleted and created again), and writes it
 	// back: a record without it would let a re-created member bootstrap.
 	recordCheckEvery = 2 * time.Minute
+	// highWaterRecordEvery spaces out the record's copy of a high-water
+	// mark that moved (the state dir's moves with every full probe): the
+	// mark moves with every write to the cluster, and the record is an API
+	// write. A volume restored on another node is compared with a mark up
+	// to this old.
+	highWaterRecordEvery = 10 * time.Minute
 )
 
 // newPinner loads the state dir's pin, else adopts the record's (a node
@@ -158,14 +166,23 @@ func (p *pinner) observe(ctx context.Context, o observation.Observation) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	next, changed := plan.NextPin(p.pin, p.member, o, o.At)
-	if changed {
+	identity := changed && !sameIdentity(p.pin, next)
+	switch {
+	case identity || (changed && next.HighWater != p.pin.HighWater):
 		if err := pin.Save(p.stateDir, next); err != nil {
 			p.log.Error("could not record the member's pin in the state dir; retrying on the next observation", zap.Error(err))
 			return
 		}
-		p.log.Info("member pinned", zap.String("pin", next.String()), zap.String("was", p.pin.String()))
-		p.remoteFirst = p.remoteFirst || !p.pin.Seen()
-		p.pin, p.remoteBehind = next, p.remote != nil
+		if identity {
+			p.log.Info("member pinned", zap.String("pin", next.String()), zap.String("was", p.pin.String()))
+			p.remoteFirst = p.remoteFirst || !p.pin.Seen()
+			p.remoteBehind = p.remote != nil
+		} else if p.remote != nil && !p.remoteBehind && time.Since(p.markRecorded) >= highWaterRecordEvery {
+			p.remoteBehind, p.remoteTried = true, time.Time{}
+		}
+		p.pin = next
+	case changed:
+		p.pin = next // only the newest progress seen: kept with the next save
 	}
 	if p.remote != nil && !p.pin.Seen() && (p.admit || p.admittedAt.IsZero()) && time.Since(p.admittedAt) >= admissionRenewEvery {
 		if err := p.adopt(ctx); err != nil {
@@ -175,7 +192,7 @@ func (p *pinner) observe(ctx context.Context, o observation.Observation) {
 	if p.remote != nil && p.pin.Seen() && !p.remoteBehind && time.Since(p.recordRead) >= recordCheckEvery {
 		p.checkRecord(ctx)
 	}
-	if !p.remoteBehind || (!changed && time.Since(p.remoteTried) < nodeRetryEvery) {
+	if !p.remoteBehind || (!identity && time.Since(p.remoteTried) < nodeRetryEvery) {
 		return
 	}
 	p.remoteTried = time.Now()
@@ -185,7 +202,13 @@ func (p *pinner) observe(ctx context.Context, o observation.Observation) {
 		p.log.Warn("could not record the member's pin in its record; retrying on the next observation", zap.String("record", p.remote.Where()), zap.Error(err))
 		return
 	}
-	p.remoteBehind, p.remoteFirst = false, false
+	p.remoteBehind, p.remoteFirst, p.markRecorded = false, false, time.Now()
+}
+
+// sameIdentity: a and b differ at most in the member's progress.
+func sameIdentity(a, b pin.Pin) bool {
+	a.HighWater, a.Reached, b.HighWater, b.Reached = record.Progress{}, record.Progress{}, record.Progress{}, record.Progress{}
+	return reflect.DeepEqual(a, b)
 }
 
 // checkRecord marks the record behind when it lacks our pin, or holds one

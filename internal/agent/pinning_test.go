@@ -29,6 +29,9 @@ func (f *fakeRecord) Behind(rec pin.Pin, ok bool, ours pin.Pin) bool {
 }
 func (f *fakeRecord) WritePin(_ context.Context, p pin.Pin, _ bool) error {
 	f.wrote = append(f.wrote, p)
+	if f.err == nil && f.pins != nil {
+		f.pins[p.Member] = p
+	}
 	return f.err
 }
 func (f *fakeRecord) Where() string { return "hc1/etcd-agent-pins-x" }
@@ -127,5 +130,54 @@ func TestAPinnedMemberWritesItsPinBackIntoARecordThatLostIt(t *testing.T) {
 	p.observe(context.Background(), idle)
 	if len(rec.wrote) != 0 {
 		t.Fatalf("a later pin (the member moved on) was overwritten: %+v", rec.wrote)
+	}
+}
+
+// The high-water mark (UC2) moves with every write to the cluster: the
+// state dir's copy follows it at every full probe (the gate reads it), the
+// record's (an API write) at most every highWaterRecordEvery, and neither
+// logs a "member pinned".
+func TestTheHighWaterMarkGoesToTheStateDirAtOnceAndToTheRecordSpacedOut(t *testing.T) {
+	dir := t.TempDir()
+	rec := &fakeRecord{pins: map[string]pin.Pin{}}
+	p, err := newPinner(context.Background(), dir, "m", rec, false, zap.NewNop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	at := time.Now()
+	sight := func(index uint64, d time.Duration) observation.Observation {
+		return observation.Observation{At: at.Add(d), ClusterID: 0xc1,
+			Members: []observation.Member{{ID: 7, Serving: true, RaftTerm: 2, RaftIndex: index}},
+			Local: observation.Local{Match: observation.MatchOK, ID: 7, Serving: true, AnsweringID: 7, AnsweringClusterID: 0xc1,
+				DataDirClass: "in-use", PeerURLs: []string{"http://p"}}}
+	}
+	ctx := context.Background()
+	p.observe(ctx, sight(100, 0))
+	if len(rec.wrote) != 1 || rec.wrote[0].HighWater.Index != 0 {
+		t.Fatalf("first pin: record writes %+v", rec.wrote)
+	}
+	for i := uint64(1); i <= 5; i++ {
+		p.observe(ctx, sight(100+i*10, time.Duration(i)*time.Second))
+		got, _, err := pin.Load(dir, "m")
+		if err != nil || got.HighWater.Index != 100+(i-1)*10 {
+			t.Fatalf("sight %d: state dir mark %+v (%v), want index %d", i, got.HighWater, err, 100+(i-1)*10)
+		}
+	}
+	if len(rec.wrote) != 1 {
+		t.Fatalf("record writes %d (%+v): want the first pin only (marks spaced out)", len(rec.wrote), rec.wrote)
+	}
+	p.markRecorded = time.Now().Add(-highWaterRecordEvery)
+	p.observe(ctx, sight(200, 10*time.Second))
+	if len(rec.wrote) != 2 || rec.wrote[1].HighWater.Index != 150 {
+		t.Fatalf("after %s: record writes %+v", highWaterRecordEvery, rec.wrote)
+	}
+	// An API that fails is not asked again at every probe.
+	rec.err = errors.New("api down")
+	p.markRecorded = time.Time{}
+	for i := range 5 {
+		p.observe(ctx, sight(300+uint64(i), time.Duration(20+i)*time.Second))
+	}
+	if len(rec.wrote) != 3 {
+		t.Fatalf("with the API down: %d writes, want 1 more (retries spaced by %s)", len(rec.wrote), nodeRetryEvery)
 	}
 }

@@ -108,7 +108,7 @@ func runMember(ctx context.Context, c Config, id watchdog.Identity, env memberEn
 	if err != nil {
 		return err
 	}
-	wd, err := c.NewWatchdog(id, pins.ClusterID)
+	wd, err := c.NewWatchdog(id, pins.Current)
 	if err != nil {
 		return err
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"sort"
 	"syscall"
@@ -340,4 +341,36 @@ func (l *Lab) MoveMember(from, to string) error {
 		return err
 	}
 	return os.Rename(tmp, dst.EtcdManifest())
+}
+
+// CopyDataDir copies node's etcd data dir (the member stopped) to dst, as a
+// volume snapshot or a disk backup would keep it.
+func (l *Lab) CopyDataDir(node, dst string) error {
+	n, err := l.Spec.Node(node)
+	if err != nil {
+		return err
+	}
+	l.log.Info("fault: copy data dir aside", zap.String("node", node), zap.String("dir", n.DataDir), zap.String("to", dst))
+	if out, err := exec.Command("cp", "-a", n.DataDir, dst).CombinedOutput(); err != nil {
+		return fmt.Errorf("copy %s to %s: %v: %s", n.DataDir, dst, err, out)
+	}
+	return nil
+}
+
+// RestoreDataDir puts a copy made by CopyDataDir back as node's data dir (a
+// PVC restored from a volume snapshot, a disk restored from a backup): the
+// data dir it replaces is moved to aside, never deleted.
+func (l *Lab) RestoreDataDir(node, src, aside string) error {
+	n, err := l.Spec.Node(node)
+	if err != nil {
+		return err
+	}
+	l.log.Info("fault: restore an older copy of the data dir", zap.String("node", node), zap.String("dir", n.DataDir), zap.String("from", src))
+	if err := os.Rename(n.DataDir, aside); err != nil {
+		return err
+	}
+	if out, err := exec.Command("cp", "-a", src, n.DataDir).CombinedOutput(); err != nil {
+		return fmt.Errorf("copy %s to %s: %v: %s", src, n.DataDir, err, out)
+	}
+	return nil
 }

@@ -354,7 +354,7 @@ func TestClassifyFallsBackToLayoutWhenContextAlreadyDone(t *testing.T) {
 }
 
 func TestAllClassesListsEachClassOnce(t *testing.T) {
-	want := []Class{ClassOK, ClassMissing, ClassEmpty, ClassCorrupt, ClassForeign, ClassInUse}
+	want := []Class{ClassOK, ClassMissing, ClassEmpty, ClassCorrupt, ClassForeign, ClassInUse, ClassStale}
 	if got := AllClasses(); !slices.Equal(got, want) {
 		t.Fatalf("AllClasses() = %v, want %v", got, want)
 	}

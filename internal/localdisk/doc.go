@@ -36,11 +36,14 @@ const (
 	ClassForeign Class = observation.DataDirForeign
 	// ClassInUse: a running process (normally the member itself) holds the db lock.
 	ClassInUse Class = observation.DataDirInUse
+	// ClassStale: the member's own data, intact, but behind the progress
+	// the member was seen to keep (Expect.HighWater): it went back in time.
+	ClassStale Class = observation.DataDirStale
 )
 
 // AllClasses lists every class in a stable order (used for one-hot metrics).
 func AllClasses() []Class {
-	return []Class{ClassOK, ClassMissing, ClassEmpty, ClassCorrupt, ClassForeign, ClassInUse}
+	return []Class{ClassOK, ClassMissing, ClassEmpty, ClassCorrupt, ClassForeign, ClassInUse, ClassStale}
 }
 
 // Expect says what identity the data dir must carry; zero values mean
@@ -48,6 +51,14 @@ func AllClasses() []Class {
 type Expect struct {
 	MemberID  uint64
 	ClusterID uint64
+	// HighWater, when its MemberID is set, is the progress that member was
+	// seen to keep: its data dir ending before it is ClassStale.
+	HighWater HighWater
+}
+
+// HighWater is the raft term and index member MemberID was seen to reach.
+type HighWater struct {
+	MemberID, Term, Index uint64
 }
 
 // Result is the outcome of inspecting a data dir.
@@ -59,6 +70,9 @@ type Result struct {
 	MemberID, ClusterID uint64
 	// ConsistentIndex comes from the db when readable (0 otherwise).
 	ConsistentIndex uint64
+	// WALTerm and WALIndex are the raft term the WAL's last hard state
+	// records and the index of its last entry, when read.
+	WALTerm, WALIndex uint64
 	// Verified: Classify's checks finished, so the class is confirmed. The
 	// layout check alone (ClassifyLayout, or a deep check that could not
 	// finish) leaves it false: its corrupt can be a member bootstrapping.

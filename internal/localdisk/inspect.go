@@ -39,7 +39,7 @@ func inspect(req inspectRequest, stage func(step string, partial Result)) Result
 	if err != nil {
 		return corruptf("%s: %v", walDir, err)
 	}
-	r := Result{MemberID: ws.memberID, ClusterID: ws.clusterID}
+	r := Result{MemberID: ws.memberID, ClusterID: ws.clusterID, WALTerm: ws.term, WALIndex: ws.lastIndex}
 	if mismatch := identityMismatch(ws.memberID, ws.clusterID, req.Expect); mismatch != "" {
 		r.Class = ClassForeign
 		r.Detail = fmt.Sprintf("%s metadata %s", walDir, mismatch)
@@ -62,9 +62,18 @@ func inspect(req inspectRequest, stage func(step string, partial Result)) Result
 		return r
 	}
 
+	if hw := req.Expect.HighWater; hw.MemberID != 0 && hw.MemberID == ws.memberID && (ws.term < hw.Term || ws.lastIndex < hw.Index) {
+		// Its own data, intact, but older than what the member was seen
+		// to keep: under its ID it would have forgotten entries it
+		// acknowledged, and maybe votes (rule 9).
+		r.Class = ClassStale
+		r.Detail = fmt.Sprintf("%s ends at raft index %d, term %d, but member %x was seen to keep index %d, term %d: the data went back in time "+
+			"(a restored volume or backup); it must not start under its ID", walDir, ws.lastIndex, ws.term, ws.memberID, hw.Index, hw.Term)
+		return r
+	}
 	r.Class = ClassOK
-	r.Detail = fmt.Sprintf("member %x in cluster %x; db consistent index %d; WAL read from snapshot index %d to index %d%s",
-		r.MemberID, r.ClusterID, r.ConsistentIndex, ws.start.Index, ws.lastIndex, formatBrokenSnaps(ws.brokenSnaps))
+	r.Detail = fmt.Sprintf("member %x in cluster %x; db consistent index %d; WAL read from snapshot index %d to index %d, term %d%s",
+		r.MemberID, r.ClusterID, r.ConsistentIndex, ws.start.Index, ws.lastIndex, ws.term, formatBrokenSnaps(ws.brokenSnaps))
 	return r
 }
 

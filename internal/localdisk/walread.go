@@ -25,6 +25,8 @@ type walState struct {
 	// lastIndex is the raft index of the last entry in the WAL, or the
 	// snapshot's index when no entries follow it.
 	lastIndex uint64
+	// term is the term of the last hard state (at least the snapshot's).
+	term uint64
 	// brokenSnaps are .snap files that failed to load and were skipped, as
 	// etcd itself would skip them.
 	brokenSnaps []string
@@ -58,7 +60,7 @@ func readWAL(dataDir string) (walState, error) {
 	// the segment files itself on success. On failure they stay open until
 	// garbage-collected: wal offers no way to close them.
 	defer w.Close()
-	metadata, _, ents, err := w.ReadAll()
+	metadata, hs, ents, err := w.ReadAll()
 	if err != nil {
 		return walState{}, fmt.Errorf("read records after snapshot index %d: %w", st.start.Index, err)
 	}
@@ -67,7 +69,7 @@ func readWAL(dataDir string) (walState, error) {
 	if err != nil {
 		return walState{}, err
 	}
-	st.lastIndex = st.start.Index
+	st.lastIndex, st.term = st.start.Index, max(hs.Term, st.start.Term)
 	if len(ents) > 0 {
 		st.lastIndex = ents[len(ents)-1].Index
 	}

@@ -50,6 +50,7 @@ const (
 	dataDirEmpty   = observation.DataDirEmpty
 	dataDirCorrupt = observation.DataDirCorrupt
 	dataDirForeign = observation.DataDirForeign
+	dataDirStale   = observation.DataDirStale
 )
 
 // Sample is one poll's observation of the local member and its cluster.
@@ -57,7 +58,7 @@ type Sample struct {
 	At        time.Time // when the poll ran; the only clock the tracker knows
 	Serving   bool      // local member answered a linearizable health check / Status in this poll
 	IsLearner bool      // local member is a learner in the member list
-	DataDir   string    // class from localdisk: "ok", "missing", "empty", "corrupt", "foreign", "in-use"
+	DataDir   string    // class from localdisk: "ok", "missing", "empty", "corrupt", "foreign", "in-use", "stale"
 	// DataDirVerified: the deep check confirmed DataDir (localdisk.Classify
 	// finished). Corrupt and foreign are lost at once only when confirmed.
 	DataDirVerified bool
@@ -187,7 +188,7 @@ func assess(s Sample) assessment {
 	case dataDirMissing, dataDirEmpty:
 		dataDirGone = true
 		problems = append(problems, problem{"data-dir-" + s.DataDir, "data dir is " + s.DataDir})
-	case dataDirCorrupt, dataDirForeign:
+	case dataDirCorrupt, dataDirForeign, dataDirStale:
 		// The layout check's corrupt can be a member bootstrapping (its db
 		// exists before its WAL): only the deep check's word is proof.
 		dataDirGone, dataDirSure = true, s.DataDirVerified

@@ -142,6 +142,9 @@ func TestStateTransitions(t *testing.T) {
 				{sample(2*time.Second, notServing, deepDir("corrupt")), Lost, "data-dir-corrupt", 2 * time.Second},
 				{sample(3 * time.Second), Healthy, "healthy", noTrouble},
 				{sample(4*time.Second, notServing, deepDir("foreign")), Lost, "data-dir-foreign", 4 * time.Second},
+				{sample(5 * time.Second), Healthy, "healthy", noTrouble},
+				// A restored volume (UC2): behind the member's high-water mark.
+				{sample(6*time.Second, notServing, deepDir("stale")), Lost, "data-dir-stale", 6 * time.Second},
 			},
 		},
 		{

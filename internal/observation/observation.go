@@ -46,7 +46,7 @@ type Local struct {
 	PeerURLs  []string `json:"peerURLs"`
 	ClientURL string   `json:"clientURL"`
 	DataDir   string   `json:"dataDir"`
-	// DataDirClass is a localdisk class: ok, missing, empty, corrupt, foreign, in-use.
+	// DataDirClass is a localdisk class: ok, missing, empty, corrupt, foreign, in-use, stale.
 	DataDirClass  string `json:"dataDirClass"`
 	DataDirDetail string `json:"dataDirDetail,omitempty"`
 	// DataDirVerified: the deep check confirmed DataDirClass (not the
@@ -169,6 +169,7 @@ const (
 	DataDirCorrupt = "corrupt" // member data present but unusable
 	DataDirForeign = "foreign" // intact, but another member's or cluster's
 	DataDirInUse   = "in-use"  // a running process holds the db lock
+	DataDirStale   = "stale"   // intact and its own, but behind what the member was seen to keep
 )
 
 // MatchLocal sets obs.Local.Match: the local member is found by name AND

@@ -266,7 +266,9 @@ func neverStarted(m observation.Member) bool { return len(m.ClientURLs) == 0 }
 // its own identity, from a linearizable member list (a learner is not
 // pinned: a failed heal removes it again); the member ID moves on when
 // the member serves under a new ID (after a rejoin); the cluster ID never
-// moves on by itself. It returns the pin to store and whether it changed.
+// moves on by itself. Each such sight also moves the member's high-water
+// mark on (AdvanceHighWater). It returns the pin to store and whether it
+// changed.
 func NextPin(p record.Pin, member string, o observation.Observation, now time.Time) (record.Pin, bool) {
 	l := o.Local
 	// A reused probe (no request in that poll) is not a sight of anything.
@@ -274,14 +276,26 @@ func NextPin(p record.Pin, member string, o observation.Observation, now time.Ti
 		l.AnsweringID != l.ID || l.AnsweringClusterID != o.ClusterID || !observation.DataDirUsable(l.DataDirClass) {
 		return p, false
 	}
+	m, _ := o.Member(l.ID)
+	seen := record.Progress{Term: m.RaftTerm, Index: m.RaftIndex, At: now.UTC()}
 	if !p.Seen() {
-		return record.Pin{Member: member, ClusterID: record.MemberID(o.ClusterID), MemberID: record.MemberID(l.ID),
-			PeerURLs: l.PeerURLs, FirstSeenAt: now.UTC(), SeenAt: now.UTC()}, true
+		p = record.Pin{Member: member, ClusterID: record.MemberID(o.ClusterID), MemberID: record.MemberID(l.ID),
+			PeerURLs: l.PeerURLs, FirstSeenAt: now.UTC(), SeenAt: now.UTC()}
+		p, _ = AdvanceHighWater(p, seen)
+		return p, true
 	}
-	if uint64(p.ClusterID) != o.ClusterID || (uint64(p.MemberID) == l.ID && slices.Equal(p.PeerURLs, l.PeerURLs)) {
+	if uint64(p.ClusterID) != o.ClusterID {
 		return p, false
 	}
+	if uint64(p.MemberID) == l.ID && slices.Equal(p.PeerURLs, l.PeerURLs) {
+		return AdvanceHighWater(p, seen)
+	}
+	if uint64(p.MemberID) != l.ID {
+		// Another member: the old one's progress says nothing of it.
+		p.HighWater, p.Reached = record.Progress{}, record.Progress{}
+	}
 	p.MemberID, p.PeerURLs, p.SeenAt = record.MemberID(l.ID), l.PeerURLs, now.UTC()
+	p, _ = AdvanceHighWater(p, seen)
 	return p, true
 }
 

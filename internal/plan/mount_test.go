@@ -29,6 +29,8 @@ func TestDataDirDisposal(t *testing.T) {
 		{true, "in-use", DisposeRefuse, "mount point"},
 		{true, "corrupt", DisposeRefuse, "never deleted"},
 		{true, "foreign", DisposeRefuse, "mount point"},
+		{false, "stale", DisposeQuarantine, ""},
+		{true, "stale", DisposeRefuse, "mount point"},
 	} {
 		got, why := DataDirDisposal(c.mount, c.class)
 		if got != c.want || !strings.Contains(why, c.says) {

@@ -28,7 +28,25 @@ type Pin struct {
 	// again from scratch under the same name).
 	ClaimName string `json:"claimName,omitempty"`
 	ClaimUID  string `json:"claimUID,omitempty"`
+	// HighWater is the raft progress member MemberID was seen to keep: the
+	// term and index it reported serving, confirmed by a later look (so it
+	// was on its disk). A data dir of that member behind it went back in
+	// time (a restored volume or backup) and must never start under the
+	// ID: it has forgotten entries it acknowledged, and maybe votes.
+	// Reached is the newest progress seen, not yet confirmed.
+	HighWater Progress `json:"highWater,omitzero"`
+	Reached   Progress `json:"reached,omitzero"`
 }
+
+// Progress is a member's raft term and (committed) index at a moment.
+type Progress struct {
+	Term  uint64    `json:"term"`
+	Index uint64    `json:"index"`
+	At    time.Time `json:"at"`
+}
+
+// Behind reports whether p is short of q in term or index.
+func (p Progress) Behind(q Progress) bool { return p.Term < q.Term || p.Index < q.Index }
 
 // Seen reports whether the member was ever seen serving.
 func (p Pin) Seen() bool { return p.ClusterID != 0 && p.MemberID != 0 }

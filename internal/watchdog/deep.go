@@ -21,7 +21,7 @@ type deepCache struct {
 
 func (c *deepCache) classify(ctx context.Context, dir string, exp localdisk.Expect) localdisk.Result {
 	files := fingerprint(dir)
-	key := files + fmt.Sprintf("|%x|%x", exp.MemberID, exp.ClusterID)
+	key := files + fmt.Sprintf("|%x|%x|%+v", exp.MemberID, exp.ClusterID, exp.HighWater)
 	c.mu.Lock()
 	if key == c.key {
 		r := c.result

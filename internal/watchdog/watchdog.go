@@ -50,6 +50,9 @@ type Config struct {
 	// pin store); nil or 0 means none yet: the first member list's cluster
 	// is adopted, and kept for the life of the process.
 	PinnedClusterID func() uint64
+	// PinnedHighWater, when set, returns the progress the pinned member was
+	// seen to keep: its data dir behind it is stale (a restored volume).
+	PinnedHighWater func() localdisk.HighWater
 	Log             *zap.Logger
 	// Slots, when set, is a counting semaphore shared by many watchdogs
 	// (one agent serving many members): an observation takes a slot for
@@ -353,6 +356,9 @@ func (w *Watchdog) classifyDataDir(ctx context.Context, obs *observation.Observa
 		exp := localdisk.Expect{ClusterID: obs.ClusterID}
 		if obs.Local.Match == observation.MatchOK {
 			exp.MemberID = obs.Local.ID
+		}
+		if w.cfg.PinnedHighWater != nil {
+			exp.HighWater = w.cfg.PinnedHighWater()
 		}
 		r = w.deep.classify(ctx, dir, exp)
 	}

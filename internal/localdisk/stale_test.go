@@ -1,0 +1,52 @@
+package localdisk
+
+import (
+	"context"
+	"path/filepath"
+	"testing"
+	"time"
+)
+
+// TestClassifyReportsStaleForAnOlderCopyOfTheMembersOwnData (issue 15,
+// UC2): a copy of a real member's data dir taken before more writes is
+// behind the progress the member reported afterwards (Status: term and
+// commit index): stale. The newer data dir, stopped cleanly, holds what the
+// member reported (no false stale), and a mark of another member says
+// nothing of the copy.
+func TestClassifyReportsStaleForAnOlderCopyOfTheMembersOwnData(t *testing.T) {
+	root := t.TempDir()
+	m := makeStoppedMember(t, root, "uc2")
+	old := filepath.Join(root, "uc2-old")
+	if err := copyTree(m.dataDir, old); err != nil {
+		t.Fatal(err)
+	}
+	p := startEtcd(t, m.dataDir, "uc2")
+	p.writeKeys(t, 200)
+	cli := p.client()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	st, err := cli.Status(ctx, p.endpoint)
+	cancel()
+	cli.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.stop(t)
+	hw := HighWater{MemberID: m.id.memberID, Term: st.RaftTerm, Index: st.RaftIndex}
+	t.Logf("member %x reported term %d, commit index %d", m.id.memberID, st.RaftTerm, st.RaftIndex)
+
+	r := classifyNow(t, old, Expect{MemberID: m.id.memberID, ClusterID: m.id.clusterID, HighWater: hw})
+	requireClass(t, r, ClassStale, "went back in time", hexID(m.id.memberID))
+	if r.WALIndex >= hw.Index || r.MemberID != m.id.memberID {
+		t.Fatalf("stale copy: WAL index %d member %x, want below %d and member %x", r.WALIndex, r.MemberID, hw.Index, m.id.memberID)
+	}
+	cur := classifyNow(t, m.dataDir, Expect{MemberID: m.id.memberID, ClusterID: m.id.clusterID, HighWater: hw})
+	requireClass(t, cur, ClassOK)
+	if cur.WALIndex < hw.Index || cur.WALTerm < hw.Term {
+		t.Fatalf("current data dir: WAL index %d term %d, below what the member reported (%d, %d)", cur.WALIndex, cur.WALTerm, hw.Index, hw.Term)
+	}
+	other := hw
+	other.MemberID++
+	requireClass(t, classifyNow(t, old, Expect{ClusterID: m.id.clusterID, HighWater: other}), ClassOK)
+	ahead := HighWater{MemberID: m.id.memberID, Term: cur.WALTerm + 1, Index: 1}
+	requireClass(t, classifyNow(t, m.dataDir, Expect{HighWater: ahead}), ClassStale, "term")
+}
