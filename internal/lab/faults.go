@@ -351,8 +351,14 @@ func (l *Lab) CopyDataDir(node, dst string) error {
 		return err
 	}
 	l.log.Info("fault: copy data dir aside", zap.String("node", node), zap.String("dir", n.DataDir), zap.String("to", dst))
-	if out, err := exec.Command("cp", "-a", n.DataDir, dst).CombinedOutput(); err != nil {
-		return fmt.Errorf("copy %s to %s: %v: %s", n.DataDir, dst, err, out)
+	return copyDir(n.DataDir, dst)
+}
+
+// copyDir copies the tree src to dst (which must not exist), keeping modes
+// and times.
+func copyDir(src, dst string) error {
+	if out, err := exec.Command("cp", "-a", src, dst).CombinedOutput(); err != nil {
+		return fmt.Errorf("copy %s to %s: %v: %s", src, dst, err, out)
 	}
 	return nil
 }
@@ -369,8 +375,5 @@ func (l *Lab) RestoreDataDir(node, src, aside string) error {
 	if err := os.Rename(n.DataDir, aside); err != nil {
 		return err
 	}
-	if out, err := exec.Command("cp", "-a", src, n.DataDir).CombinedOutput(); err != nil {
-		return fmt.Errorf("copy %s to %s: %v: %s", src, n.DataDir, err, out)
-	}
-	return nil
+	return copyDir(src, n.DataDir)
 }

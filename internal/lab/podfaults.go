@@ -173,3 +173,45 @@ func (l *Lab) PartitionKubelet(node string, paused bool) error {
 	l.log.Info("fault: kubelet partition", zap.String("node", node), zap.Bool("paused", paused))
 	return signalOurs(n.SupervisorPID, n.NodeDir, sig)
 }
+
+// CopyPodData copies a hosted etcd pod's data dir to dst as a snapshot of
+// the live volume would: etcd is frozen (SIGSTOP) for the copy, so the copy
+// is one moment's state (crash-consistent), then resumed.
+func (l *Lab) CopyPodData(ctx context.Context, ns, pod, dst string) error {
+	dir, err := l.PodDataDir(ctx, ns, pod)
+	if err != nil {
+		return err
+	}
+	pid, err := l.SignalPod(ctx, ns, pod, syscall.SIGSTOP)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = signalOurs(pid, l.Spec.Dir, syscall.SIGCONT) }()
+	l.log.Info("fault: copy pod data aside", zap.String("pod", ns+"/"+pod), zap.String("dir", dir), zap.String("to", dst))
+	return copyDir(dir, dst)
+}
+
+// RestorePodData puts a copy made by CopyPodData back as the pod's data dir
+// (its PVC restored from a volume snapshot): etcd is frozen, the data dir it
+// has is moved to aside (kept), the copy is put in its place, and etcd is
+// killed: the lab kubelet restarts the container on the restored data.
+func (l *Lab) RestorePodData(ctx context.Context, ns, pod, src, aside string) error {
+	dir, err := l.PodDataDir(ctx, ns, pod)
+	if err != nil {
+		return err
+	}
+	pid, err := l.SignalPod(ctx, ns, pod, syscall.SIGSTOP)
+	if err != nil {
+		return err
+	}
+	l.log.Info("fault: restore an older copy of the pod data", zap.String("pod", ns+"/"+pod), zap.String("dir", dir), zap.String("from", src))
+	if err := os.Rename(dir, aside); err != nil {
+		_ = signalOurs(pid, l.Spec.Dir, syscall.SIGCONT)
+		return err
+	}
+	if err := copyDir(src, dir); err != nil {
+		_ = signalOurs(pid, l.Spec.Dir, syscall.SIGKILL)
+		return err
+	}
+	return signalOurs(pid, l.Spec.Dir, syscall.SIGKILL)
+}

@@ -34,7 +34,12 @@ type idAnswer struct {
 
 func watchMemberID(t *testing.T, l *lab.Lab, node string) *idWatch {
 	t.Helper()
-	ep := nodeOf(t, l, node).ClientURL
+	return watchMemberIDAt(t, l, nodeOf(t, l, node).ClientURL)
+}
+
+// watchMemberIDAt is watchMemberID for the member at client URL ep.
+func watchMemberIDAt(t *testing.T, l *lab.Lab, ep string) *idWatch {
+	t.Helper()
 	u, err := url.Parse(ep)
 	if err != nil {
 		t.Fatal(err)
