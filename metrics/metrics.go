@@ -75,6 +75,10 @@ type Metrics struct {
 	// EndpointsFileErrors counts learned endpoints files found unreadable
 	// or corrupt at start (a corrupt one is kept aside, not read as empty).
 	EndpointsFileErrors *prometheus.CounterVec
+	// SnapshotStoreUploads counts pre-change backups sent to the snapshot
+	// store (--snapshot-store), by result: uploaded, failed, dropped (the
+	// upload queue was full).
+	SnapshotStoreUploads *prometheus.CounterVec
 
 	base *vectors // the registered vectors, not curried
 }
@@ -112,6 +116,7 @@ type vectors struct {
 	recoveriesTotal, refusalsTotal, snapshotBytesTotal, seedFallbacksTotal *prometheus.CounterVec
 	foreignEndpointResponses, hashMismatchTotal, learnerRollbacksTotal     *prometheus.CounterVec
 	quarantinePrunedTotal, quarantinePruneErrors, endpointsFileErrors      *prometheus.CounterVec
+	snapshotStoreUploads                                                   *prometheus.CounterVec
 	recoveryDuration, phaseDuration, observationDuration                   *prometheus.HistogramVec
 }
 
@@ -165,13 +170,15 @@ func New() *Metrics {
 		quarantinePruneErrors: c("quarantine_prune_errors_total", "Quarantine listings or deletions that failed.", "member"),
 		endpointsFileErrors: c("learned_endpoints_file_errors_total",
 			"Learned endpoints files (endpoints.json in the state dir) found unreadable or corrupt at start; a corrupt one is kept aside as endpoints.json.corrupt-<time>.", "member"),
+		snapshotStoreUploads: c("snapshot_store_uploads_total",
+			"Pre-change backups sent to the snapshot store (--snapshot-store), by result: uploaded, failed, dropped (the upload queue was full; the backup stays in the quarantine).", "member", "result"),
 	}
 	b.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		b.memberState, b.dataDirStatus, b.votingMembers, b.healthyVotingMembers, b.quorumMargin, b.recoveryInProgress,
 		b.leaseHeld, b.recoveriesTotal, b.refusalsTotal, b.refusedSince, b.recoveryDuration, b.phaseDuration, b.learnerLag,
 		b.snapshotBytesTotal, b.seedFallbacksTotal, b.lastRecovery, b.observationDuration, b.startGateWrapped, b.foreignEndpointResponses,
 		b.hashMismatchTotal, b.stepStarted, b.stepExpected, b.quarantinePrunedTotal, b.quarantinePruneErrors, b.endpointsFileErrors,
-		b.learnerRollbacksTotal)
+		b.learnerRollbacksTotal, b.snapshotStoreUploads)
 	return b.forCluster("")
 }
 
@@ -216,6 +223,7 @@ func (b *vectors) forCluster(cluster string) *Metrics {
 		QuarantinePrunedTotal:    c(b.quarantinePrunedTotal),
 		QuarantinePruneErrors:    c(b.quarantinePruneErrors),
 		EndpointsFileErrors:      c(b.endpointsFileErrors),
+		SnapshotStoreUploads:     c(b.snapshotStoreUploads),
 		base:                     b,
 	}
 }
@@ -244,6 +252,9 @@ func (m *Metrics) Init(member string, reasons []string) {
 	m.QuarantinePruneErrors.WithLabelValues(member)
 	m.EndpointsFileErrors.WithLabelValues(member)
 	m.LearnerRollbacksTotal.WithLabelValues(member)
+	for _, r := range []string{"uploaded", "failed", "dropped"} { // snapshotstore.Uploaded, ...
+		m.SnapshotStoreUploads.WithLabelValues(member, r)
+	}
 }
 
 // Bool is a 0/1 gauge value.

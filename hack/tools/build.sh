@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds the real etcd, etcdctl, etcdutl, etcd-3.7, kube-apiserver,
-# kube-controller-manager, kube-scheduler and promtool into bin/
+# kube-controller-manager, kube-scheduler, promtool and weed (SeaweedFS, the
+# lab's S3-compatible store) into bin/
 # from the Go module proxy. Each tool has its own module under hack/tools/ (their
 # dependency graphs conflict: kubernetes 1.37 wants etcd client 3.7, the lab runs
 # etcd 3.6). A stamp per binary records the module version and Go version it was
@@ -21,6 +22,7 @@ tools=(
   "kube-controller-manager|kubernetes|k8s.io/kubernetes/cmd/kube-controller-manager|k8s.io/kubernetes"
   "kube-scheduler|kubernetes|k8s.io/kubernetes/cmd/kube-scheduler|k8s.io/kubernetes"
   "promtool|promtool|github.com/prometheus/prometheus/cmd/promtool|github.com/prometheus/prometheus"
+  "weed|seaweedfs|github.com/seaweedfs/seaweedfs/weed|github.com/seaweedfs/seaweedfs"
 )
 only=("$@") # optional: build only these tools
 

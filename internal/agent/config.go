@@ -64,6 +64,12 @@ type Config struct {
 	QuarantineKeep  int
 	// QuarantinePruneAfter: see heal.Config.QuarantinePruneAfter.
 	QuarantinePruneAfter time.Duration
+	// SnapshotStore is the snapshot store's URL (file:// or s3://; ""
+	// none); SnapshotStoreKeep how many snapshots per cluster it keeps;
+	// SnapshotStoreBackups: every pre-change backup is uploaded to it.
+	SnapshotStore        string
+	SnapshotStoreKeep    int
+	SnapshotStoreBackups bool
 	// RejoinMode is "seed" (the flag's default) or "raft" (heal.RejoinSeed/RejoinRaft).
 	RejoinMode string
 	// MemberRuntime is "static-pod" or "exec" (with StopCommand/StartCommand);
@@ -93,6 +99,8 @@ type Config struct {
 	podRuntime memberruntime.Runtime
 	// probeSlots bounds how many members are probed at once (runPods).
 	probeSlots chan struct{}
+	// backups uploads pre-change backups (Run, with a snapshot store).
+	backups heal.BackupSink
 	// ProbeWorkers: with --member-source=pods, how many members may be
 	// observed at once (each observation probes every member of its
 	// cluster); the rest wait their turn.
@@ -174,6 +182,9 @@ func (c Config) Validate() error {
 	}
 	if c.QuarantineKeep < 1 {
 		errs = append(errs, fmt.Errorf("--quarantine-keep must be >= 1, got %d", c.QuarantineKeep))
+	}
+	if c.SnapshotStore != "" && c.SnapshotStoreKeep < 1 {
+		errs = append(errs, fmt.Errorf("--snapshot-store-keep must be >= 1, got %d", c.SnapshotStoreKeep))
 	}
 	return errors.Join(errs...)
 }

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"path/filepath"
 	"reflect"
 	"sync"
 	"time"
@@ -66,7 +67,8 @@ type pinner struct {
 	remoteTried  time.Time
 	admittedAt   time.Time // the last admission written (or tried)
 	recordRead   time.Time // the last check that the record still has our pin
-	markRecorded time.Time // the last high-water mark written to the record
+	markRecorded time.Time // the last high-water mark written to the record (or tried)
+	markBehind   bool      // the record's mark is behind the state dir's
 }
 
 // Node writes and record reads are spaced out while the API is away, so
@@ -101,6 +103,9 @@ func newPinner(ctx context.Context, stateDir, member string, remote pinRecord, a
 	}
 	if ok {
 		p.pin, p.remoteBehind = cur, remote != nil
+		if remote != nil {
+			p.raiseMarkFromRecord(ctx)
+		}
 		return p, nil
 	}
 	if remote == nil {
@@ -122,6 +127,7 @@ func (p *pinner) adopt(ctx context.Context) error {
 		return nil
 	}
 	if rp, ok := pins[p.member]; ok && !p.pin.Seen() {
+		rp.HighWater = rp.HighWater.Max(carriedMark(p.stateDir, rp))
 		if err := pin.Save(p.stateDir, rp); err != nil {
 			return err
 		}
@@ -147,6 +153,54 @@ func (p *pinner) adopt(ctx context.Context) error {
 	return nil
 }
 
+// raiseMarkFromRecord takes the record's high-water mark when it is ahead
+// of the state dir's for the same member: a state dir rolled back with the
+// node's disk must not lower the mark (nor write its lower one over the
+// record's). Unread (the API away), the record's copy of the mark is not
+// written for highWaterRecordEvery, by when checkRecord has read it.
+func (p *pinner) raiseMarkFromRecord(ctx context.Context) {
+	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	pins, _, err := p.remote.ReadPins(rctx)
+	if err != nil {
+		p.markRecorded = time.Now()
+		return
+	}
+	p.raiseMark(pins)
+}
+
+// raiseMark raises the pin's mark to the record's pin of the same member.
+func (p *pinner) raiseMark(pins map[string]pin.Pin) {
+	rp, ok := pins[p.member]
+	if !ok || !rp.SameMember(p.pin) || !p.pin.HighWater.Behind(rp.HighWater) {
+		return
+	}
+	next := p.pin
+	next.HighWater = next.HighWater.Max(rp.HighWater)
+	if err := pin.Save(p.stateDir, next); err != nil {
+		p.log.Error("could not raise the member's high-water mark to its record's", zap.Error(err))
+		return
+	}
+	p.log.Warn("the member's record knows a higher high-water mark than the state dir (was the state dir rolled back?); taken",
+		zap.String("record", p.remote.Where()), zap.Uint64("index", next.HighWater.Index), zap.Uint64("was", p.pin.HighWater.Index))
+	p.pin = next
+}
+
+// carriedMark is the highest high-water mark the set-aside state dirs of
+// this member (<dir>.<old claim>.<time>: its pod moved to a new claim, e.g.
+// a PVC restored from a volume snapshot) hold for the member rp pins: the
+// record's copy of the mark is up to highWaterRecordEvery old.
+func carriedMark(stateDir string, rp pin.Pin) record.Progress {
+	var hw record.Progress
+	asides, _ := filepath.Glob(stateDir + ".*")
+	for _, d := range asides {
+		if q, ok, err := pin.Load(d, rp.Member); err == nil && ok && q.SameMember(rp) {
+			hw = hw.Max(q.HighWater)
+		}
+	}
+	return hw
+}
+
 // ClusterID is the pinned cluster ID (0 before the member was seen serving).
 func (p *pinner) ClusterID() uint64 {
 	p.mu.Lock()
@@ -168,17 +222,22 @@ func (p *pinner) observe(ctx context.Context, o observation.Observation) {
 	next, changed := plan.NextPin(p.pin, p.member, o, o.At)
 	identity := changed && !sameIdentity(p.pin, next)
 	switch {
-	case identity || (changed && next.HighWater != p.pin.HighWater):
+	case identity:
 		if err := pin.Save(p.stateDir, next); err != nil {
 			p.log.Error("could not record the member's pin in the state dir; retrying on the next observation", zap.Error(err))
 			return
 		}
-		if identity {
-			p.log.Info("member pinned", zap.String("pin", next.String()), zap.String("was", p.pin.String()))
-			p.remoteFirst = p.remoteFirst || !p.pin.Seen()
-			p.remoteBehind = p.remote != nil
-		} else if p.remote != nil && !p.remoteBehind && time.Since(p.markRecorded) >= highWaterRecordEvery {
-			p.remoteBehind, p.remoteTried = true, time.Time{}
+		p.log.Info("member pinned", zap.String("pin", next.String()), zap.String("was", p.pin.String()))
+		p.remoteFirst = p.remoteFirst || !p.pin.Seen()
+		p.remoteBehind, p.pin = p.remote != nil, next
+	case changed && next.HighWater != p.pin.HighWater:
+		if err := pin.Save(p.stateDir, next); err != nil {
+			// The state dir keeps the last mark it took; tried again
+			// when the mark moves (the rest of the loop goes on).
+			p.log.Error("could not record the member's high-water mark in the state dir", zap.Error(err))
+			next.HighWater = p.pin.HighWater
+		} else {
+			p.markBehind = p.remote != nil
 		}
 		p.pin = next
 	case changed:
@@ -192,17 +251,22 @@ func (p *pinner) observe(ctx context.Context, o observation.Observation) {
 	if p.remote != nil && p.pin.Seen() && !p.remoteBehind && time.Since(p.recordRead) >= recordCheckEvery {
 		p.checkRecord(ctx)
 	}
-	if !p.remoteBehind || (!identity && time.Since(p.remoteTried) < nodeRetryEvery) {
+	switch {
+	case p.remoteBehind && (identity || time.Since(p.remoteTried) >= nodeRetryEvery):
+		p.remoteTried = time.Now()
+	case !p.remoteBehind && p.markBehind && time.Since(p.markRecorded) >= highWaterRecordEvery:
+		// A mark alone is written (or tried) once per interval.
+		p.markRecorded = time.Now()
+	default:
 		return
 	}
-	p.remoteTried = time.Now()
 	rctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()
 	if err := p.remote.WritePin(rctx, p.pin, p.remoteFirst); err != nil {
-		p.log.Warn("could not record the member's pin in its record; retrying on the next observation", zap.String("record", p.remote.Where()), zap.Error(err))
+		p.log.Warn("could not record the member's pin in its record; retrying later", zap.String("record", p.remote.Where()), zap.Error(err))
 		return
 	}
-	p.remoteBehind, p.remoteFirst, p.markRecorded = false, false, time.Now()
+	p.remoteBehind, p.remoteFirst, p.markBehind, p.markRecorded = false, false, false, time.Now()
 }
 
 // sameIdentity: a and b differ at most in the member's progress.
@@ -222,6 +286,7 @@ func (p *pinner) checkRecord(ctx context.Context) {
 		p.log.Warn("could not check the member's record; checking again later", zap.String("record", p.remote.Where()), zap.Error(err))
 		return
 	}
+	p.raiseMark(pins)
 	if rp, ok := pins[p.member]; p.remote.Behind(rp, ok, p.pin) {
 		p.log.Warn("the member's record lacks its pin (deleted or replaced?); writing it back", zap.String("record", p.remote.Where()),
 			zap.String("pin", p.pin.String()))

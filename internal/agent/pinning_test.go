@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"errors"
+	"path/filepath"
 	"reflect"
 	"testing"
 	"time"
@@ -180,4 +181,62 @@ func TestTheHighWaterMarkGoesToTheStateDirAtOnceAndToTheRecordSpacedOut(t *testi
 	if len(rec.wrote) != 3 {
 		t.Fatalf("with the API down: %d writes, want 1 more (retries spaced by %s)", len(rec.wrote), nodeRetryEvery)
 	}
+}
+
+// The mark never goes down (issue 15 review): a state dir rolled back with
+// the node's disk takes the record's higher mark of the same member; a new
+// claim's empty state dir (a PVC restored from a volume snapshot) takes the
+// record's pin with the mark its set-aside state dir held (fresher than the
+// record's, which is written at most every highWaterRecordEvery).
+func TestTheHighWaterMarkIsRaisedFromTheRecordAndCarriedToANewClaim(t *testing.T) {
+	ctx := context.Background()
+	at := time.Unix(1_700_000_000, 0).UTC()
+	mark := func(i uint64) record.Progress { return record.Progress{Term: 2, Index: i, At: at} }
+	mine := pin.Pin{Member: "etcd-1", ClusterID: 0xc1, MemberID: 0x11, FirstSeenAt: at, SeenAt: at}
+
+	for _, tc := range []struct {
+		name       string
+		local, rec pin.Pin
+		want       uint64
+	}{
+		{"the record is ahead: raised", withMark(mine, 100), withMark(mine, 500), 500},
+		{"the record is behind: kept", withMark(mine, 500), withMark(mine, 100), 500},
+		{"the record pins another member ID: kept", withMark(mine, 100), withMark(pin.Pin{Member: "etcd-1", ClusterID: 0xc1, MemberID: 0x12, FirstSeenAt: at, SeenAt: at}, 900), 100},
+	} {
+		dir := t.TempDir()
+		if err := pin.Save(dir, tc.local); err != nil {
+			t.Fatal(err)
+		}
+		p, err := newPinner(ctx, dir, "etcd-1", &fakeRecord{pins: map[string]pin.Pin{"etcd-1": tc.rec}}, true, zap.NewNop())
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, _, _ := pin.Load(dir, "etcd-1")
+		if p.Current().HighWater.Index != tc.want || got.HighWater.Index != tc.want {
+			t.Errorf("%s: pinner %d, state dir %d; want %d", tc.name, p.Current().HighWater.Index, got.HighWater.Index, tc.want)
+		}
+	}
+
+	root := t.TempDir()
+	dir := filepath.Join(root, "hc1_etcd-1")
+	aside := dir + ".old-claim-uid.20261202T210000Z"
+	if err := pin.Save(aside, withMark(mine, 300)); err != nil {
+		t.Fatal(err)
+	}
+	other := root + "/hc1_etcd-10.x.y" // another pod's: never read
+	if err := pin.Save(other, withMark(mine, 900)); err != nil {
+		t.Fatal(err)
+	}
+	p, err := newPinner(ctx, dir, "etcd-1", &fakeRecord{pins: map[string]pin.Pin{"etcd-1": withMark(mine, 200)}}, true, zap.NewNop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := p.Current().HighWater; got != mark(300) {
+		t.Fatalf("adopted mark %+v, want the set-aside dir's %+v", got, mark(300))
+	}
+}
+
+func withMark(p pin.Pin, index uint64) pin.Pin {
+	p.HighWater = record.Progress{Term: 2, Index: index, At: p.SeenAt}
+	return p
 }

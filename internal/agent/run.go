@@ -47,6 +47,13 @@ func Run(ctx context.Context, c Config) error {
 		return err
 	}
 	defer srv.Shutdown(context.Background())
+	if c.SnapshotStore != "" {
+		stop, err := c.startUploader(ctx)
+		if err != nil {
+			return err
+		}
+		defer stop()
+	}
 	if c.MemberSource == MemberSourcePods {
 		return runPods(ctx, c, m, &ready, srv.Addr)
 	}

@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"time"
@@ -10,8 +11,10 @@ import (
 	"github.com/etcd-agent/etcd-agent/internal/lease"
 	"github.com/etcd-agent/etcd-agent/internal/memberruntime"
 	"github.com/etcd-agent/etcd-agent/internal/plan"
+	"github.com/etcd-agent/etcd-agent/internal/snapshotstore"
 	"github.com/etcd-agent/etcd-agent/internal/watchdog"
 	"github.com/etcd-agent/etcd-agent/metrics"
+	"go.uber.org/zap"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -81,7 +84,7 @@ func (c Config) newHealer(id watchdog.Identity, obs heal.Observer, kc kubernetes
 	return heal.New(heal.Config{Member: id.Name, Node: c.NodeName, PeerURLs: id.PeerURLs, DataDir: id.DataDir,
 		StateDir: c.StateDir, QuarantineDir: c.QuarantineDir, QuarantineKeep: c.QuarantineKeep, QuarantinePruneAfter: c.QuarantinePruneAfter, RejoinMode: c.RejoinMode, Plan: c.PlanConfig(),
 		RecoveryTimeout: c.RecoveryTimeout, StepInterval: 250 * time.Millisecond, PollInterval: c.PollInterval, TLS: t, Log: c.Log, CrashBefore: phases(c.CrashBefore),
-		HoldAt: c.HoldAt, StepTimeouts: c.stepTimeouts()},
+		HoldAt: c.HoldAt, StepTimeouts: c.stepTimeouts(), Backups: c.backups},
 		obs, newLease, rt, rep, m), nil
 }
 
@@ -100,4 +103,34 @@ func phases(names []string) []journal.Phase {
 		out = append(out, journal.Phase(n))
 	}
 	return out
+}
+
+// startUploader opens the snapshot store and runs the uploader of
+// pre-change backups until ctx ends. A store that does not answer now is
+// only a warning (it may come back; each upload says how it went); a URL
+// that cannot be served is an error.
+func (c *Config) startUploader(ctx context.Context) (stop func(), err error) {
+	s, err := snapshotstore.Open(ctx, c.SnapshotStore)
+	if err != nil {
+		return nil, err
+	}
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	if err := s.Check(cctx); err != nil {
+		c.Log.Warn("snapshot store does not answer now; uploads will be tried as backups are taken", zap.String("store", s.String()), zap.Error(err))
+	} else {
+		c.Log.Info("snapshot store answers", zap.String("store", s.String()), zap.Int("keep", c.SnapshotStoreKeep), zap.Bool("backups", c.SnapshotStoreBackups))
+	}
+	cancel()
+	if !c.SnapshotStoreBackups {
+		return func() { _ = s.Close() }, nil
+	}
+	u := snapshotstore.NewUploader(s, c.SnapshotStoreKeep, c.Log)
+	uctx, ucancel := context.WithCancel(ctx)
+	go u.Run(uctx)
+	c.backups = u
+	return func() {
+		ucancel()
+		<-u.Done()
+		_ = s.Close()
+	}, nil
 }

@@ -12,6 +12,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"github.com/etcd-agent/etcd-agent/internal/snapshotstore"
 	"path/filepath"
 	"time"
 
@@ -98,6 +99,16 @@ type Config struct {
 	// (nil: time.Now). Unit tests inject fakes.
 	Cluster Cluster
 	Now     func() time.Time
+	// Backups, when set (--snapshot-store), is handed every verified
+	// pre-change backup to upload in the background; the heal never waits
+	// on it.
+	Backups BackupSink
+}
+
+// BackupSink takes a verified snapshot to keep in the snapshot store
+// (snapshotstore.Uploader); it must not block.
+type BackupSink interface {
+	Enqueue(m snapshotstore.Meta, path string, result func(string)) bool
 }
 
 // Hold points (Config.HoldAt).

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/etcd-agent/etcd-agent/internal/snapshotstore"
 	"os"
 	"path/filepath"
 	"sort"
@@ -174,6 +175,12 @@ func (h *Healer) snapshot(ctx context.Context, res memberstate.Result, j *journa
 	j.SnapshotPath, j.SnapshotBytes, j.SnapshotSHA256, j.SnapshotSource = snap.Path, snap.Size, snap.SHA256, src.Name
 	h.log.Info("snapshot streamed and verified", zap.String("source", src.Name), zap.String("why", why),
 		zap.String("path", snap.Path), zap.Int64("bytes", snap.Size), zap.Duration("took", snap.Took))
+	if h.cfg.Backups != nil {
+		uploads := h.metrics.SnapshotStoreUploads
+		h.cfg.Backups.Enqueue(snapshotstore.Meta{ClusterID: res.Observation.ClusterID, Member: h.cfg.Member, MemberID: uint64(j.OldMemberID),
+			Source: src.Name, TakenAt: time.Now().UTC(), SHA256: snap.SHA256, Size: snap.Size, EtcdVersion: src.Version}, snap.Path,
+			func(r string) { uploads.WithLabelValues(h.cfg.Member, r).Inc() })
+	}
 	return nil
 }
 

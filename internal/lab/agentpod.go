@@ -3,6 +3,7 @@ package lab
 import (
 	"context"
 	"fmt"
+	"maps"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -72,6 +73,9 @@ func (l *Lab) agentArgs(n *Node) ([]string, error) {
 	if t := l.Spec.EtcdTLS; t != nil {
 		args = append(args, t.agentFlags()...)
 	}
+	if s := l.Spec.SnapshotStore; s != nil {
+		args = append(args, "--snapshot-store="+s.URL)
+	}
 	return append(append(args, l.Spec.AgentArgs...), n.AgentArgs...), nil
 }
 
@@ -87,7 +91,7 @@ func (l *Lab) writeAgentManifest(n *Node) error {
 		ObjectMeta: metav1.ObjectMeta{Name: "etcd-agent-" + n.Name, Namespace: AgentNamespace, Labels: map[string]string{"app": "etcd-agent"}},
 		Spec: corev1.PodSpec{HostNetwork: true, Containers: []corev1.Container{{
 			Name: "etcd-agent", Image: "etcd-agent:dev", Command: args,
-			Env: []corev1.EnvVar{{Name: "NODE_NAME", Value: n.Name}},
+			Env: l.agentEnv(n),
 		}}},
 	}
 	b, err := yaml.Marshal(&pod)
@@ -95,6 +99,17 @@ func (l *Lab) writeAgentManifest(n *Node) error {
 		return err
 	}
 	return os.WriteFile(n.AgentManifest(), b, 0o644)
+}
+
+// agentEnv is the agent container's environment: its node, and the
+// snapshot store's credentials.
+func (l *Lab) agentEnv(n *Node) []corev1.EnvVar {
+	env := []corev1.EnvVar{{Name: "NODE_NAME", Value: n.Name}}
+	m := l.Spec.SnapshotStore.Env()
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		env = append(env, corev1.EnvVar{Name: k, Value: m[k]})
+	}
+	return env
 }
 
 // AgentURL is the base URL of node n's agent (metrics, healthz, readyz).

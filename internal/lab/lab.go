@@ -61,7 +61,10 @@ type Options struct {
 	PVsPerNode     int
 	// HostedReplicas: members per hosted cluster (0: HostedEtcdReplicas).
 	HostedReplicas int
-	Log            *zap.Logger
+	// SnapshotStore gives the agents a --snapshot-store: SnapshotStoreFile
+	// (a lab folder) or SnapshotStoreS3 (a real S3 server); "" none.
+	SnapshotStore string
+	Log           *zap.Logger
 }
 
 // AgentNamespace is where the agents' Leases live in the lab.
@@ -146,6 +149,14 @@ func Up(ctx context.Context, o Options) (_ *Lab, err error) {
 			}
 		}
 	}()
+	if o.SnapshotStore != "" {
+		if spec.SnapshotStore, err = startSnapshotStore(ctx, o.BinDir, dir, o.SnapshotStore, o.Log); err != nil {
+			return l, err
+		}
+		if err := spec.save(); err != nil {
+			return l, err
+		}
+	}
 	if o.Management {
 		return l, l.upManagement(ctx, o)
 	}
@@ -230,6 +241,9 @@ func checkBinaries(o Options) error {
 	}
 	if o.Management {
 		need = append(need, filepath.Join(o.BinDir, "kube-controller-manager"), filepath.Join(o.BinDir, "kube-scheduler"))
+	}
+	if o.SnapshotStore == SnapshotStoreS3 {
+		need = append(need, filepath.Join(o.BinDir, "weed"))
 	}
 	for _, p := range need {
 		if st, err := os.Stat(p); err != nil || st.IsDir() {
@@ -430,6 +444,9 @@ func (l *Lab) Down(ctx context.Context) error {
 	}
 	if a := l.Spec.APIServer; a != nil {
 		errs = append(errs, stopPID(a.PID, a.Dir, 15*time.Second))
+	}
+	if s := l.Spec.SnapshotStore; s != nil && s.PID != 0 {
+		errs = append(errs, stopPID(s.PID, s.Dir, 15*time.Second))
 	}
 	for _, n := range l.Spec.Nodes {
 		// The supervisor gives its containers SIGTERM and up to 10 s.

@@ -47,6 +47,8 @@ type Spec struct {
 	// node, worker nodes run by lab kubelets, real controllers, local PVs
 	// and hosted etcd clusters as StatefulSets.
 	Management *Management `json:"management,omitempty"`
+	// SnapshotStore is the agents' --snapshot-store (snapshotstore.go).
+	SnapshotStore *SnapshotStore `json:"snapshotStore,omitempty"`
 }
 
 // Node is one lab node: its own loopback IP, manifests dir, local disk and

@@ -100,6 +100,9 @@ func DecideGate(in GateInput) GateVerdict {
 			return hold(GateUnverified, "the data dir check did not finish ("+in.DataDirDetail+"): its contents are unknown")
 		}
 		if len(expected) == 0 || slices.Contains(expected, in.DataDirMemberID) {
+			if v, held := unpinnedHold(in); held {
+				return v
+			}
 			return pass(GateDataDirOK, "data dir ok")
 		}
 		// A member replaced by hand (remove, add, start) while the agent
@@ -180,23 +183,49 @@ func DecideGate(in GateInput) GateVerdict {
 // state dir has no pin bootstrap? Only on the agent's recent word that the
 // cluster's record has never seen it serve.
 func admissionHold(in GateInput) (GateVerdict, bool) {
+	if !in.AdmissionRequired {
+		return GateVerdict{}, false
+	}
+	if v, held := noFreshWord(in, "the cluster cannot be asked and the agent has not yet said whether this member's cluster has served before "+
+		"(its record outlives nodes): a member re-created on a new node or claim must not bootstrap under its old IDs"); held {
+		return v, true
+	}
+	if a := in.Admission; a.ClusterSeen {
+		return hold(GateClusterUnknown, fmt.Sprintf("the cluster cannot be asked, and cluster %x has served before (%s): etcd must not bootstrap it again under the old IDs",
+			uint64(a.ClusterID), a.Record)), true
+	}
+	return GateVerdict{}, false
+}
+
+// unpinnedHold: may a pod member whose state dir has no pin start on a
+// healthy data dir of its own? Only once the agent has read the member's
+// record (which outlives nodes and claims): a PVC restored from a volume
+// snapshot is a new claim with an empty state dir, and the record's pin,
+// with the member's high-water mark, is what tells that copy stale. The
+// agent writes the record's pin to the state dir before its word, so a
+// fresh word with no pin means the record has none for this member.
+func unpinnedHold(in GateInput) (GateVerdict, bool) {
+	if !in.AdmissionRequired || in.Pin.Seen() {
+		return GateVerdict{}, false
+	}
+	return noFreshWord(in, "the data dir is a member's and this state dir has no pin (a new node or claim, maybe a restored volume): "+
+		"waiting for the agent to read the member's record (its high-water mark) before etcd starts on it")
+}
+
+// noFreshWord holds (with why) while the agent's word is missing,
+// unreadable or not fresh.
+func noFreshWord(in GateInput, why string) (GateVerdict, bool) {
 	a := in.Admission
 	switch {
-	case !in.AdmissionRequired:
-		return GateVerdict{}, false
 	case in.AdmissionError != "":
 		return hold(GateAwaitingAgent, "the agent's word on this cluster cannot be read ("+in.AdmissionError+")"), true
 	case !a.Given():
-		return hold(GateAwaitingAgent, "the cluster cannot be asked and the agent has not yet said whether this member's cluster has served before "+
-			"(its record outlives nodes): a member re-created on a new node or claim must not bootstrap under its old IDs"), true
-	case a.ClusterSeen:
-		return hold(GateClusterUnknown, fmt.Sprintf("the cluster cannot be asked, and cluster %x has served before (%s): etcd must not bootstrap it again under the old IDs",
-			uint64(a.ClusterID), a.Record)), true
+		return hold(GateAwaitingAgent, why), true
 	case a.CheckedAt.After(in.Now.Add(admissionClockSlack)):
-		return hold(GateAwaitingAgent, fmt.Sprintf("the agent's word that the cluster never served (%s) is dated %s, in the future: a clock stepped back; waiting for a fresh one",
+		return hold(GateAwaitingAgent, fmt.Sprintf("the agent's word on the cluster (%s) is dated %s, in the future: a clock stepped back; waiting for a fresh one",
 			a.Record, a.CheckedAt.UTC().Format(time.RFC3339))), true
 	case in.Now.Sub(a.CheckedAt) > AdmissionFreshFor:
-		return hold(GateAwaitingAgent, fmt.Sprintf("the agent's word that the cluster never served (%s) is from %s, older than %s: waiting for a fresh one",
+		return hold(GateAwaitingAgent, fmt.Sprintf("the agent's word on the cluster (%s) is from %s, older than %s: waiting for a fresh one",
 			a.Record, a.CheckedAt.UTC().Format(time.RFC3339), AdmissionFreshFor)), true
 	}
 	return GateVerdict{}, false

@@ -174,3 +174,40 @@ func TestPinIsTakenWhenTheMemberServesAndFollowsItsNewIDButNeverAnotherCluster(t
 		t.Fatalf("after a rejoin: %+v changed=%v", q, changed)
 	}
 }
+
+// A pod member's state dir without a pin (a new node or claim: a PVC
+// restored from a volume snapshot is one) may start on a healthy data dir
+// of its own only after the agent has read the member's record, whose pin
+// (and high-water mark) it writes to the state dir first (issue 15 review).
+func TestAnUnpinnedPodMemberStartsOnItsDataOnlyAfterTheAgentReadItsRecord(t *testing.T) {
+	now := time.Unix(10_000, 0)
+	ok := GateInput{DataDirClass: "ok", DataDirVerified: true, DataDirMemberID: 7, AdmissionRequired: true, Now: now,
+		Obs: observation.Observation{MemberListError: "not asked"}}
+	word := func(at time.Time) record.Admission {
+		return record.Admission{ClusterSeen: true, ClusterID: 0xc1, Record: "ns/rec", CheckedAt: at}
+	}
+	for _, tc := range []struct {
+		name string
+		in   func(GateInput) GateInput
+		pass bool
+	}{
+		{"no word yet: held", func(in GateInput) GateInput { return in }, false},
+		{"word unreadable: held", func(in GateInput) GateInput { in.AdmissionError = "bad json"; return in }, false},
+		{"old word: held", func(in GateInput) GateInput {
+			in.Admission = word(now.Add(-AdmissionFreshFor - time.Second))
+			return in
+		}, false},
+		{"word from the future: held", func(in GateInput) GateInput { in.Admission = word(now.Add(time.Minute)); return in }, false},
+		{"fresh word, the record has no pin for it: passes", func(in GateInput) GateInput { in.Admission = word(now.Add(-time.Second)); return in }, true},
+		{"pinned: passes without a word", func(in GateInput) GateInput {
+			in.Pin = record.Pin{Member: "etcd-1", ClusterID: 0xc1, MemberID: 7}
+			return in
+		}, true},
+		{"a static-pod member needs no word", func(in GateInput) GateInput { in.AdmissionRequired = false; return in }, true},
+	} {
+		v := DecideGate(tc.in(ok))
+		if v.Pass != tc.pass || (!v.Pass && v.Reason != GateAwaitingAgent) {
+			t.Errorf("%s: %+v", tc.name, v)
+		}
+	}
+}

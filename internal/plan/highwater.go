@@ -28,7 +28,7 @@ func AdvanceHighWater(p record.Pin, seen record.Progress) (record.Pin, bool) {
 	}
 	r, changed := p.Reached, false
 	if r.Index != 0 && !seen.Behind(r) && (seen.Index > r.Index || seen.At.Sub(r.At) >= HighWaterSettle) && p.HighWater.Behind(r) {
-		p.HighWater = record.Progress{Term: max(p.HighWater.Term, r.Term), Index: max(p.HighWater.Index, r.Index), At: r.At}
+		p.HighWater = p.HighWater.Max(r)
 		changed = true
 	}
 	if r.Index == 0 || seen.Term != r.Term || seen.Index != r.Index {

@@ -48,6 +48,20 @@ type Progress struct {
 // Behind reports whether p is short of q in term or index.
 func (p Progress) Behind(q Progress) bool { return p.Term < q.Term || p.Index < q.Index }
 
+// Max is the higher term and the higher index of p and q (At: the later).
+func (p Progress) Max(q Progress) Progress {
+	at := p.At
+	if q.At.After(at) {
+		at = q.At
+	}
+	return Progress{Term: max(p.Term, q.Term), Index: max(p.Index, q.Index), At: at}
+}
+
+// SameMember: p and q pin one member (cluster and member ID).
+func (p Pin) SameMember(q Pin) bool {
+	return p.Seen() && p.ClusterID == q.ClusterID && p.MemberID == q.MemberID
+}
+
 // Seen reports whether the member was ever seen serving.
 func (p Pin) Seen() bool { return p.ClusterID != 0 && p.MemberID != 0 }
 
