@@ -445,9 +445,7 @@ func (l *Lab) Down(ctx context.Context) error {
 	if a := l.Spec.APIServer; a != nil {
 		errs = append(errs, stopPID(a.PID, a.Dir, 15*time.Second))
 	}
-	if s := l.Spec.SnapshotStore; s != nil && s.PID != 0 {
-		errs = append(errs, stopPID(s.PID, s.Dir, 15*time.Second))
-	}
+	errs = append(errs, l.Spec.SnapshotStore.Stop())
 	for _, n := range l.Spec.Nodes {
 		// The supervisor gives its containers SIGTERM and up to 10 s.
 		errs = append(errs, stopPID(n.SupervisorPID, n.NodeDir, 15*time.Second))

@@ -52,6 +52,23 @@ func (s *SnapshotStore) Env() map[string]string {
 	return map[string]string{"AWS_ACCESS_KEY_ID": S3AccessKey, "AWS_SECRET_ACCESS_KEY": S3SecretKey, "AWS_REGION": s3Region}
 }
 
+// StartS3Server runs the lab's S3 server alone under dir (tests of the
+// snapshot store); Stop stops it.
+func StartS3Server(ctx context.Context, binDir, dir string, log *zap.Logger) (*SnapshotStore, error) {
+	if log == nil {
+		log = zap.NewNop()
+	}
+	return startS3Server(ctx, binDir, dir, log)
+}
+
+// Stop stops the S3 server (a file store has nothing to stop).
+func (s *SnapshotStore) Stop() error {
+	if s == nil || s.PID == 0 {
+		return nil
+	}
+	return stopPID(s.PID, s.Dir, 15*time.Second)
+}
+
 // startSnapshotStore sets up the store of kind under dir.
 func startSnapshotStore(ctx context.Context, binDir, dir, kind string, log *zap.Logger) (*SnapshotStore, error) {
 	switch kind {
