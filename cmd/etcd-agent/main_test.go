@@ -43,6 +43,8 @@ func TestBadInputGivesAClearErrorAndNonZeroExit(t *testing.T) {
 		{"gate with stray arguments", []string{"gate", "--state-dir", dir, "etcd"}, "goes after \"--\""},
 		{"gate wrapping a command line without URLs", []string{"gate", "--state-dir", dir, "--", "etcd", "--name=x", "--data-dir=" + dir}, "no --initial-advertise-peer-urls"},
 		{"install-gate without --to", []string{"install-gate"}, "--to is required"},
+		{"unsupported snapshot store", []string{"run", "--snapshot-store", "gs://bucket", "--state-dir", dir}, "--snapshot-store \"gs://bucket\": want file:///dir or s3://"},
+		{"snapshot store keeping nothing", []string{"run", "--snapshot-store", "file:///tmp", "--snapshot-store-keep", "0", "--state-dir", dir}, "--snapshot-store-keep must be >= 1"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			out, err := execute(tc.args...)

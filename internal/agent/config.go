@@ -10,6 +10,7 @@ import (
 	"io/fs"
 	"path/filepath"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/etcd-agent/etcd-agent/internal/heal"
@@ -17,6 +18,7 @@ import (
 	"github.com/etcd-agent/etcd-agent/internal/manifest"
 	"github.com/etcd-agent/etcd-agent/internal/memberruntime"
 	"github.com/etcd-agent/etcd-agent/internal/pin"
+	"github.com/etcd-agent/etcd-agent/internal/snapshotstore"
 	"github.com/etcd-agent/etcd-agent/internal/watchdog"
 	"go.etcd.io/etcd/client/pkg/v3/transport"
 	"go.uber.org/zap"
@@ -182,6 +184,9 @@ func (c Config) Validate() error {
 	}
 	if c.QuarantineKeep < 1 {
 		errs = append(errs, fmt.Errorf("--quarantine-keep must be >= 1, got %d", c.QuarantineKeep))
+	}
+	if c.SnapshotStore != "" && !strings.HasPrefix(c.SnapshotStore, "file:///") && !strings.HasPrefix(c.SnapshotStore, "s3://") {
+		errs = append(errs, fmt.Errorf("--snapshot-store %q: want file:///dir or s3://bucket?...", snapshotstore.Redact(c.SnapshotStore)))
 	}
 	if c.SnapshotStore != "" && c.SnapshotStoreKeep < 1 {
 		errs = append(errs, fmt.Errorf("--snapshot-store-keep must be >= 1, got %d", c.SnapshotStoreKeep))
