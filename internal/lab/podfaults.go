@@ -215,3 +215,30 @@ func (l *Lab) RestorePodData(ctx context.Context, ns, pod, src, aside string) er
 	}
 	return signalOurs(pid, l.Spec.Dir, syscall.SIGKILL)
 }
+
+// RestorePodDataToNewClaim restores a copy made by CopyPodData the way a
+// VolumeSnapshot or backup restore does: onto a new volume, under a new
+// claim of the same name. A new local PV on the pod's node gets the copy and
+// is pre-bound to the claim's name; the pod's claim and the pod are deleted;
+// the StatefulSet makes a new claim (bound to that PV) and a new pod on it.
+// The old PV is released and kept. It returns the new PV's name.
+func (l *Lab) RestorePodDataToNewClaim(ctx context.Context, ns, pod, src string) (string, error) {
+	p, err := l.Pod(ctx, ns, pod)
+	if err != nil {
+		return "", err
+	}
+	if p.Spec.NodeName == "" {
+		return "", fmt.Errorf("pod %s/%s is not scheduled", ns, pod)
+	}
+	claim := HostedDataPVC(pod)
+	pv, err := l.addPV(ctx, p.Spec.NodeName, func(dir string) error { return copyDir(src, filepath.Join(dir, "data")) },
+		&corev1.ObjectReference{Kind: "PersistentVolumeClaim", APIVersion: "v1", Namespace: ns, Name: claim})
+	if err != nil {
+		return "", err
+	}
+	l.log.Info("fault: restore pod data to a new claim", zap.String("pod", ns+"/"+pod), zap.String("pv", pv.Name), zap.String("from", src))
+	if err := l.DeletePVC(ctx, ns, claim); err != nil {
+		return "", err
+	}
+	return pv.Name, l.DeletePod(ctx, ns, pod, false)
+}

@@ -47,6 +47,12 @@ func (l *Lab) createLocalStorage(ctx context.Context, pvsPerNode int) error {
 // node's disk and a PV with node affinity to that node, as a local-volume
 // provisioner or an admin would.
 func (l *Lab) AddPV(ctx context.Context, node string) (*corev1.PersistentVolume, error) {
+	return l.addPV(ctx, node, nil, nil)
+}
+
+// addPV is AddPV with the folder filled by fill before the PV exists, and
+// the PV pre-bound to claim (nil: any claim of the class).
+func (l *Lab) addPV(ctx context.Context, node string, fill func(dir string) error, claim *corev1.ObjectReference) (*corev1.PersistentVolume, error) {
 	n, err := l.Spec.Node(node)
 	if err != nil {
 		return nil, err
@@ -67,6 +73,11 @@ func (l *Lab) AddPV(ctx context.Context, node string) (*corev1.PersistentVolume,
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			return nil, err
 		}
+		if fill != nil {
+			if err := fill(dir); err != nil {
+				return nil, err
+			}
+		}
 		pv := &corev1.PersistentVolume{
 			ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"etcd-agent.io/lab-node": n.Name}},
 			Spec: corev1.PersistentVolumeSpec{
@@ -79,6 +90,7 @@ func (l *Lab) AddPV(ctx context.Context, node string) (*corev1.PersistentVolume,
 				NodeAffinity: &corev1.VolumeNodeAffinity{Required: &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{
 					MatchExpressions: []corev1.NodeSelectorRequirement{{Key: "kubernetes.io/hostname", Operator: corev1.NodeSelectorOpIn, Values: []string{n.Name}}},
 				}}}},
+				ClaimRef: claim,
 			},
 		}
 		created, err := kc.CoreV1().PersistentVolumes().Create(ctx, pv, metav1.CreateOptions{})

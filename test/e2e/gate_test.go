@@ -96,7 +96,12 @@ func (w *idWatch) since(from time.Time) []idAnswer {
 // [from, until) ("starting an etcd server" is etcd's first line).
 func etcdStarts(t *testing.T, l *lab.Lab, node string, from, until time.Time) []time.Time {
 	t.Helper()
-	path := filepath.Join(nodeOf(t, l, node).LogsDir, "etcd-"+node+"_etcd.log")
+	return etcdStartsIn(t, filepath.Join(nodeOf(t, l, node).LogsDir, "etcd-"+node+"_etcd.log"), from, until)
+}
+
+// etcdStartsIn is etcdStarts for the etcd container log at path.
+func etcdStartsIn(t *testing.T, path string, from, until time.Time) []time.Time {
+	t.Helper()
 	var out []time.Time
 	for _, e := range logEntries(t, path, "starting an etcd server") {
 		if at, ok := etcdLogTime(e); ok && !at.Before(from) && at.Before(until) {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/etcd-agent/etcd-agent/internal/journal"
 	"github.com/etcd-agent/etcd-agent/internal/lab"
@@ -50,30 +51,9 @@ func TestRestoredDataDirNeverStartsUnderItsOldID(t *testing.T) {
 	}
 	defer cli.Close()
 	const keys = 2000
-	for i := range keys {
-		if _, err := cli.Put(ctx, fmt.Sprintf("/uc2-restored/%04d", i), fmt.Sprintf("v%d", i)); err != nil {
-			t.Fatalf("put %d: %v", i, err)
-		}
-	}
-	st, err := cli.Status(ctx, n2.ClientURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	reached := st.RaftIndex
 	// The agent must have seen node2 keep that progress before the copy
 	// goes back: that is what the restored copy is compared with.
-	eventually(t, 30*time.Second, fmt.Sprintf("node2's pin records a high-water mark at index >= %d", reached), func() error {
-		p, ok, err := pin.Load(n2.StateDir, n2.Member)
-		switch {
-		case err != nil:
-			return err
-		case !ok:
-			return fmt.Errorf("no pin")
-		case p.HighWater.Index < reached:
-			return fmt.Errorf("high-water mark %+v", p.HighWater)
-		}
-		return nil
-	})
+	reached := writeAndWaitHighWater(t, cli, n2.ClientURL, keys, n2.StateDir, n2.Member, 30*time.Second)
 
 	w := watchMemberID(t, l, "node2")
 	h := startHeal(t, l)
@@ -125,13 +105,20 @@ func TestRestoredDataDirNeverStartsUnderItsOldID(t *testing.T) {
 }
 
 // TestManagementRestoredPVNeverStartsUnderItsOldID (issue 15, UC2 on a
-// StatefulSet pod): the PV of clusters-a/etcd-1 is copied as a snapshot of
-// the live volume would be (etcd frozen for the copy), 2,000 keys are
-// written, then the copy is put back and etcd killed (a PVC restored from a
-// volume snapshot; the lab kubelet restarts the container). The restored
-// data never serves under the member's old ID: the gate holds it (stale),
-// the node's agent rejoins the member under a new ID, and no acknowledged
-// write is lost.
+// StatefulSet pod): a member's PV data is copied as a snapshot of the live
+// volume would be (etcd frozen for the copy), 2,000 keys are written, then
+// the copy comes back, two ways:
+//   - in place: clusters-a/etcd-1's PV gets the copy and etcd is killed (a
+//     disk restored under the pod; the lab kubelet restarts the container);
+//   - as a new claim: clusters-a/etcd-2's claim and pod are deleted and a new
+//     PV holding the copy is pre-bound to the claim's name, as a
+//     VolumeSnapshot restore does; the StatefulSet makes a new claim and pod
+//     on it. The member's state dir (another claim's) is set aside: the gate
+//     waits for the agent to read the member's record (review of issue 15).
+//
+// Either way the restored data never serves under the member's old ID: the
+// gate holds it (stale), the node's agent rejoins the member under a new
+// ID, and no acknowledged write is lost.
 func TestManagementRestoredPVNeverStartsUnderItsOldID(t *testing.T) {
 	l := newLab(t, lab.Options{Management: true, Nodes: 3, HostedClusters: 1, Agents: true})
 	kc, err := l.KubeClient()
@@ -139,99 +126,105 @@ func TestManagementRestoredPVNeverStartsUnderItsOldID(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	ns, pod := l.Spec.Management.HostedClusters[0], "etcd-1"
-	node := checkHostedPlacement(t, l, kc, ns)[pod]
-	oldHex := hostedMemberID(t, l, ns, pod)
-	old, err := strconv.ParseUint(oldHex, 16, 64)
-	if err != nil {
-		t.Fatalf("member ID %q: %v", oldHex, err)
-	}
-	ep := fmt.Sprintf("http://%s:2379", l.HostedPodIP(ns, pod))
-	stateDir := lab.HostedMemberStateDir(*mustNode(t, l, node), ns, pod)
-
-	ensureHostedNotLeader(t, l, ns, ep)
-	backup := filepath.Join(t.TempDir(), "pv-copy")
-	if err := l.CopyPodData(ctx, ns, pod, backup); err != nil {
-		t.Fatal(err)
-	}
+	ns := l.Spec.Management.HostedClusters[0]
+	placement := checkHostedPlacement(t, l, kc, ns)
 	cli, err := l.HostedEtcdClient(ns)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer cli.Close()
 	const keys = 2000
-	for i := range keys {
-		if _, err := cli.Put(ctx, fmt.Sprintf("/uc2-restored/%04d", i), fmt.Sprintf("v%d", i)); err != nil {
-			t.Fatalf("put %d: %v", i, err)
+	for _, tc := range []struct {
+		pod      string
+		newClaim bool
+	}{{"etcd-1", false}, {"etcd-2", true}} {
+		pod, node := tc.pod, placement[tc.pod]
+		oldHex := hostedMemberID(t, l, ns, pod)
+		old, err := strconv.ParseUint(oldHex, 16, 64)
+		if err != nil {
+			t.Fatalf("member ID %q: %v", oldHex, err)
 		}
-	}
-	st, err := cli.Status(ctx, ep)
-	if err != nil {
-		t.Fatal(err)
-	}
-	reached := st.RaftIndex
-	eventually(t, 90*time.Second, fmt.Sprintf("%s/%s's pin records a high-water mark at index >= %d", ns, pod, reached), func() error {
-		p, ok, err := pin.Load(stateDir, pod)
-		switch {
-		case err != nil:
-			return err
-		case !ok:
-			return fmt.Errorf("no pin")
-		case p.HighWater.Index < reached:
-			return fmt.Errorf("high-water mark %+v", p.HighWater)
-		}
-		return nil
-	})
+		ep := fmt.Sprintf("http://%s:2379", l.HostedPodIP(ns, pod))
+		stateDir := lab.HostedMemberStateDir(*mustNode(t, l, node), ns, pod)
 
-	ensureHostedNotLeader(t, l, ns, ep)
-	w := watchMemberIDAt(t, l, ep)
-	chk := startHostedCheckers(t, l, []string{ns})[ns]
-	// etcd is killed on the restored data: a write in flight to it then
-	// fails, as at any SIGKILL.
-	aside := filepath.Join(t.TempDir(), "pv-replaced")
-	if err := chk.HardFault(func() error { return l.RestorePodData(ctx, ns, pod, backup, aside) }); err != nil {
-		t.Fatal(err)
-	}
-	restoredAt := time.Now()
-	t.Logf("%s/%s on %s: PV data restored to a copy from before %d keys were written (member index %d), etcd killed", ns, pod, node, keys, reached)
-	var j journal.Record
-	eventually(t, 3*time.Minute, ns+"/"+pod+" rejoined under a new ID by the agent on "+node, func() error {
-		for _, a := range w.since(restoredAt) {
-			if a.id == old {
-				return fmt.Errorf("STOP: served under its old ID %x on the restored data, %s after the restore", old, a.at.Sub(restoredAt).Round(time.Millisecond))
+		ensureHostedNotLeader(t, l, ns, ep)
+		backup := filepath.Join(t.TempDir(), "pv-copy")
+		if err := l.CopyPodData(ctx, ns, pod, backup); err != nil {
+			t.Fatal(err)
+		}
+		reached := writeAndWaitHighWater(t, cli, ep, keys, stateDir, pod, 90*time.Second)
+
+		ensureHostedNotLeader(t, l, ns, ep)
+		w := watchMemberIDAt(t, l, ep)
+		chk := startHostedCheckers(t, l, []string{ns})[ns]
+		how, pv := "in place, etcd killed", ""
+		if tc.newClaim {
+			how = "as a new claim"
+			if pv, err = l.RestorePodDataToNewClaim(ctx, ns, pod, backup); err != nil {
+				t.Fatal(err)
+			}
+		} else {
+			// etcd is killed on the restored data: a write in flight to it
+			// then fails, as at any SIGKILL.
+			aside := filepath.Join(t.TempDir(), "pv-replaced")
+			if err := chk.HardFault(func() error { return l.RestorePodData(ctx, ns, pod, backup, aside) }); err != nil {
+				t.Fatal(err)
 			}
 		}
-		var ok bool
-		if j, ok, err = journal.Load(stateDir, pod); err != nil || !ok || !j.StartedAt.After(restoredAt) || j.Result != journal.ResultSucceeded {
-			return fmt.Errorf("journal: ok=%v err=%v phase %s result %q", ok, err, j.Phase, j.Result)
+		restoredAt := time.Now()
+		t.Logf("%s/%s on %s: PV data restored (%s) to a copy from before %d keys were written (member index %d)", ns, pod, node, how, keys, reached)
+		var j journal.Record
+		eventually(t, 3*time.Minute, ns+"/"+pod+" rejoined under a new ID by the agent on "+node, func() error {
+			for _, a := range w.since(restoredAt) {
+				if a.id == old {
+					return fmt.Errorf("STOP: served under its old ID %x on the restored data, %s after the restore", old, a.at.Sub(restoredAt).Round(time.Millisecond))
+				}
+			}
+			var ok bool
+			if j, ok, err = journal.Load(stateDir, pod); err != nil || !ok || !j.StartedAt.After(restoredAt) || j.Result != journal.ResultSucceeded {
+				return fmt.Errorf("journal: ok=%v err=%v phase %s result %q", ok, err, j.Phase, j.Result)
+			}
+			return hostedVotersHealthy(ctx, l, ns)
+		})
+		w.close()
+		for _, a := range w.since(restoredAt) {
+			if a.id == old {
+				t.Fatalf("served under its old ID %x on the restored data, %s after the restore", old, a.at.Sub(restoredAt).Round(time.Millisecond))
+			}
 		}
-		return hostedVotersHealthy(ctx, l, ns)
-	})
-	w.close()
-	for _, a := range w.since(restoredAt) {
-		if a.id == old {
-			t.Fatalf("served under its old ID %x on the restored data, %s after the restore", old, a.at.Sub(restoredAt).Round(time.Millisecond))
+		logPhases(t, j)
+		if uint64(j.OldMemberID) != old || j.NewMemberID == 0 || uint64(j.NewMemberID) == old {
+			t.Fatalf("journal: old %x new %x, want old %x and a new ID", uint64(j.OldMemberID), uint64(j.NewMemberID), old)
 		}
+		// etcd never even started on the restored data (it may crash on it
+		// before it serves: raft's "tocommit out of range").
+		podLog := filepath.Join(mustNode(t, l, node).LogsDir, ns+"_"+pod+"_etcd.log")
+		if s := etcdStartsIn(t, podLog, restoredAt, preparedAt(t, j)); len(s) > 0 {
+			t.Fatalf("etcd started %d times on the restored data under member %x, first %s after the restore, before the agent prepared a new data dir",
+				len(s), old, s[0].Sub(restoredAt).Round(time.Millisecond))
+		}
+		if len(logMessages(t, agentLog(t, l, node), "data-dir-stale")) == 0 {
+			t.Errorf("%s's agent never said data-dir-stale", node)
+		}
+		if tc.newClaim {
+			c, err := kc.CoreV1().PersistentVolumeClaims(ns).Get(ctx, lab.HostedDataPVC(pod), metav1.GetOptions{})
+			if err != nil || c.Spec.VolumeName != pv {
+				t.Fatalf("the pod's claim is on %q (%v), want the restored PV %s", c.Spec.VolumeName, err, pv)
+			}
+		}
+		resp, err := cli.Get(ctx, "/uc2-restored/", clientv3.WithPrefix(), clientv3.WithCountOnly())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if resp.Count != keys {
+			t.Fatalf("%d of the %d keys written before the restore are there", resp.Count, keys)
+		}
+		r, err := chk.Finish(ctx, invariant.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("%s after %s/%s: %s", ns, pod, how, r)
 	}
-	logPhases(t, j)
-	if uint64(j.OldMemberID) != old || j.NewMemberID == 0 || uint64(j.NewMemberID) == old {
-		t.Fatalf("journal: old %x new %x, want old %x and a new ID", uint64(j.OldMemberID), uint64(j.NewMemberID), old)
-	}
-	if len(logMessages(t, agentLog(t, l, node), "data-dir-stale")) == 0 {
-		t.Errorf("%s's agent never said data-dir-stale", node)
-	}
-	resp, err := cli.Get(ctx, "/uc2-restored/", clientv3.WithPrefix(), clientv3.WithCountOnly())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if resp.Count != keys {
-		t.Fatalf("%d of the %d keys written before the restore are there", resp.Count, keys)
-	}
-	r, err := chk.Finish(ctx, invariant.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("%s: %s", ns, r)
 }
 
 // ensureHostedNotLeader moves a hosted cluster's leadership away from the
@@ -274,4 +267,34 @@ func ensureHostedNotLeader(t *testing.T, l *lab.Lab, ns, ep string) {
 		}
 		return fmt.Errorf("no other member to move leadership to")
 	})
+}
+
+// writeAndWaitHighWater writes n keys under /uc2-restored/, reads the
+// member at ep's commit index, and waits until its pin (in stateDir)
+// records a high-water mark at least there; it returns that index.
+func writeAndWaitHighWater(t *testing.T, cli *clientv3.Client, ep string, n int, stateDir, member string, d time.Duration) uint64 {
+	t.Helper()
+	ctx := context.Background()
+	for i := range n {
+		if _, err := cli.Put(ctx, fmt.Sprintf("/uc2-restored/%04d", i), fmt.Sprintf("v%d", i)); err != nil {
+			t.Fatalf("put %d: %v", i, err)
+		}
+	}
+	st, err := cli.Status(ctx, ep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, d, fmt.Sprintf("%s's pin records a high-water mark at index >= %d", member, st.RaftIndex), func() error {
+		p, ok, err := pin.Load(stateDir, member)
+		switch {
+		case err != nil:
+			return err
+		case !ok:
+			return fmt.Errorf("no pin")
+		case p.HighWater.Index < st.RaftIndex:
+			return fmt.Errorf("high-water mark %+v", p.HighWater)
+		}
+		return nil
+	})
+	return st.RaftIndex
 }
