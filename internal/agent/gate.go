@@ -17,6 +17,7 @@ import (
 	"github.com/etcd-agent/etcd-agent/internal/nodereport"
 	"github.com/etcd-agent/etcd-agent/internal/pin"
 	"github.com/etcd-agent/etcd-agent/internal/plan"
+	"github.com/etcd-agent/etcd-agent/internal/record"
 	"github.com/etcd-agent/etcd-agent/internal/watchdog"
 	"go.uber.org/zap"
 )
@@ -95,6 +96,14 @@ func gateWait(ctx context.Context, c Config, timeout time.Duration, etcdArgv []s
 	}()
 	last, lastLogged := plan.GateVerdict{}, time.Time{}
 	for {
+		// The agent's word is read before the pin: it writes a pin it
+		// adopts before its word, so a fresh word read first means the pin
+		// read next is there if the record had one (unpinnedHold).
+		var admission record.Admission
+		var admissionErr error
+		if c.MemberSource == MemberSourcePods {
+			admission, admissionErr = pin.LoadAdmission(c.StateDir)
+		}
 		// The state dir's pin is read at every look: the agent may set a
 		// member's dir aside meanwhile (a new claim: another member).
 		p, ok, pinErr := pin.Load(c.StateDir, id.Name)
@@ -110,9 +119,9 @@ func gateWait(ctx context.Context, c Config, timeout time.Duration, etcdArgv []s
 			in.PinError = pinErr.Error()
 		}
 		if c.MemberSource == MemberSourcePods {
-			in.AdmissionRequired, in.Now = true, time.Now()
-			if in.Admission, err = pin.LoadAdmission(c.StateDir); err != nil {
-				in.AdmissionError = err.Error()
+			in.AdmissionRequired, in.Now, in.Admission = true, time.Now(), admission
+			if admissionErr != nil {
+				in.AdmissionError = admissionErr.Error()
 			}
 		}
 		if h, held, err := memberruntime.ReadHold(c.StateDir); held {

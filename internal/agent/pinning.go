@@ -163,6 +163,8 @@ func (p *pinner) raiseMarkFromRecord(ctx context.Context) {
 	defer cancel()
 	pins, _, err := p.remote.ReadPins(rctx)
 	if err != nil {
+		p.log.Warn("could not read the member's record at start (its high-water mark is compared at the next record check)",
+			zap.String("record", p.remote.Where()), zap.Error(err))
 		p.markRecorded = time.Now()
 		return
 	}
@@ -187,14 +189,20 @@ func (p *pinner) raiseMark(pins map[string]pin.Pin) {
 }
 
 // carriedMark is the highest high-water mark the set-aside state dirs of
-// this member (<dir>.<old claim>.<time>: its pod moved to a new claim, e.g.
-// a PVC restored from a volume snapshot) hold for the member rp pins: the
-// record's copy of the mark is up to highWaterRecordEvery old.
+// this member hold for the member rp pins: a dir set aside when its pod
+// moved to a new claim (<dir>.<old claim UID>.<time>, e.g. a PVC restored
+// from a volume snapshot), of the claim rp was written on, pinning the same
+// member first seen at the same time (cluster and member IDs repeat when a
+// cluster is created again with the same names and token). The record's
+// copy of the mark is up to highWaterRecordEvery old.
 func carriedMark(stateDir string, rp pin.Pin) record.Progress {
 	var hw record.Progress
-	asides, _ := filepath.Glob(stateDir + ".*")
+	if rp.ClaimUID == "" {
+		return hw
+	}
+	asides, _ := filepath.Glob(stateDir + "." + rp.ClaimUID + ".*")
 	for _, d := range asides {
-		if q, ok, err := pin.Load(d, rp.Member); err == nil && ok && q.SameMember(rp) {
+		if q, ok, err := pin.Load(d, rp.Member); err == nil && ok && q.SameMember(rp) && q.FirstSeenAt.Equal(rp.FirstSeenAt) {
 			hw = hw.Max(q.HighWater)
 		}
 	}

@@ -219,20 +219,48 @@ func TestTheHighWaterMarkIsRaisedFromTheRecordAndCarriedToANewClaim(t *testing.T
 
 	root := t.TempDir()
 	dir := filepath.Join(root, "hc1_etcd-1")
-	aside := dir + ".old-claim-uid.20261202T210000Z"
-	if err := pin.Save(aside, withMark(mine, 300)); err != nil {
+	onClaim := mine
+	onClaim.ClaimName, onClaim.ClaimUID = "data-etcd-1", "old-claim-uid"
+	if err := pin.Save(dir+".old-claim-uid.20261202T210000Z", withMark(onClaim, 300)); err != nil {
 		t.Fatal(err)
 	}
-	other := root + "/hc1_etcd-10.x.y" // another pod's: never read
-	if err := pin.Save(other, withMark(mine, 900)); err != nil {
+	// Never taken: another claim's dir, and a dir of that claim pinning an
+	// earlier incarnation (same IDs, first seen at another time).
+	if err := pin.Save(dir+".another-claim.20261202T200000Z", withMark(onClaim, 900)); err != nil {
 		t.Fatal(err)
 	}
-	p, err := newPinner(ctx, dir, "etcd-1", &fakeRecord{pins: map[string]pin.Pin{"etcd-1": withMark(mine, 200)}}, true, zap.NewNop())
+	earlier := withMark(onClaim, 800)
+	earlier.FirstSeenAt = at.Add(-time.Hour)
+	if err := pin.Save(dir+".old-claim-uid.20261201T000000Z", earlier); err != nil {
+		t.Fatal(err)
+	}
+	p, err := newPinner(ctx, dir, "etcd-1", &fakeRecord{pins: map[string]pin.Pin{"etcd-1": withMark(onClaim, 200)}}, true, zap.NewNop())
 	if err != nil {
 		t.Fatal(err)
 	}
 	if got := p.Current().HighWater; got != mark(300) {
 		t.Fatalf("adopted mark %+v, want the set-aside dir's %+v", got, mark(300))
+	}
+}
+
+// A writer that could not read the record first (the API away at start)
+// never lowers the record's mark: the record keeps the higher one.
+func TestTheRecordsHighWaterMarkNeverGoesDown(t *testing.T) {
+	at := time.Unix(1_700_000_000, 0).UTC()
+	p := pin.Pin{Member: "m", ClusterID: 0xc1, MemberID: 0x11, FirstSeenAt: at, SeenAt: at}
+	v, err := pin.EncodeWith(map[string]pin.Pin{"m": withMark(p, 500)}, withMark(p, 100))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, _ := pin.DecodeMap(v)
+	if got["m"].HighWater.Index != 500 {
+		t.Fatalf("record mark %d after a lower write, want 500", got["m"].HighWater.Index)
+	}
+	other := p
+	other.MemberID = 0x12 // a rejoined member: its own progress
+	v, _ = pin.EncodeWith(map[string]pin.Pin{"m": withMark(p, 500)}, withMark(other, 10))
+	if got, _ := pin.DecodeMap(v); got["m"].HighWater.Index != 10 {
+		t.Fatalf("a new member ID kept the old one's mark: %+v", got["m"])
 	}
 }
 

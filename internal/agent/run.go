@@ -48,11 +48,7 @@ func Run(ctx context.Context, c Config) error {
 	}
 	defer srv.Shutdown(context.Background())
 	if c.SnapshotStore != "" {
-		stop, err := c.startUploader(ctx)
-		if err != nil {
-			return err
-		}
-		defer stop()
+		defer c.startUploader(ctx)()
 	}
 	if c.MemberSource == MemberSourcePods {
 		return runPods(ctx, c, m, &ready, srv.Addr)

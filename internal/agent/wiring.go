@@ -14,7 +14,6 @@ import (
 	"github.com/etcd-agent/etcd-agent/internal/snapshotstore"
 	"github.com/etcd-agent/etcd-agent/internal/watchdog"
 	"github.com/etcd-agent/etcd-agent/metrics"
-	"go.uber.org/zap"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -105,32 +104,24 @@ func phases(names []string) []journal.Phase {
 	return out
 }
 
-// startUploader opens the snapshot store and runs the uploader of
-// pre-change backups until ctx ends. A store that does not answer now is
-// only a warning (it may come back; each upload says how it went); a URL
-// that cannot be served is an error.
-func (c *Config) startUploader(ctx context.Context) (stop func(), err error) {
-	s, err := snapshotstore.Open(ctx, c.SnapshotStore)
-	if err != nil {
-		return nil, err
-	}
-	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	if err := s.Check(cctx); err != nil {
-		c.Log.Warn("snapshot store does not answer now; uploads will be tried as backups are taken", zap.String("store", s.String()), zap.Error(err))
-	} else {
-		c.Log.Info("snapshot store answers", zap.String("store", s.String()), zap.Int("keep", c.SnapshotStoreKeep), zap.Bool("backups", c.SnapshotStoreBackups))
-	}
-	cancel()
+// startUploader runs the uploader of pre-change backups (--snapshot-store)
+// until ctx ends: it opens the store in its own goroutine, so a store that
+// is away or hung never holds up the agent. stop waits for it a bounded
+// time.
+func (c *Config) startUploader(ctx context.Context) (stop func()) {
 	if !c.SnapshotStoreBackups {
-		return func() { _ = s.Close() }, nil
+		return func() {}
 	}
-	u := snapshotstore.NewUploader(s, c.SnapshotStoreKeep, c.Log)
-	uctx, ucancel := context.WithCancel(ctx)
+	u := snapshotstore.NewUploader(c.SnapshotStore, c.SnapshotStoreKeep, c.Log)
+	uctx, cancel := context.WithCancel(ctx)
 	go u.Run(uctx)
 	c.backups = u
 	return func() {
-		ucancel()
-		<-u.Done()
-		_ = s.Close()
-	}, nil
+		cancel()
+		select {
+		case <-u.Done():
+		case <-time.After(10 * time.Second):
+			c.Log.Warn("snapshot store: the uploader did not stop within 10s (a store call that ignores cancellation); leaving it")
+		}
+	}
 }

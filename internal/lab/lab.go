@@ -150,7 +150,8 @@ func Up(ctx context.Context, o Options) (_ *Lab, err error) {
 		}
 	}()
 	if o.SnapshotStore != "" {
-		if spec.SnapshotStore, err = startSnapshotStore(ctx, o.BinDir, dir, o.SnapshotStore, o.Log); err != nil {
+		saveStarted := func(st *SnapshotStore) error { spec.SnapshotStore = st; return spec.save() }
+		if spec.SnapshotStore, err = startSnapshotStore(ctx, o.BinDir, dir, o.SnapshotStore, o.Log, saveStarted); err != nil {
 			return l, err
 		}
 		if err := spec.save(); err != nil {
@@ -445,7 +446,6 @@ func (l *Lab) Down(ctx context.Context) error {
 	if a := l.Spec.APIServer; a != nil {
 		errs = append(errs, stopPID(a.PID, a.Dir, 15*time.Second))
 	}
-	errs = append(errs, l.Spec.SnapshotStore.Stop())
 	for _, n := range l.Spec.Nodes {
 		// The supervisor gives its containers SIGTERM and up to 10 s.
 		errs = append(errs, stopPID(n.SupervisorPID, n.NodeDir, 15*time.Second))
@@ -463,6 +463,8 @@ func (l *Lab) Down(ctx context.Context) error {
 			}
 		}
 	}
+	// The store last: the agents may be uploading until they stop.
+	errs = append(errs, l.Spec.SnapshotStore.Stop())
 	left := l.liveProcesses()
 	if len(left) > 0 {
 		errs = append(errs, fmt.Errorf("lab processes still running after down: %v", left))

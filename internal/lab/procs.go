@@ -165,7 +165,7 @@ func labProcesses(dir string) []int {
 			continue
 		}
 		switch filepath.Base(strings.TrimSuffix(exe, " (deleted)")) {
-		case "etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "etcd-agent":
+		case "etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "etcd-agent", "weed":
 			if procAlive(pid, dir+"/") {
 				out = append(out, pid)
 			}

@@ -58,7 +58,7 @@ func StartS3Server(ctx context.Context, binDir, dir string, log *zap.Logger) (*S
 	if log == nil {
 		log = zap.NewNop()
 	}
-	return startS3Server(ctx, binDir, dir, log)
+	return startS3Server(ctx, binDir, dir, log, nil)
 }
 
 // Stop stops the S3 server (a file store has nothing to stop).
@@ -69,8 +69,10 @@ func (s *SnapshotStore) Stop() error {
 	return stopPID(s.PID, s.Dir, 15*time.Second)
 }
 
-// startSnapshotStore sets up the store of kind under dir.
-func startSnapshotStore(ctx context.Context, binDir, dir, kind string, log *zap.Logger) (*SnapshotStore, error) {
+// startSnapshotStore sets up the store of kind under dir; started (may be
+// nil) is told of a server process as soon as it runs, before the wait for
+// it to serve (so that a lab interrupted meanwhile still stops it).
+func startSnapshotStore(ctx context.Context, binDir, dir, kind string, log *zap.Logger, started func(*SnapshotStore) error) (*SnapshotStore, error) {
 	switch kind {
 	case SnapshotStoreFile:
 		d := filepath.Join(dir, "snapshot-store")
@@ -79,14 +81,14 @@ func startSnapshotStore(ctx context.Context, binDir, dir, kind string, log *zap.
 		}
 		return &SnapshotStore{Kind: kind, URL: "file://" + d, Dir: d}, nil
 	case SnapshotStoreS3:
-		return startS3Server(ctx, binDir, filepath.Join(dir, "s3"), log)
+		return startS3Server(ctx, binDir, filepath.Join(dir, "s3"), log, started)
 	}
 	return nil, fmt.Errorf("snapshot store %q: want %s or %s", kind, SnapshotStoreFile, SnapshotStoreS3)
 }
 
 // startS3Server runs `weed mini` on loopback with free ports, one bucket and
 // one identity, and waits until the bucket answers a signed request.
-func startS3Server(ctx context.Context, binDir, dir string, log *zap.Logger) (*SnapshotStore, error) {
+func startS3Server(ctx context.Context, binDir, dir string, log *zap.Logger, started func(*SnapshotStore) error) (*SnapshotStore, error) {
 	bin := filepath.Join(binDir, "weed")
 	if _, err := os.Stat(bin); err != nil {
 		return nil, fmt.Errorf("the lab's S3 server %s: %w (run `make tools`)", bin, err)
@@ -127,6 +129,12 @@ func startS3Server(ctx context.Context, binDir, dir string, log *zap.Logger) (*S
 	s := &SnapshotStore{Kind: SnapshotStoreS3, Dir: dir, PID: proc.PID, LogFile: logFile, Endpoint: fmt.Sprintf("http://127.0.0.1:%d", s3Port)}
 	q := url.Values{"endpoint": {s.Endpoint}, "region": {s3Region}, "use_path_style": {"true"}, "disable_https": {"true"}}
 	s.URL = "s3://" + S3Bucket + "?" + q.Encode()
+	if started != nil {
+		if err := started(s); err != nil {
+			_ = stopPID(proc.PID, dir, 10*time.Second)
+			return nil, err
+		}
+	}
 	if err := waitBucket(ctx, s, proc, 90*time.Second); err != nil {
 		_ = stopPID(proc.PID, dir, 10*time.Second)
 		return nil, err

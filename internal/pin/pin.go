@@ -126,6 +126,12 @@ func DecodeMap(s string) (map[string]Pin, error) {
 
 // EncodeWith sets p in pins and encodes the map (the form DecodeMap reads).
 func EncodeWith(pins map[string]Pin, p Pin) (string, error) {
+	if old, ok := pins[p.Member]; ok && old.SameMember(p) {
+		// A member's high-water mark never goes down: a writer that could
+		// not read the record first (a state dir rolled back, the API
+		// away at start) must not lower it.
+		p.HighWater = p.HighWater.Max(old.HighWater)
+	}
 	pins[p.Member] = p
 	b, err := json.Marshal(pins)
 	return string(b), err

@@ -119,12 +119,13 @@ func Open(ctx context.Context, rawURL string) (*Store, error) {
 	}
 	b, err := blob.OpenBucket(ctx, u.String())
 	if err != nil {
-		return nil, fmt.Errorf("open snapshot store %s: %w", Redact(rawURL), err)
+		return nil, fmt.Errorf("open snapshot store %s: %s", Redact(rawURL), strings.ReplaceAll(err.Error(), u.String(), Redact(u.String())))
 	}
 	return &Store{bucket: b, url: Redact(rawURL)}, nil
 }
 
-// Redact drops a URL's user info and query values that may hold secrets.
+// Redact drops a URL's user info (credentials belong in the environment,
+// not in the URL).
 func Redact(rawURL string) string {
 	u, err := url.Parse(rawURL)
 	if err != nil {
@@ -198,13 +199,31 @@ func (s *Store) Put(ctx context.Context, m Meta, path string) (Object, error) {
 	if err := w.Close(); err != nil {
 		return Object{}, fmt.Errorf("upload %s to %s: %w", path, s.url, err)
 	}
+	// A store that drops user metadata (some gateways, file:// with
+	// metadata=skip) keeps objects no read would ever accept: say so now,
+	// and leave none.
+	attrs, err := s.bucket.Attributes(ctx, key)
+	if err == nil {
+		var got Meta
+		if got, err = decode(attrs.Metadata); err == nil && (got.SHA256 != m.SHA256 || got.Size != m.Size) {
+			err = fmt.Errorf("the store returned sha256 %s size %d", got.SHA256, got.Size)
+		}
+	}
+	if err != nil {
+		_ = s.bucket.Delete(ctx, key)
+		return Object{}, fmt.Errorf("upload %s to %s: the object's metadata did not read back (does the store keep user metadata?): %w", path, s.url, err)
+	}
 	return Object{Key: key, Meta: m}, nil
 }
 
-// Get downloads key into dst (a new file, written through a temp file in
-// dst's dir, fsynced, then renamed), verifying the sha256 and size the
-// object carries. A mismatch is ErrCorrupt and leaves nothing at dst.
+// Get downloads key into dst (a new file: an existing one is an error and
+// is left as it is), through a temp file in dst's dir, fsynced, then
+// linked in place, verifying the sha256 and size the object carries. A
+// mismatch is ErrCorrupt and leaves nothing at dst.
 func (s *Store) Get(ctx context.Context, key, dst string) (Meta, error) {
+	if _, err := os.Lstat(dst); err == nil {
+		return Meta{}, fmt.Errorf("%s exists: not overwritten", dst)
+	}
 	attrs, err := s.bucket.Attributes(ctx, key)
 	if err != nil {
 		return Meta{}, fmt.Errorf("snapshot %s in %s: %w", key, s.url, err)
@@ -240,7 +259,9 @@ func (s *Store) Get(ctx context.Context, key, dst string) (Meta, error) {
 	if err := tmp.Close(); err != nil {
 		return Meta{}, err
 	}
-	if err := os.Rename(tmp.Name(), dst); err != nil {
+	// A link, not a rename: a file that appeared at dst meanwhile is
+	// never replaced.
+	if err := os.Link(tmp.Name(), dst); err != nil {
 		return Meta{}, err
 	}
 	return m, fsutil.SyncDir(filepath.Dir(dst))

@@ -230,3 +230,38 @@ func TestCheckSaysWhenTheStoreDoesNotAnswer(t *testing.T) {
 		t.Fatalf("Check took %s", d)
 	}
 }
+
+// Bad input changes nothing: an existing destination is not overwritten;
+// a store that drops metadata is refused at upload, leaving no object.
+func TestGetNeverOverwritesAndPutRefusesAStoreWithoutMetadata(t *testing.T) {
+	ctx := context.Background()
+	s, _ := openFileStore(t)
+	p, m := snapshotFile(t, t.TempDir(), 5000, time.Now())
+	o, err := s.Put(ctx, m, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dst := filepath.Join(t.TempDir(), "mine.db")
+	if err := os.WriteFile(dst, []byte("precious"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Get(ctx, o.Key, dst); err == nil || !strings.Contains(err.Error(), "not overwritten") {
+		t.Fatalf("get over an existing file: %v", err)
+	}
+	if b, _ := os.ReadFile(dst); string(b) != "precious" {
+		t.Fatal("an existing file was overwritten")
+	}
+
+	dir := t.TempDir()
+	bare, err := Open(ctx, "file://"+dir+"?metadata=skip")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bare.Close()
+	if _, err := bare.Put(ctx, m, p); err == nil || !strings.Contains(err.Error(), "metadata did not read back") {
+		t.Fatalf("put to a store without metadata: %v", err)
+	}
+	if left, _ := filepath.Glob(filepath.Join(dir, "etcd-agent", "*", "*")); len(left) != 0 {
+		t.Fatalf("a refused upload left %v", left)
+	}
+}
