@@ -59,6 +59,7 @@ func newRootCmd() *cobra.Command {
 		newGateCmd(g),
 		newInstallGateCmd(),
 		newRecoverCmd(g),
+		newMoveCmd(),
 		newSnapshotCmd(),
 	)
 	return root

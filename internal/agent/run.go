@@ -53,16 +53,21 @@ func Run(ctx context.Context, c Config) error {
 	if c.MemberSource == MemberSourcePods {
 		return runPods(ctx, c, m, &ready, srv.Addr)
 	}
-	id, err := waitForIdentity(ctx, c)
-	if err != nil {
-		return err
-	}
 	kc, err := c.KubeClient()
 	if err != nil {
 		c.Log.Warn("no Kubernetes API: observing only; every recovery is refused (api-unavailable)", zap.Error(err))
 		kc = nil
 	}
-	return runMember(ctx, c, id, memberEnv{metrics: m, ready: &ready, kc: kc, metricsAddr: srv.Addr, node: true})
+	for {
+		id, err := waitForIdentity(ctx, c)
+		if err != nil {
+			return err
+		}
+		err = runMember(ctx, c, id, memberEnv{metrics: m, ready: &ready, kc: kc, metricsAddr: srv.Addr, node: true})
+		if !errors.Is(err, errMemberRetired) {
+			return err
+		}
+	}
 }
 
 // memberEnv is what one member's loop shares with the rest of the agent.
@@ -156,7 +161,21 @@ func runMember(ctx context.Context, c Config, id watchdog.Identity, env memberEn
 			return r
 		}
 	}
-	return wd.Run(ctx, func(o observation.Observation) {
+	var mv *mover
+	if env.node && kc != nil && c.NodeName != "" {
+		mv = &mover{kc: kc, node: c.NodeName, stateDir: c.StateDir, store: c.SnapshotStore, timeout: c.RecoveryTimeout,
+			log: log, rep: nodeRep}
+	}
+	var moveAt time.Time
+	runCtx, stopRun := context.WithCancel(ctx)
+	defer stopRun()
+	retired := false
+	retire := func() {
+		retired = true
+		log.Info("the member moved to another node: this agent no longer acts for it; waiting for a member on this node")
+		stopRun()
+	}
+	err = wd.Run(runCtx, func(o observation.Observation) {
 		r := pipe.assess(o)
 		pipe.exportAll(ctx, r, false)
 		gate.check()
@@ -171,7 +190,7 @@ func runMember(ctx context.Context, c Config, id watchdog.Identity, env memberEn
 				badRequest(ctx, log, m, nodeRep, id.Name, pending.err)
 				return
 			}
-			req = &plan.Request{Action: pending.req.Action, DryRun: pending.req.DryRun}
+			req = &plan.Request{Action: pending.req.Action, DryRun: pending.req.DryRun, Replaces: pending.req.Replaces}
 			log.Info("manual recovery requested", zap.String("action", req.Action), zap.Bool("dryRun", req.DryRun))
 		default:
 		}
@@ -184,6 +203,17 @@ func runMember(ctx context.Context, c Config, id watchdog.Identity, env memberEn
 		}
 		out := h.Consider(ctx, r, req)
 		rep.decided(r, out.Decision)
+		if out.Retired {
+			retire()
+			return
+		}
+		if mv != nil && req == nil && out.Result == "" && out.Decision.Action == plan.Nothing && time.Since(moveAt) >= movePace {
+			moveAt = time.Now()
+			if mv.consider(ctx, r, h) {
+				retire()
+				return
+			}
+		}
 		if out.Result == "" {
 			h.Housekeep(r) // --quarantine-keep, on an observation no recovery acted on
 			if env.steward != nil && req == nil {
@@ -200,7 +230,19 @@ func runMember(ctx context.Context, c Config, id watchdog.Identity, env memberEn
 			log.Info("recovery outcome", zap.String("result", out.Result), zap.String("reason", string(out.Decision.Reason)), zap.Error(out.Err))
 		}
 	})
+	if retired && ctx.Err() == nil {
+		return errMemberRetired
+	}
+	return err
 }
+
+// movePace spaces the mover's reads of the Nodes (a move waits on other
+// agents: seconds matter, polls do not).
+const movePace = 3 * time.Second
+
+// errMemberRetired: the member moved to another node; the agent waits for
+// a member on this node again.
+var errMemberRetired = errors.New("the member moved to another node")
 
 // What a poll's result is good for: the healer, the quarantine prune and
 // the steward see full observations only. A routine poll that reused the

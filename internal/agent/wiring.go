@@ -10,6 +10,7 @@ import (
 	"github.com/etcd-agent/etcd-agent/internal/journal"
 	"github.com/etcd-agent/etcd-agent/internal/lease"
 	"github.com/etcd-agent/etcd-agent/internal/memberruntime"
+	"github.com/etcd-agent/etcd-agent/internal/nodereport"
 	"github.com/etcd-agent/etcd-agent/internal/plan"
 	"github.com/etcd-agent/etcd-agent/internal/snapshotstore"
 	"github.com/etcd-agent/etcd-agent/internal/watchdog"
@@ -45,7 +46,7 @@ func (c Config) KubeClient() (kubernetes.Interface, error) {
 func (c Config) PlanConfig() plan.Config {
 	return plan.Config{AutoHeal: c.AutoHeal, DryRun: c.DryRun, MaxLearnerLag: c.MaxLearnerLag,
 		LearnerStallTimeout: c.LearnerStallTimeout, RetryBackoff: c.RetryBackoff, MaxRetryBackoff: c.MaxRetryBackoff,
-		RejoinSeed: c.RejoinMode == heal.RejoinSeed}
+		RejoinSeed: c.RejoinMode == heal.RejoinSeed, SnapshotStore: c.SnapshotStore != ""}
 }
 
 // Runtime builds the member runtime.
@@ -83,7 +84,8 @@ func (c Config) newHealer(id watchdog.Identity, obs heal.Observer, kc kubernetes
 	return heal.New(heal.Config{Member: id.Name, Node: c.NodeName, PeerURLs: id.PeerURLs, DataDir: id.DataDir,
 		StateDir: c.StateDir, QuarantineDir: c.QuarantineDir, QuarantineKeep: c.QuarantineKeep, QuarantinePruneAfter: c.QuarantinePruneAfter, RejoinMode: c.RejoinMode, Plan: c.PlanConfig(),
 		RecoveryTimeout: c.RecoveryTimeout, StepInterval: 250 * time.Millisecond, PollInterval: c.PollInterval, TLS: t, Log: c.Log, CrashBefore: phases(c.CrashBefore),
-		HoldAt: c.HoldAt, StepTimeouts: c.stepTimeouts(), Backups: c.backups},
+		HoldAt: c.HoldAt, StepTimeouts: c.stepTimeouts(), Backups: c.backups, OpenStore: c.openStore(),
+		PinnedAnywhere: pinnedAnywhere(kc, id.Name, c.podRuntime == nil)},
 		obs, newLease, rt, rep, m), nil
 }
 
@@ -102,6 +104,24 @@ func phases(names []string) []journal.Phase {
 		out = append(out, journal.Phase(n))
 	}
 	return out
+}
+
+// pinnedAnywhere asks the Nodes' records whether the member was ever seen
+// (static pods; a pod member's record is its cluster's, nil here).
+func pinnedAnywhere(kc kubernetes.Interface, member string, staticPod bool) func(ctx context.Context) (bool, error) {
+	if kc == nil || !staticPod {
+		return nil
+	}
+	return func(ctx context.Context) (bool, error) { return nodereport.MemberPinnedAnywhere(ctx, kc, member) }
+}
+
+// openStore opens the snapshot store for a step that waits on it (nil
+// without --snapshot-store).
+func (c Config) openStore() func(ctx context.Context) (*snapshotstore.Store, error) {
+	if c.SnapshotStore == "" {
+		return nil
+	}
+	return func(ctx context.Context) (*snapshotstore.Store, error) { return snapshotstore.Open(ctx, c.SnapshotStore) }
 }
 
 // startUploader runs the uploader of pre-change backups (--snapshot-store)

@@ -3,9 +3,11 @@ package heal
 import (
 	"context"
 	"errors"
+	"path/filepath"
 	"time"
 
 	"github.com/etcd-agent/etcd-agent/internal/journal"
+	"github.com/etcd-agent/etcd-agent/internal/memberruntime"
 	"github.com/etcd-agent/etcd-agent/internal/memberstate"
 	"github.com/etcd-agent/etcd-agent/internal/nodereport"
 	"github.com/etcd-agent/etcd-agent/internal/plan"
@@ -188,7 +190,29 @@ func (h *Healer) close(ctx context.Context, j *journal.Record, d plan.Decision, 
 			Phase: string(phase), StartedAt: j.StartedAt, FinishedAt: now, Message: d.Detail,
 			RejoinMode: j.RejoinMode, SeedFallback: j.SeedFallback})
 	}
-	return Outcome{Decision: d, Result: result, Err: cause}
+	out := Outcome{Decision: d, Result: result, Err: cause}
+	if result == journal.ResultSucceeded && j.Request == plan.ActionMoveOut {
+		out.Retired = h.retire(j)
+	}
+	return out
+}
+
+// retire sets the stopped member's manifest aside for good after a
+// move-out: the member serves from its new node, and this one must never
+// start (or rejoin) it again.
+func (h *Healer) retire(j *journal.Record) bool {
+	r, ok := h.runtime.(memberruntime.Retirer)
+	if !ok {
+		h.log.Warn("member moved away; this runtime cannot set it aside: stop its etcd for good by hand", zap.String("runtime", h.runtime.Describe()))
+		return false
+	}
+	dst, err := r.Retire(filepath.Join(h.cfg.StateDir, "moved"), j.ID)
+	if err != nil {
+		h.log.Error("member moved away but its manifest could not be set aside; it stays parked", zap.Error(err))
+		return false
+	}
+	h.event("Normal", nodereport.ReasonMemberMoved, "member %s moved to %s: manifest set aside at %s, data dir quarantined at %s", h.cfg.Member, j.MoveTarget, dst, j.QuarantinePath)
+	return true
 }
 
 // releaseLease releases the Lease whether or not Holding() says we hold it

@@ -22,6 +22,7 @@ import (
 	"github.com/etcd-agent/etcd-agent/internal/memberruntime"
 	"github.com/etcd-agent/etcd-agent/internal/memberstate"
 	"github.com/etcd-agent/etcd-agent/internal/nodereport"
+	"github.com/etcd-agent/etcd-agent/internal/observation"
 	"github.com/etcd-agent/etcd-agent/internal/plan"
 	"github.com/etcd-agent/etcd-agent/metrics"
 	"go.uber.org/zap"
@@ -103,6 +104,14 @@ type Config struct {
 	// pre-change backup to upload in the background; the heal never waits
 	// on it.
 	Backups BackupSink
+	// OpenStore, when set (--snapshot-store), opens the snapshot store for
+	// a step that must wait on it (a move's snapshot goes there before
+	// anything changes). The caller closes what it returns.
+	OpenStore func(ctx context.Context) (*snapshotstore.Store, error)
+	// PinnedAnywhere, when set, tells whether any node's record names the
+	// member (nodereport.MemberPinnedAnywhere); nil: never asked, and a
+	// member not in the list is healed as before.
+	PinnedAnywhere func(ctx context.Context) (bool, error)
 }
 
 // BackupSink takes a verified snapshot to keep in the snapshot store
@@ -159,6 +168,9 @@ type Healer struct {
 	// leaseFreeSince: since when every look at the Lease found it free or
 	// expired (plan.Input.LeaseFreeSince); zero after a look that did not.
 	leaseFreeSince time.Time
+	// never is neverAMember's last answer, taken at neverAt.
+	never   bool
+	neverAt time.Time
 	// dryRunPruneSaid: a dry-run agent said once what it would prune.
 	dryRunPruneSaid bool
 	// mountPoint tells whether a path is a mount point (localdisk.IsMountPoint).
@@ -217,6 +229,9 @@ type Outcome struct {
 	// Answered: the manual request was answered already (by a recovery
 	// whose trigger could not be cleared then); nothing more to say.
 	Answered bool
+	// Retired: a move-out succeeded; the local member is gone from this
+	// node (its manifest set aside) and the agent stops acting for it.
+	Retired bool
 }
 
 // Consider decides on one observation; when a recovery may begin (or an
@@ -352,6 +367,7 @@ func (h *Healer) Plan(ctx context.Context, res memberstate.Result, req *plan.Req
 func (h *Healer) decide(ctx context.Context, res memberstate.Result, req *plan.Request, j journal.Record) plan.Decision {
 	if !j.Active() {
 		in := h.baseInput(res, req, j)
+		in.NeverAMember = h.neverAMember(ctx, res.Observation)
 		in.APIAvailable = true // optimistic; checked below if it matters
 		in.LeaseFreeSince = time.Unix(0, 0)
 		d := plan.Decide(in, h.cfg.Plan)
@@ -362,10 +378,38 @@ func (h *Healer) decide(ctx context.Context, res memberstate.Result, req *plan.R
 	return plan.Decide(h.input(ctx, res, req, j), h.cfg.Plan)
 }
 
+// neverAMember: the local member is not in the list, nothing is pinned
+// here, and no node's record names it (asked at most every
+// neverAMemberRecheck; an unanswered question counts as "was one": the
+// path as before, which needs the API for its Lease anyway).
+func (h *Healer) neverAMember(ctx context.Context, o observation.Observation) bool {
+	if h.cfg.PinnedAnywhere == nil || o.Local.Match != observation.MatchNotFound || o.ClusterPinned || o.MemberListError != "" {
+		return false
+	}
+	if !h.neverAt.IsZero() && h.now().Sub(h.neverAt) < neverAMemberRecheck {
+		return h.never
+	}
+	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	seen, err := h.cfg.PinnedAnywhere(cctx)
+	if err != nil {
+		h.log.Debug("could not read the nodes' records of the member", zap.Error(err))
+		return false
+	}
+	h.never, h.neverAt = !seen, h.now()
+	return h.never
+}
+
+// neverAMemberRecheck spaces the Node list behind neverAMember.
+const neverAMemberRecheck = 30 * time.Second
+
 // input gathers what Decide needs besides the observation: the Lease's
 // state (asked of the API server) and the free disk space.
 func (h *Healer) input(ctx context.Context, res memberstate.Result, req *plan.Request, j journal.Record) plan.Input {
 	in := h.baseInput(res, req, j)
+	if !j.Active() {
+		in.NeverAMember = h.neverAMember(ctx, res.Observation)
+	}
 	l, err := h.leaseOf(res.Observation.ClusterID)
 	if err != nil || l == nil {
 		h.leaseFreeSince = time.Time{} // no look: a break in "free at every look"

@@ -237,6 +237,12 @@ func (h *Healer) begin(ctx context.Context, res memberstate.Result, req *plan.Re
 		if res.Observation.Local.Match == observation.MatchOK {
 			j.OldMemberID = journal.MemberID(res.Observation.Local.ID)
 		}
+		if req != nil {
+			j.MoveTarget = req.Target
+			if req.Replaces != 0 {
+				j.MoveFrom = fmtID(req.Replaces)
+			}
+		}
 	}
 	info := lease.Info{Target: h.cfg.Member, Phase: string(j.Phase), StartedAt: j.StartedAt}
 	if info.Phase == "" {

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -175,13 +176,46 @@ func (h *Healer) snapshot(ctx context.Context, res memberstate.Result, j *journa
 	j.SnapshotPath, j.SnapshotBytes, j.SnapshotSHA256, j.SnapshotSource = snap.Path, snap.Size, snap.SHA256, src.Name
 	h.log.Info("snapshot streamed and verified", zap.String("source", src.Name), zap.String("why", why),
 		zap.String("path", snap.Path), zap.Int64("bytes", snap.Size), zap.Duration("took", snap.Took))
+	memberID := uint64(j.OldMemberID)
+	if j.MoveFrom != "" { // a move-in's snapshot is of the member it replaces
+		memberID, _ = strconv.ParseUint(j.MoveFrom, 16, 64)
+	}
+	meta := snapshotstore.Meta{ClusterID: res.Observation.ClusterID, Member: h.cfg.Member, MemberID: memberID,
+		Source: src.Name, TakenAt: time.Now().UTC(), SHA256: snap.SHA256, Size: snap.Size, EtcdVersion: src.Version}
+	uploaded := func(r string) { h.metrics.SnapshotStoreUploads.WithLabelValues(h.cfg.Member, r).Inc() }
+	if j.Request == plan.ActionMoveIn {
+		// A move's snapshot is in the store before anything changes.
+		key, err := h.uploadNow(ctx, meta, snap.Path)
+		if err != nil {
+			uploaded(snapshotstore.Failed)
+			return fmt.Errorf("the move's snapshot did not reach the snapshot store: %w", err)
+		}
+		uploaded(snapshotstore.Uploaded)
+		j.StoreKey = key
+		return nil
+	}
 	if h.cfg.Backups != nil {
-		uploads := h.metrics.SnapshotStoreUploads
-		h.cfg.Backups.Enqueue(snapshotstore.Meta{ClusterID: res.Observation.ClusterID, Member: h.cfg.Member, MemberID: uint64(j.OldMemberID),
-			Source: src.Name, TakenAt: time.Now().UTC(), SHA256: snap.SHA256, Size: snap.Size, EtcdVersion: src.Version}, snap.Path,
-			func(r string) { uploads.WithLabelValues(h.cfg.Member, r).Inc() })
+		h.cfg.Backups.Enqueue(meta, snap.Path, uploaded)
 	}
 	return nil
+}
+
+// uploadNow puts a verified snapshot in the store and returns its key.
+func (h *Healer) uploadNow(ctx context.Context, m snapshotstore.Meta, path string) (string, error) {
+	if h.cfg.OpenStore == nil {
+		return "", errors.New("no --snapshot-store")
+	}
+	st, err := h.cfg.OpenStore(ctx)
+	if err != nil {
+		return "", err
+	}
+	defer st.Close()
+	obj, err := st.Put(ctx, m, path)
+	if err != nil {
+		return "", err
+	}
+	h.log.Info("the move's snapshot is in the snapshot store", zap.String("store", st.String()), zap.String("key", obj.Key))
+	return obj.Key, nil
 }
 
 // voterEndpoints are the client URLs of the serving voters of the

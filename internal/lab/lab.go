@@ -397,6 +397,11 @@ func (l *Lab) createNodeObject(ctx context.Context, kc kubernetes.Interface, n N
 	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n.Name, Labels: map[string]string{
 		"node-role.kubernetes.io/control-plane": "", "kubernetes.io/hostname": n.Name}}}
 	node.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: n.IP}}
+	// Ready as a kubelet reports it when it registers (nothing in this lab
+	// updates it later; a move refuses a target that is not Ready).
+	now := metav1.Now()
+	node.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "KubeletReady",
+		LastHeartbeatTime: now, LastTransitionTime: now}}
 	if _, err := kc.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		return fmt.Errorf("create node %s: %w", n.Name, err)
 	}

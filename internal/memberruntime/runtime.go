@@ -44,6 +44,12 @@ type Runtime interface {
 	Describe() string
 }
 
+// Retirer is a Runtime whose stopped member can be set aside for good (a
+// member moved to another node; the static-pod runtime).
+type Retirer interface {
+	Retire(movedDir, suffix string) (string, error)
+}
+
 const (
 	// pollInterval paces the "is the process gone" checks.
 	pollInterval = 100 * time.Millisecond

@@ -218,3 +218,29 @@ func (s *staticPod) install(data []byte, perm os.FileMode) error {
 	}
 	return fmt.Errorf("write manifest %s: %w", s.manifestPath, errors.Join(errs...))
 }
+
+// Retire sets the parked manifest aside for good, as movedDir/<name>.<suffix>
+// (a member moved to another node): the kubelet never runs it again and the
+// agent no longer finds a member here. Only a stopped member is retired.
+func (s *staticPod) Retire(movedDir, suffix string) (string, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	live, parked, err := s.where()
+	switch {
+	case err != nil:
+		return "", err
+	case live:
+		return "", fmt.Errorf("the manifest %s is live: only a stopped (parked) member is retired", s.manifestPath)
+	case !parked:
+		return "", s.errNoManifest()
+	}
+	if err := os.MkdirAll(movedDir, 0o700); err != nil {
+		return "", err
+	}
+	dst := filepath.Join(movedDir, filepath.Base(s.parkedPath)+"."+suffix)
+	if err := moveFile(s.parkedPath, dst); err != nil {
+		return "", fmt.Errorf("set the parked manifest aside in %s: %w", movedDir, err)
+	}
+	s.log.Info("member moved away: its manifest is set aside for good", zap.String("to", dst))
+	return dst, nil
+}

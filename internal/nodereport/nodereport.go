@@ -13,6 +13,8 @@ package nodereport
 import (
 	"encoding/json"
 	"fmt"
+	"strconv"
+	"strings"
 	"time"
 )
 
@@ -27,7 +29,19 @@ const (
 	AnnotationLastRecovery = "etcd-agent.io/last-recovery"
 	// AnnotationStatus is the agent's one-line view of its member.
 	AnnotationStatus = "etcd-agent.io/status"
+	// AnnotationMoveTo on the Node of a static-pod member asks its agent
+	// to move the member to the named node (`etcd-agent move`); the dry-run
+	// flag is AnnotationRecoverDryRun's.
+	AnnotationMoveTo = "etcd-agent.io/move-to"
+	// AnnotationMoveFrom, with AnnotationRecover=ActionMoveIn, is the
+	// source agent's request to the target's: "<node>/<member ID hex>",
+	// the member this node's member is added to replace.
+	AnnotationMoveFrom = "etcd-agent.io/move-from"
 )
+
+// ActionMoveIn is the request a move's source agent puts on the target
+// Node (never a person: use etcd-agent move).
+const ActionMoveIn = "move-in"
 
 // ActionRejoin re-creates the local member from its peers (DESIGN.md section 6).
 const ActionRejoin = "rejoin"
@@ -55,6 +69,9 @@ const (
 	// ReasonLearnerRolledBack: a stranded learner (its owner's Lease
 	// expired, no progress for the stall timeout) was removed.
 	ReasonLearnerRolledBack = "RecoveryLearnerRolledBack"
+	// ReasonMemberMoved: a move-out finished; the member serves from its
+	// new node.
+	ReasonMemberMoved = "MemberMoved"
 )
 
 // LastRecovery.Result values.
@@ -96,8 +113,12 @@ func LastRecoveryFrom(annotations map[string]string) (lr LastRecovery, ok bool, 
 
 // Request is a manual recovery request read from the Node.
 type Request struct {
-	Action string // ActionRejoin
+	Action string // ActionRejoin or ActionMoveIn
 	DryRun bool
+	// From and Replaces (ActionMoveIn): the source node and the member ID
+	// replaced.
+	From     string
+	Replaces uint64
 }
 
 // ParseRequest reads the trigger annotations. ok is false when there is no
@@ -109,7 +130,15 @@ func ParseRequest(annotations map[string]string) (req Request, ok bool, err erro
 	if !ok {
 		return Request{}, false, nil
 	}
-	if action != ActionRejoin {
+	switch action {
+	case ActionRejoin:
+	case ActionMoveIn:
+		from, id, err := ParseMoveFrom(annotations[AnnotationMoveFrom])
+		if err != nil {
+			return Request{Action: action}, true, err
+		}
+		req.From, req.Replaces = from, id
+	default:
 		return Request{Action: action}, true, fmt.Errorf("annotation %s=%q is not understood: the accepted value is %q",
 			AnnotationRecover, action, ActionRejoin)
 	}
@@ -133,4 +162,19 @@ func (r Request) String() string {
 		return r.Action + " (dry run)"
 	}
 	return r.Action
+}
+
+// MoveFrom is AnnotationMoveFrom's value.
+func MoveFrom(node string, memberID uint64) string { return fmt.Sprintf("%s/%x", node, memberID) }
+
+// ParseMoveFrom reads AnnotationMoveFrom.
+func ParseMoveFrom(v string) (node string, memberID uint64, err error) {
+	node, hexID, ok := strings.Cut(v, "/")
+	if ok {
+		memberID, err = strconv.ParseUint(hexID, 16, 64)
+	}
+	if !ok || err != nil || node == "" || memberID == 0 {
+		return "", 0, fmt.Errorf("annotation %s=%q is not understood: want <node>/<member ID in hex>", AnnotationMoveFrom, v)
+	}
+	return node, memberID, nil
 }

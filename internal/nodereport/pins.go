@@ -82,3 +82,23 @@ func ReadPins(ctx context.Context, kc kubernetes.Interface, node string) (map[st
 	pins, err := decodePins(n.Annotations[AnnotationPins])
 	return pins, len(pins) > 0, err
 }
+
+// MemberPinnedAnywhere tells whether any Node's pins name member: an agent
+// saw it serve on some node (a new node taking over a lost member's name
+// finds it on the old node's record).
+func MemberPinnedAnywhere(ctx context.Context, kc kubernetes.Interface, member string) (bool, error) {
+	nodes, err := kc.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return false, err
+	}
+	for _, n := range nodes.Items {
+		pins, err := decodePins(n.Annotations[AnnotationPins])
+		if err != nil {
+			continue // another node's malformed record says nothing of ours
+		}
+		if _, ok := pins[member]; ok {
+			return true, nil
+		}
+	}
+	return false, nil
+}

@@ -161,12 +161,16 @@ func (r *Reporter) ClearRequest(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		_, hasRecover := obj.GetAnnotations()[AnnotationRecover]
-		_, hasDryRun := obj.GetAnnotations()[AnnotationRecoverDryRun]
-		if !hasRecover && !hasDryRun {
+		clear := map[string]any{}
+		for _, a := range []string{AnnotationRecover, AnnotationRecoverDryRun, AnnotationMoveFrom, AnnotationMoveTo} {
+			if _, ok := obj.GetAnnotations()[a]; ok {
+				clear[a] = nil
+			}
+		}
+		if len(clear) == 0 {
 			return nil
 		}
-		return r.patchAnnotations(ctx, obj.GetResourceVersion(), map[string]any{AnnotationRecover: nil, AnnotationRecoverDryRun: nil})
+		return r.patchAnnotations(ctx, obj.GetResourceVersion(), clear)
 	})
 }
 

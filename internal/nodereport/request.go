@@ -19,14 +19,35 @@ func RequestRecovery(ctx context.Context, kc kubernetes.Interface, node string, 
 	if node == "" {
 		return LastRecovery{}, fmt.Errorf("no node name: give --node-name or set NODE_NAME")
 	}
+	ann := map[string]any{AnnotationRecover: ActionRejoin, AnnotationRecoverDryRun: nil}
+	if req.DryRun {
+		ann[AnnotationRecoverDryRun] = "true"
+	}
+	return requestAndWait(ctx, kc, node, ann, AnnotationRecover, timeout)
+}
+
+// RequestMove asks the agent on node to move its member to target
+// (AnnotationMoveTo) and waits, up to timeout, for its answer: the
+// last-recovery written when the move ends (moved, failed or refused).
+// It is `etcd-agent move`.
+func RequestMove(ctx context.Context, kc kubernetes.Interface, node, target string, dryRun bool, timeout time.Duration) (LastRecovery, error) {
+	if node == "" || target == "" {
+		return LastRecovery{}, fmt.Errorf("name the member's node and the target node")
+	}
+	ann := map[string]any{AnnotationMoveTo: target, AnnotationRecoverDryRun: nil}
+	if dryRun {
+		ann[AnnotationRecoverDryRun] = "true"
+	}
+	return requestAndWait(ctx, kc, node, ann, AnnotationMoveTo, timeout)
+}
+
+// requestAndWait sets ann on node's Node and waits until the agent has
+// cleared pending and written a new last-recovery.
+func requestAndWait(ctx context.Context, kc kubernetes.Interface, node string, ann map[string]any, pending string, timeout time.Duration) (LastRecovery, error) {
 	// The answer is a last-recovery other than the one there before.
 	var prev string
 	if n, err := kc.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{}); err == nil {
 		prev = n.Annotations[AnnotationLastRecovery]
-	}
-	ann := map[string]any{AnnotationRecover: ActionRejoin, AnnotationRecoverDryRun: nil}
-	if req.DryRun {
-		ann[AnnotationRecoverDryRun] = "true"
 	}
 	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": ann}})
 	if _, err := kc.CoreV1().Nodes().Patch(ctx, node, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
@@ -37,8 +58,8 @@ func RequestRecovery(ctx context.Context, kc kubernetes.Interface, node string, 
 	for {
 		n, err := kc.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
 		if err == nil {
-			_, pending := n.Annotations[AnnotationRecover]
-			if lr, ok, _ := LastRecoveryFrom(n.Annotations); ok && !pending && n.Annotations[AnnotationLastRecovery] != prev {
+			_, waiting := n.Annotations[pending]
+			if lr, ok, _ := LastRecoveryFrom(n.Annotations); ok && !waiting && n.Annotations[AnnotationLastRecovery] != prev {
 				return lr, nil
 			}
 		}

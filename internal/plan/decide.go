@@ -27,10 +27,28 @@ func Decide(in Input, cfg Config) Decision {
 // decideIdle: no recovery is open. Is one wanted, and is it safe to begin?
 func decideIdle(in Input, cfg Config) Decision {
 	o, v := in.Obs, in.Verdict
-	if in.Request != nil && in.Request.Action != "" && in.Request.Action != "rejoin" {
-		// Rule 10: an unknown manual request never triggers a rejoin (which
-		// may stop a healthy member).
-		return refuse(ReasonBadRequest, fmt.Sprintf("unknown request %q (the only one is \"rejoin\")", in.Request.Action))
+	if in.Request != nil {
+		switch in.Request.Action {
+		case "", "rejoin":
+		case ActionMoveIn:
+			if d, ok := checkMoveIn(in, cfg); !ok {
+				return d
+			}
+		case ActionMoveOut:
+			if d, ok := checkMoveOut(in); !ok {
+				return d
+			}
+		default:
+			// Rule 10: an unknown manual request never triggers a rejoin
+			// (which may stop a healthy member).
+			return refuse(ReasonBadRequest, fmt.Sprintf("unknown request %q (the only one is \"rejoin\")", in.Request.Action))
+		}
+	}
+	if in.Request == nil && in.NeverAMember {
+		// A member never seen in this cluster (a manifest placed on a new
+		// node): adding it grows the cluster, which is a person's call (a
+		// move asks for it), never an automatic heal's.
+		return Decision{Action: Nothing, Reason: ReasonNotAMember, Detail: "the local member was never a member of this cluster; it is added only by a move (etcd-agent move)"}
 	}
 	if in.Request == nil {
 		switch {
@@ -158,7 +176,17 @@ func decideActive(in Input, cfg Config) Decision {
 			d.Action = Finish
 			return d
 		}
+		if j.Request == ActionMoveOut {
+			in.Request = &Request{Action: ActionMoveOut, Target: j.MoveTarget}
+			if d, ok := checkMoveOut(in); !ok {
+				d.Action = Finish
+				return d
+			}
+		}
 		return Decision{Action: StopMember}
+	}
+	if j.Request == ActionMoveOut {
+		return decideMoveOut(in)
 	}
 	if foreignOnly(o) {
 		return wait(ReasonForeignCluster, fmt.Sprintf("only %v answer, for another cluster than %x; waiting, nothing destructive",

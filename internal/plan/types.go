@@ -83,6 +83,9 @@ const (
 	// ReasonLearnerRolledBack: a rollback record closed with the stranded
 	// learner removed.
 	ReasonLearnerRolledBack Reason = "learner-rolled-back"
+	// ReasonNotAMember: the local member was never a member of the cluster
+	// (nothing pinned, not in the list): only a move adds it.
+	ReasonNotAMember Reason = "not-a-member"
 )
 
 // RefusalReasons lists the codes a recovery can be refused with (for
@@ -92,13 +95,20 @@ func RefusalReasons() []Reason {
 		ReasonAPIUnavailable, ReasonAmbiguousIdentity, ReasonMemberHealthy, ReasonDryRun, ReasonDiskFull,
 		ReasonBadRequest, ReasonNoSnapshotSource, ReasonForeignCluster, ReasonDataDirMountPoint,
 		// The steward's (DecideSteward), for a member on a lost node.
-		ReasonNodeReady, ReasonInGracePeriod, ReasonMemberServing, ReasonStewardNotHealthy, ReasonNotGated}
+		ReasonNodeReady, ReasonInGracePeriod, ReasonMemberServing, ReasonStewardNotHealthy, ReasonNotGated,
+		// A move's (DecideMove, move-in, move-out).
+		ReasonTargetNotReady, ReasonTargetHasMember, ReasonNoSnapshotStore, ReasonSnapshotStoreUnreached,
+		ReasonMemberNotHealthy, ReasonMoveFailed, ReasonMoveTimedOut}
 }
 
 // Request is a manual trigger (Node annotation or `etcd-agent recover`).
 type Request struct {
-	Action string // "rejoin"
+	Action string // "rejoin", ActionMoveIn or ActionMoveOut
 	DryRun bool
+	// Replaces (move-in) is the member the local one is added to replace;
+	// Target (move-out) is the name of the member that replaced ours.
+	Replaces uint64
+	Target   string
 }
 
 // Input is everything Decide looks at.
@@ -121,6 +131,11 @@ type Input struct {
 	// stranded learner is rolled back only after a stall timeout of it: a
 	// live owner's Lease may lapse for a moment (its API briefly away).
 	LeaseFreeSince time.Time
+	// NeverAMember: the local member is not in the list, nothing is pinned
+	// for it, and no Node's record names it: it never was a member (a
+	// manifest placed for a move's target). Adding it would grow the
+	// cluster, so only a request (move-in) does.
+	NeverAMember bool
 	// FreeBytes is the free space where the snapshot and quarantine go.
 	FreeBytes uint64
 	// DataDirMountPoint: the data dir is a mount point (it cannot be
@@ -154,6 +169,8 @@ type Config struct {
 	// RejoinSeed: the learner's data dir is seeded from a streamed snapshot
 	// (heal.RejoinSeed), which the free-space check counts.
 	RejoinSeed bool
+	// SnapshotStore: --snapshot-store is set (a move needs it).
+	SnapshotStore bool
 }
 
 // Decision is Decide's answer.

@@ -95,6 +95,11 @@ type Record struct {
 	StartedAt time.Time `json:"startedAt"`
 	UpdatedAt time.Time `json:"updatedAt"`
 
+	// MoveTarget (a move-out) names the member that replaced ours;
+	// MoveFrom (a move-in) is the node and member ID replaced.
+	MoveTarget string `json:"moveTarget,omitempty"`
+	MoveFrom   string `json:"moveFrom,omitempty"`
+
 	OldMemberID MemberID `json:"oldMemberID"`
 	NewMemberID MemberID `json:"newMemberID"`
 	PeerURLs    []string `json:"peerURLs"`
@@ -112,6 +117,8 @@ type Record struct {
 	SnapshotBytes  int64  `json:"snapshotBytes,omitempty"`
 	SnapshotSHA256 string `json:"snapshotSHA256,omitempty"`
 	SnapshotSource string `json:"snapshotSource,omitempty"`
+	// StoreKey is the snapshot's object in the snapshot store (a move's).
+	StoreKey string `json:"storeKey,omitempty"`
 
 	// RejoinMode is how the learner's data dir was prepared: "raft" or
 	// "seed". SeedFallback is why seed mode fell back to raft mode (a

@@ -1,0 +1,59 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/etcd-agent/etcd-agent/internal/agent"
+	"github.com/etcd-agent/etcd-agent/internal/nodereport"
+	"github.com/spf13/cobra"
+)
+
+func newMoveCmd() *cobra.Command {
+	c := agent.Config{}
+	var target string
+	var dryRun bool
+	var timeout time.Duration
+	cmd := &cobra.Command{
+		Use:   "move NODE --to TARGET",
+		Short: "Move the static-pod etcd member of NODE to TARGET, add first (--dry-run only plans)",
+		Long: `move sets etcd-agent.io/move-to=TARGET (and recover-dry-run) on NODE's Node
+object and waits for the agent's answer in etcd-agent.io/last-recovery.
+
+TARGET must be Ready and run the agent, with an etcd static-pod manifest for a
+new member named after it (its etcd is held by the start gate until the agent
+prepares its data dir). NODE's agent checks that every voter is healthy and the
+snapshot store answers, then asks TARGET's agent to add its member as a
+learner (seeded), promote it, and only then stops and removes NODE's member:
+the cluster never has fewer healthy voters than before.
+
+Exit 0 moved (or planned, with --dry-run), 1 failed, 2 refused.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			kc, err := c.KubeClient()
+			if err != nil {
+				return err
+			}
+			lr, err := nodereport.RequestMove(cmd.Context(), kc, args[0], target, dryRun, timeout)
+			if err != nil {
+				return err
+			}
+			b, _ := json.MarshalIndent(lr, "", "  ")
+			fmt.Fprintln(cmd.OutOrStdout(), string(b))
+			switch {
+			case lr.Result == nodereport.ResultSucceeded, dryRun && lr.Reason == "dry-run":
+				return nil
+			case lr.Result == nodereport.ResultRefused:
+				return recoverExit(2)
+			}
+			return recoverExit(1)
+		},
+	}
+	cmd.Flags().StringVar(&target, "to", "", "the node to move the member to")
+	cmd.Flags().StringVar(&c.Kubeconfig, "kubeconfig", "", "kubeconfig for the Kubernetes API (default: in-cluster config)")
+	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "only plan: report what would be done and why, change nothing")
+	cmd.Flags().DurationVar(&timeout, "timeout", time.Hour, "how long to wait for the agent's answer")
+	_ = cmd.MarkFlagRequired("to")
+	return cmd
+}

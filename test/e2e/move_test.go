@@ -1,0 +1,219 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/etcd-agent/etcd-agent/internal/agent"
+	"github.com/etcd-agent/etcd-agent/internal/journal"
+	"github.com/etcd-agent/etcd-agent/internal/lab"
+	"github.com/etcd-agent/etcd-agent/internal/nodereport"
+	"github.com/etcd-agent/etcd-agent/internal/plan"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// TestMoveStaticPodMemberAddFirst (UC3): node2's healthy member moves to a
+// new node4, add first. node4 is provisioned with a manifest for a new
+// member; its agent does not add it on its own (not-a-member) until
+// `etcd-agent move node2 --to node4` asks. Throughout, the healthy voters
+// (polled every 100 ms) never drop below 3; at the end node1, node3 and
+// node4 are the voters, node2's etcd is gone with its manifest set aside
+// and its data dir quarantined, no API write failed, HashKV is equal, the
+// leader sent no raft snapshot (the learner was seeded) and the move's
+// snapshot is in the store.
+func TestMoveStaticPodMemberAddFirst(t *testing.T) {
+	ctx := context.Background()
+	l := newLab(t, lab.Options{Nodes: 3, Agents: true, SnapshotStore: lab.SnapshotStoreFile})
+	kc, err := l.KubeClient()
+	if err != nil {
+		t.Fatal(err)
+	}
+	n4, err := l.AddNode(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ensureNotLeader(t, l, "node2")
+	sentBefore := snapshotsSent(t, l) // node4's etcd does not serve until the move
+	if _, err := l.PlaceNewMember(n4.Name); err != nil {
+		t.Fatal(err)
+	}
+	// Unasked, node4's agent leaves its never-seen member out.
+	eventually(t, 60*time.Second, "node4's agent says its member was never a member", func() error {
+		r, err := readAgentStatus(n4.StateDir)
+		if err != nil {
+			return err
+		}
+		if r.Decision == nil || r.Decision.Reason != plan.ReasonNotAMember {
+			return fmt.Errorf("decision %+v", r.Decision)
+		}
+		return nil
+	})
+	if ms := mustMembers(t, l); len(ms) != 3 {
+		t.Fatalf("node4's member was added unasked: %+v", ms)
+	}
+
+	// A dry run plans and changes nothing.
+	lr, err := nodereport.RequestMove(ctx, kc, "node2", "node4", true, 2*time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lr.Reason != string(plan.ReasonDryRun) || !strings.Contains(lr.Message, "would ask node4") {
+		t.Fatalf("dry run answered %+v", lr)
+	}
+	if ms := mustMembers(t, l); len(ms) != 3 {
+		t.Fatalf("the dry run changed the membership: %+v", ms)
+	}
+
+	h := startHeal(t, l)
+	watch := watchHealthyVoters(t, l)
+	h.fault()
+	lr, err = nodereport.RequestMove(ctx, kc, "node2", "node4", false, 4*time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	minVoters, lows := watch.stop()
+	t.Logf("move answered: %+v", lr)
+	if lr.Result != nodereport.ResultSucceeded || lr.Request != plan.ActionMoveOut {
+		t.Fatalf("move: %+v", lr)
+	}
+	t.Logf("healthy voters: at least %d throughout (%d polls); moments at the minimum: %v", minVoters, watch.polls, lows)
+	if minVoters < 3 {
+		t.Fatalf("healthy voters dropped to %d during the move: %v", minVoters, lows)
+	}
+
+	// The members: node1, node3, node4, all voters.
+	names := map[string]bool{}
+	for _, m := range mustMembers(t, l) {
+		if m.Learner {
+			t.Fatalf("learner left: %+v", m)
+		}
+		names[m.Name] = true
+	}
+	if len(names) != 3 || !names["node1"] || !names["node3"] || !names["node4"] {
+		t.Fatalf("members after the move: %v", names)
+	}
+	// node2: manifest set aside for good, data dir quarantined, etcd gone.
+	n2 := nodeOf(t, l, "node2")
+	if _, err := os.Stat(n2.EtcdManifest()); !os.IsNotExist(err) {
+		t.Fatalf("node2's manifest is still in the manifests dir (%v)", err)
+	}
+	moved, _ := filepath.Glob(filepath.Join(n2.StateDir, "moved", "etcd.yaml.*"))
+	if len(moved) != 1 {
+		t.Fatalf("node2's manifest is not set aside in moved/: %v", moved)
+	}
+	jOut, ok := loadJournal(t, l, "node2", "node2")
+	if !ok || jOut.Request != plan.ActionMoveOut || jOut.Result != journal.ResultSucceeded || jOut.QuarantinePath == "" {
+		t.Fatalf("node2's journal: %+v", jOut)
+	}
+	if _, err := os.Stat(filepath.Join(jOut.QuarantinePath, "member", "snap", "db")); err != nil {
+		t.Fatalf("node2's data dir is not kept in the quarantine: %v", err)
+	}
+	if err := l.MemberMovedAway("node2"); err != nil {
+		t.Fatal(err)
+	}
+	jIn, ok := loadJournal(t, l, "node4", "node4")
+	if !ok || jIn.Request != plan.ActionMoveIn || jIn.Result != journal.ResultSucceeded || jIn.StoreKey == "" {
+		t.Fatalf("node4's journal: %+v", jIn)
+	}
+	t.Logf("node4: rejoin mode %s (fallback %q), seeded at index %d; the move's snapshot in the store: %s", jIn.RejoinMode, jIn.SeedFallback, jIn.SeedIndex, jIn.StoreKey)
+	if jIn.RejoinMode != "seed" {
+		t.Fatalf("node4's member was not seeded: %s (%s)", jIn.RejoinMode, jIn.SeedFallback)
+	}
+	if sent := snapshotsSent(t, l) - sentBefore; sent != 0 {
+		t.Fatalf("the leader sent %v raft snapshots during the move", sent)
+	}
+	rep := h.finish(invariantDefaults())
+	if rep.Writes.APIAttempted == 0 {
+		t.Fatal("no API writes were attempted during the move")
+	}
+}
+
+func readAgentStatus(stateDir string) (agent.Report, error) {
+	var r agent.Report
+	b, err := os.ReadFile(filepath.Join(stateDir, agent.StatusFile))
+	if err == nil {
+		err = json.Unmarshal(b, &r)
+	}
+	return r, err
+}
+
+// voterWatch polls the member list and each voter's Status every 100 ms
+// and keeps the fewest voters that answered.
+type voterWatch struct {
+	stopCh chan struct{}
+	done   chan struct{}
+	mu     sync.Mutex
+	min    int
+	lows   []string
+	polls  int
+}
+
+func watchHealthyVoters(t *testing.T, l *lab.Lab) *voterWatch {
+	t.Helper()
+	cli, err := l.EtcdClientFor(l.Spec.ClientURLs()...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := &voterWatch{stopCh: make(chan struct{}), done: make(chan struct{}), min: 1 << 30}
+	go func() {
+		defer close(w.done)
+		defer cli.Close()
+		tick := time.NewTicker(100 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-w.stopCh:
+				return
+			case <-tick.C:
+			}
+			w.poll(cli)
+		}
+	}()
+	return w
+}
+
+func (w *voterWatch) poll(cli *clientv3.Client) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	ml, err := cli.MemberList(ctx)
+	if err != nil {
+		return // the quorum prober of the invariant checker judges outages
+	}
+	healthy, names := 0, []string{}
+	for _, m := range ml.Members {
+		if m.IsLearner || len(m.ClientURLs) == 0 {
+			continue
+		}
+		sctx, scancel := context.WithTimeout(ctx, 500*time.Millisecond)
+		_, err := cli.Status(sctx, m.ClientURLs[0])
+		scancel()
+		if err == nil {
+			healthy++
+			names = append(names, m.Name)
+		}
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.polls++
+	switch {
+	case healthy < w.min:
+		w.min, w.lows = healthy, []string{fmt.Sprintf("%s %v", time.Now().Format("15:04:05.000"), names)}
+	case healthy == w.min && len(w.lows) < 5:
+		w.lows = append(w.lows, fmt.Sprintf("%s %v", time.Now().Format("15:04:05.000"), names))
+	}
+}
+
+func (w *voterWatch) stop() (int, []string) {
+	close(w.stopCh)
+	<-w.done
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.min, w.lows
+}
