@@ -121,7 +121,9 @@ func (c Config) openStore() func(ctx context.Context) (*snapshotstore.Store, err
 	if c.SnapshotStore == "" {
 		return nil
 	}
-	return func(ctx context.Context) (*snapshotstore.Store, error) { return snapshotstore.Open(ctx, c.SnapshotStore) }
+	return func(ctx context.Context) (*snapshotstore.Store, error) {
+		return snapshotstore.Open(ctx, c.SnapshotStore)
+	}
 }
 
 // startUploader runs the uploader of pre-change backups (--snapshot-store)
