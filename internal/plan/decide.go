@@ -167,17 +167,20 @@ func decideActive(in Input, cfg Config) Decision {
 		// Rule 6: the condition is re-verified once the Lease is held, on a
 		// fresh observation and the tracker's verdict on it; not after a
 		// stop was tried (the member may be down by our hand).
-		if in.Request == nil && j.StopAttemptedAt.IsZero() {
+		if in.Request == nil && (j.Request == "" || j.Request == "auto") && j.StopAttemptedAt.IsZero() {
 			if d, done := recheckLost(in); done {
 				return d
 			}
+		}
+		if j.Request == ActionMoveOut {
+			// The journal is the request (also after a restart).
+			in.Request = &Request{Action: ActionMoveOut, Target: j.MoveTarget}
 		}
 		if d, ok := checkBegin(in, cfg); !ok {
 			d.Action = Finish
 			return d
 		}
 		if j.Request == ActionMoveOut {
-			in.Request = &Request{Action: ActionMoveOut, Target: j.MoveTarget}
 			if d, ok := checkMoveOut(in); !ok {
 				d.Action = Finish
 				return d

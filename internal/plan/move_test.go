@@ -1,0 +1,237 @@
+package plan
+
+// Tables for a move (UC3, static pods): the source's side (DecideMove), the
+// target's move-in and the source's move-out, one case per refusal.
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/etcd-agent/etcd-agent/internal/observation"
+	"github.com/etcd-agent/etcd-agent/internal/record"
+)
+
+// moveIn is the source's input: a healthy local member (node1) in n healthy
+// voters, a Ready target node9, the store answering.
+func moveIn(n int, opts ...func(*MoveInput)) MoveInput {
+	in, _ := cluster(n, n, local(localHealthy))
+	mi := MoveInput{Now: t0, Obs: in.Obs, Node: "node1", Target: TargetNode{Name: "node9", Found: true, Ready: true},
+		StoreConfigured: true, Timeout: 30 * time.Minute}
+	for _, o := range opts {
+		o(&mi)
+	}
+	return mi
+}
+
+// targetMember adds node9's member (ID 29) to the observation.
+func targetMember(learner, serving bool) func(*MoveInput) {
+	return func(mi *MoveInput) {
+		mi.Obs.Members = append(mi.Obs.Members, observation.Member{ID: id(29), Name: "node9", PeerURLs: []string{peer(29)},
+			IsLearner: learner, Serving: serving, RaftIndex: leaderIndex, AppliedIndex: leaderIndex})
+	}
+}
+
+func asked(mi *MoveInput) { mi.AskedAt = t0.Add(-time.Minute) }
+
+func TestDecideMoveRefusesEachUnsafeOrUnclearStart(t *testing.T) {
+	cases := []struct {
+		name string
+		mods []func(*MoveInput)
+		want Reason
+	}{
+		{"no target", []func(*MoveInput){func(mi *MoveInput) { mi.Target.Name = "" }}, ReasonBadRequest},
+		{"target is this node", []func(*MoveInput){func(mi *MoveInput) { mi.Target.Name = "node1" }}, ReasonBadRequest},
+		{"no such node", []func(*MoveInput){func(mi *MoveInput) { mi.Target.Found = false }}, ReasonBadRequest},
+		{"target not Ready", []func(*MoveInput){func(mi *MoveInput) { mi.Target.Ready = false }}, ReasonTargetNotReady},
+		{"target already has a voter", []func(*MoveInput){targetMember(false, true)}, ReasonTargetHasMember},
+		{"target already has a learner", []func(*MoveInput){targetMember(true, false)}, ReasonTargetHasMember},
+		{"a voter unhealthy", []func(*MoveInput){func(mi *MoveInput) { mi.Obs.Members[2].Serving = false }}, ReasonWouldLoseQuorum},
+		{"another learner", []func(*MoveInput){func(mi *MoveInput) {
+			mi.Obs.Members = append(mi.Obs.Members, learner(19, "node19", peer(19), true, leaderIndex))
+		}}, ReasonLearnerPresent},
+		{"the local member does not serve", []func(*MoveInput){func(mi *MoveInput) { mi.Obs.Members[0].Serving = false }}, ReasonMemberNotHealthy},
+		{"the local data dir is gone", []func(*MoveInput){func(mi *MoveInput) { mi.Obs.Local.DataDirClass = "missing" }}, ReasonMemberNotHealthy},
+		{"no store", []func(*MoveInput){func(mi *MoveInput) { mi.StoreConfigured = false }}, ReasonNoSnapshotStore},
+		{"store unreachable", []func(*MoveInput){func(mi *MoveInput) { mi.StoreError = "dial tcp: connection refused" }}, ReasonSnapshotStoreUnreached},
+		{"local member not in the list", []func(*MoveInput){func(mi *MoveInput) {
+			mi.Obs.Local.Match, mi.Obs.Local.ID = observation.MatchNotFound, 0
+		}}, ReasonBadRequest},
+		{"majority lost", []func(*MoveInput){func(mi *MoveInput) {
+			mi.Obs.Members[1].Serving, mi.Obs.Members[2].Serving = false, false
+		}}, ReasonMajorityLost},
+		{"dry run", []func(*MoveInput){func(mi *MoveInput) { mi.DryRun = true }}, ReasonDryRun},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			d := DecideMove(moveIn(3, c.mods...))
+			if d.Action != Refuse || d.Reason != c.want {
+				t.Fatalf("DecideMove = %s/%s (%s), want refuse/%s", d.Action, d.Reason, d.Detail, c.want)
+			}
+		})
+	}
+}
+
+func TestDecideMoveAsksThenWaitsThenRetires(t *testing.T) {
+	for _, n := range []int{1, 3, 5} {
+		if d := DecideMove(moveIn(n)); d.Action != MoveRelay || d.MemberID != id(1) {
+			t.Fatalf("n=%d: %s/%s (%s), want %s for %x", n, d.Action, d.Reason, d.Detail, MoveRelay, id(1))
+		}
+		// Asked: the target's member joins as a learner, then serves.
+		for _, mods := range [][]func(*MoveInput){{asked}, {asked, targetMember(true, false)}, {asked, targetMember(true, true)},
+			{func(mi *MoveInput) { mi.Target.Asked = true }}} {
+			if d := DecideMove(moveIn(n, mods...)); d.Action != Nothing || d.Reason != ReasonMoveWaiting {
+				t.Fatalf("n=%d: %s/%s (%s), want a wait", n, d.Action, d.Reason, d.Detail)
+			}
+		}
+		// A voter that serves, every voter healthy: retire the local member.
+		if d := DecideMove(moveIn(n, asked, targetMember(false, true))); d.Action != MoveRetire || d.MemberID != id(1) {
+			t.Fatalf("n=%d: %s/%s (%s), want %s", n, d.Action, d.Reason, d.Detail, MoveRetire)
+		}
+	}
+	// The dry run of a retire says so and does nothing.
+	d := DecideMove(moveIn(3, asked, targetMember(false, true), func(mi *MoveInput) { mi.DryRun = true }))
+	if d.Action != Refuse || d.Reason != ReasonDryRun || !strings.Contains(d.Detail, "would stop and remove") {
+		t.Fatalf("dry run of the retire: %+v", d)
+	}
+}
+
+func TestDecideMoveNeverRetiresWhileAVoterIsUnhealthy(t *testing.T) {
+	d := DecideMove(moveIn(3, asked, targetMember(false, true), func(mi *MoveInput) { mi.Obs.Members[2].Serving = false }))
+	if d.Action != Nothing || d.Reason != ReasonWouldLoseQuorum {
+		t.Fatalf("%s/%s (%s), want a wait (would-lose-quorum)", d.Action, d.Reason, d.Detail)
+	}
+	// A voter on the target this agent never asked for is not taken for
+	// the move's (a restart lost the state, or someone else added it).
+	if d := DecideMove(moveIn(3, targetMember(false, true))); d.Action != Refuse || d.Reason != ReasonTargetHasMember {
+		t.Fatalf("unasked voter on the target: %s/%s", d.Action, d.Reason)
+	}
+}
+
+func TestDecideMoveFailsOnTheTargetsAnswerOrTimeout(t *testing.T) {
+	d := DecideMove(moveIn(3, asked, func(mi *MoveInput) {
+		mi.Target.Answer = &MoveAnswer{Result: "refused", Reason: "no-snapshot-store", Message: "a move needs --snapshot-store"}
+	}))
+	if d.Action != Finish || d.Reason != ReasonMoveFailed || !strings.Contains(d.Detail, "no-snapshot-store") {
+		t.Fatalf("target refused: %+v", d)
+	}
+	d = DecideMove(moveIn(3, func(mi *MoveInput) { mi.AskedAt = t0.Add(-31 * time.Minute) }))
+	if d.Action != Finish || d.Reason != ReasonMoveTimedOut {
+		t.Fatalf("target silent past the timeout: %+v", d)
+	}
+}
+
+// moveInRequest is the target's request: replace member 2.
+func moveInRequest(s *spec) { s.in.Request = &Request{Action: ActionMoveIn, Replaces: id(2)} }
+
+func withStore(c *Config) { c.SnapshotStore = true }
+
+func TestMoveInBeginsOnlyForANewMemberWithEveryVoterHealthy(t *testing.T) {
+	for _, n := range []int{1, 3, 5} {
+		if d := Decide(cluster(n, n, local(localGone), moveInRequest, cfg(withStore))); d.Action != Begin {
+			t.Fatalf("n=%d: %s/%s (%s), want begin", n, d.Action, d.Reason, d.Detail)
+		}
+	}
+	cases := []struct {
+		name string
+		opts []opt
+		want Reason
+	}{
+		{"no store", []opt{local(localGone), moveInRequest}, ReasonNoSnapshotStore},
+		{"already a member", []opt{local(localHealthy), moveInRequest, cfg(withStore)}, ReasonTargetHasMember},
+		{"a member has our peer URL", []opt{local(localGone), unstartedLearner(18), moveInRequest, cfg(withStore)}, ReasonTargetHasMember},
+		{"data dir holds etcd data", []opt{local(localGone), dataDir("ok"), moveInRequest, cfg(withStore)}, ReasonTargetHasMember},
+		{"replaced member unknown", []opt{local(localGone), cfg(withStore), func(s *spec) {
+			s.in.Request = &Request{Action: ActionMoveIn, Replaces: id(77)}
+		}}, ReasonBadRequest},
+		{"replaced member down", []opt{local(localGone), cfg(withStore), func(s *spec) {
+			s.healthy, s.in.Request = 2, &Request{Action: ActionMoveIn, Replaces: id(4)} // peers 2, 3 serve; 4 does not
+		}}, ReasonMemberNotHealthy},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			d := Decide(cluster(3, 3, c.opts...))
+			if d.Action != Refuse || d.Reason != c.want {
+				t.Fatalf("Decide = %s/%s (%s), want refuse/%s", d.Action, d.Reason, d.Detail, c.want)
+			}
+		})
+	}
+	// Another voter down (not the replaced one): every voter must be healthy.
+	in, c := cluster(3, 3, local(localGone), moveInRequest, cfg(withStore))
+	in.Obs.Members[2].Serving = false
+	if d := Decide(in, c); d.Action != Refuse || d.Reason != ReasonWouldLoseQuorum {
+		t.Fatalf("a voter down: %s/%s", d.Action, d.Reason)
+	}
+}
+
+func TestANeverSeenMemberIsNotAddedUnasked(t *testing.T) {
+	never := func(s *spec) { s.in.NeverAMember = true }
+	if d := Decide(cluster(3, 3, local(localGone), never)); d.Action != Nothing || d.Reason != ReasonNotAMember {
+		t.Fatalf("unasked: %s/%s, want nothing/not-a-member", d.Action, d.Reason)
+	}
+	// A member that was one (UC1: a new node for a lost member's name) is
+	// still rejoined; and a person's rejoin request is still served.
+	if d := Decide(cluster(3, 3, local(localGone))); d.Action != Begin {
+		t.Fatalf("was a member: %s/%s, want begin", d.Action, d.Reason)
+	}
+	if d := Decide(cluster(3, 3, local(localGone), never, request())); d.Action != Begin {
+		t.Fatalf("requested: %s/%s, want begin", d.Action, d.Reason)
+	}
+}
+
+// moveOutRequest: node9's member (ID 29) replaced ours.
+func moveOutRequest(s *spec) { s.in.Request = &Request{Action: ActionMoveOut, Target: "node9"} }
+
+func replacement(serving, isLearner bool) opt {
+	return member(observation.Member{ID: id(29), Name: "node9", PeerURLs: []string{peer(29)}, IsLearner: isLearner,
+		Serving: serving, RaftIndex: leaderIndex, AppliedIndex: leaderIndex})
+}
+
+func TestMoveOutStopsAndRemovesOnlyWithItsReplacementServing(t *testing.T) {
+	// 3 voters + the replacement, all healthy: begin, stop, remove, finish.
+	if d := Decide(cluster(3, 3, local(localHealthy), replacement(true, false), moveOutRequest)); d.Action != Begin {
+		t.Fatalf("begin: %s/%s (%s)", d.Action, d.Reason, d.Detail)
+	}
+	out := func(p record.Phase) func(*record.Record) {
+		return func(r *record.Record) { r.Request, r.MoveTarget = ActionMoveOut, "node9" }
+	}
+	d := Decide(cluster(3, 3, local(localHealthy), replacement(true, false), journalAt(record.PhaseStarted, out(record.PhaseStarted)), leaseHeld()))
+	if d.Action != StopMember {
+		t.Fatalf("stop: %s/%s (%s)", d.Action, d.Reason, d.Detail)
+	}
+	d = Decide(cluster(3, 2, local(localDown), verdict("down"), replacement(true, false), journalAt(record.PhaseStopped, out(record.PhaseStopped)), leaseHeld()))
+	if d.Action != RemoveMember || d.MemberID != id(1) {
+		t.Fatalf("remove: %s/%s (%s)", d.Action, d.Reason, d.Detail)
+	}
+	d = Decide(cluster(3, 3, local(localGone), replacement(true, false), journalAt(record.PhaseRemoved, out(record.PhaseRemoved)), leaseHeld()))
+	if d.Action != Finish || d.Reason != ReasonNone {
+		t.Fatalf("finish: %s/%s (%s)", d.Action, d.Reason, d.Detail)
+	}
+	cases := []struct {
+		name string
+		opts []opt
+		want Reason
+	}{
+		{"replacement a learner", []opt{local(localHealthy), replacement(true, true), moveOutRequest}, ReasonMoveFailed},
+		{"replacement not serving", []opt{local(localHealthy), replacement(false, false), moveOutRequest}, ReasonMoveFailed},
+		{"no replacement", []opt{local(localHealthy), moveOutRequest}, ReasonMoveFailed},
+		{"local member not a member", []opt{local(localGone), replacement(true, false), moveOutRequest}, ReasonBadRequest},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			d := Decide(cluster(3, 3, c.opts...))
+			if d.Action != Refuse || d.Reason != c.want {
+				t.Fatalf("Decide = %s/%s (%s), want refuse/%s", d.Action, d.Reason, d.Detail, c.want)
+			}
+		})
+	}
+	// A voter down: never stopped, neither at the start nor after the
+	// Lease (the open record closes without a change).
+	if d := Decide(cluster(3, 2, local(localHealthy), replacement(true, false), moveOutRequest)); d.Action != Refuse || d.Reason != ReasonWouldLoseQuorum {
+		t.Fatalf("a voter down at the start: %s/%s", d.Action, d.Reason)
+	}
+	d = Decide(cluster(3, 2, local(localHealthy), replacement(true, false), journalAt(record.PhaseStarted, out(record.PhaseStarted)), leaseHeld()))
+	if d.Action != Finish || d.Reason != ReasonWouldLoseQuorum {
+		t.Fatalf("a voter down after the Lease: %s/%s (%s)", d.Action, d.Reason, d.Detail)
+	}
+}
