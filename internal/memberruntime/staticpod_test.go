@@ -318,3 +318,36 @@ func device(t *testing.T, path string) uint64 {
 	}
 	return uint64(st.Sys().(*syscall.Stat_t).Dev)
 }
+
+func TestStaticPodRetireSetsOnlyAStoppedMembersManifestAside(t *testing.T) {
+	f := newPodFixture(t)
+	rt := f.runtime(t).(Retirer)
+	moved := filepath.Join(t.TempDir(), "moved")
+	if _, err := rt.Retire(moved, "r1"); err == nil || !strings.Contains(err.Error(), "is live") {
+		t.Fatalf("Retire of a running member: %v, want a refusal", err)
+	}
+	if _, err := os.Stat(f.manifestPath); err != nil {
+		t.Fatalf("the refused Retire touched the manifest: %v", err)
+	}
+	if err := f.runtime(t).Stop(ctxWithTimeout(t, 10*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	dst, err := rt.Retire(moved, "r1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if dst != filepath.Join(moved, "etcd.yaml.r1") {
+		t.Fatalf("retired to %s", dst)
+	}
+	if _, err := os.Stat(dst); err != nil {
+		t.Fatal(err)
+	}
+	mustNotExist(t, f.manifestPath)
+	mustNotExist(t, filepath.Join(f.parkDir, "etcd.yaml"))
+	if _, err := f.runtime(t).Stopped(); err == nil {
+		t.Fatal("after Retire the runtime still finds a manifest")
+	}
+	if _, err := rt.Retire(moved, "r2"); err == nil {
+		t.Fatal("a second Retire found something to set aside")
+	}
+}

@@ -17,6 +17,7 @@ import (
 	"github.com/etcd-agent/etcd-agent/internal/nodereport"
 	"github.com/etcd-agent/etcd-agent/internal/plan"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 // TestMoveStaticPodMemberAddFirst (UC3): node2's healthy member moves to a
@@ -29,8 +30,14 @@ import (
 // leader sent no raft snapshot (the learner was seeded) and the move's
 // snapshot is in the store.
 func TestMoveStaticPodMemberAddFirst(t *testing.T) {
+	for _, kind := range []string{lab.SnapshotStoreFile, lab.SnapshotStoreS3} {
+		t.Run(kind, func(t *testing.T) { testMoveStaticPodMemberAddFirst(t, kind) })
+	}
+}
+
+func testMoveStaticPodMemberAddFirst(t *testing.T, kind string) {
 	ctx := context.Background()
-	l := newLab(t, lab.Options{Nodes: 3, Agents: true, SnapshotStore: lab.SnapshotStoreFile})
+	l := newLab(t, lab.Options{Nodes: 3, Agents: true, SnapshotStore: kind})
 	kc, err := l.KubeClient()
 	if err != nil {
 		t.Fatal(err)
@@ -216,4 +223,60 @@ func (w *voterWatch) stop() (int, []string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.min, w.lows
+}
+
+// TestMoveRefusedWhileTheSnapshotStoreIsAway: with the store unreachable
+// (the S3 server stopped; the shared filesystem's dir gone), the move is
+// refused with its reason before anything changes: the member list, the
+// target Node and every journal are as before.
+func TestMoveRefusedWhileTheSnapshotStoreIsAway(t *testing.T) {
+	for _, kind := range []string{lab.SnapshotStoreS3, lab.SnapshotStoreFile} {
+		t.Run(kind, func(t *testing.T) {
+			ctx := context.Background()
+			l := newLab(t, lab.Options{Nodes: 3, Agents: true, SnapshotStore: kind})
+			kc, err := l.KubeClient()
+			if err != nil {
+				t.Fatal(err)
+			}
+			n4, err := l.AddNode(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := l.PlaceNewMember(n4.Name); err != nil {
+				t.Fatal(err)
+			}
+			before := mustMembers(t, l)
+			st := l.Spec.SnapshotStore
+			if kind == lab.SnapshotStoreS3 {
+				if err := st.Stop(); err != nil {
+					t.Fatal(err)
+				}
+			} else if err := os.Rename(st.Dir, st.Dir+".away"); err != nil {
+				t.Fatal(err)
+			}
+			lr, err := nodereport.RequestMove(ctx, kc, "node2", "node4", false, 2*time.Minute)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("answer: %+v", lr)
+			if lr.Result != nodereport.ResultRefused || lr.Reason != string(plan.ReasonSnapshotStoreUnreached) {
+				t.Fatalf("move with the store away: %+v", lr)
+			}
+			if after := mustMembers(t, l); fmt.Sprint(after) != fmt.Sprint(before) {
+				t.Fatalf("membership changed: %v -> %v", before, after)
+			}
+			n, err := kc.CoreV1().Nodes().Get(ctx, "node4", metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if v, ok := n.Annotations[nodereport.AnnotationRecover]; ok {
+				t.Fatalf("node4 was asked (%s=%s) although the move was refused", nodereport.AnnotationRecover, v)
+			}
+			for _, node := range []string{"node2", "node4"} {
+				if j, ok := loadJournal(t, l, node, node); ok {
+					t.Fatalf("%s opened a recovery: %+v", node, j)
+				}
+			}
+		})
+	}
 }
