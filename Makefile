@@ -78,6 +78,7 @@ BENCH_SIZES ?= 100MB,500MB
 bench: tools build
 	$(GO) test -run '^$$' -bench . -benchmem ./internal/...
 	$(BIN)/etcd-agent lab bench --dir $(CURDIR)/.lab-bench --sizes $(BENCH_SIZES) --log-level warn
+	$(BIN)/etcd-agent lab bench --move --dir $(CURDIR)/.lab-bench --sizes $(BENCH_SIZES) --log-level warn
 	$(BIN)/etcd-agent lab bench-scale --dir $(CURDIR)/.lab-bench --members $(BENCH_MEMBERS) --replicas 1 --log-level warn
 	$(BIN)/etcd-agent lab bench-scale --dir $(CURDIR)/.lab-bench --members $(BENCH_MEMBERS) --replicas 3 --log-level warn
 

@@ -18,6 +18,7 @@ func newLabBenchCmd(g *globalFlags, dir *string) *cobra.Command {
 	var binDir string
 	var runs int
 	var modes []string
+	var move bool
 	c := &cobra.Command{
 		Use:   "bench",
 		Short: "Measure the agent's heal against the bare etcd rejoin on the same db, per db size, and print a table",
@@ -42,15 +43,21 @@ func newLabBenchCmd(g *globalFlags, dir *string) *cobra.Command {
 			if binDir, err = filepath.Abs(binDir); err != nil {
 				return err
 			}
-			_, err = bench.Run(cmd.Context(), bench.Options{
+			o := bench.Options{
 				Lab:   lab.Options{Dir: *dir, Nodes: 3, BinDir: binDir, AgentBinary: exe, Log: log},
 				Sizes: bytes, Runs: runs, Modes: modes, Out: cmd.OutOrStdout(), Log: log,
-			})
+			}
+			if move {
+				_, err = bench.Move(cmd.Context(), o)
+				return err
+			}
+			_, err = bench.Run(cmd.Context(), o)
 			return err
 		},
 	}
 	c.Flags().StringSliceVar(&sizes, "sizes", []string{"100MB", "500MB"}, "db sizes to measure (e.g. 100MB,500MB,1GB)")
 	c.Flags().IntVar(&runs, "runs", 3, "runs per size (medians are reported)")
+	c.Flags().BoolVar(&move, "move", false, "measure `etcd-agent move` (UC3) per mode instead: time, bytes sent to the new member, raft snapshots")
 	c.Flags().StringSliceVar(&modes, "modes", []string{"raft", "seed"}, "agent rejoin modes to measure side by side")
 	c.Flags().StringVar(&binDir, "bin-dir", defaultBinDir(), "folder with etcd and kube-apiserver (from `make tools`)")
 	return c

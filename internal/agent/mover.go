@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/etcd-agent/etcd-agent/internal/fsutil"
@@ -40,6 +42,7 @@ type mover struct {
 	timeout   time.Duration
 	log       *zap.Logger
 	rep       *nodereport.Reporter
+	dryRun    bool // --dry-run: plans only, never asks
 	lastWhy   string
 	openStore func(ctx context.Context, url string) (*snapshotstore.Store, error)
 }
@@ -47,6 +50,7 @@ type mover struct {
 type moveState struct {
 	Target  string    `json:"target"`
 	AskedAt time.Time `json:"askedAt"`
+	From    string    `json:"from"` // the move-from value asked with
 }
 
 // consider runs one step of a requested move; retired says the member is
@@ -61,19 +65,21 @@ func (mv *mover) consider(ctx context.Context, r memberstate.Result, h *heal.Hea
 	}
 	target, requested := self.Annotations[nodereport.AnnotationMoveTo]
 	st := mv.loadState()
+	if st.Target != "" && (!requested || st.Target != target) {
+		mv.withdraw(actx, st) // withdrawn, or changed: the old ask goes
+		st = moveState{}
+		mv.saveState(st)
+	}
 	if !requested {
-		if st.Target != "" {
-			mv.saveState(moveState{}) // answered (or withdrawn)
-		}
 		return false
 	}
-	if st.Target != target {
-		st = moveState{Target: target}
-	}
-	in := plan.MoveInput{Now: time.Now(), Obs: r.Observation, Node: mv.node, DryRun: self.Annotations[nodereport.AnnotationRecoverDryRun] == "true",
+	st.Target = target
+	local := r.Observation.Local.ID
+	in := plan.MoveInput{Now: time.Now(), Obs: r.Observation, Node: mv.node,
+		DryRun:          mv.dryRun || self.Annotations[nodereport.AnnotationRecoverDryRun] == "true",
 		StoreConfigured: mv.store != "", AskedAt: st.AskedAt, Timeout: mv.timeout}
-	in.Target = mv.targetState(actx, target, r, st)
-	if !in.Target.Asked && st.AskedAt.IsZero() && mv.store != "" {
+	in.Target = mv.targetState(actx, target, local, st)
+	if st.AskedAt.IsZero() && mv.store != "" {
 		in.StoreError = mv.checkStore(actx)
 	}
 	d := plan.DecideMove(in)
@@ -83,49 +89,83 @@ func (mv *mover) consider(ctx context.Context, r memberstate.Result, h *heal.Hea
 	}
 	switch d.Action {
 	case plan.Refuse:
-		mv.answer(ctx, nodereport.Refusal(request, string(d.Reason), d.Detail, time.Now()), "Warning", nodereport.ReasonRecoveryRefused)
+		mv.answer(ctx, st, nodereport.Refusal(request, string(d.Reason), d.Detail, time.Now()), "Warning", nodereport.ReasonRecoveryRefused)
 	case plan.Finish:
-		now := time.Now().UTC()
-		mv.answer(ctx, nodereport.LastRecovery{Request: request, Result: nodereport.ResultFailed, Reason: string(d.Reason),
-			StartedAt: st.AskedAt, FinishedAt: now, Message: d.Detail}, "Warning", nodereport.ReasonRecoveryFailed)
+		mv.answer(ctx, st, nodereport.LastRecovery{Request: request, Result: nodereport.ResultFailed, Reason: string(d.Reason),
+			StartedAt: st.AskedAt, FinishedAt: time.Now().UTC(), Message: d.Detail}, "Warning", nodereport.ReasonRecoveryFailed)
 	case plan.MoveRelay:
-		if err := mv.ask(actx, target, nodereport.MoveFrom(mv.node, d.MemberID)); err != nil {
-			mv.say("asking the target's agent failed; retrying", zap.String("target", target), zap.Error(err))
+		// Recorded before the ask: an ask this agent forgot would leave a
+		// member on the target that no answer ties to this move.
+		now := time.Now().UTC()
+		st.AskedAt, st.From = now, nodereport.MoveFrom(mv.node, d.MemberID, now)
+		mv.saveState(st)
+		if err := mv.ask(actx, target, st.From); err != nil {
+			mv.say("asking the target's agent failed; asking again at the next look", zap.String("target", target), zap.Error(err))
+			mv.saveState(moveState{Target: target})
 			return false
 		}
-		mv.saveState(moveState{Target: target, AskedAt: time.Now().UTC()})
-		mv.log.Info("move: asked the target's agent to add its member", zap.String("target", target), zap.String("detail", d.Detail))
+		mv.log.Info("move: asked the target's agent to add its member", zap.String("target", target), zap.String("ask", st.From), zap.String("detail", d.Detail))
 		mv.event("Normal", nodereport.ReasonRecoveryStarted, "move to %s: %s", target, d.Detail)
 	case plan.MoveRetire:
-		if st.AskedAt.IsZero() { // dry-run never gets here; a restart kept no state
-			mv.saveState(moveState{Target: target, AskedAt: time.Now().UTC()})
-		}
-		out := h.Consider(ctx, r, &plan.Request{Action: plan.ActionMoveOut, Target: target})
-		return out.Retired
+		return mv.retire(ctx, r, h, st, in)
 	default:
 		mv.say("move waiting", zap.String("target", target), zap.String("reason", string(d.Reason)), zap.String("detail", d.Detail))
 	}
 	return false
 }
 
-// targetState reads the target Node: found, Ready, still carrying our
-// request, and its agent's answer to a move-in finished since we asked.
-func (mv *mover) targetState(ctx context.Context, name string, r memberstate.Result, st moveState) plan.TargetNode {
+// retire has the healer stop and remove the local member (a move-out under
+// the Lease) once it may begin; until then (the target's agent still holds
+// the Lease, ...) the move waits, bounded by its timeout.
+func (mv *mover) retire(ctx context.Context, r memberstate.Result, h *heal.Healer, st moveState, in plan.MoveInput) bool {
+	if st.AskedAt.IsZero() { // a restart lost the ask: the wait is bounded from now
+		st.AskedAt = time.Now().UTC()
+		mv.saveState(st)
+	}
+	req := &plan.Request{Action: plan.ActionMoveOut, Target: st.Target, Replacement: in.Target.Answer.MemberID}
+	if d := h.Plan(ctx, r, req); d.Action != plan.Begin {
+		if !st.AskedAt.IsZero() && time.Since(st.AskedAt) > mv.timeout {
+			mv.answer(ctx, st, nodereport.LastRecovery{Request: "move-to " + st.Target, Result: nodereport.ResultFailed, Reason: string(plan.ReasonMoveTimedOut),
+				StartedAt: st.AskedAt, FinishedAt: time.Now().UTC(), Message: "the member on " + st.Target + " serves, but the old member could not be retired: " + string(d.Reason) + ": " + d.Detail},
+				"Warning", nodereport.ReasonRecoveryFailed)
+			return false
+		}
+		mv.say("move: the old member's retire waits", zap.String("reason", string(d.Reason)), zap.String("detail", d.Detail))
+		return false
+	}
+	out := h.Consider(ctx, r, req)
+	if out.Result != "" && !out.Retired {
+		// Failed or refused: the healer wrote last-recovery; the move ends
+		// (a failed stop put the member back), never retried unasked.
+		mv.end(ctx, st)
+	}
+	return out.Retired
+}
+
+// targetState reads the target Node: found, Ready, our ask (or another)
+// still there, and its agent's last answer to a move-in of our member.
+func (mv *mover) targetState(ctx context.Context, name string, local uint64, st moveState) plan.TargetNode {
 	t := plan.TargetNode{Name: name}
 	n, err := mv.kc.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
 	if err != nil {
 		if !apierrors.IsNotFound(err) {
 			mv.say("cannot read the move's target Node", zap.String("target", name), zap.Error(err))
-			t.Found = true // unknown: not "no such node"; Ready false refuses only before asking
+			t.Unreadable = true
 		}
 		return t
 	}
 	t.Found, t.Ready = true, nodeReady(n)
-	want := nodereport.MoveFrom(mv.node, r.Observation.Local.ID)
-	t.Asked = n.Annotations[nodereport.AnnotationRecover] == nodereport.ActionMoveIn && n.Annotations[nodereport.AnnotationMoveFrom] == want
-	if lr, ok, _ := nodereport.LastRecoveryFrom(n.Annotations); ok && !st.AskedAt.IsZero() &&
-		lr.Request == nodereport.ActionMoveIn && lr.Result != nodereport.ResultSucceeded && lr.FinishedAt.After(st.AskedAt) {
-		t.Answer = &plan.MoveAnswer{Result: lr.Result, Reason: lr.Reason, Message: lr.Message}
+	if n.Annotations[nodereport.AnnotationRecover] == nodereport.ActionMoveIn {
+		if from := n.Annotations[nodereport.AnnotationMoveFrom]; st.From != "" && from == st.From {
+			t.Asked = true
+		} else {
+			t.OtherAsk = from
+		}
+	}
+	lr, ok, _ := nodereport.LastRecoveryFrom(n.Annotations)
+	if ok && lr.Request == nodereport.ActionMoveIn && strings.HasPrefix(lr.MoveFrom, nodereport.MoveSource(mv.node, local)) {
+		id, _ := strconv.ParseUint(lr.MemberID, 16, 64)
+		t.Answer = &plan.MoveAnswer{Result: lr.Result, Reason: lr.Reason, Message: lr.Message, MemberID: id, ThisAsk: lr.MoveFrom == st.From}
 	}
 	return t
 }
@@ -156,18 +196,46 @@ func (mv *mover) ask(ctx context.Context, target, from string) error {
 	return err
 }
 
-// answer ends the request: last-recovery, an Event, the trigger cleared.
-func (mv *mover) answer(ctx context.Context, lr nodereport.LastRecovery, etype, reason string) {
+// answer ends the request: last-recovery, an Event, the triggers cleared.
+func (mv *mover) answer(ctx context.Context, st moveState, lr nodereport.LastRecovery, etype, reason string) {
 	mv.log.Warn("move answered", zap.String("result", lr.Result), zap.String("reason", lr.Reason), zap.String("detail", lr.Message))
 	mv.event(etype, reason, "%s: %s (%s)", lr.Request, lr.Result, lr.Message)
-	if mv.rep == nil {
+	if mv.rep != nil {
+		_ = nodereport.WriteLastRecovery(ctx, mv.rep, mv.log, lr)
+	}
+	mv.end(ctx, st)
+}
+
+// end clears the move: our ask on the target (if still there), the
+// trigger on our Node, the state file.
+func (mv *mover) end(ctx context.Context, st moveState) {
+	actx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	mv.withdraw(actx, st)
+	if mv.rep != nil {
+		if err := mv.rep.ClearMoveRequest(actx); err != nil {
+			mv.log.Warn("clearing the move request failed; it is answered again at the next look", zap.Error(err))
+		}
+	}
+	mv.saveState(moveState{})
+}
+
+// withdraw removes our ask from the target Node if it is still there
+// (conditional on the Node's resourceVersion): a target agent that starts
+// later never acts on a move that ended.
+func (mv *mover) withdraw(ctx context.Context, st moveState) {
+	if st.Target == "" || st.From == "" {
 		return
 	}
-	if err := mv.rep.ClearRequest(ctx); err != nil {
-		mv.log.Warn("clearing the move request failed; it is answered again at the next poll", zap.Error(err))
+	n, err := mv.kc.CoreV1().Nodes().Get(ctx, st.Target, metav1.GetOptions{})
+	if err != nil || n.Annotations[nodereport.AnnotationMoveFrom] != st.From {
+		return
 	}
-	_ = nodereport.WriteLastRecovery(ctx, mv.rep, mv.log, lr)
-	mv.saveState(moveState{})
+	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"resourceVersion": n.ResourceVersion, "annotations": map[string]any{
+		nodereport.AnnotationRecover: nil, nodereport.AnnotationMoveFrom: nil}}})
+	if _, err := mv.kc.CoreV1().Nodes().Patch(ctx, st.Target, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		mv.log.Warn("withdrawing the move's ask from the target failed", zap.String("target", st.Target), zap.Error(err))
+	}
 }
 
 func (mv *mover) event(etype, reason, format string, args ...any) {

@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io/fs"
 	"net"
 	"net/http"
@@ -97,6 +98,10 @@ type memberEnv struct {
 
 // runMember observes, decides and acts for one member until ctx ends.
 func runMember(ctx context.Context, c Config, id watchdog.Identity, env memberEnv) error {
+	// Everything started here (the request watch, the status writer)
+	// ends with the member's loop, also when it moved away.
+	ctx, cancelMember := context.WithCancel(ctx)
+	defer cancelMember()
 	m, kc := env.metrics, env.kc
 	if err := os.MkdirAll(c.StateDir, 0o755); err != nil { // a pod member's own, under the agent's
 		return err
@@ -163,8 +168,8 @@ func runMember(ctx context.Context, c Config, id watchdog.Identity, env memberEn
 	}
 	var mv *mover
 	if env.node && kc != nil && c.NodeName != "" {
-		mv = &mover{kc: kc, node: c.NodeName, stateDir: c.StateDir, store: c.SnapshotStore, timeout: c.RecoveryTimeout,
-			log: log, rep: nodeRep}
+		mv = &mover{kc: kc, node: c.NodeName, stateDir: c.StateDir, store: c.SnapshotStore, timeout: 2 * c.RecoveryTimeout,
+			log: log, rep: nodeRep, dryRun: c.DryRun}
 	}
 	var moveAt time.Time
 	runCtx, stopRun := context.WithCancel(ctx)
@@ -190,7 +195,14 @@ func runMember(ctx context.Context, c Config, id watchdog.Identity, env memberEn
 				badRequest(ctx, log, m, nodeRep, id.Name, pending.err)
 				return
 			}
-			req = &plan.Request{Action: pending.req.Action, DryRun: pending.req.DryRun, Replaces: pending.req.Replaces}
+			if pending.req.Action == nodereport.ActionMoveIn && kc != nil {
+				if err := sourceStillAsks(ctx, kc, pending.req.From, c.NodeName); err != nil {
+					answerRefused(ctx, log, nodeRep, nodereport.LastRecovery{Request: pending.req.Action, Result: nodereport.ResultRefused,
+						Reason: string(plan.ReasonBadRequest), StartedAt: time.Now().UTC(), FinishedAt: time.Now().UTC(), Message: err.Error(), MoveFrom: pending.req.From})
+					return
+				}
+			}
+			req = &plan.Request{Action: pending.req.Action, DryRun: pending.req.DryRun, Replaces: pending.req.Replaces, MoveFrom: pending.req.From}
 			log.Info("manual recovery requested", zap.String("action", req.Action), zap.Bool("dryRun", req.DryRun))
 		default:
 		}
@@ -234,6 +246,26 @@ func runMember(ctx context.Context, c Config, id watchdog.Identity, env memberEn
 		return errMemberRetired
 	}
 	return err
+}
+
+// sourceStillAsks: a move-in is taken up only while the source's Node
+// still asks for this node (its move-to): an ask left behind by a move
+// that ended never adds a member.
+func sourceStillAsks(ctx context.Context, kc kubernetes.Interface, from, self string) error {
+	src, _, err := nodereport.ParseMoveFrom(from)
+	if err != nil {
+		return err
+	}
+	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	n, err := kc.CoreV1().Nodes().Get(rctx, src, metav1.GetOptions{})
+	if err != nil {
+		return fmt.Errorf("the move's source node %s cannot be read: %w", src, err)
+	}
+	if to := n.Annotations[nodereport.AnnotationMoveTo]; to != self {
+		return fmt.Errorf("node %s no longer asks to move its member here (move-to=%q)", src, to)
+	}
+	return nil
 }
 
 // movePace spaces the mover's reads of the Nodes (a move waits on other

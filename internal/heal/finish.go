@@ -188,13 +188,41 @@ func (h *Healer) close(ctx context.Context, j *journal.Record, d plan.Decision, 
 			h.cfg.Member, result, took.Round(time.Millisecond), phase, d.Detail, j.QuarantinePath, j.SnapshotPath)
 		_ = nodereport.WriteLastRecovery(ctx, h.reporter, h.log, nodereport.LastRecovery{Request: j.Request, Result: result, Reason: string(d.Reason),
 			Phase: string(phase), StartedAt: j.StartedAt, FinishedAt: now, Message: d.Detail,
-			RejoinMode: j.RejoinMode, SeedFallback: j.SeedFallback})
+			RejoinMode: j.RejoinMode, SeedFallback: j.SeedFallback, MoveFrom: j.MoveFrom, MemberID: moveInMember(j, result)})
 	}
 	out := Outcome{Decision: d, Result: result, Err: cause}
 	if result == journal.ResultSucceeded && j.Request == plan.ActionMoveOut {
-		out.Retired = h.retire(j)
+		out.Retired = h.retireParked(j)
 	}
 	return out
+}
+
+// retireParked retires the member of a succeeded move-out whose manifest
+// is still parked (a crash or a failed set-aside since), and clears the
+// move's trigger: the move is done.
+func (h *Healer) retireParked(j *journal.Record) bool {
+	if stopped, err := h.runtime.Stopped(); err != nil || !stopped {
+		return false // nothing parked (set aside already), or put back live by a person: the tombstone holds
+	}
+	if !h.retire(j) {
+		return false
+	}
+	if c, ok := h.reporter.(interface{ ClearMoveRequest(context.Context) error }); ok {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := c.ClearMoveRequest(ctx); err != nil {
+			h.log.Warn("clearing the move request failed; the source's mover clears it", zap.Error(err))
+		}
+	}
+	return true
+}
+
+// moveInMember is the member a succeeded move-in added ("" otherwise).
+func moveInMember(j *journal.Record, result string) string {
+	if j.Request != plan.ActionMoveIn || result != journal.ResultSucceeded {
+		return ""
+	}
+	return fmtID(uint64(j.NewMemberID))
 }
 
 // retire sets the stopped member's manifest aside for good after a

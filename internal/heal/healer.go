@@ -275,6 +275,11 @@ func (h *Healer) consider(ctx context.Context, res memberstate.Result, req *plan
 		}
 	}
 	d := h.decide(ctx, res, req, j)
+	if d.Reason == plan.ReasonMovedAway {
+		// A move-out closed but its manifest was not set aside (the agent
+		// died in between, or the set-aside failed): do it now.
+		return Outcome{Decision: d, Retired: h.retireParked(&j)}
+	}
 	h.blocked(d)
 	if d.Action != plan.Refuse {
 		h.lastRefusal = ""
@@ -380,8 +385,8 @@ func (h *Healer) decide(ctx context.Context, res memberstate.Result, req *plan.R
 
 // neverAMember: the local member is not in the list, nothing is pinned
 // here, and no node's record names it (asked at most every
-// neverAMemberRecheck; an unanswered question counts as "was one": the
-// path as before, which needs the API for its Lease anyway).
+// neverAMemberRecheck). An unanswered question counts as "never": the
+// member waits rather than grow the cluster on a guess.
 func (h *Healer) neverAMember(ctx context.Context, o observation.Observation) bool {
 	if h.cfg.PinnedAnywhere == nil || o.Local.Match != observation.MatchNotFound || o.ClusterPinned || o.MemberListError != "" {
 		return false
@@ -393,8 +398,8 @@ func (h *Healer) neverAMember(ctx context.Context, o observation.Observation) bo
 	defer cancel()
 	seen, err := h.cfg.PinnedAnywhere(cctx)
 	if err != nil {
-		h.log.Debug("could not read the nodes' records of the member", zap.Error(err))
-		return false
+		h.log.Debug("could not read the nodes' records of the member; it waits as never a member", zap.Error(err))
+		return true
 	}
 	h.never, h.neverAt = !seen, h.now()
 	return h.never

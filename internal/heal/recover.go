@@ -238,10 +238,8 @@ func (h *Healer) begin(ctx context.Context, res memberstate.Result, req *plan.Re
 			j.OldMemberID = journal.MemberID(res.Observation.Local.ID)
 		}
 		if req != nil {
-			j.MoveTarget = req.Target
-			if req.Replaces != 0 {
-				j.MoveFrom = fmtID(req.Replaces)
-			}
+			j.MoveTarget, j.MoveFrom = req.Target, req.MoveFrom
+			j.MoveMemberID = journal.MemberID(max(req.Replaces, req.Replacement)) // one of them is set, by action
 		}
 	}
 	info := lease.Info{Target: h.cfg.Member, Phase: string(j.Phase), StartedAt: j.StartedAt}

@@ -8,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
-	"strconv"
 	"strings"
 	"time"
 
@@ -177,8 +176,8 @@ func (h *Healer) snapshot(ctx context.Context, res memberstate.Result, j *journa
 	h.log.Info("snapshot streamed and verified", zap.String("source", src.Name), zap.String("why", why),
 		zap.String("path", snap.Path), zap.Int64("bytes", snap.Size), zap.Duration("took", snap.Took))
 	memberID := uint64(j.OldMemberID)
-	if j.MoveFrom != "" { // a move-in's snapshot is of the member it replaces
-		memberID, _ = strconv.ParseUint(j.MoveFrom, 16, 64)
+	if j.Request == plan.ActionMoveIn { // a move-in's snapshot is of the member it replaces
+		memberID = uint64(j.MoveMemberID)
 	}
 	meta := snapshotstore.Meta{ClusterID: res.Observation.ClusterID, Member: h.cfg.Member, MemberID: memberID,
 		Source: src.Name, TakenAt: time.Now().UTC(), SHA256: snap.SHA256, Size: snap.Size, EtcdVersion: src.Version}

@@ -96,6 +96,11 @@ type LastRecovery struct {
 	// prepared.
 	RejoinMode   string `json:"rejoinMode,omitempty"`
 	SeedFallback string `json:"seedFallback,omitempty"`
+	// MoveFrom (a move-in) echoes the request's AnnotationMoveFrom, and
+	// MemberID is the member it added: the source retires its member only
+	// for its own ask's success, and only once that member serves.
+	MoveFrom string `json:"moveFrom,omitempty"`
+	MemberID string `json:"memberID,omitempty"`
 }
 
 // LastRecoveryFrom reads AnnotationLastRecovery; ok is false when the Node
@@ -115,8 +120,9 @@ func LastRecoveryFrom(annotations map[string]string) (lr LastRecovery, ok bool, 
 type Request struct {
 	Action string // ActionRejoin or ActionMoveIn
 	DryRun bool
-	// From and Replaces (ActionMoveIn): the source node and the member ID
-	// replaced.
+	// From and Replaces (ActionMoveIn): AnnotationMoveFrom's value as the
+	// source wrote it (echoed in LastRecovery.MoveFrom) and the member ID
+	// it names.
 	From     string
 	Replaces uint64
 }
@@ -133,11 +139,12 @@ func ParseRequest(annotations map[string]string) (req Request, ok bool, err erro
 	switch action {
 	case ActionRejoin:
 	case ActionMoveIn:
-		from, id, err := ParseMoveFrom(annotations[AnnotationMoveFrom])
+		v := annotations[AnnotationMoveFrom]
+		_, id, err := ParseMoveFrom(v)
 		if err != nil {
 			return Request{Action: action}, true, err
 		}
-		req.From, req.Replaces = from, id
+		req.From, req.Replaces = v, id
 	default:
 		return Request{Action: action}, true, fmt.Errorf("annotation %s=%q is not understood: the accepted value is %q",
 			AnnotationRecover, action, ActionRejoin)
@@ -164,17 +171,25 @@ func (r Request) String() string {
 	return r.Action
 }
 
-// MoveFrom is AnnotationMoveFrom's value.
-func MoveFrom(node string, memberID uint64) string { return fmt.Sprintf("%s/%x", node, memberID) }
+// MoveFrom is AnnotationMoveFrom's value: "<node>/<member ID hex>/<ask>",
+// ask naming this asking (the source's clock, base 36 nanoseconds), so an
+// answer is matched to the ask that caused it, never to an older one.
+func MoveFrom(node string, memberID uint64, askedAt time.Time) string {
+	return MoveSource(node, memberID) + strconv.FormatInt(askedAt.UnixNano(), 36)
+}
+
+// MoveSource is the "<node>/<member ID hex>/" prefix of every ask for that
+// member's move.
+func MoveSource(node string, memberID uint64) string { return fmt.Sprintf("%s/%x/", node, memberID) }
 
 // ParseMoveFrom reads AnnotationMoveFrom.
 func ParseMoveFrom(v string) (node string, memberID uint64, err error) {
-	node, hexID, ok := strings.Cut(v, "/")
-	if ok {
-		memberID, err = strconv.ParseUint(hexID, 16, 64)
+	parts := strings.Split(v, "/")
+	if len(parts) == 3 && parts[2] != "" {
+		memberID, err = strconv.ParseUint(parts[1], 16, 64)
 	}
-	if !ok || err != nil || node == "" || memberID == 0 {
-		return "", 0, fmt.Errorf("annotation %s=%q is not understood: want <node>/<member ID in hex>", AnnotationMoveFrom, v)
+	if len(parts) != 3 || parts[2] == "" || err != nil || parts[0] == "" || memberID == 0 {
+		return "", 0, fmt.Errorf("annotation %s=%q is not understood: want <node>/<member ID in hex>/<ask>", AnnotationMoveFrom, v)
 	}
-	return node, memberID, nil
+	return parts[0], memberID, nil
 }

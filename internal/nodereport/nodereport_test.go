@@ -47,14 +47,16 @@ func TestParseRequestAcceptsOnlyRejoinAndABooleanDryRun(t *testing.T) {
 			want: nodereport.Request{Action: "rejoin"}, wantOK: true, wantErr: `accepted values are "true" and "false"`},
 		{name: "dry run 1", annotations: map[string]string{recover: "rejoin", dry: "1"},
 			want: nodereport.Request{Action: "rejoin"}, wantOK: true, wantErr: `accepted values are "true" and "false"`},
-		{name: "move-in", annotations: map[string]string{recover: "move-in", nodereport.AnnotationMoveFrom: "cp-2/a1b2"},
-			want: nodereport.Request{Action: "move-in", From: "cp-2", Replaces: 0xa1b2}, wantOK: true},
+		{name: "move-in", annotations: map[string]string{recover: "move-in", nodereport.AnnotationMoveFrom: "cp-2/a1b2/x1"},
+			want: nodereport.Request{Action: "move-in", From: "cp-2/a1b2/x1", Replaces: 0xa1b2}, wantOK: true},
+		{name: "move-in without its ask", annotations: map[string]string{recover: "move-in", nodereport.AnnotationMoveFrom: "cp-2/a1b2"},
+			want: nodereport.Request{Action: "move-in"}, wantOK: true, wantErr: "want <node>/<member ID in hex>/<ask>"},
 		{name: "move-in without its source", annotations: map[string]string{recover: "move-in"},
-			want: nodereport.Request{Action: "move-in"}, wantOK: true, wantErr: "want <node>/<member ID in hex>"},
-		{name: "move-in with a bad member ID", annotations: map[string]string{recover: "move-in", nodereport.AnnotationMoveFrom: "cp-2/zz"},
-			want: nodereport.Request{Action: "move-in"}, wantOK: true, wantErr: "want <node>/<member ID in hex>"},
-		{name: "move-in with member ID 0", annotations: map[string]string{recover: "move-in", nodereport.AnnotationMoveFrom: "cp-2/0"},
-			want: nodereport.Request{Action: "move-in"}, wantOK: true, wantErr: "want <node>/<member ID in hex>"},
+			want: nodereport.Request{Action: "move-in"}, wantOK: true, wantErr: "want <node>/<member ID in hex>/<ask>"},
+		{name: "move-in with a bad member ID", annotations: map[string]string{recover: "move-in", nodereport.AnnotationMoveFrom: "cp-2/zz/x1"},
+			want: nodereport.Request{Action: "move-in"}, wantOK: true, wantErr: "want <node>/<member ID in hex>/<ask>"},
+		{name: "move-in with member ID 0", annotations: map[string]string{recover: "move-in", nodereport.AnnotationMoveFrom: "cp-2/0/x1"},
+			want: nodereport.Request{Action: "move-in"}, wantOK: true, wantErr: "want <node>/<member ID in hex>/<ask>"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got, ok, err := nodereport.ParseRequest(tc.annotations)

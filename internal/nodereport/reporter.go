@@ -156,13 +156,24 @@ func (r *Reporter) SetStatus(ctx context.Context, status string) error {
 // conditional on the Node's resourceVersion and retried on conflict, so it
 // never writes a Node it has not just read.
 func (r *Reporter) ClearRequest(ctx context.Context) error {
+	return r.clear(ctx, AnnotationRecover, AnnotationRecoverDryRun, AnnotationMoveFrom)
+}
+
+// ClearMoveRequest removes a move's trigger (move-to and its dry-run flag)
+// from the Node: the move was answered.
+func (r *Reporter) ClearMoveRequest(ctx context.Context) error {
+	return r.clear(ctx, AnnotationMoveTo, AnnotationRecoverDryRun)
+}
+
+// clear removes the annotations keys from the reported object.
+func (r *Reporter) clear(ctx context.Context, keys ...string) error {
 	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		obj, err := r.get(ctx)
 		if err != nil {
 			return err
 		}
 		clear := map[string]any{}
-		for _, a := range []string{AnnotationRecover, AnnotationRecoverDryRun, AnnotationMoveFrom, AnnotationMoveTo} {
+		for _, a := range keys {
 			if _, ok := obj.GetAnnotations()[a]; ok {
 				clear[a] = nil
 			}

@@ -35,7 +35,7 @@ func decideIdle(in Input, cfg Config) Decision {
 				return d
 			}
 		case ActionMoveOut:
-			if d, ok := checkMoveOut(in); !ok {
+			if d, ok := checkMoveOut(in, false); !ok {
 				return d
 			}
 		default:
@@ -44,11 +44,15 @@ func decideIdle(in Input, cfg Config) Decision {
 			return refuse(ReasonBadRequest, fmt.Sprintf("unknown request %q (the only one is \"rejoin\")", in.Request.Action))
 		}
 	}
+	if j := in.Journal; in.Request == nil && j.Request == ActionMoveOut && j.Result == record.ResultSucceeded {
+		return Decision{Action: Nothing, Reason: ReasonMovedAway, Detail: fmt.Sprintf("member %x moved to %s (recovery %s); it is not healed here unasked (etcd-agent recover adds it back as a new member)",
+			uint64(j.OldMemberID), j.MoveTarget, j.ID)}
+	}
 	if in.Request == nil && in.NeverAMember {
 		// A member never seen in this cluster (a manifest placed on a new
 		// node): adding it grows the cluster, which is a person's call (a
 		// move asks for it), never an automatic heal's.
-		return Decision{Action: Nothing, Reason: ReasonNotAMember, Detail: "the local member was never a member of this cluster; it is added only by a move (etcd-agent move)"}
+		return Decision{Action: Nothing, Reason: ReasonNotAMember, Detail: "the local member was never seen in this cluster (not in the list, nothing pinned, no node's record names it): it is added only on request (etcd-agent move, or etcd-agent recover)"}
 	}
 	if in.Request == nil {
 		switch {
@@ -172,19 +176,30 @@ func decideActive(in Input, cfg Config) Decision {
 				return d
 			}
 		}
-		if j.Request == ActionMoveOut {
-			// The journal is the request (also after a restart).
-			in.Request = &Request{Action: ActionMoveOut, Target: j.MoveTarget}
+		// A move's journal is its request (also after a restart), checked
+		// again on the fresh observation now that the Lease is held.
+		switch j.Request {
+		case ActionMoveOut:
+			in.Request = &Request{Action: ActionMoveOut, Target: j.MoveTarget, Replacement: uint64(j.MoveMemberID)}
+			if d, ok := checkMoveOut(in, !j.StopAttemptedAt.IsZero()); !ok {
+				d.Action = Finish
+				return d
+			}
+		case ActionMoveIn:
+			in.Request = &Request{Action: ActionMoveIn, Replaces: uint64(j.MoveMemberID), MoveFrom: j.MoveFrom}
+			if j.StopAttemptedAt.IsZero() {
+				if d, ok := checkMoveIn(in, cfg); !ok {
+					d.Action = Finish
+					return d
+				}
+			}
+		}
+		if j.Request == ActionMoveOut && !j.StopAttemptedAt.IsZero() {
+			return Decision{Action: StopMember} // finish our own stop; checkMoveOut counted it
 		}
 		if d, ok := checkBegin(in, cfg); !ok {
 			d.Action = Finish
 			return d
-		}
-		if j.Request == ActionMoveOut {
-			if d, ok := checkMoveOut(in); !ok {
-				d.Action = Finish
-				return d
-			}
 		}
 		return Decision{Action: StopMember}
 	}

@@ -59,17 +59,24 @@ type TargetNode struct {
 	Name  string
 	Found bool
 	Ready bool
-	// Asked: the target Node carries this move's move-in request (not yet
-	// taken up by its agent).
-	Asked bool
-	// Answer is the target agent's last-recovery for a move-in finished
-	// after the move was asked (nil: none yet).
+	// Unreadable: the Node could not be read now (the API erred).
+	Unreadable bool
+	// Asked: the target Node carries this agent's move-in request (not yet
+	// taken up by its agent); OtherAsk is another move's request there.
+	Asked    bool
+	OtherAsk string
+	// Answer is the target agent's last move-in outcome for this member
+	// (nil: none).
 	Answer *MoveAnswer
 }
 
-// MoveAnswer is the target's outcome of a move-in.
+// MoveAnswer is the target's last-recovery of a move-in of our member.
 type MoveAnswer struct {
 	Result, Reason, Message string
+	// MemberID is the member the move-in added (succeeded).
+	MemberID uint64
+	// ThisAsk: it answers this agent's current ask (not an earlier one).
+	ThisAsk bool
 }
 
 // MoveInput is what DecideMove looks at.
@@ -84,7 +91,8 @@ type MoveInput struct {
 	StoreConfigured bool
 	StoreError      string
 	// AskedAt is when this agent asked the target (zero: not yet); Timeout
-	// bounds the wait for the target's member to become a voter.
+	// bounds the whole move from then: the target's move-in and the wait
+	// for the retire.
 	AskedAt time.Time
 	Timeout time.Duration
 }
@@ -92,7 +100,10 @@ type MoveInput struct {
 // DecideMove is the source's side of a move: refuse (with a reason), ask
 // the target (MoveRelay), wait for it (Nothing, ReasonMoveWaiting), fail
 // (Finish, the target's reason or a timeout), or retire the local member
-// (MoveRetire).
+// (MoveRetire) once the target's agent answered that its move-in of our
+// member succeeded and the member it added is a healthy voter. A member
+// on the target is never taken for the move's by its name: only the
+// answer's member ID counts (two moves to one node add one member).
 func DecideMove(in MoveInput) Decision {
 	o, t := in.Obs, in.Target
 	switch {
@@ -100,47 +111,48 @@ func DecideMove(in MoveInput) Decision {
 		return refuse(ReasonBadRequest, fmt.Sprintf("move target %q: name another node than this one (%s)", t.Name, in.Node))
 	case o.Local.Match != observation.MatchOK:
 		return refuse(ReasonBadRequest, "the local member is not in the cluster's member list: nothing to move ("+o.Local.MatchDetail+")")
-	case quorumLost(o):
+	case quorumLost(o) || o.MemberListError != "":
+		if !in.AskedAt.IsZero() { // under way: wait it out, bounded
+			return waitMove(in, fmt.Sprintf("%d of %d voters serve", o.ServingVoters(), o.Voters()))
+		}
 		return refuse(ReasonMajorityLost, fmt.Sprintf("%d of %d voters serve: no move", o.ServingVoters(), o.Voters()))
 	}
 	local, _ := localMember(o)
-	asked := t.Asked || !in.AskedAt.IsZero()
-	if m, ok := otherMemberNamed(o, t.Name, local.ID); ok {
+	if a := t.Answer; a != nil && a.Result == "succeeded" {
+		m, ok := o.Member(a.MemberID)
 		switch {
-		case m.IsLearner || !m.Serving:
-			if asked {
-				return wait(ReasonMoveWaiting, fmt.Sprintf("%s's member %x is joining (learner %v, serving %v)", t.Name, m.ID, m.IsLearner, m.Serving))
-			}
-			return refuse(ReasonTargetHasMember, fmt.Sprintf("node %s already has member %x, which this move did not add", t.Name, m.ID))
-		case !asked && !in.DryRun:
-			// A voter on the target that this agent never asked for (a
-			// restart lost AskedAt): it is the move's only if nothing else
-			// explains it; retiring on a guess would shrink the cluster.
-			return refuse(ReasonTargetHasMember, fmt.Sprintf("node %s already has voter %x; not retiring %s for a member this move did not add (ask again after checking)", t.Name, m.ID, in.Node))
-		}
-		if h, n := o.HealthyVoters(), o.Voters(); h < n || len(o.Learners()) > 0 {
-			return wait(ReasonWouldLoseQuorum, fmt.Sprintf("%d healthy of %d voters (learners %d): the old member is stopped only when every voter is healthy", h, n, len(o.Learners())))
-		}
-		if in.DryRun {
+		case !ok && in.AskedAt.IsZero():
+			// An old success whose member is gone again: not this move's.
+			in.Target.Answer = nil
+			return DecideMove(in)
+		case !ok || m.IsLearner || !m.Serving:
+			return waitMove(in, fmt.Sprintf("%s added member %x, which is not a serving voter now", t.Name, a.MemberID))
+		case o.HealthyVoters() < o.Voters() || len(o.Learners()) > 0:
+			return waitMove(in, fmt.Sprintf("%d healthy of %d voters (learners %d): the old member is stopped only when every voter is healthy",
+				o.HealthyVoters(), o.Voters(), len(o.Learners())))
+		case in.DryRun:
 			return refuse(ReasonDryRun, fmt.Sprintf("would stop and remove member %x (%s) now that %x on %s is a healthy voter", local.ID, local.Name, m.ID, t.Name))
 		}
 		return Decision{Action: MoveRetire, MemberID: local.ID, Detail: fmt.Sprintf("%x on %s is a healthy voter: stop and remove %x", m.ID, t.Name, local.ID)}
 	}
-	if asked {
-		switch a := t.Answer; {
-		case a != nil:
+	if !in.AskedAt.IsZero() {
+		if a := t.Answer; a != nil && a.ThisAsk {
 			return Decision{Action: Finish, Reason: ReasonMoveFailed, Detail: fmt.Sprintf("the agent on %s answered the move-in %s (%s): %s", t.Name, a.Result, a.Reason, a.Message)}
-		case !in.AskedAt.IsZero() && in.Timeout > 0 && in.Now.Sub(in.AskedAt) > in.Timeout:
-			return Decision{Action: Finish, Reason: ReasonMoveTimedOut, Detail: fmt.Sprintf("no member on %s %s after the move was asked (is its agent running, with its etcd manifest in place?)", t.Name, in.Timeout)}
 		}
-		return wait(ReasonMoveWaiting, fmt.Sprintf("asked the agent on %s; waiting for its member to join", t.Name))
+		return waitMove(in, fmt.Sprintf("asked the agent on %s; waiting for its member to join", t.Name))
 	}
 	n, h := o.Voters(), o.HealthyVoters()
 	switch {
+	case t.Unreadable:
+		return wait(ReasonMoveWaiting, fmt.Sprintf("node %s cannot be read now; asking again", t.Name))
 	case !t.Found:
 		return refuse(ReasonBadRequest, fmt.Sprintf("no node %q", t.Name))
 	case !t.Ready:
 		return refuse(ReasonTargetNotReady, fmt.Sprintf("node %s is not Ready", t.Name))
+	case t.OtherAsk != "":
+		return refuse(ReasonTargetHasMember, fmt.Sprintf("node %s is asked for another move (%s)", t.Name, t.OtherAsk))
+	case hasMemberNamed(o, t.Name, local.ID):
+		return refuse(ReasonTargetHasMember, fmt.Sprintf("node %s already has a member this move did not add", t.Name))
 	case !local.Serving || !observation.DataDirUsable(o.Local.DataDirClass):
 		return refuse(ReasonMemberNotHealthy, fmt.Sprintf("member %x is not healthy (%s): a move takes a healthy member; heal it instead", local.ID, o.Local.DataDirClass))
 	case local.IsLearner:
@@ -159,6 +171,20 @@ func DecideMove(in MoveInput) Decision {
 			t.Name, n+1, memberstate.Quorum(n+1), local.ID, n, memberstate.Quorum(n)))
 	}
 	return Decision{Action: MoveRelay, MemberID: local.ID, Detail: fmt.Sprintf("ask %s to add its member in place of %x", t.Name, local.ID)}
+}
+
+// waitMove waits, bounded by the move's timeout from the ask.
+func waitMove(in MoveInput, detail string) Decision {
+	if !in.AskedAt.IsZero() && in.Timeout > 0 && in.Now.Sub(in.AskedAt) > in.Timeout {
+		return Decision{Action: Finish, Reason: ReasonMoveTimedOut, Detail: fmt.Sprintf("%s for %s since the move was asked: given up (%s)", detail, in.Now.Sub(in.AskedAt).Round(time.Second), in.Timeout)}
+	}
+	return wait(ReasonMoveWaiting, detail)
+}
+
+// hasMemberNamed: a member other than exclude has the name.
+func hasMemberNamed(o observation.Observation, name string, exclude uint64) bool {
+	_, ok := otherMemberNamed(o, name, exclude)
+	return ok
 }
 
 // otherMemberNamed finds the member named name other than exclude.
@@ -208,17 +234,21 @@ func checkMoveIn(in Input, cfg Config) (Decision, bool) {
 // it serves, its replacement (the voter named r.Target) serves, and every
 // voter is healthy: the stop leaves n healthy of n+1 voters, the remove n
 // of n.
-func checkMoveOut(in Input) (Decision, bool) {
+func checkMoveOut(in Input, stopAttempted bool) (Decision, bool) {
 	o, r := in.Obs, in.Request
 	local, inList := localMember(o)
 	if !inList || local.IsLearner {
 		return refuse(ReasonBadRequest, "the local member is not a voter: nothing to move out"), false
 	}
-	m, ok := otherMemberNamed(o, r.Target, local.ID)
-	if r.Target == "" || !ok || m.IsLearner || !m.Serving {
-		return refuse(ReasonMoveFailed, fmt.Sprintf("the replacement %q is not a serving voter", r.Target)), false
+	m, ok := o.Member(r.Replacement)
+	if r.Replacement == 0 || r.Replacement == local.ID || !ok || m.IsLearner || !m.Serving {
+		return refuse(ReasonMoveFailed, fmt.Sprintf("the replacement %x (on %s) is not a serving voter", r.Replacement, r.Target)), false
 	}
-	if h, n := o.HealthyVoters(), o.Voters(); h < n || len(o.Learners()) > 0 {
+	h, n := o.HealthyVoters(), o.Voters()
+	if stopAttempted && !local.Serving {
+		h++ // down by our own stop: resuming it is no new loss
+	}
+	if h < n || len(o.Learners()) > 0 {
 		return refuse(ReasonWouldLoseQuorum, fmt.Sprintf("%d healthy of %d voters (learners %d): the old member is stopped only when every voter is healthy", h, n, len(o.Learners()))), false
 	}
 	return Decision{}, true
@@ -228,6 +258,10 @@ func checkMoveOut(in Input) (Decision, bool) {
 // 2 as for a rejoin), then finish; nothing is added back.
 func decideMoveOut(in Input) Decision {
 	o, j := in.Obs, in.Journal
+	if o.MemberListError != "" || quorumLost(o) || foreignOnly(o) {
+		// Gone from a list that did not answer proves nothing.
+		return wait(ReasonMajorityLost, "no fresh member list with a quorum: the old member's removal waits")
+	}
 	if old, ok := o.Member(uint64(j.OldMemberID)); ok && j.OldMemberID != 0 {
 		return decideRemove(o, old)
 	}

@@ -72,52 +72,90 @@ func TestDecideMoveRefusesEachUnsafeOrUnclearStart(t *testing.T) {
 	}
 }
 
+// answered: node9's agent answered this ask's move-in with result (the
+// member it added is 29).
+func answered(result string, thisAsk bool) func(*MoveInput) {
+	return func(mi *MoveInput) {
+		mi.Target.Answer = &MoveAnswer{Result: result, Reason: "r", Message: "m", MemberID: id(29), ThisAsk: thisAsk}
+	}
+}
+
 func TestDecideMoveAsksThenWaitsThenRetires(t *testing.T) {
 	for _, n := range []int{1, 3, 5} {
 		if d := DecideMove(moveIn(n)); d.Action != MoveRelay || d.MemberID != id(1) {
 			t.Fatalf("n=%d: %s/%s (%s), want %s for %x", n, d.Action, d.Reason, d.Detail, MoveRelay, id(1))
 		}
-		// Asked: the target's member joins as a learner, then serves.
+		// Asked: the target's member joins as a learner, then serves; its
+		// agent has not answered yet (it verifies, holds the Lease).
 		for _, mods := range [][]func(*MoveInput){{asked}, {asked, targetMember(true, false)}, {asked, targetMember(true, true)},
-			{func(mi *MoveInput) { mi.Target.Asked = true }}} {
+			{asked, targetMember(false, true)}, {asked, targetMember(false, true), answered("succeeded", true), func(mi *MoveInput) { mi.Obs.Members[n].Serving = false }}} {
 			if d := DecideMove(moveIn(n, mods...)); d.Action != Nothing || d.Reason != ReasonMoveWaiting {
 				t.Fatalf("n=%d: %s/%s (%s), want a wait", n, d.Action, d.Reason, d.Detail)
 			}
 		}
-		// A voter that serves, every voter healthy: retire the local member.
-		if d := DecideMove(moveIn(n, asked, targetMember(false, true))); d.Action != MoveRetire || d.MemberID != id(1) {
-			t.Fatalf("n=%d: %s/%s (%s), want %s", n, d.Action, d.Reason, d.Detail, MoveRetire)
+		// Answered succeeded, its member a serving voter, every voter
+		// healthy: retire the local member. Also after a restart of the
+		// source's agent (AskedAt lost) for an earlier ask of this member.
+		for _, mods := range [][]func(*MoveInput){{asked, targetMember(false, true), answered("succeeded", true)},
+			{targetMember(false, true), answered("succeeded", false)}} {
+			if d := DecideMove(moveIn(n, mods...)); d.Action != MoveRetire || d.MemberID != id(1) {
+				t.Fatalf("n=%d: %s/%s (%s), want %s", n, d.Action, d.Reason, d.Detail, MoveRetire)
+			}
 		}
 	}
 	// The dry run of a retire says so and does nothing.
-	d := DecideMove(moveIn(3, asked, targetMember(false, true), func(mi *MoveInput) { mi.DryRun = true }))
+	d := DecideMove(moveIn(3, asked, targetMember(false, true), answered("succeeded", true), func(mi *MoveInput) { mi.DryRun = true }))
 	if d.Action != Refuse || d.Reason != ReasonDryRun || !strings.Contains(d.Detail, "would stop and remove") {
 		t.Fatalf("dry run of the retire: %+v", d)
+	}
+	// An old success whose member is gone again is not this move's: ask.
+	if d := DecideMove(moveIn(3, answered("succeeded", false))); d.Action != MoveRelay {
+		t.Fatalf("stale success: %s/%s (%s), want %s", d.Action, d.Reason, d.Detail, MoveRelay)
 	}
 }
 
 func TestDecideMoveNeverRetiresWhileAVoterIsUnhealthy(t *testing.T) {
-	d := DecideMove(moveIn(3, asked, targetMember(false, true), func(mi *MoveInput) { mi.Obs.Members[2].Serving = false }))
-	if d.Action != Nothing || d.Reason != ReasonWouldLoseQuorum {
-		t.Fatalf("%s/%s (%s), want a wait (would-lose-quorum)", d.Action, d.Reason, d.Detail)
+	d := DecideMove(moveIn(3, asked, targetMember(false, true), answered("succeeded", true), func(mi *MoveInput) { mi.Obs.Members[2].Serving = false }))
+	if d.Action != Nothing || d.Reason != ReasonMoveWaiting || !strings.Contains(d.Detail, "every voter is healthy") {
+		t.Fatalf("%s/%s (%s), want a wait for every voter", d.Action, d.Reason, d.Detail)
 	}
-	// A voter on the target this agent never asked for is not taken for
-	// the move's (a restart lost the state, or someone else added it).
+	// A voter on the target that no answer ties to this move is never
+	// taken for its member: two moves to one node add one member.
+	if d := DecideMove(moveIn(3, asked, targetMember(false, true))); d.Action == MoveRetire {
+		t.Fatalf("retired for a voter without the target's answer: %+v", d)
+	}
 	if d := DecideMove(moveIn(3, targetMember(false, true))); d.Action != Refuse || d.Reason != ReasonTargetHasMember {
 		t.Fatalf("unasked voter on the target: %s/%s", d.Action, d.Reason)
+	}
+	if d := DecideMove(moveIn(3, func(mi *MoveInput) { mi.Target.OtherAsk = "node5/a005/x" })); d.Action != Refuse || d.Reason != ReasonTargetHasMember {
+		t.Fatalf("target asked by another move: %s/%s", d.Action, d.Reason)
+	}
+	// The wait for the retire is bounded too.
+	d = DecideMove(moveIn(3, targetMember(false, true), answered("succeeded", true), func(mi *MoveInput) {
+		mi.AskedAt = t0.Add(-31 * time.Minute)
+		mi.Obs.Members[2].Serving = false
+	}))
+	if d.Action != Finish || d.Reason != ReasonMoveTimedOut {
+		t.Fatalf("retire wait past the timeout: %+v", d)
 	}
 }
 
 func TestDecideMoveFailsOnTheTargetsAnswerOrTimeout(t *testing.T) {
-	d := DecideMove(moveIn(3, asked, func(mi *MoveInput) {
-		mi.Target.Answer = &MoveAnswer{Result: "refused", Reason: "no-snapshot-store", Message: "a move needs --snapshot-store"}
-	}))
-	if d.Action != Finish || d.Reason != ReasonMoveFailed || !strings.Contains(d.Detail, "no-snapshot-store") {
+	d := DecideMove(moveIn(3, asked, answered("refused", true)))
+	if d.Action != Finish || d.Reason != ReasonMoveFailed {
 		t.Fatalf("target refused: %+v", d)
+	}
+	// An answer to an earlier ask does not end this one.
+	if d := DecideMove(moveIn(3, asked, answered("failed", false))); d.Action != Nothing || d.Reason != ReasonMoveWaiting {
+		t.Fatalf("earlier ask's failure: %+v", d)
 	}
 	d = DecideMove(moveIn(3, func(mi *MoveInput) { mi.AskedAt = t0.Add(-31 * time.Minute) }))
 	if d.Action != Finish || d.Reason != ReasonMoveTimedOut {
 		t.Fatalf("target silent past the timeout: %+v", d)
+	}
+	// A target Node that cannot be read is asked again, not refused.
+	if d := DecideMove(moveIn(3, func(mi *MoveInput) { mi.Target = TargetNode{Name: "node9", Unreadable: true} })); d.Action != Nothing {
+		t.Fatalf("unreadable target: %+v", d)
 	}
 }
 
@@ -180,7 +218,9 @@ func TestANeverSeenMemberIsNotAddedUnasked(t *testing.T) {
 }
 
 // moveOutRequest: node9's member (ID 29) replaced ours.
-func moveOutRequest(s *spec) { s.in.Request = &Request{Action: ActionMoveOut, Target: "node9"} }
+func moveOutRequest(s *spec) {
+	s.in.Request = &Request{Action: ActionMoveOut, Target: "node9", Replacement: id(29)}
+}
 
 func replacement(serving, isLearner bool) opt {
 	return member(observation.Member{ID: id(29), Name: "node9", PeerURLs: []string{peer(29)}, IsLearner: isLearner,
@@ -193,7 +233,9 @@ func TestMoveOutStopsAndRemovesOnlyWithItsReplacementServing(t *testing.T) {
 		t.Fatalf("begin: %s/%s (%s)", d.Action, d.Reason, d.Detail)
 	}
 	out := func(p record.Phase) func(*record.Record) {
-		return func(r *record.Record) { r.Request, r.MoveTarget = ActionMoveOut, "node9" }
+		return func(r *record.Record) {
+			r.Request, r.MoveTarget, r.MoveMemberID = ActionMoveOut, "node9", record.MemberID(id(29))
+		}
 	}
 	d := Decide(cluster(3, 3, local(localHealthy), replacement(true, false), journalAt(record.PhaseStarted, out(record.PhaseStarted)), leaseHeld()))
 	if d.Action != StopMember {
@@ -233,5 +275,33 @@ func TestMoveOutStopsAndRemovesOnlyWithItsReplacementServing(t *testing.T) {
 	d = Decide(cluster(3, 2, local(localHealthy), replacement(true, false), journalAt(record.PhaseStarted, out(record.PhaseStarted)), leaseHeld()))
 	if d.Action != Finish || d.Reason != ReasonWouldLoseQuorum {
 		t.Fatalf("a voter down after the Lease: %s/%s (%s)", d.Action, d.Reason, d.Detail)
+	}
+}
+
+func TestAMovedMemberIsNeverHealedUnaskedAndItsRemovalNeedsAFreshList(t *testing.T) {
+	out := func(r *record.Record) {
+		r.Request, r.MoveTarget, r.MoveMemberID = ActionMoveOut, "node9", record.MemberID(id(29))
+	}
+	done := func(r *record.Record) { out(r); r.Result = record.ResultSucceeded }
+	// After the move-out: lost at once (not in the list, data dir gone),
+	// and yet nothing; a person's request is still served.
+	if d := Decide(cluster(3, 3, local(localGone), replacement(true, false), journalAt(record.PhaseDone, done))); d.Action != Nothing || d.Reason != ReasonMovedAway {
+		t.Fatalf("after the move: %s/%s (%s)", d.Action, d.Reason, d.Detail)
+	}
+	if d := Decide(cluster(3, 3, local(localGone), replacement(true, false), journalAt(record.PhaseDone, done), request())); d.Action != Begin {
+		t.Fatalf("a person's rejoin after the move: %s/%s", d.Action, d.Reason)
+	}
+	// Stopped, and the member list does not answer: the member is not
+	// taken for removed.
+	d := Decide(cluster(3, 2, local(localDown), verdict("down"), replacement(true, false), listError(), journalAt(record.PhaseStopped, out), leaseHeld()))
+	if d.Action == Finish || d.Action == RemoveMember {
+		t.Fatalf("no member list: %s/%s (%s)", d.Action, d.Reason, d.Detail)
+	}
+	// Restarted mid-stop: its own member down by its stop is not counted
+	// as a loss (the stop finishes).
+	stopping := func(r *record.Record) { out(r); r.StopAttemptedAt = t0.Add(-time.Second) }
+	d = Decide(cluster(3, 2, local(localDown), verdict("down"), replacement(true, false), journalAt(record.PhaseStarted, stopping), leaseHeld()))
+	if d.Action != StopMember {
+		t.Fatalf("resumed mid-stop: %s/%s (%s)", d.Action, d.Reason, d.Detail)
 	}
 }

@@ -86,6 +86,9 @@ const (
 	// ReasonNotAMember: the local member was never a member of the cluster
 	// (nothing pinned, not in the list): only a move adds it.
 	ReasonNotAMember Reason = "not-a-member"
+	// ReasonMovedAway: the member was moved to another node (a move-out
+	// succeeded): never healed here again unasked.
+	ReasonMovedAway Reason = "moved-away"
 )
 
 // RefusalReasons lists the codes a recovery can be refused with (for
@@ -108,7 +111,11 @@ type Request struct {
 	// Replaces (move-in) is the member the local one is added to replace;
 	// Target (move-out) is the name of the member that replaced ours.
 	Replaces uint64
-	Target   string
+	MoveFrom string
+	// Replacement (move-out) is the ID of the member that replaced ours,
+	// on node Target.
+	Replacement uint64
+	Target      string
 }
 
 // Input is everything Decide looks at.

@@ -95,10 +95,13 @@ type Record struct {
 	StartedAt time.Time `json:"startedAt"`
 	UpdatedAt time.Time `json:"updatedAt"`
 
-	// MoveTarget (a move-out) names the member that replaced ours;
-	// MoveFrom (a move-in) is the node and member ID replaced.
-	MoveTarget string `json:"moveTarget,omitempty"`
-	MoveFrom   string `json:"moveFrom,omitempty"`
+	// A move's: MoveTarget (a move-out) is the node our member moved to;
+	// MoveFrom (a move-in) is the source's ask (its move-from annotation);
+	// MoveMemberID is the member replaced (move-in) or the member that
+	// replaced ours (move-out).
+	MoveTarget   string   `json:"moveTarget,omitempty"`
+	MoveFrom     string   `json:"moveFrom,omitempty"`
+	MoveMemberID MemberID `json:"moveMemberID,omitempty"`
 
 	OldMemberID MemberID `json:"oldMemberID"`
 	NewMemberID MemberID `json:"newMemberID"`

@@ -1,0 +1,169 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"path/filepath"
+	"text/tabwriter"
+	"time"
+
+	"github.com/etcd-agent/etcd-agent/internal/journal"
+	"github.com/etcd-agent/etcd-agent/internal/lab"
+	"github.com/etcd-agent/etcd-agent/internal/lab/invariant"
+	"github.com/etcd-agent/etcd-agent/internal/nodereport"
+)
+
+// MoveRow is one db size's moves (`etcd-agent move`, UC3), per rejoin
+// mode of the target's agent: seed (the learner's data dir built from a
+// follower's snapshot) or raft (the leader sends it a raft snapshot).
+type MoveRow struct {
+	DBBytes int64
+	Modes   []string
+	Moves   map[string]*Moves
+}
+
+// Moves are the moves of one mode.
+type Moves struct {
+	Total      []time.Duration // request -> the old member removed (last-recovery written)
+	ToPromoted []time.Duration // request -> the new member promoted
+	ToLearner  []float64       // bytes the members sent the new member over raft
+	LeaderSnap float64         // raft snapshots sent (etcd_network_snapshot_send_success)
+	lat        []time.Duration
+	APIFailed  int
+	Attempted  int
+}
+
+// Move measures `etcd-agent move` per size and mode on a lab with a file
+// snapshot store: each run adds a node with a new member's manifest and
+// moves the member last moved (node2 first) there.
+func Move(ctx context.Context, o Options) ([]MoveRow, error) {
+	var rows []MoveRow
+	for i, size := range o.Sizes {
+		lo := o.Lab
+		lo.Dir = filepath.Join(o.Lab.Dir, fmt.Sprintf("move-%d", i))
+		lo.Agents, lo.SnapshotStore = true, lab.SnapshotStoreFile
+		lo.AgentArgs = append(lo.AgentArgs, "--grace-period=1h")
+		fmt.Fprintf(o.Out, "== %s: lab up, filling the db ...\n", human(size))
+		row, err := moveOne(ctx, lo, size, max(1, o.Runs), o.Modes, o.Out)
+		if err != nil {
+			return rows, fmt.Errorf("%s: %w", human(size), err)
+		}
+		rows = append(rows, row)
+	}
+	PrintMoves(o.Out, rows)
+	return rows, nil
+}
+
+func moveOne(ctx context.Context, lo lab.Options, size int64, runs int, modes []string, out io.Writer) (MoveRow, error) {
+	if len(modes) == 0 {
+		modes = []string{"seed", "raft"}
+	}
+	row := MoveRow{Modes: modes, Moves: map[string]*Moves{}}
+	l, err := lab.Up(ctx, lo)
+	if l != nil {
+		defer l.Down(context.Background())
+	}
+	if err != nil {
+		return row, err
+	}
+	cli, err := l.EtcdClient()
+	if err != nil {
+		return row, err
+	}
+	defer cli.Close()
+	if err := fill(ctx, cli, size); err != nil {
+		return row, err
+	}
+	st, err := cli.Status(ctx, l.Spec.Nodes[0].ClientURL)
+	if err != nil {
+		return row, err
+	}
+	row.DBBytes = st.DbSize
+	kc, err := l.KubeClient()
+	if err != nil {
+		return row, err
+	}
+	w, err := invariant.StartWriter(ctx, kc, nil, 50*time.Millisecond)
+	if err != nil {
+		return row, err
+	}
+	defer w.Stop()
+	from := "node2"
+	for _, mode := range modes {
+		if err := l.RestartAgents(ctx, "--rejoin-mode="+mode); err != nil {
+			return row, err
+		}
+		m := &Moves{}
+		row.Moves[mode] = m
+		for r := 1; r <= runs; r++ {
+			n, err := l.AddNode(ctx)
+			if err != nil {
+				return row, err
+			}
+			if _, err := l.PlaceNewMember(n.Name); err != nil {
+				return row, err
+			}
+			fmt.Fprintf(out, "   run %d/%d (%s): move %s to %s ...\n", r, runs, mode, from, n.Name)
+			snapsBefore, err := l.SnapshotsSent(ctx)
+			if err != nil {
+				return row, err
+			}
+			mid := w.Snapshot()
+			t0 := time.Now()
+			lr, err := nodereport.RequestMove(ctx, kc, from, n.Name, false, 30*time.Minute)
+			if err != nil {
+				return row, err
+			}
+			if lr.Result != nodereport.ResultSucceeded {
+				return row, fmt.Errorf("move %s to %s: %s %s %s", from, n.Name, lr.Result, lr.Reason, lr.Message)
+			}
+			m.Total = append(m.Total, time.Since(t0))
+			end := w.Snapshot()
+			if err := l.MemberMovedAway(from); err != nil {
+				return row, err
+			}
+			rec, ok, err := journal.Load(n.StateDir, n.Name)
+			if err != nil || !ok {
+				return row, fmt.Errorf("%s's journal: %v", n.Name, err)
+			}
+			m.ToPromoted = append(m.ToPromoted, rec.PhaseTimes[journal.PhasePromoted].Sub(t0))
+			sent, err := l.BytesSentTo(ctx, uint64(rec.NewMemberID))
+			if err != nil {
+				return row, err
+			}
+			m.ToLearner = append(m.ToLearner, sent)
+			snapsAfter, err := l.SnapshotsSent(ctx)
+			if err != nil {
+				return row, err
+			}
+			// The moved member's counter left with it; never below zero.
+			m.LeaderSnap += max(0, snapsAfter-snapsBefore)
+			m.lat = append(m.lat, end.APILatencies[len(mid.APILatencies):]...)
+			m.Attempted += end.APIAttempted - mid.APIAttempted
+			m.APIFailed += end.APIFailed - mid.APIFailed
+			fmt.Fprintf(out, "   moved in %s (promoted at %s), %s sent to the new member\n", m.Total[len(m.Total)-1].Round(time.Millisecond),
+				m.ToPromoted[len(m.ToPromoted)-1].Round(time.Millisecond), human(int64(sent)))
+			from = n.Name
+		}
+	}
+	return row, nil
+}
+
+// PrintMoves writes the move table.
+func PrintMoves(w io.Writer, rows []MoveRow) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "db size\tmode\truns\tmove total\tto promoted\tsent to new member\tleader raft snapshots\tAPI p99 during\tAPI writes failed\t")
+	for _, r := range rows {
+		for _, mode := range r.Modes {
+			m := r.Moves[mode]
+			if m == nil {
+				continue
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%.0f\t%s\t%d/%d\t\n", human(r.DBBytes), mode, len(m.Total), spread(m.Total), spread(m.ToPromoted),
+				human(int64(medianF(m.ToLearner))), m.LeaderSnap, invariant.Percentile(m.lat, 99).Round(time.Millisecond), m.APIFailed, m.Attempted)
+		}
+	}
+	tw.Flush()
+	fmt.Fprintln(w, "(move total: request to the old member removed; durations median [min-max]; sent to new member: median bytes the members sent it over raft; seed: its data dir built from a follower's snapshot, raft: the leader sends a raft snapshot)")
+}
