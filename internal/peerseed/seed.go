@@ -131,6 +131,9 @@ type SeedInfo struct {
 	// (the name is empty until it first publishes).
 	LearnerName     string
 	LearnerPeerURLs []string
+	// LearnerWritten: the db predated the add; the learner was written
+	// into its membership (WithLearner).
+	LearnerWritten bool
 	// DBBytes and DBSHA256 are the copied db's, equal to the streamed one's
 	// (etcd's backend, which reads the membership, then commits once on
 	// close: the data dir's db differs from it in a bbolt meta page).
@@ -145,6 +148,22 @@ type BuildOption func(*buildOptions)
 type buildOptions struct {
 	beforeRename func(tmp string) error
 	moveDB       bool
+	// learnerPeerURLs: WithLearner's (nil: the learner must be in the db).
+	learnerPeerURLs []string
+}
+
+// WithLearner lets the db predate the learner's add (a stored snapshot, a
+// move's pre-change backup): when the learner is neither a member nor a
+// removed one in the db, it is written into the db's membership and
+// ConfState as a learner with peerURLs, exactly as the add will leave it
+// (ID, peer URLs, learner; no name until it publishes). etcd then applies
+// the add's entry from the leader's log as a change it already has: its
+// validation answers "ID exists", and a rejected change is applied as a
+// no-op (raft NodeID None) with the consistent index moved on (etcd 3.6 and
+// 3.7, server.applyConfChange). The leader sends the log from the db's
+// index on; a leader that compacted it sends a raft snapshot instead.
+func WithLearner(peerURLs []string) BuildOption {
+	return func(o *buildOptions) { o.learnerPeerURLs = slices.Clone(peerURLs) }
 }
 
 // MoveDB moves the db at dbPath into the data dir instead of copying it,
@@ -240,7 +259,7 @@ func BuildDataDir(dbPath, dataDir string, newID, clusterID uint64, lg *zap.Logge
 	// etcd's code logs Fatal (os.Exit) on some errors; in the agent that
 	// must be a panic, which buildInto turns into an error.
 	elg := lg.WithOptions(zap.WithFatalHook(zapcore.WriteThenPanic))
-	info, err = buildInto(tmp, dbPath, src, newID, clusterID, o.moveDB, elg)
+	info, err = buildInto(tmp, dbPath, src, newID, clusterID, o, elg)
 	if err != nil {
 		return SeedInfo{}, err
 	}
@@ -275,14 +294,14 @@ func BuildDataDir(dbPath, dataDir string, newID, clusterID uint64, lg *zap.Logge
 }
 
 // buildInto lays out the data dir in dir (empty, ours).
-func buildInto(dir, dbPath string, src SeedSource, newID, clusterID uint64, move bool, lg *zap.Logger) (SeedInfo, error) {
+func buildInto(dir, dbPath string, src SeedSource, newID, clusterID uint64, o buildOptions, lg *zap.Logger) (SeedInfo, error) {
 	snapDir := filepath.Join(dir, "member", "snap")
 	walDir := filepath.Join(dir, "member", "wal")
 	if err := fileutil.CreateDirAll(lg, snapDir); err != nil {
 		return SeedInfo{}, err
 	}
 	db := filepath.Join(snapDir, "db")
-	size, sum, err := placeDB(dbPath, db, move)
+	size, sum, err := placeDB(dbPath, db, o.moveDB)
 	if err != nil {
 		return SeedInfo{}, err
 	}
@@ -299,7 +318,7 @@ func buildInto(dir, dbPath string, src SeedSource, newID, clusterID uint64, move
 	if _, _, err := VerifyDB(db); err != nil {
 		return SeedInfo{}, fmt.Errorf("%w: %w", ErrSeedCorruptDB, err)
 	}
-	state, err := readSeedDB(db, newID, lg)
+	state, err := readSeedDB(db, newID, o.learnerPeerURLs, lg)
 	if err != nil {
 		return SeedInfo{}, err
 	}
@@ -337,7 +356,7 @@ func buildInto(dir, dbPath string, src SeedSource, newID, clusterID uint64, move
 	}
 	return SeedInfo{MemberID: newID, ClusterID: clusterID, ConsistentIndex: ci, Term: term, ConfState: cs,
 		Members: state.members, LearnerName: state.learner.Name, LearnerPeerURLs: state.learner.PeerURLs,
-		DBBytes: size, DBSHA256: sum}, nil
+		LearnerWritten: state.written, DBBytes: size, DBSHA256: sum}, nil
 }
 
 // seedDB is what the seed needs from the db.
@@ -347,12 +366,13 @@ type seedDB struct {
 	v2        []byte
 	members   int
 	learner   membership.Member
+	written   bool // the learner was written into the db (WithLearner)
 }
 
 // readSeedDB reads the consistent index, term, ConfState and membership
 // from the db at path (our copy: etcd's backend opens it read-write, as
 // etcd itself will) and checks them against the learner newID.
-func readSeedDB(path string, newID uint64, lg *zap.Logger) (s seedDB, err error) {
+func readSeedDB(path string, newID uint64, learnerPeerURLs []string, lg *zap.Logger) (s seedDB, err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			err = fmt.Errorf("%w: reading %s: etcd panicked: %v", ErrSeedCorruptDB, path, p)
@@ -377,6 +397,15 @@ func readSeedDB(path string, newID uint64, lg *zap.Logger) (s seedDB, err error)
 	cl.SetBackend(schema.NewMembershipBackend(lg, be))
 	cl.UnsafeLoad()
 	m := cl.Member(types.ID(newID))
+	if m == nil && learnerPeerURLs != nil && !cl.IsIDRemoved(types.ID(newID)) {
+		if stored == nil || !sameConfState(*stored, confStateOf(cl.Members())) {
+			return s, fmt.Errorf("%w: the db's stored ConfState does not match its membership; not writing the learner into it", ErrSeedConfStateMismatch)
+		}
+		if m, err = writeLearner(be, cl, newID, learnerPeerURLs, lg); err != nil {
+			return s, err
+		}
+		s.written = true
+	}
 	switch {
 	case m == nil && cl.IsIDRemoved(types.ID(newID)):
 		return s, fmt.Errorf("%w: %x was removed (db at index %d)", ErrSeedLearnerAbsent, newID, s.ci)
@@ -388,15 +417,13 @@ func readSeedDB(path string, newID uint64, lg *zap.Logger) (s seedDB, err error)
 	s.learner = *m
 	members := cl.Members()
 	s.members = len(members)
-	for _, mm := range members {
-		if mm.IsLearner {
-			s.confState.Learners = append(s.confState.Learners, uint64(mm.ID))
-		} else {
-			s.confState.Voters = append(s.confState.Voters, uint64(mm.ID))
-		}
+	s.confState = confStateOf(members)
+	if s.written {
+		tx := be.ReadTx()
+		tx.RLock()
+		stored = schema.UnsafeConfStateFromBackend(lg, tx)
+		tx.RUnlock()
 	}
-	slices.Sort(s.confState.Voters)
-	slices.Sort(s.confState.Learners)
 	if stored == nil {
 		return s, fmt.Errorf("%w: the db stores no ConfState (written by etcd < 3.5?)", ErrSeedConfStateMismatch)
 	}
@@ -409,6 +436,44 @@ func readSeedDB(path string, newID uint64, lg *zap.Logger) (s seedDB, err error)
 		return s, errors.New("the membership rendered an empty v2 store")
 	}
 	return s, nil
+}
+
+// confStateOf is the raft ConfState of a membership (sorted).
+func confStateOf(members []*membership.Member) raftpb.ConfState {
+	var cs raftpb.ConfState
+	for _, mm := range members {
+		if mm.IsLearner {
+			cs.Learners = append(cs.Learners, uint64(mm.ID))
+		} else {
+			cs.Voters = append(cs.Voters, uint64(mm.ID))
+		}
+	}
+	slices.Sort(cs.Voters)
+	slices.Sort(cs.Learners)
+	return cs
+}
+
+// writeLearner writes learner newID into the db's membership and stored
+// ConfState (WithLearner), as its add will leave them, and commits.
+func writeLearner(be backend.Backend, cl *membership.RaftCluster, newID uint64, peerURLs []string, lg *zap.Logger) (*membership.Member, error) {
+	for _, mm := range cl.Members() {
+		for _, u := range mm.PeerURLs {
+			if slices.Contains(peerURLs, u) {
+				return nil, fmt.Errorf("%w: member %x of the snapshot has peer URL %s of learner %x", ErrSeedLearnerAbsent, uint64(mm.ID), u, newID)
+			}
+		}
+	}
+	m := &membership.Member{ID: types.ID(newID), RaftAttributes: membership.RaftAttributes{PeerURLs: slices.Clone(peerURLs), IsLearner: true}}
+	cl.AddMember(m, membership.ApplyBoth)
+	cs := confStateOf(cl.Members())
+	tx := be.BatchTx()
+	tx.LockOutsideApply()
+	schema.MustUnsafeSaveConfStateToBackend(lg, tx, &cs)
+	tx.Unlock()
+	be.ForceCommit()
+	lg.Info("learner written into the snapshot's membership (the snapshot predates its add)",
+		zap.String("member-id", types.ID(newID).String()), zap.Strings("peer-urls", peerURLs))
+	return cl.Member(types.ID(newID)), nil
 }
 
 // sameConfState compares a stored ConfState with one built from the

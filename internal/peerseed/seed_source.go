@@ -105,6 +105,11 @@ func ReadSeedSource(dbPath string) (SeedSource, error) {
 	return s, nil
 }
 
+// WriteSeedSource records the provenance of a db that did not come from
+// StreamForSeed (one fetched, verified, from the snapshot store), so that
+// BuildDataDir can check it as it checks a stream's.
+func WriteSeedSource(dbPath string, s SeedSource) error { return writeSeedSource(dbPath, s) }
+
 // writeSeedSource writes the provenance of the db at dbPath atomically
 // (temp file, fsync, rename, fsync of the dir).
 func writeSeedSource(dbPath string, s SeedSource) error {

@@ -245,7 +245,16 @@ func TestSeededLearnerJoinsWithoutARaftSnapshot(t *testing.T) {
 	}
 	mustHaveNoSeedTemps(t, dataDir)
 
-	// Start a real etcd on it, as the member runtime would.
+	joinSeeded(t, l, cli, dir, dataDir, peerURL, clientURL, newID, info)
+}
+
+// joinSeeded starts a real etcd on the seeded dataDir (as the member
+// runtime would), waits until the learner serves, promotes it, compares
+// HashKV across the members, and checks etcd's own log: restarted at the
+// seed's index, its initial corruption check passed, no raft snapshot
+// applied. It returns the log.
+func joinSeeded(t *testing.T, l *lab.Lab, cli *clientv3.Client, dir, dataDir, peerURL, clientURL string, newID uint64, info SeedInfo) []byte {
+	t.Helper()
 	ml, err := cli.MemberList(ctxWithTimeout(t, 5*time.Second))
 	if err != nil {
 		t.Fatal(err)
@@ -305,6 +314,7 @@ func TestSeededLearnerJoinsWithoutARaftSnapshot(t *testing.T) {
 		_ = os.WriteFile(keep, logs, 0o644)
 		t.Logf("etcd log copied to %s", keep)
 	}
+	return logs
 }
 
 func mustHaveNoSeedTemps(t *testing.T, dataDir string) {
@@ -440,4 +450,58 @@ func hashKVAll(t *testing.T, cli *clientv3.Client) hashKVs {
 		t.Errorf("hashed %d members, want 4", len(out.byMember))
 	}
 	return out
+}
+
+// TestALearnerSeededFromASnapshotTakenBeforeItsAdd: the snapshot predates
+// the learner's add (a stored snapshot, a move's pre-change backup), with
+// writes between it and the add and after. Without WithLearner the build
+// refuses (learner-absent); with it the learner is written into the
+// snapshot's membership, and a real etcd started on the data dir applies
+// the add's entry from the leader's log as a change it already has
+// ("membership: ID exists": raft applies it as a no-op), passes its initial corruption
+// check, catches up from the log (no raft snapshot), is promoted, and every
+// member's HashKV is equal.
+func TestALearnerSeededFromASnapshotTakenBeforeItsAdd(t *testing.T) {
+	l := realLab(t)
+	cli := labClient(t, l)
+	putKeys(t, l, "preadd-before", 100, 256)
+	endpoint, _ := followerEndpoint(t)
+	dir := t.TempDir()
+	dbPath := filepath.Join(dir, "stored.db")
+	snap, src, err := StreamForSeed(ctxWithTimeout(t, 30*time.Second), endpoint, nil, dbPath, plan.StreamBytesNeeded(0), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	putKeys(t, l, "preadd-between", 50, 256) // after the snapshot, before the add
+	urls := freeURLs(t, 2)
+	peerURL, clientURL := urls[0], urls[1]
+	newID, clusterID := addLearner(t, cli, peerURL)
+	putKeys(t, l, "preadd-after", 50, 256)
+
+	dataDir := filepath.Join(dir, "etcd")
+	lg := zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel))
+	if _, err := BuildDataDir(dbPath, dataDir, newID, clusterID, lg); !errors.Is(err, ErrSeedLearnerAbsent) {
+		t.Fatalf("without WithLearner: %v, want %v", err, ErrSeedLearnerAbsent)
+	}
+	// A peer URL another member of the snapshot has is refused too.
+	if _, err := BuildDataDir(dbPath, dataDir, newID, clusterID, lg, WithLearner([]string{l.Spec.Nodes[0].PeerURL})); !errors.Is(err, ErrSeedLearnerAbsent) {
+		t.Fatalf("with a member's peer URL: %v, want %v", err, ErrSeedLearnerAbsent)
+	}
+	mustHaveNoSeedTemps(t, dataDir)
+	info, err := BuildDataDir(dbPath, dataDir, newID, clusterID, lg, WithLearner([]string{peerURL}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("built from a snapshot at index %d (%d bytes, leader index at the stream %d): learner written %v, voters %x learners %x",
+		info.ConsistentIndex, snap.Size, src.LeaderIndex, info.LearnerWritten, info.ConfState.Voters, info.ConfState.Learners)
+	if !info.LearnerWritten || len(info.ConfState.Learners) != 1 || info.ConfState.Learners[0] != newID || len(info.ConfState.Voters) != 3 || info.Members != 4 {
+		t.Fatalf("seed info %+v: want the learner written in, 3 voters and learner %x", info, newID)
+	}
+	if got := fileSHA256(t, dbPath); got != snap.SHA256 {
+		t.Errorf("the stored db changed (sha256 %s, was %s): only the copy may be written", got, snap.SHA256)
+	}
+	logs := joinSeeded(t, l, cli, dir, dataDir, peerURL, clientURL, newID, info)
+	if !bytes.Contains(logs, []byte(`"Validation on configuration change failed"`)) || !bytes.Contains(logs, []byte("membership: ID exists")) {
+		t.Errorf("etcd's log does not show the add applied as a change it already had")
+	}
 }
