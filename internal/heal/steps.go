@@ -349,11 +349,21 @@ func (h *Healer) seedDataDir(ctx context.Context, res memberstate.Result, j *jou
 	if err := os.Remove(h.cfg.DataDir); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("remove the empty data dir %s: %w", h.cfg.DataDir, err)
 	}
-	src, why, err := plan.PickSource(res.Observation, uint64(j.OldMemberID))
-	if err != nil {
+	if err := os.MkdirAll(h.cfg.QuarantineDir, 0o700); err != nil {
 		return err
 	}
-	if err := os.MkdirAll(h.cfg.QuarantineDir, 0o700); err != nil {
+	if j.Request == plan.ActionMoveIn && j.StoreKey != "" && h.cfg.OpenStore != nil {
+		// A move's snapshot is in the store already: seed from it, no
+		// second stream from a follower.
+		err := h.seedFromStore(ctx, res, j)
+		if err == nil {
+			return nil
+		}
+		h.log.Warn("seeding from the move's stored snapshot failed; streaming a seed from a follower instead", zap.String("key", j.StoreKey), zap.Error(err))
+		h.event("Warning", nodereport.ReasonSeedFallback, "seeding from the stored snapshot %s failed (%s): %v; streaming from a follower", j.StoreKey, peerseed.SeedReason(err), err)
+	}
+	src, why, err := plan.PickSource(res.Observation, uint64(j.OldMemberID))
+	if err != nil {
 		return err
 	}
 	// Seed streams are transient copies (the pre-change backup is kept
@@ -379,6 +389,45 @@ func (h *Healer) seedDataDir(ctx context.Context, res memberstate.Result, j *jou
 	h.log.Info("learner data dir seeded from a snapshot", zap.String("source", src.Name), zap.String("why", why),
 		zap.Int64("bytes", snap.Size), zap.Uint64("leaderIndex", ss.LeaderIndex), zap.Uint64("consistentIndex", info.ConsistentIndex),
 		zap.Uint64("term", info.Term), zap.Duration("streamTook", snap.Took), zap.Duration("buildTook", info.Took))
+	return nil
+}
+
+// seedFromStore builds the learner's data dir from the snapshot the move
+// put in the store before the add (fetched and verified against its
+// sha256): the learner is written into its membership
+// (peerseed.WithLearner), and the leader sends the log from the snapshot's
+// index on.
+func (h *Healer) seedFromStore(ctx context.Context, res memberstate.Result, j *journal.Record) error {
+	st, err := h.cfg.OpenStore(ctx)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	h.removeSeedStreams()
+	dest := filepath.Join(h.cfg.QuarantineDir, fmt.Sprintf("%s%s.db", h.seedStreamPrefix(), time.Now().UTC().Format(seedStampLayout)))
+	defer h.removeSeedStreams()
+	t0 := time.Now()
+	m, err := st.Get(ctx, j.StoreKey, dest)
+	if err != nil {
+		return err
+	}
+	if m.ClusterID != res.Observation.ClusterID {
+		return fmt.Errorf("%w: stored snapshot %s is of cluster %x", peerseed.ErrSeedForeignCluster, j.StoreKey, m.ClusterID)
+	}
+	fetched := time.Since(t0)
+	if err := peerseed.WriteSeedSource(dest, peerseed.SeedSource{ClusterID: m.ClusterID, Endpoint: "store:" + j.StoreKey,
+		Size: m.Size, SHA256: m.SHA256, Version: m.EtcdVersion, StreamedAt: m.TakenAt}); err != nil {
+		return err
+	}
+	info, err := peerseed.BuildDataDir(dest, h.cfg.DataDir, uint64(j.NewMemberID), res.Observation.ClusterID, h.log,
+		peerseed.MoveDB(), peerseed.WithLearner(h.cfg.PeerURLs), peerseed.BeforeRename(func(string) error { return h.holdAt(ctx, HoldSeedRename) }))
+	if err != nil {
+		return err
+	}
+	j.SeedIndex, j.SeedTerm, j.SeedSource = info.ConsistentIndex, info.Term, "store:"+j.StoreKey
+	h.log.Info("learner data dir seeded from the stored snapshot", zap.String("key", j.StoreKey), zap.Int64("bytes", m.Size),
+		zap.Bool("learnerWritten", info.LearnerWritten), zap.Uint64("consistentIndex", info.ConsistentIndex), zap.Uint64("term", info.Term),
+		zap.Duration("fetchTook", fetched), zap.Duration("buildTook", info.Took))
 	return nil
 }
 

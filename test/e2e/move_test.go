@@ -27,17 +27,18 @@ import (
 // (polled every 100 ms) never drop below 3; at the end node1, node3 and
 // node4 are the voters, node2's etcd is gone with its manifest set aside
 // and its data dir quarantined, no API write failed, HashKV is equal, the
-// leader sent no raft snapshot (the learner was seeded) and the move's
-// snapshot is in the store.
+// leader sent no raft snapshot: the learner was seeded from the move's
+// snapshot in the store, taken before its add (etcd 3.6 and 3.7).
 func TestMoveStaticPodMemberAddFirst(t *testing.T) {
-	for _, kind := range []string{lab.SnapshotStoreFile, lab.SnapshotStoreS3} {
-		t.Run(kind, func(t *testing.T) { testMoveStaticPodMemberAddFirst(t, kind) })
-	}
+	t.Run("file", func(t *testing.T) { testMoveStaticPodMemberAddFirst(t, lab.SnapshotStoreFile, etcd36) })
+	t.Run("s3", func(t *testing.T) { testMoveStaticPodMemberAddFirst(t, lab.SnapshotStoreS3, etcd36) })
+	t.Run("file-etcd3.7", func(t *testing.T) { testMoveStaticPodMemberAddFirst(t, lab.SnapshotStoreFile, etcd37()) })
 }
 
-func testMoveStaticPodMemberAddFirst(t *testing.T, kind string) {
+func testMoveStaticPodMemberAddFirst(t *testing.T, kind string, e etcdUnderTest) {
 	ctx := context.Background()
-	l := newLab(t, lab.Options{Nodes: 3, Agents: true, SnapshotStore: kind})
+	l := newLab(t, lab.Options{Nodes: 3, Agents: true, SnapshotStore: kind, EtcdBinary: e.binary})
+	requireVersion(t, l, e.version)
 	kc, err := l.KubeClient()
 	if err != nil {
 		t.Fatal(err)
@@ -130,8 +131,16 @@ func testMoveStaticPodMemberAddFirst(t *testing.T, kind string) {
 		t.Fatalf("node4's journal: %+v", jIn)
 	}
 	t.Logf("node4: rejoin mode %s (fallback %q), seeded at index %d; the move's snapshot in the store: %s", jIn.RejoinMode, jIn.SeedFallback, jIn.SeedIndex, jIn.StoreKey)
-	if jIn.RejoinMode != "seed" {
-		t.Fatalf("node4's member was not seeded: %s (%s)", jIn.RejoinMode, jIn.SeedFallback)
+	if jIn.RejoinMode != "seed" || jIn.SeedSource != "store:"+jIn.StoreKey {
+		t.Fatalf("node4's member was not seeded from the stored snapshot: mode %s (fallback %s), source %q", jIn.RejoinMode, jIn.SeedFallback, jIn.SeedSource)
+	}
+	// The snapshot predates the add: the seed wrote the learner in, and
+	// etcd applied the add's entry as a change it had.
+	if es := logEntries(t, agentLog(t, l, "node4"), "learner written into the snapshot's membership (the snapshot predates its add)"); len(es) == 0 {
+		t.Fatal("node4's seed did not write its learner into the stored snapshot")
+	}
+	if es := logEntries(t, filepath.Join(n4.LogsDir, "etcd-node4_etcd.log"), "Validation on configuration change failed"); len(es) != 1 || es[0]["error"] != "membership: ID exists" {
+		t.Fatalf("node4's etcd did not apply its add as a change it had: %v", es)
 	}
 	if sent := snapshotsSent(t, l) - sentBefore; sent != 0 {
 		t.Fatalf("the leader sent %v raft snapshots during the move", sent)
