@@ -502,7 +502,9 @@ func (h *Healer) refused(ctx context.Context, req *plan.Request, d plan.Decision
 	h.reporter.Eventf("Warning", nodereport.ReasonRecoveryRefused, "%s: %s", d.Reason, d.Detail)
 	if req != nil {
 		h.clearRequest(ctx) // the healer's own: a failed clear is remembered (clearPending)
-		_ = nodereport.WriteLastRecovery(ctx, h.reporter, h.log, nodereport.Refusal(requestName(req), string(d.Reason), d.Detail, h.now()))
+		lr := nodereport.Refusal(requestName(req), string(d.Reason), d.Detail, h.now())
+		lr.MoveFrom = req.MoveFrom // a move's source matches the answer to its ask
+		_ = nodereport.WriteLastRecovery(ctx, h.reporter, h.log, lr)
 	}
 }
 

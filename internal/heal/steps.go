@@ -398,6 +398,20 @@ func (h *Healer) seedDataDir(ctx context.Context, res memberstate.Result, j *jou
 // (peerseed.WithLearner), and the leader sends the log from the snapshot's
 // index on.
 func (h *Healer) seedFromStore(ctx context.Context, res memberstate.Result, j *journal.Record) error {
+	// The membership now, after our add: the snapshot's, with the learner
+	// written in, must be exactly this (nothing else changed since).
+	fresh := h.obs.Observe(ctx, h.now()).Observation
+	learner, ok := fresh.Member(uint64(j.NewMemberID))
+	if !ok || !learner.IsLearner || fresh.MemberListError != "" {
+		return fmt.Errorf("learner %x is not in a fresh member list (%s)", uint64(j.NewMemberID), fresh.MemberListError)
+	}
+	var expect []peerseed.ExpectedMember
+	for _, m := range fresh.Members {
+		expect = append(expect, peerseed.ExpectedMember{ID: m.ID, PeerURLs: m.PeerURLs, IsLearner: m.IsLearner})
+	}
+	if free, err := localdisk.FreeBytes(h.cfg.QuarantineDir); err == nil && free < plan.StreamBytesNeeded(j.SnapshotBytes) {
+		return fmt.Errorf("%w: %s has %d bytes free, the stored snapshot needs %d", peerseed.ErrDiskFull, h.cfg.QuarantineDir, free, plan.StreamBytesNeeded(j.SnapshotBytes))
+	}
 	st, err := h.cfg.OpenStore(ctx)
 	if err != nil {
 		return err
@@ -414,13 +428,19 @@ func (h *Healer) seedFromStore(ctx context.Context, res memberstate.Result, j *j
 	if m.ClusterID != res.Observation.ClusterID {
 		return fmt.Errorf("%w: stored snapshot %s is of cluster %x", peerseed.ErrSeedForeignCluster, j.StoreKey, m.ClusterID)
 	}
+	if m.SHA256 != j.SnapshotSHA256 || m.Size != j.SnapshotBytes {
+		// Not the snapshot this move took and uploaded (replaced since).
+		return fmt.Errorf("%w: stored snapshot %s is %d bytes, sha256 %s; this move's is %d bytes, sha256 %s",
+			peerseed.ErrSeedCorruptDB, j.StoreKey, m.Size, m.SHA256, j.SnapshotBytes, j.SnapshotSHA256)
+	}
 	fetched := time.Since(t0)
 	if err := peerseed.WriteSeedSource(dest, peerseed.SeedSource{ClusterID: m.ClusterID, Endpoint: "store:" + j.StoreKey,
 		Size: m.Size, SHA256: m.SHA256, Version: m.EtcdVersion, StreamedAt: m.TakenAt}); err != nil {
 		return err
 	}
 	info, err := peerseed.BuildDataDir(dest, h.cfg.DataDir, uint64(j.NewMemberID), res.Observation.ClusterID, h.log,
-		peerseed.MoveDB(), peerseed.WithLearner(h.cfg.PeerURLs), peerseed.BeforeRename(func(string) error { return h.holdAt(ctx, HoldSeedRename) }))
+		peerseed.MoveDB(), peerseed.WithLearner(learner.PeerURLs), peerseed.ExpectMembership(expect),
+		peerseed.BeforeRename(func(string) error { return h.holdAt(ctx, HoldSeedRename) }))
 	if err != nil {
 		return err
 	}
@@ -444,8 +464,10 @@ const seedStampLayout = "2006-01-02T15-04-05.000Z"
 // ("seed-etcd-2-2026-..." has no stamp right after "seed-etcd-").
 func (h *Healer) removeSeedStreams() {
 	paths, _ := filepath.Glob(filepath.Join(h.cfg.QuarantineDir, h.seedStreamPrefix()+"*"))
-	for _, p := range paths {
-		if !isSeedStreamOf(filepath.Base(p), h.seedStreamPrefix()) {
+	// A store fetch's temp file: .<prefix><stamp>.db.<random>.part.
+	parts, _ := filepath.Glob(filepath.Join(h.cfg.QuarantineDir, "."+h.seedStreamPrefix()+"*.part"))
+	for _, p := range append(paths, parts...) {
+		if !isSeedStreamOf(strings.TrimPrefix(filepath.Base(p), "."), h.seedStreamPrefix()) {
 			continue
 		}
 		if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {

@@ -79,12 +79,17 @@ var (
 	ErrSeedCorruptDB = errors.New("the snapshot's db is damaged or not the one streamed")
 	// ErrSeedDataDirExists: the data dir exists; seeding never replaces one.
 	ErrSeedDataDirExists = errors.New("the data dir already exists")
+	// ErrSeedMembershipDiffers: the snapshot's membership (with the learner
+	// written in) is not the cluster's now (ExpectMembership): a change
+	// between the snapshot and the add would be judged differently by the
+	// learner (etcd validates each change again where it applies).
+	ErrSeedMembershipDiffers = errors.New("the snapshot's membership differs from the cluster's")
 )
 
 // SeedReason is a short, stable name for why seeding was refused, for the
 // journal, metrics labels and Events: "learner-absent", "not-learner",
 // "term-zero", "confstate-mismatch", "foreign-cluster", "no-provenance",
-// "corrupt-db", "data-dir-exists", "disk-full", "snapshot-hash-mismatch",
+// "corrupt-db", "data-dir-exists", "membership-differs", "disk-full", "snapshot-hash-mismatch",
 // "snapshot-truncated", or "error" for anything else (I/O errors, a
 // cancelled wait...). nil gives "".
 func SeedReason(err error) string {
@@ -103,6 +108,7 @@ func SeedReason(err error) string {
 		{ErrSeedNoProvenance, "no-provenance"},
 		{ErrSeedCorruptDB, "corrupt-db"},
 		{ErrSeedDataDirExists, "data-dir-exists"},
+		{ErrSeedMembershipDiffers, "membership-differs"},
 		{ErrDiskFull, "disk-full"},
 		{ErrHashMismatch, "snapshot-hash-mismatch"},
 		{ErrTruncated, "snapshot-truncated"},
@@ -150,20 +156,8 @@ type buildOptions struct {
 	moveDB       bool
 	// learnerPeerURLs: WithLearner's (nil: the learner must be in the db).
 	learnerPeerURLs []string
-}
-
-// WithLearner lets the db predate the learner's add (a stored snapshot, a
-// move's pre-change backup): when the learner is neither a member nor a
-// removed one in the db, it is written into the db's membership and
-// ConfState as a learner with peerURLs, exactly as the add will leave it
-// (ID, peer URLs, learner; no name until it publishes). etcd then applies
-// the add's entry from the leader's log as a change it already has: its
-// validation answers "ID exists", and a rejected change is applied as a
-// no-op (raft NodeID None) with the consistent index moved on (etcd 3.6 and
-// 3.7, server.applyConfChange). The leader sends the log from the db's
-// index on; a leader that compacted it sends a raft snapshot instead.
-func WithLearner(peerURLs []string) BuildOption {
-	return func(o *buildOptions) { o.learnerPeerURLs = slices.Clone(peerURLs) }
+	// expect: ExpectMembership's (nil: not compared).
+	expect []ExpectedMember
 }
 
 // MoveDB moves the db at dbPath into the data dir instead of copying it,
@@ -322,6 +316,11 @@ func buildInto(dir, dbPath string, src SeedSource, newID, clusterID uint64, o bu
 	if err != nil {
 		return SeedInfo{}, err
 	}
+	if o.expect != nil {
+		if err := sameMembership(state.all, o.expect); err != nil {
+			return SeedInfo{}, err
+		}
+	}
 	ci, term, cs := state.ci, state.term, state.confState
 
 	// The raft snapshot: etcd recovers its v2 store (membership) from Data
@@ -367,6 +366,7 @@ type seedDB struct {
 	members   int
 	learner   membership.Member
 	written   bool // the learner was written into the db (WithLearner)
+	all       []ExpectedMember
 }
 
 // readSeedDB reads the consistent index, term, ConfState and membership
@@ -417,6 +417,9 @@ func readSeedDB(path string, newID uint64, learnerPeerURLs []string, lg *zap.Log
 	s.learner = *m
 	members := cl.Members()
 	s.members = len(members)
+	for _, mm := range members {
+		s.all = append(s.all, ExpectedMember{ID: uint64(mm.ID), PeerURLs: mm.PeerURLs, IsLearner: mm.IsLearner})
+	}
 	s.confState = confStateOf(members)
 	if s.written {
 		tx := be.ReadTx()
@@ -436,44 +439,6 @@ func readSeedDB(path string, newID uint64, learnerPeerURLs []string, lg *zap.Log
 		return s, errors.New("the membership rendered an empty v2 store")
 	}
 	return s, nil
-}
-
-// confStateOf is the raft ConfState of a membership (sorted).
-func confStateOf(members []*membership.Member) raftpb.ConfState {
-	var cs raftpb.ConfState
-	for _, mm := range members {
-		if mm.IsLearner {
-			cs.Learners = append(cs.Learners, uint64(mm.ID))
-		} else {
-			cs.Voters = append(cs.Voters, uint64(mm.ID))
-		}
-	}
-	slices.Sort(cs.Voters)
-	slices.Sort(cs.Learners)
-	return cs
-}
-
-// writeLearner writes learner newID into the db's membership and stored
-// ConfState (WithLearner), as its add will leave them, and commits.
-func writeLearner(be backend.Backend, cl *membership.RaftCluster, newID uint64, peerURLs []string, lg *zap.Logger) (*membership.Member, error) {
-	for _, mm := range cl.Members() {
-		for _, u := range mm.PeerURLs {
-			if slices.Contains(peerURLs, u) {
-				return nil, fmt.Errorf("%w: member %x of the snapshot has peer URL %s of learner %x", ErrSeedLearnerAbsent, uint64(mm.ID), u, newID)
-			}
-		}
-	}
-	m := &membership.Member{ID: types.ID(newID), RaftAttributes: membership.RaftAttributes{PeerURLs: slices.Clone(peerURLs), IsLearner: true}}
-	cl.AddMember(m, membership.ApplyBoth)
-	cs := confStateOf(cl.Members())
-	tx := be.BatchTx()
-	tx.LockOutsideApply()
-	schema.MustUnsafeSaveConfStateToBackend(lg, tx, &cs)
-	tx.Unlock()
-	be.ForceCommit()
-	lg.Info("learner written into the snapshot's membership (the snapshot predates its add)",
-		zap.String("member-id", types.ID(newID).String()), zap.Strings("peer-urls", peerURLs))
-	return cl.Member(types.ID(newID)), nil
 }
 
 // sameConfState compares a stored ConfState with one built from the

@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -487,8 +488,23 @@ func TestALearnerSeededFromASnapshotTakenBeforeItsAdd(t *testing.T) {
 	if _, err := BuildDataDir(dbPath, dataDir, newID, clusterID, lg, WithLearner([]string{l.Spec.Nodes[0].PeerURL})); !errors.Is(err, ErrSeedLearnerAbsent) {
 		t.Fatalf("with a member's peer URL: %v, want %v", err, ErrSeedLearnerAbsent)
 	}
+	// The cluster's membership now, after the add: the seed must match it.
+	ml, err := cli.MemberList(ctxWithTimeout(t, 5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var now []ExpectedMember
+	for _, m := range ml.Members {
+		now = append(now, ExpectedMember{ID: m.ID, PeerURLs: m.PeerURLs, IsLearner: m.IsLearner})
+	}
+	// A membership that changed otherwise since the snapshot (here: a
+	// member the cluster has and the snapshot lacks) is refused.
+	other := append(slices.Clone(now), ExpectedMember{ID: 0xfeed, PeerURLs: []string{"http://127.0.0.99:2380"}})
+	if _, err := BuildDataDir(dbPath, dataDir, newID, clusterID, lg, WithLearner([]string{peerURL}), ExpectMembership(other)); !errors.Is(err, ErrSeedMembershipDiffers) {
+		t.Fatalf("with a changed membership: %v, want %v", err, ErrSeedMembershipDiffers)
+	}
 	mustHaveNoSeedTemps(t, dataDir)
-	info, err := BuildDataDir(dbPath, dataDir, newID, clusterID, lg, WithLearner([]string{peerURL}))
+	info, err := BuildDataDir(dbPath, dataDir, newID, clusterID, lg, WithLearner([]string{peerURL}), ExpectMembership(now))
 	if err != nil {
 		t.Fatal(err)
 	}

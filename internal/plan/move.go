@@ -159,6 +159,8 @@ func DecideMove(in MoveInput) Decision {
 		return refuse(ReasonMemberNotHealthy, fmt.Sprintf("member %x is a learner", local.ID))
 	case h < n:
 		return refuse(ReasonWouldLoseQuorum, fmt.Sprintf("%d healthy of %d voters: a move begins only when every voter is healthy", h, n))
+	case n < 2:
+		return refuse(ReasonWouldLoseQuorum, "a one-member cluster cannot move add first: stopping its member in a cluster of two loses the quorum (restore a snapshot on the new node instead)")
 	case len(o.Learners()) > 0:
 		ls := o.Learners()
 		return refuse(ReasonLearnerPresent, fmt.Sprintf("learner %x (%s) is present; one learner at a time", ls[0].ID, ls[0].Name))
@@ -224,8 +226,8 @@ func checkMoveIn(in Input, cfg Config) (Decision, bool) {
 	if !old.Serving {
 		return refuse(ReasonMemberNotHealthy, fmt.Sprintf("the member to replace (%x) does not serve: heal it instead", r.Replaces)), false
 	}
-	if h, n := o.HealthyVoters(), o.Voters(); h < n {
-		return refuse(ReasonWouldLoseQuorum, fmt.Sprintf("%d healthy of %d voters: a move begins only when every voter is healthy", h, n)), false
+	if h, n := o.HealthyVoters(), o.Voters(); h < n || n < 2 {
+		return refuse(ReasonWouldLoseQuorum, fmt.Sprintf("%d healthy of %d voters: a move begins only when every voter is healthy, in a cluster of two or more", h, n)), false
 	}
 	return Decision{}, true
 }

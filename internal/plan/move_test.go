@@ -81,7 +81,10 @@ func answered(result string, thisAsk bool) func(*MoveInput) {
 }
 
 func TestDecideMoveAsksThenWaitsThenRetires(t *testing.T) {
-	for _, n := range []int{1, 3, 5} {
+	if d := DecideMove(moveIn(1)); d.Action != Refuse || d.Reason != ReasonWouldLoseQuorum {
+		t.Fatalf("one-member cluster: %s/%s (%s), want a refusal", d.Action, d.Reason, d.Detail)
+	}
+	for _, n := range []int{2, 3, 5} {
 		if d := DecideMove(moveIn(n)); d.Action != MoveRelay || d.MemberID != id(1) {
 			t.Fatalf("n=%d: %s/%s (%s), want %s for %x", n, d.Action, d.Reason, d.Detail, MoveRelay, id(1))
 		}
@@ -165,7 +168,10 @@ func moveInRequest(s *spec) { s.in.Request = &Request{Action: ActionMoveIn, Repl
 func withStore(c *Config) { c.SnapshotStore = true }
 
 func TestMoveInBeginsOnlyForANewMemberWithEveryVoterHealthy(t *testing.T) {
-	for _, n := range []int{1, 3, 5} {
+	if d := Decide(cluster(1, 1, local(localGone), moveInRequest, cfg(withStore))); d.Action != Refuse || d.Reason != ReasonWouldLoseQuorum {
+		t.Fatalf("one-member cluster: %s/%s (%s), want a refusal", d.Action, d.Reason, d.Detail)
+	}
+	for _, n := range []int{2, 3, 5} {
 		if d := Decide(cluster(n, n, local(localGone), moveInRequest, cfg(withStore))); d.Action != Begin {
 			t.Fatalf("n=%d: %s/%s (%s), want begin", n, d.Action, d.Reason, d.Detail)
 		}

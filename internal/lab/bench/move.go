@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"path/filepath"
+	"slices"
 	"text/tabwriter"
 	"time"
 
@@ -38,16 +39,26 @@ type Moves struct {
 // snapshot store: each run adds a node with a new member's manifest and
 // moves the member last moved (node2 first) there.
 func Move(ctx context.Context, o Options) ([]MoveRow, error) {
+	modes := o.Modes
+	if len(modes) == 0 {
+		modes = []string{"seed", "raft"}
+	}
 	var rows []MoveRow
 	for i, size := range o.Sizes {
-		lo := o.Lab
-		lo.Dir = filepath.Join(o.Lab.Dir, fmt.Sprintf("move-%d", i))
-		lo.Agents, lo.SnapshotStore = true, lab.SnapshotStoreFile
-		lo.AgentArgs = append(lo.AgentArgs, "--grace-period=1h")
-		fmt.Fprintf(o.Out, "== %s: lab up, filling the db ...\n", human(size))
-		row, err := moveOne(ctx, lo, size, max(1, o.Runs), o.Modes, o.Out)
-		if err != nil {
-			return rows, fmt.Errorf("%s: %w", human(size), err)
+		row := MoveRow{Modes: modes, Moves: map[string]*Moves{}}
+		for _, mode := range modes {
+			// A lab per mode: a moved-away node's agent has no member, so
+			// the agents cannot all be restarted with another mode.
+			lo := o.Lab
+			lo.Dir = filepath.Join(o.Lab.Dir, fmt.Sprintf("move-%d-%s", i, mode))
+			lo.Agents, lo.SnapshotStore = true, lab.SnapshotStoreFile
+			lo.AgentArgs = append(slices.Clone(lo.AgentArgs), "--grace-period=1h", "--rejoin-mode="+mode)
+			fmt.Fprintf(o.Out, "== %s, %s: lab up, filling the db ...\n", human(size), mode)
+			m, dbBytes, err := moveOne(ctx, lo, size, max(1, o.Runs), mode, o.Out)
+			if err != nil {
+				return rows, fmt.Errorf("%s %s: %w", human(size), mode, err)
+			}
+			row.Moves[mode], row.DBBytes = m, dbBytes
 		}
 		rows = append(rows, row)
 	}
@@ -55,99 +66,90 @@ func Move(ctx context.Context, o Options) ([]MoveRow, error) {
 	return rows, nil
 }
 
-func moveOne(ctx context.Context, lo lab.Options, size int64, runs int, modes []string, out io.Writer) (MoveRow, error) {
-	if len(modes) == 0 {
-		modes = []string{"seed", "raft"}
-	}
-	row := MoveRow{Modes: modes, Moves: map[string]*Moves{}}
+func moveOne(ctx context.Context, lo lab.Options, size int64, runs int, mode string, out io.Writer) (*Moves, int64, error) {
+	m := &Moves{}
+	var dbBytes int64
 	l, err := lab.Up(ctx, lo)
 	if l != nil {
 		defer l.Down(context.Background())
 	}
 	if err != nil {
-		return row, err
+		return m, dbBytes, err
 	}
 	cli, err := l.EtcdClient()
 	if err != nil {
-		return row, err
+		return m, dbBytes, err
 	}
 	defer cli.Close()
 	if err := fill(ctx, cli, size); err != nil {
-		return row, err
+		return m, dbBytes, err
 	}
 	st, err := cli.Status(ctx, l.Spec.Nodes[0].ClientURL)
 	if err != nil {
-		return row, err
+		return m, dbBytes, err
 	}
-	row.DBBytes = st.DbSize
+	dbBytes = st.DbSize
 	kc, err := l.KubeClient()
 	if err != nil {
-		return row, err
+		return m, dbBytes, err
 	}
 	w, err := invariant.StartWriter(ctx, kc, nil, 50*time.Millisecond)
 	if err != nil {
-		return row, err
+		return m, dbBytes, err
 	}
 	defer w.Stop()
 	from := "node2"
-	for _, mode := range modes {
-		if err := l.RestartAgents(ctx, "--rejoin-mode="+mode); err != nil {
-			return row, err
+	for r := 1; r <= runs; r++ {
+		snapsBefore, err := l.SnapshotsSent(ctx) // before the new member is in the lab's spec (it serves only once moved)
+		if err != nil {
+			return m, dbBytes, err
 		}
-		m := &Moves{}
-		row.Moves[mode] = m
-		for r := 1; r <= runs; r++ {
-			n, err := l.AddNode(ctx)
-			if err != nil {
-				return row, err
-			}
-			if _, err := l.PlaceNewMember(n.Name); err != nil {
-				return row, err
-			}
-			fmt.Fprintf(out, "   run %d/%d (%s): move %s to %s ...\n", r, runs, mode, from, n.Name)
-			snapsBefore, err := l.SnapshotsSent(ctx)
-			if err != nil {
-				return row, err
-			}
-			mid := w.Snapshot()
-			t0 := time.Now()
-			lr, err := nodereport.RequestMove(ctx, kc, from, n.Name, false, 30*time.Minute)
-			if err != nil {
-				return row, err
-			}
-			if lr.Result != nodereport.ResultSucceeded {
-				return row, fmt.Errorf("move %s to %s: %s %s %s", from, n.Name, lr.Result, lr.Reason, lr.Message)
-			}
-			m.Total = append(m.Total, time.Since(t0))
-			end := w.Snapshot()
-			if err := l.MemberMovedAway(from); err != nil {
-				return row, err
-			}
-			rec, ok, err := journal.Load(n.StateDir, n.Name)
-			if err != nil || !ok {
-				return row, fmt.Errorf("%s's journal: %v", n.Name, err)
-			}
-			m.ToPromoted = append(m.ToPromoted, rec.PhaseTimes[journal.PhasePromoted].Sub(t0))
-			sent, err := l.BytesSentTo(ctx, uint64(rec.NewMemberID))
-			if err != nil {
-				return row, err
-			}
-			m.ToLearner = append(m.ToLearner, sent)
-			snapsAfter, err := l.SnapshotsSent(ctx)
-			if err != nil {
-				return row, err
-			}
-			// The moved member's counter left with it; never below zero.
-			m.LeaderSnap += max(0, snapsAfter-snapsBefore)
-			m.lat = append(m.lat, end.APILatencies[len(mid.APILatencies):]...)
-			m.Attempted += end.APIAttempted - mid.APIAttempted
-			m.APIFailed += end.APIFailed - mid.APIFailed
-			fmt.Fprintf(out, "   moved in %s (promoted at %s), %s sent to the new member\n", m.Total[len(m.Total)-1].Round(time.Millisecond),
-				m.ToPromoted[len(m.ToPromoted)-1].Round(time.Millisecond), human(int64(sent)))
-			from = n.Name
+		n, err := l.AddNode(ctx)
+		if err != nil {
+			return m, dbBytes, err
 		}
+		if _, err := l.PlaceNewMember(n.Name); err != nil {
+			return m, dbBytes, err
+		}
+		fmt.Fprintf(out, "   run %d/%d (%s): move %s to %s ...\n", r, runs, mode, from, n.Name)
+		mid := w.Snapshot()
+		t0 := time.Now()
+		lr, err := nodereport.RequestMove(ctx, kc, from, n.Name, false, 30*time.Minute)
+		if err != nil {
+			return m, dbBytes, err
+		}
+		if lr.Result != nodereport.ResultSucceeded {
+			return m, dbBytes, fmt.Errorf("move %s to %s: %s %s %s", from, n.Name, lr.Result, lr.Reason, lr.Message)
+		}
+		m.Total = append(m.Total, time.Since(t0))
+		end := w.Snapshot()
+		if err := l.MemberMovedAway(from); err != nil {
+			return m, dbBytes, err
+		}
+		rec, ok, err := journal.Load(n.StateDir, n.Name)
+		if err != nil || !ok {
+			return m, dbBytes, fmt.Errorf("%s's journal: %v", n.Name, err)
+		}
+		m.ToPromoted = append(m.ToPromoted, rec.PhaseTimes[journal.PhasePromoted].Sub(t0))
+		sent, err := l.BytesSentTo(ctx, uint64(rec.NewMemberID))
+		if err != nil {
+			return m, dbBytes, err
+		}
+		m.ToLearner = append(m.ToLearner, sent)
+		snapsAfter, err := l.SnapshotsSent(ctx)
+		if err != nil {
+			return m, dbBytes, err
+		}
+		// The moved member's counter left with it; never below zero.
+		m.LeaderSnap += max(0, snapsAfter-snapsBefore)
+		m.lat = append(m.lat, end.APILatencies[len(mid.APILatencies):]...)
+		m.Attempted += end.APIAttempted - mid.APIAttempted
+		m.APIFailed += end.APIFailed - mid.APIFailed
+		fmt.Fprintf(out, "   moved in %s (promoted at %s), %s sent to the new member\n", m.Total[len(m.Total)-1].Round(time.Millisecond),
+			m.ToPromoted[len(m.ToPromoted)-1].Round(time.Millisecond), human(int64(sent)))
+		from = n.Name
 	}
-	return row, nil
+	return m, dbBytes, nil
 }
 
 // PrintMoves writes the move table.
