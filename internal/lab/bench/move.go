@@ -167,5 +167,5 @@ func PrintMoves(w io.Writer, rows []MoveRow) {
 		}
 	}
 	tw.Flush()
-	fmt.Fprintln(w, "(move total: request to the old member removed; durations median [min-max]; sent to new member: median bytes the members sent it over raft; seed: its data dir built from a follower's snapshot, raft: the leader sends a raft snapshot)")
+	fmt.Fprintln(w, "(move total: request to the old member removed; durations median [min-max]; sent to new member: median bytes the members sent it over raft; seed: its data dir built from the move's snapshot in the store (taken before the add), raft: the leader sends a raft snapshot)")
 }
