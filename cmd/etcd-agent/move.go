@@ -1,8 +1,6 @@
 package main
 
 import (
-	"encoding/json"
-	"fmt"
 	"time"
 
 	"github.com/etcd-agent/etcd-agent/internal/agent"
@@ -39,15 +37,7 @@ Exit 0 moved (or planned, with --dry-run), 1 failed, 2 refused.`,
 			if err != nil {
 				return err
 			}
-			b, _ := json.MarshalIndent(lr, "", "  ")
-			fmt.Fprintln(cmd.OutOrStdout(), string(b))
-			switch {
-			case lr.Result == nodereport.ResultSucceeded, dryRun && lr.Reason == "dry-run":
-				return nil
-			case lr.Result == nodereport.ResultRefused:
-				return recoverExit(2)
-			}
-			return recoverExit(1)
+			return printAnswer(cmd, lr, dryRun)
 		},
 	}
 	cmd.Flags().StringVar(&target, "to", "", "the node to move the member to")

@@ -10,6 +10,21 @@ import (
 	"github.com/spf13/cobra"
 )
 
+// printAnswer prints the agent's answer (last-recovery) and returns the
+// exit code it means: 0 done (or planned, for a dry run), 1 failed, 2
+// refused.
+func printAnswer(cmd *cobra.Command, lr nodereport.LastRecovery, dryRun bool) error {
+	b, _ := json.MarshalIndent(lr, "", "  ")
+	fmt.Fprintln(cmd.OutOrStdout(), string(b))
+	switch {
+	case lr.Result == nodereport.ResultSucceeded, dryRun && lr.Reason == "dry-run":
+		return nil
+	case lr.Result == nodereport.ResultRefused:
+		return recoverExit(2)
+	}
+	return recoverExit(1)
+}
+
 // recoverExit is recover's exit code for a refused (2) or failed (1) recovery.
 type recoverExit int
 
@@ -37,15 +52,7 @@ etcd-agent.io/last-recovery and prints it. Exit 0 succeeded (or planned, with
 			if err != nil {
 				return err
 			}
-			b, _ := json.MarshalIndent(lr, "", "  ")
-			fmt.Fprintln(cmd.OutOrStdout(), string(b))
-			switch {
-			case lr.Result == nodereport.ResultSucceeded, dryRun && lr.Reason == "dry-run":
-				return nil
-			case lr.Result == nodereport.ResultRefused:
-				return recoverExit(2)
-			}
-			return recoverExit(1)
+			return printAnswer(cmd, lr, dryRun)
 		},
 	}
 	cmd.Flags().StringVar(&c.NodeName, "node-name", "", "this Kubernetes node's name (default $NODE_NAME)")
