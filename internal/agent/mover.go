@@ -29,20 +29,33 @@ import (
 // move's (plan.MoveInput.AskedAt).
 const moveFile = "move.json"
 
+// moveCallTimeout bounds the mover's API calls of one look (a move under
+// way; the observation loop waits for them); moveBackoff spaces the looks
+// after the API did not answer.
+const (
+	moveCallTimeout = 5 * time.Second
+	moveBackoff     = 30 * time.Second
+)
+
 // mover is the source's side of a move (plan.DecideMove): it reads the
 // move-to annotation on its Node, asks the target's agent, waits for its
 // member to become a voter, then has the healer stop and remove the local
 // member (a move-out, under the Lease). Every API call is bounded; a wait
 // is a poll of the next observation, never a block.
 type mover struct {
-	kc        kubernetes.Interface
-	node      string
-	stateDir  string
-	store     string // --snapshot-store URL ("" none)
-	timeout   time.Duration
-	log       *zap.Logger
-	rep       *nodereport.Reporter
-	dryRun    bool // --dry-run: plans only, never asks
+	kc       kubernetes.Interface
+	node     string
+	stateDir string
+	store    string // --snapshot-store URL ("" none)
+	timeout  time.Duration
+	log      *zap.Logger
+	rep      *nodereport.Reporter
+	dryRun   bool // --dry-run: plans only, never asks
+	// requested says, from the agent's watch of its Node, whether it
+	// carries a move-to: without one (and no move of ours under way) the
+	// mover asks the API nothing, so a slow API never holds up the loop.
+	requested func() bool
+	notBefore time.Time // no look before (after an API error)
 	lastWhy   string
 	openStore func(ctx context.Context, url string) (*snapshotstore.Store, error)
 }
@@ -56,11 +69,17 @@ type moveState struct {
 // consider runs one step of a requested move; retired says the member is
 // gone from this node (the move-out succeeded).
 func (mv *mover) consider(ctx context.Context, r memberstate.Result, h *heal.Healer) (retired bool) {
-	actx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	if time.Now().Before(mv.notBefore) || mv.requested != nil && !mv.requested() && mv.loadState().Target == "" {
+		return false
+	}
+	actx, cancel := context.WithTimeout(ctx, moveCallTimeout)
 	defer cancel()
 	self, err := mv.kc.CoreV1().Nodes().Get(actx, mv.node, metav1.GetOptions{})
 	if err != nil {
-		mv.say("cannot read this Node for a move request", zap.Error(err))
+		// The API is away: look again later, not at every poll (each look
+		// holds the observation loop up to moveCallTimeout).
+		mv.notBefore = time.Now().Add(moveBackoff)
+		mv.say("cannot read this Node for a move request; looking again later", zap.Duration("in", moveBackoff), zap.Error(err))
 		return false
 	}
 	target, requested := self.Annotations[nodereport.AnnotationMoveTo]
@@ -209,7 +228,7 @@ func (mv *mover) answer(ctx context.Context, st moveState, lr nodereport.LastRec
 // end clears the move: our ask on the target (if still there), the
 // trigger on our Node, the state file.
 func (mv *mover) end(ctx context.Context, st moveState) {
-	actx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	actx, cancel := context.WithTimeout(ctx, moveCallTimeout)
 	defer cancel()
 	mv.withdraw(actx, st)
 	if mv.rep != nil {

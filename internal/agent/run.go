@@ -23,6 +23,7 @@ import (
 	"github.com/etcd-agent/etcd-agent/internal/watchdog"
 	"github.com/etcd-agent/etcd-agent/metrics"
 	"go.uber.org/zap"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 )
@@ -130,6 +131,8 @@ func runMember(ctx context.Context, c Config, id watchdog.Identity, env memberEn
 		m.EndpointsFileErrors.WithLabelValues(id.Name).Inc()
 	}
 	nodeRep, requests, still := env.podReporter, env.requests, env.stillRequested
+	var moveTo atomic.Value // the Node's move-to annotation, from the watch ("" none)
+	moveTo.Store("")
 	if kc != nil && c.NodeName != "" && env.node {
 		nodeRep = nodereport.NewReporter(kc, c.NodeName, "etcd-agent", log)
 		defer nodeRep.Shutdown()
@@ -138,7 +141,12 @@ func runMember(ctx context.Context, c Config, id watchdog.Identity, env memberEn
 		requests = ch
 		still = func(ctx context.Context) bool { return stillRequested(ctx, kc, c.NodeName) }
 		go func() {
-			err := nodereport.WatchRequests(ctx, kc, c.NodeName, func(r nodereport.Request, err error) {
+			err := nodereport.WatchNode(ctx, kc, c.NodeName, func(n *corev1.Node) {
+				moveTo.Store(n.Annotations[nodereport.AnnotationMoveTo])
+				r, ok, err := nodereport.ParseRequest(n.Annotations)
+				if !ok {
+					return
+				}
 				select {
 				case ch <- request{req: r, err: err}:
 				default: // one pending request is enough; the annotation stays until handled
@@ -169,7 +177,7 @@ func runMember(ctx context.Context, c Config, id watchdog.Identity, env memberEn
 	var mv *mover
 	if env.node && kc != nil && c.NodeName != "" {
 		mv = &mover{kc: kc, node: c.NodeName, stateDir: c.StateDir, store: c.SnapshotStore, timeout: 2 * c.RecoveryTimeout,
-			log: log, rep: nodeRep, dryRun: c.DryRun}
+			log: log, rep: nodeRep, dryRun: c.DryRun, requested: func() bool { return moveTo.Load().(string) != "" }}
 	}
 	var moveAt time.Time
 	runCtx, stopRun := context.WithCancel(ctx)

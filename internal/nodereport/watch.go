@@ -24,6 +24,18 @@ import (
 // resourceVersion (an informer resync or relist repeats objects), and calls
 // are sequential; a slow onRequest delays the next one.
 func WatchRequests(ctx context.Context, kc kubernetes.Interface, nodeName string, onRequest func(req Request, err error)) error {
+	return WatchNode(ctx, kc, nodeName, func(n *corev1.Node) {
+		if req, ok, err := ParseRequest(n.Annotations); ok {
+			onRequest(req, err)
+		}
+	})
+}
+
+// WatchNode watches this one Node and calls onNode for each add or update,
+// once per resourceVersion, sequentially, until ctx ends (the informer
+// retries API errors by itself). The agent learns of its requests (and of
+// a move's) here, without asking the API from its observation loop.
+func WatchNode(ctx context.Context, kc kubernetes.Interface, nodeName string, onNode func(n *corev1.Node)) error {
 	if nodeName == "" {
 		return errors.New("watch node requests: node name is empty")
 	}
@@ -46,9 +58,7 @@ func WatchRequests(ctx context.Context, kc kubernetes.Interface, nodeName string
 			return
 		}
 		lastRV = n.ResourceVersion
-		if req, ok, err := ParseRequest(n.Annotations); ok {
-			onRequest(req, err)
-		}
+		onNode(n)
 	}
 	if _, err := informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    deliver,
