@@ -399,7 +399,7 @@ func (h *Healer) neverAMember(ctx context.Context, o observation.Observation) bo
 	seen, err := h.cfg.PinnedAnywhere(cctx)
 	if err != nil {
 		h.log.Debug("could not read the nodes' records of the member; it waits as never a member", zap.Error(err))
-		return true
+		seen = false // asked again after neverAMemberRecheck, not at every poll
 	}
 	h.never, h.neverAt = !seen, h.now()
 	return h.never
