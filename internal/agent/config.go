@@ -101,6 +101,10 @@ type Config struct {
 	podRuntime memberruntime.Runtime
 	// probeSlots bounds how many members are probed at once (runPods).
 	probeSlots chan struct{}
+	// claims frees a pod member's claim for its move; storeSeed is the
+	// stored snapshot a move named on its PV (set per member by runPods).
+	claims    heal.ClaimMover
+	storeSeed *heal.StoreSeed
 	// backups uploads pre-change backups (Run, with a snapshot store).
 	backups heal.BackupSink
 	// ProbeWorkers: with --member-source=pods, how many members may be

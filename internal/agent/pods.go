@@ -174,7 +174,7 @@ func (p *podMembers) reconcile(ctx context.Context) {
 			continue // going: its successor is read when it comes
 		}
 		if w != nil {
-			if req, ok, err := nodereport.ParseRequest(pod.Annotations); ok {
+			if req, ok, err := nodereport.ParsePodRequest(pod.Annotations); ok {
 				select {
 				case w.requests <- request{req: req, err: err}:
 				default: // one pending request is enough; the annotation stays until handled
@@ -332,6 +332,13 @@ func (p *podMembers) start(ctx context.Context, member membersource.PodMember) {
 	urls := append([]string{member.Identity.ClientURL}, member.Identity.PeerURLs...)
 	c.podRuntime = memberruntime.NewPod(member.Key, podDeleter{kc: p.kc, ns: member.Namespace, name: member.Name, node: p.c.NodeName}, stateDir,
 		func() error { return p.stoppable(w.current(), stateDir) }, urls, member.Identity.DataDir, c.Log, memberruntime.StopTimeout(c.StopTimeout))
+	c.claims = podClaims{kc: p.kc, node: p.c.NodeName, cur: w.current, ungated: func() error { return p.stoppable(w.current(), stateDir) },
+		openStore: c.openStore()}
+	seed, err := storeSeedOf(member)
+	if err != nil {
+		c.Log.Warn("the member's PV names a move's snapshot that cannot be read; its learner is seeded as any other", zap.Error(err))
+	}
+	c.storeSeed = seed
 	podRep := nodereport.NewPodReporter(p.kc, member.Namespace, member.Name, p.c.NodeName, "etcd-agent", c.Log)
 	env := memberEnv{metrics: p.m.ForCluster(member.Cluster), ready: p.ready, kc: p.kc, metricsAddr: p.metricsAddr,
 		gateWrapped: func() bool { return gatedOn(w.current(), stateDir) == nil },
@@ -369,7 +376,7 @@ func podStillRequested(ctx context.Context, kc kubernetes.Interface, ns, name st
 	if err != nil {
 		return false
 	}
-	_, ok, _ := nodereport.ParseRequest(p.Annotations)
+	_, ok, _ := nodereport.ParsePodRequest(p.Annotations)
 	return ok
 }
 

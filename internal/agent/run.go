@@ -210,7 +210,7 @@ func runMember(ctx context.Context, c Config, id watchdog.Identity, env memberEn
 					return
 				}
 			}
-			req = &plan.Request{Action: pending.req.Action, DryRun: pending.req.DryRun, Replaces: pending.req.Replaces, MoveFrom: pending.req.From}
+			req = &plan.Request{Action: pending.req.Action, DryRun: pending.req.DryRun, Replaces: pending.req.Replaces, MoveFrom: pending.req.From, Target: pending.req.Target}
 			log.Info("manual recovery requested", zap.String("action", req.Action), zap.Bool("dryRun", req.DryRun))
 		default:
 		}

@@ -112,6 +112,12 @@ type Config struct {
 	// member (nodereport.MemberPinnedAnywhere); nil: never asked, and a
 	// member not in the list is healed as before.
 	PinnedAnywhere func(ctx context.Context) (bool, error)
+	// Claims, for a pod member, reads and frees its claim for a move
+	// (plan.ActionMoveAway); nil: no pod moves.
+	Claims ClaimMover
+	// StoreSeed, for a pod member whose PV a move reserved, is the stored
+	// snapshot its learner is seeded from (nil: none).
+	StoreSeed *StoreSeed
 }
 
 // BackupSink takes a verified snapshot to keep in the snapshot store
@@ -373,6 +379,7 @@ func (h *Healer) decide(ctx context.Context, res memberstate.Result, req *plan.R
 	if !j.Active() {
 		in := h.baseInput(res, req, j)
 		in.NeverAMember = h.neverAMember(ctx, res.Observation)
+		h.claimFacts(ctx, &in, req, j)
 		in.APIAvailable = true // optimistic; checked below if it matters
 		in.LeaseFreeSince = time.Unix(0, 0)
 		d := plan.Decide(in, h.cfg.Plan)
@@ -415,6 +422,7 @@ func (h *Healer) input(ctx context.Context, res memberstate.Result, req *plan.Re
 	if !j.Active() {
 		in.NeverAMember = h.neverAMember(ctx, res.Observation)
 	}
+	h.claimFacts(ctx, &in, req, j)
 	l, err := h.leaseOf(res.Observation.ClusterID)
 	if err != nil || l == nil {
 		h.leaseFreeSince = time.Time{} // no look: a break in "free at every look"

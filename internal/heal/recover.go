@@ -92,7 +92,7 @@ func (h *Healer) recover(parent context.Context, first memberstate.Result, req *
 			}
 			return h.fail(ctx, &j, d, fmt.Errorf("learner %s stalled: %s", fmtID(d.MemberID), d.Detail))
 		}
-		err := h.runStep(ctx, d, func(ctx context.Context) error { return h.step(ctx, res, req, &j, d) })
+		err := h.runStep(ctx, d, func(ctx context.Context) error { return h.step(ctx, res, req, &j, d, in.Claim) })
 		if parent.Err() != nil {
 			keepLease = stopInFlight(j)
 			return h.shutdown(&j, d, keepLease)
@@ -165,7 +165,7 @@ func stopInFlight(j record.Record) bool {
 }
 
 // step carries out one decision and records it in the journal.
-func (h *Healer) step(ctx context.Context, res memberstate.Result, req *plan.Request, j *journal.Record, d plan.Decision) error {
+func (h *Healer) step(ctx context.Context, res memberstate.Result, req *plan.Request, j *journal.Record, d plan.Decision, claim *plan.ClaimFacts) error {
 	now := h.now().UTC()
 	switch d.Action {
 	case plan.Begin:
@@ -216,6 +216,8 @@ func (h *Healer) step(ctx context.Context, res memberstate.Result, req *plan.Req
 		return h.promote(ctx, res, j, d.MemberID)
 	case plan.Verify:
 		return h.verifyStep(ctx, res, j)
+	case plan.StewardRetainPV, plan.ReservePV, plan.StewardDeletePVC, plan.ReleasePod:
+		return h.claimStep(ctx, claim, j, d)
 	case plan.Nothing:
 		return nil
 	}
@@ -230,6 +232,7 @@ func (h *Healer) begin(ctx context.Context, res memberstate.Result, req *plan.Re
 	}
 	resumed := j.Active()
 	if !resumed {
+		firstOnClaim := j.ID == "" // no earlier recovery of this member's state dir
 		now := h.now().UTC()
 		*j = journal.Record{ID: strconv.FormatInt(now.UnixNano(), 36), Member: h.cfg.Member, Node: h.cfg.Node,
 			Request: requestName(req), StartedAt: now, PeerURLs: h.cfg.PeerURLs,
@@ -240,6 +243,12 @@ func (h *Healer) begin(ctx context.Context, res memberstate.Result, req *plan.Re
 		if req != nil {
 			j.MoveTarget, j.MoveFrom = req.Target, req.MoveFrom
 			j.MoveMemberID = journal.MemberID(max(req.Replaces, req.Replacement)) // one of them is set, by action
+		}
+		if s := h.cfg.StoreSeed; s != nil && firstOnClaim && j.Request != plan.ActionMoveAway {
+			// The pod move's stored snapshot seeds the first rejoin on the
+			// PV it reserved, and no later one: an older snapshot has more
+			// membership changes to replay than the move's own removal.
+			j.StoreKey, j.MoveFrom = s.Key, s.From
 		}
 	}
 	info := lease.Info{Target: h.cfg.Member, Phase: string(j.Phase), StartedAt: j.StartedAt}

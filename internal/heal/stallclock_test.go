@@ -33,7 +33,7 @@ func TestLearnerStallClockStartsWhenTheMemberHasStarted(t *testing.T) {
 				j.Advance(journal.PhaseLearnerAdded, clock)
 				j.Advance(journal.PhasePrepared, clock)
 			}
-			if err := r.h.step(context.Background(), cluster3(memberstate.Lost, 2, 3), nil, &j, d); err != nil {
+			if err := r.h.step(context.Background(), cluster3(memberstate.Lost, 2, 3), nil, &j, d, nil); err != nil {
 				t.Fatal(err)
 			}
 			if r.rt.starts != 1 {

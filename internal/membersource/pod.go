@@ -10,6 +10,7 @@ package membersource
 import (
 	"errors"
 	"fmt"
+	"github.com/etcd-agent/etcd-agent/internal/nodereport"
 	"path"
 	"path/filepath"
 	"slices"
@@ -73,6 +74,9 @@ type PodMember struct {
 	// CSI volume, mounted under the kubelet's pods dir): it moves when the
 	// pod is re-created.
 	DataDirPerPod bool
+	// MoveSeed is the PV's etcd-agent.io/move-seed: a pod move reserved it
+	// and names the stored snapshot its learner is seeded from.
+	MoveSeed string
 }
 
 // FromPod reads pod as a member. kubeletPodsDir "" is DefaultKubeletPodsDir.
@@ -99,7 +103,7 @@ func FromPod(pod *corev1.Pod, vols Volumes, kubeletPodsDir string) (PodMember, e
 	if err != nil {
 		return pm, fmt.Errorf("pod %s: the data dir %s: %w", pm.Key, m.DataDir, err)
 	}
-	pm.PVC, pm.PV, pm.PVCUID, pm.DataDirPerPod = vol.pvc, vol.pv, vol.pvcUID, vol.perPod
+	pm.PVC, pm.PV, pm.PVCUID, pm.DataDirPerPod, pm.MoveSeed = vol.pvc, vol.pv, vol.pvcUID, vol.perPod, vol.moveSeed
 	pm.Identity = watchdog.Identity{Name: m.Name, DataDir: dataDir, ClientURL: m.ClientURLs[0], PeerURLs: m.PeerURLs}
 	if eps, ok := manifest.GateFlag(argv, "endpoints"); ok {
 		pm.Endpoints = manifest.SplitURLs(eps)
@@ -185,6 +189,9 @@ type volumeRef struct {
 	pvc, pv string
 	pvcUID  types.UID
 	perPod  bool // under the kubelet's pods dir, by pod UID
+	// moveSeed: the PV's nodereport.AnnotationMoveSeed (a pod move
+	// reserved it).
+	moveSeed string
 }
 
 // hostPath maps a path inside the etcd container to the node through the
@@ -243,6 +250,7 @@ func (r resolver) volumeRoot(v corev1.Volume) (string, volumeRef, error) {
 	if err != nil {
 		return "", ref, fmt.Errorf("PV %s: %w", ref.pv, err)
 	}
+	ref.moveSeed = pv.Annotations[nodereport.AnnotationMoveSeed]
 	switch {
 	case pv.Spec.Local != nil:
 		return pv.Spec.Local.Path, ref, nil

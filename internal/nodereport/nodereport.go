@@ -125,6 +125,8 @@ type Request struct {
 	// it names.
 	From     string
 	Replaces uint64
+	// Target (ActionMoveAway) is the node a pod member moves to.
+	Target string
 }
 
 // ParseRequest reads the trigger annotations. ok is false when there is no

@@ -156,6 +156,9 @@ func (r *Reporter) SetStatus(ctx context.Context, status string) error {
 // conditional on the Node's resourceVersion and retried on conflict, so it
 // never writes a Node it has not just read.
 func (r *Reporter) ClearRequest(ctx context.Context) error {
+	if r.pod != "" { // a pod's move-to is its request too
+		return r.clear(ctx, AnnotationRecover, AnnotationRecoverDryRun, AnnotationMoveFrom, AnnotationMoveTo)
+	}
 	return r.clear(ctx, AnnotationRecover, AnnotationRecoverDryRun, AnnotationMoveFrom)
 }
 

@@ -47,6 +47,31 @@ func WithLearner(peerURLs []string) BuildOption {
 	return func(o *buildOptions) { o.learnerPeerURLs = slices.Clone(peerURLs) }
 }
 
+// WithoutMember lets the db predate a member's removal as well (a pod
+// move's stored snapshot: taken, then the moved member removed, then the
+// learner added): the member id is removed from the copy's membership and
+// ConfState, and recorded as removed, exactly as its removal leaves them.
+// etcd then applies the removal's entry from the leader's log as a change
+// it already has (validation answers "ID removed"; applied as a no-op with
+// the consistent index moved on), as for WithLearner's add. Only with
+// WithLearner, and only for another member than the learner.
+func WithoutMember(id uint64) BuildOption {
+	return func(o *buildOptions) { o.removed = id }
+}
+
+// writeRemoval removes member id from the db's membership and stored
+// ConfState (WithoutMember), as its removal will leave them, and commits.
+func writeRemoval(be backend.Backend, cl *membership.RaftCluster, id uint64, lg *zap.Logger) {
+	cl.RemoveMember(types.ID(id), membership.ApplyBoth)
+	cs := confStateOf(cl.Members())
+	tx := be.BatchTx()
+	tx.LockOutsideApply()
+	schema.MustUnsafeSaveConfStateToBackend(lg, tx, &cs)
+	tx.Unlock()
+	be.ForceCommit()
+	lg.Info("member removed from the snapshot's membership (the snapshot predates its removal)", zap.String("member-id", types.ID(id).String()))
+}
+
 // confStateOf is the raft ConfState of a membership (sorted).
 func confStateOf(members []*membership.Member) raftpb.ConfState {
 	var cs raftpb.ConfState

@@ -158,6 +158,8 @@ type buildOptions struct {
 	learnerPeerURLs []string
 	// expect: ExpectMembership's (nil: not compared).
 	expect []ExpectedMember
+	// removed: WithoutMember's (0: none).
+	removed uint64
 }
 
 // MoveDB moves the db at dbPath into the data dir instead of copying it,
@@ -312,7 +314,7 @@ func buildInto(dir, dbPath string, src SeedSource, newID, clusterID uint64, o bu
 	if _, _, err := VerifyDB(db); err != nil {
 		return SeedInfo{}, fmt.Errorf("%w: %w", ErrSeedCorruptDB, err)
 	}
-	state, err := readSeedDB(db, newID, o.learnerPeerURLs, lg)
+	state, err := readSeedDB(db, newID, o.learnerPeerURLs, o.removed, lg)
 	if err != nil {
 		return SeedInfo{}, err
 	}
@@ -372,7 +374,7 @@ type seedDB struct {
 // readSeedDB reads the consistent index, term, ConfState and membership
 // from the db at path (our copy: etcd's backend opens it read-write, as
 // etcd itself will) and checks them against the learner newID.
-func readSeedDB(path string, newID uint64, learnerPeerURLs []string, lg *zap.Logger) (s seedDB, err error) {
+func readSeedDB(path string, newID uint64, learnerPeerURLs []string, removed uint64, lg *zap.Logger) (s seedDB, err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			err = fmt.Errorf("%w: reading %s: etcd panicked: %v", ErrSeedCorruptDB, path, p)
@@ -400,6 +402,9 @@ func readSeedDB(path string, newID uint64, learnerPeerURLs []string, lg *zap.Log
 	if m == nil && learnerPeerURLs != nil && !cl.IsIDRemoved(types.ID(newID)) {
 		if stored == nil || !sameConfState(*stored, confStateOf(cl.Members())) {
 			return s, fmt.Errorf("%w: the db's stored ConfState does not match its membership; not writing the learner into it", ErrSeedConfStateMismatch)
+		}
+		if removed != 0 && removed != newID && cl.Member(types.ID(removed)) != nil {
+			writeRemoval(be, cl, removed, lg)
 		}
 		if m, err = writeLearner(be, cl, newID, learnerPeerURLs, lg); err != nil {
 			return s, err

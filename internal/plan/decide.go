@@ -38,13 +38,17 @@ func decideIdle(in Input, cfg Config) Decision {
 			if d, ok := checkMoveOut(in, false); !ok {
 				return d
 			}
+		case ActionMoveAway:
+			if d, ok := checkMoveAway(in, cfg); !ok {
+				return d
+			}
 		default:
 			// Rule 10: an unknown manual request never triggers a rejoin
 			// (which may stop a healthy member).
 			return refuse(ReasonBadRequest, fmt.Sprintf("unknown request %q (the only one is \"rejoin\")", in.Request.Action))
 		}
 	}
-	if j := in.Journal; in.Request == nil && j.Request == ActionMoveOut && j.Result == record.ResultSucceeded {
+	if j := in.Journal; in.Request == nil && (j.Request == ActionMoveOut || j.Request == ActionMoveAway) && j.Result == record.ResultSucceeded {
 		return Decision{Action: Nothing, Reason: ReasonMovedAway, Detail: fmt.Sprintf("member %x moved to %s (recovery %s); it is not healed here unasked (etcd-agent recover adds it back as a new member)",
 			uint64(j.OldMemberID), j.MoveTarget, j.ID)}
 	}
@@ -80,10 +84,14 @@ func decideIdle(in Input, cfg Config) Decision {
 	if in.LeaseHolder != "" {
 		return refuse(ReasonLeaseHeldByOther, "the recovery Lease is held by "+in.LeaseHolder+"; one change at a time")
 	}
-	if cfg.DryRun || (in.Request != nil && in.Request.DryRun) {
-		return refuse(ReasonDryRun, "would: "+planText(o))
+	text := planText(o)
+	if in.Request != nil && in.Request.Action == ActionMoveAway {
+		text = movePlanText(o, in.Claim, in.Request.Target)
 	}
-	return Decision{Action: Begin, Detail: planText(o)}
+	if cfg.DryRun || (in.Request != nil && in.Request.DryRun) {
+		return refuse(ReasonDryRun, "would: "+text)
+	}
+	return Decision{Action: Begin, Detail: text}
 }
 
 // checkBegin applies the rules that must hold to begin (and, after the
@@ -193,6 +201,14 @@ func decideActive(in Input, cfg Config) Decision {
 					return d
 				}
 			}
+		case ActionMoveAway:
+			in.Request = &Request{Action: ActionMoveAway, Target: j.MoveTarget}
+			if j.StopAttemptedAt.IsZero() {
+				if d, ok := checkMoveAway(in, cfg); !ok {
+					d.Action = Finish
+					return d
+				}
+			}
 		}
 		if j.Request == ActionMoveOut && !j.StopAttemptedAt.IsZero() {
 			return Decision{Action: StopMember} // finish our own stop; checkMoveOut counted it
@@ -203,8 +219,11 @@ func decideActive(in Input, cfg Config) Decision {
 		}
 		return Decision{Action: StopMember}
 	}
-	if j.Request == ActionMoveOut {
+	switch j.Request {
+	case ActionMoveOut:
 		return decideMoveOut(in)
+	case ActionMoveAway:
+		return decideMoveAway(in)
 	}
 	if foreignOnly(o) {
 		return wait(ReasonForeignCluster, fmt.Sprintf("only %v answer, for another cluster than %x; waiting, nothing destructive",

@@ -101,15 +101,16 @@ func RefusalReasons() []Reason {
 		ReasonNodeReady, ReasonInGracePeriod, ReasonMemberServing, ReasonStewardNotHealthy, ReasonNotGated,
 		// A move's (DecideMove, move-in, move-out).
 		ReasonTargetNotReady, ReasonTargetHasMember, ReasonNoSnapshotStore, ReasonSnapshotStoreUnreached,
-		ReasonMemberNotHealthy, ReasonMoveFailed, ReasonMoveTimedOut}
+		ReasonMemberNotHealthy, ReasonMoveFailed, ReasonMoveTimedOut, ReasonNoFreePV}
 }
 
 // Request is a manual trigger (Node annotation or `etcd-agent recover`).
 type Request struct {
-	Action string // "rejoin", ActionMoveIn or ActionMoveOut
+	Action string // "rejoin", ActionMoveIn, ActionMoveOut or ActionMoveAway
 	DryRun bool
 	// Replaces (move-in) is the member the local one is added to replace;
-	// Target (move-out) is the name of the member that replaced ours.
+	// Target (move-out) is the name of the member that replaced ours;
+	// (move-away) the node the pod member moves to.
 	Replaces uint64
 	MoveFrom string
 	// Replacement (move-out) is the ID of the member that replaced ours,
@@ -161,6 +162,9 @@ type Input struct {
 	// clock. A learner without an entry has no clock yet and is never
 	// stranded.
 	Learners []memberstate.LearnerProgress
+	// Claim is what the API shows of a pod member's move (a move-away
+	// request or journal); nil otherwise.
+	Claim *ClaimFacts
 }
 
 // Config is the decision's tunables.

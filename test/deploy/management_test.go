@@ -93,7 +93,7 @@ func TestManagementOverlay(t *testing.T) {
 	for _, r := range reader.Rules {
 		for _, v := range r.Verbs {
 			if v != "get" && v != "list" && v != "watch" && !(v == "patch" && slices.Equal(r.Resources, []string{"persistentvolumes"})) {
-				t.Errorf("the cluster-wide role may only read (and patch PVs, for Retain): %+v", r)
+				t.Errorf("the cluster-wide role may only read (and patch PVs: Retain, a move's reservation): %+v", r)
 			}
 		}
 		if slices.Contains(r.Resources, "secrets") || slices.Contains(r.Resources, "*") {

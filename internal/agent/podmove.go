@@ -1,0 +1,235 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/etcd-agent/etcd-agent/internal/heal"
+	"github.com/etcd-agent/etcd-agent/internal/journal"
+	"github.com/etcd-agent/etcd-agent/internal/membersource"
+	"github.com/etcd-agent/etcd-agent/internal/nodereport"
+	"github.com/etcd-agent/etcd-agent/internal/plan"
+	"github.com/etcd-agent/etcd-agent/internal/snapshotstore"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+)
+
+// podClaims is heal.ClaimMover for a pod member (a StatefulSet member's
+// move, plan.ActionMoveAway): it reads the target Node, the member's claim,
+// PVs and pod, and takes the API steps the healer decided, each with a
+// precondition on what it read.
+type podClaims struct {
+	kc        kubernetes.Interface
+	node      string
+	cur       func() membersource.PodMember
+	ungated   func() error // the pod runtime's own check (stoppable)
+	openStore func(ctx context.Context) (*snapshotstore.Store, error)
+}
+
+var _ heal.ClaimMover = podClaims{}
+
+func (p podClaims) Facts(ctx context.Context, target string, j journal.Record, checkStore bool) plan.ClaimFacts {
+	f := plan.ClaimFacts{Node: p.node, Target: target}
+	if err := p.read(ctx, &f, j, checkStore); err != nil {
+		f.Err = err.Error()
+	}
+	return f
+}
+
+func (p podClaims) read(ctx context.Context, f *plan.ClaimFacts, j journal.Record, checkStore bool) error {
+	pm := p.cur()
+	if pm.PVC == "" || pm.PV == "" {
+		return fmt.Errorf("pod %s has no claim: only a member on a PVC moves", pm.Key)
+	}
+	var node *corev1.Node
+	if f.Target != "" && f.Target != p.node {
+		n, err := p.kc.CoreV1().Nodes().Get(ctx, f.Target, metav1.GetOptions{})
+		switch {
+		case apierrors.IsNotFound(err):
+		case err != nil:
+			return err
+		default:
+			node, f.TargetFound, f.TargetReady = n, true, nodeReady(n)
+		}
+	}
+	if node != nil {
+		pods, err := p.kc.CoreV1().Pods(pm.Namespace).List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + f.Target})
+		if err != nil {
+			return err
+		}
+		for _, o := range pods.Items {
+			if membersource.ClusterOf(&o) == pm.Cluster && o.DeletionTimestamp == nil {
+				f.TargetHasMember = o.Namespace + "/" + o.Name
+			}
+		}
+	}
+	if err := p.ungated(); err != nil {
+		f.Ungated = err.Error()
+	}
+	pvc, err := p.kc.CoreV1().PersistentVolumeClaims(pm.Namespace).Get(ctx, pm.PVC, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+	case err != nil:
+		return err
+	case pvc.UID == pm.PVCUID:
+		f.ClaimBound, f.ClaimDeleting = pvc.Spec.VolumeName == pm.PV, pvc.DeletionTimestamp != nil
+	}
+	old, err := p.kc.CoreV1().PersistentVolumes().Get(ctx, pm.PV, metav1.GetOptions{})
+	if err != nil {
+		return fmt.Errorf("the member's PV %s: %w", pm.PV, err)
+	}
+	f.OldPVRetained = old.Spec.PersistentVolumeReclaimPolicy == corev1.PersistentVolumeReclaimRetain
+	pvs, err := p.kc.CoreV1().PersistentVolumes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return err
+	}
+	slices.SortFunc(pvs.Items, func(a, b corev1.PersistentVolume) int { return strings.Compare(a.Name, b.Name) })
+	for i := range pvs.Items {
+		pv := &pvs.Items[i]
+		if reservedFor(pv, pm, j) {
+			f.ReservedPV = pv.Name
+		}
+		if f.FreePV == "" && node != nil && pvc != nil && pvc.UID == pm.PVCUID && freeFor(pv, pvc, f.Target, node) {
+			f.FreePV = pv.Name
+		}
+	}
+	pod, err := p.kc.CoreV1().Pods(pm.Namespace).Get(ctx, pm.Name, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+	case err != nil:
+		return err
+	default:
+		f.PodOnNode = pod.Spec.NodeName == p.node
+	}
+	if checkStore {
+		f.StoreError = p.checkStore(ctx)
+	}
+	return nil
+}
+
+// reservedFor: pv is pre-bound to the member's claim name by this move
+// (its move-seed names the recovery).
+func reservedFor(pv *corev1.PersistentVolume, pm membersource.PodMember, j journal.Record) bool {
+	r := pv.Spec.ClaimRef
+	if j.ID == "" || r == nil || r.Namespace != pm.Namespace || r.Name != pm.PVC || r.UID == pm.PVCUID {
+		return false
+	}
+	s, _, _, err := nodereport.ParseMoveSeed(pv.Annotations[nodereport.AnnotationMoveSeed])
+	return err == nil && s.Recovery == j.ID
+}
+
+// freeFor: pv, on the target node, can bind claim as the PV controller
+// would bind it: Available, unclaimed, the claim's class, at least its
+// size, its access modes and volume mode.
+func freeFor(pv *corev1.PersistentVolume, claim *corev1.PersistentVolumeClaim, target string, node *corev1.Node) bool {
+	if pv.DeletionTimestamp != nil || pv.Spec.ClaimRef != nil || pv.Status.Phase != corev1.VolumeAvailable || !pvOnNode(pv, target, node) {
+		return false
+	}
+	if class := claim.Spec.StorageClassName; class != nil && *class != pv.Spec.StorageClassName {
+		return false
+	}
+	want, have := claim.Spec.Resources.Requests[corev1.ResourceStorage], pv.Spec.Capacity[corev1.ResourceStorage]
+	if have.Cmp(want) < 0 {
+		return false
+	}
+	for _, m := range claim.Spec.AccessModes {
+		if !slices.Contains(pv.Spec.AccessModes, m) {
+			return false
+		}
+	}
+	mode := func(m *corev1.PersistentVolumeMode) corev1.PersistentVolumeMode {
+		if m == nil {
+			return corev1.PersistentVolumeFilesystem
+		}
+		return *m
+	}
+	return mode(claim.Spec.VolumeMode) == mode(pv.Spec.VolumeMode)
+}
+
+func (p podClaims) checkStore(ctx context.Context) string {
+	if p.openStore == nil {
+		return ""
+	}
+	s, err := p.openStore(ctx)
+	if err == nil {
+		defer s.Close()
+		err = s.Check(ctx)
+	}
+	if err != nil {
+		return err.Error()
+	}
+	return ""
+}
+
+func (p podClaims) Do(ctx context.Context, a plan.Action, j journal.Record, f plan.ClaimFacts) error {
+	pm := p.cur()
+	switch a {
+	case plan.StewardRetainPV:
+		patch := []byte(`{"spec":{"persistentVolumeReclaimPolicy":"Retain"}}`)
+		_, err := p.kc.CoreV1().PersistentVolumes().Patch(ctx, pm.PV, types.MergePatchType, patch, metav1.PatchOptions{})
+		return err
+	case plan.ReservePV:
+		return p.reserve(ctx, pm, j, f)
+	case plan.StewardDeletePVC:
+		uid := pm.PVCUID
+		return p.kc.CoreV1().PersistentVolumeClaims(pm.Namespace).Delete(ctx, pm.PVC, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
+	case plan.ReleasePod:
+		pod, err := p.kc.CoreV1().Pods(pm.Namespace).Get(ctx, pm.Name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if pod.Spec.NodeName != p.node {
+			return fmt.Errorf("pod %s is on node %q now, not %s: not ours to delete", pm.Key, pod.Spec.NodeName, p.node)
+		}
+		uid := pod.UID
+		return p.kc.CoreV1().Pods(pm.Namespace).Delete(ctx, pm.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
+	}
+	return fmt.Errorf("not a pod move step: %s", a)
+}
+
+// reserve pre-binds the free PV f.FreePV to the claim's name (no UID: the
+// claim the StatefulSet creates next binds it, and only it) and names the
+// stored snapshot on it; an update, so a PV claimed meanwhile is refused.
+func (p podClaims) reserve(ctx context.Context, pm membersource.PodMember, j journal.Record, f plan.ClaimFacts) error {
+	if j.StoreKey == "" || j.OldMemberID == 0 || f.ClusterID == 0 {
+		return errors.New("the move's snapshot, member or cluster is not recorded: nothing to name on the PV")
+	}
+	pv, err := p.kc.CoreV1().PersistentVolumes().Get(ctx, f.FreePV, metav1.GetOptions{})
+	if err != nil {
+		return err
+	}
+	if pv.Spec.ClaimRef != nil || pv.Status.Phase != corev1.VolumeAvailable {
+		return fmt.Errorf("PV %s is no longer free (%s, claim %v)", pv.Name, pv.Status.Phase, pv.Spec.ClaimRef)
+	}
+	seed := nodereport.MoveSeed{Recovery: j.ID, From: pm.Key + "@" + p.node, Key: j.StoreKey, SHA256: j.SnapshotSHA256, Size: j.SnapshotBytes,
+		ClusterID: strconv.FormatUint(f.ClusterID, 16), Removed: strconv.FormatUint(uint64(j.OldMemberID), 16)}
+	// A merge patch conditional on the version read: a PV claimed since is
+	// refused (409), never taken over.
+	patch, _ := json.Marshal(map[string]any{
+		"metadata": map[string]any{"resourceVersion": pv.ResourceVersion, "annotations": map[string]string{nodereport.AnnotationMoveSeed: seed.Encode()}},
+		"spec":     map[string]any{"claimRef": map[string]string{"kind": "PersistentVolumeClaim", "apiVersion": "v1", "namespace": pm.Namespace, "name": pm.PVC}},
+	})
+	_, err = p.kc.CoreV1().PersistentVolumes().Patch(ctx, pv.Name, types.MergePatchType, patch, metav1.PatchOptions{})
+	return err
+}
+
+// storeSeedOf reads a member's PV move-seed for its healer (nil: none, or
+// unreadable: the learner is then seeded as any other).
+func storeSeedOf(pm membersource.PodMember) (*heal.StoreSeed, error) {
+	if pm.MoveSeed == "" {
+		return nil, nil
+	}
+	s, cluster, removed, err := nodereport.ParseMoveSeed(pm.MoveSeed)
+	if err != nil {
+		return nil, err
+	}
+	return &heal.StoreSeed{Key: s.Key, SHA256: s.SHA256, Size: s.Size, ClusterID: cluster, Removed: removed, From: s.From}, nil
+}

@@ -1,0 +1,80 @@
+package heal
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/etcd-agent/etcd-agent/internal/journal"
+	"github.com/etcd-agent/etcd-agent/internal/plan"
+	"go.uber.org/zap"
+)
+
+// ClaimMover reads and changes, through the Kubernetes API, what a pod
+// member's move (plan.ActionMoveAway) frees: its claim, its old PV, a PV on
+// the target node, its held pod. Facts never fail: an unread fact is
+// plan.ClaimFacts.Err, which Decide waits or refuses on.
+type ClaimMover interface {
+	Facts(ctx context.Context, target string, j journal.Record, checkStore bool) plan.ClaimFacts
+	// Do takes one step (plan.StewardRetainPV, plan.ReservePV,
+	// plan.StewardDeletePVC, plan.ReleasePod) as decided on f, each API
+	// write with a precondition on what f saw.
+	Do(ctx context.Context, a plan.Action, j journal.Record, f plan.ClaimFacts) error
+}
+
+// claimFactsTimeout bounds the reads behind one look at a move's objects.
+const claimFactsTimeout = 10 * time.Second
+
+// claimFacts fills in.Claim for a move-away (a request, or an open journal).
+func (h *Healer) claimFacts(ctx context.Context, in *plan.Input, req *plan.Request, j journal.Record) {
+	if h.cfg.Claims == nil {
+		return
+	}
+	target := ""
+	switch {
+	case j.Active() && j.Request == plan.ActionMoveAway:
+		target = j.MoveTarget
+	case !j.Active() && req != nil && req.Action == plan.ActionMoveAway:
+		target = req.Target
+	default:
+		return
+	}
+	cctx, cancel := context.WithTimeout(ctx, claimFactsTimeout)
+	defer cancel()
+	// The store is asked only before anything changed: later, the move's
+	// own snapshot is what counts (its upload is a step that fails alone).
+	f := h.cfg.Claims.Facts(cctx, target, j, !j.Active() || j.StopAttemptedAt.IsZero())
+	f.ClusterID = in.Obs.ClusterID
+	in.Claim = &f
+}
+
+// claimStep takes a move-away's step on the API objects, fenced on the
+// Lease for its own timeout right before it runs.
+func (h *Healer) claimStep(ctx context.Context, claim *plan.ClaimFacts, j *journal.Record, d plan.Decision) error {
+	if claim == nil {
+		return fmt.Errorf("%s: the move's objects were not read", d.Action)
+	}
+	if err := h.fence(ctx, memberChangeTimeout); err != nil {
+		return err
+	}
+	sctx, cancel := context.WithTimeout(ctx, memberChangeTimeout)
+	defer cancel()
+	if err := h.cfg.Claims.Do(sctx, d.Action, *j, *claim); err != nil {
+		return fmt.Errorf("%s: %w", d.Action, err)
+	}
+	h.log.Info("move step done", zap.String("step", string(d.Action)), zap.String("detail", d.Detail))
+	h.event("Normal", "MoveStep", "move to %s: %s: %s", j.MoveTarget, d.Action, d.Detail)
+	return journal.Save(h.cfg.StateDir, *j)
+}
+
+// StoreSeed is the stored snapshot a pod move named on the PV it reserved
+// (nodereport.AnnotationMoveSeed), parsed.
+type StoreSeed struct {
+	Key, SHA256 string
+	Size        int64
+	ClusterID   uint64
+	// Removed is the moved member, removed after the snapshot was taken.
+	Removed uint64
+	// From says which move (for the journal and last-recovery).
+	From string
+}

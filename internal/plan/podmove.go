@@ -1,0 +1,174 @@
+package plan
+
+import (
+	"fmt"
+
+	"github.com/etcd-agent/etcd-agent/internal/memberstate"
+	"github.com/etcd-agent/etcd-agent/internal/observation"
+	"github.com/etcd-agent/etcd-agent/internal/record"
+)
+
+// A StatefulSet member's move (UC3 on management nodes; etcd-agent.io/move-to
+// on the member pod): one identity, one pod, so it cannot be added first.
+// The source's agent, under the Lease, one step at a time:
+//
+//  1. stops the member (its pod deleted, the one that comes back held by
+//     the start gate) and quarantines its data dir on the old PV;
+//  2. streams a snapshot from a follower and puts it in the snapshot store
+//     (the move fails, and the member is put back, if the store refuses);
+//  3. removes the member (rule 2: the healthy voters left are a quorum);
+//  4. keeps the old PV (reclaim policy Retain), reserves a free PV on the
+//     target node for the member's claim (pre-bound by name, annotated with
+//     the stored snapshot), deletes the claim, and deletes the held pod.
+//
+// The StatefulSet re-creates the claim, which binds the reserved PV, and the
+// pod, which the scheduler puts where that PV is; the target's agent adds
+// the member as a learner seeded from the stored snapshot, and promotes it.
+// Each step after the stop is judged from the actual state (member list,
+// PVs, claim, pod), so a resumed move never repeats one.
+
+// ActionMoveAway is a pod member's move request (move-to on the pod).
+const ActionMoveAway = "move-away"
+
+// Pod move steps besides stop, snapshot and remove.
+const (
+	// ReservePV pre-binds the target's free PV to the member's claim name.
+	ReservePV Action = "reserve-pv"
+	// ReleasePod deletes the member's held pod: its StatefulSet re-creates
+	// it on the reserved PV.
+	ReleasePod Action = "release-pod"
+)
+
+// ReasonNoFreePV: the target node has no free PV the member's claim binds.
+const ReasonNoFreePV Reason = "no-free-pv"
+
+// ClaimFacts is what the API shows of a pod member's move: the target node,
+// the member's claim and PVs, its pod. Filled by the agent for a move-away.
+type ClaimFacts struct {
+	// Err: the API could not be read now ("" = every fact below is read).
+	Err string
+	// Node is this agent's node; Target the move's; ClusterID the
+	// member's cluster (named on the reserved PV).
+	Node, Target string
+	ClusterID    uint64
+	TargetFound  bool
+	TargetReady  bool
+	// TargetHasMember names a pod of the member's cluster bound to the
+	// target ("" none): the StatefulSet's anti-affinity keeps one per node.
+	TargetHasMember string
+	// Ungated says why the member's StatefulSet might re-create its pod
+	// without the start gate ("" = gated).
+	Ungated string
+	// StoreError: the snapshot store did not answer a bounded list ("" =
+	// it did, or not asked).
+	StoreError string
+	// FreePV is a PV on the target the claim can bind (Available, no
+	// claimRef, its class, size and access modes); ReservedPV the one this
+	// move reserved ("" none).
+	FreePV     string
+	ReservedPV string
+	// The member's claim as the move found it: still there (ClaimBound:
+	// bound to the old PV on this node), being deleted; the old PV kept.
+	ClaimBound    bool
+	ClaimDeleting bool
+	OldPVRetained bool
+	// PodOnNode: a pod of the member is bound to this node (the held one).
+	PodOnNode bool
+}
+
+// checkMoveAway: a pod member's move may begin (and, before its stop, go
+// on) only to a Ready node with a free PV and no member of the cluster, with
+// the store answering, the template gated, and every voter of a cluster of
+// three or more healthy: the member is removed before its pod moves.
+func checkMoveAway(in Input, cfg Config) (Decision, bool) {
+	o, r, c := in.Obs, in.Request, in.Claim
+	switch {
+	case c == nil:
+		return refuse(ReasonBadRequest, "move-to on a pod is served by an agent with --member-source=pods"), false
+	case c.Err != "":
+		return refuse(ReasonAPIUnavailable, "the move's objects cannot be read: "+c.Err), false
+	case r.Target == "" || r.Target == c.Node:
+		return refuse(ReasonBadRequest, fmt.Sprintf("move target %q: name another node than this one (%s)", r.Target, c.Node)), false
+	case !c.TargetFound:
+		return refuse(ReasonBadRequest, fmt.Sprintf("no node %q", r.Target)), false
+	case !c.TargetReady:
+		return refuse(ReasonTargetNotReady, fmt.Sprintf("node %s is not Ready", r.Target)), false
+	case c.TargetHasMember != "":
+		return refuse(ReasonTargetHasMember, fmt.Sprintf("node %s already runs %s of this cluster", r.Target, c.TargetHasMember)), false
+	case c.Ungated != "":
+		return refuse(ReasonNotGated, "the pod might come back without the start gate holding etcd: "+c.Ungated), false
+	case !cfg.SnapshotStore:
+		return refuse(ReasonNoSnapshotStore, "a move needs --snapshot-store: the member's snapshot goes there before it is removed"), false
+	case c.StoreError != "":
+		return refuse(ReasonSnapshotStoreUnreached, "the snapshot store did not answer: "+c.StoreError), false
+	case c.FreePV == "":
+		return refuse(ReasonNoFreePV, fmt.Sprintf("node %s has no free PV the member's claim can bind (Available, unclaimed, its class, size and access modes)", r.Target)), false
+	}
+	local, inList := localMember(o)
+	n, h := o.Voters(), o.HealthyVoters()
+	switch {
+	case quorumLost(o) || o.MemberListError != "":
+		return refuse(ReasonMajorityLost, fmt.Sprintf("%d of %d voters serve: no move", o.ServingVoters(), n)), false
+	case !inList || local.IsLearner || !local.Serving || !observation.DataDirUsable(o.Local.DataDirClass):
+		return refuse(ReasonMemberNotHealthy, "the local member is not a healthy voter: a move takes a healthy member; heal it instead"), false
+	case h < n:
+		return refuse(ReasonWouldLoseQuorum, fmt.Sprintf("%d healthy of %d voters: a move begins only when every voter is healthy", h, n)), false
+	case n < 3:
+		return refuse(ReasonWouldLoseQuorum, fmt.Sprintf("%d voters: a pod's member is stopped and removed before it moves, which needs a cluster of three or more", n)), false
+	}
+	return Decision{}, true
+}
+
+// movePlanText is a pod move's dry-run plan.
+func movePlanText(o observation.Observation, c *ClaimFacts, target string) string {
+	local, _ := localMember(o)
+	n := o.Voters()
+	return fmt.Sprintf("stop member %x, stream a snapshot from a follower into the snapshot store, remove %x (%d voters, quorum %d), keep its PV, reserve PV %s on %s for its claim, delete the claim and the held pod; the StatefulSet re-creates it on %s, whose agent adds it as a learner seeded from the store and promotes it (%d voters)",
+		local.ID, local.ID, n-1, memberstate.Quorum(n-1), c.FreePV, target, target, n)
+}
+
+// decideMoveAway: the member is stopped (and its data dir quarantined):
+// snapshot into the store, remove, then free the claim for the target.
+func decideMoveAway(in Input) Decision {
+	o, j, c := in.Obs, in.Journal, in.Claim
+	if foreignOnly(o) || quorumLost(o) || o.MemberListError != "" {
+		return wait(ReasonMajorityLost, "no fresh member list with a quorum: the move waits, nothing destructive")
+	}
+	if !j.Phase.AtLeast(record.PhaseSnapshotted) {
+		src, why, err := PickSource(o, uint64(j.OldMemberID))
+		if err != nil {
+			return wait(ReasonNoSnapshotSource, err.Error())
+		}
+		return Decision{Action: TakeSnapshot, SourceID: src.ID, Detail: "stream the move's snapshot from " + why + " into the snapshot store"}
+	}
+	if old, ok := o.Member(uint64(j.OldMemberID)); ok && j.OldMemberID != 0 {
+		return decideRemove(o, old)
+	}
+	if c == nil || c.Err != "" {
+		detail := "the pod move's objects are not known"
+		if c != nil {
+			detail = c.Err
+		}
+		return wait(ReasonAPIUnavailable, "member removed; its claim is freed once the API answers: "+detail)
+	}
+	switch {
+	case c.ClaimBound && !c.OldPVRetained:
+		return Decision{Action: StewardRetainPV, Detail: "keep the old data on " + c.Node + " whatever happens to its claim"}
+	case c.ReservedPV == "" && c.ClaimBound && !c.ClaimDeleting && c.FreePV != "":
+		return Decision{Action: ReservePV, Detail: fmt.Sprintf("reserve PV %s on %s for the member's claim, with the stored snapshot %s", c.FreePV, j.MoveTarget, j.StoreKey)}
+	case c.ReservedPV == "":
+		// Removed, held here, its claim where it was: the member is
+		// rejoined on this node as after any removal.
+		return Decision{Action: Finish, Reason: ReasonNoFreePV, Detail: fmt.Sprintf("no PV on %s could be reserved for the claim (claim bound %v, deleting %v): member %x stays here, removed, and is rejoined here",
+			j.MoveTarget, c.ClaimBound, c.ClaimDeleting, uint64(j.OldMemberID))}
+	case c.ClaimBound && !c.ClaimDeleting:
+		// The claim before the pod: the claim stays (protected) while the
+		// held pod exists and goes with it; the other order re-creates the
+		// pod on the old claim.
+		return Decision{Action: StewardDeletePVC, Detail: "the claim binds the member to its PV on " + c.Node}
+	case c.PodOnNode:
+		return Decision{Action: ReleasePod, Detail: fmt.Sprintf("delete the held pod: its StatefulSet re-creates it on PV %s of %s", c.ReservedPV, j.MoveTarget)}
+	}
+	return Decision{Action: Finish, Detail: fmt.Sprintf("member %x removed and its claim freed: the StatefulSet re-creates its pod on %s (PV %s), whose agent adds it as a learner seeded from %s",
+		uint64(j.OldMemberID), j.MoveTarget, c.ReservedPV, j.StoreKey)}
+}

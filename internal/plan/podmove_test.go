@@ -1,0 +1,141 @@
+package plan
+
+// Tables for a StatefulSet member's move (move-to on the pod): one case per
+// refusal, then each step as the state after the last one shows it.
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/etcd-agent/etcd-agent/internal/record"
+)
+
+// podMove is a move-away request to node9 with every fact good: node9 Ready,
+// free PV pv-9, the store answering, the claim bound to the old PV here.
+func podMove(mods ...func(*ClaimFacts)) opt {
+	return func(s *spec) {
+		c := &ClaimFacts{Node: "node1", Target: "node9", TargetFound: true, TargetReady: true, FreePV: "pv-9", ClaimBound: true, PodOnNode: true}
+		for _, m := range mods {
+			m(c)
+		}
+		s.in.Claim = c
+		if s.in.Request == nil && !s.in.Journal.Active() {
+			s.in.Request = &Request{Action: ActionMoveAway, Target: "node9"}
+		}
+		s.cfg.SnapshotStore = true
+	}
+}
+
+func awayJournal(p record.Phase, mods ...func(*record.Record)) opt {
+	return journalAt(p, append([]func(*record.Record){func(r *record.Record) {
+		r.Request, r.MoveTarget, r.StoreKey = ActionMoveAway, "node9", "c/m/key"
+	}}, mods...)...)
+}
+
+func TestMoveAwayRefusesEachUnsafeOrUnclearStart(t *testing.T) {
+	cases := []struct {
+		name string
+		opts []opt
+		want Reason
+	}{
+		{"not a pod member", []opt{local(localHealthy), func(s *spec) {
+			s.in.Request, s.cfg.SnapshotStore = &Request{Action: ActionMoveAway, Target: "node9"}, true
+		}}, ReasonBadRequest},
+		{"API unreadable", []opt{local(localHealthy), podMove(func(c *ClaimFacts) { c.Err = "timeout" })}, ReasonAPIUnavailable},
+		{"target is this node", []opt{local(localHealthy), podMove(func(c *ClaimFacts) { c.Target = "node1" }), func(s *spec) { s.in.Request.Target = "node1" }}, ReasonBadRequest},
+		{"no target", []opt{local(localHealthy), podMove(), func(s *spec) { s.in.Request.Target = "" }}, ReasonBadRequest},
+		{"no such node", []opt{local(localHealthy), podMove(func(c *ClaimFacts) { c.TargetFound = false })}, ReasonBadRequest},
+		{"target not Ready", []opt{local(localHealthy), podMove(func(c *ClaimFacts) { c.TargetReady = false })}, ReasonTargetNotReady},
+		{"target runs a member of the cluster", []opt{local(localHealthy), podMove(func(c *ClaimFacts) { c.TargetHasMember = "ns/etcd-2" })}, ReasonTargetHasMember},
+		{"template not gated", []opt{local(localHealthy), podMove(func(c *ClaimFacts) { c.Ungated = "no gate" })}, ReasonNotGated},
+		{"no store", []opt{local(localHealthy), podMove(), cfg(func(c *Config) { c.SnapshotStore = false })}, ReasonNoSnapshotStore},
+		{"store unreachable", []opt{local(localHealthy), podMove(func(c *ClaimFacts) { c.StoreError = "connection refused" })}, ReasonSnapshotStoreUnreached},
+		{"no free PV", []opt{local(localHealthy), podMove(func(c *ClaimFacts) { c.FreePV = "" })}, ReasonNoFreePV},
+		{"local member not in the list", []opt{local(localGone), podMove()}, ReasonMemberNotHealthy},
+		{"local data dir gone", []opt{local(localHealthy), dataDir("missing"), podMove()}, ReasonMemberNotHealthy},
+		{"another learner", []opt{local(localHealthy), otherLearner(), podMove()}, ReasonLearnerPresent},
+		{"majority lost", []opt{local(localHealthy), noLeader(), podMove()}, ReasonMajorityLost},
+		{"dry run", []opt{local(localHealthy), podMove(), func(s *spec) { s.in.Request.DryRun = true }}, ReasonDryRun},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			d := Decide(cluster(3, 3, c.opts...))
+			if d.Action != Refuse || d.Reason != c.want {
+				t.Fatalf("Decide = %s/%s (%s), want refuse/%s", d.Action, d.Reason, d.Detail, c.want)
+			}
+		})
+	}
+	// A voter down, or a cluster of two: removing the member first would
+	// leave no fault tolerance (or no quorum).
+	if d := Decide(cluster(3, 2, local(localHealthy), podMove())); d.Action != Refuse || d.Reason != ReasonWouldLoseQuorum {
+		t.Fatalf("a voter down: %s/%s (%s)", d.Action, d.Reason, d.Detail)
+	}
+	if d := Decide(cluster(3, 2, local(localDown), verdict("down"), podMove())); d.Action != Refuse || d.Reason != ReasonMemberNotHealthy {
+		t.Fatalf("local member down: %s/%s (%s)", d.Action, d.Reason, d.Detail)
+	}
+	if d := Decide(cluster(2, 2, local(localHealthy), podMove())); d.Action != Refuse || d.Reason != ReasonWouldLoseQuorum {
+		t.Fatalf("two voters: %s/%s (%s)", d.Action, d.Reason, d.Detail)
+	}
+	d := Decide(cluster(3, 3, local(localHealthy), podMove(), func(s *spec) { s.in.Request.DryRun = true }))
+	if !strings.Contains(d.Detail, "reserve PV pv-9 on node9") {
+		t.Fatalf("dry run plan: %s", d.Detail)
+	}
+	// After the Lease, before the stop: checked again, closed on a change.
+	d = Decide(cluster(3, 3, local(localHealthy), awayJournal(record.PhaseStarted), leaseHeld(), podMove(func(c *ClaimFacts) { c.TargetReady = false })))
+	if d.Action != Finish || d.Reason != ReasonTargetNotReady {
+		t.Fatalf("target gone NotReady after the Lease: %s/%s (%s)", d.Action, d.Reason, d.Detail)
+	}
+}
+
+func TestMoveAwayStepsFromTheStateAfterEach(t *testing.T) {
+	steps := []struct {
+		name string
+		n, h int
+		opts []opt
+		want Action
+	}{
+		{"begin", 3, 3, []opt{local(localHealthy), podMove()}, Begin},
+		{"stop", 3, 3, []opt{local(localHealthy), awayJournal(record.PhaseStarted), leaseHeld(), podMove()}, StopMember},
+		{"snapshot into the store", 3, 2, []opt{local(localDown), verdict("down"), awayJournal(record.PhaseStopped, oldID(id(1))), leaseHeld(), podMove()}, TakeSnapshot},
+		{"remove", 3, 2, []opt{local(localDown), verdict("down"), awayJournal(record.PhaseSnapshotted, oldID(id(1))), leaseHeld(), podMove()}, RemoveMember},
+		{"retain the old PV", 2, 2, []opt{local(localGone), awayJournal(record.PhaseRemoved, oldID(id(1))), leaseHeld(), podMove()}, StewardRetainPV},
+		{"reserve the target's PV", 2, 2, []opt{local(localGone), awayJournal(record.PhaseRemoved, oldID(id(1))), leaseHeld(),
+			podMove(func(c *ClaimFacts) { c.OldPVRetained = true })}, ReservePV},
+		{"delete the claim", 2, 2, []opt{local(localGone), awayJournal(record.PhaseRemoved, oldID(id(1))), leaseHeld(),
+			podMove(func(c *ClaimFacts) { c.OldPVRetained, c.ReservedPV = true, "pv-9" })}, StewardDeletePVC},
+		{"release the held pod", 2, 2, []opt{local(localGone), awayJournal(record.PhaseRemoved, oldID(id(1))), leaseHeld(),
+			podMove(func(c *ClaimFacts) { c.OldPVRetained, c.ReservedPV, c.ClaimDeleting = true, "pv-9", true })}, ReleasePod},
+		{"done", 2, 2, []opt{local(localGone), awayJournal(record.PhaseRemoved, oldID(id(1))), leaseHeld(),
+			podMove(func(c *ClaimFacts) { c.ReservedPV, c.ClaimBound, c.PodOnNode = "pv-9", false, false })}, Finish},
+	}
+	for _, s := range steps {
+		t.Run(s.name, func(t *testing.T) {
+			d := Decide(cluster(s.n, s.h, s.opts...))
+			if d.Action != s.want || d.Reason != ReasonNone {
+				t.Fatalf("Decide = %s/%s (%s), want %s", d.Action, d.Reason, d.Detail, s.want)
+			}
+		})
+	}
+	// The free PV taken by another claim before the reservation: the move
+	// ends; the member, removed and held here, is rejoined here.
+	d := Decide(cluster(2, 2, local(localGone), awayJournal(record.PhaseRemoved, oldID(id(1))), leaseHeld(),
+		podMove(func(c *ClaimFacts) { c.OldPVRetained, c.FreePV = true, "" })))
+	if d.Action != Finish || d.Reason != ReasonNoFreePV {
+		t.Fatalf("no free PV after the removal: %s/%s (%s)", d.Action, d.Reason, d.Detail)
+	}
+	// The objects unreadable after the removal: wait, nothing destructive.
+	d = Decide(cluster(2, 2, local(localGone), awayJournal(record.PhaseRemoved, oldID(id(1))), leaseHeld(), podMove(func(c *ClaimFacts) { c.Err = "timeout" })))
+	if d.Action != Nothing || d.Reason != ReasonAPIUnavailable {
+		t.Fatalf("API away after the removal: %s/%s (%s)", d.Action, d.Reason, d.Detail)
+	}
+	// The majority lost after the stop: nothing, whatever the step.
+	d = Decide(cluster(3, 1, local(localDown), verdict("down"), awayJournal(record.PhaseSnapshotted, oldID(id(1))), leaseHeld(), podMove()))
+	if d.Action != Nothing || d.Reason != ReasonMajorityLost {
+		t.Fatalf("majority lost mid-move: %s/%s (%s)", d.Action, d.Reason, d.Detail)
+	}
+	// Done: the member is not healed here unasked.
+	d = Decide(cluster(2, 2, local(localGone), awayJournal(record.PhaseDone, oldID(id(1)), func(r *record.Record) { r.Result = record.ResultSucceeded })))
+	if d.Action != Nothing || d.Reason != ReasonMovedAway {
+		t.Fatalf("after the move: %s/%s (%s)", d.Action, d.Reason, d.Detail)
+	}
+}

@@ -1,0 +1,170 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/etcd-agent/etcd-agent/internal/journal"
+	"github.com/etcd-agent/etcd-agent/internal/lab"
+	"github.com/etcd-agent/etcd-agent/internal/lab/invariant"
+	"github.com/etcd-agent/etcd-agent/internal/nodereport"
+	"github.com/etcd-agent/etcd-agent/internal/plan"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// TestMoveStatefulSetMemberToAChosenNode (UC3 on management nodes): a hosted
+// cluster's member pod (one identity, one pod, on a node-local PV) is moved
+// to a chosen node with `etcd-agent move clusters-a/etcd-1 --to <node>`. A
+// dry run and a move to a node that runs a member of the cluster change
+// nothing. The move: the member stopped, its snapshot in the store, removed,
+// its PV kept (Retain, the data inside it), a free PV on the chosen node
+// reserved for its claim; the StatefulSet re-creates claim and pod there,
+// and that node's agent rejoins the member as a learner seeded from the
+// stored snapshot (taken before the removal and the add) and promotes it.
+// Writes go on throughout; no acknowledged write is lost, HashKV is equal.
+func TestMoveStatefulSetMemberToAChosenNode(t *testing.T) {
+	for _, kind := range []string{lab.SnapshotStoreFile, lab.SnapshotStoreS3} {
+		t.Run(kind, func(t *testing.T) { testMoveStatefulSetMember(t, kind) })
+	}
+}
+
+func testMoveStatefulSetMember(t *testing.T, store string) {
+	ctx := context.Background()
+	l := newLab(t, lab.Options{Management: true, Nodes: 3, HostedClusters: 1, Agents: true, SnapshotStore: store})
+	kc, err := l.KubeClient()
+	if err != nil {
+		t.Fatal(err)
+	}
+	runAgentsAsShippedManagementRBAC(t, l, kc)
+	ns := l.Spec.Management.HostedClusters[0]
+	const pod = "etcd-1"
+	placement := checkHostedPlacement(t, l, kc, ns)
+	source := placement[pod]
+	n4, err := l.AddNode(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	free, err := l.AddPV(ctx, n4.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.WaitNodesReady(ctx, 90*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	checker := startHostedCheckers(t, l, []string{ns})[ns]
+	oldID := hostedMemberID(t, l, ns, pod)
+	oldPod := mustPod(t, kc, ns, pod)
+	oldClaim, err := kc.CoreV1().PersistentVolumeClaims(ns).Get(ctx, lab.HostedDataPVC(pod), metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	oldPV := oldClaim.Spec.VolumeName
+	ids := hostedMemberIDs(t, l, ns)
+
+	// A dry run plans and changes nothing; a node that runs a member of
+	// the cluster is refused.
+	lr, err := nodereport.RequestPodMove(ctx, kc, ns, pod, n4.Name, true, 2*time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lr.Reason != string(plan.ReasonDryRun) || !strings.Contains(lr.Message, "reserve PV "+free.Name+" on "+n4.Name) {
+		t.Fatalf("dry run answered %+v", lr)
+	}
+	busy := placement["etcd-0"]
+	lr, err = nodereport.RequestPodMove(ctx, kc, ns, pod, busy, false, 2*time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lr.Result != nodereport.ResultRefused || lr.Reason != string(plan.ReasonTargetHasMember) {
+		t.Fatalf("a move to %s (runs etcd-0) answered %+v", busy, lr)
+	}
+	if got := hostedMemberIDs(t, l, ns); fmt.Sprint(got) != fmt.Sprint(ids) {
+		t.Fatalf("the dry run or the refusal changed the members: %v -> %v", ids, got)
+	}
+	if p := mustPod(t, kc, ns, pod); p.UID != oldPod.UID {
+		t.Fatal("the dry run or the refusal replaced the pod")
+	}
+
+	// The move.
+	start := time.Now()
+	lr, err = nodereport.RequestPodMove(ctx, kc, ns, pod, n4.Name, false, 5*time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	took := time.Since(start)
+	if lr.Result != nodereport.ResultSucceeded {
+		t.Fatalf("the move answered %+v", lr)
+	}
+	eventually(t, 2*time.Minute, "every member a healthy voter again", func() error { return hostedVotersHealthy(ctx, l, ns) })
+	eventually(t, time.Minute, "the pod Ready on "+n4.Name, func() error {
+		if p := mustPod(t, kc, ns, pod); p.Spec.NodeName != n4.Name || !lab.PodReady(p) {
+			return fmt.Errorf("pod on %q ready %v", p.Spec.NodeName, lab.PodReady(p))
+		}
+		return nil
+	})
+	newID := hostedMemberID(t, l, ns, pod)
+	if newID == "" || newID == oldID {
+		t.Fatalf("member %q after the move (was %s)", newID, oldID)
+	}
+	claim, err := kc.CoreV1().PersistentVolumeClaims(ns).Get(ctx, lab.HostedDataPVC(pod), metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if claim.UID == oldClaim.UID || claim.Spec.VolumeName != free.Name {
+		t.Fatalf("claim %s (uid %s, was %s) bound to %q, want the reserved %s", claim.Name, claim.UID, oldClaim.UID, claim.Spec.VolumeName, free.Name)
+	}
+	// The target's agent seeded the learner from the stored snapshot.
+	tj, ok, err := journal.Load(lab.HostedMemberStateDir(*n4, ns, pod), pod)
+	if err != nil || !ok || tj.Result != journal.ResultSucceeded {
+		t.Fatalf("the target's journal: %+v ok=%v %v", tj, ok, err)
+	}
+	logPhases(t, tj)
+	if !strings.HasPrefix(tj.SeedSource, "store:") || tj.SeedFallback != "" {
+		t.Fatalf("the learner was seeded from %q (fallback %q), want the move's stored snapshot", tj.SeedSource, tj.SeedFallback)
+	}
+	// The snapshot predates the removal and the add: the seed took the
+	// moved member out of it and wrote the learner in, and etcd applied
+	// both entries from the leader's log as changes it had.
+	if es := logEntries(t, agentLog(t, l, n4.Name), "member removed from the snapshot's membership (the snapshot predates its removal)"); len(es) != 1 {
+		t.Fatalf("%s's seed did not take the moved member out of the stored snapshot: %v", n4.Name, es)
+	}
+	var rejected []string
+	for _, e := range logEntries(t, filepath.Join(n4.LogsDir, ns+"_"+pod+"_etcd.log"), "Validation on configuration change failed") {
+		rejected = append(rejected, fmt.Sprint(e["error"]))
+	}
+	if len(rejected) != 2 || !strings.Contains(rejected[0], "membership: ID removed") && !strings.Contains(rejected[0], "membership: ID not found") || rejected[1] != "membership: ID exists" {
+		t.Fatalf("the learner's etcd rejected %v, want the removal then the add (changes it had)", rejected)
+	}
+	// The source's journal: the move, its snapshot in the store.
+	sj, ok, err := journal.Load(lab.HostedMemberStateDir(*mustNode(t, l, source), ns, pod), pod)
+	if err != nil || !ok || sj.Request != plan.ActionMoveAway || sj.Result != journal.ResultSucceeded || "store:"+sj.StoreKey != tj.SeedSource {
+		t.Fatalf("the source's journal: %+v ok=%v %v (target seeded from %s)", sj, ok, err, tj.SeedSource)
+	}
+	logPhases(t, sj)
+	// Nothing deleted: the old PV is kept, its data quarantined inside it.
+	pv, err := kc.CoreV1().PersistentVolumes().Get(ctx, oldPV, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pv.Spec.PersistentVolumeReclaimPolicy != corev1.PersistentVolumeReclaimRetain {
+		t.Fatalf("old PV %s: reclaim policy %s", pv.Name, pv.Spec.PersistentVolumeReclaimPolicy)
+	}
+	if sj.QuarantinePath == "" || !strings.HasPrefix(sj.QuarantinePath, pv.Spec.Local.Path) {
+		t.Fatalf("the old data dir was quarantined at %q, want inside the old PV %s", sj.QuarantinePath, pv.Spec.Local.Path)
+	}
+	if _, err := os.Stat(filepath.Join(sj.QuarantinePath, "member", "snap", "db")); err != nil {
+		t.Fatalf("old data: %v", err)
+	}
+	r, err := checker.Finish(ctx, invariant.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%s/%s moved %s -> %s in %s (member %s -> %s), seeded from %s; %s", ns, pod, source, n4.Name, took.Round(100*time.Millisecond), oldID, newID, tj.SeedSource, r)
+	checkClusterRecord(t, l, kc, ns)
+}
