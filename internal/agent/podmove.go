@@ -66,7 +66,7 @@ func (p podClaims) read(ctx context.Context, f *plan.ClaimFacts, j journal.Recor
 			return err
 		}
 		for _, o := range pods.Items {
-			if membersource.ClusterOf(&o) == pm.Cluster && o.DeletionTimestamp == nil {
+			if o.Spec.NodeName == f.Target && membersource.ClusterOf(&o) == pm.Cluster && o.DeletionTimestamp == nil {
 				f.TargetHasMember = o.Namespace + "/" + o.Name
 			}
 		}

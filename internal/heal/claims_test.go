@@ -1,0 +1,81 @@
+package heal
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/etcd-agent/etcd-agent/internal/journal"
+	"github.com/etcd-agent/etcd-agent/internal/lease"
+	"github.com/etcd-agent/etcd-agent/internal/memberstate"
+	"github.com/etcd-agent/etcd-agent/internal/plan"
+)
+
+// tracedClaims is a ClaimMover whose objects change as its steps are
+// taken (the old PV retained, the target's PV reserved, the claim deleted,
+// the held pod gone), each step recorded in the trace.
+type tracedClaims struct {
+	tr *trace
+	f  *plan.ClaimFacts
+}
+
+func (c tracedClaims) Facts(context.Context, string, journal.Record, bool) plan.ClaimFacts { return *c.f }
+
+func (c tracedClaims) Do(_ context.Context, a plan.Action, _ journal.Record, _ plan.ClaimFacts) error {
+	c.tr.add(string(a), true)
+	switch a {
+	case plan.StewardRetainPV:
+		c.f.OldPVRetained = true
+	case plan.ReservePV:
+		c.f.ReservedPV, c.f.FreePV = c.f.FreePV, ""
+	case plan.StewardDeletePVC:
+		c.f.ClaimDeleting = true
+	case plan.ReleasePod:
+		c.f.PodOnNode, c.f.ClaimBound = false, false
+	}
+	return nil
+}
+
+// A pod move after its member's removal: the old PV kept, the target's PV
+// reserved, the claim deleted, the held pod released, in that order, each
+// fenced on the Lease for the step's own timeout right before it; then the
+// move closes as succeeded.
+func TestEveryPodMoveStepOnTheAPIIsFencedInOrder(t *testing.T) {
+	res := cluster3(memberstate.Lost, 2, 3)
+	res.Observation.Members = res.Observation.Members[1:] // m1 removed
+	r, tr := tracedRig(t, res)
+	r.journalAt(t, plan.ActionMoveAway, journal.PhaseRemoved, 0xa1, 0)
+	j := r.journal(t)
+	j.MoveTarget, j.StoreKey = "node9", "k"
+	if err := journal.Save(r.dir, j); err != nil {
+		t.Fatal(err)
+	}
+	f := &plan.ClaimFacts{Node: "node1", Target: "node9", TargetFound: true, TargetReady: true, FreePV: "pv-9", ClaimBound: true, PodOnNode: true}
+	r.h.cfg.Claims = tracedClaims{tr: tr, f: f}
+	_ = r.lease.TryAcquire(context.Background(), lease.Info{})
+	out := r.h.Consider(context.Background(), res, nil)
+	if out.Result != journal.ResultSucceeded {
+		t.Fatalf("outcome %+v", out)
+	}
+	var steps []string
+	ev := tr.events()
+	for i, e := range ev {
+		if strings.HasPrefix(e, "fence(") {
+			continue
+		}
+		need, _ := time.ParseDuration(strings.TrimSuffix(strings.TrimSuffix(strings.TrimPrefix(ev[max(i-1, 0)], "fence("), "+data"), ")"))
+		if i == 0 || !strings.HasPrefix(ev[i-1], "fence(") || need < memberChangeTimeout {
+			t.Fatalf("%s not fenced right before it for its timeout: %v", e, ev)
+		}
+		steps = append(steps, e)
+	}
+	want := []string{string(plan.StewardRetainPV), string(plan.ReservePV), string(plan.StewardDeletePVC), string(plan.ReleasePod)}
+	if strings.Join(steps, ",") != strings.Join(want, ",") {
+		t.Fatalf("steps %v, want %v", steps, want)
+	}
+	// Done: the member is not healed on this node unasked.
+	if d := r.h.Plan(context.Background(), res, nil); d.Action != plan.Nothing || d.Reason != plan.ReasonMovedAway {
+		t.Fatalf("after the move: %s/%s (%s)", d.Action, d.Reason, d.Detail)
+	}
+}
