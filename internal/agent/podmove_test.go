@@ -16,7 +16,6 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 )
 
-
 // localPV is a PV on node (hostname affinity), of class, size.
 func localPV(name, node, class, size string, mods ...func(*corev1.PersistentVolume)) *corev1.PersistentVolume {
 	pv := &corev1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: name},
@@ -118,7 +117,9 @@ func TestAPodMoveReservesTheFreePVForItsClaimOnly(t *testing.T) {
 	kc2, pc2 := podMoveWorld(localPV("f-good", "node9", "local", "1Gi"))
 	f2 := pc2.Facts(ctx, "node9", j, false)
 	f2.ClusterID = 0xc1
-	taken := localPV("f-good", "node9", "local", "1Gi", func(pv *corev1.PersistentVolume) { pv.Spec.ClaimRef = &corev1.ObjectReference{Namespace: "x", Name: "y"} })
+	taken := localPV("f-good", "node9", "local", "1Gi", func(pv *corev1.PersistentVolume) {
+		pv.Spec.ClaimRef = &corev1.ObjectReference{Namespace: "x", Name: "y"}
+	})
 	if _, err := kc2.CoreV1().PersistentVolumes().Update(ctx, taken, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}

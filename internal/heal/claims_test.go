@@ -20,7 +20,9 @@ type tracedClaims struct {
 	f  *plan.ClaimFacts
 }
 
-func (c tracedClaims) Facts(context.Context, string, journal.Record, bool) plan.ClaimFacts { return *c.f }
+func (c tracedClaims) Facts(context.Context, string, journal.Record, bool) plan.ClaimFacts {
+	return *c.f
+}
 
 func (c tracedClaims) Do(_ context.Context, a plan.Action, _ journal.Record, _ plan.ClaimFacts) error {
 	c.tr.add(string(a), true)
