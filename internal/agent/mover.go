@@ -120,7 +120,9 @@ func (mv *mover) consider(ctx context.Context, r memberstate.Result, h *heal.Hea
 		mv.saveState(st)
 		if err := mv.ask(actx, target, st.From); err != nil {
 			mv.say("asking the target's agent failed; asking again at the next look", zap.String("target", target), zap.Error(err))
-			mv.saveState(moveState{Target: target})
+			// The write may have been applied (its answer lost): the ask
+			// stays known as ours, to be asked again or withdrawn.
+			mv.saveState(moveState{Target: target, From: st.From})
 			return false
 		}
 		mv.log.Info("move: asked the target's agent to add its member", zap.String("target", target), zap.String("ask", st.From), zap.String("detail", d.Detail))

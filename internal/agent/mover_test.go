@@ -3,11 +3,18 @@ package agent
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
+	"time"
 
 	"github.com/etcd-agent/etcd-agent/internal/memberstate"
+	"github.com/etcd-agent/etcd-agent/internal/nodereport"
+	"github.com/etcd-agent/etcd-agent/internal/observation"
 	"go.uber.org/zap"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 )
@@ -40,5 +47,70 @@ func TestTheMoverAsksTheAPINothingWithoutAMoveAndBacksOffAfterAnError(t *testing
 	}
 	if calls != 1 {
 		t.Fatalf("%d API calls in three looks with the API failing, want 1 (then a back-off of %s)", calls, moveBackoff)
+	}
+}
+
+// healthy3 is a healthy local member (node1, ID 1) among three voters.
+func healthy3() memberstate.Result {
+	o := observation.Observation{At: time.Now(), ClusterID: 0xc1, LeaderID: 1}
+	for i := uint64(1); i <= 3; i++ {
+		o.Members = append(o.Members, observation.Member{ID: i, Name: fmt.Sprintf("node%d", i), Serving: true, IsLeader: i == 1,
+			PeerURLs: []string{fmt.Sprintf("http://127.0.0.%d:2380", i)}, ClientURLs: []string{fmt.Sprintf("http://127.0.0.%d:2379", i)}})
+	}
+	o.Local = observation.Local{Name: "node1", Match: observation.MatchOK, ID: 1, DataDirClass: observation.DataDirOK}
+	return memberstate.Result{Observation: o, Verdict: memberstate.Verdict{State: memberstate.Healthy}}
+}
+
+func readyNode(name string, ann map[string]string) *corev1.Node {
+	return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: ann},
+		Status: corev1.NodeStatus{Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}}}}
+}
+
+// Review item (issue 15): the ask's PATCH reached the API but its answer
+// was lost (a timeout after the write). The mover must still know the ask
+// on the target as its own: not refuse its own move as "target-has-member"
+// (asked by another move), but ask again, and withdraw it when it ends.
+func TestAnAskWhoseAnswerWasLostIsStillTheMoversOwn(t *testing.T) {
+	kc := fake.NewClientset(readyNode("node1", map[string]string{nodereport.AnnotationMoveTo: "node4"}), readyNode("node4", nil))
+	lost := true
+	kc.PrependReactor("patch", "nodes", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		if a.(k8stesting.PatchAction).GetName() != "node4" || !lost {
+			return false, nil, nil
+		}
+		lost = false
+		_, obj, err := k8stesting.ObjectReaction(kc.Tracker())(a)
+		if err != nil {
+			return true, obj, err
+		}
+		return true, nil, errors.New("context deadline exceeded (the write was applied)")
+	})
+	dir := t.TempDir()
+	mv := &mover{kc: kc, node: "node1", stateDir: t.TempDir(), store: "file://" + dir, timeout: time.Hour, log: zap.NewNop(),
+		rep: nodereport.NewReporter(kc, "node1", "test", zap.NewNop())}
+	defer mv.rep.Shutdown()
+	ctx := context.Background()
+	mv.consider(ctx, healthy3(), nil) // asks; the answer is lost
+	n4, _ := kc.CoreV1().Nodes().Get(ctx, "node4", metav1.GetOptions{})
+	if n4.Annotations[nodereport.AnnotationRecover] != nodereport.ActionMoveIn {
+		t.Fatalf("the ask did not reach node4: %v", n4.Annotations)
+	}
+	mv.consider(ctx, healthy3(), nil) // the next look
+	n1, _ := kc.CoreV1().Nodes().Get(ctx, "node1", metav1.GetOptions{})
+	if lr, ok, _ := nodereport.LastRecoveryFrom(n1.Annotations); ok {
+		t.Fatalf("the mover answered its own move: %+v", lr)
+	}
+	st := mv.loadState()
+	n4, _ = kc.CoreV1().Nodes().Get(ctx, "node4", metav1.GetOptions{})
+	if st.From == "" || st.AskedAt.IsZero() || n4.Annotations[nodereport.AnnotationMoveFrom] != st.From {
+		t.Fatalf("state %+v, node4 asked with %q: want the ask on node4 to be the one recorded", st, n4.Annotations[nodereport.AnnotationMoveFrom])
+	}
+	// The move withdrawn: the ask goes from node4.
+	if _, err := kc.CoreV1().Nodes().Patch(ctx, "node1", types.MergePatchType, []byte(`{"metadata":{"annotations":{"etcd-agent.io/move-to":null}}}`), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	mv.consider(ctx, healthy3(), nil)
+	n4, _ = kc.CoreV1().Nodes().Get(ctx, "node4", metav1.GetOptions{})
+	if _, ok := n4.Annotations[nodereport.AnnotationMoveFrom]; ok {
+		t.Fatalf("the withdrawn move's ask is still on node4: %v", n4.Annotations)
 	}
 }
