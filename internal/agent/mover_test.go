@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -112,5 +113,29 @@ func TestAnAskWhoseAnswerWasLostIsStillTheMoversOwn(t *testing.T) {
 	n4, _ = kc.CoreV1().Nodes().Get(ctx, "node4", metav1.GetOptions{})
 	if _, ok := n4.Annotations[nodereport.AnnotationMoveFrom]; ok {
 		t.Fatalf("the withdrawn move's ask is still on node4: %v", n4.Annotations)
+	}
+}
+
+// A move-in goes on only while the source's Node asks for this node.
+func TestMoveSourceGoneReadsTheSourcesMoveTo(t *testing.T) {
+	kc := fake.NewClientset(readyNode("node2", map[string]string{nodereport.AnnotationMoveTo: "node4"}), readyNode("node3", nil))
+	gone := moveSourceGone(kc, "node4")
+	ctx := context.Background()
+	for from, want := range map[string]string{
+		nodereport.MoveFrom("node2", 0xa2, time.Now()): "",
+		nodereport.MoveFrom("node3", 0xa3, time.Now()): "no longer asks",
+		nodereport.MoveFrom("node9", 0xa9, time.Now()): "is gone",
+		"garbage": "move-from",
+	} {
+		got, err := gone(ctx, from)
+		if err != nil || (want == "") != (got == "") || !strings.Contains(got, want) {
+			t.Errorf("%s: %q %v, want %q", from, got, err, want)
+		}
+	}
+	kc.PrependReactor("get", "nodes", func(k8stesting.Action) (bool, runtime.Object, error) {
+		return true, nil, errors.New("the API server does not answer")
+	})
+	if _, err := gone(ctx, nodereport.MoveFrom("node2", 0xa2, time.Now())); err == nil {
+		t.Error("an unanswered read was taken for an answer")
 	}
 }

@@ -24,6 +24,7 @@ import (
 	"github.com/etcd-agent/etcd-agent/metrics"
 	"go.uber.org/zap"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 )
@@ -203,13 +204,6 @@ func runMember(ctx context.Context, c Config, id watchdog.Identity, env memberEn
 				badRequest(ctx, log, m, nodeRep, id.Name, pending.err)
 				return
 			}
-			if pending.req.Action == nodereport.ActionMoveIn && kc != nil {
-				if err := sourceStillAsks(ctx, kc, pending.req.From, c.NodeName); err != nil {
-					answerRefused(ctx, log, nodeRep, nodereport.LastRecovery{Request: pending.req.Action, Result: nodereport.ResultRefused,
-						Reason: string(plan.ReasonBadRequest), StartedAt: time.Now().UTC(), FinishedAt: time.Now().UTC(), Message: err.Error(), MoveFrom: pending.req.From})
-					return
-				}
-			}
 			req = &plan.Request{Action: pending.req.Action, DryRun: pending.req.DryRun, Replaces: pending.req.Replaces, MoveFrom: pending.req.From, Target: pending.req.Target}
 			log.Info("manual recovery requested", zap.String("action", req.Action), zap.Bool("dryRun", req.DryRun))
 		default:
@@ -256,24 +250,28 @@ func runMember(ctx context.Context, c Config, id watchdog.Identity, env memberEn
 	return err
 }
 
-// sourceStillAsks: a move-in is taken up only while the source's Node
-// still asks for this node (its move-to): an ask left behind by a move
-// that ended never adds a member.
-func sourceStillAsks(ctx context.Context, kc kubernetes.Interface, from, self string) error {
-	src, _, err := nodereport.ParseMoveFrom(from)
-	if err != nil {
-		return err
+// moveSourceGone says whether a move-in's source (from: its move-from
+// value) still asks for it: "" while the source's Node says move-to=self;
+// otherwise why not. An ask left behind by a move that ended never adds a
+// member (plan: checkMoveIn, and again before the add).
+func moveSourceGone(kc kubernetes.Interface, self string) func(ctx context.Context, from string) (string, error) {
+	return func(ctx context.Context, from string) (string, error) {
+		src, _, err := nodereport.ParseMoveFrom(from)
+		if err != nil {
+			return err.Error(), nil
+		}
+		n, err := kc.CoreV1().Nodes().Get(ctx, src, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return fmt.Sprintf("the move's source node %s is gone", src), nil
+		}
+		if err != nil {
+			return "", fmt.Errorf("the move's source node %s: %w", src, err)
+		}
+		if to := n.Annotations[nodereport.AnnotationMoveTo]; to != self {
+			return fmt.Sprintf("node %s no longer asks to move its member here (move-to=%q)", src, to), nil
+		}
+		return "", nil
 	}
-	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	n, err := kc.CoreV1().Nodes().Get(rctx, src, metav1.GetOptions{})
-	if err != nil {
-		return fmt.Errorf("the move's source node %s cannot be read: %w", src, err)
-	}
-	if to := n.Annotations[nodereport.AnnotationMoveTo]; to != self {
-		return fmt.Errorf("node %s no longer asks to move its member here (move-to=%q)", src, to)
-	}
-	return nil
 }
 
 // movePace spaces the mover's reads of the Nodes (a move waits on other

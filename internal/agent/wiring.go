@@ -85,7 +85,7 @@ func (c Config) newHealer(id watchdog.Identity, obs heal.Observer, kc kubernetes
 		StateDir: c.StateDir, QuarantineDir: c.QuarantineDir, QuarantineKeep: c.QuarantineKeep, QuarantinePruneAfter: c.QuarantinePruneAfter, RejoinMode: c.RejoinMode, Plan: c.PlanConfig(),
 		RecoveryTimeout: c.RecoveryTimeout, StepInterval: 250 * time.Millisecond, PollInterval: c.PollInterval, TLS: t, Log: c.Log, CrashBefore: phases(c.CrashBefore),
 		HoldAt: c.HoldAt, StepTimeouts: c.stepTimeouts(), Backups: c.backups, OpenStore: c.openStore(),
-		PinnedAnywhere: pinnedAnywhere(kc, id.Name, c.podRuntime == nil), Claims: c.claims, StoreSeed: c.storeSeed},
+		PinnedAnywhere: pinnedAnywhere(kc, id.Name, c.podRuntime == nil), Claims: c.claims, StoreSeed: c.storeSeed, MoveSourceGone: moveSourceFor(kc, c.NodeName)},
 		obs, newLease, rt, rep, m), nil
 }
 
@@ -113,6 +113,14 @@ func pinnedAnywhere(kc kubernetes.Interface, member string, staticPod bool) func
 		return nil
 	}
 	return func(ctx context.Context) (bool, error) { return nodereport.MemberPinnedAnywhere(ctx, kc, member) }
+}
+
+// moveSourceFor is Config.MoveSourceGone with an API (nil without).
+func moveSourceFor(kc kubernetes.Interface, node string) func(ctx context.Context, from string) (string, error) {
+	if kc == nil {
+		return nil
+	}
+	return moveSourceGone(kc, node)
 }
 
 // openStore opens the snapshot store for a step that waits on it (nil

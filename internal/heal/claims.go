@@ -78,3 +78,28 @@ type StoreSeed struct {
 	// From says which move (for the journal and last-recovery).
 	From string
 }
+
+// moveSource fills in.MoveSourceGone/Unread for a move-in that has not yet
+// added its learner: the source is asked at every decision up to the add.
+func (h *Healer) moveSource(ctx context.Context, in *plan.Input, req *plan.Request, j journal.Record) {
+	if h.cfg.MoveSourceGone == nil {
+		return
+	}
+	from := ""
+	switch {
+	case j.Active() && j.Request == plan.ActionMoveIn && !j.Phase.AtLeast(journal.PhaseLearnerAdded):
+		from = j.MoveFrom
+	case !j.Active() && req != nil && req.Action == plan.ActionMoveIn:
+		from = req.MoveFrom
+	default:
+		return
+	}
+	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	gone, err := h.cfg.MoveSourceGone(cctx, from)
+	if err != nil {
+		in.MoveSourceUnread = err.Error()
+		return
+	}
+	in.MoveSourceGone = gone
+}

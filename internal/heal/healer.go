@@ -112,6 +112,10 @@ type Config struct {
 	// member (nodereport.MemberPinnedAnywhere); nil: never asked, and a
 	// member not in the list is healed as before.
 	PinnedAnywhere func(ctx context.Context) (bool, error)
+	// MoveSourceGone, when set, says whether a move-in's source (its
+	// move-from value) still asks for it: "" yes, else why not; an error
+	// when it cannot be read (nil: never asked).
+	MoveSourceGone func(ctx context.Context, from string) (string, error)
 	// Claims, for a pod member, reads and frees its claim for a move
 	// (plan.ActionMoveAway); nil: no pod moves.
 	Claims ClaimMover
@@ -380,6 +384,7 @@ func (h *Healer) decide(ctx context.Context, res memberstate.Result, req *plan.R
 		in := h.baseInput(res, req, j)
 		in.NeverAMember = h.neverAMember(ctx, res.Observation)
 		h.claimFacts(ctx, &in, req, j)
+		h.moveSource(ctx, &in, req, j)
 		in.APIAvailable = true // optimistic; checked below if it matters
 		in.LeaseFreeSince = time.Unix(0, 0)
 		d := plan.Decide(in, h.cfg.Plan)
@@ -423,6 +428,7 @@ func (h *Healer) input(ctx context.Context, res memberstate.Result, req *plan.Re
 		in.NeverAMember = h.neverAMember(ctx, res.Observation)
 	}
 	h.claimFacts(ctx, &in, req, j)
+	h.moveSource(ctx, &in, req, j)
 	l, err := h.leaseOf(res.Observation.ClusterID)
 	if err != nil || l == nil {
 		h.leaseFreeSince = time.Time{} // no look: a break in "free at every look"

@@ -247,6 +247,15 @@ func decideActive(in Input, cfg Config) Decision {
 		if j.Phase.AtLeast(record.PhaseLearnerAdded) {
 			return Decision{Action: Finish, Reason: ReasonLearnerGone, Detail: fmt.Sprintf("learner %x is no longer a member", uint64(j.NewMemberID))}
 		}
+		if j.Request == ActionMoveIn {
+			// The add grows the cluster: only while the source still asks.
+			switch {
+			case in.MoveSourceUnread != "":
+				return wait(ReasonAPIUnavailable, "the add waits until the move's source can be read: "+in.MoveSourceUnread)
+			case in.MoveSourceGone != "":
+				return Decision{Action: Finish, Reason: ReasonBadRequest, Detail: in.MoveSourceGone + ": no member is added"}
+			}
+		}
 		return decideAdd(in, cfg)
 	}
 	if uint64(j.NewMemberID) != ours.ID {

@@ -206,6 +206,12 @@ func checkMoveIn(in Input, cfg Config) (Decision, bool) {
 	if !cfg.SnapshotStore {
 		return refuse(ReasonNoSnapshotStore, "a move needs --snapshot-store on this node's agent: the member's snapshot goes there before anything changes"), false
 	}
+	if in.MoveSourceUnread != "" {
+		return refuse(ReasonAPIUnavailable, "whether the move's source still asks for it cannot be read: "+in.MoveSourceUnread), false
+	}
+	if in.MoveSourceGone != "" {
+		return refuse(ReasonBadRequest, in.MoveSourceGone), false
+	}
 	if _, inList := localMember(o); inList || o.Local.Match == observation.MatchAmbiguous {
 		return refuse(ReasonTargetHasMember, fmt.Sprintf("the local member %s is already in the member list (%s): a move adds only a new member", o.Local.Name, o.Local.Match)), false
 	}

@@ -311,3 +311,33 @@ func TestAMovedMemberIsNeverHealedUnaskedAndItsRemovalNeedsAFreshList(t *testing
 		t.Fatalf("resumed mid-stop: %s/%s (%s)", d.Action, d.Reason, d.Detail)
 	}
 }
+
+// Review item (issue 15): a move-in is taken up, and its learner added,
+// only while the source still asks for it (its Node's move-to names this
+// node): checked before anything changes and again right before the add.
+func TestMoveInGoesOnOnlyWhileTheSourceStillAsks(t *testing.T) {
+	gone := func(s *spec) { s.in.MoveSourceGone = "node2 no longer asks to move its member here (move-to=\"\")" }
+	unread := func(s *spec) { s.in.MoveSourceUnread = "the API did not answer" }
+	if d := Decide(cluster(3, 3, local(localGone), moveInRequest, cfg(withStore), gone)); d.Action != Refuse || d.Reason != ReasonBadRequest {
+		t.Fatalf("withdrawn before the start: %s/%s (%s)", d.Action, d.Reason, d.Detail)
+	}
+	if d := Decide(cluster(3, 3, local(localGone), moveInRequest, cfg(withStore), unread)); d.Action != Refuse || d.Reason != ReasonAPIUnavailable {
+		t.Fatalf("source unreadable before the start: %s/%s (%s)", d.Action, d.Reason, d.Detail)
+	}
+	in := func(r *record.Record) {
+		r.Request, r.MoveMemberID, r.MoveFrom = ActionMoveIn, record.MemberID(id(2)), "node2/a002/x"
+	}
+	// Stopped and snapshotted, about to add: withdrawn ends it, unread waits.
+	d := Decide(cluster(3, 3, local(localGone), cfg(withStore), journalAt(record.PhaseSnapshotted, in), leaseHeld()))
+	if d.Action != AddLearner {
+		t.Fatalf("still asked: %s/%s (%s), want the add", d.Action, d.Reason, d.Detail)
+	}
+	d = Decide(cluster(3, 3, local(localGone), cfg(withStore), journalAt(record.PhaseSnapshotted, in), leaseHeld(), gone))
+	if d.Action != Finish || d.Reason != ReasonBadRequest {
+		t.Fatalf("withdrawn before the add: %s/%s (%s)", d.Action, d.Reason, d.Detail)
+	}
+	d = Decide(cluster(3, 3, local(localGone), cfg(withStore), journalAt(record.PhaseSnapshotted, in), leaseHeld(), unread))
+	if d.Action != Nothing || d.Reason != ReasonAPIUnavailable {
+		t.Fatalf("source unreadable before the add: %s/%s (%s)", d.Action, d.Reason, d.Detail)
+	}
+}

@@ -162,6 +162,11 @@ type Input struct {
 	// clock. A learner without an entry has no clock yet and is never
 	// stranded.
 	Learners []memberstate.LearnerProgress
+	// MoveSourceGone (a move-in) says why the move's source no longer asks
+	// for it (its Node's move-to does not name this node; "" = it asks);
+	// MoveSourceUnread why that could not be read now.
+	MoveSourceGone   string
+	MoveSourceUnread string
 	// Claim is what the API shows of a pod member's move (a move-away
 	// request or journal); nil otherwise.
 	Claim *ClaimFacts
