@@ -21,9 +21,9 @@ import (
 // TestMoveStatefulSetMemberToAChosenNode (UC3 on management nodes): a hosted
 // cluster's member pod (one identity, one pod, on a node-local PV) is moved
 // to a chosen node with `etcd-agent move clusters-a/etcd-1 --to <node>`. A
-// dry run and a move to a node that runs a member of the cluster change
-// nothing. The move: the member stopped, its snapshot in the store, removed,
-// its PV kept (Retain, the data inside it), a free PV on the chosen node
+// dry run, a move to a node that runs a member of the cluster and a move
+// with the snapshot store away change nothing. The move: the member
+// stopped, its snapshot in the store, removed, its PV kept (Retain, the data inside it), a free PV on the chosen node
 // reserved for its claim; the StatefulSet re-creates claim and pod there,
 // and that node's agent rejoins the member as a learner seeded from the
 // stored snapshot (taken before the removal and the add) and promotes it.
@@ -83,6 +83,24 @@ func testMoveStatefulSetMember(t *testing.T, store string) {
 	}
 	if lr.Result != nodereport.ResultRefused || lr.Reason != string(plan.ReasonTargetHasMember) {
 		t.Fatalf("a move to %s (runs etcd-0) answered %+v", busy, lr)
+	}
+	if store == lab.SnapshotStoreFile {
+		// The store away (the shared filesystem gone): refused before
+		// anything changes.
+		st := l.Spec.SnapshotStore
+		if err := os.Rename(st.Dir, st.Dir+".away"); err != nil {
+			t.Fatal(err)
+		}
+		lr, err = nodereport.RequestPodMove(ctx, kc, ns, pod, n4.Name, false, 2*time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(st.Dir+".away", st.Dir); err != nil {
+			t.Fatal(err)
+		}
+		if lr.Result != nodereport.ResultRefused || lr.Reason != string(plan.ReasonSnapshotStoreUnreached) {
+			t.Fatalf("a move with the store away answered %+v", lr)
+		}
 	}
 	if got := hostedMemberIDs(t, l, ns); fmt.Sprint(got) != fmt.Sprint(ids) {
 		t.Fatalf("the dry run or the refusal changed the members: %v -> %v", ids, got)
