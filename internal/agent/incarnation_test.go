@@ -61,4 +61,16 @@ func TestAMemberStateDirOfAnEarlierClaimIsSetAside(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(dir, claimFile)); err != nil {
 		t.Fatal(err)
 	}
+	// From the pod move's review: a move that removed its member and
+	// released the claim, and whose agent died before closing its journal,
+	// leaves nothing to resume here: a member back on a new claim is served.
+	if err := journal.Save(dir, record.Record{Member: "etcd-0", ID: "j2", Request: "move-away", Phase: record.PhaseRemoved}); err != nil {
+		t.Fatal(err)
+	}
+	if err := claimStateDir(dir, pm, "etcd-0", zap.NewNop()); err != nil {
+		t.Fatalf("a released move's dir must be set aside: %v", err)
+	}
+	if j, ok, _ := journal.Load(dir, "etcd-0"); ok && j.Active() {
+		t.Fatal("the new claim inherited the move's open journal")
+	}
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/etcd-agent/etcd-agent/internal/membersource"
 	"github.com/etcd-agent/etcd-agent/internal/nodereport"
 	"github.com/etcd-agent/etcd-agent/internal/plan"
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -40,7 +41,11 @@ func podMoveWorld(extra ...runtime.Object) (*fake.Clientset, podClaims) {
 			VolumeName: "old-pv", Resources: corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}}},
 		Status: corev1.PersistentVolumeClaimStatus{Phase: corev1.ClaimBound}}
 	objs := append([]runtime.Object{claim,
-		&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "etcd-1", Namespace: "ns", UID: "pod-1", Labels: map[string]string{membersource.ClusterLabel: "a"}}, Spec: corev1.PodSpec{NodeName: "node1"}},
+		&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "etcd-1", Namespace: "ns", UID: "pod-1", Labels: map[string]string{membersource.ClusterLabel: "a"},
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "StatefulSet", Name: "etcd", UID: "sts-1", Controller: ptrTo(true)}}},
+			Spec: corev1.PodSpec{NodeName: "node1"}},
+		&appsv1.StatefulSet{ObjectMeta: metav1.ObjectMeta{Name: "etcd", Namespace: "ns", UID: "sts-1"},
+			Spec: appsv1.StatefulSetSpec{Replicas: ptrTo(int32(3)), VolumeClaimTemplates: []corev1.PersistentVolumeClaim{{ObjectMeta: metav1.ObjectMeta{Name: "data"}}}}},
 		&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node9", Labels: map[string]string{corev1.LabelHostname: "node9"}},
 			Status: corev1.NodeStatus{Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}}}},
 		localPV("old-pv", "node1", "local", "1Gi", func(pv *corev1.PersistentVolume) {
@@ -67,13 +72,45 @@ func TestAPodMoveOffersOnlyAPVTheClaimBindsOnTheTarget(t *testing.T) {
 		localPV("f-good", "node9", "local", "2Gi"),
 	)
 	f := pc.Facts(context.Background(), "node9", journal.Record{}, false)
-	if f.Err != "" || !f.TargetFound || !f.TargetReady || f.FreePV != "f-good" || !f.ClaimBound || f.OldPVRetained || !f.PodOnNode || f.ReservedPV != "" {
-		t.Fatalf("facts %+v, want node9 Ready, free PV f-good, the claim bound here, the pod here", f)
+	if f.Err != "" || !f.TargetFound || !f.TargetReady || f.FreePV != "f-good" || !f.ClaimBound || f.OldPVRetained || !f.PodOnNode || f.ReservedPV != "" ||
+		f.NotMovable != "" || f.Replicas != 3 || f.TargetUnschedulable != "" || f.ClaimUID != "claim-1" || f.PV != "old-pv" {
+		t.Fatalf("facts %+v, want node9 Ready, free PV f-good, the claim bound here, the pod here, a StatefulSet's of 3", f)
+	}
+	// A PV pinned to a zone (or to a set of nodes) would let the pod land
+	// elsewhere: not offered.
+	_, pc = podMoveWorld(localPV("z-zone", "node9", "local", "1Gi", func(pv *corev1.PersistentVolume) {
+		pv.Spec.NodeAffinity.Required.NodeSelectorTerms[0].MatchExpressions[0] = corev1.NodeSelectorRequirement{
+			Key: corev1.LabelTopologyZone, Operator: corev1.NodeSelectorOpIn, Values: []string{"z1"}}
+	}), localPV("z-two-nodes", "node9", "local", "1Gi", func(pv *corev1.PersistentVolume) {
+		pv.Spec.NodeAffinity.Required.NodeSelectorTerms[0].MatchExpressions[0].Values = []string{"node9", "node1"}
+	}))
+	if f := pc.Facts(context.Background(), "node9", journal.Record{}, false); f.FreePV != "" {
+		t.Fatalf("offered %s, which is not pinned to node9 alone", f.FreePV)
 	}
 	// No such PV: none offered (the move is refused no-free-pv).
 	_, pc = podMoveWorld(localPV("d-too-small", "node9", "local", "100Mi"))
 	if f := pc.Facts(context.Background(), "node9", journal.Record{}, false); f.FreePV != "" {
 		t.Fatalf("offered %s", f.FreePV)
+	}
+	// A pod no StatefulSet re-creates cannot move.
+	kc, pc := podMoveWorld(localPV("f-good", "node9", "local", "1Gi"))
+	bare, _ := kc.CoreV1().Pods("ns").Get(context.Background(), "etcd-1", metav1.GetOptions{})
+	bare.OwnerReferences = nil
+	if _, err := kc.CoreV1().Pods("ns").Update(context.Background(), bare, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if f := pc.Facts(context.Background(), "node9", journal.Record{}, false); f.NotMovable == "" {
+		t.Fatal("a pod without a StatefulSet is movable")
+	}
+	// A taint the pod does not tolerate, or a cordon: not schedulable there.
+	kc, pc = podMoveWorld(localPV("f-good", "node9", "local", "1Gi"))
+	n9, _ := kc.CoreV1().Nodes().Get(context.Background(), "node9", metav1.GetOptions{})
+	n9.Spec.Taints = []corev1.Taint{{Key: "dedicated", Value: "db", Effect: corev1.TaintEffectNoSchedule}}
+	if _, err := kc.CoreV1().Nodes().Update(context.Background(), n9, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if f := pc.Facts(context.Background(), "node9", journal.Record{}, false); !strings.Contains(f.TargetUnschedulable, "dedicated=db:NoSchedule") {
+		t.Fatalf("unschedulable %q", f.TargetUnschedulable)
 	}
 	// A member pod of the cluster on the target is named.
 	_, pc = podMoveWorld(&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "etcd-0", Namespace: "ns", Labels: map[string]string{membersource.ClusterLabel: "a"}}, Spec: corev1.PodSpec{NodeName: "node9"}})
@@ -112,6 +149,16 @@ func TestAPodMoveReservesTheFreePVForItsClaimOnly(t *testing.T) {
 	other.ID = "rec2"
 	if f := pc.Facts(ctx, "node9", other, false); f.ReservedPV != "" {
 		t.Fatalf("another recovery sees %s as its own", f.ReservedPV)
+	}
+	// Taken back (the move ends before the claim goes): free again.
+	if err := pc.Do(ctx, plan.UnreservePV, j, pc.Facts(ctx, "node9", j, false)); err != nil {
+		t.Fatal(err)
+	}
+	if f := pc.Facts(ctx, "node9", j, false); f.ReservedPV != "" || f.FreePV != "f-good" {
+		t.Fatalf("after taking the reservation back: reserved %q, free %q", f.ReservedPV, f.FreePV)
+	}
+	if err := pc.Do(ctx, plan.ReservePV, j, f); err != nil {
+		t.Fatal(err)
 	}
 	// Claimed by someone else between the look and the step: refused.
 	kc2, pc2 := podMoveWorld(localPV("f-good", "node9", "local", "1Gi"))

@@ -20,6 +20,7 @@ import (
 	"github.com/etcd-agent/etcd-agent/internal/membersource"
 	"github.com/etcd-agent/etcd-agent/internal/nodereport"
 	"github.com/etcd-agent/etcd-agent/internal/pin"
+	"github.com/etcd-agent/etcd-agent/internal/plan"
 	"github.com/etcd-agent/etcd-agent/metrics"
 	"go.uber.org/zap"
 	appsv1 "k8s.io/api/apps/v1"
@@ -548,7 +549,9 @@ func claimStateDir(dir string, pm membersource.PodMember, member string, log *za
 		return nil
 	default:
 		old := strings.TrimSpace(string(b))
-		if j, _, err := journal.Load(dir, member); err != nil || j.Active() {
+		// A pod move that released the claim and died before closing its
+		// journal left nothing to do here: its member was removed.
+		if j, _, err := journal.Load(dir, member); err != nil || j.Active() && !(j.Request == plan.ActionMoveAway && j.Phase.AtLeast(journal.PhaseRemoved)) {
 			return fmt.Errorf("state dir %s belongs to claim %s, the pod now runs on claim %s, and a recovery is open in it (%v): not set aside; look at it by hand",
 				dir, old, pm.PVCUID, err)
 		}

@@ -17,8 +17,8 @@ import (
 type ClaimMover interface {
 	Facts(ctx context.Context, target string, j journal.Record, checkStore bool) plan.ClaimFacts
 	// Do takes one step (plan.StewardRetainPV, plan.ReservePV,
-	// plan.StewardDeletePVC, plan.ReleasePod) as decided on f, each API
-	// write with a precondition on what f saw.
+	// plan.UnreservePV, plan.StewardDeletePVC, plan.ReleasePod) as decided
+	// on f, each API write with a precondition on what f saw.
 	Do(ctx context.Context, a plan.Action, j journal.Record, f plan.ClaimFacts) error
 }
 
@@ -48,19 +48,24 @@ func (h *Healer) claimFacts(ctx context.Context, in *plan.Input, req *plan.Reque
 	in.Claim = &f
 }
 
-// claimStep takes a move-away's step on the API objects, fenced on the
-// Lease for its own timeout right before it runs.
+// claimStep takes a move-away's step on the API objects: its deadline set
+// first, then fenced on the Lease for longer than that, right before it
+// runs. The claim's deletion is journaled (ClaimReleasedAt): from then on
+// the member's future is on the target, whatever this attempt's result.
 func (h *Healer) claimStep(ctx context.Context, claim *plan.ClaimFacts, j *journal.Record, d plan.Decision) error {
 	if claim == nil {
 		return fmt.Errorf("%s: the move's objects were not read", d.Action)
 	}
-	if err := h.fence(ctx, memberChangeTimeout); err != nil {
-		return err
-	}
 	sctx, cancel := context.WithTimeout(ctx, memberChangeTimeout)
 	defer cancel()
+	if err := h.fence(sctx, memberChangeTimeout); err != nil {
+		return err
+	}
 	if err := h.cfg.Claims.Do(sctx, d.Action, *j, *claim); err != nil {
 		return fmt.Errorf("%s: %w", d.Action, err)
+	}
+	if d.Action == plan.StewardDeletePVC {
+		j.ClaimReleasedAt = h.now().UTC()
 	}
 	h.log.Info("move step done", zap.String("step", string(d.Action)), zap.String("detail", d.Detail))
 	h.event("Normal", "MoveStep", "move to %s: %s: %s", j.MoveTarget, d.Action, d.Detail)

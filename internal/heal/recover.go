@@ -169,7 +169,7 @@ func (h *Healer) step(ctx context.Context, res memberstate.Result, req *plan.Req
 	now := h.now().UTC()
 	switch d.Action {
 	case plan.Begin:
-		return h.begin(ctx, res, req, j)
+		return h.begin(ctx, res, req, j, claim)
 	case plan.RollbackLearner:
 		return h.beginRollback(ctx, res, j, d)
 	case plan.RemoveStrandedLearner:
@@ -185,6 +185,14 @@ func (h *Healer) step(ctx context.Context, res memberstate.Result, req *plan.Req
 		}
 		return h.timed(j, journal.PhaseStopped, func() error { return h.stopAndQuarantine(ctx, res, j) })
 	case plan.TakeSnapshot:
+		if j.Request == plan.ActionMoveAway && !j.Phase.AtLeast(journal.PhaseStopped) {
+			// A pod move's snapshot, taken while the member serves: the
+			// phases stay in their order (journal.StoreKey says it is done).
+			if err := h.snapshot(ctx, res, j, d); err != nil {
+				return err
+			}
+			return journal.Save(h.cfg.StateDir, *j)
+		}
 		return h.timed(j, journal.PhaseSnapshotted, func() error { return h.snapshot(ctx, res, j, d) })
 	case plan.RemoveMember:
 		return h.timed(j, journal.PhaseRemoved, func() error { return h.removeMember(ctx, res, d.MemberID) })
@@ -216,7 +224,7 @@ func (h *Healer) step(ctx context.Context, res memberstate.Result, req *plan.Req
 		return h.promote(ctx, res, j, d.MemberID)
 	case plan.Verify:
 		return h.verifyStep(ctx, res, j)
-	case plan.StewardRetainPV, plan.ReservePV, plan.StewardDeletePVC, plan.ReleasePod:
+	case plan.StewardRetainPV, plan.ReservePV, plan.UnreservePV, plan.StewardDeletePVC, plan.ReleasePod:
 		return h.claimStep(ctx, claim, j, d)
 	case plan.Nothing:
 		return nil
@@ -225,7 +233,7 @@ func (h *Healer) step(ctx context.Context, res memberstate.Result, req *plan.Req
 }
 
 // begin acquires the Lease and opens (or resumes) the journal.
-func (h *Healer) begin(ctx context.Context, res memberstate.Result, req *plan.Request, j *journal.Record) error {
+func (h *Healer) begin(ctx context.Context, res memberstate.Result, req *plan.Request, j *journal.Record, claim *plan.ClaimFacts) error {
 	l, err := h.leaseOf(res.Observation.ClusterID)
 	if err != nil {
 		return err
@@ -243,6 +251,11 @@ func (h *Healer) begin(ctx context.Context, res memberstate.Result, req *plan.Re
 		if req != nil {
 			j.MoveTarget, j.MoveFrom = req.Target, req.MoveFrom
 			j.MoveMemberID = journal.MemberID(max(req.Replaces, req.Replacement)) // one of them is set, by action
+		}
+		if claim != nil && j.Request == plan.ActionMoveAway {
+			// The claim and PV the move is about, whatever the pod's
+			// successors run on later.
+			j.MoveClaimUID, j.MovePV = claim.ClaimUID, claim.PV
 		}
 		if s := h.cfg.StoreSeed; s != nil && firstOnClaim && j.Request != plan.ActionMoveAway {
 			// The pod move's stored snapshot seeds the first rejoin on the

@@ -58,6 +58,11 @@ func (h *Healer) stopAndQuarantine(ctx context.Context, res memberstate.Result, 
 	if err := h.stopFenced(ctx); err != nil {
 		return err
 	}
+	if j.Request == plan.ActionMoveAway {
+		// A pod move keeps the data dir in place on the old PV (Retain):
+		// a move that fails before the removal puts the member back on it.
+		return nil
+	}
 	dst, err := h.quarantineDataDir(ctx)
 	if err != nil || dst == "" {
 		return err

@@ -48,7 +48,7 @@ func decideIdle(in Input, cfg Config) Decision {
 			return refuse(ReasonBadRequest, fmt.Sprintf("unknown request %q (the only one is \"rejoin\")", in.Request.Action))
 		}
 	}
-	if j := in.Journal; in.Request == nil && (j.Request == ActionMoveOut || j.Request == ActionMoveAway) && j.Result == record.ResultSucceeded {
+	if j := in.Journal; in.Request == nil && movedAway(j) {
 		return Decision{Action: Nothing, Reason: ReasonMovedAway, Detail: fmt.Sprintf("member %x moved to %s (recovery %s); it is not healed here unasked (etcd-agent recover adds it back as a new member)",
 			uint64(j.OldMemberID), j.MoveTarget, j.ID)}
 	}
@@ -206,6 +206,9 @@ func decideActive(in Input, cfg Config) Decision {
 			if j.StopAttemptedAt.IsZero() {
 				if d, ok := checkMoveAway(in, cfg); !ok {
 					d.Action = Finish
+					return d
+				}
+				if d, ok := decideMoveAwayStart(in); ok {
 					return d
 				}
 			}

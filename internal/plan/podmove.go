@@ -12,14 +12,16 @@ import (
 // on the member pod): one identity, one pod, so it cannot be added first.
 // The source's agent, under the Lease, one step at a time:
 //
-//  1. stops the member (its pod deleted, the one that comes back held by
-//     the start gate) and quarantines its data dir on the old PV;
-//  2. streams a snapshot from a follower and puts it in the snapshot store
-//     (the move fails, and the member is put back, if the store refuses);
+//  1. keeps the old PV (reclaim policy Retain), streams a snapshot from a
+//     follower and puts it in the snapshot store, while the member serves
+//     (a store that refuses ends the move before anything stopped);
+//  2. stops the member (its pod deleted, the one that comes back held by
+//     the start gate); its data dir stays in place on the old PV, so a
+//     move that fails before the removal puts the member back on it;
 //  3. removes the member (rule 2: the healthy voters left are a quorum);
-//  4. keeps the old PV (reclaim policy Retain), reserves a free PV on the
-//     target node for the member's claim (pre-bound by name, annotated with
-//     the stored snapshot), deletes the claim, and deletes the held pod.
+//  4. reserves a free PV on the target node for the member's claim
+//     (pre-bound by name, annotated with the stored snapshot), deletes the
+//     claim, and deletes the held pod.
 //
 // The StatefulSet re-creates the claim, which binds the reserved PV, and the
 // pod, which the scheduler puts where that PV is; the target's agent adds
@@ -32,8 +34,11 @@ const ActionMoveAway = "move-away"
 
 // Pod move steps besides stop, snapshot and remove.
 const (
-	// ReservePV pre-binds the target's free PV to the member's claim name.
-	ReservePV Action = "reserve-pv"
+	// ReservePV pre-binds the target's free PV to the member's claim name;
+	// UnreservePV takes this move's reservation back (the move ends before
+	// the claim is released).
+	ReservePV   Action = "reserve-pv"
+	UnreservePV Action = "unreserve-pv"
 	// ReleasePod deletes the member's held pod: its StatefulSet re-creates
 	// it on the reserved PV.
 	ReleasePod Action = "release-pod"
@@ -51,8 +56,22 @@ type ClaimFacts struct {
 	// member's cluster (named on the reserved PV).
 	Node, Target string
 	ClusterID    uint64
-	TargetFound  bool
-	TargetReady  bool
+	// ClaimUID and PV are the member's claim and PV the facts are about:
+	// the journal's once the move began (recorded at its start), the pod's
+	// before.
+	ClaimUID, PV string
+	// NotMovable says why the pod cannot move this way ("" = it can): no
+	// StatefulSet re-creates it, or its claim is not one of the
+	// StatefulSet's claim templates.
+	NotMovable string
+	// Replicas is the StatefulSet's replica count (0: unknown).
+	Replicas    int
+	TargetFound bool
+	TargetReady bool
+	// TargetUnschedulable says why the StatefulSet's pod would not be
+	// scheduled on the target ("" = it would: not cordoned, every taint
+	// tolerated, its node selector and required affinity met).
+	TargetUnschedulable string
 	// TargetHasMember names a pod of the member's cluster bound to the
 	// target ("" none): the StatefulSet's anti-affinity keeps one per node.
 	TargetHasMember string
@@ -72,7 +91,8 @@ type ClaimFacts struct {
 	ClaimBound    bool
 	ClaimDeleting bool
 	OldPVRetained bool
-	// PodOnNode: a pod of the member is bound to this node (the held one).
+	// PodOnNode: the member's pod on its old claim (the held one) is bound
+	// to this node.
 	PodOnNode bool
 }
 
@@ -87,12 +107,16 @@ func checkMoveAway(in Input, cfg Config) (Decision, bool) {
 		return refuse(ReasonBadRequest, "move-to on a pod is served by an agent with --member-source=pods"), false
 	case c.Err != "":
 		return refuse(ReasonAPIUnavailable, "the move's objects cannot be read: "+c.Err), false
+	case c.NotMovable != "":
+		return refuse(ReasonBadRequest, c.NotMovable), false
 	case r.Target == "" || r.Target == c.Node:
 		return refuse(ReasonBadRequest, fmt.Sprintf("move target %q: name another node than this one (%s)", r.Target, c.Node)), false
 	case !c.TargetFound:
 		return refuse(ReasonBadRequest, fmt.Sprintf("no node %q", r.Target)), false
 	case !c.TargetReady:
 		return refuse(ReasonTargetNotReady, fmt.Sprintf("node %s is not Ready", r.Target)), false
+	case c.TargetUnschedulable != "":
+		return refuse(ReasonTargetNotReady, fmt.Sprintf("the member's pod would not be scheduled on %s: %s", r.Target, c.TargetUnschedulable)), false
 	case c.TargetHasMember != "":
 		return refuse(ReasonTargetHasMember, fmt.Sprintf("node %s already runs %s of this cluster", r.Target, c.TargetHasMember)), false
 	case c.Ungated != "":
@@ -115,8 +139,40 @@ func checkMoveAway(in Input, cfg Config) (Decision, bool) {
 		return refuse(ReasonWouldLoseQuorum, fmt.Sprintf("%d healthy of %d voters: a move begins only when every voter is healthy", h, n)), false
 	case n < 3:
 		return refuse(ReasonWouldLoseQuorum, fmt.Sprintf("%d voters: a pod's member is stopped and removed before it moves, which needs a cluster of three or more", n)), false
+	case c.Replicas > len(o.Members):
+		return refuse(ReasonWouldLoseQuorum, fmt.Sprintf("the StatefulSet has %d replicas and the cluster %d members: a member is away (a move or a heal under way); one at a time", c.Replicas, len(o.Members))), false
 	}
 	return Decision{}, true
+}
+
+// decideMoveAwayStart: before the stop, the old PV is kept and the move's
+// snapshot put in the store while the member still serves.
+func decideMoveAwayStart(in Input) (Decision, bool) {
+	o, j, c := in.Obs, in.Journal, in.Claim
+	if !c.OldPVRetained {
+		return Decision{Action: StewardRetainPV, Detail: "keep the old data on " + c.Node + " whatever happens to its claim"}, true
+	}
+	if j.StoreKey == "" {
+		src, why, err := PickSource(o, uint64(j.OldMemberID))
+		if err != nil {
+			return wait(ReasonNoSnapshotSource, err.Error()), true
+		}
+		return Decision{Action: TakeSnapshot, SourceID: src.ID, Detail: "stream the move's snapshot from " + why + " into the snapshot store"}, true
+	}
+	return Decision{}, false
+}
+
+// MovedAwayFrom: a pod move's journal whose claim was released to the
+// target (or a move that succeeded): the member's future is on the target,
+// never healed here unasked.
+func movedAway(j record.Record) bool {
+	switch j.Request {
+	case ActionMoveOut:
+		return j.Result == record.ResultSucceeded
+	case ActionMoveAway:
+		return j.Result == record.ResultSucceeded || (!j.Active() && !j.ClaimReleasedAt.IsZero())
+	}
+	return false
 }
 
 // movePlanText is a pod move's dry-run plan.
@@ -134,7 +190,9 @@ func decideMoveAway(in Input) Decision {
 	if foreignOnly(o) || quorumLost(o) || o.MemberListError != "" {
 		return wait(ReasonMajorityLost, "no fresh member list with a quorum: the move waits, nothing destructive")
 	}
-	if !j.Phase.AtLeast(record.PhaseSnapshotted) {
+	if j.StoreKey == "" {
+		// Before the stop, normally; a move begun by an older agent
+		// snapshots after it.
 		src, why, err := PickSource(o, uint64(j.OldMemberID))
 		if err != nil {
 			return wait(ReasonNoSnapshotSource, err.Error())
@@ -151,17 +209,30 @@ func decideMoveAway(in Input) Decision {
 		}
 		return wait(ReasonAPIUnavailable, "member removed; its claim is freed once the API answers: "+detail)
 	}
+	released := !c.ClaimBound || c.ClaimDeleting // the claim goes: forward only
+	targetOK := c.TargetFound && c.TargetReady && c.TargetUnschedulable == ""
 	switch {
-	case c.ClaimBound && !c.OldPVRetained:
+	case !c.OldPVRetained && !released:
 		return Decision{Action: StewardRetainPV, Detail: "keep the old data on " + c.Node + " whatever happens to its claim"}
-	case c.ReservedPV == "" && c.ClaimBound && !c.ClaimDeleting && c.FreePV != "":
+	case !released && !targetOK:
+		// Removed, held here, its claim where it was: the move ends (its
+		// reservation taken back first) and the member is rejoined on
+		// this node as after any removal.
+		if c.ReservedPV != "" {
+			return Decision{Action: UnreservePV, Detail: fmt.Sprintf("node %s can no longer take the member (Ready %v, %s): take back the reservation of PV %s", j.MoveTarget, c.TargetReady, c.TargetUnschedulable, c.ReservedPV)}
+		}
+		return Decision{Action: Finish, Reason: ReasonTargetNotReady, Detail: fmt.Sprintf("node %s can no longer take the member (Ready %v, %s): member %x stays here, removed, and is rejoined here",
+			j.MoveTarget, c.TargetReady, c.TargetUnschedulable, uint64(j.OldMemberID))}
+	case c.ReservedPV == "" && !released && c.FreePV != "":
 		return Decision{Action: ReservePV, Detail: fmt.Sprintf("reserve PV %s on %s for the member's claim, with the stored snapshot %s", c.FreePV, j.MoveTarget, j.StoreKey)}
+	case c.ReservedPV == "" && !released:
+		return Decision{Action: Finish, Reason: ReasonNoFreePV, Detail: fmt.Sprintf("no PV on %s could be reserved for the claim: member %x stays here, removed, and is rejoined here",
+			j.MoveTarget, uint64(j.OldMemberID))}
 	case c.ReservedPV == "":
-		// Removed, held here, its claim where it was: the member is
-		// rejoined on this node as after any removal.
-		return Decision{Action: Finish, Reason: ReasonNoFreePV, Detail: fmt.Sprintf("no PV on %s could be reserved for the claim (claim bound %v, deleting %v): member %x stays here, removed, and is rejoined here",
-			j.MoveTarget, c.ClaimBound, c.ClaimDeleting, uint64(j.OldMemberID))}
-	case c.ClaimBound && !c.ClaimDeleting:
+		// Someone else deleted the claim: its successor binds wherever
+		// the scheduler finds a PV, and the member rejoins there.
+		return Decision{Action: Finish, Reason: ReasonMoveFailed, Detail: fmt.Sprintf("the member's claim went before a PV on %s was reserved for it: the member rejoins where its new claim binds", j.MoveTarget)}
+	case !released:
 		// The claim before the pod: the claim stays (protected) while the
 		// held pod exists and goes with it; the other order re-creates the
 		// pod on the old claim.

@@ -26,6 +26,11 @@ func podMove(mods ...func(*ClaimFacts)) opt {
 	}
 }
 
+func retained(c *ClaimFacts) { c.OldPVRetained = true }
+
+// noKey: the move's snapshot is not in the store yet.
+func noKey(r *record.Record) { r.StoreKey = "" }
+
 func awayJournal(p record.Phase, mods ...func(*record.Record)) opt {
 	return journalAt(p, append([]func(*record.Record){func(r *record.Record) {
 		r.Request, r.MoveTarget, r.StoreKey = ActionMoveAway, "node9", "c/m/key"
@@ -56,6 +61,9 @@ func TestMoveAwayRefusesEachUnsafeOrUnclearStart(t *testing.T) {
 		{"another learner", []opt{local(localHealthy), otherLearner(), podMove()}, ReasonLearnerPresent},
 		{"majority lost", []opt{local(localHealthy), noLeader(), podMove()}, ReasonMajorityLost},
 		{"dry run", []opt{local(localHealthy), podMove(), func(s *spec) { s.in.Request.DryRun = true }}, ReasonDryRun},
+		{"no StatefulSet re-creates the pod", []opt{local(localHealthy), podMove(func(c *ClaimFacts) { c.NotMovable = "no StatefulSet" })}, ReasonBadRequest},
+		{"the pod would not be scheduled on the target", []opt{local(localHealthy), podMove(func(c *ClaimFacts) { c.TargetUnschedulable = "taint x" })}, ReasonTargetNotReady},
+		{"a member away (replicas > members)", []opt{local(localHealthy), podMove(func(c *ClaimFacts) { c.Replicas = 4 })}, ReasonWouldLoseQuorum},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -95,16 +103,15 @@ func TestMoveAwayStepsFromTheStateAfterEach(t *testing.T) {
 		want Action
 	}{
 		{"begin", 3, 3, []opt{local(localHealthy), podMove()}, Begin},
-		{"stop", 3, 3, []opt{local(localHealthy), awayJournal(record.PhaseStarted), leaseHeld(), podMove()}, StopMember},
-		{"snapshot into the store", 3, 2, []opt{local(localDown), verdict("down"), awayJournal(record.PhaseStopped, oldID(id(1))), leaseHeld(), podMove()}, TakeSnapshot},
-		{"remove", 3, 2, []opt{local(localDown), verdict("down"), awayJournal(record.PhaseSnapshotted, oldID(id(1))), leaseHeld(), podMove()}, RemoveMember},
-		{"retain the old PV", 2, 2, []opt{local(localGone), awayJournal(record.PhaseRemoved, oldID(id(1))), leaseHeld(), podMove()}, StewardRetainPV},
-		{"reserve the target's PV", 2, 2, []opt{local(localGone), awayJournal(record.PhaseRemoved, oldID(id(1))), leaseHeld(),
-			podMove(func(c *ClaimFacts) { c.OldPVRetained = true })}, ReservePV},
+		{"retain the old PV first", 3, 3, []opt{local(localHealthy), awayJournal(record.PhaseStarted, noKey), leaseHeld(), podMove()}, StewardRetainPV},
+		{"snapshot into the store while it serves", 3, 3, []opt{local(localHealthy), awayJournal(record.PhaseStarted, noKey), leaseHeld(), podMove(retained)}, TakeSnapshot},
+		{"stop", 3, 3, []opt{local(localHealthy), awayJournal(record.PhaseStarted), leaseHeld(), podMove(retained)}, StopMember},
+		{"remove", 3, 2, []opt{local(localDown), verdict("down"), awayJournal(record.PhaseStopped, oldID(id(1))), leaseHeld(), podMove(retained)}, RemoveMember},
+		{"reserve the target's PV", 2, 2, []opt{local(localGone), awayJournal(record.PhaseRemoved, oldID(id(1))), leaseHeld(), podMove(retained)}, ReservePV},
 		{"delete the claim", 2, 2, []opt{local(localGone), awayJournal(record.PhaseRemoved, oldID(id(1))), leaseHeld(),
-			podMove(func(c *ClaimFacts) { c.OldPVRetained, c.ReservedPV = true, "pv-9" })}, StewardDeletePVC},
+			podMove(retained, func(c *ClaimFacts) { c.ReservedPV = "pv-9" })}, StewardDeletePVC},
 		{"release the held pod", 2, 2, []opt{local(localGone), awayJournal(record.PhaseRemoved, oldID(id(1))), leaseHeld(),
-			podMove(func(c *ClaimFacts) { c.OldPVRetained, c.ReservedPV, c.ClaimDeleting = true, "pv-9", true })}, ReleasePod},
+			podMove(retained, func(c *ClaimFacts) { c.ReservedPV, c.ClaimDeleting = "pv-9", true })}, ReleasePod},
 		{"done", 2, 2, []opt{local(localGone), awayJournal(record.PhaseRemoved, oldID(id(1))), leaseHeld(),
 			podMove(func(c *ClaimFacts) { c.ReservedPV, c.ClaimBound, c.PodOnNode = "pv-9", false, false })}, Finish},
 	}
@@ -116,15 +123,30 @@ func TestMoveAwayStepsFromTheStateAfterEach(t *testing.T) {
 			}
 		})
 	}
-	// The free PV taken by another claim before the reservation: the move
-	// ends; the member, removed and held here, is rejoined here.
-	d := Decide(cluster(2, 2, local(localGone), awayJournal(record.PhaseRemoved, oldID(id(1))), leaseHeld(),
-		podMove(func(c *ClaimFacts) { c.OldPVRetained, c.FreePV = true, "" })))
-	if d.Action != Finish || d.Reason != ReasonNoFreePV {
-		t.Fatalf("no free PV after the removal: %s/%s (%s)", d.Action, d.Reason, d.Detail)
+	removedJ := awayJournal(record.PhaseRemoved, oldID(id(1)))
+	ends := []struct {
+		name   string
+		facts  func(*ClaimFacts)
+		action Action
+		reason Reason
+	}{
+		// The free PV taken by another claim before the reservation: the
+		// move ends; the member, removed and held here, is rejoined here.
+		{"no free PV after the removal", func(c *ClaimFacts) { c.FreePV = "" }, Finish, ReasonNoFreePV},
+		{"the target NotReady after the removal", func(c *ClaimFacts) { c.TargetReady = false }, Finish, ReasonTargetNotReady},
+		{"the target tainted after the reservation", func(c *ClaimFacts) { c.ReservedPV, c.TargetUnschedulable = "pv-9", "taint x" }, UnreservePV, ReasonNone},
+		// Once the claim goes, only forward: the pod lands on the target.
+		{"the target NotReady after the claim's deletion", func(c *ClaimFacts) { c.ReservedPV, c.ClaimDeleting, c.TargetReady = "pv-9", true, false }, ReleasePod, ReasonNone},
+		{"the claim deleted by someone else", func(c *ClaimFacts) { c.ClaimBound, c.PodOnNode = false, false }, Finish, ReasonMoveFailed},
+	}
+	for _, e := range ends {
+		d := Decide(cluster(2, 2, local(localGone), removedJ, leaseHeld(), podMove(retained, e.facts)))
+		if d.Action != e.action || d.Reason != e.reason {
+			t.Errorf("%s: %s/%s (%s), want %s/%s", e.name, d.Action, d.Reason, d.Detail, e.action, e.reason)
+		}
 	}
 	// The objects unreadable after the removal: wait, nothing destructive.
-	d = Decide(cluster(2, 2, local(localGone), awayJournal(record.PhaseRemoved, oldID(id(1))), leaseHeld(), podMove(func(c *ClaimFacts) { c.Err = "timeout" })))
+	d := Decide(cluster(2, 2, local(localGone), awayJournal(record.PhaseRemoved, oldID(id(1))), leaseHeld(), podMove(func(c *ClaimFacts) { c.Err = "timeout" })))
 	if d.Action != Nothing || d.Reason != ReasonAPIUnavailable {
 		t.Fatalf("API away after the removal: %s/%s (%s)", d.Action, d.Reason, d.Detail)
 	}
@@ -133,9 +155,25 @@ func TestMoveAwayStepsFromTheStateAfterEach(t *testing.T) {
 	if d.Action != Nothing || d.Reason != ReasonMajorityLost {
 		t.Fatalf("majority lost mid-move: %s/%s (%s)", d.Action, d.Reason, d.Detail)
 	}
-	// Done: the member is not healed here unasked.
-	d = Decide(cluster(2, 2, local(localGone), awayJournal(record.PhaseDone, oldID(id(1)), func(r *record.Record) { r.Result = record.ResultSucceeded })))
-	if d.Action != Nothing || d.Reason != ReasonMovedAway {
-		t.Fatalf("after the move: %s/%s (%s)", d.Action, d.Reason, d.Detail)
+	// Done, or failed once its claim was released: the member is not
+	// healed here unasked (its future is on the target). Failed before
+	// that: it is (removed, its claim still here).
+	done := func(result string, released bool) opt {
+		return awayJournal(record.PhaseDone, oldID(id(1)), func(r *record.Record) {
+			r.Result = result
+			if released {
+				r.ClaimReleasedAt = t0
+			}
+		})
+	}
+	for _, c := range []struct {
+		result   string
+		released bool
+		moved    bool
+	}{{record.ResultSucceeded, true, true}, {record.ResultFailed, true, true}, {record.ResultFailed, false, false}} {
+		d = Decide(cluster(2, 2, local(localGone), done(c.result, c.released)))
+		if (d.Reason == ReasonMovedAway) != c.moved || (c.moved && d.Action != Nothing) {
+			t.Errorf("after a move %s (claim released %v): %s/%s (%s)", c.result, c.released, d.Action, d.Reason, d.Detail)
+		}
 	}
 }

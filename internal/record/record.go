@@ -102,6 +102,12 @@ type Record struct {
 	MoveTarget   string   `json:"moveTarget,omitempty"`
 	MoveFrom     string   `json:"moveFrom,omitempty"`
 	MoveMemberID MemberID `json:"moveMemberID,omitempty"`
+	// A pod move's (move-away): the member's claim (UID) and PV when it
+	// began, and when its claim was deleted (from then on the member's
+	// future is on the target, whatever this journal's result).
+	MoveClaimUID    string    `json:"moveClaimUID,omitempty"`
+	MovePV          string    `json:"movePV,omitempty"`
+	ClaimReleasedAt time.Time `json:"claimReleasedAt,omitzero"`
 
 	OldMemberID MemberID `json:"oldMemberID"`
 	NewMemberID MemberID `json:"newMemberID"`

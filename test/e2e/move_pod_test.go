@@ -23,7 +23,7 @@ import (
 // to a chosen node with `etcd-agent move clusters-a/etcd-1 --to <node>`. A
 // dry run, a move to a node that runs a member of the cluster and a move
 // with the snapshot store away change nothing. The move: the member
-// stopped, its snapshot in the store, removed, its PV kept (Retain, the data inside it), a free PV on the chosen node
+// stopped, its snapshot in the store, removed, its PV kept (Retain, the data in place), a free PV on the chosen node
 // reserved for its claim; the StatefulSet re-creates claim and pod there,
 // and that node's agent rejoins the member as a learner seeded from the
 // stored snapshot (taken before the removal and the add) and promotes it.
@@ -173,11 +173,16 @@ func testMoveStatefulSetMember(t *testing.T, store string) {
 	if pv.Spec.PersistentVolumeReclaimPolicy != corev1.PersistentVolumeReclaimRetain {
 		t.Fatalf("old PV %s: reclaim policy %s", pv.Name, pv.Spec.PersistentVolumeReclaimPolicy)
 	}
-	if sj.QuarantinePath == "" || !strings.HasPrefix(sj.QuarantinePath, pv.Spec.Local.Path) {
-		t.Fatalf("the old data dir was quarantined at %q, want inside the old PV %s", sj.QuarantinePath, pv.Spec.Local.Path)
+	// The data dir stays in place on the old PV (a move that failed before
+	// the removal would put the member back on it).
+	if sj.QuarantinePath != "" {
+		t.Fatalf("the old data dir was moved to %q, want it left in place on the old PV", sj.QuarantinePath)
 	}
-	if _, err := os.Stat(filepath.Join(sj.QuarantinePath, "member", "snap", "db")); err != nil {
+	if _, err := os.Stat(filepath.Join(pv.Spec.Local.Path, "data", "member", "snap", "db")); err != nil {
 		t.Fatalf("old data: %v", err)
+	}
+	if !sj.ClaimReleasedAt.After(sj.StartedAt) || sj.MoveClaimUID != string(oldClaim.UID) || sj.MovePV != oldPV {
+		t.Fatalf("the source's journal: claim released at %s, claim %s PV %s (want %s, %s)", sj.ClaimReleasedAt, sj.MoveClaimUID, sj.MovePV, oldClaim.UID, oldPV)
 	}
 	r, err := checker.Finish(ctx, invariant.Options{})
 	if err != nil {
