@@ -70,6 +70,9 @@ type Config struct {
 	// none); SnapshotStoreKeep how many snapshots per cluster it keeps;
 	// SnapshotStoreBackups: every pre-change backup is uploaded to it.
 	SnapshotStore        string
+	// SeedFromStore: a move's learner is seeded from the move's stored
+	// snapshot (else from a follower's stream).
+	SeedFromStore bool
 	SnapshotStoreKeep    int
 	SnapshotStoreBackups bool
 	// RejoinMode is "seed" (the flag's default) or "raft" (heal.RejoinSeed/RejoinRaft).

@@ -108,6 +108,9 @@ type Config struct {
 	// a step that must wait on it (a move's snapshot goes there before
 	// anything changes). The caller closes what it returns.
 	OpenStore func(ctx context.Context) (*snapshotstore.Store, error)
+	// NoStoreSeed: a move's learner is seeded from a follower's stream, not
+	// from the move's stored snapshot (--seed-from-store=false).
+	NoStoreSeed bool
 	// PinnedAnywhere, when set, tells whether any node's record names the
 	// member (nodereport.MemberPinnedAnywhere); nil: never asked, and a
 	// member not in the list is healed as before.

@@ -412,7 +412,7 @@ type storeSeed struct {
 // for this recovery (j.StoreKey: the first attempt on this claim only).
 func (h *Healer) storedSeed(j *journal.Record) (storeSeed, bool) {
 	switch {
-	case h.cfg.OpenStore == nil || j.StoreKey == "":
+	case h.cfg.OpenStore == nil || j.StoreKey == "" || h.cfg.NoStoreSeed:
 		return storeSeed{}, false
 	case j.Request == plan.ActionMoveIn:
 		return storeSeed{key: j.StoreKey, sha256: j.SnapshotSHA256, size: j.SnapshotBytes}, true

@@ -15,9 +15,11 @@ import (
 	"github.com/etcd-agent/etcd-agent/internal/nodereport"
 )
 
-// MoveRow is one db size's moves (`etcd-agent move`, UC3), per rejoin
-// mode of the target's agent: seed (the learner's data dir built from a
-// follower's snapshot) or raft (the leader sends it a raft snapshot).
+// MoveRow is one db size's moves (`etcd-agent move`, UC3), per mode of the
+// target's agent: seed (the learner's data dir built from the move's
+// snapshot in the store), follower (built from a second stream off a
+// follower, --seed-from-store=false) or raft (the leader sends it a raft
+// snapshot).
 type MoveRow struct {
 	DBBytes int64
 	Modes   []string
@@ -29,6 +31,7 @@ type Moves struct {
 	Total      []time.Duration // request -> the old member removed (last-recovery written)
 	ToPromoted []time.Duration // request -> the new member promoted
 	ToLearner  []float64       // bytes the members sent the new member over raft
+	Streamed   []float64       // bytes the target's agent streamed from members (snapshot API)
 	LeaderSnap float64         // raft snapshots sent (etcd_network_snapshot_send_success)
 	lat        []time.Duration
 	APIFailed  int
@@ -41,7 +44,7 @@ type Moves struct {
 func Move(ctx context.Context, o Options) ([]MoveRow, error) {
 	modes := o.Modes
 	if len(modes) == 0 {
-		modes = []string{"seed", "raft"}
+		modes = []string{"seed", "follower", "raft"}
 	}
 	var rows []MoveRow
 	for i, size := range o.Sizes {
@@ -52,7 +55,13 @@ func Move(ctx context.Context, o Options) ([]MoveRow, error) {
 			lo := o.Lab
 			lo.Dir = filepath.Join(o.Lab.Dir, fmt.Sprintf("move-%d-%s", i, mode))
 			lo.Agents, lo.SnapshotStore = true, lab.SnapshotStoreFile
-			lo.AgentArgs = append(slices.Clone(lo.AgentArgs), "--grace-period=1h", "--rejoin-mode="+mode)
+			lo.AgentArgs = append(slices.Clone(lo.AgentArgs), "--grace-period=1h")
+			switch mode {
+			case "follower":
+				lo.AgentArgs = append(lo.AgentArgs, "--rejoin-mode=seed", "--seed-from-store=false")
+			default:
+				lo.AgentArgs = append(lo.AgentArgs, "--rejoin-mode="+mode)
+			}
 			fmt.Fprintf(o.Out, "== %s, %s: lab up, filling the db ...\n", human(size), mode)
 			m, dbBytes, err := moveOne(ctx, lo, size, max(1, o.Runs), mode, o.Out)
 			if err != nil {
@@ -136,6 +145,12 @@ func moveOne(ctx context.Context, lo lab.Options, size int64, runs int, mode str
 			return m, dbBytes, err
 		}
 		m.ToLearner = append(m.ToLearner, sent)
+		am, err := l.AgentMetrics(ctx, n.Name)
+		if err != nil {
+			return m, dbBytes, err
+		}
+		streamed, _ := am.Value("etcd_agent_snapshot_bytes_total", map[string]string{"member": n.Name})
+		m.Streamed = append(m.Streamed, streamed)
 		snapsAfter, err := l.SnapshotsSent(ctx)
 		if err != nil {
 			return m, dbBytes, err
@@ -155,17 +170,17 @@ func moveOne(ctx context.Context, lo lab.Options, size int64, runs int, mode str
 // PrintMoves writes the move table.
 func PrintMoves(w io.Writer, rows []MoveRow) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "db size\tmode\truns\tmove total\tto promoted\tsent to new member\tleader raft snapshots\tAPI p99 during\tAPI writes failed\t")
+	fmt.Fprintln(tw, "db size\tmode\truns\tmove total\tto promoted\tstreamed from members\tsent to new member\tleader raft snapshots\tAPI p99 during\tAPI writes failed\t")
 	for _, r := range rows {
 		for _, mode := range r.Modes {
 			m := r.Moves[mode]
 			if m == nil {
 				continue
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%.0f\t%s\t%d/%d\t\n", human(r.DBBytes), mode, len(m.Total), spread(m.Total), spread(m.ToPromoted),
-				human(int64(medianF(m.ToLearner))), m.LeaderSnap, invariant.Percentile(m.lat, 99).Round(time.Millisecond), m.APIFailed, m.Attempted)
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\t%.0f\t%s\t%d/%d\t\n", human(r.DBBytes), mode, len(m.Total), spread(m.Total), spread(m.ToPromoted),
+				human(int64(medianF(m.Streamed))), human(int64(medianF(m.ToLearner))), m.LeaderSnap, invariant.Percentile(m.lat, 99).Round(time.Millisecond), m.APIFailed, m.Attempted)
 		}
 	}
 	tw.Flush()
-	fmt.Fprintln(w, "(move total: request to the old member removed; durations median [min-max]; sent to new member: median bytes the members sent it over raft; seed: its data dir built from the move's snapshot in the store (taken before the add), raft: the leader sends a raft snapshot)")
+	fmt.Fprintln(w, "(move total: request to the old member removed; durations median [min-max]; streamed from members: median bytes the target's agent streamed off followers (the move's backup, and the seed in follower mode); sent to new member: median bytes the members sent it over raft; seed: its data dir built from the move's snapshot in the store (taken before the add), follower: from a second stream off a follower, raft: the leader sends a raft snapshot)")
 }
