@@ -463,9 +463,6 @@ func (h *Healer) input(ctx context.Context, res memberstate.Result, req *plan.Re
 func (h *Healer) baseInput(res memberstate.Result, req *plan.Request, j journal.Record) plan.Input {
 	in := plan.Input{Now: res.Observation.At, Obs: res.Observation, Verdict: res.Verdict, Request: req, Journal: j,
 		Learners: res.Learners}
-	if req == nil && j.Active() && j.Request != "" && j.Request != "auto" {
-		in.Request = &plan.Request{Action: j.Request} // a resumed manual recovery stays manual
-	}
 	sp := localdisk.SpaceFor(h.cfg.DataDir, h.cfg.QuarantineDir)
 	in.FreeBytes, in.DataDirFreeBytes, in.DataDirOtherFS = sp.QuarantineFree, sp.DataDirFree, sp.DataDirOtherFS
 	if mp, err := h.mountPoint(h.cfg.DataDir); err == nil {

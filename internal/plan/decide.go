@@ -158,6 +158,23 @@ func checkBegin(in Input, cfg Config) (Decision, bool) {
 	return checkSpace(in, cfg)
 }
 
+// resumedRequest is the request an open journal stands for: a move's, as
+// it recorded it; a manual one's action; for an automatic recovery, the
+// request asked now (nil: none).
+func resumedRequest(j record.Record, now *Request) *Request {
+	switch j.Request {
+	case "", "auto":
+		return now
+	case ActionMoveOut:
+		return &Request{Action: ActionMoveOut, Target: j.MoveTarget, Replacement: uint64(j.MoveMemberID)}
+	case ActionMoveIn:
+		return &Request{Action: ActionMoveIn, Replaces: uint64(j.MoveMemberID), MoveFrom: j.MoveFrom}
+	case ActionMoveAway:
+		return &Request{Action: ActionMoveAway, Target: j.MoveTarget}
+	}
+	return &Request{Action: j.Request}
+}
+
 // decideActive: a recovery is open. Steps that change membership are judged
 // from the cluster's actual member list, not from the journal's memory, so a
 // resumed (or taken-over) recovery never repeats an add or a remove.
@@ -175,26 +192,27 @@ func decideActive(in Input, cfg Config) Decision {
 	if j.Kind == record.KindRollbackLearner {
 		return decideRollback(in, cfg)
 	}
+	// The journal is the request (also after a restart): a manual
+	// recovery stays manual, a move keeps its own.
+	in.Request = resumedRequest(j, in.Request)
 	if !j.Phase.AtLeast(record.PhaseStopped) {
 		// Rule 6: the condition is re-verified once the Lease is held, on a
 		// fresh observation and the tracker's verdict on it; not after a
 		// stop was tried (the member may be down by our hand).
-		if in.Request == nil && (j.Request == "" || j.Request == "auto") && j.StopAttemptedAt.IsZero() {
+		if in.Request == nil && j.StopAttemptedAt.IsZero() {
 			if d, done := recheckLost(in); done {
 				return d
 			}
 		}
-		// A move's journal is its request (also after a restart), checked
-		// again on the fresh observation now that the Lease is held.
+		// A move is checked again on the fresh observation now that the
+		// Lease is held.
 		switch j.Request {
 		case ActionMoveOut:
-			in.Request = &Request{Action: ActionMoveOut, Target: j.MoveTarget, Replacement: uint64(j.MoveMemberID)}
 			if d, ok := checkMoveOut(in, !j.StopAttemptedAt.IsZero()); !ok {
 				d.Action = Finish
 				return d
 			}
 		case ActionMoveIn:
-			in.Request = &Request{Action: ActionMoveIn, Replaces: uint64(j.MoveMemberID), MoveFrom: j.MoveFrom}
 			if j.StopAttemptedAt.IsZero() {
 				if d, ok := checkMoveIn(in, cfg); !ok {
 					d.Action = Finish
@@ -202,7 +220,6 @@ func decideActive(in Input, cfg Config) Decision {
 				}
 			}
 		case ActionMoveAway:
-			in.Request = &Request{Action: ActionMoveAway, Target: j.MoveTarget}
 			if j.StopAttemptedAt.IsZero() {
 				if d, ok := checkMoveAway(in, cfg); !ok {
 					d.Action = Finish
