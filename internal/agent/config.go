@@ -69,10 +69,10 @@ type Config struct {
 	// SnapshotStore is the snapshot store's URL (file:// or s3://; ""
 	// none); SnapshotStoreKeep how many snapshots per cluster it keeps;
 	// SnapshotStoreBackups: every pre-change backup is uploaded to it.
-	SnapshotStore        string
+	SnapshotStore string
 	// SeedFromStore: a move's learner is seeded from the move's stored
 	// snapshot (else from a follower's stream).
-	SeedFromStore bool
+	SeedFromStore        bool
 	SnapshotStoreKeep    int
 	SnapshotStoreBackups bool
 	// RejoinMode is "seed" (the flag's default) or "raft" (heal.RejoinSeed/RejoinRaft).
