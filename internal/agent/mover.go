@@ -197,7 +197,13 @@ func (mv *mover) checkStore(ctx context.Context) string {
 	if open == nil {
 		open = snapshotstore.Open
 	}
-	s, err := open(ctx, mv.store)
+	return storeAnswers(ctx, func(ctx context.Context) (*snapshotstore.Store, error) { return open(ctx, mv.store) })
+}
+
+// storeAnswers lists the store opened by open, bounded by ctx: "" when it
+// answered, else why not.
+func storeAnswers(ctx context.Context, open func(ctx context.Context) (*snapshotstore.Store, error)) string {
+	s, err := open(ctx)
 	if err == nil {
 		defer s.Close()
 		err = s.Check(ctx)

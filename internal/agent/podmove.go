@@ -260,15 +260,7 @@ func (p podClaims) checkStore(ctx context.Context) string {
 	if p.openStore == nil {
 		return ""
 	}
-	s, err := p.openStore(ctx)
-	if err == nil {
-		defer s.Close()
-		err = s.Check(ctx)
-	}
-	if err != nil {
-		return err.Error()
-	}
-	return ""
+	return storeAnswers(ctx, p.openStore)
 }
 
 func (p podClaims) Do(ctx context.Context, a plan.Action, j journal.Record, f plan.ClaimFacts) error {

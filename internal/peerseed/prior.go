@@ -63,13 +63,19 @@ func WithoutMember(id uint64) BuildOption {
 // ConfState (WithoutMember), as its removal will leave them, and commits.
 func writeRemoval(be backend.Backend, cl *membership.RaftCluster, id uint64, lg *zap.Logger) {
 	cl.RemoveMember(types.ID(id), membership.ApplyBoth)
+	saveConfState(be, cl, lg)
+	lg.Info("member removed from the snapshot's membership (the snapshot predates its removal)", zap.String("member-id", types.ID(id).String()))
+}
+
+// saveConfState stores the ConfState of cl's membership in be, committed:
+// what etcd's apply of a conf change leaves.
+func saveConfState(be backend.Backend, cl *membership.RaftCluster, lg *zap.Logger) {
 	cs := confStateOf(cl.Members())
 	tx := be.BatchTx()
 	tx.LockOutsideApply()
 	schema.MustUnsafeSaveConfStateToBackend(lg, tx, &cs)
 	tx.Unlock()
 	be.ForceCommit()
-	lg.Info("member removed from the snapshot's membership (the snapshot predates its removal)", zap.String("member-id", types.ID(id).String()))
 }
 
 // confStateOf is the raft ConfState of a membership (sorted).
@@ -104,12 +110,7 @@ func writeLearner(be backend.Backend, cl *membership.RaftCluster, newID uint64, 
 	}
 	m := &membership.Member{ID: types.ID(newID), RaftAttributes: membership.RaftAttributes{PeerURLs: slices.Clone(peerURLs), IsLearner: true}}
 	cl.AddMember(m, membership.ApplyBoth)
-	cs := confStateOf(cl.Members())
-	tx := be.BatchTx()
-	tx.LockOutsideApply()
-	schema.MustUnsafeSaveConfStateToBackend(lg, tx, &cs)
-	tx.Unlock()
-	be.ForceCommit()
+	saveConfState(be, cl, lg)
 	lg.Info("learner written into the snapshot's membership (the snapshot predates its add)",
 		zap.String("member-id", types.ID(newID).String()), zap.Strings("peer-urls", peerURLs))
 	return cl.Member(types.ID(newID)), nil
