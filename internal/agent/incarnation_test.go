@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/etcd-agent/etcd-agent/internal/journal"
 	"github.com/etcd-agent/etcd-agent/internal/membersource"
@@ -65,6 +66,12 @@ func TestAMemberStateDirOfAnEarlierClaimIsSetAside(t *testing.T) {
 	// released the claim, and whose agent died before closing its journal,
 	// leaves nothing to resume here: a member back on a new claim is served.
 	if err := journal.Save(dir, record.Record{Member: "etcd-0", ID: "j2", Request: "move-away", Phase: record.PhaseRemoved}); err != nil {
+		t.Fatal(err)
+	}
+	if err := claimStateDir(dir, pm, "etcd-0", zap.NewNop()); err == nil {
+		t.Fatal("a move's open journal whose claim was not released was set aside")
+	}
+	if err := journal.Save(dir, record.Record{Member: "etcd-0", ID: "j2", Request: "move-away", Phase: record.PhaseRemoved, ClaimReleasedAt: time.Now()}); err != nil {
 		t.Fatal(err)
 	}
 	if err := claimStateDir(dir, pm, "etcd-0", zap.NewNop()); err != nil {

@@ -73,6 +73,20 @@ func (p podClaims) read(ctx context.Context, f *plan.ClaimFacts, j journal.Recor
 			return err
 		}
 	}
+	pvc, err := p.kc.CoreV1().PersistentVolumeClaims(pm.Namespace).Get(ctx, pm.PVC, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		pvc = nil
+	case err != nil:
+		return err
+	case string(pvc.UID) != f.ClaimUID:
+		pvc = nil // a successor: not the claim this move is about
+	}
+	if pvc != nil && pvc.DeletionTimestamp == nil && pod == nil && j.Active() {
+		// Between the held pod's deletion (the stop) and its re-creation:
+		// the target cannot be judged against it until it is back.
+		return fmt.Errorf("pod %s is being re-created on its claim", pm.Key)
+	}
 	var node *corev1.Node
 	if f.Target != "" && f.Target != p.node {
 		n, err := p.kc.CoreV1().Nodes().Get(ctx, f.Target, metav1.GetOptions{})
@@ -100,15 +114,6 @@ func (p podClaims) read(ctx context.Context, f *plan.ClaimFacts, j journal.Recor
 	}
 	if err := p.ungated(); err != nil {
 		f.Ungated = err.Error()
-	}
-	pvc, err := p.kc.CoreV1().PersistentVolumeClaims(pm.Namespace).Get(ctx, pm.PVC, metav1.GetOptions{})
-	switch {
-	case apierrors.IsNotFound(err):
-		pvc = nil
-	case err != nil:
-		return err
-	case string(pvc.UID) != f.ClaimUID:
-		pvc = nil // a successor: not the claim this move is about
 	}
 	if pvc != nil {
 		f.ClaimBound, f.ClaimDeleting = pvc.Spec.VolumeName == f.PV, pvc.DeletionTimestamp != nil
@@ -160,6 +165,16 @@ func (p podClaims) statefulSetPod(ctx context.Context, pod *corev1.Pod, pm membe
 	}
 	if !slices.ContainsFunc(sts.Spec.VolumeClaimTemplates, func(c corev1.PersistentVolumeClaim) bool { return c.Name+"-"+pod.Name == pm.PVC }) {
 		f.NotMovable = fmt.Sprintf("claim %s is not one of StatefulSet %s's claim templates: nothing would re-create it on the target", pm.PVC, sts.Name)
+	}
+	for _, v := range pod.Spec.Volumes {
+		if c := v.PersistentVolumeClaim; c != nil && c.ClaimName != pm.PVC {
+			// Only the data dir's claim is re-homed: another one (a WAL
+			// disk) would keep the pod pinned to this node.
+			f.NotMovable = fmt.Sprintf("pod %s has another claim (%s) besides its data dir's: only a member on one claim moves", pm.Key, c.ClaimName)
+		}
+	}
+	if sts.DeletionTimestamp != nil {
+		f.NotMovable = fmt.Sprintf("StatefulSet %s is being deleted", sts.Name)
 	}
 	return fromTemplate(pod, sts), nil
 }

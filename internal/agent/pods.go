@@ -551,7 +551,7 @@ func claimStateDir(dir string, pm membersource.PodMember, member string, log *za
 		old := strings.TrimSpace(string(b))
 		// A pod move that released the claim and died before closing its
 		// journal left nothing to do here: its member was removed.
-		if j, _, err := journal.Load(dir, member); err != nil || j.Active() && !(j.Request == plan.ActionMoveAway && j.Phase.AtLeast(journal.PhaseRemoved)) {
+		if j, _, err := journal.Load(dir, member); err != nil || j.Active() && !(j.Request == plan.ActionMoveAway && j.Phase.AtLeast(journal.PhaseRemoved) && !j.ClaimReleasedAt.IsZero()) {
 			return fmt.Errorf("state dir %s belongs to claim %s, the pod now runs on claim %s, and a recovery is open in it (%v): not set aside; look at it by hand",
 				dir, old, pm.PVCUID, err)
 		}

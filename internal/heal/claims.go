@@ -61,11 +61,16 @@ func (h *Healer) claimStep(ctx context.Context, claim *plan.ClaimFacts, j *journ
 	if err := h.fence(sctx, memberChangeTimeout); err != nil {
 		return err
 	}
+	if d.Action == plan.StewardDeletePVC && j.ClaimReleasedAt.IsZero() {
+		// Journaled first: a delete applied whose answer is lost still
+		// counts (settleMoveAway corrects it from the API if it was not).
+		j.ClaimReleasedAt = h.now().UTC()
+		if err := journal.Save(h.cfg.StateDir, *j); err != nil {
+			return err
+		}
+	}
 	if err := h.cfg.Claims.Do(sctx, d.Action, *j, *claim); err != nil {
 		return fmt.Errorf("%s: %w", d.Action, err)
-	}
-	if d.Action == plan.StewardDeletePVC {
-		j.ClaimReleasedAt = h.now().UTC()
 	}
 	h.log.Info("move step done", zap.String("step", string(d.Action)), zap.String("detail", d.Detail))
 	h.event("Normal", "MoveStep", "move to %s: %s: %s", j.MoveTarget, d.Action, d.Detail)
@@ -107,4 +112,47 @@ func (h *Healer) moveSource(ctx context.Context, in *plan.Input, req *plan.Reque
 		return
 	}
 	in.MoveSourceGone = gone
+}
+
+// moveReleased: a pod move whose claim was released (its deletion asked).
+func moveReleased(j journal.Record) bool {
+	return j.Request == plan.ActionMoveAway && !j.ClaimReleasedAt.IsZero()
+}
+
+// settleMoveAway, for a pod move that fails, makes the journal say what the
+// API shows: released (the claim deleting or gone: the member's future is
+// on the target, never healed here) or not; and takes back a reservation
+// of a move that was not released (a later claim of that name must not
+// land on it). Best effort, bounded; what it cannot do it returns.
+func (h *Healer) settleMoveAway(ctx context.Context, j *journal.Record) error {
+	if h.cfg.Claims == nil {
+		return nil
+	}
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), claimFactsTimeout)
+	defer cancel()
+	f := h.cfg.Claims.Facts(cctx, j.MoveTarget, *j, false)
+	if f.Err != "" {
+		return fmt.Errorf("the move's objects could not be read to settle it: %s", f.Err)
+	}
+	released := !f.ClaimBound || f.ClaimDeleting
+	switch {
+	case released && j.ClaimReleasedAt.IsZero():
+		j.ClaimReleasedAt = h.now().UTC()
+	case !released:
+		j.ClaimReleasedAt = time.Time{}
+	}
+	if released {
+		if f.PodOnNode {
+			return fmt.Errorf("the member's claim is released but its held pod %s is still on this node: delete it (kubectl delete pod) and the StatefulSet re-creates it on %s", h.cfg.Member, j.MoveTarget)
+		}
+		return nil
+	}
+	if f.ReservedPV == "" {
+		return nil
+	}
+	if err := h.cfg.Claims.Do(cctx, plan.UnreservePV, *j, f); err != nil {
+		return fmt.Errorf("PV %s stays reserved for the claim (take its claimRef and %s off by hand): %w", f.ReservedPV, "etcd-agent.io/move-seed", err)
+	}
+	h.log.Info("the failed move's reservation taken back", zap.String("pv", f.ReservedPV))
+	return nil
 }

@@ -2,6 +2,7 @@ package heal
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -79,5 +80,49 @@ func TestEveryPodMoveStepOnTheAPIIsFencedInOrder(t *testing.T) {
 	// Done: the member is not healed on this node unasked.
 	if d := r.h.Plan(context.Background(), res, nil); d.Action != plan.Nothing || d.Reason != plan.ReasonMovedAway {
 		t.Fatalf("after the move: %s/%s (%s)", d.Action, d.Reason, d.Detail)
+	}
+}
+
+// failingRelease is tracedClaims whose release of the held pod always fails.
+type failingRelease struct{ tracedClaims }
+
+func (c failingRelease) Do(ctx context.Context, a plan.Action, j journal.Record, f plan.ClaimFacts) error {
+	if a == plan.ReleasePod {
+		c.tr.add(string(a), false)
+		return errors.New("the API refused")
+	}
+	return c.tracedClaims.Do(ctx, a, j, f)
+}
+
+// From the second review: once a pod move released its claim it only goes
+// forward (the step is retried past maxStepErrors, until the recovery
+// timeout), and a move that fails then closes saying so (claimReleasedAt
+// kept: never healed here) and what is left to do by hand.
+func TestAReleasedPodMoveOnlyGoesForward(t *testing.T) {
+	res := cluster3(memberstate.Lost, 2, 3)
+	res.Observation.Members = res.Observation.Members[1:]
+	r, tr := tracedRig(t, res)
+	r.journalAt(t, plan.ActionMoveAway, journal.PhaseRemoved, 0xa1, 0)
+	j := r.journal(t)
+	j.MoveTarget, j.StoreKey = "node9", "k"
+	if err := journal.Save(r.dir, j); err != nil {
+		t.Fatal(err)
+	}
+	f := &plan.ClaimFacts{Node: "node1", Target: "node9", TargetFound: true, TargetReady: true, FreePV: "pv-9", ClaimBound: true, PodOnNode: true, OldPVRetained: true}
+	r.h.cfg.Claims = failingRelease{tracedClaims{tr: tr, f: f}}
+	_ = r.lease.TryAcquire(context.Background(), lease.Info{})
+	out := r.h.Consider(context.Background(), res, nil)
+	if out.Result != journal.ResultFailed {
+		t.Fatalf("outcome %+v", out)
+	}
+	if n := strings.Count(strings.Join(tr.events(), ","), string(plan.ReleasePod)); n <= maxStepErrors {
+		t.Fatalf("the release was tried %d times: a released move gave up at maxStepErrors (%d)", n, maxStepErrors)
+	}
+	j = r.journal(t)
+	if j.ClaimReleasedAt.IsZero() || !strings.Contains(j.Message, "delete it") {
+		t.Fatalf("journal: released at %v, message %q", j.ClaimReleasedAt, j.Message)
+	}
+	if d := r.h.Plan(context.Background(), res, nil); d.Reason != plan.ReasonMovedAway {
+		t.Fatalf("after the failed, released move: %s/%s (%s), want moved-away", d.Action, d.Reason, d.Detail)
 	}
 }

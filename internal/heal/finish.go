@@ -3,6 +3,7 @@ package heal
 import (
 	"context"
 	"errors"
+	"fmt"
 	"path/filepath"
 	"time"
 
@@ -131,6 +132,11 @@ func (h *Healer) fail(ctx context.Context, j *journal.Record, d plan.Decision, c
 				h.releaseLease(ctx)
 				return Outcome{Decision: d, Result: journal.ResultFailed, Err: errors.Join(cause, err)}
 			}
+		}
+	}
+	if j.Request == plan.ActionMoveAway {
+		if err := h.settleMoveAway(ctx, j); err != nil {
+			cause = fmt.Errorf("%w; %w", cause, err)
 		}
 	}
 	return h.close(ctx, j, plan.Decision{Action: plan.Finish, Reason: d.Reason, Detail: cause.Error()}, journal.ResultFailed, cause)

@@ -119,7 +119,9 @@ func (h *Healer) recover(parent context.Context, first memberstate.Result, req *
 		case err != nil:
 			stepErrors++
 			h.log.Warn("recovery step failed", zap.String("action", string(d.Action)), zap.Int("attempt", stepErrors), zap.Error(err))
-			if stepErrors >= maxStepErrors {
+			if stepErrors >= maxStepErrors && !moveReleased(j) {
+				// (A pod move whose claim is released only goes forward:
+				// its step is retried until the recovery timeout.)
 				return h.fail(ctx, &j, d, err)
 			}
 		default:

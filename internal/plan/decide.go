@@ -164,6 +164,9 @@ func checkBegin(in Input, cfg Config) (Decision, bool) {
 func resumedRequest(j record.Record, now *Request) *Request {
 	switch j.Request {
 	case "", "auto":
+		if now != nil && now.Action != "" && now.Action != "rejoin" {
+			return nil // a move asked now is not this recovery's request
+		}
 		return now
 	case ActionMoveOut:
 		return &Request{Action: ActionMoveOut, Target: j.MoveTarget, Replacement: uint64(j.MoveMemberID)}

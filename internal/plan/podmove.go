@@ -200,6 +200,18 @@ func decideMoveAway(in Input) Decision {
 		return Decision{Action: TakeSnapshot, SourceID: src.ID, Detail: "stream the move's snapshot from " + why + " into the snapshot store"}
 	}
 	if old, ok := o.Member(uint64(j.OldMemberID)); ok && j.OldMemberID != 0 {
+		// The target is judged again before the removal: a move that can
+		// no longer go there ends now, and the member is put back.
+		switch {
+		case c == nil || c.Err != "":
+			return wait(ReasonAPIUnavailable, "the move's objects must be read again before the removal")
+		case !c.TargetFound || !c.TargetReady || c.TargetUnschedulable != "":
+			return Decision{Action: Finish, Reason: ReasonTargetNotReady, Detail: fmt.Sprintf("node %s can no longer take the member (Ready %v, %s): the member is put back", j.MoveTarget, c.TargetReady, c.TargetUnschedulable)}
+		case c.TargetHasMember != "":
+			return Decision{Action: Finish, Reason: ReasonTargetHasMember, Detail: fmt.Sprintf("node %s runs %s of this cluster now: the member is put back", j.MoveTarget, c.TargetHasMember)}
+		case c.FreePV == "" && c.ReservedPV == "":
+			return Decision{Action: Finish, Reason: ReasonNoFreePV, Detail: fmt.Sprintf("node %s has no free PV for the claim now: the member is put back", j.MoveTarget)}
+		}
 		return decideRemove(o, old)
 	}
 	if c == nil || c.Err != "" {
@@ -210,7 +222,7 @@ func decideMoveAway(in Input) Decision {
 		return wait(ReasonAPIUnavailable, "member removed; its claim is freed once the API answers: "+detail)
 	}
 	released := !c.ClaimBound || c.ClaimDeleting // the claim goes: forward only
-	targetOK := c.TargetFound && c.TargetReady && c.TargetUnschedulable == ""
+	targetOK := c.TargetFound && c.TargetReady && c.TargetUnschedulable == "" && c.TargetHasMember == ""
 	switch {
 	case !c.OldPVRetained && !released:
 		return Decision{Action: StewardRetainPV, Detail: "keep the old data on " + c.Node + " whatever happens to its claim"}

@@ -177,3 +177,38 @@ func TestMoveAwayStepsFromTheStateAfterEach(t *testing.T) {
 		}
 	}
 }
+
+// From the second review: the target is judged again right before the
+// removal (the member, stopped but not removed, is put back), and a move
+// asked while an automatic recovery is open does not stand in for that
+// recovery's request (rule 6 re-checks it).
+func TestMoveAwayJudgesTheTargetAgainBeforeTheRemoval(t *testing.T) {
+	stopped := awayJournal(record.PhaseStopped, oldID(id(1)))
+	for _, c := range []struct {
+		name   string
+		facts  func(*ClaimFacts)
+		action Action
+		reason Reason
+	}{
+		{"the target NotReady", func(c *ClaimFacts) { c.TargetReady = false }, Finish, ReasonTargetNotReady},
+		{"the target tainted", func(c *ClaimFacts) { c.TargetUnschedulable = "taint x" }, Finish, ReasonTargetNotReady},
+		{"a member of the cluster on the target", func(c *ClaimFacts) { c.TargetHasMember = "ns/etcd-0" }, Finish, ReasonTargetHasMember},
+		{"the free PV gone", func(c *ClaimFacts) { c.FreePV = "" }, Finish, ReasonNoFreePV},
+		{"the objects unreadable", func(c *ClaimFacts) { c.Err = "timeout" }, Nothing, ReasonAPIUnavailable},
+		{"all good", func(*ClaimFacts) {}, RemoveMember, ReasonNone},
+	} {
+		d := Decide(cluster(3, 2, local(localDown), verdict("down"), stopped, leaseHeld(), podMove(retained, c.facts)))
+		if d.Action != c.action || d.Reason != c.reason {
+			t.Errorf("%s: %s/%s (%s), want %s/%s", c.name, d.Action, d.Reason, d.Detail, c.action, c.reason)
+		}
+	}
+	// An automatic recovery open, its member healthy again, a move asked
+	// meanwhile: the recovery closes as not needed; nothing is stopped.
+	auto := journalAt(record.PhaseStarted, func(r *record.Record) { r.Request = "auto" })
+	d := Decide(cluster(3, 3, local(localHealthy), auto, leaseHeld(), func(s *spec) {
+		s.in.Request = &Request{Action: ActionMoveAway, Target: "node9"}
+	}))
+	if d.Action != Finish || d.Reason != ReasonNotNeeded {
+		t.Fatalf("a move asked during an automatic recovery: %s/%s (%s), want finish/not-needed", d.Action, d.Reason, d.Detail)
+	}
+}

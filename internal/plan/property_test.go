@@ -231,7 +231,11 @@ func invariants(in Input, c Config, d Decision) []string {
 				d.MemberID, j.Kind, uint64(j.LearnerID), j.Phase, strandedNow, targetListed && target.IsLearner, lost, in.LeaseHeld)
 		}
 	}
-	if d.Reason == ReasonNotNeeded && (d.Action != Finish || j.Phase != record.PhaseStarted || in.Request != nil && j.Kind == "") {
+	// A manual rejoin asked now is never answered "not needed"; a move (or
+	// any other action) asked while an automatic recovery is open is not
+	// that recovery's request, and rule 6 re-checks it as automatic.
+	rejoinAsked := in.Request != nil && (in.Request.Action == "" || in.Request.Action == "rejoin")
+	if d.Reason == ReasonNotNeeded && (d.Action != Finish || j.Phase != record.PhaseStarted || rejoinAsked && j.Kind == "") {
 		fail("not-needed as %s in phase %q with request %v", d.Action, j.Phase, in.Request)
 	}
 	// A dry run changes nothing in any phase: no action but Nothing or
