@@ -68,6 +68,11 @@ func (h *Healer) stopAndQuarantine(ctx context.Context, res memberstate.Result, 
 		return err
 	}
 	j.QuarantinePath = dst
+	if res.Observation.Local.DataDirClass == observation.DataDirStale {
+		// A data dir that went back in time (UC2): its own db, behind, may
+		// seed the learner (seedFromRestored), from a copy.
+		j.StaleDB = filepath.Join(dst, "member", "snap", "db")
+	}
 	h.log.Info("data dir quarantined (kept, not deleted)", zap.String("from", h.cfg.DataDir), zap.String("to", dst))
 	if over, err := localdisk.QuarantineOverflow(h.cfg.QuarantineDir, h.cfg.QuarantineKeep); err == nil && len(over) > 0 {
 		h.log.Warn("quarantine holds more than --quarantine-keep entries; the older ones are pruned once the member has been healthy since they were made",
@@ -358,13 +363,8 @@ func (h *Healer) seedDataDir(ctx context.Context, res memberstate.Result, j *jou
 	if err := os.MkdirAll(h.cfg.QuarantineDir, 0o700); err != nil {
 		return err
 	}
-	if seed, ok := h.storedSeed(j); ok {
-		err := h.seedFromStore(ctx, res, j, seed)
-		if err == nil {
-			return nil
-		}
-		h.log.Warn("seeding from the move's stored snapshot failed; streaming a seed from a follower instead", zap.String("key", seed.key), zap.Error(err))
-		h.event("Warning", nodereport.ReasonSeedFallback, "seeding from the stored snapshot %s failed (%s): %v; streaming from a follower", seed.key, peerseed.SeedReason(err), err)
+	if h.seedPredatingTheAdd(ctx, res, j) {
+		return nil
 	}
 	src, why, err := plan.PickSource(res.Observation, uint64(j.OldMemberID))
 	if err != nil {
@@ -373,7 +373,7 @@ func (h *Healer) seedDataDir(ctx context.Context, res memberstate.Result, j *jou
 	// Seed streams are transient copies (the pre-change backup is kept
 	// apart): remove what an agent killed mid-seed left, then our own.
 	h.removeSeedStreams()
-	dest := filepath.Join(h.cfg.QuarantineDir, fmt.Sprintf("%s%s.db", h.seedStreamPrefix(), time.Now().UTC().Format(seedStampLayout)))
+	dest := h.seedStreamPath()
 	defer h.removeSeedStreams()
 	counter := h.metrics.SnapshotBytesTotal.WithLabelValues(h.cfg.Member)
 	snap, ss, err := peerseed.StreamForSeed(ctx, src.ClientURLs[0], h.cfg.TLS, dest, plan.StreamBytesNeeded(src.DBSize),
@@ -393,95 +393,6 @@ func (h *Healer) seedDataDir(ctx context.Context, res memberstate.Result, j *jou
 	h.log.Info("learner data dir seeded from a snapshot", zap.String("source", src.Name), zap.String("why", why),
 		zap.Int64("bytes", snap.Size), zap.Uint64("leaderIndex", ss.LeaderIndex), zap.Uint64("consistentIndex", info.ConsistentIndex),
 		zap.Uint64("term", info.Term), zap.Duration("streamTook", snap.Took), zap.Duration("buildTook", info.Took))
-	return nil
-}
-
-// storeSeed is a stored snapshot a learner may be seeded from: a move-in's
-// own (taken before its add), or a pod move's (taken before the moved
-// member's removal, named on the PV the move reserved: removed is then
-// that member).
-type storeSeed struct {
-	key, sha256 string
-	size        int64
-	clusterID   uint64 // 0: the observation's
-	removed     uint64
-}
-
-// storedSeed says which stored snapshot seeds this recovery's learner: a
-// move-in's, or the pod move's named by Config.StoreSeed when begin took it
-// for this recovery (j.StoreKey: the first attempt on this claim only).
-func (h *Healer) storedSeed(j *journal.Record) (storeSeed, bool) {
-	switch {
-	case h.cfg.OpenStore == nil || j.StoreKey == "" || h.cfg.NoStoreSeed:
-		return storeSeed{}, false
-	case j.Request == plan.ActionMoveIn:
-		return storeSeed{key: j.StoreKey, sha256: j.SnapshotSHA256, size: j.SnapshotBytes}, true
-	case h.cfg.StoreSeed != nil && h.cfg.StoreSeed.Key == j.StoreKey && j.Request != plan.ActionMoveAway:
-		s := h.cfg.StoreSeed
-		return storeSeed{key: s.Key, sha256: s.SHA256, size: s.Size, clusterID: s.ClusterID, removed: s.Removed}, true
-	}
-	return storeSeed{}, false
-}
-
-// seedFromStore builds the learner's data dir from a snapshot a move put in
-// the store before its change (fetched and verified against its sha256):
-// the learner is written into its membership (peerseed.WithLearner), the
-// moved member removed from it (peerseed.WithoutMember), and the leader
-// sends the log from the snapshot's index on.
-func (h *Healer) seedFromStore(ctx context.Context, res memberstate.Result, j *journal.Record, seed storeSeed) error {
-	// The membership now, after our add: the snapshot's, with the learner
-	// written in, must be exactly this (nothing else changed since).
-	fresh := h.obs.Observe(ctx, h.now()).Observation
-	learner, ok := fresh.Member(uint64(j.NewMemberID))
-	if !ok || !learner.IsLearner || fresh.MemberListError != "" {
-		return fmt.Errorf("learner %x is not in a fresh member list (%s)", uint64(j.NewMemberID), fresh.MemberListError)
-	}
-	var expect []peerseed.ExpectedMember
-	for _, m := range fresh.Members {
-		expect = append(expect, peerseed.ExpectedMember{ID: m.ID, PeerURLs: m.PeerURLs, IsLearner: m.IsLearner})
-	}
-	if seed.clusterID != 0 && seed.clusterID != res.Observation.ClusterID {
-		return fmt.Errorf("%w: the move's snapshot %s is of cluster %x", peerseed.ErrSeedForeignCluster, seed.key, seed.clusterID)
-	}
-	if free, err := localdisk.FreeBytes(h.cfg.QuarantineDir); err == nil && free < plan.StreamBytesNeeded(seed.size) {
-		return fmt.Errorf("%w: %s has %d bytes free, the stored snapshot needs %d", peerseed.ErrDiskFull, h.cfg.QuarantineDir, free, plan.StreamBytesNeeded(seed.size))
-	}
-	st, err := h.cfg.OpenStore(ctx)
-	if err != nil {
-		return err
-	}
-	defer st.Close()
-	h.removeSeedStreams()
-	dest := filepath.Join(h.cfg.QuarantineDir, fmt.Sprintf("%s%s.db", h.seedStreamPrefix(), time.Now().UTC().Format(seedStampLayout)))
-	defer h.removeSeedStreams()
-	t0 := time.Now()
-	m, err := st.Get(ctx, seed.key, dest)
-	if err != nil {
-		return err
-	}
-	if m.ClusterID != res.Observation.ClusterID {
-		return fmt.Errorf("%w: stored snapshot %s is of cluster %x", peerseed.ErrSeedForeignCluster, seed.key, m.ClusterID)
-	}
-	if m.SHA256 != seed.sha256 || m.Size != seed.size {
-		// Not the snapshot the move took and uploaded (replaced since).
-		return fmt.Errorf("%w: stored snapshot %s is %d bytes, sha256 %s; the move's is %d bytes, sha256 %s",
-			peerseed.ErrSeedCorruptDB, seed.key, m.Size, m.SHA256, seed.size, seed.sha256)
-	}
-	fetched := time.Since(t0)
-	if err := peerseed.WriteSeedSource(dest, peerseed.SeedSource{ClusterID: m.ClusterID, Endpoint: "store:" + seed.key,
-		Size: m.Size, SHA256: m.SHA256, Version: m.EtcdVersion, StreamedAt: m.TakenAt}); err != nil {
-		return err
-	}
-	info, err := peerseed.BuildDataDir(dest, h.cfg.DataDir, uint64(j.NewMemberID), res.Observation.ClusterID, h.log,
-		peerseed.MoveDB(), peerseed.WithoutMember(seed.removed), peerseed.WithLearner(learner.PeerURLs), peerseed.ExpectMembership(expect),
-		peerseed.BeforeRename(func(string) error { return h.holdAt(ctx, HoldSeedRename) }))
-	if err != nil {
-		return err
-	}
-	j.SeedIndex, j.SeedTerm, j.SeedSource = info.ConsistentIndex, info.Term, "store:"+seed.key
-	h.log.Info("learner data dir seeded from the stored snapshot", zap.String("key", seed.key), zap.String("removedFromIt", fmtID(seed.removed)), zap.Int64("bytes", m.Size),
-		zap.Bool("learnerWritten", info.LearnerWritten), zap.Uint64("consistentIndex", info.ConsistentIndex), zap.Uint64("term", info.Term),
-		zap.Duration("fetchTook", fetched), zap.Duration("buildTook", info.Took))
 	return nil
 }
 

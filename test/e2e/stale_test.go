@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -92,8 +93,21 @@ func TestRestoredDataDirNeverStartsUnderItsOldID(t *testing.T) {
 	if len(logMessages(t, agentLog(t, l, "node2"), "data-dir-stale")) == 0 {
 		t.Errorf("node2's agent never said data-dir-stale")
 	}
-	// The restored copy is kept, not deleted.
+	// The restored copy is kept, not deleted, and a copy of its db seeded
+	// the learner (the old member taken out, the learner written in).
 	assertQuarantine(t, l, "node2", j, "member/snap/db", "member/wal/*.wal")
+	if !strings.HasPrefix(j.SeedSource, "restored:") || j.SeedFallback != "" {
+		t.Fatalf("the learner was seeded from %q (fallback %q), want the restored data dir's db", j.SeedSource, j.SeedFallback)
+	}
+	// The copy predates the old member's removal and the learner's add:
+	// etcd met both in the leader's log as changes it had.
+	var rejected []string
+	for _, e := range logEntries(t, filepath.Join(n2.LogsDir, "etcd-node2_etcd.log"), "Validation on configuration change failed") {
+		rejected = append(rejected, fmt.Sprint(e["error"]))
+	}
+	if len(rejected) != 2 || !strings.Contains(rejected[0], "membership: ID removed") && !strings.Contains(rejected[0], "membership: ID not found") || rejected[1] != "membership: ID exists" {
+		t.Fatalf("the learner's etcd rejected %v, want the removal then the add (changes it had)", rejected)
+	}
 	resp, err := cli.Get(ctx, "/uc2-restored/", clientv3.WithPrefix(), clientv3.WithCountOnly())
 	if err != nil {
 		t.Fatal(err)
@@ -205,6 +219,9 @@ func TestManagementRestoredPVNeverStartsUnderItsOldID(t *testing.T) {
 		}
 		if len(logMessages(t, agentLog(t, l, node), "data-dir-stale")) == 0 {
 			t.Errorf("%s's agent never said data-dir-stale", node)
+		}
+		if !strings.HasPrefix(j.SeedSource, "restored:") || j.SeedFallback != "" {
+			t.Fatalf("the learner was seeded from %q (fallback %q), want the restored data dir's db", j.SeedSource, j.SeedFallback)
 		}
 		if tc.newClaim {
 			c, err := kc.CoreV1().PersistentVolumeClaims(ns).Get(ctx, lab.HostedDataPVC(pod), metav1.GetOptions{})

@@ -1,0 +1,180 @@
+package heal
+
+// Seeds that predate the learner's add: a move's snapshot in the store, or a
+// data dir that went back in time (UC2). The learner is written into the
+// copy's membership, the member removed since taken out of it, and the copy
+// is taken only when its membership is then a fresh member list's
+// (peerseed.WithLearner, WithoutMember, ExpectMembership); the leader sends
+// the log from the copy's index on. Any refusal falls back to a follower's
+// stream.
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/etcd-agent/etcd-agent/internal/journal"
+	"github.com/etcd-agent/etcd-agent/internal/localdisk"
+	"github.com/etcd-agent/etcd-agent/internal/memberstate"
+	"github.com/etcd-agent/etcd-agent/internal/nodereport"
+	"github.com/etcd-agent/etcd-agent/internal/peerseed"
+	"github.com/etcd-agent/etcd-agent/internal/plan"
+	"go.uber.org/zap"
+)
+
+// storeSeed is a stored snapshot a learner may be seeded from: a move-in's
+// own (taken before its add), or a pod move's (taken before the moved
+// member's removal, named on the PV the move reserved: removed is then
+// that member).
+type storeSeed struct {
+	key, sha256 string
+	size        int64
+	clusterID   uint64 // 0: the observation's
+	removed     uint64
+}
+
+// storedSeed says which stored snapshot seeds this recovery's learner: a
+// move-in's, or the pod move's named by Config.StoreSeed when begin took it
+// for this recovery (j.StoreKey: the first attempt on this claim only).
+func (h *Healer) storedSeed(j *journal.Record) (storeSeed, bool) {
+	switch {
+	case h.cfg.OpenStore == nil || j.StoreKey == "" || h.cfg.NoStoreSeed:
+		return storeSeed{}, false
+	case j.Request == plan.ActionMoveIn:
+		return storeSeed{key: j.StoreKey, sha256: j.SnapshotSHA256, size: j.SnapshotBytes}, true
+	case h.cfg.StoreSeed != nil && h.cfg.StoreSeed.Key == j.StoreKey && j.Request != plan.ActionMoveAway:
+		s := h.cfg.StoreSeed
+		return storeSeed{key: s.Key, sha256: s.SHA256, size: s.Size, clusterID: s.ClusterID, removed: s.Removed}, true
+	}
+	return storeSeed{}, false
+}
+
+// seedPredatingTheAdd seeds the learner from a move's stored snapshot or a
+// restored data dir's db, when there is one and it is taken; false: the
+// caller streams from a follower (the refusal said in a log line, an Event
+// and the seed fallback metric).
+func (h *Healer) seedPredatingTheAdd(ctx context.Context, res memberstate.Result, j *journal.Record) bool {
+	fallback := func(what string, err error) {
+		h.log.Warn("seeding from "+what+" failed; streaming a seed from a follower instead", zap.Error(err))
+		h.event("Warning", nodereport.ReasonSeedFallback, "seeding from %s failed (%s): %v; streaming from a follower", what, peerseed.SeedReason(err), err)
+	}
+	if seed, ok := h.storedSeed(j); ok {
+		err := h.seedFromStore(ctx, res, j, seed)
+		if err == nil {
+			return true
+		}
+		fallback("the move's stored snapshot "+seed.key, err)
+	}
+	if j.StaleDB != "" && j.OldMemberID != 0 {
+		err := h.seedFromRestored(ctx, res, j)
+		if err == nil {
+			return true
+		}
+		fallback("the restored data dir's db "+j.StaleDB, err)
+	}
+	return false
+}
+
+// seedFromStore builds the learner's data dir from a snapshot a move put in
+// the store before its change (fetched and verified against its sha256).
+func (h *Healer) seedFromStore(ctx context.Context, res memberstate.Result, j *journal.Record, seed storeSeed) error {
+	if seed.clusterID != 0 && seed.clusterID != res.Observation.ClusterID {
+		return fmt.Errorf("%w: the move's snapshot %s is of cluster %x", peerseed.ErrSeedForeignCluster, seed.key, seed.clusterID)
+	}
+	if free, err := localdisk.FreeBytes(h.cfg.QuarantineDir); err == nil && free < plan.StreamBytesNeeded(seed.size) {
+		return fmt.Errorf("%w: %s has %d bytes free, the stored snapshot needs %d", peerseed.ErrDiskFull, h.cfg.QuarantineDir, free, plan.StreamBytesNeeded(seed.size))
+	}
+	st, err := h.cfg.OpenStore(ctx)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	h.removeSeedStreams()
+	dest := h.seedStreamPath()
+	defer h.removeSeedStreams()
+	t0 := time.Now()
+	m, err := st.Get(ctx, seed.key, dest)
+	if err != nil {
+		return err
+	}
+	if m.ClusterID != res.Observation.ClusterID {
+		return fmt.Errorf("%w: stored snapshot %s is of cluster %x", peerseed.ErrSeedForeignCluster, seed.key, m.ClusterID)
+	}
+	if m.SHA256 != seed.sha256 || m.Size != seed.size {
+		// Not the snapshot the move took and uploaded (replaced since).
+		return fmt.Errorf("%w: stored snapshot %s is %d bytes, sha256 %s; the move's is %d bytes, sha256 %s",
+			peerseed.ErrSeedCorruptDB, seed.key, m.Size, m.SHA256, seed.size, seed.sha256)
+	}
+	if err := peerseed.WriteSeedSource(dest, peerseed.SeedSource{ClusterID: m.ClusterID, Endpoint: "store:" + seed.key,
+		Size: m.Size, SHA256: m.SHA256, Version: m.EtcdVersion, StreamedAt: m.TakenAt}); err != nil {
+		return err
+	}
+	return h.buildPredating(ctx, res, j, dest, "store:"+seed.key, seed.removed, time.Since(t0))
+}
+
+// seedFromRestored builds the learner's data dir from a copy of the db of
+// its data dir that went back in time (UC2): the member's own applied state
+// at an older index, so a prefix of what the cluster committed. The old
+// member (removed by this recovery) is taken out of the copy's membership.
+func (h *Healer) seedFromRestored(ctx context.Context, res memberstate.Result, j *journal.Record) error {
+	st, err := os.Stat(j.StaleDB)
+	if err != nil {
+		return fmt.Errorf("%w: %v", peerseed.ErrSeedCorruptDB, err)
+	}
+	if free, err := localdisk.FreeBytes(h.cfg.QuarantineDir); err == nil && free < plan.StreamBytesNeeded(st.Size()) {
+		return fmt.Errorf("%w: %s has %d bytes free, the restored db needs %d", peerseed.ErrDiskFull, h.cfg.QuarantineDir, free, plan.StreamBytesNeeded(st.Size()))
+	}
+	h.removeSeedStreams()
+	dest := h.seedStreamPath()
+	defer h.removeSeedStreams()
+	t0 := time.Now()
+	// The quarantined copy is never written: the seed is a copy of it.
+	if _, err := peerseed.CopyForSeed(j.StaleDB, dest, peerseed.SeedSource{ClusterID: res.Observation.ClusterID,
+		Endpoint: "restored:" + j.StaleDB, Version: clusterVersion(res), StreamedAt: time.Now().UTC()}); err != nil {
+		return err
+	}
+	return h.buildPredating(ctx, res, j, dest, "restored:"+j.StaleDB, uint64(j.OldMemberID), time.Since(t0))
+}
+
+// buildPredating builds the data dir from dest, a db older than the add:
+// its membership, the learner written in and removed taken out, must be
+// exactly a fresh member list's (nothing else changed since).
+func (h *Healer) buildPredating(ctx context.Context, res memberstate.Result, j *journal.Record, dest, source string, removed uint64, fetched time.Duration) error {
+	fresh := h.obs.Observe(ctx, h.now()).Observation
+	learner, ok := fresh.Member(uint64(j.NewMemberID))
+	if !ok || !learner.IsLearner || fresh.MemberListError != "" {
+		return fmt.Errorf("learner %x is not in a fresh member list (%s)", uint64(j.NewMemberID), fresh.MemberListError)
+	}
+	var expect []peerseed.ExpectedMember
+	for _, m := range fresh.Members {
+		expect = append(expect, peerseed.ExpectedMember{ID: m.ID, PeerURLs: m.PeerURLs, IsLearner: m.IsLearner})
+	}
+	info, err := peerseed.BuildDataDir(dest, h.cfg.DataDir, uint64(j.NewMemberID), res.Observation.ClusterID, h.log,
+		peerseed.MoveDB(), peerseed.WithoutMember(removed), peerseed.WithLearner(learner.PeerURLs), peerseed.ExpectMembership(expect),
+		peerseed.BeforeRename(func(string) error { return h.holdAt(ctx, HoldSeedRename) }))
+	if err != nil {
+		return err
+	}
+	j.SeedIndex, j.SeedTerm, j.SeedSource = info.ConsistentIndex, info.Term, source
+	h.log.Info("learner data dir seeded from a db older than its add", zap.String("source", source), zap.String("removedFromIt", fmtID(removed)),
+		zap.Int64("bytes", info.DBBytes), zap.Bool("learnerWritten", info.LearnerWritten), zap.Uint64("consistentIndex", info.ConsistentIndex),
+		zap.Uint64("term", info.Term), zap.Duration("fetchTook", fetched), zap.Duration("buildTook", info.Took))
+	return nil
+}
+
+// seedStreamPath is a new seed stream's path in the quarantine.
+func (h *Healer) seedStreamPath() string {
+	return filepath.Join(h.cfg.QuarantineDir, fmt.Sprintf("%s%s.db", h.seedStreamPrefix(), time.Now().UTC().Format(seedStampLayout)))
+}
+
+// clusterVersion is the serving voters' etcd version ("" unknown).
+func clusterVersion(res memberstate.Result) string {
+	for _, m := range res.Observation.Members {
+		if m.Serving && !m.IsLearner && m.Version != "" {
+			return m.Version
+		}
+	}
+	return ""
+}
