@@ -507,3 +507,18 @@ func sameIDs(a, b map[string]uint64) bool {
 	}
 	return true
 }
+
+// wantRemovalThenAddAsChangesItHad: a learner seeded from a db older than
+// the old member's removal and its own add (a pod move's stored snapshot, a
+// restored data dir) met both in the leader's log as changes it had: etcd's
+// validation rejected them, in that order, and applied them as no-ops.
+func wantRemovalThenAddAsChangesItHad(t *testing.T, etcdLog string) {
+	t.Helper()
+	var rejected []string
+	for _, e := range logEntries(t, etcdLog, "Validation on configuration change failed") {
+		rejected = append(rejected, fmt.Sprint(e["error"]))
+	}
+	if len(rejected) != 2 || !strings.Contains(rejected[0], "membership: ID removed") && !strings.Contains(rejected[0], "membership: ID not found") || rejected[1] != "membership: ID exists" {
+		t.Fatalf("the learner's etcd rejected %v, want the removal then the add (changes it had)", rejected)
+	}
+}
