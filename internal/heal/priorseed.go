@@ -1,17 +1,23 @@
 package heal
 
-// Seeds that predate the learner's add: a move's snapshot in the store, or a
-// data dir that went back in time (UC2). The learner is written into the
-// copy's membership, the member removed since taken out of it, and the copy
-// is taken only when its membership is then a fresh member list's
+// Seeds that predate the learner's add: a move's snapshot in the store,
+// taken under the Lease moments before its change. The learner is written
+// into the copy's membership, the member removed since taken out of it, and
+// the copy is taken only when its membership is then a fresh member list's
 // (peerseed.WithLearner, WithoutMember, ExpectMembership); the leader sends
 // the log from the copy's index on. Any refusal falls back to a follower's
 // stream.
+//
+// Not a data dir that went back in time (UC2): its copy may be of any age
+// and even of another incarnation of the cluster with the same IDs, and a
+// membership change undone since (a learner added and removed) cannot be
+// seen in the member list but crashes the seeded learner when it replays it
+// (etcd's UpdateAttributes panics on a member it never had): such a copy
+// stays a quarantined copy.
 
 import (
 	"context"
 	"fmt"
-	"os"
 	"path/filepath"
 	"time"
 
@@ -51,9 +57,8 @@ func (h *Healer) storedSeed(j *journal.Record) (storeSeed, bool) {
 	return storeSeed{}, false
 }
 
-// seedPredatingTheAdd seeds the learner from a move's stored snapshot or a
-// restored data dir's db, when there is one and it is taken; false: the
-// caller streams from a follower (the refusal said in a log line, an Event
+// seedPredatingTheAdd seeds the learner from a move's stored snapshot, when
+// there is one and it is taken; false: the caller streams from a follower (the refusal said in a log line, an Event
 // and the seed fallback metric).
 func (h *Healer) seedPredatingTheAdd(ctx context.Context, res memberstate.Result, j *journal.Record) bool {
 	fallback := func(what string, err error) {
@@ -66,13 +71,6 @@ func (h *Healer) seedPredatingTheAdd(ctx context.Context, res memberstate.Result
 			return true
 		}
 		fallback("the move's stored snapshot "+seed.key, err)
-	}
-	if j.StaleDB != "" && j.OldMemberID != 0 {
-		err := h.seedFromRestored(ctx, res, j)
-		if err == nil {
-			return true
-		}
-		fallback("the restored data dir's db "+j.StaleDB, err)
 	}
 	return false
 }
@@ -114,30 +112,6 @@ func (h *Healer) seedFromStore(ctx context.Context, res memberstate.Result, j *j
 	return h.buildPredating(ctx, res, j, dest, "store:"+seed.key, seed.removed, time.Since(t0))
 }
 
-// seedFromRestored builds the learner's data dir from a copy of the db of
-// its data dir that went back in time (UC2): the member's own applied state
-// at an older index, so a prefix of what the cluster committed. The old
-// member (removed by this recovery) is taken out of the copy's membership.
-func (h *Healer) seedFromRestored(ctx context.Context, res memberstate.Result, j *journal.Record) error {
-	st, err := os.Stat(j.StaleDB)
-	if err != nil {
-		return fmt.Errorf("%w: %v", peerseed.ErrSeedCorruptDB, err)
-	}
-	if free, err := localdisk.FreeBytes(h.cfg.QuarantineDir); err == nil && free < plan.StreamBytesNeeded(st.Size()) {
-		return fmt.Errorf("%w: %s has %d bytes free, the restored db needs %d", peerseed.ErrDiskFull, h.cfg.QuarantineDir, free, plan.StreamBytesNeeded(st.Size()))
-	}
-	h.removeSeedStreams()
-	dest := h.seedStreamPath()
-	defer h.removeSeedStreams()
-	t0 := time.Now()
-	// The quarantined copy is never written: the seed is a copy of it.
-	if _, err := peerseed.CopyForSeed(j.StaleDB, dest, peerseed.SeedSource{ClusterID: res.Observation.ClusterID,
-		Endpoint: "restored:" + j.StaleDB, Version: clusterVersion(res), StreamedAt: time.Now().UTC()}); err != nil {
-		return err
-	}
-	return h.buildPredating(ctx, res, j, dest, "restored:"+j.StaleDB, uint64(j.OldMemberID), time.Since(t0))
-}
-
 // buildPredating builds the data dir from dest, a db older than the add:
 // its membership, the learner written in and removed taken out, must be
 // exactly a fresh member list's (nothing else changed since).
@@ -167,14 +141,4 @@ func (h *Healer) buildPredating(ctx context.Context, res memberstate.Result, j *
 // seedStreamPath is a new seed stream's path in the quarantine.
 func (h *Healer) seedStreamPath() string {
 	return filepath.Join(h.cfg.QuarantineDir, fmt.Sprintf("%s%s.db", h.seedStreamPrefix(), time.Now().UTC().Format(seedStampLayout)))
-}
-
-// clusterVersion is the serving voters' etcd version ("" unknown).
-func clusterVersion(res memberstate.Result) string {
-	for _, m := range res.Observation.Members {
-		if m.Serving && !m.IsLearner && m.Version != "" {
-			return m.Version
-		}
-	}
-	return ""
 }

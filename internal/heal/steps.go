@@ -68,11 +68,6 @@ func (h *Healer) stopAndQuarantine(ctx context.Context, res memberstate.Result, 
 		return err
 	}
 	j.QuarantinePath = dst
-	if res.Observation.Local.DataDirClass == observation.DataDirStale {
-		// A data dir that went back in time (UC2): its own db, behind, may
-		// seed the learner (seedFromRestored), from a copy.
-		j.StaleDB = filepath.Join(dst, "member", "snap", "db")
-	}
 	h.log.Info("data dir quarantined (kept, not deleted)", zap.String("from", h.cfg.DataDir), zap.String("to", dst))
 	if over, err := localdisk.QuarantineOverflow(h.cfg.QuarantineDir, h.cfg.QuarantineKeep); err == nil && len(over) > 0 {
 		h.log.Warn("quarantine holds more than --quarantine-keep entries; the older ones are pruned once the member has been healthy since they were made",

@@ -78,19 +78,6 @@ func saveConfState(be backend.Backend, cl *membership.RaftCluster, lg *zap.Logge
 	be.ForceCommit()
 }
 
-// CopyForSeed copies a local db (a data dir's, e.g. one restored from a
-// volume snapshot) to dest, synced, and writes its provenance record (s,
-// with the copy's size and sha256) beside it, as StreamForSeed does for a
-// stream: BuildDataDir then takes it like any seed. src is only read.
-func CopyForSeed(src, dest string, s SeedSource) (SeedSource, error) {
-	size, sum, err := copyFile(src, dest)
-	if err != nil {
-		return s, fmt.Errorf("copy %s for the seed: %w", src, err)
-	}
-	s.Size, s.SHA256 = size, sum
-	return s, WriteSeedSource(dest, s)
-}
-
 // confStateOf is the raft ConfState of a membership (sorted).
 func confStateOf(members []*membership.Member) raftpb.ConfState {
 	var cs raftpb.ConfState

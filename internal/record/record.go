@@ -122,9 +122,6 @@ type Record struct {
 	PutBack string `json:"putBack,omitempty"`
 
 	QuarantinePath string `json:"quarantinePath,omitempty"`
-	// StaleDB is the quarantined db of a data dir that went back in time
-	// (UC2, class stale): the learner's seed where its membership allows.
-	StaleDB        string `json:"staleDB,omitempty"`
 	SnapshotPath   string `json:"snapshotPath,omitempty"`
 	SnapshotBytes  int64  `json:"snapshotBytes,omitempty"`
 	SnapshotSHA256 string `json:"snapshotSHA256,omitempty"`

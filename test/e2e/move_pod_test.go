@@ -29,14 +29,14 @@ import (
 // stored snapshot (taken before the removal and the add) and promotes it.
 // Writes go on throughout; no acknowledged write is lost, HashKV is equal.
 func TestMoveStatefulSetMemberToAChosenNode(t *testing.T) {
-	for _, kind := range []string{lab.SnapshotStoreFile, lab.SnapshotStoreS3} {
-		t.Run(kind, func(t *testing.T) { testMoveStatefulSetMember(t, kind) })
-	}
+	t.Run("file", func(t *testing.T) { testMoveStatefulSetMember(t, lab.SnapshotStoreFile, etcd36) })
+	t.Run("s3", func(t *testing.T) { testMoveStatefulSetMember(t, lab.SnapshotStoreS3, etcd36) })
+	t.Run("file-etcd3.7", func(t *testing.T) { testMoveStatefulSetMember(t, lab.SnapshotStoreFile, etcd37()) })
 }
 
-func testMoveStatefulSetMember(t *testing.T, store string) {
+func testMoveStatefulSetMember(t *testing.T, store string, e etcdUnderTest) {
 	ctx := context.Background()
-	l := newLab(t, lab.Options{Management: true, Nodes: 3, HostedClusters: 1, Agents: true, SnapshotStore: store})
+	l := newLab(t, lab.Options{Management: true, Nodes: 3, HostedClusters: 1, Agents: true, SnapshotStore: store, EtcdBinary: e.binary})
 	kc, err := l.KubeClient()
 	if err != nil {
 		t.Fatal(err)
@@ -44,6 +44,9 @@ func testMoveStatefulSetMember(t *testing.T, store string) {
 	runAgentsAsShippedManagementRBAC(t, l, kc)
 	ns := l.Spec.Management.HostedClusters[0]
 	const pod = "etcd-1"
+	if v := hostedVersion(t, l, ns); !strings.HasPrefix(v, e.version) {
+		t.Fatalf("the hosted cluster runs etcd %s, want %s*", v, e.version)
+	}
 	placement := checkHostedPlacement(t, l, kc, ns)
 	source := placement[pod]
 	n4, err := l.AddNode(ctx)
@@ -184,4 +187,21 @@ func testMoveStatefulSetMember(t *testing.T, store string) {
 	}
 	t.Logf("%s/%s moved %s -> %s in %s (member %s -> %s), seeded from %s; %s", ns, pod, source, n4.Name, took.Round(100*time.Millisecond), oldID, newID, tj.SeedSource, r)
 	checkClusterRecord(t, l, kc, ns)
+}
+
+// hostedVersion is the etcd version a hosted cluster's first member runs.
+func hostedVersion(t *testing.T, l *lab.Lab, ns string) string {
+	t.Helper()
+	cli, err := l.HostedEtcdClient(ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	st, err := cli.Status(ctx, l.HostedClientURLs(ns)[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st.Version
 }

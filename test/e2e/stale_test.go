@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -26,9 +25,15 @@ import (
 // silently. The gate holds it (stale: behind the member's high-water mark),
 // the agent rejoins it under a new ID at once (the grace period is an hour,
 // so only the at-once rule explains the heal), the restored copy is kept in
-// the quarantine, and no acknowledged write is lost.
+// the quarantine, and no acknowledged write is lost. etcd 3.6 and 3.7.
 func TestRestoredDataDirNeverStartsUnderItsOldID(t *testing.T) {
-	l := newLab(t, lab.Options{Nodes: 3, Agents: true, AgentArgs: []string{"--grace-period=1h"}})
+	t.Run("etcd3.6", func(t *testing.T) { testRestoredDataDirNeverStartsUnderItsOldID(t, etcd36) })
+	t.Run("etcd3.7", func(t *testing.T) { testRestoredDataDirNeverStartsUnderItsOldID(t, etcd37()) })
+}
+
+func testRestoredDataDirNeverStartsUnderItsOldID(t *testing.T, e etcdUnderTest) {
+	l := newLab(t, lab.Options{Nodes: 3, Agents: true, AgentArgs: []string{"--grace-period=1h"}, EtcdBinary: e.binary})
+	requireVersion(t, l, e.version)
 	ctx := context.Background()
 	ensureNotLeader(t, l, "node2")
 	n2 := nodeOf(t, l, "node2")
@@ -93,15 +98,9 @@ func TestRestoredDataDirNeverStartsUnderItsOldID(t *testing.T) {
 	if len(logMessages(t, agentLog(t, l, "node2"), "data-dir-stale")) == 0 {
 		t.Errorf("node2's agent never said data-dir-stale")
 	}
-	// The restored copy is kept, not deleted, and a copy of its db seeded
-	// the learner (the old member taken out, the learner written in).
+	// The restored copy is kept, not deleted (and never the learner's seed:
+	// a copy of unknown age is not proven safe to seed from, see recovery.md).
 	assertQuarantine(t, l, "node2", j, "member/snap/db", "member/wal/*.wal")
-	if !strings.HasPrefix(j.SeedSource, "restored:") || j.SeedFallback != "" {
-		t.Fatalf("the learner was seeded from %q (fallback %q), want the restored data dir's db", j.SeedSource, j.SeedFallback)
-	}
-	// The copy predates the old member's removal and the learner's add:
-	// etcd met both in the leader's log as changes it had.
-	wantRemovalThenAddAsChangesItHad(t, filepath.Join(n2.LogsDir, "etcd-node2_etcd.log"))
 	resp, err := cli.Get(ctx, "/uc2-restored/", clientv3.WithPrefix(), clientv3.WithCountOnly())
 	if err != nil {
 		t.Fatal(err)
@@ -213,9 +212,6 @@ func TestManagementRestoredPVNeverStartsUnderItsOldID(t *testing.T) {
 		}
 		if len(logMessages(t, agentLog(t, l, node), "data-dir-stale")) == 0 {
 			t.Errorf("%s's agent never said data-dir-stale", node)
-		}
-		if !strings.HasPrefix(j.SeedSource, "restored:") || j.SeedFallback != "" {
-			t.Fatalf("the learner was seeded from %q (fallback %q), want the restored data dir's db", j.SeedSource, j.SeedFallback)
 		}
 		if tc.newClaim {
 			c, err := kc.CoreV1().PersistentVolumeClaims(ns).Get(ctx, lab.HostedDataPVC(pod), metav1.GetOptions{})
