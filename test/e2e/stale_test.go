@@ -9,6 +9,7 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/etcd-agent/etcd-agent/internal/journal"
@@ -167,8 +168,24 @@ func TestManagementRestoredPVNeverStartsUnderItsOldID(t *testing.T) {
 		how, pv := "in place, etcd killed", ""
 		if tc.newClaim {
 			how = "as a new claim"
+			oldPod := mustPod(t, kc, ns, pod).UID
 			if pv, err = l.RestorePodDataToNewClaim(ctx, ns, pod, backup); err != nil {
 				t.Fatal(err)
+			}
+			// The old pod, on the old claim's (current) data, serves until its
+			// graceful end; the restored data can serve only in its successor,
+			// which the StatefulSet creates once the old pod is gone from the
+			// API (its kubelet confirmed its end): from then on, the clock.
+			deadline := time.Now().Add(time.Minute)
+			for {
+				p, err := kc.CoreV1().Pods(ns).Get(ctx, pod, metav1.GetOptions{})
+				if apierrors.IsNotFound(err) || err == nil && p.UID != oldPod {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("the old pod %s/%s is still there a minute after its deletion (%v)", ns, pod, err)
+				}
+				time.Sleep(20 * time.Millisecond)
 			}
 		} else {
 			// etcd is killed on the restored data: a write in flight to it
