@@ -2,6 +2,7 @@ package heal
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -18,7 +19,9 @@ type ClaimMover interface {
 	Facts(ctx context.Context, target string, j journal.Record, checkStore bool) plan.ClaimFacts
 	// Do takes one step (plan.StewardRetainPV, plan.ReservePV,
 	// plan.UnreservePV, plan.StewardDeletePVC, plan.ReleasePod) as decided
-	// on f, each API write with a precondition on what f saw.
+	// on f: the writes that take or free objects carry a precondition on
+	// what f saw (UID, resourceVersion); Retain, which changes no data and
+	// only keeps it, is a plain patch.
 	Do(ctx context.Context, a plan.Action, j journal.Record, f plan.ClaimFacts) error
 }
 
@@ -134,24 +137,30 @@ func (h *Healer) settleMoveAway(ctx context.Context, j *journal.Record) error {
 	if f.Err != "" {
 		return fmt.Errorf("the move's objects could not be read to settle it: %s", f.Err)
 	}
-	released := !f.ClaimBound || f.ClaimDeleting
+	settle := plan.SettleMoveAway(f)
 	switch {
-	case released && j.ClaimReleasedAt.IsZero():
+	case settle.Released && j.ClaimReleasedAt.IsZero():
 		j.ClaimReleasedAt = h.now().UTC()
-	case !released:
+		h.log.Warn("the failed move's claim is released: the member's future is on the target, it is not healed here", zap.String("target", j.MoveTarget))
+	case !settle.Released && !j.ClaimReleasedAt.IsZero():
 		j.ClaimReleasedAt = time.Time{}
+		h.log.Warn("the failed move's claim was not released after all: the member, removed, is healed here as after any removal")
 	}
-	if released {
-		if f.PodOnNode {
-			return fmt.Errorf("the member's claim is released but its held pod %s is still on this node: delete it (kubectl delete pod) and the StatefulSet re-creates it on %s", h.cfg.Member, j.MoveTarget)
-		}
+	if settle.Leftover != "" {
+		return errors.New(settle.Leftover)
+	}
+	if !settle.Unreserve {
 		return nil
 	}
-	if f.ReservedPV == "" {
-		return nil
+	// A write on the API like every move step: fenced on the Lease for its
+	// own timeout right before it; without the Lease it is left, and said.
+	uctx, ucancel := context.WithTimeout(cctx, memberChangeTimeout)
+	defer ucancel()
+	if err := h.fence(uctx, memberChangeTimeout); err != nil {
+		return fmt.Errorf("PV %s stays reserved for the claim (the Lease is not ours to take it back: %v); take its claimRef and etcd-agent.io/move-seed off by hand", f.ReservedPV, err)
 	}
-	if err := h.cfg.Claims.Do(cctx, plan.UnreservePV, *j, f); err != nil {
-		return fmt.Errorf("PV %s stays reserved for the claim (take its claimRef and %s off by hand): %w", f.ReservedPV, "etcd-agent.io/move-seed", err)
+	if err := h.cfg.Claims.Do(uctx, plan.UnreservePV, *j, f); err != nil {
+		return fmt.Errorf("PV %s stays reserved for the claim (take its claimRef and etcd-agent.io/move-seed off by hand): %w", f.ReservedPV, err)
 	}
 	h.log.Info("the failed move's reservation taken back", zap.String("pv", f.ReservedPV))
 	return nil

@@ -32,6 +32,8 @@ func (c tracedClaims) Do(_ context.Context, a plan.Action, _ journal.Record, _ p
 		c.f.OldPVRetained = true
 	case plan.ReservePV:
 		c.f.ReservedPV, c.f.FreePV = c.f.FreePV, ""
+	case plan.UnreservePV:
+		c.f.FreePV, c.f.ReservedPV = c.f.ReservedPV, ""
 	case plan.StewardDeletePVC:
 		c.f.ClaimDeleting = true
 	case plan.ReleasePod:
@@ -124,5 +126,49 @@ func TestAReleasedPodMoveOnlyGoesForward(t *testing.T) {
 	}
 	if d := r.h.Plan(context.Background(), res, nil); d.Reason != plan.ReasonMovedAway {
 		t.Fatalf("after the failed, released move: %s/%s (%s), want moved-away", d.Action, d.Reason, d.Detail)
+	}
+}
+
+// failingDelete is tracedClaims whose claim deletion always fails (not
+// applied).
+type failingDelete struct{ tracedClaims }
+
+func (c failingDelete) Do(ctx context.Context, a plan.Action, j journal.Record, f plan.ClaimFacts) error {
+	if a == plan.StewardDeletePVC {
+		c.tr.add(string(a), false)
+		return errors.New("the API refused")
+	}
+	return c.tracedClaims.Do(ctx, a, j, f)
+}
+
+// A pod move that fails before its claim goes is settled: its journal does
+// not say released (the claim's deletion was journaled first, never
+// applied), and its reservation is taken back, fenced on the Lease.
+func TestAFailedUnreleasedPodMoveTakesItsReservationBackFenced(t *testing.T) {
+	res := cluster3(memberstate.Lost, 2, 3)
+	res.Observation.Members = res.Observation.Members[1:]
+	r, tr := tracedRig(t, res)
+	r.journalAt(t, plan.ActionMoveAway, journal.PhaseRemoved, 0xa1, 0)
+	j := r.journal(t)
+	j.MoveTarget, j.StoreKey = "node9", "k"
+	if err := journal.Save(r.dir, j); err != nil {
+		t.Fatal(err)
+	}
+	f := &plan.ClaimFacts{Node: "node1", Target: "node9", TargetFound: true, TargetReady: true, FreePV: "pv-9", ClaimBound: true, PodOnNode: true, OldPVRetained: true}
+	r.h.cfg.Claims = failingDelete{tracedClaims{tr: tr, f: f}}
+	_ = r.lease.TryAcquire(context.Background(), lease.Info{})
+	if out := r.h.Consider(context.Background(), res, nil); out.Result != journal.ResultFailed {
+		t.Fatalf("outcome %+v", out)
+	}
+	ev := tr.events()
+	last := ev[len(ev)-1]
+	if last != string(plan.UnreservePV) || !strings.HasPrefix(ev[len(ev)-2], "fence(") {
+		t.Fatalf("the failed move did not take its reservation back, fenced right before: %v", ev)
+	}
+	if j := r.journal(t); !j.ClaimReleasedAt.IsZero() {
+		t.Fatalf("the journal says the claim was released at %v; its deletion was never applied", j.ClaimReleasedAt)
+	}
+	if d := r.h.Plan(context.Background(), res, nil); d.Reason == plan.ReasonMovedAway {
+		t.Fatal("an unreleased failed move tombstones the member: it would never be healed here")
 	}
 }

@@ -255,3 +255,28 @@ func decideMoveAway(in Input) Decision {
 	return Decision{Action: Finish, Detail: fmt.Sprintf("member %x removed and its claim freed: the StatefulSet re-creates its pod on %s (PV %s), whose agent adds it as a learner seeded from %s",
 		uint64(j.OldMemberID), j.MoveTarget, c.ReservedPV, j.StoreKey)}
 }
+
+// Settle is what a failed pod move leaves (SettleMoveAway): whether its
+// claim was released (the member's future is on the target), whether this
+// move's reservation is to be taken back, and what is left to a person.
+type Settle struct {
+	Released  bool
+	Unreserve bool
+	Leftover  string
+}
+
+// SettleMoveAway decides, on the API's facts, how a failed pod move closes:
+// released once its claim is deleting or gone (then only a held pod still
+// here is left, to a person: the move no longer acts); otherwise its
+// reservation, if any, is taken back, so that no later claim of that name
+// lands on the target's PV.
+func SettleMoveAway(c ClaimFacts) Settle {
+	if released := !c.ClaimBound || c.ClaimDeleting; released {
+		s := Settle{Released: true}
+		if c.PodOnNode {
+			s.Leftover = "the member's claim is released but its held pod is still on " + c.Node + ": delete it (kubectl delete pod) and the StatefulSet re-creates it on " + c.Target
+		}
+		return s
+	}
+	return Settle{Unreserve: c.ReservedPV != ""}
+}

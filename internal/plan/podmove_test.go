@@ -212,3 +212,24 @@ func TestMoveAwayJudgesTheTargetAgainBeforeTheRemoval(t *testing.T) {
 		t.Fatalf("a move asked during an automatic recovery: %s/%s (%s), want finish/not-needed", d.Action, d.Reason, d.Detail)
 	}
 }
+
+// A failed pod move is settled on the API's facts: released (never healed
+// at the source; a held pod still here is left to a person), or not (its
+// reservation taken back).
+func TestAFailedPodMoveIsSettledOnTheFacts(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		f    ClaimFacts
+		want Settle
+	}{
+		{"claim bound, PV reserved", ClaimFacts{ClaimBound: true, ReservedPV: "pv-9", PodOnNode: true}, Settle{Unreserve: true}},
+		{"claim bound, nothing reserved", ClaimFacts{ClaimBound: true, PodOnNode: true}, Settle{}},
+		{"claim deleting, held pod here", ClaimFacts{ClaimBound: true, ClaimDeleting: true, ReservedPV: "pv-9", PodOnNode: true, Node: "node1", Target: "node9"}, Settle{Released: true}},
+		{"claim gone, pod gone", ClaimFacts{ReservedPV: "pv-9"}, Settle{Released: true}},
+	} {
+		got := SettleMoveAway(c.f)
+		if got.Released != c.want.Released || got.Unreserve != c.want.Unreserve || (got.Leftover != "") != (c.f.PodOnNode && c.want.Released) {
+			t.Errorf("%s: %+v, want released %v unreserve %v", c.name, got, c.want.Released, c.want.Unreserve)
+		}
+	}
+}
