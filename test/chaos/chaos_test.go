@@ -87,6 +87,9 @@ func TestChaos(t *testing.T) {
 			os.RemoveAll(work)
 		}
 	})
+	if err := labtest.CheckFreeDisk(work, 4<<30); err != nil {
+		t.Fatal(err)
+	}
 	agent, err := labtest.BuildAgent(root, work)
 	if err != nil {
 		t.Fatal(err)

@@ -52,6 +52,10 @@ func run(m *testing.M) (int, error) {
 	if tmpRoot, err = os.MkdirTemp("", "etcd-agent-e2e-"); err != nil {
 		return 1, err
 	}
+	if err := labtest.CheckFreeDisk(tmpRoot, 4<<30); err != nil {
+		os.RemoveAll(tmpRoot)
+		return 1, err
+	}
 	if agentBinary, err = labtest.BuildAgent(repoRoot, tmpRoot); err != nil {
 		return 1, err
 	}
@@ -90,6 +94,14 @@ func newLab(t *testing.T, o lab.Options) *lab.Lab {
 			}
 			if err := l.Down(context.Background()); err != nil {
 				t.Errorf("lab down: %v", err)
+			}
+			// A passing scenario's folder goes now, not at the end: its
+			// etcd WAL segments are preallocated 64 MiB each, and kept for
+			// the whole run they add up to ~9 GiB of disk.
+			if !t.Failed() {
+				if err := os.RemoveAll(o.Dir); err != nil {
+					t.Logf("lab folder %s not removed: %v", o.Dir, err)
+				}
 			}
 		})
 	}

@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -50,6 +51,21 @@ func CheckBinaries(binDir string, names ...string) error {
 		if _, err := os.Stat(filepath.Join(binDir, n)); err != nil {
 			return fmt.Errorf("%s missing: run `make tools` first (these tests need the real binaries)", filepath.Join(binDir, n))
 		}
+	}
+	return nil
+}
+
+// CheckFreeDisk fails when dir's file system has less than need bytes free:
+// a lab's etcd cannot preallocate its WAL on a full disk, and what a test
+// then reports (members that never serve) hides why.
+func CheckFreeDisk(dir string, need uint64) error {
+	var st syscall.Statfs_t
+	if err := syscall.Statfs(dir, &st); err != nil {
+		return fmt.Errorf("free disk of %s: %w", dir, err)
+	}
+	if free := st.Bavail * uint64(st.Bsize); free < need {
+		return fmt.Errorf("only %d MiB free in %s; the lab tests need %d MiB (remove old etcd-agent-*-lab-* and etcd-agent-e2e-* folders there)",
+			free>>20, dir, need>>20)
 	}
 	return nil
 }
@@ -114,6 +130,9 @@ func (s *Shared) up() {
 		return
 	}
 	if s.tmp, s.err = os.MkdirTemp("", s.name+"-lab-"); s.err != nil {
+		return
+	}
+	if s.err = CheckFreeDisk(s.tmp, 2<<30); s.err != nil {
 		return
 	}
 	o := s.opts
