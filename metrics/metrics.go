@@ -52,6 +52,11 @@ type Metrics struct {
 	LastRecovery        *prometheus.GaugeVec
 	ObservationDuration prometheus.ObserverVec
 	StartGateWrapped    *prometheus.GaugeVec
+	// ManifestMissing is 1 while the static-pod manifest is gone and not
+	// parked by the agent; ManifestRestoresTotal counts its checkpoint put
+	// back.
+	ManifestMissing       *prometheus.GaugeVec
+	ManifestRestoresTotal *prometheus.CounterVec
 	// ForeignEndpointResponses counts, per endpoint, the observations in
 	// which it answered for another cluster than the pinned one.
 	ForeignEndpointResponses *prometheus.CounterVec
@@ -111,12 +116,12 @@ type vectors struct {
 
 	memberState, dataDirStatus, votingMembers, healthyVotingMembers, quorumMargin *prometheus.GaugeVec
 	recoveryInProgress, leaseHeld, refusedSince, learnerLag, lastRecovery         *prometheus.GaugeVec
-	startGateWrapped, stepStarted, stepExpected                                   *prometheus.GaugeVec
+	startGateWrapped, stepStarted, stepExpected, manifestMissing                  *prometheus.GaugeVec
 
 	recoveriesTotal, refusalsTotal, snapshotBytesTotal, seedFallbacksTotal *prometheus.CounterVec
 	foreignEndpointResponses, hashMismatchTotal, learnerRollbacksTotal     *prometheus.CounterVec
 	quarantinePrunedTotal, quarantinePruneErrors, endpointsFileErrors      *prometheus.CounterVec
-	snapshotStoreUploads                                                   *prometheus.CounterVec
+	snapshotStoreUploads, manifestRestoresTotal                            *prometheus.CounterVec
 	recoveryDuration, phaseDuration, observationDuration                   *prometheus.HistogramVec
 }
 
@@ -170,6 +175,10 @@ func New() *Metrics {
 		quarantinePruneErrors: c("quarantine_prune_errors_total", "Quarantine listings or deletions that failed.", "member"),
 		endpointsFileErrors: c("learned_endpoints_file_errors_total",
 			"Learned endpoints files (endpoints.json in the state dir) found unreadable or corrupt at start; a corrupt one is kept aside as endpoints.json.corrupt-<time>.", "member"),
+		manifestMissing: g("manifest_missing",
+			"1 while the member's etcd static-pod manifest is gone and the agent did not park it (deleted by hand or by accident); the agent puts its checkpoint back after --manifest-restore-delay unless the member was removed or the Node decommissioned.", "member"),
+		manifestRestoresTotal: c("manifest_restores_total",
+			"Vanished etcd static-pod manifests this agent put back from its checkpoint of the member's last good manifest.", "member"),
 		snapshotStoreUploads: c("snapshot_store_uploads_total",
 			"Pre-change backups sent to the snapshot store (--snapshot-store), by result: uploaded, failed, dropped (the upload queue was full; the backup stays in the quarantine).", "member", "result"),
 	}
@@ -178,6 +187,7 @@ func New() *Metrics {
 		b.leaseHeld, b.recoveriesTotal, b.refusalsTotal, b.refusedSince, b.recoveryDuration, b.phaseDuration, b.learnerLag,
 		b.snapshotBytesTotal, b.seedFallbacksTotal, b.lastRecovery, b.observationDuration, b.startGateWrapped, b.foreignEndpointResponses,
 		b.hashMismatchTotal, b.stepStarted, b.stepExpected, b.quarantinePrunedTotal, b.quarantinePruneErrors, b.endpointsFileErrors,
+		b.manifestMissing, b.manifestRestoresTotal,
 		b.learnerRollbacksTotal, b.snapshotStoreUploads)
 	return b.forCluster("")
 }
@@ -224,6 +234,8 @@ func (b *vectors) forCluster(cluster string) *Metrics {
 		QuarantinePruneErrors:    c(b.quarantinePruneErrors),
 		EndpointsFileErrors:      c(b.endpointsFileErrors),
 		SnapshotStoreUploads:     c(b.snapshotStoreUploads),
+		ManifestMissing:          g(b.manifestMissing),
+		ManifestRestoresTotal:    c(b.manifestRestoresTotal),
 		base:                     b,
 	}
 }

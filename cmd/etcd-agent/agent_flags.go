@@ -40,6 +40,7 @@ func addHealFlags(fs *pflag.FlagSet, c *agent.Config) {
 	fs.Uint64Var(&c.MaxLearnerLag, "max-learner-lag", 1000, "promote the learner once its applied index is within this many entries of the leader's")
 	fs.DurationVar(&c.LearnerStallTimeout, "learner-stall-timeout", 5*time.Minute, "remove a learner that makes no progress for this long, and fail the attempt")
 	fs.DurationVar(&c.RecoveryTimeout, "recovery-timeout", 30*time.Minute, "give a recovery up after this long")
+	fs.DurationVar(&c.ManifestRestoreDelay, "manifest-restore-delay", 3*time.Minute, "how long the etcd static-pod manifest must stay gone (removed by hand or by accident, not parked by the agent) before the agent puts back its checkpoint of the member's last good manifest; never for a member removed from the cluster or a Node annotated etcd-agent.io/decommission; 0: never")
 	fs.DurationVar(&c.StopTimeout, "stop-timeout", 3*time.Minute, "how long a stop waits for etcd's process to go (client and peer URLs refuse, db lock free) before the step fails and is retried")
 	fs.DurationVar(&c.RetryBackoff, "retry-backoff", time.Minute, "wait after a failed recovery before the next automatic one (doubles per failure)")
 	fs.DurationVar(&c.MaxRetryBackoff, "max-retry-backoff", 30*time.Minute, "cap of --retry-backoff")

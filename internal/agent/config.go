@@ -59,11 +59,15 @@ type Config struct {
 	LearnerStallTimeout time.Duration
 	RecoveryTimeout     time.Duration
 	// StopTimeout bounds the wait for etcd to stop (0: 3m).
-	StopTimeout     time.Duration
-	RetryBackoff    time.Duration
-	MaxRetryBackoff time.Duration
-	QuarantineDir   string
-	QuarantineKeep  int
+	StopTimeout time.Duration
+	// ManifestRestoreDelay is how long a static pod's manifest must stay
+	// gone (not parked by the agent) before its checkpoint is put back
+	// (0: never).
+	ManifestRestoreDelay time.Duration
+	RetryBackoff         time.Duration
+	MaxRetryBackoff      time.Duration
+	QuarantineDir        string
+	QuarantineKeep       int
 	// QuarantinePruneAfter: see heal.Config.QuarantinePruneAfter.
 	QuarantinePruneAfter time.Duration
 	// SnapshotStore is the snapshot store's URL (file:// or s3://; ""
@@ -135,6 +139,9 @@ func (c Config) Validate() error {
 	var errs []error
 	if c.PollInterval <= 0 {
 		errs = append(errs, fmt.Errorf("--poll-interval must be > 0, got %s", c.PollInterval))
+	}
+	if c.ManifestRestoreDelay < 0 {
+		errs = append(errs, fmt.Errorf("--manifest-restore-delay must be >= 0, got %s", c.ManifestRestoreDelay))
 	}
 	if c.GracePeriod < 0 {
 		errs = append(errs, fmt.Errorf("--grace-period must be >= 0, got %s", c.GracePeriod))
@@ -216,6 +223,11 @@ func ResolveIdentity(c Config) (watchdog.Identity, error) {
 		// know its member to resume, so it reads the parked copy.
 		if pm, perr := manifest.LoadMember(c.parkedManifest()); perr == nil {
 			m, err = pm, nil
+		} else if cm, cerr := manifest.LoadMember(c.checkpointedManifest()); cerr == nil && c.ManifestRestoreDelay > 0 {
+			// A manifest that vanished (by accident) while the agent was
+			// away: the member is known by its checkpoint, which the
+			// agent may put back (manifestKeeper).
+			m, err = cm, nil
 		}
 	}
 	if err != nil {
@@ -246,6 +258,11 @@ func ResolveIdentity(c Config) (watchdog.Identity, error) {
 // parkDir is where the static-pod runtime parks the etcd manifest while
 // the member is stopped; parkedManifest is the parked copy.
 func (c Config) parkDir() string { return filepath.Join(c.StateDir, "parked") }
+
+// checkpointedManifest is the manifest keeper's checkpoint of the manifest.
+func (c Config) checkpointedManifest() string {
+	return filepath.Join(c.StateDir, checkpointDirName, filepath.Base(c.StaticPodManifest))
+}
 
 func (c Config) parkedManifest() string {
 	return filepath.Join(c.parkDir(), filepath.Base(c.StaticPodManifest))

@@ -134,6 +134,7 @@ func runMember(ctx context.Context, c Config, id watchdog.Identity, env memberEn
 	nodeRep, requests, still := env.podReporter, env.requests, env.stillRequested
 	var moveTo atomic.Value // the Node's move-to annotation, from the watch ("" none)
 	moveTo.Store("")
+	var decommission atomic.Value // the Node's decommission annotation, from the watch (nil: not read)
 	if kc != nil && c.NodeName != "" && env.node {
 		nodeRep = nodereport.NewReporter(kc, c.NodeName, "etcd-agent", log)
 		defer nodeRep.Shutdown()
@@ -144,6 +145,8 @@ func runMember(ctx context.Context, c Config, id watchdog.Identity, env memberEn
 		go func() {
 			err := nodereport.WatchNode(ctx, kc, c.NodeName, func(n *corev1.Node) {
 				moveTo.Store(n.Annotations[nodereport.AnnotationMoveTo])
+				_, decom := n.Annotations[nodereport.AnnotationDecommission]
+				decommission.Store(decom)
 				r, ok, err := nodereport.ParseRequest(n.Annotations)
 				if !ok {
 					return
@@ -161,6 +164,10 @@ func runMember(ctx context.Context, c Config, id watchdog.Identity, env memberEn
 	var healerRep heal.Reporter
 	if nodeRep != nil {
 		healerRep = nodeRep
+	}
+	var keeper *manifestKeeper
+	if env.node {
+		keeper = c.newManifestKeeper(id.Name, m, nodeRep, log)
 	}
 	pipe := &pipeline{wd: wd, assessor: memberstate.NewAssessor(c.GracePeriod), exporters: []exporter{rep}, pins: pins}
 	h, err := c.newHealer(id, recoveryObserver{pipe}, kc, healerRep, m)
@@ -186,6 +193,9 @@ func runMember(ctx context.Context, c Config, id watchdog.Identity, env memberEn
 	retired := false
 	retire := func() {
 		retired = true
+		if keeper != nil {
+			keeper.forget() // moved on purpose: never put back
+		}
 		log.Info("the member moved to another node: this agent no longer acts for it; waiting for a member on this node")
 		stopRun()
 	}
@@ -226,6 +236,14 @@ func runMember(ctx context.Context, c Config, id watchdog.Identity, env memberEn
 			if mv.consider(ctx, r, h) {
 				retire()
 				return
+			}
+		}
+		if keeper != nil && out.Result == "" {
+			if d, ok := decommission.Load().(bool); ok {
+				keeper.setDecommissioned(d)
+			}
+			if keeper.consider(r) {
+				pipe.assessor.Restarted()
 			}
 		}
 		if out.Result == "" {

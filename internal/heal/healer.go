@@ -469,6 +469,10 @@ func (h *Healer) baseInput(res memberstate.Result, req *plan.Request, j journal.
 		in.DataDirMountPoint = mp
 	} // else unknown: the executor looks again before the rename, which refuses a mount point itself
 	in.Backups = localdisk.BackupsHint(h.cfg.QuarantineDir)
+	if h.runtime != nil { // nil: a healer that only plans (dry runs, status)
+		_, err := h.runtime.Stopped()
+		in.ManifestMissing = errors.Is(err, memberruntime.ErrNoManifest)
+	}
 	return in
 }
 

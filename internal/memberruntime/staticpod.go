@@ -63,8 +63,12 @@ func (s *staticPod) where() (live, parked bool, err error) {
 	return live, parked, err
 }
 
+// ErrNoManifest: the static pod's manifest is neither in the kubelet's dir
+// nor parked by the agent (removed by hand, or by accident).
+var ErrNoManifest = errors.New("no etcd static-pod manifest")
+
 func (s *staticPod) errNoManifest() error {
-	return fmt.Errorf("static pod manifest is neither at %s nor parked at %s: the agent cannot stop or start etcd without it", s.manifestPath, s.parkedPath)
+	return fmt.Errorf("%w: neither at %s nor parked at %s: the agent cannot stop or start etcd without it", ErrNoManifest, s.manifestPath, s.parkedPath)
 }
 
 func (s *staticPod) Stopped() (bool, error) {

@@ -37,6 +37,11 @@ func (a *Assessor) Assess(o observation.Observation, maxGap time.Duration) Resul
 	return Result{Observation: o, Verdict: v, Learners: a.learners.Observe(o.At, learnerSamples(o))}
 }
 
+// Restarted begins the member's next unhealthy run afresh: a member just
+// started again (its vanished manifest put back) gets its whole grace
+// period to serve before it can be lost.
+func (a *Assessor) Restarted() { a.tracker = Tracker{} }
+
 // SampleOf turns an observation into the state tracker's input.
 func SampleOf(o observation.Observation) Sample {
 	return Sample{

@@ -33,6 +33,10 @@ const (
 	// to move the member to the named node (`etcd-agent move`); the dry-run
 	// flag is AnnotationRecoverDryRun's.
 	AnnotationMoveTo = "etcd-agent.io/move-to"
+	// AnnotationDecommission on a Node (any value) says its etcd member is
+	// being taken away on purpose: a manifest removed then is never put
+	// back from the agent's checkpoint.
+	AnnotationDecommission = "etcd-agent.io/decommission"
 	// AnnotationMoveFrom, with AnnotationRecover=ActionMoveIn, is the
 	// source agent's request to the target's: "<node>/<member ID hex>",
 	// the member this node's member is added to replace.
@@ -72,6 +76,9 @@ const (
 	// ReasonMemberMoved: a move-out finished; the member serves from its
 	// new node.
 	ReasonMemberMoved = "MemberMoved"
+	// ReasonManifestRestored: the member's static-pod manifest vanished
+	// (not parked by the agent) and its checkpoint was put back.
+	ReasonManifestRestored = "ManifestRestored"
 )
 
 // LastRecovery.Result values.

@@ -89,6 +89,20 @@ const (
 	// ReasonMovedAway: the member was moved to another node (a move-out
 	// succeeded): never healed here again unasked.
 	ReasonMovedAway Reason = "moved-away"
+	// ReasonManifestMissing: the member's static-pod manifest is gone and
+	// the agent did not park it (deleted by hand, by accident): nothing
+	// can stop or start the member; the agent puts its checkpoint back
+	// (DecideManifestRestore) or a person acts.
+	ReasonManifestMissing Reason = "manifest-missing"
+	// The manifest restore's reasons not to put the checkpoint back
+	// (DecideManifestRestore).
+	ReasonDecommissioned     Reason = "decommissioned"
+	ReasonMemberRemoved      Reason = "member-removed"
+	ReasonMembershipUnknown  Reason = "membership-unknown"
+	ReasonInRestoreDelay     Reason = "in-restore-delay"
+	ReasonNoCheckpoint       Reason = "no-checkpoint"
+	ReasonDataDirUnusable    Reason = "data-dir-unusable"
+	ReasonRecoveryInProgress Reason = "recovery-in-progress"
 )
 
 // RefusalReasons lists the codes a recovery can be refused with (for
@@ -101,7 +115,9 @@ func RefusalReasons() []Reason {
 		ReasonNodeReady, ReasonInGracePeriod, ReasonMemberServing, ReasonStewardNotHealthy, ReasonNotGated,
 		// A move's (DecideMove, move-in, move-out).
 		ReasonTargetNotReady, ReasonTargetHasMember, ReasonNoSnapshotStore, ReasonSnapshotStoreUnreached,
-		ReasonMemberNotHealthy, ReasonMoveFailed, ReasonMoveTimedOut, ReasonNoFreePV}
+		ReasonMemberNotHealthy, ReasonMoveFailed, ReasonMoveTimedOut, ReasonNoFreePV,
+		// A static pod whose manifest is gone (deleted by hand).
+		ReasonManifestMissing}
 }
 
 // Request is a manual trigger (Node annotation or `etcd-agent recover`).
@@ -170,6 +186,9 @@ type Input struct {
 	// Claim is what the API shows of a pod member's move (a move-away
 	// request or journal); nil otherwise.
 	Claim *ClaimFacts
+	// ManifestMissing: a static pod's manifest is neither in the kubelet's
+	// dir nor parked by the agent: no step could stop or start the member.
+	ManifestMissing bool
 }
 
 // Config is the decision's tunables.

@@ -17,9 +17,11 @@ import (
 )
 
 // TestMemberBackBeforeTheRecheckIsLeftAlone: rule 6's re-check after the
-// Lease is real. node2's etcd is stopped (its data kept) until the agent
-// finds it lost and takes the Lease; the heal is held there
-// (--test-hold-at=lease-acquired) while node2 is started again and serves.
+// Lease is real. node2's etcd is hung (SIGSTOP, its data kept) until the
+// agent finds it lost and takes the Lease; the heal is held there
+// (--test-hold-at=lease-acquired) while node2 is resumed and serves. (Not
+// its manifest moved away: a member whose manifest is gone is not healed,
+// manifest-missing.)
 // Released, the agent re-observes, sees the member healthy and closes the
 // recovery as refused/not-needed: no stop, no quarantine, the same member
 // ID, no failure counted, no RecoveryFailed event, the Lease released.
@@ -28,11 +30,12 @@ func TestMemberBackBeforeTheRecheckIsLeftAlone(t *testing.T) {
 	waitAgentState(t, l, "node2", "healthy", "ok", 30*time.Second)
 	before := idsByPeer(mustMembers(t, l))
 	ensureNotLeader(t, l, "node2")
-	h := startHeal(t, l)
+	h := startHealVia(t, l, nodeOf(t, l, "node1").ClientURL, nodeOf(t, l, "node3").ClientURL)
 	h.fault()
-	if err := l.StopMember("node2"); err != nil {
+	if err := l.Pause("node2"); err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { l.Resume("node2") }) // a failed test never leaves it hung for the lab's Down
 	waitHold(t, l, "node2", heal.HoldLeaseAcquired)
 	held := time.Now()
 	if j, ok := loadJournal(t, l, "node2", "node2"); !ok || !j.Active() || j.Phase != journal.PhaseStarted {
@@ -40,13 +43,13 @@ func TestMemberBackBeforeTheRecheckIsLeftAlone(t *testing.T) {
 	}
 	leaseHolder(t, h, "node2/node2")
 
-	if err := l.StartMember("node2"); err != nil {
+	if err := l.Resume("node2"); err != nil {
 		t.Fatal(err)
 	}
 	if err := l.WaitHealthy(context.Background(), 3, 60*time.Second); err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("node2 stopped, lost, held at the Lease, serving again %s after the hold began", time.Since(held).Round(time.Millisecond))
+	t.Logf("node2 hung, lost, held at the Lease, serving again %s after the hold began", time.Since(held).Round(time.Millisecond))
 	release(t, l, "node2", heal.HoldLeaseAcquired)
 	assertLeftAlone(t, l, h, before)
 	if err := l.WaitHealthy(context.Background(), 3, 30*time.Second); err != nil {
@@ -55,13 +58,13 @@ func TestMemberBackBeforeTheRecheckIsLeftAlone(t *testing.T) {
 	h.finish(invariantDefaults())
 }
 
-// TestDataDirBackBeforeTheRecheckIsLeftAlone: node2's etcd is stopped and
-// its data dir moved away: lost at once (missing, not serving; the grace is
-// an hour so that nothing else explains it). The heal is held at the Lease
-// while the data dir is put back; released, the member is not serving yet,
-// but its data dir is usable and it is no longer lost (within its grace):
-// it is not stopped, quarantined or rejoined. Started again, it serves under
-// its old ID.
+// TestDataDirBackBeforeTheRecheckIsLeftAlone: node2's etcd is stopped, its
+// data dir moved away, and started again, held by its start gate: lost at
+// once (missing, not serving; the grace is an hour so that nothing else
+// explains it). The heal is held at the Lease while the data dir is put
+// back; released, its data dir is usable and it is no longer lost (within
+// its grace, or serving once its gate let it start): it is not stopped,
+// quarantined or rejoined. It serves under its old ID.
 func TestDataDirBackBeforeTheRecheckIsLeftAlone(t *testing.T) {
 	l := newLab(t, lab.Options{Nodes: 3, Agents: true,
 		AgentArgs: []string{"--grace-period=1h", "--test-hold-at=" + heal.HoldLeaseAcquired}})
@@ -75,6 +78,9 @@ func TestDataDirBackBeforeTheRecheckIsLeftAlone(t *testing.T) {
 	}
 	dataDir := nodeOf(t, l, "node2").DataDir
 	if err := os.Rename(dataDir, dataDir+".away"); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.StartMember("node2"); err != nil { // its manifest back: a member without one is not healed
 		t.Fatal(err)
 	}
 	waitHold(t, l, "node2", heal.HoldLeaseAcquired)

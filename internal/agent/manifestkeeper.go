@@ -1,0 +1,292 @@
+package agent
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/etcd-agent/etcd-agent/internal/fsutil"
+	"github.com/etcd-agent/etcd-agent/internal/journal"
+	"github.com/etcd-agent/etcd-agent/internal/memberstate"
+	"github.com/etcd-agent/etcd-agent/internal/nodereport"
+	"github.com/etcd-agent/etcd-agent/internal/observation"
+	"github.com/etcd-agent/etcd-agent/internal/plan"
+	"github.com/etcd-agent/etcd-agent/metrics"
+)
+
+// The checkpoint of the member's last good static-pod manifest, in the
+// state dir: the manifest as it was while the member served healthy, and
+// what it was then (plan.ManifestCheckpoint).
+const (
+	checkpointDirName   = "manifest-checkpoint"
+	checkpointMetaName  = "checkpoint.json"
+	decommissionedName  = "decommissioned"
+	manifestRestoreLog  = "manifest-restores.jsonl"
+	keeperEventReason   = nodereport.ReasonManifestRestored
+	keeperCheckpointMax = 1 << 20 // a manifest is a few KiB; a bigger file is not one
+)
+
+// manifestKeeper keeps a checkpoint of the member's last good manifest and
+// puts it back when the manifest vanishes by accident (not parked by the
+// agent), as plan.DecideManifestRestore says. It runs in the member's
+// observation loop, after the healer (never beside it: both touch the
+// manifest), and is cheap: a few stats per poll, a write only on change.
+type manifestKeeper struct {
+	manifest, parked, stateDir string
+	delay                      time.Duration
+	dryRun                     bool
+	member                     string
+	metrics                    *metrics.Metrics
+	rep                        *nodereport.Reporter // nil: no API (Events are skipped)
+	log                        *zap.Logger
+
+	goneSince time.Time
+	said      plan.Reason // the last answer logged, so each change is said once
+	saidGone  bool
+}
+
+func (c Config) newManifestKeeper(member string, m *metrics.Metrics, rep *nodereport.Reporter, log *zap.Logger) *manifestKeeper {
+	if c.MemberRuntime == "exec" || c.StaticPodManifest == "" || c.MemberSource == MemberSourcePods {
+		return nil
+	}
+	return &manifestKeeper{manifest: c.StaticPodManifest, parked: c.parkedManifest(), stateDir: c.StateDir,
+		delay: c.ManifestRestoreDelay, dryRun: c.DryRun, member: member, metrics: m, rep: rep, log: log}
+}
+
+func (k *manifestKeeper) dir() string { return filepath.Join(k.stateDir, checkpointDirName) }
+
+// checkpointCopy is the checkpoint's manifest file (named as the live one).
+func (k *manifestKeeper) checkpointCopy() string {
+	return filepath.Join(k.dir(), filepath.Base(k.manifest))
+}
+
+// consider looks at the manifest once: refreshes the checkpoint of a
+// healthy member's manifest, or decides whether to put a vanished one back
+// and does; restored says it did.
+func (k *manifestKeeper) consider(r memberstate.Result) (restored bool) {
+	live, err := exists(k.manifest)
+	if err != nil {
+		k.log.Warn("manifest keeper: cannot look at the manifest", zap.Error(err))
+		return false
+	}
+	parked, err := exists(k.parked)
+	if err != nil {
+		k.log.Warn("manifest keeper: cannot look at the parked manifest", zap.Error(err))
+		return false
+	}
+	o := r.Observation
+	if live {
+		k.goneSince = time.Time{}
+		if r.Verdict.State == memberstate.Healthy && o.Local.Match == observation.MatchOK && !o.PeersReused {
+			if err := k.refresh(o); err != nil {
+				k.log.Warn("manifest keeper: the checkpoint of the manifest could not be written; the last one stays", zap.Error(err))
+			}
+		}
+	} else if !parked && k.goneSince.IsZero() {
+		k.goneSince = o.At
+	}
+	cp, _, cerr := k.load()
+	if cerr != nil && !errors.Is(cerr, fs.ErrNotExist) {
+		k.log.Warn("manifest keeper: the checkpoint cannot be read", zap.Error(cerr))
+	}
+	j, _, jerr := journal.Load(k.stateDir, k.member)
+	if jerr != nil {
+		k.log.Warn("manifest keeper: the journal cannot be read; nothing is restored", zap.Error(jerr))
+		return false
+	}
+	d := plan.DecideManifestRestore(plan.ManifestRestoreInput{Now: o.At, Obs: o, Live: live, Parked: parked, Checkpoint: cp,
+		GoneSince: k.goneSince, Delay: k.delay, Journal: j, Decommissioned: k.decommissioned(), DryRun: k.dryRun})
+	k.metrics.ManifestMissing.WithLabelValues(k.member).Set(metrics.Bool(d.Missing))
+	k.say(d)
+	return d.Restore && k.restore(cp, d)
+}
+
+// say logs the answer when it changes (a missing manifest every poll would
+// flood the log; its change is what a person needs).
+func (k *manifestKeeper) say(d plan.ManifestRestore) {
+	if d.Missing == k.saidGone && d.Reason == k.said {
+		return
+	}
+	k.saidGone, k.said = d.Missing, d.Reason
+	switch {
+	case d.Missing:
+		k.log.Warn("the etcd static-pod manifest is gone and the agent did not park it", zap.String("manifest", k.manifest),
+			zap.String("reason", string(d.Reason)), zap.String("detail", d.Detail))
+	case k.said == plan.ReasonNone && d.Detail == "":
+		k.log.Info("the etcd static-pod manifest is in place", zap.String("manifest", k.manifest))
+	}
+}
+
+// refresh writes the checkpoint when the manifest or what it is of changed.
+func (k *manifestKeeper) refresh(o observation.Observation) error {
+	data, err := readManifest(k.manifest)
+	if err != nil {
+		return err
+	}
+	sum := sha256.Sum256(data)
+	cp := plan.ManifestCheckpoint{Member: o.Local.Name, MemberID: o.Local.ID, ClusterID: o.ClusterID, Voters: o.Voters(),
+		SHA256: hex.EncodeToString(sum[:]), SavedAt: o.At.UTC()}
+	if old, _, err := k.load(); err == nil && old.SHA256 == cp.SHA256 && old.MemberID == cp.MemberID &&
+		old.ClusterID == cp.ClusterID && old.Voters == cp.Voters && old.Member == cp.Member {
+		return nil
+	}
+	if err := os.MkdirAll(k.dir(), 0o700); err != nil {
+		return err
+	}
+	// The copy first, its description last: a checkpoint.json always
+	// describes the copy beside it (load checks the sum).
+	if err := fsutil.WriteFileAtomic(k.checkpointCopy(), data, 0o600); err != nil {
+		return err
+	}
+	meta, err := json.Marshal(cp)
+	if err != nil {
+		return err
+	}
+	if err := fsutil.WriteFileAtomic(filepath.Join(k.dir(), checkpointMetaName), meta, 0o600); err != nil {
+		return err
+	}
+	k.log.Info("checkpoint of the etcd manifest kept", zap.String("checkpoint", k.checkpointCopy()),
+		zap.String("memberID", fmt.Sprintf("%x", cp.MemberID)), zap.Int("voters", cp.Voters))
+	return nil
+}
+
+// load reads the checkpoint and checks that the copy is the one described.
+func (k *manifestKeeper) load() (*plan.ManifestCheckpoint, []byte, error) {
+	meta, err := os.ReadFile(filepath.Join(k.dir(), checkpointMetaName))
+	if err != nil {
+		return nil, nil, err
+	}
+	var cp plan.ManifestCheckpoint
+	if err := json.Unmarshal(meta, &cp); err != nil {
+		return nil, nil, fmt.Errorf("checkpoint %s: %w", k.dir(), err)
+	}
+	data, err := readManifest(k.checkpointCopy())
+	if err != nil {
+		return nil, nil, err
+	}
+	if sum := sha256.Sum256(data); hex.EncodeToString(sum[:]) != cp.SHA256 {
+		return nil, nil, fmt.Errorf("checkpoint %s: the copy's sha256 is not the one recorded", k.checkpointCopy())
+	}
+	return &cp, data, nil
+}
+
+// restore puts the checkpoint back without ever replacing a manifest that
+// appeared meanwhile (a person's, an upgrade's): the copy is written under
+// a name the kubelet ignores (a dot file) and linked to the manifest's
+// name, which fails if that exists.
+func (k *manifestKeeper) restore(cp *plan.ManifestCheckpoint, d plan.ManifestRestore) bool {
+	_, data, err := k.load()
+	if err == nil {
+		err = linkNew(k.manifest, data)
+	}
+	if errors.Is(err, fs.ErrExist) {
+		k.log.Info("a manifest appeared while the checkpoint was being put back; it is left as it is", zap.String("manifest", k.manifest))
+		return false
+	}
+	if err != nil {
+		k.log.Error("putting the checkpoint of the etcd manifest back failed; tried again at the next poll", zap.String("manifest", k.manifest), zap.Error(err))
+		return false
+	}
+	k.goneSince = time.Time{}
+	k.metrics.ManifestRestoresTotal.WithLabelValues(k.member).Inc()
+	k.log.Warn("the etcd static-pod manifest vanished and was put back from its checkpoint", zap.String("manifest", k.manifest),
+		zap.String("memberID", fmt.Sprintf("%x", cp.MemberID)), zap.String("detail", d.Detail))
+	k.record(cp, d)
+	if k.rep != nil {
+		k.rep.Eventf("Warning", keeperEventReason, "%s: %s (%s)", k.member, d.Detail, k.manifest)
+	}
+	return true
+}
+
+// record appends the restore to the state dir's log of restores (the
+// journal of a step that changes no membership).
+func (k *manifestKeeper) record(cp *plan.ManifestCheckpoint, d plan.ManifestRestore) {
+	line, _ := json.Marshal(map[string]any{"at": time.Now().UTC(), "manifest": k.manifest, "memberID": fmt.Sprintf("%x", cp.MemberID),
+		"checkpointSavedAt": cp.SavedAt, "sha256": cp.SHA256, "detail": d.Detail})
+	f, err := os.OpenFile(filepath.Join(k.stateDir, manifestRestoreLog), os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o600)
+	if err == nil {
+		_, err = f.Write(append(line, '\n'))
+		err = errors.Join(err, f.Sync(), f.Close())
+	}
+	if err != nil {
+		k.log.Warn("the restore could not be added to the state dir's log", zap.Error(err))
+	}
+}
+
+// setDecommissioned keeps the Node's decommission annotation in the state
+// dir: a lone member's manifest removed right after the annotation takes
+// the API down with it, and an agent restarted then must still know.
+func (k *manifestKeeper) setDecommissioned(on bool) {
+	p := filepath.Join(k.stateDir, decommissionedName)
+	if on == k.decommissioned() {
+		return
+	}
+	var err error
+	if on {
+		err = fsutil.WriteFileAtomic(p, []byte(time.Now().UTC().Format(time.RFC3339)+"\n"), 0o600)
+	} else {
+		err = os.Remove(p)
+	}
+	if err != nil {
+		k.log.Error("the Node's decommission annotation could not be kept in the state dir", zap.Bool("decommissioned", on), zap.Error(err))
+		return
+	}
+	k.log.Info("the Node's decommission annotation changed: a vanished manifest is restored only without it", zap.Bool("decommissioned", on))
+}
+
+func (k *manifestKeeper) decommissioned() bool {
+	_, err := os.Stat(filepath.Join(k.stateDir, decommissionedName))
+	return err == nil
+}
+
+// forget drops the checkpoint: the member moved away on purpose.
+func (k *manifestKeeper) forget() {
+	if err := os.RemoveAll(k.dir()); err != nil {
+		k.log.Warn("the checkpoint of a member that moved away could not be removed", zap.Error(err))
+	}
+}
+
+func readManifest(path string) ([]byte, error) {
+	st, err := os.Stat(path)
+	if err != nil {
+		return nil, err
+	}
+	if st.Size() > keeperCheckpointMax {
+		return nil, fmt.Errorf("%s: %d bytes is not an etcd manifest", path, st.Size())
+	}
+	return os.ReadFile(path)
+}
+
+// linkNew creates path with data, failing with fs.ErrExist if it exists.
+func linkNew(path string, data []byte) error {
+	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".restore-*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name())
+	_, err = tmp.Write(data)
+	err = errors.Join(err, tmp.Chmod(0o600), tmp.Sync(), tmp.Close())
+	if err != nil {
+		return err
+	}
+	if err := os.Link(tmp.Name(), path); err != nil {
+		return err
+	}
+	return fsutil.SyncDir(filepath.Dir(path))
+}
+
+func exists(path string) (bool, error) {
+	_, err := os.Stat(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return false, nil
+	}
+	return err == nil, err
+}

@@ -1,0 +1,193 @@
+package agent
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"go.uber.org/zap"
+
+	"github.com/etcd-agent/etcd-agent/internal/memberstate"
+	"github.com/etcd-agent/etcd-agent/internal/observation"
+	"github.com/etcd-agent/etcd-agent/metrics"
+)
+
+type keeperCase struct {
+	k        *manifestKeeper
+	manifest string
+	now      time.Time
+}
+
+func newKeeperCase(t *testing.T) *keeperCase {
+	t.Helper()
+	dir := t.TempDir()
+	manifests, state := filepath.Join(dir, "manifests"), filepath.Join(dir, "state")
+	for _, d := range []string{manifests, state} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c := Config{StaticPodManifest: filepath.Join(manifests, "etcd.yaml"), StateDir: state, ManifestRestoreDelay: time.Minute}
+	kc := &keeperCase{k: c.newManifestKeeper("node2", metrics.New(), nil, zap.NewNop()), manifest: c.StaticPodManifest,
+		now: time.Date(2026, 12, 3, 12, 0, 0, 0, time.UTC)}
+	if err := os.WriteFile(kc.manifest, []byte("kind: Pod # v1\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return kc
+}
+
+// poll feeds the keeper one full observation of a three-voter cluster that
+// lists node2 (serving or not), d after the last.
+func (kc *keeperCase) poll(d time.Duration, serving bool) bool {
+	kc.now = kc.now.Add(d)
+	o := observation.Observation{At: kc.now, ClusterID: 0xc1, Members: []observation.Member{
+		{ID: 1, Name: "node1", Serving: true}, {ID: 2, Name: "node2", Serving: serving}, {ID: 3, Name: "node3", Serving: true}},
+		Local: observation.Local{Name: "node2", DataDirClass: observation.DataDirOK, Match: observation.MatchOK, ID: 2, Serving: serving}}
+	state := memberstate.Healthy
+	if !serving {
+		state = memberstate.Lost
+	}
+	return kc.k.consider(memberstate.Result{Observation: o, Verdict: memberstate.Verdict{State: state}})
+}
+
+func TestAVanishedManifestComesBackFromItsCheckpointAfterTheDelay(t *testing.T) {
+	kc := newKeeperCase(t)
+	kc.poll(0, true)
+	want, _ := os.ReadFile(kc.manifest)
+	if err := os.Remove(kc.manifest); err != nil {
+		t.Fatal(err)
+	}
+	if kc.poll(time.Second, false) || kc.poll(50*time.Second, false) {
+		t.Fatal("restored within the delay")
+	}
+	if got := testutil.ToFloat64(kc.k.metrics.ManifestMissing.WithLabelValues("node2")); got != 1 {
+		t.Fatalf("manifest_missing %v, want 1", got)
+	}
+	if !kc.poll(11*time.Second, false) {
+		t.Fatal("not restored after the delay")
+	}
+	got, err := os.ReadFile(kc.manifest)
+	if err != nil || string(got) != string(want) {
+		t.Fatalf("restored manifest %q (%v), want %q", got, err, want)
+	}
+	if n := testutil.ToFloat64(kc.k.metrics.ManifestRestoresTotal.WithLabelValues("node2")); n != 1 {
+		t.Fatalf("manifest_restores_total %v, want 1", n)
+	}
+	if b, err := os.ReadFile(filepath.Join(kc.k.stateDir, manifestRestoreLog)); err != nil || !strings.Contains(string(b), `"memberID":"2"`) {
+		t.Fatalf("restore log %q (%v)", b, err)
+	}
+	leftovers, _ := filepath.Glob(filepath.Join(filepath.Dir(kc.manifest), ".*"))
+	if len(leftovers) > 0 {
+		t.Fatalf("temp files left in the manifests dir: %v", leftovers)
+	}
+	if kc.poll(time.Second, false); testutil.ToFloat64(kc.k.metrics.ManifestMissing.WithLabelValues("node2")) != 0 {
+		t.Fatal("manifest_missing still 1 with the manifest back")
+	}
+}
+
+func TestTheCheckpointFollowsTheManifestOnlyWhileTheMemberIsHealthy(t *testing.T) {
+	kc := newKeeperCase(t)
+	kc.poll(0, true)
+	if err := os.WriteFile(kc.manifest, []byte("kind: Pod # v2, never healthy\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	kc.poll(time.Second, false)
+	_, data, err := kc.k.load()
+	if err != nil || string(data) != "kind: Pod # v1\n" {
+		t.Fatalf("checkpoint %q (%v): want the last manifest seen healthy", data, err)
+	}
+	kc.poll(time.Second, true)
+	if _, data, _ = kc.k.load(); string(data) != "kind: Pod # v2, never healthy\n" {
+		t.Fatalf("checkpoint %q: want the manifest the member is healthy with now", data)
+	}
+	// A copy that is not the one described is never put back.
+	if err := os.WriteFile(kc.k.checkpointCopy(), []byte("kind: Pod # tampered\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := kc.k.load(); err == nil {
+		t.Fatal("a checkpoint copy whose sha256 is not the recorded one was loaded")
+	}
+}
+
+func TestARestoreNeverReplacesAManifestThatAppeared(t *testing.T) {
+	kc := newKeeperCase(t)
+	kc.poll(0, true)
+	if err := os.WriteFile(kc.manifest, []byte("kind: Pod # a person's\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, data, err := kc.k.load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := linkNew(kc.manifest, data); !os.IsExist(err) {
+		t.Fatalf("linkNew over an existing manifest: %v, want exists", err)
+	}
+	if b, _ := os.ReadFile(kc.manifest); string(b) != "kind: Pod # a person's\n" {
+		t.Fatalf("manifest replaced: %q", b)
+	}
+}
+
+func TestADecommissionedNodesManifestStaysGoneAcrossRestarts(t *testing.T) {
+	kc := newKeeperCase(t)
+	kc.poll(0, true)
+	kc.k.setDecommissioned(true)
+	if err := os.Remove(kc.manifest); err != nil {
+		t.Fatal(err)
+	}
+	// The agent restarts while the API is away: the state dir remembers.
+	again := Config{StaticPodManifest: kc.manifest, StateDir: kc.k.stateDir, ManifestRestoreDelay: time.Minute}.
+		newManifestKeeper("node2", metrics.New(), nil, zap.NewNop())
+	kc.k = again
+	kc.poll(time.Second, false)
+	if kc.poll(time.Hour, false) {
+		t.Fatal("a decommissioned node's manifest was restored")
+	}
+	kc.k.setDecommissioned(false)
+	if !kc.poll(time.Second, false) {
+		t.Fatal("not restored once the annotation was taken off")
+	}
+}
+
+func TestAMovedMembersCheckpointIsForgotten(t *testing.T) {
+	kc := newKeeperCase(t)
+	kc.poll(0, true)
+	kc.k.forget()
+	if err := os.Remove(kc.manifest); err != nil {
+		t.Fatal(err)
+	}
+	kc.poll(time.Second, false)
+	if kc.poll(time.Hour, false) {
+		t.Fatal("restored without a checkpoint")
+	}
+	c := Config{StaticPodManifest: kc.manifest, StateDir: kc.k.stateDir, ManifestRestoreDelay: time.Minute}
+	if _, err := ResolveIdentity(c); err == nil {
+		t.Fatal("identity resolved with no manifest, no parked copy and no checkpoint")
+	}
+}
+
+func TestTheIdentityOfAMemberWhoseManifestVanishedComesFromItsCheckpoint(t *testing.T) {
+	kc := newKeeperCase(t)
+	src, err := os.ReadFile("../manifest/testdata/kubeadm-etcd.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(kc.manifest, src, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	kc.poll(0, true)
+	if err := os.Remove(kc.manifest); err != nil {
+		t.Fatal(err)
+	}
+	c := Config{StaticPodManifest: kc.manifest, StateDir: kc.k.stateDir, ManifestRestoreDelay: time.Minute}
+	id, err := ResolveIdentity(c)
+	if err != nil || id.Name == "" {
+		t.Fatalf("identity %+v, %v: want the checkpoint's", id, err)
+	}
+	c.ManifestRestoreDelay = 0
+	if _, err := ResolveIdentity(c); err == nil {
+		t.Fatal("with restores off, the checkpoint named the member")
+	}
+}

@@ -1,0 +1,137 @@
+package plan
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/etcd-agent/etcd-agent/internal/observation"
+	"github.com/etcd-agent/etcd-agent/internal/record"
+)
+
+// ManifestCheckpoint is what the agent kept of the member's last good
+// static-pod manifest: the manifest as it was while the member served
+// healthy in its cluster, and what that cluster was then.
+type ManifestCheckpoint struct {
+	Member    string    `json:"member"`
+	MemberID  uint64    `json:"memberID"`
+	ClusterID uint64    `json:"clusterID"`
+	Voters    int       `json:"voters"` // the cluster's voters when it was taken
+	SHA256    string    `json:"sha256"`
+	SavedAt   time.Time `json:"savedAt"`
+}
+
+// ManifestRestoreInput is everything DecideManifestRestore looks at.
+type ManifestRestoreInput struct {
+	Now time.Time
+	Obs observation.Observation
+	// Live: the manifest is in the kubelet's dir; Parked: the agent moved
+	// it aside to stop the member (its own, never "vanished").
+	Live, Parked bool
+	// Checkpoint is nil when none was kept.
+	Checkpoint *ManifestCheckpoint
+	// GoneSince is when the agent first saw the manifest missing (zero:
+	// not missing); Delay the --manifest-restore-delay.
+	GoneSince time.Time
+	Delay     time.Duration
+	// Journal is the member's journal: an open recovery owns the manifest;
+	// a moved-away tombstone means it was set aside on purpose.
+	Journal record.Record
+	// Decommissioned: the Node carries etcd-agent.io/decommission (as last
+	// read, kept in the state dir while the API is away).
+	Decommissioned bool
+	DryRun         bool
+}
+
+// ManifestRestore is DecideManifestRestore's answer: Restore, or why not.
+type ManifestRestore struct {
+	Restore bool
+	// Missing: the manifest is gone and not the agent's doing (exported
+	// as a metric whatever the answer).
+	Missing bool
+	Reason  Reason
+	Detail  string
+}
+
+// DecideManifestRestore says whether to put the checkpoint of the member's
+// manifest back. A manifest that vanished by accident (not parked by the
+// agent) takes the member down, and a lone member takes the whole control
+// plane with it; "simply deleting the etcd pod in a single master setup
+// causes a cluster outage" (seeds/003). It comes back only after a window
+// of "still gone" (a kubeadm upgrade swaps the file in seconds), only over
+// the member's own usable data, and only while the member is provably still
+// in its cluster: a removed member's manifest must stay gone, as must one
+// whose Node is decommissioned. Starting a member on its own data adds a
+// voter back and changes no membership, so no Lease is needed: in a
+// one-member cluster the Lease's API is served by this very member.
+func DecideManifestRestore(in ManifestRestoreInput) ManifestRestore {
+	no := func(missing bool, r Reason, format string, args ...any) ManifestRestore {
+		return ManifestRestore{Missing: missing, Reason: r, Detail: fmt.Sprintf(format, args...)}
+	}
+	o, cp := in.Obs, in.Checkpoint
+	switch {
+	case in.Live:
+		return ManifestRestore{}
+	case in.Parked:
+		return no(false, ReasonNone, "the agent parked the manifest to stop the member")
+	case in.Journal.Active():
+		return no(false, ReasonRecoveryInProgress, "recovery %s is open (phase %s): it owns the manifest", in.Journal.ID, in.Journal.Phase)
+	case movedAway(in.Journal):
+		return no(false, ReasonMovedAway, "member %x moved to %s: its manifest was set aside on purpose", uint64(in.Journal.OldMemberID), in.Journal.MoveTarget)
+	case in.Delay <= 0:
+		return no(true, ReasonNoCheckpoint, "the manifest is gone; restoring it is off (--manifest-restore-delay=0)")
+	case cp == nil:
+		return no(true, ReasonNoCheckpoint, "the manifest is gone and no checkpoint of it was kept (the member was never seen healthy with it)")
+	case in.Decommissioned:
+		return no(true, ReasonDecommissioned, "the manifest is gone and the Node is decommissioned (etcd-agent.io/decommission): never restored")
+	case o.Local.Name != cp.Member:
+		return no(true, ReasonNoCheckpoint, "the checkpoint is of member %s, the local member is %s", cp.Member, o.Local.Name)
+	case !observation.DataDirUsable(o.Local.DataDirClass):
+		return no(true, ReasonDataDirUnusable, "the manifest is gone and the data dir is %s: a checkpoint goes back only over the member's own data (%s)", o.Local.DataDirClass, o.Local.DataDirDetail)
+	case o.Local.DataDirClusterID != 0 && cp.ClusterID != 0 && o.Local.DataDirClusterID != cp.ClusterID:
+		return no(true, ReasonForeignCluster, "the data dir is of cluster %x, the checkpoint of cluster %x", o.Local.DataDirClusterID, cp.ClusterID)
+	}
+	if r, ok := stillAMember(o, cp); !ok {
+		return r
+	}
+	if left := in.Delay - in.Now.Sub(in.GoneSince); in.GoneSince.IsZero() || left > 0 {
+		if in.GoneSince.IsZero() {
+			left = in.Delay
+		}
+		return no(true, ReasonInRestoreDelay, "the manifest is gone; its checkpoint goes back in %s unless it comes back or the member is removed", left.Round(time.Second))
+	}
+	if in.DryRun {
+		return no(true, ReasonDryRun, "would put back the checkpoint of member %x's manifest (gone for %s)", cp.MemberID, in.Now.Sub(in.GoneSince).Round(time.Second))
+	}
+	return ManifestRestore{Restore: true, Missing: true, Detail: fmt.Sprintf("member %x's manifest gone for %s: its checkpoint of %s goes back",
+		cp.MemberID, in.Now.Sub(in.GoneSince).Round(time.Second), cp.SavedAt.UTC().Format(time.RFC3339))}
+}
+
+// stillAMember: a member list that a quorum answered now must name the
+// checkpoint's member; without one, only a member that was its cluster's
+// only voter is known to be a member still (etcd cannot remove the last
+// member, nor add one without its vote).
+func stillAMember(o observation.Observation, cp *ManifestCheckpoint) (ManifestRestore, bool) {
+	fresh := o.MemberListError == "" && !o.PeersReused && len(o.Members) > 0
+	switch {
+	case fresh && o.ClusterID != 0 && cp.ClusterID != 0 && o.ClusterID != cp.ClusterID:
+		return ManifestRestore{Missing: true, Reason: ReasonForeignCluster, Detail: fmt.Sprintf("the endpoints answer for cluster %x, the checkpoint is of cluster %x", o.ClusterID, cp.ClusterID)}, false
+	case fresh && !listed(o, cp.MemberID):
+		return ManifestRestore{Missing: true, Reason: ReasonMemberRemoved, Detail: fmt.Sprintf("member %x is not in the cluster's member list: it was removed; its manifest stays gone", cp.MemberID)}, false
+	case fresh:
+		return ManifestRestore{}, true
+	case cp.Voters == 1 && len(o.Members) <= 1 && (len(o.Members) == 0 || o.Members[0].ID == cp.MemberID):
+		return ManifestRestore{}, true
+	default:
+		return ManifestRestore{Missing: true, Reason: ReasonMembershipUnknown, Detail: fmt.Sprintf("no quorum answers the member list (%s) and the cluster had %d voters: cannot tell whether member %x was removed",
+			o.MemberListError, cp.Voters, cp.MemberID)}, false
+	}
+}
+
+func listed(o observation.Observation, id uint64) bool {
+	for _, m := range o.Members {
+		if m.ID == id {
+			return true
+		}
+	}
+	return false
+}
