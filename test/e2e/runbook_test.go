@@ -1,0 +1,138 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/etcd-agent/etcd-agent/internal/lab"
+	"github.com/etcd-agent/etcd-agent/internal/runbook"
+)
+
+// The docs whose marked shell blocks (```sh runbook=<procedure>) are
+// manual procedures the tests run as written.
+var runbookDocs = []string{"docs/recovery.md", "docs/runbooks/README.md"}
+
+// procedure is one marked procedure made runnable on a lab node: the
+// doc's example values and node paths replaced by the lab's.
+type procedure struct {
+	name  string
+	steps []runbook.Step
+	// subst replaces, in order, the doc's values by the lab's; every one
+	// must occur in the procedure (a doc that drifted fails the test).
+	subst []string
+	// prelude defines what "Reaching etcd" gives an SRE: E, etcdctl on a
+	// healthy member with the cluster's TLS files.
+	prelude string
+}
+
+func loadProcedure(t *testing.T, name string) procedure {
+	t.Helper()
+	var files []string
+	for _, f := range runbookDocs {
+		files = append(files, filepath.Join(repoRoot, f))
+	}
+	all, err := runbook.Parse(files...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	steps := all[name]
+	if len(steps) == 0 {
+		t.Fatalf("no step of procedure %q is marked in %v", name, runbookDocs)
+	}
+	return procedure{name: name, steps: steps}
+}
+
+// onNode sets the lab node's paths for the kubeadm paths the docs use, a
+// scratch dir for /root, and E with the lab's etcdctl, endpoints and TLS.
+func (p *procedure) onNode(t *testing.T, l *lab.Lab, node string, endpoints []string) {
+	n := nodeOf(t, l, node)
+	scratch := t.TempDir()
+	p.subst = append(p.subst,
+		"/etc/kubernetes/manifests", n.ManifestsDir,
+		"/var/lib/etcd-agent-quarantine", filepath.Join(n.DiskDir, "etcd-agent-quarantine"),
+		"/var/lib/etcd", n.DataDir,
+		"/root/", scratch+"/")
+	flags := []string{"--endpoints=" + strings.Join(endpoints, ","), "--dial-timeout=5s", "--command-timeout=15s"}
+	if tls := l.Spec.EtcdTLS; tls != nil {
+		flags = append(flags, "--cacert="+tls.CAFile, "--cert="+tls.ClientCert, "--key="+tls.ClientKey)
+	}
+	p.prelude = fmt.Sprintf("export PATH=%s:$PATH\nE() { etcdctl %s \"$@\"; }\n", binDir, strings.Join(flags, " "))
+}
+
+// run runs the procedure's steps in one bash (-e, pipefail), in order,
+// bounded; a failure names the step and shows the output.
+func (p procedure) run(t *testing.T, d time.Duration) {
+	t.Helper()
+	var script strings.Builder
+	script.WriteString("set -euo pipefail\n" + p.prelude)
+	for _, s := range p.steps {
+		fmt.Fprintf(&script, "echo '### step %s'\n%s\n", s.Where(), s.Script)
+	}
+	text := script.String()
+	for i := 0; i+1 < len(p.subst); i += 2 {
+		if !strings.Contains(text, p.subst[i]) {
+			t.Fatalf("procedure %s no longer contains %q: update the test's values with the doc", p.name, p.subst[i])
+		}
+	}
+	text = strings.NewReplacer(p.subst...).Replace(text)
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	start := time.Now()
+	out, err := exec.CommandContext(ctx, "bash", "-c", text).CombinedOutput()
+	if err != nil {
+		t.Fatalf("procedure %s failed after %s (%v); the last step begun is the last '### step' line:\n%s", p.name,
+			time.Since(start).Round(time.Millisecond), err, out)
+	}
+	t.Logf("procedure %s: %d steps ran as written in %s", p.name, len(p.steps), time.Since(start).Round(time.Millisecond))
+}
+
+// TestManualRejoinRunsAsWritten: the runbooks' manual rejoin
+// (docs/runbooks/README.md), run as written against a kubeadm-like lab
+// (etcd TLS, the agents not running: the fallback when the agent is the
+// problem) on node2, whose db is corrupt and whose etcd crash-loops. The
+// procedure's promise: the member serves again under a new ID, every
+// member healthy, the same data on all (HashKV), no acknowledged write
+// lost, the old data dir kept.
+func TestManualRejoinRunsAsWritten(t *testing.T) {
+	l := newLab(t, lab.Options{Nodes: 3, EtcdTLS: true})
+	before := idsByPeer(mustMembers(t, l))
+	ensureNotLeader(t, l, "node2")
+	h := startHealVia(t, l, nodeOf(t, l, "node1").ClientURL, nodeOf(t, l, "node3").ClientURL)
+	if err := l.StopMember("node2"); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.CorruptDB("node2"); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.StartMember("node2"); err != nil {
+		t.Fatal(err)
+	}
+	h.fault()
+	p := loadProcedure(t, "manual-rejoin")
+	n2 := nodeOf(t, l, "node2")
+	p.subst = []string{"M=cp-2 PEER=https://10.0.0.12:2380", "M=" + n2.Member + " PEER=" + n2.PeerURL}
+	p.onNode(t, l, "node2", []string{nodeOf(t, l, "node1").ClientURL})
+	p.run(t, 12*time.Minute)
+
+	if err := l.WaitHealthy(context.Background(), 3, 60*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	after := idsByPeer(mustMembers(t, l))
+	if p2 := peerOf(t, l, "node2"); after[p2] == 0 || after[p2] == before[p2] {
+		t.Fatalf("node2's member: before %x, after %x: want a new member ID", before[p2], after[p2])
+	}
+	kept, _ := filepath.Glob(filepath.Join(n2.DiskDir, "etcd-agent-quarantine", "etcd-manual-*", "member", "snap", "db"))
+	if len(kept) != 1 {
+		t.Fatalf("the old data dir kept: %v, want one copy", kept)
+	}
+	if _, err := os.Stat(n2.EtcdManifest()); err != nil {
+		t.Fatalf("node2's manifest: %v", err)
+	}
+	h.finish(invariantDefaults())
+}
