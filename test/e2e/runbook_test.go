@@ -23,9 +23,10 @@ var runbookDocs = []string{"docs/recovery.md", "docs/runbooks/README.md"}
 type procedure struct {
 	name  string
 	steps []runbook.Step
-	// subst replaces, in order, the doc's values by the lab's; every one
-	// must occur in the procedure (a doc that drifted fails the test).
-	subst []string
+	// subst replaces, in order, the doc's example values by the lab's;
+	// every one must occur in the procedure (a doc that drifted fails the
+	// test). paths replaces the kubeadm paths the docs use, where used.
+	subst, paths []string
 	// prelude defines what "Reaching etcd" gives an SRE: E, etcdctl on a
 	// healthy member with the cluster's TLS files.
 	prelude string
@@ -51,9 +52,10 @@ func loadProcedure(t *testing.T, name string) procedure {
 // onNode sets the lab node's paths for the kubeadm paths the docs use, a
 // scratch dir for /root, and E with the lab's etcdctl, endpoints and TLS.
 func (p *procedure) onNode(t *testing.T, l *lab.Lab, node string, endpoints []string) {
+	t.Helper()
 	n := nodeOf(t, l, node)
 	scratch := t.TempDir()
-	p.subst = append(p.subst,
+	p.paths = append(p.paths,
 		"/etc/kubernetes/manifests", n.ManifestsDir,
 		"/var/lib/etcd-agent-quarantine", filepath.Join(n.DiskDir, "etcd-agent-quarantine"),
 		"/var/lib/etcd", n.DataDir,
@@ -80,7 +82,7 @@ func (p procedure) run(t *testing.T, d time.Duration) {
 			t.Fatalf("procedure %s no longer contains %q: update the test's values with the doc", p.name, p.subst[i])
 		}
 	}
-	text = strings.NewReplacer(p.subst...).Replace(text)
+	text = strings.NewReplacer(append(p.subst, p.paths...)...).Replace(text)
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	defer cancel()
 	start := time.Now()
@@ -135,4 +137,41 @@ func TestManualRejoinRunsAsWritten(t *testing.T) {
 		t.Fatalf("node2's manifest: %v", err)
 	}
 	h.finish(invariantDefaults())
+}
+
+// TestStrandedLearnerRemovedByHandAsWritten: recovery.md's by-hand removal
+// of a stranded learner, run as written: a learner added for a member that
+// never started (its owner gone) blocks every heal (learner-present); the
+// procedure finds it, checks it cannot progress, and removes it; the voters
+// are untouched.
+func TestStrandedLearnerRemovedByHandAsWritten(t *testing.T) {
+	l := shared(t)
+	cli, err := l.EtcdClient()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	before := idsByPeer(mustMembers(t, l))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	add, err := cli.MemberAddAsLearner(ctx, []string{"http://127.0.0.254:1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { // a failed run leaves the shared lab as it found it
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if _, err := cli.MemberRemove(ctx, add.Member.ID); err != nil && !strings.Contains(err.Error(), "member not found") {
+			t.Errorf("removing the learner %x: %v", add.Member.ID, err)
+		}
+	})
+	p := loadProcedure(t, "stranded-learner")
+	p.onNode(t, l, "node1", l.Spec.ClientURLs())
+	p.run(t, 3*time.Minute)
+	if now := idsByPeer(mustMembers(t, l)); !sameIDs(now, before) {
+		t.Fatalf("members after the procedure %v, want the voters before it %v (the learner %x gone)", now, before, add.Member.ID)
+	}
+	if err := l.WaitHealthy(context.Background(), 3, 60*time.Second); err != nil {
+		t.Fatal(err)
+	}
 }
