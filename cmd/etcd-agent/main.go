@@ -61,6 +61,7 @@ func newRootCmd() *cobra.Command {
 		newRecoverCmd(g),
 		newMoveCmd(),
 		newSnapshotCmd(),
+		newExtractCmd(),
 	)
 	return root
 }
