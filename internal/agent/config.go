@@ -14,10 +14,12 @@ import (
 	"time"
 
 	"github.com/etcd-agent/etcd-agent/internal/heal"
+	"github.com/etcd-agent/etcd-agent/internal/journal"
 	"github.com/etcd-agent/etcd-agent/internal/localdisk"
 	"github.com/etcd-agent/etcd-agent/internal/manifest"
 	"github.com/etcd-agent/etcd-agent/internal/memberruntime"
 	"github.com/etcd-agent/etcd-agent/internal/pin"
+	"github.com/etcd-agent/etcd-agent/internal/plan"
 	"github.com/etcd-agent/etcd-agent/internal/snapshotstore"
 	"github.com/etcd-agent/etcd-agent/internal/watchdog"
 	"go.etcd.io/etcd/client/pkg/v3/transport"
@@ -223,7 +225,7 @@ func ResolveIdentity(c Config) (watchdog.Identity, error) {
 		// know its member to resume, so it reads the parked copy.
 		if pm, perr := manifest.LoadMember(c.parkedManifest()); perr == nil {
 			m, err = pm, nil
-		} else if cm, cerr := manifest.LoadMember(c.checkpointedManifest()); cerr == nil && c.ManifestRestoreDelay > 0 {
+		} else if cm, cerr := manifest.LoadMember(c.checkpointedManifest()); cerr == nil && c.ManifestRestoreDelay > 0 && !c.movedAway(cm.Name) {
 			// A manifest that vanished (by accident) while the agent was
 			// away: the member is known by its checkpoint, which the
 			// agent may put back (manifestKeeper).
@@ -258,6 +260,23 @@ func ResolveIdentity(c Config) (watchdog.Identity, error) {
 // parkDir is where the static-pod runtime parks the etcd manifest while
 // the member is stopped; parkedManifest is the parked copy.
 func (c Config) parkDir() string { return filepath.Join(c.StateDir, "parked") }
+
+// movedAway: member's journal is a move's tombstone (its checkpoint may
+// outlive the move when the agent died between the set-aside and forget).
+func (c Config) movedAway(member string) bool {
+	j, ok, err := journal.Load(c.StateDir, member)
+	return err != nil || ok && plan.MovedAway(j)
+}
+
+// manifestMissing: a static pod's manifest is neither live nor parked.
+func (c Config) manifestMissing() bool {
+	if c.MemberRuntime == "exec" || c.StaticPodManifest == "" || c.MemberSource == MemberSourcePods {
+		return false
+	}
+	live, err1 := exists(c.StaticPodManifest)
+	parked, err2 := exists(c.parkedManifest())
+	return err1 == nil && err2 == nil && !live && !parked
+}
 
 // checkpointedManifest is the manifest keeper's checkpoint of the manifest.
 func (c Config) checkpointedManifest() string {

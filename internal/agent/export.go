@@ -27,6 +27,8 @@ type reporter struct {
 	lastMajor  bool
 	lastCounts [2]int // voters, healthy voters in the last status written
 	decision   plan.Decision
+	// manifest is the manifest keeper's last answer (static pods).
+	manifest *plan.ManifestRestore
 	// gauges are the state gauges last set: a poll that changes none of
 	// them sets none (each set is a labelled lookup, every poll, for
 	// every member an agent serves).
@@ -51,7 +53,18 @@ func (r *reporter) newReport(res memberstate.Result) Report {
 		d := r.decision
 		rep.Decision = &d
 	}
+	rep.Manifest = r.manifest
 	return rep
+}
+
+// manifestAnswer records the manifest keeper's answer; the status file
+// shows it from the next write on (the keeper answers after the export).
+func (r *reporter) manifestAnswer(d plan.ManifestRestore) {
+	if d.Reason == plan.ReasonNone && !d.Missing {
+		r.manifest = nil
+		return
+	}
+	r.manifest = &d
 }
 
 func (r *reporter) export(res memberstate.Result, recovering bool) {

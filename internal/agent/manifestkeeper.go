@@ -1,20 +1,25 @@
 package agent
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
+	"net"
+	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"time"
 
 	"go.uber.org/zap"
 
 	"github.com/etcd-agent/etcd-agent/internal/fsutil"
 	"github.com/etcd-agent/etcd-agent/internal/journal"
+	"github.com/etcd-agent/etcd-agent/internal/manifest"
 	"github.com/etcd-agent/etcd-agent/internal/memberstate"
 	"github.com/etcd-agent/etcd-agent/internal/nodereport"
 	"github.com/etcd-agent/etcd-agent/internal/observation"
@@ -29,6 +34,7 @@ const (
 	checkpointDirName   = "manifest-checkpoint"
 	checkpointMetaName  = "checkpoint.json"
 	decommissionedName  = "decommissioned"
+	manifestHoldName    = "manifest-hold" // a person's: never written or removed by the agent
 	manifestRestoreLog  = "manifest-restores.jsonl"
 	keeperEventReason   = nodereport.ReasonManifestRestored
 	keeperCheckpointMax = 1 << 20 // a manifest is a few KiB; a bigger file is not one
@@ -42,15 +48,24 @@ const (
 type manifestKeeper struct {
 	manifest, parked, stateDir string
 	delay                      time.Duration
-	dryRun                     bool
+	dryRun, autoHeal           bool
+	listen                     []string // the member's client and peer URLs
 	member                     string
 	metrics                    *metrics.Metrics
 	rep                        *nodereport.Reporter // nil: no API (Events are skipped)
 	log                        *zap.Logger
 
 	goneSince time.Time
-	said      plan.Reason // the last answer logged, so each change is said once
-	saidGone  bool
+	// seenSHA is the manifest seen at the last healthy full observation: a
+	// checkpoint takes a manifest only when seen twice so (an edit the
+	// kubelet has not applied yet is not what the member runs).
+	seenSHA  string
+	said     plan.Reason // the last answer logged, so each change is said once
+	saidGone bool
+	// answered, when set, gets each new answer (the status file).
+	answered func(plan.ManifestRestore)
+	// listenOverride, in tests, is dialled instead of the member's URLs.
+	listenOverride string
 }
 
 func (c Config) newManifestKeeper(member string, m *metrics.Metrics, rep *nodereport.Reporter, log *zap.Logger) *manifestKeeper {
@@ -58,7 +73,7 @@ func (c Config) newManifestKeeper(member string, m *metrics.Metrics, rep *nodere
 		return nil
 	}
 	return &manifestKeeper{manifest: c.StaticPodManifest, parked: c.parkedManifest(), stateDir: c.StateDir,
-		delay: c.ManifestRestoreDelay, dryRun: c.DryRun, member: member, metrics: m, rep: rep, log: log}
+		delay: c.ManifestRestoreDelay, dryRun: c.DryRun, autoHeal: c.AutoHeal, member: member, metrics: m, rep: rep, log: log}
 }
 
 func (k *manifestKeeper) dir() string { return filepath.Join(k.stateDir, checkpointDirName) }
@@ -87,11 +102,17 @@ func (k *manifestKeeper) consider(r memberstate.Result) (restored bool) {
 		k.goneSince = time.Time{}
 		if r.Verdict.State == memberstate.Healthy && o.Local.Match == observation.MatchOK && !o.PeersReused {
 			if err := k.refresh(o); err != nil {
-				k.log.Warn("manifest keeper: the checkpoint of the manifest could not be written; the last one stays", zap.Error(err))
+				k.log.Warn("manifest keeper: the checkpoint of the manifest is not taken; the last one stays", zap.Error(err))
 			}
+		} else {
+			k.seenSHA = ""
 		}
 	} else if !parked && k.goneSince.IsZero() {
 		k.goneSince = o.At
+	}
+	portInUse := ""
+	if !live && !parked {
+		portInUse = k.answering(o)
 	}
 	cp, _, cerr := k.load()
 	if cerr != nil && !errors.Is(cerr, fs.ErrNotExist) {
@@ -103,10 +124,11 @@ func (k *manifestKeeper) consider(r memberstate.Result) (restored bool) {
 		return false
 	}
 	d := plan.DecideManifestRestore(plan.ManifestRestoreInput{Now: o.At, Obs: o, Live: live, Parked: parked, Checkpoint: cp,
-		GoneSince: k.goneSince, Delay: k.delay, Journal: j, Decommissioned: k.decommissioned(), DryRun: k.dryRun})
+		GoneSince: k.goneSince, Delay: k.delay, Journal: j, Decommissioned: k.decommission(), PortInUse: portInUse,
+		RecentRestores: k.recentRestores(o.At), AutoHeal: k.autoHeal, DryRun: k.dryRun})
 	k.metrics.ManifestMissing.WithLabelValues(k.member).Set(metrics.Bool(d.Missing))
 	k.say(d)
-	return d.Restore && k.restore(cp, d)
+	return d.Restore && k.restore(cp, d, o.At)
 }
 
 // say logs the answer when it changes (a missing manifest every poll would
@@ -116,6 +138,9 @@ func (k *manifestKeeper) say(d plan.ManifestRestore) {
 		return
 	}
 	k.saidGone, k.said = d.Missing, d.Reason
+	if k.answered != nil {
+		k.answered(d)
+	}
 	switch {
 	case d.Missing:
 		k.log.Warn("the etcd static-pod manifest is gone and the agent did not park it", zap.String("manifest", k.manifest),
@@ -132,6 +157,14 @@ func (k *manifestKeeper) refresh(o observation.Observation) error {
 		return err
 	}
 	sum := sha256.Sum256(data)
+	seen := hex.EncodeToString(sum[:])
+	if seen != k.seenSHA {
+		k.seenSHA = seen // taken at the next healthy look, if unchanged
+		return nil
+	}
+	if err := k.describesMember(o); err != nil {
+		return err
+	}
 	cp := plan.ManifestCheckpoint{Member: o.Local.Name, MemberID: o.Local.ID, ClusterID: o.ClusterID, Voters: o.Voters(),
 		SHA256: hex.EncodeToString(sum[:]), SavedAt: o.At.UTC()}
 	if old, _, err := k.load(); err == nil && old.SHA256 == cp.SHA256 && old.MemberID == cp.MemberID &&
@@ -158,6 +191,74 @@ func (k *manifestKeeper) refresh(o observation.Observation) error {
 	return nil
 }
 
+// describesMember checks that the live manifest is the member's own as the
+// agent knows it: the same name, data dir and peer URLs (an edit to
+// another member, data dir or address is not a last good manifest), and
+// not a one-time --force-new-cluster start (docs/runbooks, majority lost),
+// which must never be replayed.
+func (k *manifestKeeper) describesMember(o observation.Observation) error {
+	m, err := manifest.LoadMember(k.manifest)
+	if err != nil {
+		return err
+	}
+	data, err := readManifest(k.manifest)
+	if err != nil {
+		return err
+	}
+	host, _ := m.HostPath(m.DataDir)
+	switch {
+	case m.Name != o.Local.Name:
+		return fmt.Errorf("the manifest names member %q, the agent's member is %q", m.Name, o.Local.Name)
+	case host != o.Local.DataDir:
+		return fmt.Errorf("the manifest's data dir is %q on the node, the member's %q", host, o.Local.DataDir)
+	case !slices.Equal(m.PeerURLs, o.Local.PeerURLs):
+		return fmt.Errorf("the manifest's peer URLs %v are not the member's %v", m.PeerURLs, o.Local.PeerURLs)
+	case bytes.Contains(data, []byte("--force-new-cluster")):
+		return errors.New("the manifest starts etcd with --force-new-cluster (a one-time restore): never checkpointed")
+	}
+	return nil
+}
+
+// answering names the member's client or peer address that accepts a TCP
+// connection now ("" none), each dial bounded to a second.
+func (k *manifestKeeper) answering(o observation.Observation) string {
+	urls := append([]string{o.Local.ClientURL}, o.Local.PeerURLs...)
+	if k.listenOverride != "" {
+		urls = []string{k.listenOverride}
+	}
+	for _, u := range urls {
+		pu, err := url.Parse(u)
+		if err != nil || pu.Host == "" {
+			continue
+		}
+		c, err := net.DialTimeout("tcp", pu.Host, time.Second)
+		if err == nil {
+			c.Close()
+			return pu.Host
+		}
+	}
+	return ""
+}
+
+// recentRestores counts the restores in the state dir's log within
+// plan.RestoreWindow before now.
+func (k *manifestKeeper) recentRestores(now time.Time) int {
+	b, err := os.ReadFile(filepath.Join(k.stateDir, manifestRestoreLog))
+	if err != nil {
+		return 0
+	}
+	n := 0
+	for _, line := range bytes.Split(b, []byte("\n")) {
+		var e struct {
+			At time.Time `json:"at"`
+		}
+		if json.Unmarshal(line, &e) == nil && !e.At.IsZero() && now.Sub(e.At) < plan.RestoreWindow {
+			n++
+		}
+	}
+	return n
+}
+
 // load reads the checkpoint and checks that the copy is the one described.
 func (k *manifestKeeper) load() (*plan.ManifestCheckpoint, []byte, error) {
 	meta, err := os.ReadFile(filepath.Join(k.dir(), checkpointMetaName))
@@ -182,9 +283,10 @@ func (k *manifestKeeper) load() (*plan.ManifestCheckpoint, []byte, error) {
 // appeared meanwhile (a person's, an upgrade's): the copy is written under
 // a name the kubelet ignores (a dot file) and linked to the manifest's
 // name, which fails if that exists.
-func (k *manifestKeeper) restore(cp *plan.ManifestCheckpoint, d plan.ManifestRestore) bool {
+func (k *manifestKeeper) restore(cp *plan.ManifestCheckpoint, d plan.ManifestRestore, now time.Time) bool {
 	_, data, err := k.load()
 	if err == nil {
+		k.record(cp, d, now) // journaled first: a crash after the link still counts it
 		err = linkNew(k.manifest, data)
 	}
 	if errors.Is(err, fs.ErrExist) {
@@ -199,7 +301,6 @@ func (k *manifestKeeper) restore(cp *plan.ManifestCheckpoint, d plan.ManifestRes
 	k.metrics.ManifestRestoresTotal.WithLabelValues(k.member).Inc()
 	k.log.Warn("the etcd static-pod manifest vanished and was put back from its checkpoint", zap.String("manifest", k.manifest),
 		zap.String("memberID", fmt.Sprintf("%x", cp.MemberID)), zap.String("detail", d.Detail))
-	k.record(cp, d)
 	if k.rep != nil {
 		k.rep.Eventf("Warning", keeperEventReason, "%s: %s (%s)", k.member, d.Detail, k.manifest)
 	}
@@ -208,8 +309,8 @@ func (k *manifestKeeper) restore(cp *plan.ManifestCheckpoint, d plan.ManifestRes
 
 // record appends the restore to the state dir's log of restores (the
 // journal of a step that changes no membership).
-func (k *manifestKeeper) record(cp *plan.ManifestCheckpoint, d plan.ManifestRestore) {
-	line, _ := json.Marshal(map[string]any{"at": time.Now().UTC(), "manifest": k.manifest, "memberID": fmt.Sprintf("%x", cp.MemberID),
+func (k *manifestKeeper) record(cp *plan.ManifestCheckpoint, d plan.ManifestRestore, at time.Time) {
+	line, _ := json.Marshal(map[string]any{"at": at.UTC(), "manifest": k.manifest, "memberID": fmt.Sprintf("%x", cp.MemberID),
 		"checkpointSavedAt": cp.SavedAt, "sha256": cp.SHA256, "detail": d.Detail})
 	f, err := os.OpenFile(filepath.Join(k.stateDir, manifestRestoreLog), os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o600)
 	if err == nil {
@@ -245,6 +346,19 @@ func (k *manifestKeeper) setDecommissioned(on bool) {
 func (k *manifestKeeper) decommissioned() bool {
 	_, err := os.Stat(filepath.Join(k.stateDir, decommissionedName))
 	return err == nil
+}
+
+// decommission says why the member is being taken away on purpose ("" if
+// not): the Node's annotation (kept in the state dir), or a person's hold
+// file, which works with no API at all.
+func (k *manifestKeeper) decommission() string {
+	if k.decommissioned() {
+		return "the Node's " + nodereport.AnnotationDecommission + " annotation"
+	}
+	if _, err := os.Stat(filepath.Join(k.stateDir, manifestHoldName)); err == nil {
+		return filepath.Join(k.stateDir, manifestHoldName)
+	}
+	return ""
 }
 
 // forget drops the checkpoint: the member moved away on purpose.

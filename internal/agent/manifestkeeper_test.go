@@ -1,6 +1,8 @@
 package agent
 
 import (
+	"bytes"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -10,8 +12,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"go.uber.org/zap"
 
+	"github.com/etcd-agent/etcd-agent/internal/journal"
 	"github.com/etcd-agent/etcd-agent/internal/memberstate"
 	"github.com/etcd-agent/etcd-agent/internal/observation"
+	"github.com/etcd-agent/etcd-agent/internal/plan"
 	"github.com/etcd-agent/etcd-agent/metrics"
 )
 
@@ -30,22 +34,37 @@ func newKeeperCase(t *testing.T) *keeperCase {
 			t.Fatal(err)
 		}
 	}
-	c := Config{StaticPodManifest: filepath.Join(manifests, "etcd.yaml"), StateDir: state, ManifestRestoreDelay: time.Minute}
-	kc := &keeperCase{k: c.newManifestKeeper("node2", metrics.New(), nil, zap.NewNop()), manifest: c.StaticPodManifest,
+	c := Config{StaticPodManifest: filepath.Join(manifests, "etcd.yaml"), StateDir: state, ManifestRestoreDelay: time.Minute, AutoHeal: true}
+	kc := &keeperCase{k: c.newManifestKeeper("cp-2", metrics.New(), nil, zap.NewNop()), manifest: c.StaticPodManifest,
 		now: time.Date(2026, 12, 3, 12, 0, 0, 0, time.UTC)}
-	if err := os.WriteFile(kc.manifest, []byte("kind: Pod # v1\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	kc.write(t, "v1")
 	return kc
 }
+
+// write puts kubeadm's manifest of member cp-2 in place (its peer URL on a
+// loopback port nothing listens on), tagged with a comment.
+func (kc *keeperCase) write(t *testing.T, tag string) {
+	t.Helper()
+	b, err := os.ReadFile("../manifest/testdata/kubeadm-etcd.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b = bytes.ReplaceAll(b, []byte("https://10.0.0.12:2380"), []byte(keeperPeerURL))
+	if err := os.WriteFile(kc.manifest, append(b, []byte("# "+tag+"\n")...), 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+const keeperPeerURL = "https://127.0.0.1:1"
 
 // poll feeds the keeper one full observation of a three-voter cluster that
 // lists node2 (serving or not), d after the last.
 func (kc *keeperCase) poll(d time.Duration, serving bool) bool {
 	kc.now = kc.now.Add(d)
 	o := observation.Observation{At: kc.now, ClusterID: 0xc1, Members: []observation.Member{
-		{ID: 1, Name: "node1", Serving: true}, {ID: 2, Name: "node2", Serving: serving}, {ID: 3, Name: "node3", Serving: true}},
-		Local: observation.Local{Name: "node2", DataDirClass: observation.DataDirOK, Match: observation.MatchOK, ID: 2, Serving: serving}}
+		{ID: 1, Name: "node1", Serving: true}, {ID: 2, Name: "cp-2", Serving: serving}, {ID: 3, Name: "node3", Serving: true}},
+		Local: observation.Local{Name: "cp-2", DataDir: "/var/lib/etcd", PeerURLs: []string{keeperPeerURL}, ClientURL: "https://127.0.0.1:1",
+			DataDirClass: observation.DataDirOK, DataDirVerified: !serving, DataDirMemberID: 2, Match: observation.MatchOK, ID: 2, Serving: serving}}
 	state := memberstate.Healthy
 	if !serving {
 		state = memberstate.Lost
@@ -56,6 +75,7 @@ func (kc *keeperCase) poll(d time.Duration, serving bool) bool {
 func TestAVanishedManifestComesBackFromItsCheckpointAfterTheDelay(t *testing.T) {
 	kc := newKeeperCase(t)
 	kc.poll(0, true)
+	kc.poll(time.Second, true)
 	want, _ := os.ReadFile(kc.manifest)
 	if err := os.Remove(kc.manifest); err != nil {
 		t.Fatal(err)
@@ -63,7 +83,7 @@ func TestAVanishedManifestComesBackFromItsCheckpointAfterTheDelay(t *testing.T) 
 	if kc.poll(time.Second, false) || kc.poll(50*time.Second, false) {
 		t.Fatal("restored within the delay")
 	}
-	if got := testutil.ToFloat64(kc.k.metrics.ManifestMissing.WithLabelValues("node2")); got != 1 {
+	if got := testutil.ToFloat64(kc.k.metrics.ManifestMissing.WithLabelValues("cp-2")); got != 1 {
 		t.Fatalf("manifest_missing %v, want 1", got)
 	}
 	if !kc.poll(11*time.Second, false) {
@@ -73,7 +93,7 @@ func TestAVanishedManifestComesBackFromItsCheckpointAfterTheDelay(t *testing.T) 
 	if err != nil || string(got) != string(want) {
 		t.Fatalf("restored manifest %q (%v), want %q", got, err, want)
 	}
-	if n := testutil.ToFloat64(kc.k.metrics.ManifestRestoresTotal.WithLabelValues("node2")); n != 1 {
+	if n := testutil.ToFloat64(kc.k.metrics.ManifestRestoresTotal.WithLabelValues("cp-2")); n != 1 {
 		t.Fatalf("manifest_restores_total %v, want 1", n)
 	}
 	if b, err := os.ReadFile(filepath.Join(kc.k.stateDir, manifestRestoreLog)); err != nil || !strings.Contains(string(b), `"memberID":"2"`) {
@@ -83,7 +103,7 @@ func TestAVanishedManifestComesBackFromItsCheckpointAfterTheDelay(t *testing.T) 
 	if len(leftovers) > 0 {
 		t.Fatalf("temp files left in the manifests dir: %v", leftovers)
 	}
-	if kc.poll(time.Second, false); testutil.ToFloat64(kc.k.metrics.ManifestMissing.WithLabelValues("node2")) != 0 {
+	if kc.poll(time.Second, false); testutil.ToFloat64(kc.k.metrics.ManifestMissing.WithLabelValues("cp-2")) != 0 {
 		t.Fatal("manifest_missing still 1 with the manifest back")
 	}
 }
@@ -91,16 +111,23 @@ func TestAVanishedManifestComesBackFromItsCheckpointAfterTheDelay(t *testing.T) 
 func TestTheCheckpointFollowsTheManifestOnlyWhileTheMemberIsHealthy(t *testing.T) {
 	kc := newKeeperCase(t)
 	kc.poll(0, true)
-	if err := os.WriteFile(kc.manifest, []byte("kind: Pod # v2, never healthy\n"), 0o600); err != nil {
+	if _, _, err := kc.k.load(); err == nil {
+		t.Fatal("a checkpoint taken at the first look: a manifest is taken when seen twice with the member healthy")
+	}
+	kc.poll(time.Second, true)
+	v1, err := os.ReadFile(kc.manifest)
+	if err != nil {
 		t.Fatal(err)
 	}
+	kc.write(t, "v2, never healthy")
 	kc.poll(time.Second, false)
-	_, data, err := kc.k.load()
-	if err != nil || string(data) != "kind: Pod # v1\n" {
+	kc.poll(time.Second, false)
+	if _, data, err := kc.k.load(); err != nil || string(data) != string(v1) {
 		t.Fatalf("checkpoint %q (%v): want the last manifest seen healthy", data, err)
 	}
 	kc.poll(time.Second, true)
-	if _, data, _ = kc.k.load(); string(data) != "kind: Pod # v2, never healthy\n" {
+	kc.poll(time.Second, true)
+	if _, data, _ := kc.k.load(); !strings.HasSuffix(string(data), "# v2, never healthy\n") {
 		t.Fatalf("checkpoint %q: want the manifest the member is healthy with now", data)
 	}
 	// A copy that is not the one described is never put back.
@@ -112,9 +139,54 @@ func TestTheCheckpointFollowsTheManifestOnlyWhileTheMemberIsHealthy(t *testing.T
 	}
 }
 
+// A manifest that is not the member's as the agent knows it (another data
+// dir or name, or a one-time --force-new-cluster start) is never taken.
+func TestAManifestThatIsNotTheMembersOwnIsNeverCheckpointed(t *testing.T) {
+	for name, edit := range map[string][2]string{
+		"another data dir":  {"--data-dir=/var/lib/etcd", "--data-dir=/var/lib/etcd-new"},
+		"another name":      {"--name=cp-2", "--name=cp-9"},
+		"force-new-cluster": {"--name=cp-2", "--name=cp-2\n    - --force-new-cluster"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			kc := newKeeperCase(t)
+			b, _ := os.ReadFile(kc.manifest)
+			if err := os.WriteFile(kc.manifest, bytes.ReplaceAll(b, []byte(edit[0]), []byte(edit[1])), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			kc.poll(0, true)
+			kc.poll(time.Second, true)
+			if _, _, err := kc.k.load(); err == nil {
+				t.Fatal("checkpointed")
+			}
+		})
+	}
+}
+
+// A manifest that keeps vanishing is put back MaxRestores times an hour,
+// then the keeper waits for a person.
+func TestAManifestThatKeepsVanishingIsNotFought(t *testing.T) {
+	kc := newKeeperCase(t)
+	kc.poll(0, true)
+	kc.poll(time.Second, true)
+	restores := 0
+	for range 5 {
+		if err := os.Remove(kc.manifest); err != nil && !os.IsNotExist(err) {
+			t.Fatal(err)
+		}
+		kc.poll(time.Second, false)
+		if kc.poll(2*time.Minute, false) {
+			restores++
+		}
+	}
+	if restores != 3 {
+		t.Fatalf("%d restores within the hour, want %d", restores, 3)
+	}
+}
+
 func TestARestoreNeverReplacesAManifestThatAppeared(t *testing.T) {
 	kc := newKeeperCase(t)
 	kc.poll(0, true)
+	kc.poll(time.Second, true)
 	if err := os.WriteFile(kc.manifest, []byte("kind: Pod # a person's\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -133,13 +205,14 @@ func TestARestoreNeverReplacesAManifestThatAppeared(t *testing.T) {
 func TestADecommissionedNodesManifestStaysGoneAcrossRestarts(t *testing.T) {
 	kc := newKeeperCase(t)
 	kc.poll(0, true)
+	kc.poll(time.Second, true)
 	kc.k.setDecommissioned(true)
 	if err := os.Remove(kc.manifest); err != nil {
 		t.Fatal(err)
 	}
 	// The agent restarts while the API is away: the state dir remembers.
-	again := Config{StaticPodManifest: kc.manifest, StateDir: kc.k.stateDir, ManifestRestoreDelay: time.Minute}.
-		newManifestKeeper("node2", metrics.New(), nil, zap.NewNop())
+	again := Config{StaticPodManifest: kc.manifest, StateDir: kc.k.stateDir, ManifestRestoreDelay: time.Minute, AutoHeal: true}.
+		newManifestKeeper("cp-2", metrics.New(), nil, zap.NewNop())
 	kc.k = again
 	kc.poll(time.Second, false)
 	if kc.poll(time.Hour, false) {
@@ -154,6 +227,7 @@ func TestADecommissionedNodesManifestStaysGoneAcrossRestarts(t *testing.T) {
 func TestAMovedMembersCheckpointIsForgotten(t *testing.T) {
 	kc := newKeeperCase(t)
 	kc.poll(0, true)
+	kc.poll(time.Second, true)
 	kc.k.forget()
 	if err := os.Remove(kc.manifest); err != nil {
 		t.Fatal(err)
@@ -170,24 +244,51 @@ func TestAMovedMembersCheckpointIsForgotten(t *testing.T) {
 
 func TestTheIdentityOfAMemberWhoseManifestVanishedComesFromItsCheckpoint(t *testing.T) {
 	kc := newKeeperCase(t)
-	src, err := os.ReadFile("../manifest/testdata/kubeadm-etcd.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(kc.manifest, src, 0o600); err != nil {
-		t.Fatal(err)
-	}
 	kc.poll(0, true)
+	kc.poll(time.Second, true)
 	if err := os.Remove(kc.manifest); err != nil {
 		t.Fatal(err)
 	}
 	c := Config{StaticPodManifest: kc.manifest, StateDir: kc.k.stateDir, ManifestRestoreDelay: time.Minute}
 	id, err := ResolveIdentity(c)
-	if err != nil || id.Name == "" {
+	if err != nil || id.Name != "cp-2" {
 		t.Fatalf("identity %+v, %v: want the checkpoint's", id, err)
 	}
 	c.ManifestRestoreDelay = 0
 	if _, err := ResolveIdentity(c); err == nil {
 		t.Fatal("with restores off, the checkpoint named the member")
+	}
+	c.ManifestRestoreDelay = time.Minute
+	moved := journal.Record{ID: "m1", Member: "cp-2", Request: plan.ActionMoveOut, Result: journal.ResultSucceeded, MoveTarget: "cp-4"}
+	moved.Advance(journal.PhaseDone, time.Now())
+	if err := journal.Save(kc.k.stateDir, moved); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ResolveIdentity(c); err == nil {
+		t.Fatal("a member that moved away is known by its checkpoint (the agent died before forgetting it)")
+	}
+}
+
+// A manifest renamed in the kubelet's dir still runs etcd: the keeper,
+// finding the member's address answering, does not put a second copy back.
+func TestNoRestoreWhileTheMembersAddressAnswers(t *testing.T) {
+	kc := newKeeperCase(t)
+	kc.poll(0, true)
+	kc.poll(time.Second, true)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	kc.k.listenOverride = "http://" + ln.Addr().String()
+	if err := os.Remove(kc.manifest); err != nil {
+		t.Fatal(err)
+	}
+	kc.poll(time.Second, false)
+	if kc.poll(time.Hour, false) {
+		t.Fatal("restored while the member's address answers")
+	}
+	if kc.k.said != plan.ReasonMemberRunning {
+		t.Fatalf("answer %q, want member-running", kc.k.said)
 	}
 }

@@ -37,6 +37,9 @@ type Report struct {
 	Decision *plan.Decision `json:"decision,omitempty"`
 	// Pin is what the agent has pinned of the member (cluster and member ID).
 	Pin string `json:"pin,omitempty"`
+	// Manifest is the manifest keeper's answer while the static-pod
+	// manifest is gone (a static pod): put back when, or why not.
+	Manifest *plan.ManifestRestore `json:"manifest,omitempty"`
 	// LastRecovery is the member's recovery journal in the state dir (the
 	// open one, or the last closed one); JournalError says why it could
 	// not be read.
@@ -113,7 +116,7 @@ func Status(ctx context.Context, c Config) (Report, error) {
 	sp := localdisk.SpaceFor(id.DataDir, qdir)
 	d := plan.Decide(plan.Input{Now: res.Observation.At, Obs: res.Observation, Verdict: res.Verdict, Journal: j,
 		APIAvailable: true, FreeBytes: sp.QuarantineFree, DataDirFreeBytes: sp.DataDirFree, DataDirOtherFS: sp.DataDirOtherFS,
-		Backups: localdisk.BackupsHint(qdir)}, c.PlanConfig())
+		Backups: localdisk.BackupsHint(qdir), ManifestMissing: c.manifestMissing()}, c.PlanConfig())
 	rep.Decision = &d
 	return rep, nil
 }

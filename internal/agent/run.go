@@ -16,6 +16,7 @@ import (
 	"github.com/etcd-agent/etcd-agent/internal/observation"
 
 	"github.com/etcd-agent/etcd-agent/internal/heal"
+	"github.com/etcd-agent/etcd-agent/internal/journal"
 	"github.com/etcd-agent/etcd-agent/internal/manifest"
 	"github.com/etcd-agent/etcd-agent/internal/memberstate"
 	"github.com/etcd-agent/etcd-agent/internal/nodereport"
@@ -167,7 +168,9 @@ func runMember(ctx context.Context, c Config, id watchdog.Identity, env memberEn
 	}
 	var keeper *manifestKeeper
 	if env.node {
-		keeper = c.newManifestKeeper(id.Name, m, nodeRep, log)
+		if keeper = c.newManifestKeeper(id.Name, m, nodeRep, log); keeper != nil {
+			keeper.answered = rep.manifestAnswer
+		}
 	}
 	pipe := &pipeline{wd: wd, assessor: memberstate.NewAssessor(c.GracePeriod), exporters: []exporter{rep}, pins: pins}
 	h, err := c.newHealer(id, recoveryObserver{pipe}, kc, healerRep, m)
@@ -238,7 +241,9 @@ func runMember(ctx context.Context, c Config, id watchdog.Identity, env memberEn
 				return
 			}
 		}
-		if keeper != nil && out.Result == "" {
+		// The keeper looks also while the healer refuses (manifest-missing,
+		// majority-lost for a lone member): that is when it is needed.
+		if keeper != nil && (out.Result == "" || out.Result == journal.ResultRefused) {
 			if d, ok := decommission.Load().(bool); ok {
 				keeper.setDecommissioned(d)
 			}

@@ -56,8 +56,11 @@ type Local struct {
 	// read): before a pin exists it is the only other witness of which
 	// cluster this member belongs to.
 	DataDirClusterID uint64 `json:"dataDirClusterID,omitempty"`
-	Match            Match  `json:"match"`
-	MatchDetail      string `json:"matchDetail,omitempty"`
+	// DataDirMemberID is the member the data dir's WAL names (0 when the
+	// deep check did not read it).
+	DataDirMemberID uint64 `json:"dataDirMemberID,omitempty"`
+	Match           Match  `json:"match"`
+	MatchDetail     string `json:"matchDetail,omitempty"`
 	// ID is the matched member's ID (0 unless Match is ok).
 	ID        uint64   `json:"id,omitempty"`
 	Serving   bool     `json:"serving"`

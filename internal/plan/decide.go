@@ -82,7 +82,7 @@ func decideIdle(in Input, cfg Config) Decision {
 		// After the rules that say the cluster itself is in trouble: those
 		// are what a person must hear first.
 		return refuse(ReasonManifestMissing, "the etcd static-pod manifest is gone and the agent did not park it: nothing can stop or start the member; "+
-			"the agent puts its checkpoint back after --manifest-restore-delay unless the member was removed or the Node is decommissioned (docs/recovery.md, \"A single control-plane node\")")
+			"whether and when its checkpoint goes back is the manifest keeper's answer (status: manifest; docs/recovery.md, \"A single control-plane node\")")
 	}
 	if !in.APIAvailable {
 		return refuse(ReasonAPIUnavailable, "the Kubernetes API is unreachable: no Lease, no action")

@@ -36,11 +36,29 @@ type ManifestRestoreInput struct {
 	// Journal is the member's journal: an open recovery owns the manifest;
 	// a moved-away tombstone means it was set aside on purpose.
 	Journal record.Record
-	// Decommissioned: the Node carries etcd-agent.io/decommission (as last
-	// read, kept in the state dir while the API is away).
-	Decommissioned bool
+	// Decommissioned says why the member is being taken away on purpose
+	// ("" if not): the Node's etcd-agent.io/decommission annotation (as
+	// last read, kept in the state dir while the API is away), or a
+	// person's <state-dir>/manifest-hold.
+	Decommissioned string
+	// PortInUse names an address of the member that accepts connections
+	// ("" none): etcd still runs from somewhere (a renamed manifest the
+	// kubelet still runs, another supervisor).
+	PortInUse string
+	// RecentRestores counts this agent's restores in the last
+	// RestoreWindow; MaxRestores of them stop the keeper.
+	RecentRestores int
+	AutoHeal       bool
 	DryRun         bool
 }
+
+// A manifest that keeps vanishing (a config-management run that empties
+// the dir) is not fought: after MaxRestores restores within RestoreWindow
+// the keeper waits for a person.
+const (
+	MaxRestores   = 3
+	RestoreWindow = time.Hour
+)
 
 // ManifestRestore is DecideManifestRestore's answer: Restore, or why not.
 type ManifestRestore struct {
@@ -81,14 +99,23 @@ func DecideManifestRestore(in ManifestRestoreInput) ManifestRestore {
 		return no(true, ReasonNoCheckpoint, "the manifest is gone; restoring it is off (--manifest-restore-delay=0)")
 	case cp == nil:
 		return no(true, ReasonNoCheckpoint, "the manifest is gone and no checkpoint of it was kept (the member was never seen healthy with it)")
-	case in.Decommissioned:
-		return no(true, ReasonDecommissioned, "the manifest is gone and the Node is decommissioned (etcd-agent.io/decommission): never restored")
+	case in.Decommissioned != "":
+		return no(true, ReasonDecommissioned, "the manifest is gone and the member is being taken away on purpose (%s): never restored", in.Decommissioned)
+	case !in.AutoHeal:
+		return no(true, ReasonAutoHealDisabled, "the manifest is gone; automatic actions are off (--auto-heal=false): a person is at work")
 	case o.Local.Name != cp.Member:
 		return no(true, ReasonNoCheckpoint, "the checkpoint is of member %s, the local member is %s", cp.Member, o.Local.Name)
-	case !observation.DataDirUsable(o.Local.DataDirClass):
-		return no(true, ReasonDataDirUnusable, "the manifest is gone and the data dir is %s: a checkpoint goes back only over the member's own data (%s)", o.Local.DataDirClass, o.Local.DataDirDetail)
+	case o.Local.Serving || o.Local.AnsweringID != 0 || in.PortInUse != "":
+		return no(true, ReasonMemberRunning, "the manifest is gone but etcd still answers (%s): it runs from elsewhere (a renamed manifest the kubelet still runs?)", firstOf(in.PortInUse, o.Local.ClientURL))
+	case o.Local.DataDirClass != observation.DataDirOK || !o.Local.DataDirVerified:
+		return no(true, ReasonDataDirUnusable, "the manifest is gone and the data dir is %s (verified: %v): a checkpoint goes back only over the member's own data, checked (%s)",
+			o.Local.DataDirClass, o.Local.DataDirVerified, o.Local.DataDirDetail)
+	case o.Local.DataDirMemberID != cp.MemberID:
+		return no(true, ReasonDataDirUnusable, "the data dir is member %x's, the checkpoint member %x's", o.Local.DataDirMemberID, cp.MemberID)
 	case o.Local.DataDirClusterID != 0 && cp.ClusterID != 0 && o.Local.DataDirClusterID != cp.ClusterID:
 		return no(true, ReasonForeignCluster, "the data dir is of cluster %x, the checkpoint of cluster %x", o.Local.DataDirClusterID, cp.ClusterID)
+	case in.RecentRestores >= MaxRestores:
+		return no(true, ReasonRestoreLimit, "the manifest was put back %d times in the last %s and is gone again: something removes it on purpose; a person must look", in.RecentRestores, RestoreWindow)
 	}
 	if r, ok := stillAMember(o, cp); !ok {
 		return r
@@ -125,6 +152,13 @@ func stillAMember(o observation.Observation, cp *ManifestCheckpoint) (ManifestRe
 		return ManifestRestore{Missing: true, Reason: ReasonMembershipUnknown, Detail: fmt.Sprintf("no quorum answers the member list (%s) and the cluster had %d voters: cannot tell whether member %x was removed",
 			o.MemberListError, cp.Voters, cp.MemberID)}, false
 	}
+}
+
+func firstOf(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
 }
 
 func listed(o observation.Observation, id uint64) bool {

@@ -18,10 +18,12 @@ func restoreCase() ManifestRestoreInput {
 		Now: now,
 		Obs: observation.Observation{ClusterID: 0xc1, Members: []observation.Member{
 			{ID: 1, Name: "node1", Serving: true}, {ID: 2, Name: "node2"}, {ID: 3, Name: "node3", Serving: true}},
-			Local: observation.Local{Name: "node2", DataDirClass: observation.DataDirOK, DataDirClusterID: 0xc1, Match: observation.MatchOK, ID: 2}},
+			Local: observation.Local{Name: "node2", DataDirClass: observation.DataDirOK, DataDirVerified: true, DataDirClusterID: 0xc1, DataDirMemberID: 2,
+				Match: observation.MatchOK, ID: 2}},
 		Checkpoint: &ManifestCheckpoint{Member: "node2", MemberID: 2, ClusterID: 0xc1, Voters: 3, SavedAt: now.Add(-time.Hour)},
 		GoneSince:  now.Add(-5 * time.Minute),
 		Delay:      3 * time.Minute,
+		AutoHeal:   true,
 	}
 }
 
@@ -57,7 +59,14 @@ func TestAManifestRestoreIsRefusedForEachReason(t *testing.T) {
 		"restore off":                  {func(in *ManifestRestoreInput) { in.Delay = 0 }, ReasonNoCheckpoint, true},
 		"no checkpoint":                {func(in *ManifestRestoreInput) { in.Checkpoint = nil }, ReasonNoCheckpoint, true},
 		"other member":                 {func(in *ManifestRestoreInput) { in.Checkpoint.Member = "node9" }, ReasonNoCheckpoint, true},
-		"decommissioned":               {func(in *ManifestRestoreInput) { in.Decommissioned = true }, ReasonDecommissioned, true},
+		"decommissioned":               {func(in *ManifestRestoreInput) { in.Decommissioned = "the Node's annotation" }, ReasonDecommissioned, true},
+		"auto-heal off":                {func(in *ManifestRestoreInput) { in.AutoHeal = false }, ReasonAutoHealDisabled, true},
+		"etcd answers":                 {func(in *ManifestRestoreInput) { in.PortInUse = "127.0.0.2:2379" }, ReasonMemberRunning, true},
+		"etcd serves":                  {func(in *ManifestRestoreInput) { in.Obs.Local.Serving = true }, ReasonMemberRunning, true},
+		"data dir in use":              {func(in *ManifestRestoreInput) { in.Obs.Local.DataDirClass = observation.DataDirInUse }, ReasonDataDirUnusable, true},
+		"data dir unverified":          {func(in *ManifestRestoreInput) { in.Obs.Local.DataDirVerified = false }, ReasonDataDirUnusable, true},
+		"data dir of another member":   {func(in *ManifestRestoreInput) { in.Obs.Local.DataDirMemberID = 9 }, ReasonDataDirUnusable, true},
+		"restored too often":           {func(in *ManifestRestoreInput) { in.RecentRestores = MaxRestores }, ReasonRestoreLimit, true},
 		"data dir wiped":               {func(in *ManifestRestoreInput) { in.Obs.Local.DataDirClass = observation.DataDirMissing }, ReasonDataDirUnusable, true},
 		"data dir stale":               {func(in *ManifestRestoreInput) { in.Obs.Local.DataDirClass = observation.DataDirStale }, ReasonDataDirUnusable, true},
 		"data dir of another cluster":  {func(in *ManifestRestoreInput) { in.Obs.Local.DataDirClusterID = 0xc2 }, ReasonForeignCluster, true},

@@ -165,6 +165,10 @@ func decideMoveAwayStart(in Input) (Decision, bool) {
 // MovedAwayFrom: a pod move's journal whose claim was released to the
 // target (or a move that succeeded): the member's future is on the target,
 // never healed here unasked.
+// MovedAway says whether j is the tombstone of a member moved to another
+// node: it is never healed, nor its manifest put back, here unasked.
+func MovedAway(j record.Record) bool { return movedAway(j) }
+
 func movedAway(j record.Record) bool {
 	switch j.Request {
 	case ActionMoveOut:

@@ -103,6 +103,8 @@ const (
 	ReasonNoCheckpoint       Reason = "no-checkpoint"
 	ReasonDataDirUnusable    Reason = "data-dir-unusable"
 	ReasonRecoveryInProgress Reason = "recovery-in-progress"
+	ReasonMemberRunning      Reason = "member-running"
+	ReasonRestoreLimit       Reason = "restore-limit"
 )
 
 // RefusalReasons lists the codes a recovery can be refused with (for

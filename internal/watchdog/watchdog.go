@@ -363,7 +363,7 @@ func (w *Watchdog) classifyDataDir(ctx context.Context, obs *observation.Observa
 		r = w.deep.classify(ctx, dir, exp)
 	}
 	obs.Local.DataDirClass, obs.Local.DataDirDetail, obs.Local.DataDirVerified = string(r.Class), r.Detail, r.Verified
-	obs.Local.DataDirClusterID = r.ClusterID
+	obs.Local.DataDirClusterID, obs.Local.DataDirMemberID = r.ClusterID, r.MemberID
 }
 
 func uniq(in []string) []string {

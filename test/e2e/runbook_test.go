@@ -27,6 +27,8 @@ type procedure struct {
 	// every one must occur in the procedure (a doc that drifted fails the
 	// test). paths replaces the kubeadm paths the docs use, where used.
 	subst, paths []string
+	// root is the scratch dir put for /root.
+	root string
 	// prelude defines what "Reaching etcd" gives an SRE: E, etcdctl on a
 	// healthy member with the cluster's TLS files.
 	prelude string
@@ -55,6 +57,7 @@ func (p *procedure) onNode(t *testing.T, l *lab.Lab, node string, endpoints []st
 	t.Helper()
 	n := nodeOf(t, l, node)
 	scratch := t.TempDir()
+	p.root = scratch
 	p.paths = append(p.paths,
 		"/etc/kubernetes/manifests", n.ManifestsDir,
 		"/var/lib/etcd-agent-quarantine", filepath.Join(n.DiskDir, "etcd-agent-quarantine"),
@@ -64,7 +67,7 @@ func (p *procedure) onNode(t *testing.T, l *lab.Lab, node string, endpoints []st
 	if tls := l.Spec.EtcdTLS; tls != nil {
 		flags = append(flags, "--cacert="+tls.CAFile, "--cert="+tls.ClientCert, "--key="+tls.ClientKey)
 	}
-	p.prelude = fmt.Sprintf("export PATH=%s:$PATH\nE() { etcdctl %s \"$@\"; }\n", binDir, strings.Join(flags, " "))
+	p.prelude = fmt.Sprintf("export PATH=%s:%s:$PATH\nE() { etcdctl %s \"$@\"; }\n", filepath.Dir(agentBinary), binDir, strings.Join(flags, " "))
 }
 
 // run runs the procedure's steps in one bash (-e, pipefail), in order,
