@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
+
 	"github.com/etcd-agent/etcd-agent/internal/lab"
 	"github.com/etcd-agent/etcd-agent/internal/runbook"
 )
@@ -74,6 +76,16 @@ func (p *procedure) onNode(t *testing.T, l *lab.Lab, node string, endpoints []st
 // bounded; a failure names the step and shows the output.
 func (p procedure) run(t *testing.T, d time.Duration) {
 	t.Helper()
+	start := time.Now()
+	if out, err := p.exec(t, d); err != nil {
+		t.Fatalf("procedure %s failed after %s (%v); the last step begun is the last '### step' line:\n%s", p.name,
+			time.Since(start).Round(time.Millisecond), err, out)
+	}
+	t.Logf("procedure %s: %d steps ran as written in %s", p.name, len(p.steps), time.Since(start).Round(time.Millisecond))
+}
+
+func (p procedure) exec(t *testing.T, d time.Duration) ([]byte, error) {
+	t.Helper()
 	var script strings.Builder
 	script.WriteString("set -euo pipefail\n" + p.prelude)
 	for _, s := range p.steps {
@@ -88,13 +100,31 @@ func (p procedure) run(t *testing.T, d time.Duration) {
 	text = strings.NewReplacer(append(p.subst, p.paths...)...).Replace(text)
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	defer cancel()
-	start := time.Now()
-	out, err := exec.CommandContext(ctx, "bash", "-c", text).CombinedOutput()
-	if err != nil {
-		t.Fatalf("procedure %s failed after %s (%v); the last step begun is the last '### step' line:\n%s", p.name,
-			time.Since(start).Round(time.Millisecond), err, out)
+	return exec.CommandContext(ctx, "bash", "-c", text).CombinedOutput()
+}
+
+// without returns the procedure with the lines containing cut removed: a
+// procedure missing a step must fail by its own checks.
+func (p procedure) without(t *testing.T, cut string) procedure {
+	t.Helper()
+	q, found := p, false
+	q.steps = nil
+	for _, s := range p.steps {
+		var keep []string
+		for _, line := range strings.Split(s.Script, "\n") {
+			if strings.Contains(line, cut) {
+				found = true
+				continue
+			}
+			keep = append(keep, line)
+		}
+		s.Script = strings.Join(keep, "\n")
+		q.steps = append(q.steps, s)
 	}
-	t.Logf("procedure %s: %d steps ran as written in %s", p.name, len(p.steps), time.Since(start).Round(time.Millisecond))
+	if !found {
+		t.Fatalf("procedure %s has no line with %q", p.name, cut)
+	}
+	return q
 }
 
 // TestManualRejoinRunsAsWritten: the runbooks' manual rejoin
@@ -153,14 +183,18 @@ func TestStrandedLearnerRemovedByHandAsWritten(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer cli.Close()
+	t.Cleanup(func() { cli.Close() }) // after the learner's cleanup below (cleanups run last first)
 	before := idsByPeer(mustMembers(t, l))
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	add, err := cli.MemberAddAsLearner(ctx, []string{"http://127.0.0.254:1"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	var add *clientv3.MemberAddResponse
+	// etcd refuses a change until its members have been active a while
+	// ("unhealthy cluster", a lab just up): retried.
+	eventually(t, 30*time.Second, "add a learner that never starts", func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		var err error
+		add, err = cli.MemberAddAsLearner(ctx, []string{"http://127.0.0.254:1"})
+		return err
+	})
 	t.Cleanup(func() { // a failed run leaves the shared lab as it found it
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
@@ -170,6 +204,11 @@ func TestStrandedLearnerRemovedByHandAsWritten(t *testing.T) {
 	})
 	p := loadProcedure(t, "stranded-learner")
 	p.onNode(t, l, "node1", l.Spec.ClientURLs())
+	// Its own checks catch a step left out: without the removal it fails,
+	// the learner still there.
+	if out, err := p.without(t, `E member remove "$LEARNER"`).exec(t, time.Minute); err == nil {
+		t.Fatalf("the procedure without its removal step passed:\n%s", out)
+	}
 	p.run(t, 3*time.Minute)
 	if now := idsByPeer(mustMembers(t, l)); !sameIDs(now, before) {
 		t.Fatalf("members after the procedure %v, want the voters before it %v (the learner %x gone)", now, before, add.Member.ID)
