@@ -345,7 +345,7 @@ func (p *podMembers) start(ctx context.Context, member membersource.PodMember) {
 		gateWrapped: func() bool { return gatedOn(w.current(), stateDir) == nil },
 		podReporter: podRep, requests: w.requests,
 		pinRecord:      podRecord{kc: p.kc, node: p.c.NodeName, cur: w.current},
-		stillRequested: func(ctx context.Context) bool { return podStillRequested(ctx, p.kc, member.Namespace, member.Name) }}
+		requestNow: func(ctx context.Context) (request, bool) { return podRequestNow(ctx, p.kc, member.Namespace, member.Name) }}
 	t, err := c.TLSConfig()
 	if err != nil {
 		p.log.Error("etcd client TLS", zap.Error(err))
@@ -368,17 +368,17 @@ func (p *podMembers) start(ctx context.Context, member membersource.PodMember) {
 	}()
 }
 
-// podStillRequested re-reads the pod: a request is acted on only while its
-// trigger annotation is still there.
-func podStillRequested(ctx context.Context, kc kubernetes.Interface, ns, name string) bool {
+// podRequestNow re-reads the pod's request: acted on only while its
+// trigger annotation is there, and as it is now (nextRequest).
+func podRequestNow(ctx context.Context, kc kubernetes.Interface, ns, name string) (request, bool) {
 	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	p, err := kc.CoreV1().Pods(ns).Get(rctx, name, metav1.GetOptions{})
 	if err != nil {
-		return false
+		return request{}, false
 	}
-	_, ok, _ := nodereport.ParsePodRequest(p.Annotations)
-	return ok
+	r, ok, err := nodereport.ParsePodRequest(p.Annotations)
+	return request{req: r, err: err}, ok
 }
 
 // gatedOn: the member's pod runs etcd through the start gate, reading

@@ -90,7 +90,8 @@ type memberEnv struct {
 	// (the recover annotation) are on its pod: the caller provides them.
 	podReporter    *nodereport.Reporter
 	requests       <-chan request
-	stillRequested func(context.Context) bool
+	// requestNow re-reads the request queued on requests (see nextRequest).
+	requestNow func(context.Context) (request, bool)
 	// pinRecord, for a pod member, is its cluster's record: its pin is
 	// kept there, and its gate is told whether the cluster has served.
 	pinRecord pinRecord
@@ -132,7 +133,7 @@ func runMember(ctx context.Context, c Config, id watchdog.Identity, env memberEn
 	if wd.LoadError() != nil { // logged by the watchdog
 		m.EndpointsFileErrors.WithLabelValues(id.Name).Inc()
 	}
-	nodeRep, requests, still := env.podReporter, env.requests, env.stillRequested
+	nodeRep, requests, still := env.podReporter, env.requests, env.requestNow
 	var moveTo atomic.Value // the Node's move-to annotation, from the watch ("" none)
 	moveTo.Store("")
 	var decommission atomic.Value // the Node's decommission annotation, from the watch (nil: not read)
@@ -142,7 +143,7 @@ func runMember(ctx context.Context, c Config, id watchdog.Identity, env memberEn
 		rep.node = startNodeStatus(ctx, nodeRep, log, statusRetryEvery)
 		ch := make(chan request, 1)
 		requests = ch
-		still = func(ctx context.Context) bool { return stillRequested(ctx, kc, c.NodeName) }
+		still = func(ctx context.Context) (request, bool) { return nodeRequestNow(ctx, kc, c.NodeName) }
 		go func() {
 			err := nodereport.WatchNode(ctx, kc, c.NodeName, func(n *corev1.Node) {
 				moveTo.Store(n.Annotations[nodereport.AnnotationMoveTo])
@@ -208,18 +209,13 @@ func runMember(ctx context.Context, c Config, id watchdog.Identity, env memberEn
 		gate.check()
 		env.ready.Store(true)
 		var req *plan.Request
-		select {
-		case pending := <-requests:
-			if !still(ctx) {
-				break // handled already (the watch delivers every Node update while the trigger is on)
-			}
+		if pending, ok := nextRequest(ctx, requests, still); ok {
 			if pending.err != nil {
 				badRequest(ctx, log, m, nodeRep, id.Name, pending.err)
 				return
 			}
 			req = &plan.Request{Action: pending.req.Action, DryRun: pending.req.DryRun, Replaces: pending.req.Replaces, MoveFrom: pending.req.From, Target: pending.req.Target}
-			log.Info("manual recovery requested", zap.String("action", req.Action), zap.Bool("dryRun", req.DryRun))
-		default:
+			log.Info("manual recovery requested", zap.String("action", req.Action), zap.Bool("dryRun", req.DryRun), zap.String("target", req.Target))
 		}
 		switch decideOn(r, req) {
 		case nothingToDecide:
@@ -329,17 +325,30 @@ func decideOn(r memberstate.Result, req *plan.Request) useOfResult {
 	}
 }
 
-// stillRequested re-reads the Node: a request is acted on only while its
-// trigger annotation is still there.
-func stillRequested(ctx context.Context, kc kubernetes.Interface, node string) bool {
+// nextRequest takes a manual request the watch queued, as the annotations
+// say it now (reread): the queued copy may predate a change (a dry run, then
+// the real request; another target), and it may have been answered already
+// (the watch queues every update while the trigger is on).
+func nextRequest(ctx context.Context, queued <-chan request, reread func(context.Context) (request, bool)) (request, bool) {
+	select {
+	case <-queued:
+		return reread(ctx)
+	default:
+		return request{}, false
+	}
+}
+
+// nodeRequestNow re-reads the Node's request: acted on only while its
+// trigger annotation is there, and as it is now.
+func nodeRequestNow(ctx context.Context, kc kubernetes.Interface, node string) (request, bool) {
 	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	n, err := kc.CoreV1().Nodes().Get(rctx, node, metav1.GetOptions{})
 	if err != nil {
-		return false
+		return request{}, false
 	}
-	_, ok, _ := nodereport.ParseRequest(n.Annotations)
-	return ok
+	r, ok, err := nodereport.ParseRequest(n.Annotations)
+	return request{req: r, err: err}, ok
 }
 
 type request struct {
