@@ -344,8 +344,10 @@ func (p *podMembers) start(ctx context.Context, member membersource.PodMember) {
 	env := memberEnv{metrics: p.m.ForCluster(member.Cluster), ready: p.ready, kc: p.kc, metricsAddr: p.metricsAddr,
 		gateWrapped: func() bool { return gatedOn(w.current(), stateDir) == nil },
 		podReporter: podRep, requests: w.requests,
-		pinRecord:      podRecord{kc: p.kc, node: p.c.NodeName, cur: w.current},
-		requestNow: func(ctx context.Context) (request, bool) { return podRequestNow(ctx, p.kc, member.Namespace, member.Name) }}
+		pinRecord: podRecord{kc: p.kc, node: p.c.NodeName, cur: w.current},
+		requestNow: func(ctx context.Context) (request, bool) {
+			return podRequestNow(ctx, p.kc, member.Namespace, member.Name)
+		}}
 	t, err := c.TLSConfig()
 	if err != nil {
 		p.log.Error("etcd client TLS", zap.Error(err))

@@ -88,8 +88,8 @@ type memberEnv struct {
 	gateWrapped func() bool
 	// A pod member's reporting (Events, last-recovery) and manual requests
 	// (the recover annotation) are on its pod: the caller provides them.
-	podReporter    *nodereport.Reporter
-	requests       <-chan request
+	podReporter *nodereport.Reporter
+	requests    <-chan request
 	// requestNow re-reads the request queued on requests (see nextRequest).
 	requestNow func(context.Context) (request, bool)
 	// pinRecord, for a pod member, is its cluster's record: its pin is
