@@ -8,8 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"net"
-	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
@@ -21,6 +19,7 @@ import (
 	"github.com/etcd-agent/etcd-agent/internal/journal"
 	"github.com/etcd-agent/etcd-agent/internal/manifest"
 	"github.com/etcd-agent/etcd-agent/internal/memberstate"
+	"github.com/etcd-agent/etcd-agent/internal/netprobe"
 	"github.com/etcd-agent/etcd-agent/internal/nodereport"
 	"github.com/etcd-agent/etcd-agent/internal/observation"
 	"github.com/etcd-agent/etcd-agent/internal/plan"
@@ -219,22 +218,22 @@ func (k *manifestKeeper) describesMember(o observation.Observation) error {
 	return nil
 }
 
-// answering names the member's client or peer address that accepts a TCP
-// connection now ("" none), each dial bounded to a second.
+// answering names the member's client or peer URL that accepts a
+// connection now, or whose answer is unknown (a dial that timed out proves
+// nothing): "" only when every one refuses (netprobe, each dial bounded to
+// a second).
 func (k *manifestKeeper) answering(o observation.Observation) string {
 	urls := append([]string{o.Local.ClientURL}, o.Local.PeerURLs...)
 	if k.listenOverride != "" {
 		urls = []string{k.listenOverride}
 	}
 	for _, u := range urls {
-		pu, err := url.Parse(u)
-		if err != nil || pu.Host == "" {
-			continue
-		}
-		c, err := net.DialTimeout("tcp", pu.Host, time.Second)
-		if err == nil {
-			c.Close()
-			return pu.Host
+		accepted, refused, err := netprobe.Dial(u, time.Second)
+		switch {
+		case accepted:
+			return u
+		case !refused && !errors.Is(err, netprobe.ErrUnprobeable):
+			return u + " (no answer either way: " + err.Error() + ")"
 		}
 	}
 	return ""
