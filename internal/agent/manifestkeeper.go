@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"time"
 
 	"go.uber.org/zap"
@@ -32,6 +33,7 @@ import (
 const (
 	checkpointDirName   = "manifest-checkpoint"
 	checkpointMetaName  = "checkpoint.json"
+	lastLiveName        = "last-live.sha256"
 	decommissionedName  = "decommissioned"
 	manifestHoldName    = "manifest-hold" // a person's: never written or removed by the agent
 	manifestRestoreLog  = "manifest-restores.jsonl"
@@ -99,6 +101,7 @@ func (k *manifestKeeper) consider(r memberstate.Result) (restored bool) {
 	o := r.Observation
 	if live {
 		k.goneSince = time.Time{}
+		k.noteLive()
 		if r.Verdict.State == memberstate.Healthy && o.Local.Match == observation.MatchOK && !o.PeersReused {
 			if err := k.refresh(o); err != nil {
 				k.log.Warn("manifest keeper: the checkpoint of the manifest is not taken; the last one stays", zap.Error(err))
@@ -109,9 +112,9 @@ func (k *manifestKeeper) consider(r memberstate.Result) (restored bool) {
 	} else if !parked && k.goneSince.IsZero() {
 		k.goneSince = o.At
 	}
-	portInUse := ""
+	portInUse, other := "", ""
 	if !live && !parked {
-		portInUse = k.answering(o)
+		portInUse, other = k.answering(o), k.otherEtcd()
 	}
 	cp, _, cerr := k.load()
 	if cerr != nil && !errors.Is(cerr, fs.ErrNotExist) {
@@ -124,6 +127,7 @@ func (k *manifestKeeper) consider(r memberstate.Result) (restored bool) {
 	}
 	d := plan.DecideManifestRestore(plan.ManifestRestoreInput{Now: o.At, Obs: o, Live: live, Parked: parked, Checkpoint: cp,
 		GoneSince: k.goneSince, Delay: k.delay, Journal: j, Decommissioned: k.decommission(), PortInUse: portInUse,
+		OtherEtcd: other, LastLiveSHA: k.lastLive(),
 		RecentRestores: k.recentRestores(o.At), AutoHeal: k.autoHeal, DryRun: k.dryRun})
 	k.metrics.ManifestMissing.WithLabelValues(k.member).Set(metrics.Bool(d.Missing))
 	k.say(d)
@@ -216,6 +220,48 @@ func (k *manifestKeeper) describesMember(o observation.Observation) error {
 		return errors.New("the manifest starts etcd with --force-new-cluster (a one-time restore): never checkpointed")
 	}
 	return nil
+}
+
+// noteLive keeps the sha256 of the manifest in place (on change only).
+func (k *manifestKeeper) noteLive() {
+	data, err := readManifest(k.manifest)
+	if err != nil {
+		return
+	}
+	sum := sha256.Sum256(data)
+	if h := hex.EncodeToString(sum[:]); h != k.lastLive() {
+		if err := os.MkdirAll(k.dir(), 0o700); err == nil {
+			err = fsutil.WriteFileAtomic(filepath.Join(k.dir(), lastLiveName), []byte(h), 0o600)
+		}
+		if err != nil {
+			k.log.Warn("manifest keeper: the sum of the manifest in place is not kept; no checkpoint goes back until it is", zap.Error(err))
+		}
+	}
+}
+
+func (k *manifestKeeper) lastLive() string {
+	b, _ := os.ReadFile(filepath.Join(k.dir(), lastLiveName))
+	return string(b)
+}
+
+// otherEtcd names another manifest in the kubelet's dir that runs etcd
+// (the kubelet runs every file but dot files).
+func (k *manifestKeeper) otherEtcd() string {
+	dir := filepath.Dir(k.manifest)
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return dir + " (unreadable: " + err.Error() + ")"
+	}
+	for _, e := range entries {
+		name := e.Name()
+		if e.IsDir() || strings.HasPrefix(name, ".") || name == filepath.Base(k.manifest) {
+			continue
+		}
+		if _, err := manifest.LoadMember(filepath.Join(dir, name)); err == nil {
+			return filepath.Join(dir, name)
+		}
+	}
+	return ""
 }
 
 // answering names the member's client or peer URL that accepts a

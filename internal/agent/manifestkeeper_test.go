@@ -292,3 +292,35 @@ func TestNoRestoreWhileTheMembersAddressAnswers(t *testing.T) {
 		t.Fatalf("answer %q, want member-running", kc.k.said)
 	}
 }
+
+// A person's replacement manifest (another name in the kubelet's dir, its
+// pod in crash back-off with its ports closed) is never raced by the old
+// one; a checkpoint older than the manifest last in place never replaces it.
+func TestNoRestoreOverAReplacementOrAnEditTheCheckpointMissed(t *testing.T) {
+	kc := newKeeperCase(t)
+	kc.poll(0, true)
+	kc.poll(time.Second, true)
+	b, _ := os.ReadFile(kc.manifest)
+	other := filepath.Join(filepath.Dir(kc.manifest), "etcd-restore.yaml")
+	if err := os.Rename(kc.manifest, other); err != nil {
+		t.Fatal(err)
+	}
+	kc.poll(time.Second, false)
+	if kc.poll(time.Hour, false) || kc.k.said != plan.ReasonMemberRunning {
+		t.Fatalf("with %s in the dir: restored, or answer %q (want member-running)", other, kc.k.said)
+	}
+	if err := os.Remove(other); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(kc.manifest, append(b, []byte("# an edit never seen healthy\n")...), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	kc.poll(time.Second, false)
+	if err := os.Remove(kc.manifest); err != nil {
+		t.Fatal(err)
+	}
+	kc.poll(time.Second, false)
+	if kc.poll(time.Hour, false) || kc.k.said != plan.ReasonNoCheckpoint {
+		t.Fatalf("after an edit the checkpoint missed: restored, or answer %q (want no-checkpoint)", kc.k.said)
+	}
+}

@@ -45,6 +45,15 @@ type ManifestRestoreInput struct {
 	// ("" none): etcd still runs from somewhere (a renamed manifest the
 	// kubelet still runs, another supervisor).
 	PortInUse string
+	// OtherEtcd names another manifest in the kubelet's dir that runs etcd
+	// ("" none): a person's replacement (a restore), whose pod may be in
+	// its crash back-off with its ports closed.
+	OtherEtcd string
+	// LastLiveSHA is the sha256 of the manifest last seen in place: the
+	// checkpoint goes back only if it is that manifest (an edit the member
+	// was never seen healthy with, or one the checkpoint could not follow,
+	// is not replaced by an older one).
+	LastLiveSHA string
 	// RecentRestores counts this agent's restores in the last
 	// RestoreWindow; MaxRestores of them stop the keeper.
 	RecentRestores int
@@ -103,6 +112,10 @@ func DecideManifestRestore(in ManifestRestoreInput) ManifestRestore {
 		return no(true, ReasonDecommissioned, "the manifest is gone and the member is being taken away on purpose (%s): never restored", in.Decommissioned)
 	case !in.AutoHeal:
 		return no(true, ReasonAutoHealDisabled, "the manifest is gone; automatic actions are off (--auto-heal=false): a person is at work")
+	case in.OtherEtcd != "":
+		return no(true, ReasonMemberRunning, "the manifest is gone and %s runs etcd in its place: a person's replacement is never raced", in.OtherEtcd)
+	case cp.SHA256 != in.LastLiveSHA:
+		return no(true, ReasonNoCheckpoint, "the checkpoint (sha256 %.12s) is not the manifest last seen in place (%.12s): an older one never replaces it", cp.SHA256, in.LastLiveSHA)
 	case o.Local.Name != cp.Member:
 		return no(true, ReasonNoCheckpoint, "the checkpoint is of member %s, the local member is %s", cp.Member, o.Local.Name)
 	case o.Local.Serving || o.Local.AnsweringID != 0 || in.PortInUse != "":
