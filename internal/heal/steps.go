@@ -155,7 +155,8 @@ func (h *Healer) handOffLeadership(ctx context.Context, res memberstate.Result, 
 	if err := h.cluster.MoveLeader(rctx, me.ClientURLs, to.ID); err != nil {
 		return fmt.Errorf("move leader to %s: %w", to.Name, err)
 	}
-	h.log.Info("leadership handed off before stopping the member", zap.String("to", to.Name), zap.Duration("took", time.Since(start)))
+	h.log.Info("leadership handed off before stopping the member", zap.String("to", to.Name), zap.Duration("took", time.Since(start)),
+		zap.String("cluster", fmt.Sprintf("%016x", o.ClusterID)))
 	return nil
 }
 

@@ -60,7 +60,7 @@ func TestLabUpGivesThreeHealthyVotersAndAReadyAPI(t *testing.T) {
 		}
 		return nil
 	})
-	rep, err := chk.Finish(ctx, invariant.Options{})
+	rep, err := chk.Finish(ctx, invariant.Options{LeaderHandOffs: leaderHandOffs(t, l)})
 	t.Logf("invariants: %s", rep)
 	if err != nil {
 		t.Fatal(err)
@@ -122,7 +122,7 @@ func TestKilledFollowerIsRestartedWithoutFailedWrites(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitWrites(t, chk, 10)
-	rep, err := chk.Finish(ctx, invariant.Options{})
+	rep, err := chk.Finish(ctx, invariant.Options{LeaderHandOffs: leaderHandOffs(t, l)})
 	t.Logf("invariants: %s", rep)
 	if err != nil {
 		t.Fatal(err)

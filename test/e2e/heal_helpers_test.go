@@ -4,10 +4,13 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -88,6 +91,7 @@ func (h *healRun) fault() { h.faultAt = time.Now() }
 // finish stops the checker and enforces the invariants; it logs the figures.
 func (h *healRun) finish(o invariant.Options) invariant.Report {
 	h.t.Helper()
+	o.LeaderHandOffs = append(o.LeaderHandOffs, leaderHandOffs(h.t, h.l)...)
 	rep, err := h.chk.Finish(context.Background(), o)
 	h.t.Logf("invariants: %s", rep)
 	h.t.Logf("figures: api writes attempted %d failed %d, p50 %s p99 %s; etcd writes attempted %d failed %d; longest read outage %s",
@@ -274,6 +278,34 @@ func assertQuarantine(t *testing.T, l *lab.Lab, node string, j journal.Record, w
 // agentLog is the path of node's agent container log.
 func agentLog(t *testing.T, l *lab.Lab, node string) string {
 	return filepath.Join(nodeOf(t, l, node).LogsDir, "etcd-agent-"+node+"_etcd-agent.log")
+}
+
+// leaderHandOffs are the leadership hand-offs every agent of the lab logged
+// (before stopping a member that led), for Finish to excuse the writes
+// etcd dropped meanwhile.
+func leaderHandOffs(t *testing.T, l *lab.Lab) []invariant.LeaderHandOff {
+	t.Helper()
+	var out []invariant.LeaderHandOff
+	for _, n := range l.Spec.Nodes {
+		path := agentLog(t, l, n.Name)
+		if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		for _, e := range logEntries(t, path, "leadership handed off before stopping the member") {
+			to := entryTime(t, e)
+			secs, ok := e["took"].(float64) // zap's production encoder: seconds
+			if !ok {
+				t.Fatalf("hand-off log entry without a took: %v", e)
+			}
+			took := time.Duration(secs * float64(time.Second))
+			id, err := strconv.ParseUint(fmt.Sprint(e["cluster"]), 16, 64)
+			if err != nil {
+				t.Fatalf("hand-off log entry without a cluster: %v", e)
+			}
+			out = append(out, invariant.LeaderHandOff{ClusterID: id, From: to.Add(-took), To: to})
+		}
+	}
+	return out
 }
 
 // logEntries returns the JSON log lines of path whose msg contains msg.

@@ -206,7 +206,7 @@ func TestManagementAgentsMoveMembersOffALostNode(t *testing.T) {
 			t.Fatalf("%s: the gate's word on %s: %+v %v, want the cluster seen", ns, n4.Name, a, err)
 		}
 		checkClusterRecord(t, l, kc, ns)
-		r, err := checkers[ns].Finish(ctx, invariant.Options{})
+		r, err := checkers[ns].Finish(ctx, invariant.Options{LeaderHandOffs: leaderHandOffs(t, l)})
 		if err != nil {
 			t.Fatalf("%s: %v", ns, err)
 		}
@@ -218,10 +218,23 @@ func TestManagementAgentsMoveMembersOffALostNode(t *testing.T) {
 // elsewhere takes the lead (MoveLeader, asked of the leader itself).
 func moveHostedLeaderOff(t *testing.T, l *lab.Lab, ns string, placement map[string]string, node string) {
 	t.Helper()
-	eventually(t, 30*time.Second, ns+"'s leader is not on "+node, func() error {
+	steerHostedLeader(t, l, ns, placement, "off "+node, func(pod string) bool { return placement[pod] != node })
+}
+
+// moveHostedLeaderTo makes pod lead cluster ns.
+func moveHostedLeaderTo(t *testing.T, l *lab.Lab, ns string, placement map[string]string, pod string) {
+	t.Helper()
+	steerHostedLeader(t, l, ns, placement, "on "+pod, func(p string) bool { return p == pod })
+}
+
+// steerHostedLeader moves cluster ns's leadership (MoveLeader, asked of
+// the leader itself) until a member for which wanted holds leads.
+func steerHostedLeader(t *testing.T, l *lab.Lab, ns string, placement map[string]string, what string, wanted func(pod string) bool) {
+	t.Helper()
+	eventually(t, 30*time.Second, ns+"'s leader "+what, func() error {
 		var leaderURL string
 		var target uint64
-		for pod, on := range placement {
+		for pod := range placement {
 			url := fmt.Sprintf("http://%s:%d", l.HostedPodIP(ns, pod), 2379)
 			cli, err := clientv3.New(clientv3.Config{Endpoints: []string{url}, DialTimeout: 2 * time.Second, Logger: zap.NewNop()})
 			if err != nil {
@@ -235,16 +248,16 @@ func moveHostedLeaderOff(t *testing.T, l *lab.Lab, ns string, placement map[stri
 				return fmt.Errorf("%s/%s: %w", ns, pod, err)
 			}
 			switch {
-			case st.Leader == st.Header.MemberId && on != node:
-				return nil // led from elsewhere already
+			case st.Leader == st.Header.MemberId && wanted(pod):
+				return nil // led from there already
 			case st.Leader == st.Header.MemberId:
 				leaderURL = url
-			case on != node:
+			case wanted(pod):
 				target = st.Header.MemberId
 			}
 		}
 		if leaderURL == "" || target == 0 {
-			return fmt.Errorf("no leader, or no member off %s, seen", node)
+			return fmt.Errorf("no leader, or no member %s, seen", what)
 		}
 		cli, err := clientv3.New(clientv3.Config{Endpoints: []string{leaderURL}, DialTimeout: 2 * time.Second, Logger: zap.NewNop()})
 		if err != nil {

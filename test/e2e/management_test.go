@@ -116,7 +116,7 @@ func TestManagementLab(t *testing.T) {
 		t.Logf("%s/%s stuck on %s: phase %s, ready false, deletion %v", ns, p.Name, lost, p.Status.Phase, p.DeletionTimestamp)
 	}
 	for _, ns := range clusters {
-		r, err := checkers[ns].Finish(ctx, invariant.Options{Lost: []string{podOn(t, placement[ns], lost)}})
+		r, err := checkers[ns].Finish(ctx, invariant.Options{LeaderHandOffs: leaderHandOffs(t, l), Lost: []string{podOn(t, placement[ns], lost)}})
 		if err != nil {
 			t.Fatalf("%s through the loss of %s: %v", ns, lost, err)
 		}

@@ -27,6 +27,7 @@ import (
 // reserved for its claim; the StatefulSet re-creates claim and pod there,
 // and that node's agent rejoins the member as a learner seeded from the
 // stored snapshot (taken before the removal and the add) and promotes it.
+// The member leads when the move begins: leadership is handed off first.
 // Writes go on throughout; no acknowledged write is lost, HashKV is equal.
 func TestMoveStatefulSetMemberToAChosenNode(t *testing.T) {
 	t.Run("file", func(t *testing.T) { testMoveStatefulSetMember(t, lab.SnapshotStoreFile, etcd36) })
@@ -112,6 +113,11 @@ func testMoveStatefulSetMember(t *testing.T, store string, e etcdUnderTest) {
 		t.Fatal("the dry run or the refusal replaced the pod")
 	}
 
+	// The member to move leads: its agent hands leadership off before the
+	// stop (etcd drops the proposals made meanwhile, which the invariants
+	// excuse by the agent's log line; nothing else).
+	moveHostedLeaderTo(t, l, ns, placement, pod)
+
 	// The move.
 	start := time.Now()
 	lr, err = nodereport.RequestPodMove(ctx, kc, ns, pod, n4.Name, false, 5*time.Minute)
@@ -181,12 +187,35 @@ func testMoveStatefulSetMember(t *testing.T, store string, e etcdUnderTest) {
 	if !sj.ClaimReleasedAt.After(sj.StartedAt) || sj.MoveClaimUID != string(oldClaim.UID) || sj.MovePV != oldPV {
 		t.Fatalf("the source's journal: claim released at %s, claim %s PV %s (want %s, %s)", sj.ClaimReleasedAt, sj.MoveClaimUID, sj.MovePV, oldClaim.UID, oldPV)
 	}
-	r, err := checker.Finish(ctx, invariant.Options{})
+	if es := logEntries(t, agentLog(t, l, source), "leadership handed off before stopping the member"); len(es) != 1 {
+		t.Fatalf("%s handed %s/%s's leadership off %d times before the stop, want once", source, ns, pod, len(es))
+	}
+	if hs := leaderHandOffs(t, l); len(hs) != 1 || hs[0].ClusterID != hostedClusterID(t, l, ns) || !hs[0].To.After(start) {
+		t.Fatalf("leader hand-offs %+v, want the move's, in %s's cluster", hs, ns)
+	}
+	r, err := checker.Finish(ctx, invariant.Options{LeaderHandOffs: leaderHandOffs(t, l)})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("%s/%s moved %s -> %s in %s (member %s -> %s), seeded from %s; %s", ns, pod, source, n4.Name, took.Round(100*time.Millisecond), oldID, newID, tj.SeedSource, r)
 	checkClusterRecord(t, l, kc, ns)
+}
+
+// hostedClusterID is the hosted cluster's etcd cluster ID.
+func hostedClusterID(t *testing.T, l *lab.Lab, ns string) uint64 {
+	t.Helper()
+	cli, err := l.HostedEtcdClient(ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	ml, err := cli.MemberList(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ml.Header.ClusterId
 }
 
 // hostedVersion is the etcd version a hosted cluster's first member runs.

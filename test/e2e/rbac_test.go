@@ -89,7 +89,7 @@ func TestHealRunsWithOnlyTheShippedRBAC(t *testing.T) {
 	if err := l.WaitHealthy(ctx, 3, time.Minute); err != nil {
 		t.Fatal(err)
 	}
-	rep, err := chk.Finish(ctx, invariant.Options{})
+	rep, err := chk.Finish(ctx, invariant.Options{LeaderHandOffs: leaderHandOffs(t, l)})
 	t.Logf("healed as the ServiceAccount in %s; invariants: %s", time.Since(start).Round(time.Millisecond), rep)
 	if err != nil {
 		t.Fatal(err)

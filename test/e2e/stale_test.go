@@ -243,7 +243,7 @@ func TestManagementRestoredPVNeverStartsUnderItsOldID(t *testing.T) {
 		if resp.Count != keys {
 			t.Fatalf("%d of the %d keys written before the restore are there", resp.Count, keys)
 		}
-		r, err := chk.Finish(ctx, invariant.Options{})
+		r, err := chk.Finish(ctx, invariant.Options{LeaderHandOffs: leaderHandOffs(t, l)})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -25,8 +25,42 @@ type Checker struct {
 	hardFaults []hardFault
 }
 
-// hardFault is when a SIGKILL hit a member (see HardFault).
-type hardFault struct{ from, to time.Time }
+// hardFault is when a SIGKILL hit a member (see HardFault), or when the
+// agent handed leadership off (see LeaderHandOff): then only an error of a
+// leader change is excused.
+type hardFault struct {
+	from, to time.Time
+	handOff  bool
+}
+
+// LeaderHandOff is a MoveLeader an agent made before stopping the member
+// that led (its log line "leadership handed off before stopping the
+// member"): From is when it asked, To when etcd answered.
+type LeaderHandOff struct {
+	ClusterID uint64
+	From, To  time.Time
+}
+
+// handOffSettle widens a hand-off's window: a proposal forwarded just
+// before it reached the leader after the transfer began, and the last
+// member may learn the new leader a moment after the old one did.
+const handOffSettle = 250 * time.Millisecond
+
+// leaderChangeErrors are what etcd answers a write proposed while its
+// leadership moves: the leader drops proposals while it transfers (raft's
+// ErrProposalDropped, returned at once for a local proposal), a forwarded
+// one is dropped silently and times out, and a member between leaders has
+// none. None of them was applied (etcd-io/etcd#8975).
+var leaderChangeErrors = []string{"raft proposal dropped", "request timed out", "leader changed", "no leader"}
+
+func isLeaderChangeError(msg string) bool {
+	for _, e := range leaderChangeErrors {
+		if strings.Contains(msg, e) {
+			return true
+		}
+	}
+	return false
+}
 
 // Report is what a scenario's run looked like.
 type Report struct {
@@ -44,13 +78,17 @@ type Report struct {
 	// when it was SIGKILLed (see HardFault); they break no invariant.
 	// Each one's start, relative to its kill's.
 	AtHardFault []time.Duration
+	// AtLeaderHandOff: the same for the failed writes proposed while an
+	// agent moved leadership off a member it was about to stop
+	// (Options.LeaderHandOffs).
+	AtLeaderHandOff []time.Duration
 }
 
 // String summarises the report in one line for test logs.
 func (r Report) String() string {
-	return fmt.Sprintf("api writes %d (failed %d, p50 %s, p99 %s), etcd writes %d (failed %d), failed in flight at a SIGKILL %v, probes %d, longest outage %s, max learners %d, hashkv %v, took %s",
+	return fmt.Sprintf("api writes %d (failed %d, p50 %s, p99 %s), etcd writes %d (failed %d), failed in flight at a SIGKILL %v, at a leader hand-off %v, probes %d, longest outage %s, max learners %d, hashkv %v, took %s",
 		r.Writes.APIAttempted, r.Writes.APIFailed, r.APIp50.Round(time.Millisecond), r.APIp99.Round(time.Millisecond),
-		r.Writes.EtcdAttempted, r.Writes.EtcdFailed, r.AtHardFault, r.Probes, r.QuorumLostFor.Round(time.Millisecond), r.MaxLearners, r.HashKV, r.Duration.Round(time.Millisecond))
+		r.Writes.EtcdAttempted, r.Writes.EtcdFailed, r.AtHardFault, r.AtLeaderHandOff, r.Probes, r.QuorumLostFor.Round(time.Millisecond), r.MaxLearners, r.HashKV, r.Duration.Round(time.Millisecond))
 }
 
 // Start begins writing (kc may be nil for an etcd-only lab) and observing.
@@ -74,6 +112,12 @@ type Options struct {
 	// Lost names members lost for good on purpose (lab.LoseNode): the
 	// final HashKV check does not ask them.
 	Lost []string
+	// LeaderHandOffs are the agents' hand-offs (any cluster's: Finish
+	// keeps its own). etcd drops the proposals made while its leadership
+	// moves (leaderChangeErrors), so a write that failed with one of them
+	// and began during a hand-off is excused; any other error is not, nor
+	// the election after a hard stop of a leader (no hand-off logged).
+	LeaderHandOffs []LeaderHandOff
 }
 
 // HardFault runs kill, a SIGKILL of member processes, and records when. A
@@ -102,16 +146,25 @@ const hardFaultSettle = 100 * time.Millisecond
 const writeTimeout = 15 * time.Second
 
 // unexcused returns the failures that no hard fault explains, and for each
-// excused one how long after its kill's start it began (negative: before).
-func unexcused(fs []Failure, faults []hardFault) (out []Failure, excusedAt []time.Duration) {
+// excused one how long after its fault's start it began (negative: before),
+// by its fault's kind.
+func unexcused(fs []Failure, faults []hardFault) (out []Failure, atKill, atHandOff []time.Duration) {
 	used := map[string]bool{} // "fault index/path"
 	for _, f := range fs {
 		excused := false
 		for i, hf := range faults {
+			if hf.handOff {
+				if isLeaderChangeError(f.Err) && !f.At.Before(hf.from.Add(-handOffSettle)) && !f.At.After(hf.to.Add(handOffSettle)) {
+					excused = true
+					atHandOff = append(atHandOff, f.At.Sub(hf.from))
+					break
+				}
+				continue
+			}
 			key := fmt.Sprintf("%d/%s", i, f.Via)
 			if !used[key] && !f.At.Before(hf.from.Add(-writeTimeout)) && !f.At.After(hf.to.Add(hardFaultSettle)) {
 				used[key], excused = true, true
-				excusedAt = append(excusedAt, f.At.Sub(hf.from))
+				atKill = append(atKill, f.At.Sub(hf.from))
 				break
 			}
 		}
@@ -119,7 +172,7 @@ func unexcused(fs []Failure, faults []hardFault) (out []Failure, excusedAt []tim
 			out = append(out, f)
 		}
 	}
-	return out, excusedAt
+	return out, atKill, atHandOff
 }
 
 // Finish stops the checker and returns its report with an error naming every
@@ -139,12 +192,20 @@ func (c *Checker) Finish(ctx context.Context, o Options) (Report, error) {
 		errs = append(errs, fmt.Errorf("quorum lost: linearizable reads failed for %s (> %s): %v", r.QuorumLostFor, QuorumLossThreshold, r.Outages))
 	}
 	c.mu.Lock()
-	bad, excusedAt := unexcused(r.Writes.Failures, c.hardFaults)
+	faults := append([]hardFault(nil), c.hardFaults...)
 	c.mu.Unlock()
-	r.AtHardFault = excusedAt
+	if len(o.LeaderHandOffs) > 0 {
+		hs, err := c.ownHandOffs(ctx, o.LeaderHandOffs)
+		if err != nil {
+			errs = append(errs, err)
+		}
+		faults = append(faults, hs...)
+	}
+	bad, atKill, atHandOff := unexcused(r.Writes.Failures, faults)
+	r.AtHardFault, r.AtLeaderHandOff = atKill, atHandOff
 	if !o.AllowFailedWrites && len(bad) > 0 {
-		errs = append(errs, fmt.Errorf("writes failed: api %d/%d, etcd %d/%d (%d of them in flight at a SIGKILL): %s", r.Writes.APIFailed, r.Writes.APIAttempted,
-			r.Writes.EtcdFailed, r.Writes.EtcdAttempted, len(r.AtHardFault), firstFailures(bad, 5)))
+		errs = append(errs, fmt.Errorf("writes failed: api %d/%d, etcd %d/%d (%d of them in flight at a SIGKILL, %d at a leader hand-off): %s", r.Writes.APIFailed, r.Writes.APIAttempted,
+			r.Writes.EtcdFailed, r.Writes.EtcdAttempted, len(r.AtHardFault), len(r.AtLeaderHandOff), firstFailures(bad, 5)))
 	}
 	if r.MaxLearners > 1 {
 		errs = append(errs, fmt.Errorf("%d learners at once; memberships seen: %v", r.MaxLearners, r.Memberships))
@@ -160,6 +221,23 @@ func (c *Checker) Finish(ctx context.Context, o Options) (Report, error) {
 		errs = append(errs, err)
 	}
 	return r, errors.Join(errs...)
+}
+
+// ownHandOffs keeps the hand-offs made in the checker's cluster.
+func (c *Checker) ownHandOffs(ctx context.Context, hs []LeaderHandOff) ([]hardFault, error) {
+	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	ml, err := c.cli.MemberList(rctx)
+	if err != nil {
+		return nil, fmt.Errorf("the cluster ID, to match leader hand-offs: %w", err)
+	}
+	var out []hardFault
+	for _, h := range hs {
+		if h.ClusterID == ml.Header.ClusterId {
+			out = append(out, hardFault{from: h.From, to: h.To, handOff: true})
+		}
+	}
+	return out, nil
 }
 
 func firstFailures(fs []Failure, n int) string {

@@ -9,6 +9,8 @@ func TestUnexcusedFailuresAreThoseNoKillExplains(t *testing.T) {
 	t0 := time.Date(2026, 11, 30, 5, 0, 0, 0, time.UTC)
 	kill := []hardFault{{from: t0, to: t0.Add(5 * time.Millisecond)}}
 	at := func(d time.Duration, via string) Failure { return Failure{At: t0.Add(d), Via: via} }
+	failed := func(d time.Duration, via, err string) Failure { return Failure{At: t0.Add(d), Via: via, Err: err} }
+	handOff := []hardFault{{from: t0, to: t0.Add(100 * time.Millisecond), handOff: true}}
 	for _, c := range []struct {
 		name   string
 		faults []hardFault
@@ -22,10 +24,16 @@ func TestUnexcusedFailuresAreThoseNoKillExplains(t *testing.T) {
 		{"routed to the dead connection just after", kill, []Failure{at(80*time.Millisecond, "etcd")}, 0},
 		{"long after the kill", kill, []Failure{at(2*time.Second, "api")}, 1},
 		{"long before the kill", kill, []Failure{at(-time.Minute, "api")}, 1},
+		{"proposal dropped at a leader hand-off", handOff, []Failure{failed(50*time.Millisecond, "etcd", "rpc error: code = Unknown desc = raft proposal dropped")}, 0},
+		{"forwarded to the leader as it handed off, timed out", handOff, []Failure{failed(20*time.Millisecond, "etcd", "etcdserver: request timed out")}, 0},
+		{"each write proposed during the hand-off", handOff, []Failure{failed(10*time.Millisecond, "etcd", "raft proposal dropped"), failed(90*time.Millisecond, "etcd", "etcdserver: no leader")}, 0},
+		{"proposed before the hand-off began", handOff, []Failure{failed(-time.Second, "etcd", "raft proposal dropped")}, 1},
+		{"another error at a hand-off", handOff, []Failure{failed(50*time.Millisecond, "etcd", "etcdserver: mvcc: database space exceeded")}, 1},
+		{"a leader change long after the hand-off", handOff, []Failure{failed(5*time.Second, "api", "etcdserver: leader changed")}, 1},
 		{"two kills, one each", append(kill, hardFault{from: t0.Add(time.Minute), to: t0.Add(time.Minute)}),
 			[]Failure{at(0, "api"), at(time.Minute, "api")}, 0},
 	} {
-		if got, _ := unexcused(c.fs, c.faults); len(got) != c.want {
+		if got, _, _ := unexcused(c.fs, c.faults); len(got) != c.want {
 			t.Errorf("%s: %d unexcused (%v), want %d", c.name, len(got), got, c.want)
 		}
 	}
