@@ -31,12 +31,15 @@ import (
 // state dir: the manifest as it was while the member served healthy, and
 // what it was then (plan.ManifestCheckpoint).
 const (
-	checkpointDirName   = "manifest-checkpoint"
-	checkpointMetaName  = "checkpoint.json"
-	lastLiveName        = "last-live.sha256"
-	decommissionedName  = "decommissioned"
-	manifestHoldName    = "manifest-hold" // a person's: never written or removed by the agent
-	manifestRestoreLog  = "manifest-restores.jsonl"
+	checkpointDirName  = "manifest-checkpoint"
+	checkpointMetaName = "checkpoint.json"
+	lastLiveName       = "last-live.sha256"
+	decommissionedName = "decommissioned"
+	manifestHoldName   = "manifest-hold" // a person's: never written or removed by the agent
+	manifestRestoreLog = "manifest-restores.jsonl"
+	// restoreLogKeep bounds the restore log (the limit reads an hour of it:
+	// plan.MaxRestores lines at most).
+	restoreLogKeep      = 100
 	keeperEventReason   = nodereport.ReasonManifestRestored
 	keeperCheckpointMax = 1 << 20 // a manifest is a few KiB; a bigger file is not one
 )
@@ -331,8 +334,11 @@ func (k *manifestKeeper) load() (*plan.ManifestCheckpoint, []byte, error) {
 func (k *manifestKeeper) restore(cp *plan.ManifestCheckpoint, d plan.ManifestRestore, now time.Time) bool {
 	_, data, err := k.load()
 	if err == nil {
-		k.record(cp, d, now) // journaled first: a crash after the link still counts it
-		err = linkNew(k.manifest, data)
+		// Journaled first: a crash after the link still counts it, and a
+		// restore the log cannot take is not made (the limit would miss it).
+		if err = k.record(cp, d, now); err == nil {
+			err = linkNew(k.manifest, data)
+		}
 	}
 	if errors.Is(err, fs.ErrExist) {
 		k.log.Info("a manifest appeared while the checkpoint was being put back; it is left as it is", zap.String("manifest", k.manifest))
@@ -352,19 +358,30 @@ func (k *manifestKeeper) restore(cp *plan.ManifestCheckpoint, d plan.ManifestRes
 	return true
 }
 
-// record appends the restore to the state dir's log of restores (the
-// journal of a step that changes no membership).
-func (k *manifestKeeper) record(cp *plan.ManifestCheckpoint, d plan.ManifestRestore, at time.Time) {
-	line, _ := json.Marshal(map[string]any{"at": at.UTC(), "manifest": k.manifest, "memberID": fmt.Sprintf("%x", cp.MemberID),
+// record adds the restore to the state dir's log of restores (the journal
+// of a step that changes no membership, and what the hourly limit counts),
+// keeping its last restoreLogKeep lines: written whole under a temp name,
+// synced, renamed.
+func (k *manifestKeeper) record(cp *plan.ManifestCheckpoint, d plan.ManifestRestore, at time.Time) error {
+	line, err := json.Marshal(map[string]any{"at": at.UTC(), "manifest": k.manifest, "memberID": fmt.Sprintf("%x", cp.MemberID),
 		"checkpointSavedAt": cp.SavedAt, "sha256": cp.SHA256, "detail": d.Detail})
-	f, err := os.OpenFile(filepath.Join(k.stateDir, manifestRestoreLog), os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o600)
-	if err == nil {
-		_, err = f.Write(append(line, '\n'))
-		err = errors.Join(err, f.Sync(), f.Close())
-	}
 	if err != nil {
-		k.log.Warn("the restore could not be added to the state dir's log", zap.Error(err))
+		return err
 	}
+	path := filepath.Join(k.stateDir, manifestRestoreLog)
+	old, err := os.ReadFile(path)
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("read the restore log: %w", err)
+	}
+	lines := append(bytes.Split(bytes.TrimSpace(old), []byte("\n")), line)
+	if len(old) == 0 {
+		lines = lines[1:] // Split of nothing is one empty line
+	}
+	lines = lines[max(0, len(lines)-restoreLogKeep):]
+	if err := fsutil.WriteFileAtomic(path, append(bytes.Join(lines, []byte("\n")), '\n'), 0o600); err != nil {
+		return fmt.Errorf("write the restore log: %w", err)
+	}
+	return nil
 }
 
 // setDecommissioned keeps the Node's decommission annotation in the state

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"bytes"
+	"fmt"
 	"net"
 	"os"
 	"path/filepath"
@@ -180,6 +181,57 @@ func TestAManifestThatKeepsVanishingIsNotFought(t *testing.T) {
 	}
 	if restores != 3 {
 		t.Fatalf("%d restores within the hour, want %d", restores, 3)
+	}
+}
+
+// The restore log is what the hourly limit counts: a restore it cannot
+// record (a full disk, a log that is not a file) would never count, so it
+// is not made; it is made once the log takes it.
+func TestARestoreThatCannotBeJournaledIsNotMade(t *testing.T) {
+	kc := newKeeperCase(t)
+	kc.poll(0, true)
+	kc.poll(time.Second, true)
+	logPath := filepath.Join(kc.k.stateDir, manifestRestoreLog)
+	if err := os.Mkdir(logPath, 0o700); err != nil { // appends to it fail
+		t.Fatal(err)
+	}
+	if err := os.Remove(kc.manifest); err != nil {
+		t.Fatal(err)
+	}
+	kc.poll(time.Second, false)
+	if kc.poll(2*time.Minute, false) {
+		t.Fatal("restored with the restore log unwritable")
+	}
+	if _, err := os.Stat(kc.manifest); !os.IsNotExist(err) {
+		t.Fatalf("the manifest is back (%v) though the restore was not journaled", err)
+	}
+	if err := os.Remove(logPath); err != nil {
+		t.Fatal(err)
+	}
+	if !kc.poll(time.Second, false) {
+		t.Fatal("not restored once the log is writable")
+	}
+}
+
+func TestTheRestoreLogKeepsItsLastLines(t *testing.T) {
+	kc := newKeeperCase(t)
+	cp := &plan.ManifestCheckpoint{MemberID: 2, SHA256: "ab"}
+	for i := range restoreLogKeep + 50 {
+		if err := kc.k.record(cp, plan.ManifestRestore{Detail: fmt.Sprint("restore ", i)}, kc.now.Add(time.Duration(i)*time.Minute)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b, err := os.ReadFile(filepath.Join(kc.k.stateDir, manifestRestoreLog))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSuffix(string(b), "\n"), "\n")
+	if len(lines) != restoreLogKeep || !strings.Contains(lines[0], "restore 50\"") || !strings.Contains(lines[len(lines)-1], fmt.Sprintf("restore %d\"", restoreLogKeep+49)) {
+		t.Fatalf("%d lines, first %s, last %s; want the last %d", len(lines), lines[0], lines[len(lines)-1], restoreLogKeep)
+	}
+	// The limit still reads the last hour of it.
+	if n := kc.k.recentRestores(kc.now.Add(time.Duration(restoreLogKeep+49) * time.Minute)); n != 60 {
+		t.Fatalf("%d restores in the last hour, want 60", n)
 	}
 }
 
