@@ -70,6 +70,8 @@ type manifestKeeper struct {
 	answered func(plan.ManifestRestore)
 	// listenOverride, in tests, is dialled instead of the member's URLs.
 	listenOverride string
+	// link puts the checkpoint in place (linkNew; a test's failing one).
+	link func(path string, data []byte) error
 }
 
 func (c Config) newManifestKeeper(member string, m *metrics.Metrics, rep *nodereport.Reporter, log *zap.Logger) *manifestKeeper {
@@ -77,7 +79,7 @@ func (c Config) newManifestKeeper(member string, m *metrics.Metrics, rep *nodere
 		return nil
 	}
 	return &manifestKeeper{manifest: c.StaticPodManifest, parked: c.parkedManifest(), stateDir: c.StateDir,
-		delay: c.ManifestRestoreDelay, dryRun: c.DryRun, autoHeal: c.AutoHeal, member: member, metrics: m, rep: rep, log: log}
+		delay: c.ManifestRestoreDelay, dryRun: c.DryRun, autoHeal: c.AutoHeal, member: member, metrics: m, rep: rep, log: log, link: linkNew}
 }
 
 func (k *manifestKeeper) dir() string { return filepath.Join(k.stateDir, checkpointDirName) }
@@ -288,21 +290,38 @@ func (k *manifestKeeper) answering(o observation.Observation) string {
 	return ""
 }
 
+// The restore log's results: a line is written before each attempt, and
+// one more when its link failed (the manifest was not put back).
+const (
+	restoreAttempted = "restoring"
+	restoreFailed    = "failed"
+)
+
 // recentRestores counts the restores in the state dir's log within
-// plan.RestoreWindow before now.
+// plan.RestoreWindow before now: the attempts not marked failed.
 func (k *manifestKeeper) recentRestores(now time.Time) int {
 	b, err := os.ReadFile(filepath.Join(k.stateDir, manifestRestoreLog))
 	if err != nil {
 		return 0
 	}
-	n := 0
+	attempts, failed := map[time.Time]int{}, map[time.Time]int{}
 	for _, line := range bytes.Split(b, []byte("\n")) {
 		var e struct {
-			At time.Time `json:"at"`
+			At     time.Time `json:"at"`
+			Result string    `json:"result"`
 		}
-		if json.Unmarshal(line, &e) == nil && !e.At.IsZero() && now.Sub(e.At) < plan.RestoreWindow {
-			n++
+		if json.Unmarshal(line, &e) != nil || e.At.IsZero() || now.Sub(e.At) >= plan.RestoreWindow {
+			continue
 		}
+		if e.Result == restoreFailed {
+			failed[e.At]++
+		} else {
+			attempts[e.At]++
+		}
+	}
+	n := 0
+	for at, a := range attempts {
+		n += max(0, a-failed[at])
 	}
 	return n
 }
@@ -336,8 +355,14 @@ func (k *manifestKeeper) restore(cp *plan.ManifestCheckpoint, d plan.ManifestRes
 	if err == nil {
 		// Journaled first: a crash after the link still counts it, and a
 		// restore the log cannot take is not made (the limit would miss it).
-		if err = k.record(cp, d, now); err == nil {
-			err = linkNew(k.manifest, data)
+		if err = k.record(cp, d, now, restoreAttempted); err == nil {
+			if err = k.link(k.manifest, data); err != nil {
+				// Not put back: the attempt does not count (if even this
+				// line fails, it does: the safe side).
+				if rerr := k.record(cp, d, now, restoreFailed); rerr != nil {
+					k.log.Warn("the failed restore could not be marked in the restore log; it counts towards the limit", zap.Error(rerr))
+				}
+			}
 		}
 	}
 	if errors.Is(err, fs.ErrExist) {
@@ -362,8 +387,8 @@ func (k *manifestKeeper) restore(cp *plan.ManifestCheckpoint, d plan.ManifestRes
 // of a step that changes no membership, and what the hourly limit counts),
 // keeping its last restoreLogKeep lines: written whole under a temp name,
 // synced, renamed.
-func (k *manifestKeeper) record(cp *plan.ManifestCheckpoint, d plan.ManifestRestore, at time.Time) error {
-	line, err := json.Marshal(map[string]any{"at": at.UTC(), "manifest": k.manifest, "memberID": fmt.Sprintf("%x", cp.MemberID),
+func (k *manifestKeeper) record(cp *plan.ManifestCheckpoint, d plan.ManifestRestore, at time.Time, result string) error {
+	line, err := json.Marshal(map[string]any{"at": at.UTC(), "result": result, "manifest": k.manifest, "memberID": fmt.Sprintf("%x", cp.MemberID),
 		"checkpointSavedAt": cp.SavedAt, "sha256": cp.SHA256, "detail": d.Detail})
 	if err != nil {
 		return err

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -213,11 +214,33 @@ func TestARestoreThatCannotBeJournaledIsNotMade(t *testing.T) {
 	}
 }
 
+// The limit counts restores made: attempts whose link failed (the
+// kubelet's dir unwritable a while) do not use it up.
+func TestFailedRestoreAttemptsDoNotCountTowardsTheLimit(t *testing.T) {
+	kc := newKeeperCase(t)
+	kc.poll(0, true)
+	kc.poll(time.Second, true)
+	kc.k.link = func(string, []byte) error { return syscall.ENOSPC } // the kubelet's dir full a while
+	if err := os.Remove(kc.manifest); err != nil {
+		t.Fatal(err)
+	}
+	kc.poll(time.Second, false)
+	for range 5 {
+		if kc.poll(2*time.Minute, false) {
+			t.Fatal("restored though the link failed")
+		}
+	}
+	kc.k.link = linkNew
+	if !kc.poll(time.Second, false) {
+		t.Fatalf("not restored once the dir has room (the last answer: %s)", kc.k.said)
+	}
+}
+
 func TestTheRestoreLogKeepsItsLastLines(t *testing.T) {
 	kc := newKeeperCase(t)
 	cp := &plan.ManifestCheckpoint{MemberID: 2, SHA256: "ab"}
 	for i := range restoreLogKeep + 50 {
-		if err := kc.k.record(cp, plan.ManifestRestore{Detail: fmt.Sprint("restore ", i)}, kc.now.Add(time.Duration(i)*time.Minute)); err != nil {
+		if err := kc.k.record(cp, plan.ManifestRestore{Detail: fmt.Sprint("restore ", i)}, kc.now.Add(time.Duration(i)*time.Minute), restoreAttempted); err != nil {
 			t.Fatal(err)
 		}
 	}

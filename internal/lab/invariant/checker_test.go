@@ -26,15 +26,35 @@ func TestUnexcusedFailuresAreThoseNoKillExplains(t *testing.T) {
 		{"long before the kill", kill, []Failure{at(-time.Minute, "api")}, 1},
 		{"proposal dropped at a leader hand-off", handOff, []Failure{failed(50*time.Millisecond, "etcd", "rpc error: code = Unknown desc = raft proposal dropped")}, 0},
 		{"forwarded to the leader as it handed off, timed out", handOff, []Failure{failed(20*time.Millisecond, "etcd", "etcdserver: request timed out")}, 0},
-		{"each write proposed during the hand-off", handOff, []Failure{failed(10*time.Millisecond, "etcd", "raft proposal dropped"), failed(90*time.Millisecond, "etcd", "etcdserver: no leader")}, 0},
+		{"each write proposed during the hand-off", handOff, []Failure{failed(10*time.Millisecond, "etcd", "raft proposal dropped"), failed(90*time.Millisecond, "etcd", "etcdserver: request timed out")}, 0},
 		{"proposed before the hand-off began", handOff, []Failure{failed(-time.Second, "etcd", "raft proposal dropped")}, 1},
 		{"another error at a hand-off", handOff, []Failure{failed(50*time.Millisecond, "etcd", "etcdserver: mvcc: database space exceeded")}, 1},
-		{"a leader change long after the hand-off", handOff, []Failure{failed(5*time.Second, "api", "etcdserver: leader changed")}, 1},
+		{"a timeout long after the hand-off", handOff, []Failure{failed(5*time.Second, "api", "etcdserver: request timed out")}, 1},
+		{"no leader is not a transfer's", handOff, []Failure{failed(50*time.Millisecond, "etcd", "etcdserver: no leader")}, 1},
 		{"two kills, one each", append(kill, hardFault{from: t0.Add(time.Minute), to: t0.Add(time.Minute)}),
 			[]Failure{at(0, "api"), at(time.Minute, "api")}, 0},
 	} {
 		if got, _, _ := unexcused(c.fs, c.faults); len(got) != c.want {
 			t.Errorf("%s: %d unexcused (%v), want %d", c.name, len(got), got, c.want)
 		}
+	}
+}
+
+// Only a clean hand-off of the checker's own cluster excuses anything: a
+// "hand-off" that took longer than a transfer may was an election.
+func TestOnlyCleanHandOffsOfTheClusterExcuse(t *testing.T) {
+	t0 := time.Date(2026, 12, 3, 5, 0, 0, 0, time.UTC)
+	hs := []LeaderHandOff{
+		{ClusterID: 7, From: t0, To: t0.Add(150 * time.Millisecond)},
+		{ClusterID: 8, From: t0, To: t0.Add(150 * time.Millisecond)},
+		{ClusterID: 7, From: t0.Add(time.Minute), To: t0.Add(time.Minute + 8*time.Second)},
+	}
+	got := handOffFaults(hs, 7)
+	if len(got) != 1 || !got[0].handOff || !got[0].from.Equal(t0) {
+		t.Fatalf("excusing hand-offs %+v, want only cluster 7's first", got)
+	}
+	late := Failure{At: t0.Add(time.Minute + time.Second), Via: "etcd", Err: "raft proposal dropped"}
+	if bad, _, _ := unexcused([]Failure{late}, got); len(bad) != 1 {
+		t.Fatal("a write failed during an 8 s 'hand-off' was excused")
 	}
 }
