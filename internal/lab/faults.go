@@ -283,7 +283,10 @@ func (l *Lab) StartMember(node string) error {
 	return err
 }
 
-func stoppedManifest(n Node) string { return filepath.Join(n.NodeDir, "etcd.yaml.stopped") }
+func stoppedManifest(n Node) string { return n.StoppedManifest() }
+
+// StoppedManifest is where StopMember keeps the node's etcd manifest.
+func (n Node) StoppedManifest() string { return filepath.Join(n.NodeDir, "etcd.yaml.stopped") }
 
 // waitEtcdGone polls the supervisor state until the node runs no etcd.
 func (l *Lab) waitEtcdGone(n Node) error {

@@ -123,18 +123,7 @@ func TestExtractReturnsWhatTheAPIServes(t *testing.T) {
 	}
 	defer cli.Close()
 	snap := filepath.Join(t.TempDir(), "etcd.db")
-	rc, err := cli.Snapshot(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var buf bytes.Buffer
-	if _, err := buf.ReadFrom(rc); err != nil {
-		t.Fatal(err)
-	}
-	rc.Close()
-	if err := os.WriteFile(snap, buf.Bytes(), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	takeSnapshot(t, cli, snap)
 	n := 0
 	for _, r := range []string{"configmaps", "secrets", "nodes"} {
 		out, stderr, rev, err := extractRun(t, "--snapshot", snap, r, "-o", "json")
@@ -227,7 +216,10 @@ func TestExtractReturnsWhatTheAPIServes(t *testing.T) {
 
 	t.Run("corrupt db", func(t *testing.T) {
 		bad := filepath.Join(t.TempDir(), "corrupt.db")
-		b := bytes.Clone(buf.Bytes())
+		b, err := os.ReadFile(snap)
+		if err != nil {
+			t.Fatal(err)
+		}
 		for i := len(b) / 3; i < len(b)/3+8192 && i < len(b); i++ {
 			b[i] ^= 0x5a
 		}

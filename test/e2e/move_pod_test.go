@@ -14,6 +14,7 @@ import (
 	"github.com/etcd-agent/etcd-agent/internal/lab/invariant"
 	"github.com/etcd-agent/etcd-agent/internal/nodereport"
 	"github.com/etcd-agent/etcd-agent/internal/plan"
+	clientv3 "go.etcd.io/etcd/client/v3"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
@@ -203,23 +204,14 @@ func testMoveStatefulSetMember(t *testing.T, store string, e etcdUnderTest) {
 
 // hostedClusterID is the hosted cluster's etcd cluster ID.
 func hostedClusterID(t *testing.T, l *lab.Lab, ns string) uint64 {
-	t.Helper()
-	cli, err := l.HostedEtcdClient(ns)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cli.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	ml, err := cli.MemberList(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return ml.Header.ClusterId
+	return hostedStatus(t, l, ns).Header.ClusterId
 }
 
 // hostedVersion is the etcd version a hosted cluster's first member runs.
-func hostedVersion(t *testing.T, l *lab.Lab, ns string) string {
+func hostedVersion(t *testing.T, l *lab.Lab, ns string) string { return hostedStatus(t, l, ns).Version }
+
+// hostedStatus is the Status of a hosted cluster's first member.
+func hostedStatus(t *testing.T, l *lab.Lab, ns string) *clientv3.StatusResponse {
 	t.Helper()
 	cli, err := l.HostedEtcdClient(ns)
 	if err != nil {
@@ -232,5 +224,5 @@ func hostedVersion(t *testing.T, l *lab.Lab, ns string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return st.Version
+	return st
 }

@@ -57,8 +57,14 @@ func loadProcedure(t *testing.T, name string) procedure {
 // scratch dir for /root, and E with the lab's etcdctl, endpoints and TLS.
 func (p *procedure) onNode(t *testing.T, l *lab.Lab, node string, endpoints []string) {
 	t.Helper()
+	p.onNodeIn(t, l, node, endpoints, t.TempDir())
+}
+
+// onNodeIn is onNode with scratch put for /root: a node's second
+// procedure finds what its first left there.
+func (p *procedure) onNodeIn(t *testing.T, l *lab.Lab, node string, endpoints []string, scratch string) {
+	t.Helper()
 	n := nodeOf(t, l, node)
-	scratch := t.TempDir()
 	p.root = scratch
 	p.paths = append(p.paths,
 		"/etc/kubernetes/manifests", n.ManifestsDir,
