@@ -6,7 +6,8 @@
 //
 // is one step of <procedure>; its steps run in the order the docs give
 // them (files in the order asked, blocks top to bottom). Markdown renders
-// the block as plain sh: the marker is invisible to a reader.
+// the block as plain sh: the marker is invisible to a reader. A check that
+// must fail is written (! cmd): bash's errexit ignores a bare "! cmd".
 package runbook
 
 import (
@@ -72,6 +73,9 @@ func parse(file string, b []byte) ([]Step, error) {
 				continue
 			}
 			if cur != nil {
+				if strings.HasPrefix(trimmed, "! ") {
+					return nil, fmt.Errorf("%s:%d: a check negated with a bare ! never stops a set -e script: write (! %s)", file, n, trimmed[2:])
+				}
 				body.WriteString(line)
 				body.WriteByte('\n')
 			}

@@ -43,3 +43,17 @@ func TestABrokenMarkerIsAnError(t *testing.T) {
 		}
 	}
 }
+
+// A procedure runs under set -e, which a command negated with a bare `!`
+// never stops ("! E endpoint health" passes on a healthy cluster too):
+// such a check must be written "(! cmd)", and a bare one is an error.
+func TestABareNegatedCheckIsAnError(t *testing.T) {
+	_, err := Parse(write(t, "x.md", "```sh runbook=x\necho\n  ! E endpoint health\n```\n"))
+	if err == nil || !strings.Contains(err.Error(), "x.md:3") || !strings.Contains(err.Error(), "(! ") {
+		t.Fatalf("got %v, want an error at x.md:3 saying to write (! cmd)", err)
+	}
+	got, err := Parse(write(t, "y.md", "```sh runbook=y\n(! E endpoint health)\nfoo ! bar\n```\n"))
+	if err != nil || len(got["y"]) != 1 {
+		t.Fatalf("a subshell-wrapped negation: %v %v", got, err)
+	}
+}

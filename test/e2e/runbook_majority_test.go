@@ -21,7 +21,8 @@ import (
 // written, with no agent running: node2's and node3's data dirs are gone
 // for good (their manifests kept out of the kubelet's dir), node1 (the
 // leader when they went: every acknowledged write is in its log) is left
-// without quorum. The survivor's procedure on node1 copies its data dir
+// without quorum. The other members stopped first (majority-lost-stop on
+// each: nothing runs, their data kept); the survivor's procedure on node1 copies its data dir
 // and makes it a one-member cluster (--force-new-cluster, then without);
 // the rejoin procedure on node2, then node3, adds each as a new learner
 // and promotes it. The promise: node1 keeps its member ID and every write
@@ -34,6 +35,17 @@ func TestMajorityLostRestoreFromTheSurvivorRunsAsWritten(t *testing.T) {
 	n1 := nodeOf(t, l, "node1")
 	h := startHealVia(t, l, n1.ClientURL)
 	waitWrites(t, h.chk, 10)
+	// With quorum, the survivor's procedure stops at its first check and
+	// changes nothing (a bare "! E endpoint health" went on to force).
+	early := loadProcedure(t, "majority-lost-survivor")
+	early.subst = []string{"M=cp-1 PEER=https://10.0.0.11:2380", "M=" + n1.Member + " PEER=" + n1.PeerURL}
+	early.onNode(t, l, "node1", []string{n1.ClientURL})
+	if out, err := early.exec(t, 2*time.Minute); err == nil {
+		t.Fatalf("the survivor's procedure ran through on a cluster with quorum:\n%s", out)
+	}
+	if _, err := os.Stat(n1.EtcdManifest()); err != nil || len(mustMembers(t, l)) != 3 {
+		t.Fatalf("the refused procedure changed something: node1's manifest %v, members %v", err, mustMembers(t, l))
+	}
 	for _, n := range []string{"node2", "node3"} {
 		if err := l.StopMember(n); err != nil {
 			t.Fatal(err)
@@ -44,6 +56,20 @@ func TestMajorityLostRestoreFromTheSurvivorRunsAsWritten(t *testing.T) {
 	}
 	h.fault()
 
+	// Every member but the survivor stopped first, its data kept (their
+	// manifests, kept out of the kubelet's dir, where the doc expects them).
+	roots := map[string]string{}
+	for _, name := range []string{"node2", "node3"} {
+		n := nodeOf(t, l, name)
+		roots[name] = t.TempDir()
+		if err := os.Rename(n.StoppedManifest(), filepath.Join(roots[name], "etcd.yaml.parked")); err != nil {
+			t.Fatal(err)
+		}
+		p := loadProcedure(t, "majority-lost-stop")
+		p.subst = []string{"PEER=https://10.0.0.11:2380", "PEER=" + n.PeerURL}
+		p.onNodeIn(t, l, name, []string{n.ClientURL}, roots[name])
+		p.run(t, 3*time.Minute)
+	}
 	survivor := loadProcedure(t, "majority-lost-survivor")
 	survivor.subst = []string{"M=cp-1 PEER=https://10.0.0.11:2380", "M=" + n1.Member + " PEER=" + n1.PeerURL}
 	survivor.onNode(t, l, "node1", []string{n1.ClientURL})
@@ -60,12 +86,7 @@ func TestMajorityLostRestoreFromTheSurvivorRunsAsWritten(t *testing.T) {
 		n := nodeOf(t, l, name)
 		p := loadProcedure(t, "majority-lost-rejoin")
 		p.subst = []string{"M=cp-2 PEER=https://10.0.0.12:2380", "M=" + n.Member + " PEER=" + n.PeerURL}
-		p.onNode(t, l, name, []string{n1.ClientURL})
-		// The node's manifest, kept out of the kubelet's dir while its
-		// data is gone, where the procedure expects it.
-		if err := os.Rename(n.StoppedManifest(), filepath.Join(p.root, "etcd.yaml.parked")); err != nil {
-			t.Fatal(err)
-		}
+		p.onNodeIn(t, l, name, []string{n1.ClientURL}, roots[name])
 		p.run(t, 12*time.Minute)
 	}
 
@@ -150,7 +171,7 @@ func TestUC3ByHandRunsAsWritten(t *testing.T) {
 // TestMajorityLostRestoreFromASnapshotRunsAsWritten: the runbooks'
 // majority-lost restore from a snapshot, run as written with no agent
 // running: node2's and node3's data dirs gone; every member stopped
-// (snapshot-restore-stop on each node), then each node restores the same
+// (majority-lost-stop on each node), then each node restores the same
 // snapshot for its own member and starts it (snapshot-restore-start), then
 // the check (snapshot-restore-verify). The promise: the cluster serves the
 // snapshot's keys and none written after it, under a new cluster ID, every
@@ -207,7 +228,7 @@ func TestMajorityLostRestoreFromASnapshotRunsAsWritten(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		p := loadProcedure(t, "snapshot-restore-stop")
+		p := loadProcedure(t, "majority-lost-stop")
 		p.subst = []string{"PEER=https://10.0.0.11:2380", "PEER=" + n.PeerURL}
 		p.onNodeIn(t, l, name, []string{n.ClientURL}, roots[name])
 		p.run(t, 3*time.Minute)
