@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -221,5 +222,47 @@ func TestStrandedLearnerRemovedByHandAsWritten(t *testing.T) {
 	}
 	if err := l.WaitHealthy(context.Background(), 3, 60*time.Second); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestEveryMarkedProcedureIsRunByATest: every procedure marked in the docs
+// is loaded by an e2e test (loadProcedure), and every one loaded is still
+// marked: a procedure no test runs would rot unseen.
+func TestEveryMarkedProcedureIsRunByATest(t *testing.T) {
+	var files []string
+	for _, f := range runbookDocs {
+		files = append(files, filepath.Join(repoRoot, f))
+	}
+	all, err := runbook.Parse(files...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srcs, err := filepath.Glob(filepath.Join(repoRoot, "test", "e2e", "*_test.go"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	loaded := map[string]bool{}
+	call := regexp.MustCompile(`loadProcedure\(t, "([a-z0-9-]+)"\)`)
+	for _, f := range srcs {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range call.FindAllSubmatch(b, -1) {
+			loaded[string(m[1])] = true
+		}
+	}
+	for name, steps := range all {
+		if !loaded[name] {
+			t.Errorf("procedure %s (%s) is marked but no test loads it", name, steps[0].Where())
+		}
+	}
+	for name := range loaded {
+		if len(all[name]) == 0 {
+			t.Errorf("a test loads procedure %s, which no doc marks", name)
+		}
+	}
+	if len(all) < 10 {
+		t.Fatalf("%d procedures marked, want at least the 10 the docs had on 2026-12-03", len(all))
 	}
 }
