@@ -58,18 +58,7 @@ func TestMajorityLostRestoreFromTheSurvivorRunsAsWritten(t *testing.T) {
 
 	// Every member but the survivor stopped first, its data kept (their
 	// manifests, kept out of the kubelet's dir, where the doc expects them).
-	roots := map[string]string{}
-	for _, name := range []string{"node2", "node3"} {
-		n := nodeOf(t, l, name)
-		roots[name] = t.TempDir()
-		if err := os.Rename(n.StoppedManifest(), filepath.Join(roots[name], "etcd.yaml.parked")); err != nil {
-			t.Fatal(err)
-		}
-		p := loadProcedure(t, "majority-lost-stop")
-		p.subst = []string{"PEER=https://10.0.0.11:2380", "PEER=" + n.PeerURL}
-		p.onNodeIn(t, l, name, []string{n.ClientURL}, roots[name])
-		p.run(t, 3*time.Minute)
-	}
+	roots := stopByHand(t, l, []string{"node2", "node3"}, map[string]bool{"node2": true, "node3": true})
 	survivor := loadProcedure(t, "majority-lost-survivor")
 	survivor.subst = []string{"M=cp-1 PEER=https://10.0.0.11:2380", "M=" + n1.Member + " PEER=" + n1.PeerURL}
 	survivor.onNode(t, l, "node1", []string{n1.ClientURL})
@@ -219,20 +208,7 @@ func TestMajorityLostRestoreFromASnapshotRunsAsWritten(t *testing.T) {
 		n := nodeOf(t, l, name)
 		ic = append(ic, n.Member+"="+n.PeerURL)
 	}
-	roots := map[string]string{}
-	for _, name := range names {
-		n := nodeOf(t, l, name)
-		roots[name] = t.TempDir()
-		if name != "node1" { // kept out of the kubelet's dir while its data is gone
-			if err := os.Rename(n.StoppedManifest(), filepath.Join(roots[name], "etcd.yaml.parked")); err != nil {
-				t.Fatal(err)
-			}
-		}
-		p := loadProcedure(t, "majority-lost-stop")
-		p.subst = []string{"PEER=https://10.0.0.11:2380", "PEER=" + n.PeerURL}
-		p.onNodeIn(t, l, name, []string{n.ClientURL}, roots[name])
-		p.run(t, 3*time.Minute)
-	}
+	roots := stopByHand(t, l, names, map[string]bool{"node2": true, "node3": true})
 	for _, name := range names {
 		n := nodeOf(t, l, name)
 		copyFile(t, backup, filepath.Join(roots[name], "backup.db"))
@@ -274,6 +250,29 @@ func TestMajorityLostRestoreFromASnapshotRunsAsWritten(t *testing.T) {
 	if len(kept) != 1 {
 		t.Fatalf("node1's old data dir kept: %v, want one", kept)
 	}
+}
+
+// stopByHand runs majority-lost-stop on each node, each with its own /root
+// (returned by node, for its later procedures); the nodes in lostData had
+// their member stopped by the lab, whose manifest is put where the doc
+// keeps it out of the kubelet's dir.
+func stopByHand(t *testing.T, l *lab.Lab, nodes []string, lostData map[string]bool) map[string]string {
+	t.Helper()
+	roots := map[string]string{}
+	for _, name := range nodes {
+		n := nodeOf(t, l, name)
+		roots[name] = t.TempDir()
+		if lostData[name] {
+			if err := os.Rename(n.StoppedManifest(), filepath.Join(roots[name], "etcd.yaml.parked")); err != nil {
+				t.Fatal(err)
+			}
+		}
+		p := loadProcedure(t, "majority-lost-stop")
+		p.subst = []string{"PEER=https://10.0.0.11:2380", "PEER=" + n.PeerURL}
+		p.onNodeIn(t, l, name, []string{n.ClientURL}, roots[name])
+		p.run(t, 3*time.Minute)
+	}
+	return roots
 }
 
 // takeSnapshot saves cli's first endpoint's snapshot to path.
