@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds the real etcd, etcdctl, etcdutl, etcd-3.7, kube-apiserver,
-# kube-controller-manager, kube-scheduler, promtool and weed (SeaweedFS, the
+# kube-controller-manager, kube-scheduler, kubectl, promtool and weed (SeaweedFS, the
 # lab's S3-compatible store) into bin/
 # from the Go module proxy. Each tool has its own module under hack/tools/ (their
 # dependency graphs conflict: kubernetes 1.37 wants etcd client 3.7, the lab runs
@@ -21,6 +21,7 @@ tools=(
   "kube-apiserver|kubernetes|k8s.io/kubernetes/cmd/kube-apiserver|k8s.io/kubernetes"
   "kube-controller-manager|kubernetes|k8s.io/kubernetes/cmd/kube-controller-manager|k8s.io/kubernetes"
   "kube-scheduler|kubernetes|k8s.io/kubernetes/cmd/kube-scheduler|k8s.io/kubernetes"
+  "kubectl|kubernetes|k8s.io/kubernetes/cmd/kubectl|k8s.io/kubernetes"
   "promtool|promtool|github.com/prometheus/prometheus/cmd/promtool|github.com/prometheus/prometheus"
   "weed|seaweedfs|github.com/seaweedfs/seaweedfs/weed|github.com/seaweedfs/seaweedfs"
 )

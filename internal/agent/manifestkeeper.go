@@ -72,6 +72,10 @@ type manifestKeeper struct {
 	listenOverride string
 	// link puts the checkpoint in place (linkNew; a test's failing one).
 	link func(path string, data []byte) error
+	// logErr is the restore log's last write failure, until a write works.
+	logErr error
+	// writeLog writes the restore log (fsutil.WriteFileAtomic; a test's failing one).
+	writeLog func(path string, data []byte, perm os.FileMode) error
 }
 
 func (c Config) newManifestKeeper(member string, m *metrics.Metrics, rep *nodereport.Reporter, log *zap.Logger) *manifestKeeper {
@@ -79,7 +83,7 @@ func (c Config) newManifestKeeper(member string, m *metrics.Metrics, rep *nodere
 		return nil
 	}
 	return &manifestKeeper{manifest: c.StaticPodManifest, parked: c.parkedManifest(), stateDir: c.StateDir,
-		delay: c.ManifestRestoreDelay, dryRun: c.DryRun, autoHeal: c.AutoHeal, member: member, metrics: m, rep: rep, log: log, link: linkNew}
+		delay: c.ManifestRestoreDelay, dryRun: c.DryRun, autoHeal: c.AutoHeal, member: member, metrics: m, rep: rep, log: log, link: linkNew, writeLog: fsutil.WriteFileAtomic}
 }
 
 func (k *manifestKeeper) dir() string { return filepath.Join(k.stateDir, checkpointDirName) }
@@ -130,10 +134,11 @@ func (k *manifestKeeper) consider(r memberstate.Result) (restored bool) {
 		k.log.Warn("manifest keeper: the journal cannot be read; nothing is restored", zap.Error(jerr))
 		return false
 	}
+	recent, lerr := k.recentRestores(o.At)
 	d := plan.DecideManifestRestore(plan.ManifestRestoreInput{Now: o.At, Obs: o, Live: live, Parked: parked, Checkpoint: cp,
 		GoneSince: k.goneSince, Delay: k.delay, Journal: j, Decommissioned: k.decommission(), PortInUse: portInUse,
 		OtherEtcd: other, LastLiveSHA: k.lastLive(),
-		RecentRestores: k.recentRestores(o.At), AutoHeal: k.autoHeal, DryRun: k.dryRun})
+		RecentRestores: recent, RestoreLogErr: k.restoreLogErr(lerr), AutoHeal: k.autoHeal, DryRun: k.dryRun})
 	k.metrics.ManifestMissing.WithLabelValues(k.member).Set(metrics.Bool(d.Missing))
 	k.say(d)
 	return d.Restore && k.restore(cp, d, o.At)
@@ -298,14 +303,15 @@ const (
 )
 
 // recentRestores counts the restores in the state dir's log within
-// plan.RestoreWindow before now: the attempts not marked failed.
-func (k *manifestKeeper) recentRestores(now time.Time) int {
-	b, err := os.ReadFile(filepath.Join(k.stateDir, manifestRestoreLog))
+// plan.RestoreWindow before now: the attempts not marked failed. A log
+// that cannot be read is an error: counting none would lift the limit.
+func (k *manifestKeeper) recentRestores(now time.Time) (int, error) {
+	lines, err := k.readLog()
 	if err != nil {
-		return 0
+		return 0, err
 	}
 	attempts, failed := map[time.Time]int{}, map[time.Time]int{}
-	for _, line := range bytes.Split(b, []byte("\n")) {
+	for _, line := range lines {
 		var e struct {
 			At     time.Time `json:"at"`
 			Result string    `json:"result"`
@@ -323,7 +329,26 @@ func (k *manifestKeeper) recentRestores(now time.Time) int {
 	for at, a := range attempts {
 		n += max(0, a-failed[at])
 	}
-	return n
+	return n, nil
+}
+
+// restoreLogErr is why the restore log cannot be used now: unreadable, or
+// its last write failed and writing it again (as it is) still does.
+func (k *manifestKeeper) restoreLogErr(readErr error) string {
+	if readErr != nil {
+		return readErr.Error()
+	}
+	if k.logErr != nil {
+		lines, err := k.readLog()
+		if err == nil {
+			err = k.writeLines(lines)
+		}
+		if err != nil {
+			return err.Error()
+		}
+		k.logErr = nil
+	}
+	return ""
 }
 
 // load reads the checkpoint and checks that the copy is the one described.
@@ -355,7 +380,10 @@ func (k *manifestKeeper) restore(cp *plan.ManifestCheckpoint, d plan.ManifestRes
 	if err == nil {
 		// Journaled first: a crash after the link still counts it, and a
 		// restore the log cannot take is not made (the limit would miss it).
-		if err = k.record(cp, d, now, restoreAttempted); err == nil {
+		if err = k.record(cp, d, now, restoreAttempted); err != nil {
+			k.logErr = err
+			k.say(plan.ManifestRestore{Missing: true, Reason: plan.ReasonRestoreLogUnusable, Detail: err.Error()})
+		} else {
 			if err = k.link(k.manifest, data); err != nil {
 				// Not put back: the attempt does not count (if even this
 				// line fails, it does: the safe side).
@@ -393,17 +421,35 @@ func (k *manifestKeeper) record(cp *plan.ManifestCheckpoint, d plan.ManifestRest
 	if err != nil {
 		return err
 	}
-	path := filepath.Join(k.stateDir, manifestRestoreLog)
-	old, err := os.ReadFile(path)
-	if err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return fmt.Errorf("read the restore log: %w", err)
+	lines, err := k.readLog()
+	if err != nil {
+		return err
 	}
-	lines := append(bytes.Split(bytes.TrimSpace(old), []byte("\n")), line)
-	if len(old) == 0 {
-		lines = lines[1:] // Split of nothing is one empty line
+	return k.writeLines(append(lines, line))
+}
+
+// readLog returns the restore log's lines (none when there is no log).
+func (k *manifestKeeper) readLog() ([][]byte, error) {
+	b, err := os.ReadFile(filepath.Join(k.stateDir, manifestRestoreLog))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
 	}
+	if err != nil {
+		return nil, fmt.Errorf("read the restore log: %w", err)
+	}
+	var lines [][]byte
+	for _, l := range bytes.Split(b, []byte("\n")) {
+		if len(bytes.TrimSpace(l)) > 0 {
+			lines = append(lines, l)
+		}
+	}
+	return lines, nil
+}
+
+// writeLines writes the log whole, its last restoreLogKeep lines.
+func (k *manifestKeeper) writeLines(lines [][]byte) error {
 	lines = lines[max(0, len(lines)-restoreLogKeep):]
-	if err := fsutil.WriteFileAtomic(path, append(bytes.Join(lines, []byte("\n")), '\n'), 0o600); err != nil {
+	if err := k.writeLog(filepath.Join(k.stateDir, manifestRestoreLog), append(bytes.Join(lines, []byte("\n")), '\n'), 0o600); err != nil {
 		return fmt.Errorf("write the restore log: %w", err)
 	}
 	return nil

@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"go.uber.org/zap"
 
+	"github.com/etcd-agent/etcd-agent/internal/fsutil"
 	"github.com/etcd-agent/etcd-agent/internal/journal"
 	"github.com/etcd-agent/etcd-agent/internal/memberstate"
 	"github.com/etcd-agent/etcd-agent/internal/observation"
@@ -203,6 +204,9 @@ func TestARestoreThatCannotBeJournaledIsNotMade(t *testing.T) {
 	if kc.poll(2*time.Minute, false) {
 		t.Fatal("restored with the restore log unwritable")
 	}
+	if kc.k.said != plan.ReasonRestoreLogUnusable {
+		t.Fatalf("the answer's reason is %q, want %q (the refusal must say why)", kc.k.said, plan.ReasonRestoreLogUnusable)
+	}
 	if _, err := os.Stat(kc.manifest); !os.IsNotExist(err) {
 		t.Fatalf("the manifest is back (%v) though the restore was not journaled", err)
 	}
@@ -211,6 +215,31 @@ func TestARestoreThatCannotBeJournaledIsNotMade(t *testing.T) {
 	}
 	if !kc.poll(time.Second, false) {
 		t.Fatal("not restored once the log is writable")
+	}
+}
+
+// A restore log that reads but cannot be written (a full disk) refuses the
+// restore with its own reason, and the restore is made once it can.
+func TestARestoreTheLogCannotTakeIsRefusedWithItsReason(t *testing.T) {
+	kc := newKeeperCase(t)
+	kc.poll(0, true)
+	kc.poll(time.Second, true)
+	kc.k.writeLog = func(string, []byte, os.FileMode) error { return syscall.ENOSPC }
+	if err := os.Remove(kc.manifest); err != nil {
+		t.Fatal(err)
+	}
+	kc.poll(time.Second, false)
+	for range 3 {
+		if kc.poll(2*time.Minute, false) {
+			t.Fatal("restored though the restore log could not be written")
+		}
+		if kc.k.said != plan.ReasonRestoreLogUnusable {
+			t.Fatalf("the answer's reason is %q, want %q", kc.k.said, plan.ReasonRestoreLogUnusable)
+		}
+	}
+	kc.k.writeLog = fsutil.WriteFileAtomic
+	if !kc.poll(time.Second, false) {
+		t.Fatalf("not restored once the log can be written (the last answer: %s)", kc.k.said)
 	}
 }
 
@@ -253,8 +282,8 @@ func TestTheRestoreLogKeepsItsLastLines(t *testing.T) {
 		t.Fatalf("%d lines, first %s, last %s; want the last %d", len(lines), lines[0], lines[len(lines)-1], restoreLogKeep)
 	}
 	// The limit still reads the last hour of it.
-	if n := kc.k.recentRestores(kc.now.Add(time.Duration(restoreLogKeep+49) * time.Minute)); n != 60 {
-		t.Fatalf("%d restores in the last hour, want 60", n)
+	if n, err := kc.k.recentRestores(kc.now.Add(time.Duration(restoreLogKeep+49) * time.Minute)); n != 60 || err != nil {
+		t.Fatalf("%d restores in the last hour (%v), want 60", n, err)
 	}
 }
 

@@ -57,8 +57,12 @@ type ManifestRestoreInput struct {
 	// RecentRestores counts this agent's restores in the last
 	// RestoreWindow; MaxRestores of them stop the keeper.
 	RecentRestores int
-	AutoHeal       bool
-	DryRun         bool
+	// RestoreLogErr says why the log of restores cannot be read or
+	// written ("" when it can): a restore the limit could not count is
+	// not made.
+	RestoreLogErr string
+	AutoHeal      bool
+	DryRun        bool
 }
 
 // A manifest that keeps vanishing (a config-management run that empties
@@ -127,6 +131,8 @@ func DecideManifestRestore(in ManifestRestoreInput) ManifestRestore {
 		return no(true, ReasonDataDirUnusable, "the data dir is member %x's, the checkpoint member %x's", o.Local.DataDirMemberID, cp.MemberID)
 	case o.Local.DataDirClusterID != 0 && cp.ClusterID != 0 && o.Local.DataDirClusterID != cp.ClusterID:
 		return no(true, ReasonForeignCluster, "the data dir is of cluster %x, the checkpoint of cluster %x", o.Local.DataDirClusterID, cp.ClusterID)
+	case in.RestoreLogErr != "":
+		return no(true, ReasonRestoreLogUnusable, "the manifest is gone; the log of restores (what limits them to %d an hour) cannot be used: %s; nothing is put back until it can", MaxRestores, in.RestoreLogErr)
 	case in.RecentRestores >= MaxRestores:
 		return no(true, ReasonRestoreLimit, "the manifest was put back %d times in the last %s and is gone again: something removes it on purpose; a person must look", in.RecentRestores, RestoreWindow)
 	}

@@ -70,6 +70,7 @@ func TestAManifestRestoreIsRefusedForEachReason(t *testing.T) {
 		"another manifest runs etcd": {func(in *ManifestRestoreInput) { in.OtherEtcd = "etcd-restore.yaml" }, ReasonMemberRunning, true},
 		"the checkpoint is not the manifest last live": {func(in *ManifestRestoreInput) { in.LastLiveSHA = "bb" }, ReasonNoCheckpoint, true},
 		"restored too often":                           {func(in *ManifestRestoreInput) { in.RecentRestores = MaxRestores }, ReasonRestoreLimit, true},
+		"the restore log unusable":                     {func(in *ManifestRestoreInput) { in.RestoreLogErr = "write: no space left on device" }, ReasonRestoreLogUnusable, true},
 		"data dir wiped":                               {func(in *ManifestRestoreInput) { in.Obs.Local.DataDirClass = observation.DataDirMissing }, ReasonDataDirUnusable, true},
 		"data dir stale":                               {func(in *ManifestRestoreInput) { in.Obs.Local.DataDirClass = observation.DataDirStale }, ReasonDataDirUnusable, true},
 		"data dir of another cluster":                  {func(in *ManifestRestoreInput) { in.Obs.Local.DataDirClusterID = 0xc2 }, ReasonForeignCluster, true},

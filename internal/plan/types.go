@@ -105,6 +105,7 @@ const (
 	ReasonRecoveryInProgress Reason = "recovery-in-progress"
 	ReasonMemberRunning      Reason = "member-running"
 	ReasonRestoreLimit       Reason = "restore-limit"
+	ReasonRestoreLogUnusable Reason = "restore-log-unusable"
 )
 
 // RefusalReasons lists the codes a recovery can be refused with (for
