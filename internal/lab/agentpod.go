@@ -247,3 +247,25 @@ func (l *Lab) SignalAgent(node string, sig syscall.Signal) error {
 func (l *Lab) AgentPID(node string) (int, error) {
 	return l.containerPID(node, "etcd-agent.yaml", "etcd-agent")
 }
+
+// StatusArgs are the arguments of `etcd-agent status` on node as its agent
+// sees it (what `kubectl exec <its pod> -- etcd-agent status` runs with
+// the DaemonSet's environment); for static-pod nodes.
+func (l *Lab) StatusArgs(node string) ([]string, error) {
+	n, err := l.Spec.Node(node)
+	if err != nil {
+		return nil, err
+	}
+	if n.Worker {
+		return nil, fmt.Errorf("node %s is a worker: its agent serves pods (status --member-source=pods)", node)
+	}
+	args := []string{"status", "--node-name=" + n.Name, "--state-dir=" + n.StateDir,
+		"--static-pod-manifest=" + n.EtcdManifest(), "--endpoints=" + strings.Join(l.Spec.ClientURLs(), ",")}
+	if a := l.Spec.APIServer; a != nil {
+		args = append(args, "--kubeconfig="+a.Kubeconfig)
+	}
+	if t := l.Spec.EtcdTLS; t != nil {
+		args = append(args, t.agentFlags()...)
+	}
+	return args, nil
+}

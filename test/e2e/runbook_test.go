@@ -19,7 +19,7 @@ import (
 
 // The docs whose marked shell blocks (```sh runbook=<procedure>) are
 // manual procedures the tests run as written.
-var runbookDocs = []string{"docs/recovery.md", "docs/runbooks/README.md"}
+var runbookDocs = []string{"docs/recovery.md", "docs/runbooks/README.md", "docs/runbooks/Etcd*.md"}
 
 // procedure is one marked procedure made runnable on a lab node: the
 // doc's example values and node paths replaced by the lab's.
@@ -42,7 +42,11 @@ func markedProcedures(t *testing.T) map[string][]runbook.Step {
 	t.Helper()
 	var files []string
 	for _, f := range runbookDocs {
-		files = append(files, filepath.Join(repoRoot, f))
+		matches, err := filepath.Glob(filepath.Join(repoRoot, f))
+		if err != nil || len(matches) == 0 {
+			t.Fatalf("no doc %s (%v)", f, err)
+		}
+		files = append(files, matches...)
 	}
 	all, err := runbook.Parse(files...)
 	if err != nil {
@@ -76,13 +80,46 @@ func (p *procedure) onNodeIn(t *testing.T, l *lab.Lab, node string, endpoints []
 	p.paths = append(p.paths,
 		"/etc/kubernetes/manifests", n.ManifestsDir,
 		"/var/lib/etcd-agent-quarantine", filepath.Join(n.DiskDir, "etcd-agent-quarantine"),
+		"/var/lib/etcd-agent/", n.StateDir+"/",
 		"/var/lib/etcd", n.DataDir,
 		"/root/", scratch+"/")
 	flags := []string{"--endpoints=" + strings.Join(endpoints, ","), "--dial-timeout=5s", "--command-timeout=15s"}
 	if tls := l.Spec.EtcdTLS; tls != nil {
 		flags = append(flags, "--cacert="+tls.CAFile, "--cert="+tls.ClientCert, "--key="+tls.ClientKey)
 	}
-	p.prelude = fmt.Sprintf("export PATH=%s:%s:$PATH\nE() { etcdctl %s \"$@\"; }\n", filepath.Dir(agentBinary), binDir, strings.Join(flags, " "))
+	p.prelude = fmt.Sprintf("export PATH=%s:%s:$PATH\nE() { etcdctl %s \"$@\"; }\n", filepath.Dir(agentBinary), binDir, strings.Join(flags, " ")) +
+		agentReach(t, l)
+}
+
+// agentReach is the lab's "Reaching the agent": kubectl against the lab's
+// API server, and for the node in $NODE, L its agent's log and S
+// `etcd-agent status` with its agent's flags (the lab's agents are
+// processes: nothing serves kubectl logs or exec).
+func agentReach(t *testing.T, l *lab.Lab) string {
+	t.Helper()
+	var b strings.Builder
+	if a := l.Spec.APIServer; a != nil {
+		fmt.Fprintf(&b, "export KUBECONFIG=%q\n", a.Kubeconfig)
+	}
+	var logs, status strings.Builder
+	for _, n := range l.Spec.Nodes {
+		if n.Worker {
+			continue
+		}
+		args, err := l.StatusArgs(n.Name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		quoted := make([]string, len(args))
+		for i, a := range args {
+			quoted[i] = fmt.Sprintf("%q", a)
+		}
+		fmt.Fprintf(&logs, "  %s) cat %q ;;\n", n.Name, agentLog(t, l, n.Name))
+		fmt.Fprintf(&status, "  %s) etcd-agent %s \"$@\" ;;\n", n.Name, strings.Join(quoted, " "))
+	}
+	fmt.Fprintf(&b, "L() { case \"$NODE\" in\n%s  *) echo \"no node $NODE in the lab\" >&2; return 1 ;;\nesac; }\n", logs.String())
+	fmt.Fprintf(&b, "S() { case \"$NODE\" in\n%s  *) echo \"no node $NODE in the lab\" >&2; return 1 ;;\nesac; }\n", status.String())
+	return b.String()
 }
 
 // run runs the procedure's steps in one bash (-e, pipefail), in order,
@@ -241,14 +278,18 @@ func TestEveryMarkedProcedureIsRunByATest(t *testing.T) {
 		t.Fatal(err)
 	}
 	loaded := map[string]bool{}
-	call := regexp.MustCompile(`loadProcedure\(t, "([a-z0-9-]+)"\)`)
+	call := regexp.MustCompile(`loadProcedure\(t, "([a-z0-9-]+)"\)|alert: +"(Etcd[A-Za-z]+)"`)
 	for _, f := range srcs {
 		b, err := os.ReadFile(f)
 		if err != nil {
 			t.Fatal(err)
 		}
 		for _, m := range call.FindAllSubmatch(b, -1) {
-			loaded[string(m[1])] = true
+			if len(m[2]) > 0 {
+				loaded["check-"+string(m[2])] = true // an alertCheck's
+			} else {
+				loaded[string(m[1])] = true
+			}
 		}
 	}
 	for name, steps := range all {
@@ -261,7 +302,7 @@ func TestEveryMarkedProcedureIsRunByATest(t *testing.T) {
 			t.Errorf("a test loads procedure %s, which no doc marks", name)
 		}
 	}
-	if len(all) < 10 {
-		t.Fatalf("%d procedures marked, want at least the 10 the docs had on 2026-12-03", len(all))
+	if len(all) < 24 {
+		t.Fatalf("%d procedures marked, want at least the 24 the docs had on 2026-12-03", len(all))
 	}
 }
