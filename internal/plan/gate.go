@@ -159,7 +159,11 @@ func DecideGate(in GateInput) GateVerdict {
 		// IDs derived from the peer URLs and the token, the same member and
 		// cluster IDs as before. Only the first start of the cluster those
 		// flags describe may do that.
-		if in.Pin.Seen() || !sameCluster(o, in.InitialClusterPeers) || (o.Local.Match == observation.MatchOK && !neverStarted(mustMember(o, o.Local.ID))) {
+		// A learner is never a member of the initial cluster: started with
+		// new, etcd would run under the member ID the flags derive (the old,
+		// removed one) instead of the learner's.
+		local := mustMember(o, o.Local.ID)
+		if in.Pin.Seen() || !sameCluster(o, in.InitialClusterPeers) || (o.Local.Match == observation.MatchOK && (!neverStarted(local) || local.IsLearner)) {
 			return hold(GateWouldBootstrap, fmt.Sprintf("data dir %s and etcd's flags would bootstrap a new cluster (--initial-cluster-state new) while a cluster exists: "+
 				"waiting for the agent to rejoin this member (it starts it with --initial-cluster-state=existing)", in.DataDirClass))
 		}
