@@ -45,9 +45,10 @@ func Gate(ctx context.Context, c Config, timeout time.Duration, etcdArgv []strin
 	if err != nil {
 		return nil, nil, err
 	}
-	if v.Reason != plan.GatePrepared {
-		// Only the learner the agent prepared starts with its rejoin
-		// flags; any other pass runs etcd exactly as judged.
+	if v.Reason != plan.GatePrepared && v.Reason != plan.GateLearnerStartFlags {
+		// Only the learner the agent prepared, or one added by hand that
+		// the file names, starts with the rejoin flags; any other pass runs
+		// etcd exactly as judged.
 		return etcdArgv, os.Environ(), nil
 	}
 	return withStartFlags(c, etcdArgv, os.Environ())
@@ -123,6 +124,11 @@ func gateWait(ctx context.Context, c Config, timeout time.Duration, etcdArgv []s
 			if admissionErr != nil {
 				in.AdmissionError = admissionErr.Error()
 			}
+		}
+		if sf, ok, err := memberruntime.ReadStartFlags(c.StateDir); ok {
+			in.StartFlagsInitialCluster = sf.InitialCluster
+		} else if err != nil && (last.Reason == "" || time.Since(lastLogged) >= gateStillHoldingEvery) {
+			log.Warn("start gate: the start flags file cannot be used; etcd's own flags are judged", zap.Error(err))
 		}
 		if h, held, err := memberruntime.ReadHold(c.StateDir); held {
 			in.HeldByAgent = fmt.Sprintf("%s since %s", h.Reason, h.Since.Format(time.RFC3339))

@@ -3,6 +3,7 @@ package plan
 import (
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/etcd-agent/etcd-agent/internal/observation"
@@ -11,20 +12,23 @@ import (
 
 // Gate verdict codes: why etcd may start, or why it is held.
 const (
-	GateDataDirOK        Reason = "data-dir-ok"
-	GatePrepared         Reason = "prepared-for-learner"
-	GateNeverStarted     Reason = "member-never-started"
-	GateNeverSeen        Reason = "never-seen-bootstrap"
-	GateNotMember        Reason = "not-a-member"
-	GateDataDirUnusable  Reason = "data-dir-unusable"
-	GateMemberExisted    Reason = "member-existed"
-	GateClusterUnknown   Reason = "cluster-unreachable"
-	GatePinUnreadable    Reason = "pin-unreadable"
-	GateUnverified       Reason = "data-dir-unverified"
-	GateWouldBootstrap   Reason = "would-bootstrap"
-	GateHeldByAgent      Reason = "held-by-agent"
-	GateAwaitingAgent    Reason = "awaiting-agent"
-	GateIdentityMismatch Reason = ReasonAmbiguousIdentity
+	GateDataDirOK       Reason = "data-dir-ok"
+	GatePrepared        Reason = "prepared-for-learner"
+	GateNeverStarted    Reason = "member-never-started"
+	GateNeverSeen       Reason = "never-seen-bootstrap"
+	GateNotMember       Reason = "not-a-member"
+	GateDataDirUnusable Reason = "data-dir-unusable"
+	GateMemberExisted   Reason = "member-existed"
+	GateClusterUnknown  Reason = "cluster-unreachable"
+	GatePinUnreadable   Reason = "pin-unreadable"
+	GateUnverified      Reason = "data-dir-unverified"
+	GateWouldBootstrap  Reason = "would-bootstrap"
+	GateHeldByAgent     Reason = "held-by-agent"
+	// GateLearnerStartFlags: a learner added by hand starts with the flags
+	// a person left in start-flags.json (the pod runtime's file).
+	GateLearnerStartFlags Reason = "learner-start-flags"
+	GateAwaitingAgent     Reason = "awaiting-agent"
+	GateIdentityMismatch  Reason = ReasonAmbiguousIdentity
 )
 
 // GateInput is what the start gate looked at, once.
@@ -51,6 +55,11 @@ type GateInput struct {
 	// (the peer URLs of --initial-cluster).
 	Bootstrap           bool
 	InitialClusterPeers []string
+	// StartFlagsInitialCluster is the --initial-cluster of a readable
+	// start-flags.json (state existing) in the member's state dir, "" when
+	// there is none; with bootstrap flags it is taken only for a learner
+	// that never started and that it names (GateLearnerStartFlags).
+	StartFlagsInitialCluster string
 	// HeldByAgent, when set, says why the agent holds the member stopped
 	// (the pod runtime's hold: its pod is re-created at once, so the gate
 	// keeps etcd down until the agent releases it).
@@ -163,6 +172,11 @@ func DecideGate(in GateInput) GateVerdict {
 		// new, etcd would run under the member ID the flags derive (the old,
 		// removed one) instead of the learner's.
 		local := mustMember(o, o.Local.ID)
+		if o.Local.Match == observation.MatchOK && local.IsLearner && neverStarted(local) && in.StartFlagsInitialCluster != "" &&
+			namesPeers(in.StartFlagsInitialCluster, local.PeerURLs) {
+			return pass(GateLearnerStartFlags, fmt.Sprintf("learner %x was added and has never started: it starts with start-flags.json's --initial-cluster-state=existing and --initial-cluster=%s",
+				local.ID, in.StartFlagsInitialCluster))
+		}
 		if in.Pin.Seen() || !sameCluster(o, in.InitialClusterPeers) || (o.Local.Match == observation.MatchOK && (!neverStarted(local) || local.IsLearner)) {
 			return hold(GateWouldBootstrap, fmt.Sprintf("data dir %s and etcd's flags would bootstrap a new cluster (--initial-cluster-state new) while a cluster exists: "+
 				"waiting for the agent to rejoin this member (it starts it with --initial-cluster-state=existing)", in.DataDirClass))
@@ -282,6 +296,22 @@ func sameCluster(o observation.Observation, peers []string) bool {
 	slices.Sort(listed)
 	want := slices.Sorted(slices.Values(peers))
 	return len(listed) > 0 && slices.Equal(slices.Compact(listed), slices.Compact(want))
+}
+
+// namesPeers: the --initial-cluster value lists every one of peers.
+func namesPeers(initialCluster string, peers []string) bool {
+	var listed []string
+	for _, kv := range strings.Split(initialCluster, ",") {
+		if _, u, ok := strings.Cut(strings.TrimSpace(kv), "="); ok {
+			listed = append(listed, u)
+		}
+	}
+	for _, p := range peers {
+		if !slices.Contains(listed, p) {
+			return false
+		}
+	}
+	return len(peers) > 0
 }
 
 func mustMember(o observation.Observation, id uint64) observation.Member {

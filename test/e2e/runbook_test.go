@@ -83,7 +83,8 @@ func (p *procedure) onNodeIn(t *testing.T, l *lab.Lab, node string, endpoints []
 		"/var/lib/etcd-agent/", n.StateDir+"/",
 		"/var/lib/etcd", n.DataDir,
 		"/root/", scratch+"/")
-	flags := []string{"--endpoints=" + strings.Join(endpoints, ","), "--dial-timeout=5s", "--command-timeout=15s"}
+	// EP=<url> E asks one member, as "Reaching etcd" defines E.
+	flags := []string{"--endpoints=${EP:-" + strings.Join(endpoints, ",") + "}", "--dial-timeout=5s", "--command-timeout=15s"}
 	if tls := l.Spec.EtcdTLS; tls != nil {
 		flags = append(flags, "--cacert="+tls.CAFile, "--cert="+tls.ClientCert, "--key="+tls.ClientKey)
 	}
