@@ -41,43 +41,62 @@ func Gate(ctx context.Context, c Config, timeout time.Duration, etcdArgv []strin
 	if c.Log == nil {
 		c.Log = zap.NewNop()
 	}
-	v, err := gateWait(ctx, c, timeout, etcdArgv)
+	v, sf, boot, err := gateWaitFlags(ctx, c, timeout, etcdArgv)
 	if err != nil {
 		return nil, nil, err
 	}
-	if v.Reason != plan.GatePrepared && v.Reason != plan.GateLearnerStartFlags {
+	return gateCommandLine(c, v, sf, boot, etcdArgv, os.Environ())
+}
+
+// gateCommandLine is what etcd runs after a pass: etcdArgv as judged, or
+// with the start file's flags judged.
+func gateCommandLine(c Config, v plan.GateVerdict, sf *memberruntime.StartFlags, boot bootstrapFlags, etcdArgv, environ []string) ([]string, []string, error) {
+	switch {
+	case v.Reason != plan.GatePrepared && v.Reason != plan.GateLearnerStartFlags:
 		// Only the learner the agent prepared, or one added by hand that
 		// the file names, starts with the rejoin flags; any other pass runs
 		// etcd exactly as judged.
-		return etcdArgv, os.Environ(), nil
+		return etcdArgv, environ, nil
+	case sf == nil && boot.bootstrap && len(etcdArgv) > 0:
+		// The learner's flags were judged there and are gone now: never
+		// run the bootstrap flags instead (a fresh cluster under old IDs).
+		return nil, nil, fmt.Errorf("start gate: %s, but %s is gone or unreadable and etcd's own flags bootstrap a new cluster: not started", v.Reason, memberruntime.StartFile)
+	case sf == nil:
+		return etcdArgv, environ, nil
 	}
-	return withStartFlags(c, etcdArgv, os.Environ())
+	return withStartFlags(c, etcdArgv, environ, *sf)
 }
 
-// withStartFlags sets the rejoin flags the pod runtime left in the state
-// dir on etcd's command line (with data in the data dir etcd ignores them).
-func withStartFlags(c Config, argv, environ []string) ([]string, []string, error) {
-	sf, ok, err := memberruntime.ReadStartFlags(c.StateDir)
-	if err != nil {
-		return nil, nil, fmt.Errorf("start gate: %w", err)
-	}
-	if !ok || len(argv) == 0 {
+// withStartFlags sets the rejoin flags judged (the pod runtime's, or a
+// person's, in the state dir's start file) on etcd's command line (with
+// data in the data dir etcd ignores them).
+func withStartFlags(c Config, argv, environ []string, sf memberruntime.StartFlags) ([]string, []string, error) {
+	if len(argv) == 0 {
 		return argv, environ, nil
 	}
-	argv, environ, err = manifest.SetArgvFlags(argv, environ, map[string]string{
+	argv, environ, err := manifest.SetArgvFlags(argv, environ, map[string]string{
 		"initial-cluster-state": sf.InitialClusterState, "initial-cluster": sf.InitialCluster})
 	if err != nil {
 		return nil, nil, fmt.Errorf("start gate: the rejoin flags: %w", err)
 	}
-	c.Log.Info("start gate: etcd starts with the agent's rejoin flags", zap.String("initialCluster", sf.InitialCluster),
+	c.Log.Info("start gate: etcd starts with the rejoin flags of the start file", zap.String("initialCluster", sf.InitialCluster),
 		zap.Time("writtenAt", sf.WrittenAt))
 	return argv, environ, nil
 }
 
+// gateWait is gateWaitFlags' verdict.
 func gateWait(ctx context.Context, c Config, timeout time.Duration, etcdArgv []string) (plan.GateVerdict, error) {
+	v, _, _, err := gateWaitFlags(ctx, c, timeout, etcdArgv)
+	return v, err
+}
+
+// gateWaitFlags waits until the gate passes; with the verdict it returns
+// the start file's flags read at that look (nil: none, or etcd runs
+// without a command line to set them on) and etcd's own bootstrap flags.
+func gateWaitFlags(ctx context.Context, c Config, timeout time.Duration, etcdArgv []string) (plan.GateVerdict, *memberruntime.StartFlags, bootstrapFlags, error) {
 	id, boot, err := gateIdentity(c, etcdArgv)
 	if err != nil {
-		return plan.GateVerdict{}, err
+		return plan.GateVerdict{}, nil, boot, err
 	}
 	if timeout > 0 {
 		var cancel context.CancelFunc
@@ -125,8 +144,11 @@ func gateWait(ctx context.Context, c Config, timeout time.Duration, etcdArgv []s
 				in.AdmissionError = admissionErr.Error()
 			}
 		}
-		if sf, ok, err := memberruntime.ReadStartFlags(c.StateDir); ok {
-			in.StartFlagsInitialCluster = sf.InitialCluster
+		// The start file counts only where the gate wraps etcd (an init
+		// container cannot set flags on the etcd container).
+		var judged *memberruntime.StartFlags
+		if sf, ok, err := memberruntime.ReadStartFlags(c.StateDir); ok && len(etcdArgv) > 0 {
+			judged, in.StartFlagsInitialCluster = &sf, sf.InitialCluster
 		} else if err != nil && (last.Reason == "" || time.Since(lastLogged) >= gateStillHoldingEvery) {
 			log.Warn("start gate: the start flags file cannot be used; etcd's own flags are judged", zap.Error(err))
 		}
@@ -139,12 +161,12 @@ func gateWait(ctx context.Context, c Config, timeout time.Duration, etcdArgv []s
 		r := localdisk.Classify(ctx, id.DataDir, localdisk.Expect{ClusterID: uint64(p.ClusterID), HighWater: highWaterOf(p)})
 		if ctx.Err() != nil {
 			// An interrupted check proves nothing: never open on it.
-			return plan.GateVerdict{}, fmt.Errorf("start gate: stopped while checking the data dir (still closed: %s: %s): %w", last.Reason, last.Detail, ctx.Err())
+			return plan.GateVerdict{}, nil, boot, fmt.Errorf("start gate: stopped while checking the data dir (still closed: %s: %s): %w", last.Reason, last.Detail, ctx.Err())
 		}
 		in.DataDirClass, in.DataDirDetail, in.DataDirMemberID, in.DataDirVerified = string(r.Class), r.Detail, r.MemberID, r.Verified
 		j, _, err := journal.Load(c.StateDir, id.Name)
 		if err != nil {
-			return plan.GateVerdict{}, err
+			return plan.GateVerdict{}, nil, boot, err
 		}
 		in.Journal = j
 		// A healthy data dir of this member needs no cluster to pass; the
@@ -155,7 +177,7 @@ func gateWait(ctx context.Context, c Config, timeout time.Duration, etcdArgv []s
 			// The answer depends on the cluster: ask it.
 			if wd == nil {
 				if wd, err = c.NewWatchdog(id, func() pin.Pin { return p }); err != nil {
-					return plan.GateVerdict{}, err
+					return plan.GateVerdict{}, nil, boot, err
 				}
 			}
 			in.Obs = wd.Observe(ctx, time.Now())
@@ -165,11 +187,11 @@ func gateWait(ctx context.Context, c Config, timeout time.Duration, etcdArgv []s
 			v = plan.DecideGate(in)
 		}
 		if v.Pass && ctx.Err() != nil {
-			return plan.GateVerdict{}, fmt.Errorf("start gate: stopped: %w", ctx.Err())
+			return plan.GateVerdict{}, nil, boot, fmt.Errorf("start gate: stopped: %w", ctx.Err())
 		}
 		if v.Pass {
 			log.Info("start gate open", zap.String("reason", string(v.Reason)), zap.String("detail", v.Detail), zap.String("pin", p.String()))
-			return v, nil
+			return v, judged, boot, nil
 		}
 		if v != last || time.Since(lastLogged) >= gateStillHoldingEvery {
 			log.Warn("start gate holds etcd back", zap.String("reason", string(v.Reason)), zap.String("detail", v.Detail),
@@ -178,7 +200,7 @@ func gateWait(ctx context.Context, c Config, timeout time.Duration, etcdArgv []s
 		}
 		select {
 		case <-ctx.Done():
-			return plan.GateVerdict{}, fmt.Errorf("start gate: still closed (%s: %s): %w", v.Reason, v.Detail, ctx.Err())
+			return plan.GateVerdict{}, nil, boot, fmt.Errorf("start gate: still closed (%s: %s): %w", v.Reason, v.Detail, ctx.Err())
 		case <-time.After(c.PollInterval):
 		}
 	}

@@ -316,7 +316,10 @@ func (k *manifestKeeper) recentRestores(now time.Time) (int, error) {
 			At     time.Time `json:"at"`
 			Result string    `json:"result"`
 		}
-		if json.Unmarshal(line, &e) != nil || e.At.IsZero() || now.Sub(e.At) >= plan.RestoreWindow {
+		if err := json.Unmarshal(line, &e); err != nil || e.At.IsZero() {
+			return 0, fmt.Errorf("the restore log has a line it cannot read (%.60q): %v", line, err)
+		}
+		if now.Sub(e.At) >= plan.RestoreWindow {
 			continue
 		}
 		if e.Result == restoreFailed {

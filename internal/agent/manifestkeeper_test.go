@@ -207,6 +207,17 @@ func TestARestoreThatCannotBeJournaledIsNotMade(t *testing.T) {
 	if kc.k.said != plan.ReasonRestoreLogUnusable {
 		t.Fatalf("the answer's reason is %q, want %q (the refusal must say why)", kc.k.said, plan.ReasonRestoreLogUnusable)
 	}
+	// A log that reads but has a line it cannot parse counts nothing
+	// either: refused the same.
+	if err := os.Remove(logPath); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(logPath, []byte("{\"at\":\"2026-\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if kc.poll(time.Second, false) || kc.k.said != plan.ReasonRestoreLogUnusable {
+		t.Fatalf("a garbled restore log: the answer's reason is %q, want %q and no restore", kc.k.said, plan.ReasonRestoreLogUnusable)
+	}
 	if _, err := os.Stat(kc.manifest); !os.IsNotExist(err) {
 		t.Fatalf("the manifest is back (%v) though the restore was not journaled", err)
 	}

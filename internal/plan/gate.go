@@ -172,8 +172,8 @@ func DecideGate(in GateInput) GateVerdict {
 		// new, etcd would run under the member ID the flags derive (the old,
 		// removed one) instead of the learner's.
 		local := mustMember(o, o.Local.ID)
-		if o.Local.Match == observation.MatchOK && local.IsLearner && neverStarted(local) && in.StartFlagsInitialCluster != "" &&
-			namesPeers(in.StartFlagsInitialCluster, local.PeerURLs) {
+		if o.Local.Match == observation.MatchOK && local.IsLearner && neverStarted(local) && !j.Active() && in.StartFlagsInitialCluster != "" &&
+			startFlagsFit(in.StartFlagsInitialCluster, o, local) {
 			return pass(GateLearnerStartFlags, fmt.Sprintf("learner %x was added and has never started: it starts with start-flags.json's --initial-cluster-state=existing and --initial-cluster=%s",
 				local.ID, in.StartFlagsInitialCluster))
 		}
@@ -298,20 +298,32 @@ func sameCluster(o observation.Observation, peers []string) bool {
 	return len(listed) > 0 && slices.Equal(slices.Compact(listed), slices.Compact(want))
 }
 
-// namesPeers: the --initial-cluster value lists every one of peers.
-func namesPeers(initialCluster string, peers []string) bool {
-	var listed []string
+// startFlagsFit: a --initial-cluster for the learner to join with is
+// exactly the cluster now (a stale one from an earlier start is not), and
+// lists the learner's peer URLs under its name and no other: etcd joining
+// an existing cluster takes the member ID listed under its --name, so a
+// mixed-up file would start it as another, live, member.
+func startFlagsFit(initialCluster string, o observation.Observation, learner observation.Member) bool {
+	byName := map[string][]string{}
+	var all []string
 	for _, kv := range strings.Split(initialCluster, ",") {
-		if _, u, ok := strings.Cut(strings.TrimSpace(kv), "="); ok {
-			listed = append(listed, u)
+		name, u, ok := strings.Cut(strings.TrimSpace(kv), "=")
+		if !ok || name == "" || u == "" {
+			return false
 		}
+		byName[name] = append(byName[name], u)
+		all = append(all, u)
 	}
-	for _, p := range peers {
-		if !slices.Contains(listed, p) {
+	mine := slices.Sorted(slices.Values(byName[o.Local.Name]))
+	if o.Local.Name == "" || !slices.Equal(mine, slices.Sorted(slices.Values(learner.PeerURLs))) {
+		return false
+	}
+	for name, urls := range byName {
+		if name != o.Local.Name && slices.ContainsFunc(urls, func(u string) bool { return slices.Contains(mine, u) }) {
 			return false
 		}
 	}
-	return len(peers) > 0
+	return sameCluster(o, all)
 }
 
 func mustMember(o observation.Observation, id uint64) observation.Member {

@@ -6,6 +6,8 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -14,20 +16,26 @@ import (
 	"github.com/etcd-agent/etcd-agent/internal/memberruntime"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 )
 
-// TestUC3ByHandForAStatefulSetMemberRunsAsWritten (issue 16): recovery.md's
-// UC3 by hand for a StatefulSet member, run as written in the management
-// lab with the agents at --auto-heal=false (the fallback when the agent is
-// the problem): the checks, a backup and the old PV kept (uc3-pod-prepare),
-// etcd held in the pod on the old node and on the target (uc3-pod-hold),
-// the member stopped, removed and its pod and claim moved to a free PV on
-// the target (uc3-pod-move), then added as a learner, started by the gate
-// with the printed flags and promoted (uc3-pod-start). Writes go on
-// throughout; the member serves on the target under a new ID, its claim
-// bound to the free PV, the old PV kept with its data, no write failed or
-// lost, HashKV equal (checked by the procedure and by the checker).
-func TestUC3ByHandForAStatefulSetMemberRunsAsWritten(t *testing.T) {
+// TestPodMemberProceduresByHandRunAsWritten (issue 16): the by-hand
+// procedures for StatefulSet members (management-nodes.md "By hand",
+// recovery.md "UC3 for a StatefulSet member, by hand"), run as written in
+// one management lab, one after the other, with the agents at
+// --auto-heal=false (the fallback when the agent is the problem) and
+// writes going on:
+//   - UC2: etcd-2's db corrupt and its etcd killed; it rejoins in place
+//     under a new ID, its old data kept inside its PV;
+//   - UC3: etcd-1 moved to a fourth node with a free PV, its claim bound
+//     there, its old PV kept (Retain) with its data;
+//   - UC1: etcd-0's node lost; its pod re-created on the node etcd-1 left
+//     (a free PV added there), a new ID.
+//
+// After each: every member a healthy voter, the pod Ready where the
+// procedure put it, no write failed or lost, HashKV equal (the procedures
+// check HashKV themselves too).
+func TestPodMemberProceduresByHandRunAsWritten(t *testing.T) {
 	ctx := context.Background()
 	l := newLab(t, lab.Options{Management: true, Nodes: 3, HostedClusters: 1, Agents: true})
 	kc, err := l.KubeClient()
@@ -35,9 +43,7 @@ func TestUC3ByHandForAStatefulSetMemberRunsAsWritten(t *testing.T) {
 		t.Fatal(err)
 	}
 	ns := l.Spec.Management.HostedClusters[0]
-	const pod = "etcd-1"
 	placement := checkHostedPlacement(t, l, kc, ns)
-	a := placement[pod]
 	n4, err := l.AddNode(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -52,74 +58,148 @@ func TestUC3ByHandForAStatefulSetMemberRunsAsWritten(t *testing.T) {
 	if err := l.RestartAgents(ctx, "--auto-heal=false"); err != nil {
 		t.Fatal(err)
 	}
-	// etcd-0 leads (the procedure says to hand leadership off first); the
-	// backup comes from etcd-2, a follower.
+	// etcd-0 leads for UC2 and UC3 (the procedures hand leadership off first).
 	moveHostedLeaderTo(t, l, ns, placement, "etcd-0")
 	endpoints := l.HostedClientURLs(ns)
-	oldID := hostedMemberID(t, l, ns, pod)
-	oldClaim, err := kc.CoreV1().PersistentVolumeClaims(ns).Get(ctx, lab.HostedDataPVC(pod), metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	checker := startHostedCheckers(t, l, []string{ns})[ns]
-
 	shell := t.TempDir() // the SRE's /root, where each part finds what the last left
-	values := []string{"NS=clusters-a", "NS=" + ns, "B=mgmt-4", "B=" + n4.Name, "PV_B=pv-b", "PV_B=" + free.Name}
-	run := func(name, node string, subst []string) {
+	byHand := func(name, node string, subst ...string) {
 		t.Helper()
 		p := loadProcedure(t, name)
 		p.onNodeIn(t, l, node, endpoints, shell)
+		if strings.Contains(p.steps[0].Script, "NS=clusters-a") {
+			subst = append([]string{"NS=clusters-a", "NS=" + ns}, subst...)
+		}
 		p.subst = subst
 		p.run(t, 5*time.Minute)
 	}
-	start := time.Now()
-	run("uc3-pod-prepare", a, append(slices.Clone(values), "SRC=http://10.0.1.10:2379", "SRC="+endpoints[2]))
-	run("uc3-pod-hold", a, values[:2])
-	run("uc3-pod-hold", n4.Name, values[:2])
-	run("uc3-pod-move", a, values)
-	run("uc3-pod-start", n4.Name, values[:2])
-	took := time.Since(start)
+	podIs := func(pod string) []string { return []string{"POD=etcd-1", "POD=" + pod} }
 
-	if err := hostedVotersHealthy(ctx, l, ns); err != nil {
-		t.Fatal(err)
-	}
-	eventually(t, time.Minute, "the pod Ready on "+n4.Name, func() error {
-		if p := mustPod(t, kc, ns, pod); p.Spec.NodeName != n4.Name || !lab.PodReady(p) {
+	t.Run("UC2 in place", func(t *testing.T) {
+		const pod = "etcd-2"
+		a := placement[pod]
+		oldID := hostedMemberID(t, l, ns, pod)
+		if err := l.CorruptPodDB(ctx, ns, pod); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := l.SignalPod(ctx, ns, pod, syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		checker := startHostedCheckers(t, l, []string{ns})[ns]
+		pvPath := podPVPath(t, kc, ns, pod)
+		byHand("pod-rejoin-prepare", a, podIs(pod)...)
+		byHand("pod-hold", a, podIs(pod)...)
+		byHand("pod-member-remove", a, podIs(pod)...)
+		byHand("pod-data-aside", a, podIs(pod)...)
+		byHand("pod-learner-start", a, podIs(pod)...)
+		newID := checkRejoinedByHand(t, l, kc, ns, pod, a, oldID, checker)
+		kept, _ := filepath.Glob(filepath.Join(pvPath, "data-manual-*", "member", "snap", "db"))
+		if len(kept) != 1 {
+			t.Fatalf("the old data kept inside the PV: %v, want one", kept)
+		}
+		t.Logf("UC2 by hand: %s/%s %s -> %s on %s, old data kept at %s", ns, pod, oldID, newID, a, filepath.Dir(filepath.Dir(filepath.Dir(kept[0]))))
+	})
+
+	t.Run("UC3 to a chosen node", func(t *testing.T) {
+		const pod = "etcd-1"
+		a := placement[pod]
+		oldID := hostedMemberID(t, l, ns, pod)
+		oldClaim, err := kc.CoreV1().PersistentVolumeClaims(ns).Get(ctx, lab.HostedDataPVC(pod), metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		checker := startHostedCheckers(t, l, []string{ns})[ns]
+		target := []string{"B=mgmt-4", "B=" + n4.Name, "PV_B=pv-b", "PV_B=" + free.Name}
+		byHand("uc3-pod-prepare", a, append(slices.Clone(target), "SRC=http://10.0.1.10:2379", "SRC="+endpoints[2])...)
+		byHand("pod-hold", a)
+		byHand("pod-hold", n4.Name)
+		byHand("pod-member-remove", a)
+		byHand("uc3-pod-reschedule", a, target...)
+		byHand("pod-learner-start", n4.Name)
+		newID := checkRejoinedByHand(t, l, kc, ns, pod, n4.Name, oldID, checker)
+		claim, err := kc.CoreV1().PersistentVolumeClaims(ns).Get(ctx, lab.HostedDataPVC(pod), metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if claim.UID == oldClaim.UID || claim.Spec.VolumeName != free.Name {
+			t.Fatalf("claim %s (uid %s, was %s) bound to %q, want %s", claim.Name, claim.UID, oldClaim.UID, claim.Spec.VolumeName, free.Name)
+		}
+		pv, err := kc.CoreV1().PersistentVolumes().Get(ctx, oldClaim.Spec.VolumeName, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if pv.Spec.PersistentVolumeReclaimPolicy != corev1.PersistentVolumeReclaimRetain {
+			t.Fatalf("old PV %s: reclaim policy %s", pv.Name, pv.Spec.PersistentVolumeReclaimPolicy)
+		}
+		if _, err := os.Stat(filepath.Join(pv.Spec.Local.Path, "data", "member", "snap", "db")); err != nil {
+			t.Fatalf("the old member's data on %s: %v", pv.Name, err)
+		}
+		// The hold stays on the old node (its PV has the old member's data).
+		if _, err := os.Stat(filepath.Join(lab.HostedMemberStateDir(*mustNode(t, l, a), ns, pod), memberruntime.HoldFile)); err != nil {
+			t.Fatalf("the hold on %s: %v", a, err)
+		}
+		if _, err := os.Stat(filepath.Join(shell, pod+"-backup.db")); err != nil {
+			t.Fatalf("the backup: %v", err)
+		}
+		t.Logf("UC3 by hand: %s/%s %s -> %s, %s on %s", ns, pod, oldID, newID, a, n4.Name)
+	})
+
+	t.Run("UC1 node lost", func(t *testing.T) {
+		const pod = "etcd-0"
+		lost, to := placement[pod], placement["etcd-1"] // etcd-1 left its node in UC3
+		if _, err := l.AddPV(ctx, to); err != nil {
+			t.Fatal(err)
+		}
+		oldID := hostedMemberID(t, l, ns, pod)
+		// etcd-2 leads when etcd-0's node goes: a lost leader's election
+		// fails writes, which is not what this procedure is about.
+		moveHostedLeaderTo(t, l, ns, placement, "etcd-2")
+		if err := l.LoseNode(lost, false); err != nil {
+			t.Fatal(err)
+		}
+		checker := startHostedCheckers(t, l, []string{ns})[ns]
+		byHand("pod-node-lost", to, "LOST=mgmt-1", "LOST="+lost)
+		byHand("pod-learner-start", to, podIs(pod)...)
+		newID := checkRejoinedByHand(t, l, kc, ns, pod, to, oldID, checker)
+		t.Logf("UC1 by hand: %s/%s %s -> %s, %s lost, now on %s", ns, pod, oldID, newID, lost, to)
+	})
+}
+
+// checkRejoinedByHand checks a member a procedure rejoined: every member a
+// healthy voter, pod Ready on node under a new ID, the checker's writes
+// none failed or lost, HashKV equal.
+func checkRejoinedByHand(t *testing.T, l *lab.Lab, kc kubernetes.Interface, ns, pod, node, oldID string, checker *invariant.Checker) string {
+	t.Helper()
+	ctx := context.Background()
+	eventually(t, time.Minute, "every member a healthy voter", func() error { return hostedVotersHealthy(ctx, l, ns) })
+	eventually(t, time.Minute, "the pod Ready on "+node, func() error {
+		if p := mustPod(t, kc, ns, pod); p.Spec.NodeName != node || !lab.PodReady(p) {
 			return fmt.Errorf("pod on %q ready %v", p.Spec.NodeName, lab.PodReady(p))
 		}
 		return nil
 	})
 	newID := hostedMemberID(t, l, ns, pod)
 	if newID == "" || newID == oldID {
-		t.Fatalf("member %q after the move (was %s)", newID, oldID)
-	}
-	claim, err := kc.CoreV1().PersistentVolumeClaims(ns).Get(ctx, lab.HostedDataPVC(pod), metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if claim.UID == oldClaim.UID || claim.Spec.VolumeName != free.Name {
-		t.Fatalf("claim %s (uid %s, was %s) bound to %q, want %s", claim.Name, claim.UID, oldClaim.UID, claim.Spec.VolumeName, free.Name)
-	}
-	pv, err := kc.CoreV1().PersistentVolumes().Get(ctx, oldClaim.Spec.VolumeName, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if pv.Spec.PersistentVolumeReclaimPolicy != corev1.PersistentVolumeReclaimRetain {
-		t.Fatalf("old PV %s: reclaim policy %s", pv.Name, pv.Spec.PersistentVolumeReclaimPolicy)
-	}
-	if _, err := os.Stat(filepath.Join(pv.Spec.Local.Path, "data", "member", "snap", "db")); err != nil {
-		t.Fatalf("the old member's data on %s: %v", pv.Name, err)
-	}
-	// The hold stays on the old node (its PV has the old member's data).
-	if _, err := os.Stat(filepath.Join(lab.HostedMemberStateDir(*mustNode(t, l, a), ns, pod), memberruntime.HoldFile)); err != nil {
-		t.Fatalf("the hold on %s: %v", a, err)
-	}
-	if _, err := os.Stat(filepath.Join(shell, pod+"-backup.db")); err != nil {
-		t.Fatalf("the backup: %v", err)
+		t.Fatalf("member %q after the procedure (was %s)", newID, oldID)
 	}
 	r, err := checker.Finish(ctx, invariant.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("%s/%s moved by hand %s -> %s in %s (member %s -> %s); %s", ns, pod, a, n4.Name, took.Round(100*time.Millisecond), oldID, newID, r)
+	t.Logf("%s/%s: %s", ns, pod, r)
+	return newID
+}
+
+// podPVPath is the node path of the PV a pod's data claim is bound to.
+func podPVPath(t *testing.T, kc kubernetes.Interface, ns, pod string) string {
+	t.Helper()
+	ctx := context.Background()
+	claim, err := kc.CoreV1().PersistentVolumeClaims(ns).Get(ctx, lab.HostedDataPVC(pod), metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pv, err := kc.CoreV1().PersistentVolumes().Get(ctx, claim.Spec.VolumeName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pv.Spec.Local.Path
 }

@@ -19,7 +19,7 @@ import (
 
 // The docs whose marked shell blocks (```sh runbook=<procedure>) are
 // manual procedures the tests run as written.
-var runbookDocs = []string{"docs/recovery.md", "docs/runbooks/README.md", "docs/runbooks/Etcd*.md"}
+var runbookDocs = []string{"docs/recovery.md", "docs/management-nodes.md", "docs/runbooks/README.md", "docs/runbooks/Etcd*.md"}
 
 // procedure is one marked procedure made runnable on a lab node: the
 // doc's example values and node paths replaced by the lab's.
@@ -279,16 +279,19 @@ func TestEveryMarkedProcedureIsRunByATest(t *testing.T) {
 		t.Fatal(err)
 	}
 	loaded := map[string]bool{}
-	call := regexp.MustCompile(`loadProcedure\(t, "([a-z0-9-]+)"\)|alert: +"(Etcd[A-Za-z]+)"`)
+	call := regexp.MustCompile(`loadProcedure\(t, "([a-z0-9-]+)"\)|alert: +"(Etcd[A-Za-z]+)"|byHand\("([a-z0-9-]+)"`)
 	for _, f := range srcs {
 		b, err := os.ReadFile(f)
 		if err != nil {
 			t.Fatal(err)
 		}
 		for _, m := range call.FindAllSubmatch(b, -1) {
-			if len(m[2]) > 0 {
+			switch {
+			case len(m[2]) > 0:
 				loaded["check-"+string(m[2])] = true // an alertCheck's
-			} else {
+			case len(m[3]) > 0:
+				loaded[string(m[3])] = true // a pod procedure's part
+			default:
 				loaded[string(m[1])] = true
 			}
 		}
