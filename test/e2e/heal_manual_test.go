@@ -30,10 +30,13 @@ func TestManualRecover(t *testing.T) {
 	kc := h.kc
 	p2 := peerOf(t, l, "node2")
 
-	// (a) rejoin a healthy member.
+	// (a) rejoin a healthy member, as the runbooks ask it (a plan first).
 	before := idsByPeer(mustMembers(t, l))
 	h.fault()
-	annotate(t, kc, "node2", map[string]any{nodereport.AnnotationRecover: "rejoin"})
+	ask := loadProcedure(t, "ask-agent")
+	ask.onNode(t, l, "node2", l.Spec.ClientURLs())
+	ask.subst = []string{"NODE=cp-2", "NODE=node2"}
+	ask.run(t, 3*time.Minute)
 	lr, raw := waitLastRecovery(t, kc, "node2", "", 90*time.Second)
 	if lr.Result != nodereport.ResultSucceeded || lr.Request != "rejoin" || lr.RejoinMode != "seed" || lr.SeedFallback != "" {
 		t.Fatalf("(a) last-recovery %s: want a succeeded rejoin, seeded (the default rejoin mode)", raw)

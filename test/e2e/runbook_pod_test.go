@@ -26,7 +26,8 @@ import (
 // --auto-heal=false (the fallback when the agent is the problem) and
 // writes going on:
 //   - UC2: etcd-2's db corrupt and its etcd killed; it rejoins in place
-//     under a new ID, its old data kept inside its PV;
+//     under a new ID, its old data kept inside its PV (first without the
+//     removal step: the learner's add is refused, nothing changes);
 //   - UC3: etcd-1 moved to a fourth node with a free PV, its claim bound
 //     there, its old PV kept (Retain) with its data;
 //   - UC1: etcd-0's node lost; its pod re-created on the node etcd-1 left
@@ -88,8 +89,25 @@ func TestPodMemberProceduresByHandRunAsWritten(t *testing.T) {
 		pvPath := podPVPath(t, kc, ns, pod)
 		byHand("pod-rejoin-prepare", a, podIs(pod)...)
 		byHand("pod-hold", a, podIs(pod)...)
-		byHand("pod-member-remove", a, podIs(pod)...)
+		// A step left out fails the procedure: without the removal, etcd
+		// refuses the learner's add (the member it would replace is still
+		// a voter, and down: "unhealthy cluster"; or its peer URL is a
+		// member's) and nothing is started.
+		skip := loadProcedure(t, "pod-member-remove")
+		skip.onNodeIn(t, l, a, endpoints, shell)
+		skip.subst = append([]string{"NS=clusters-a", "NS=" + ns}, podIs(pod)...)
+		skip.without(t, "E member remove").run(t, 3*time.Minute)
 		byHand("pod-data-aside", a, podIs(pod)...)
+		start := loadProcedure(t, "pod-learner-start")
+		start.onNodeIn(t, l, a, endpoints, shell)
+		start.subst = append([]string{"NS=clusters-a", "NS=" + ns}, podIs(pod)...)
+		if out, err := start.exec(t, 3*time.Minute); err == nil || !strings.Contains(string(out), "Error: etcdserver: ") {
+			t.Fatalf("pod-learner-start after a procedure without its removal: %v, want the add refused:\n%s", err, out)
+		}
+		if got := hostedMemberID(t, l, ns, pod); got != oldID {
+			t.Fatalf("the refused procedure changed the member: %s -> %q", oldID, got)
+		}
+		byHand("pod-member-remove", a, podIs(pod)...)
 		byHand("pod-learner-start", a, podIs(pod)...)
 		newID := checkRejoinedByHand(t, l, kc, ns, pod, a, oldID, checker)
 		kept, _ := filepath.Glob(filepath.Join(pvPath, "data-manual-*", "member", "snap", "db"))
