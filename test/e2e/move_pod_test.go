@@ -51,17 +51,7 @@ func testMoveStatefulSetMember(t *testing.T, store string, e etcdUnderTest) {
 	}
 	placement := checkHostedPlacement(t, l, kc, ns)
 	source := placement[pod]
-	n4, err := l.AddNode(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	free, err := l.AddPV(ctx, n4.Name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := l.WaitNodesReady(ctx, 90*time.Second); err != nil {
-		t.Fatal(err)
-	}
+	n4, free := addNodeWithFreePV(t, l)
 	checker := startHostedCheckers(t, l, []string{ns})[ns]
 	oldID := hostedMemberID(t, l, ns, pod)
 	oldPod := mustPod(t, kc, ns, pod)

@@ -45,17 +45,7 @@ func TestPodMemberProceduresByHandRunAsWritten(t *testing.T) {
 	}
 	ns := l.Spec.Management.HostedClusters[0]
 	placement := checkHostedPlacement(t, l, kc, ns)
-	n4, err := l.AddNode(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	free, err := l.AddPV(ctx, n4.Name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := l.WaitNodesReady(ctx, 90*time.Second); err != nil {
-		t.Fatal(err)
-	}
+	n4, free := addNodeWithFreePV(t, l)
 	if err := l.RestartAgents(ctx, "--auto-heal=false"); err != nil {
 		t.Fatal(err)
 	}
@@ -220,4 +210,23 @@ func podPVPath(t *testing.T, kc kubernetes.Interface, ns, pod string) string {
 		t.Fatal(err)
 	}
 	return pv.Spec.Local.Path
+}
+
+// addNodeWithFreePV adds a Ready node to the management lab with one free
+// PV on it (a target for a member's move).
+func addNodeWithFreePV(t *testing.T, l *lab.Lab) (*lab.Node, *corev1.PersistentVolume) {
+	t.Helper()
+	ctx := context.Background()
+	n, err := l.AddNode(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pv, err := l.AddPV(ctx, n.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.WaitNodesReady(ctx, 90*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	return n, pv
 }
