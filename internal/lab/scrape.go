@@ -122,21 +122,66 @@ func (l *Lab) sumOverRunningMembers(ctx context.Context, of func(Metrics) float6
 	return sum, nil
 }
 
+// perRunningMember is of for each running member's process, keyed by
+// node and PID: a restarted etcd is a new key whose counters start at 0.
+func (l *Lab) perRunningMember(ctx context.Context, of func(Metrics) float64) (map[string]float64, error) {
+	out := map[string]float64{}
+	for _, n := range l.Spec.Nodes {
+		if n.ClientURL == "" || n.Lost {
+			continue
+		}
+		pid, err := l.EtcdPID(n.Name)
+		if err != nil {
+			continue // not running
+		}
+		m, err := l.scrapeEtcd(ctx, n)
+		if err != nil {
+			return nil, fmt.Errorf("scrape etcd of %s at %s: %w", n.Name, n.ClientURL, err)
+		}
+		out[fmt.Sprintf("%s/%d", n.Name, pid)] = of(m)
+	}
+	return out, nil
+}
+
+// CounterGrowth is how much counters read per process (perRunningMember)
+// grew between two reads: a process seen only after counts from 0, one
+// gone by then counts nothing more (what it added before it ended is not
+// known), so the growth is never negative.
+func CounterGrowth(before, after map[string]float64) float64 {
+	var sum float64
+	for k, v := range after {
+		if b, ok := before[k]; ok && v >= b {
+			sum += v - b
+		} else {
+			sum += v
+		}
+	}
+	return sum
+}
+
+// SnapshotsSentByProcess is SnapshotsSent per running etcd process, for
+// CounterGrowth.
+func (l *Lab) SnapshotsSentByProcess(ctx context.Context) (map[string]float64, error) {
+	return l.perRunningMember(ctx, snapshotsSent)
+}
+
+func snapshotsSent(m Metrics) float64 {
+	var sum float64
+	if fam, ok := m["etcd_network_snapshot_send_success"]; ok {
+		for _, s := range fam.Metric {
+			if s.Counter != nil {
+				sum += s.Counter.GetValue()
+			}
+		}
+	}
+	return sum
+}
+
 // SnapshotsSent sums etcd_network_snapshot_send_success over the running
 // members: the raft snapshots sent so far (a leader sends one to a learner
 // that is too far behind; seed mode's point is that it need not).
 func (l *Lab) SnapshotsSent(ctx context.Context) (float64, error) {
-	return l.sumOverRunningMembers(ctx, func(m Metrics) float64 {
-		var sum float64
-		if fam, ok := m["etcd_network_snapshot_send_success"]; ok {
-			for _, s := range fam.Metric {
-				if s.Counter != nil {
-					sum += s.Counter.GetValue()
-				}
-			}
-		}
-		return sum
-	})
+	return l.sumOverRunningMembers(ctx, snapshotsSent)
 }
 
 // BytesSentTo sums etcd_network_peer_sent_bytes_total{To=<id>} over the

@@ -109,7 +109,7 @@ func moveOne(ctx context.Context, lo lab.Options, size int64, runs int, mode str
 	defer w.Stop()
 	from := "node2"
 	for r := 1; r <= runs; r++ {
-		snapsBefore, err := l.SnapshotsSent(ctx) // before the new member is in the lab's spec (it serves only once moved)
+		snapsBefore, err := l.SnapshotsSentByProcess(ctx) // before the new member is in the lab's spec (it serves only once moved)
 		if err != nil {
 			return m, dbBytes, err
 		}
@@ -151,12 +151,12 @@ func moveOne(ctx context.Context, lo lab.Options, size int64, runs int, mode str
 		}
 		streamed, _ := am.Value("etcd_agent_snapshot_bytes_total", map[string]string{"member": n.Name})
 		m.Streamed = append(m.Streamed, streamed)
-		snapsAfter, err := l.SnapshotsSent(ctx)
+		snapsAfter, err := l.SnapshotsSentByProcess(ctx)
 		if err != nil {
 			return m, dbBytes, err
 		}
-		// The moved member's counter left with it; never below zero.
-		m.LeaderSnap += max(0, snapsAfter-snapsBefore)
+		// Per process: the moved member's counter left with it.
+		m.LeaderSnap += lab.CounterGrowth(snapsBefore, snapsAfter)
 		m.lat = append(m.lat, end.APILatencies[len(mid.APILatencies):]...)
 		m.Attempted += end.APIAttempted - mid.APIAttempted
 		m.APIFailed += end.APIFailed - mid.APIFailed
