@@ -36,11 +36,12 @@ type Row struct {
 
 // Heals are the agent's heals of one rejoin mode.
 type Heals struct {
-	Agent        []time.Duration // fault -> promoted (no grace applies: data dir gone, member down)
-	AgentTotal   []time.Duration // fault -> verified and Lease released
-	Snapshot     []time.Duration // the pre-change backup stream
-	LeaderSnaps  float64         // raft snapshots the members sent during the heals (etcd_network_snapshot_send_success)
-	ToLearner    []float64       // bytes the members sent to the new learner (etcd_network_peer_sent_bytes_total{To=learner})
+	Agent        []time.Duration            // fault -> promoted (no grace applies: data dir gone, member down)
+	AgentTotal   []time.Duration            // fault -> verified and Lease released
+	Snapshot     []time.Duration            // the pre-change backup stream
+	LeaderSnaps  float64                    // raft snapshots the members sent during the heals (etcd_network_snapshot_send_success)
+	ToLearner    []float64                  // bytes the members sent to the new learner (etcd_network_peer_sent_bytes_total{To=learner})
+	Steps        map[string][]time.Duration // per step of stepNames, one duration per run that passed it
 	lat          []time.Duration
 	APIFailed    int
 	APIAttempted int
@@ -82,6 +83,8 @@ func Run(ctx context.Context, o Options) ([]Row, error) {
 		rows = append(rows, row)
 	}
 	Print(o.Out, rows)
+	fmt.Fprintln(o.Out)
+	PrintPhases(o.Out, rows)
 	return rows, nil
 }
 
@@ -298,6 +301,12 @@ func agentHeal(ctx context.Context, l *lab.Lab, node string, row *Heals) error {
 	row.Agent = append(row.Agent, rec.PhaseTimes[journal.PhasePromoted].Sub(t0))
 	row.AgentTotal = append(row.AgentTotal, rec.FinishedAt.Sub(t0))
 	row.Snapshot = append(row.Snapshot, rec.PhaseTimes[journal.PhaseSnapshotted].Sub(rec.PhaseTimes[journal.PhaseStopped]))
+	if row.Steps == nil {
+		row.Steps = map[string][]time.Duration{}
+	}
+	for s, d := range phaseSteps(rec, t0) {
+		row.Steps[s] = append(row.Steps[s], d)
+	}
 	sent, err := l.BytesSentTo(ctx, uint64(rec.NewMemberID))
 	if err != nil {
 		return err

@@ -4,6 +4,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/etcd-agent/etcd-agent/internal/journal"
 )
 
 // The ratio is over the fastest bare rejoin (etcd's floor, without its own
@@ -39,5 +41,32 @@ func TestMedianF(t *testing.T) {
 		if got := medianF(c.in); got != c.want {
 			t.Errorf("medianF(%v) = %v, want %v", c.in, got, c.want)
 		}
+	}
+}
+
+// A heal's journal splits into the steps the table prints: detect from the
+// fault, each phase since the one before; a phase not passed is absent.
+func TestPhaseStepsSplitAHealsJournal(t *testing.T) {
+	fault := time.Unix(1000, 0)
+	at := func(ms int) time.Time { return fault.Add(time.Duration(ms) * time.Millisecond) }
+	rec := journal.Record{PhaseTimes: map[journal.Phase]time.Time{
+		journal.PhaseStarted: at(3000), journal.PhaseStopped: at(3500), journal.PhaseSnapshotted: at(4000),
+		journal.PhaseLearnerAdded: at(4100), journal.PhasePromoted: at(6000), journal.PhaseDone: at(6400)}}
+	got := phaseSteps(rec, fault)
+	want := map[string]time.Duration{"detect": 3 * time.Second, "stopped": 500 * time.Millisecond, "snapshotted": 500 * time.Millisecond,
+		"learner-added": 100 * time.Millisecond, "promoted": 1900 * time.Millisecond, "done": 400 * time.Millisecond}
+	if len(got) != len(want) {
+		t.Fatalf("steps %v, want %v", got, want)
+	}
+	for k, v := range want {
+		if got[k] != v {
+			t.Errorf("%s: %s, want %s", k, got[k], v)
+		}
+	}
+	var b strings.Builder
+	PrintPhases(&b, []Row{{DBBytes: 100 << 20, Modes: []string{"seed"}, Heals: map[string]*Heals{"seed": {Steps: map[string][]time.Duration{
+		"detect": {3 * time.Second, time.Second, 2 * time.Second}, "promoted": {1900 * time.Millisecond}}}}}})
+	if out := b.String(); !strings.Contains(out, "100 MiB  seed") || !strings.Contains(out, " 2s ") || !strings.Contains(out, "1.9s") {
+		t.Fatalf("phase table:\n%s", out)
 	}
 }
