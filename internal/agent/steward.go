@@ -195,7 +195,7 @@ func (s *steward) steward(ctx context.Context, r memberstate.Result, p *corev1.P
 }
 
 func (s *steward) cfg() plan.StewardConfig {
-	return plan.StewardConfig{NodeLostGrace: s.c.NodeLostGrace, MemberGrace: s.c.GracePeriod}
+	return plan.StewardConfig{NodeLostGrace: s.c.NodeLostGrace, MemberGrace: s.c.GracePeriod, AutoHealOff: !s.c.AutoHeal, DryRun: s.c.DryRun}
 }
 
 // acting reports whether d is a step; a refusal is said once per change.

@@ -48,6 +48,10 @@ type StewardConfig struct {
 	// MemberGrace: how long the member must have been silent (rule 6:
 	// one bad look never triggers anything).
 	MemberGrace time.Duration
+	// AutoHealOff (--auto-heal=false: a person is at work, as the manual
+	// procedures assume) and DryRun: the steward says what it would do
+	// and does none of it.
+	AutoHealOff, DryRun bool
 }
 
 // StewardInput is what the steward looked at for one member of its
@@ -96,6 +100,20 @@ type StewardInput struct {
 // DecideSteward says which step frees the target member's place now, or
 // why none may be taken (Refuse), or that nothing is left (Nothing).
 func DecideSteward(in StewardInput, cfg StewardConfig) Decision {
+	d := decideSteward(in, cfg)
+	if d.Action == Refuse || d.Action == Nothing {
+		return d
+	}
+	switch {
+	case cfg.AutoHealOff:
+		return refuse(ReasonAutoHealDisabled, fmt.Sprintf("automatic actions are off (--auto-heal=false): would %s: %s", d.Action, d.Detail))
+	case cfg.DryRun:
+		return refuse(ReasonDryRun, fmt.Sprintf("would %s: %s", d.Action, d.Detail))
+	}
+	return d
+}
+
+func decideSteward(in StewardInput, cfg StewardConfig) Decision {
 	o := in.Obs
 	n := o.Voters()
 	if !in.PodExists || in.PodNode == "" {

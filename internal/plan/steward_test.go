@@ -2,6 +2,7 @@ package plan
 
 import (
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -145,5 +146,34 @@ func TestStewardRemovalKeepsAQuorumOfTheSmallerCluster(t *testing.T) {
 	in.Obs = o2 // 5 voters, 3 serve (a not healthy): 2 healthy of 4 left, quorum 3
 	if d := DecideSteward(in, StewardConfig{NodeLostGrace: time.Minute}); d.Reason != ReasonWouldLoseQuorum {
 		t.Fatalf("2 healthy of 4 left: got %s/%s %s", d.Action, d.Reason, d.Detail)
+	}
+}
+
+// --auto-heal=false (a person is at work, as the manual procedures
+// assume) and --dry-run: the steward says what it would do and does none
+// of it, at every step.
+func TestStewardNeverActsWithAutoHealOffOrInADryRun(t *testing.T) {
+	voter := func(id uint64, name string, serving bool) observation.Member {
+		return observation.Member{ID: id, Name: name, PeerURLs: []string{"http://" + name + ":2380"}, ClientURLs: []string{"http://" + name + ":2379"}, Serving: serving}
+	}
+	o := observation.Observation{ClusterID: 0xc1, LeaderID: 1, Members: []observation.Member{voter(1, "etcd-0", true), voter(2, "etcd-1", true), voter(3, "etcd-2", false)},
+		Local: observation.Local{Match: observation.MatchOK, ID: 1, DataDirClass: "ok"}}
+	removed := o
+	removed.Members = o.Members[:2]
+	in := StewardInput{Obs: o, Local: memberstate.Verdict{State: memberstate.Healthy}, TargetName: "etcd-2", TargetPeerURLs: []string{"http://etcd-2:2380"},
+		PodExists: true, PodNode: "node3", NodeExists: true, NodeLeaseStaleFor: time.Hour, TargetSilentFor: time.Hour, PVCBoundToNode: true, PVExists: true, ClusterID: 0xc1}
+	afterRemoval := in
+	afterRemoval.Obs, afterRemoval.RemovedMark = removed, "c1/3"
+	for _, step := range []StewardInput{in, afterRemoval} {
+		for _, tc := range []struct {
+			cfg  StewardConfig
+			want Reason
+		}{{StewardConfig{NodeLostGrace: time.Minute, MemberGrace: time.Second, AutoHealOff: true}, ReasonAutoHealDisabled},
+			{StewardConfig{NodeLostGrace: time.Minute, MemberGrace: time.Second, DryRun: true}, ReasonDryRun}} {
+			d := DecideSteward(step, tc.cfg)
+			if d.Action != Refuse || d.Reason != tc.want || !strings.Contains(d.Detail, "would") {
+				t.Errorf("%+v: got %s/%s (%s), want a refusal %s saying what it would do", tc.cfg, d.Action, d.Reason, d.Detail, tc.want)
+			}
+		}
 	}
 }

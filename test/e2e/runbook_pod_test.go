@@ -90,7 +90,7 @@ func TestPodMemberProceduresByHandRunAsWritten(t *testing.T) {
 		byHand("pod-data-aside", a, podIs(pod)...)
 		start := loadProcedure(t, "pod-learner-start")
 		start.onNodeIn(t, l, a, endpoints, shell)
-		start.subst = append([]string{"NS=clusters-a", "NS=" + ns}, podIs(pod)...)
+		start.subst = append([]string{"NS=clusters-a", "NS=" + ns, "HERE=mgmt-4", "HERE=" + a}, podIs(pod)...)
 		if out, err := start.exec(t, 3*time.Minute); err == nil || !strings.Contains(string(out), "Error: etcdserver: ") {
 			t.Fatalf("pod-learner-start after a procedure without its removal: %v, want the add refused:\n%s", err, out)
 		}
@@ -98,7 +98,7 @@ func TestPodMemberProceduresByHandRunAsWritten(t *testing.T) {
 			t.Fatalf("the refused procedure changed the member: %s -> %q", oldID, got)
 		}
 		byHand("pod-member-remove", a, podIs(pod)...)
-		byHand("pod-learner-start", a, podIs(pod)...)
+		byHand("pod-learner-start", a, append(podIs(pod), "HERE=mgmt-4", "HERE="+a)...)
 		newID := checkRejoinedByHand(t, l, kc, ns, pod, a, oldID, checker)
 		kept, _ := filepath.Glob(filepath.Join(pvPath, "data-manual-*", "member", "snap", "db"))
 		if len(kept) != 1 {
@@ -117,12 +117,13 @@ func TestPodMemberProceduresByHandRunAsWritten(t *testing.T) {
 		}
 		checker := startHostedCheckers(t, l, []string{ns})[ns]
 		target := []string{"B=mgmt-4", "B=" + n4.Name, "PV_B=pv-b", "PV_B=" + free.Name}
-		byHand("uc3-pod-prepare", a, append(slices.Clone(target), "SRC=http://10.0.1.10:2379", "SRC="+endpoints[2])...)
+		selector := []string{"SEL=app=etcd", "SEL=app=" + lab.HostedEtcdName}
+		byHand("uc3-pod-prepare", a, append(append(slices.Clone(target), selector...), "SRC=http://10.0.1.10:2379", "SRC="+endpoints[2])...)
 		byHand("pod-hold", a)
 		byHand("pod-hold", n4.Name)
 		byHand("pod-member-remove", a)
 		byHand("uc3-pod-reschedule", a, target...)
-		byHand("pod-learner-start", n4.Name)
+		byHand("pod-learner-start", n4.Name, "HERE=mgmt-4", "HERE="+n4.Name)
 		newID := checkRejoinedByHand(t, l, kc, ns, pod, n4.Name, oldID, checker)
 		claim, err := kc.CoreV1().PersistentVolumeClaims(ns).Get(ctx, lab.HostedDataPVC(pod), metav1.GetOptions{})
 		if err != nil {
@@ -166,7 +167,7 @@ func TestPodMemberProceduresByHandRunAsWritten(t *testing.T) {
 		}
 		checker := startHostedCheckers(t, l, []string{ns})[ns]
 		byHand("pod-node-lost", to, "LOST=mgmt-1", "LOST="+lost)
-		byHand("pod-learner-start", to, podIs(pod)...)
+		byHand("pod-learner-start", to, append(podIs(pod), "HERE=mgmt-4", "HERE="+to)...)
 		newID := checkRejoinedByHand(t, l, kc, ns, pod, to, oldID, checker)
 		t.Logf("UC1 by hand: %s/%s %s -> %s, %s lost, now on %s", ns, pod, oldID, newID, lost, to)
 	})
