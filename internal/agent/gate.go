@@ -144,19 +144,22 @@ func gateWaitFlags(ctx context.Context, c Config, timeout time.Duration, etcdArg
 				in.AdmissionError = admissionErr.Error()
 			}
 		}
-		// The start file counts only where the gate wraps etcd (an init
-		// container cannot set flags on the etcd container).
-		var judged *memberruntime.StartFlags
-		if sf, ok, err := memberruntime.ReadStartFlags(c.StateDir); ok && len(etcdArgv) > 0 {
-			judged, in.StartFlagsInitialCluster = &sf, sf.InitialCluster
-		} else if err != nil && (last.Reason == "" || time.Since(lastLogged) >= gateStillHoldingEvery) {
-			log.Warn("start gate: the start flags file cannot be used; etcd's own flags are judged", zap.Error(err))
-		}
 		if h, held, err := memberruntime.ReadHold(c.StateDir); held {
 			in.HeldByAgent = fmt.Sprintf("%s since %s", h.Reason, h.Since.Format(time.RFC3339))
 			if err != nil {
 				in.HeldByAgent = "its hold file cannot be read: " + err.Error()
 			}
+		}
+		// The start file after the hold: the pod runtime writes it before
+		// it removes the hold, so a look that finds no hold finds the file
+		// (read first, a file written between the two reads was missed and
+		// the learner's start failed). It counts only where the gate wraps
+		// etcd (an init container cannot set flags on the etcd container).
+		var judged *memberruntime.StartFlags
+		if sf, ok, err := memberruntime.ReadStartFlags(c.StateDir); ok && len(etcdArgv) > 0 {
+			judged, in.StartFlagsInitialCluster = &sf, sf.InitialCluster
+		} else if err != nil && (last.Reason == "" || time.Since(lastLogged) >= gateStillHoldingEvery) {
+			log.Warn("start gate: the start flags file cannot be used; etcd's own flags are judged", zap.Error(err))
 		}
 		r := localdisk.Classify(ctx, id.DataDir, localdisk.Expect{ClusterID: uint64(p.ClusterID), HighWater: highWaterOf(p)})
 		if ctx.Err() != nil {

@@ -166,6 +166,11 @@ func TestManagementRestoredPVNeverStartsUnderItsOldID(t *testing.T) {
 		w := watchMemberIDAt(t, l, ep)
 		chk := startHostedCheckers(t, l, []string{ns})[ns]
 		how, pv := "in place, etcd killed", ""
+		// The agent may begin its recovery before the restore call returns
+		// (seen in CI: its recovery opened while RestorePodData still ran):
+		// the recovery is the one begun after faultAt; serving under the old
+		// ID is checked from restoredAt.
+		faultAt := time.Now()
 		if tc.newClaim {
 			how = "as a new claim"
 			oldPod := mustPod(t, kc, ns, pod).UID
@@ -205,7 +210,7 @@ func TestManagementRestoredPVNeverStartsUnderItsOldID(t *testing.T) {
 				}
 			}
 			var ok bool
-			if j, ok, err = journal.Load(stateDir, pod); err != nil || !ok || !j.StartedAt.After(restoredAt) || j.Result != journal.ResultSucceeded {
+			if j, ok, err = journal.Load(stateDir, pod); err != nil || !ok || !j.StartedAt.After(faultAt) || j.Result != journal.ResultSucceeded {
 				return fmt.Errorf("journal: ok=%v err=%v phase %s result %q", ok, err, j.Phase, j.Result)
 			}
 			return hostedVotersHealthy(ctx, l, ns)
