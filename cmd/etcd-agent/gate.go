@@ -3,17 +3,38 @@ package main
 import (
 	"context"
 	"fmt"
+	"os"
 	"os/signal"
 	"syscall"
 	"time"
 
 	"github.com/etcd-agent/etcd-agent/internal/agent"
 	"github.com/spf13/cobra"
+	"go.uber.org/zap"
 )
+
+// startStopWatch starts the stop watch beside the etcd about to be exec'd,
+// or says why not; etcd starts either way.
+func startStopWatch(c agent.Config, argv, environ []string, logFormat string, log *zap.Logger) {
+	self, err := os.Executable()
+	if err != nil {
+		log.Warn("start gate: no stop watch (this binary's path)", zap.Error(err))
+		return
+	}
+	args, why := agent.StopWatchArgs(c, argv, environ, self, os.Getpid(), logFormat)
+	if args == nil {
+		log.Info("start gate: no stop watch: " + why)
+		return
+	}
+	if err := agent.StartStopWatch(args); err != nil {
+		log.Warn("start gate: no stop watch", zap.Error(err))
+	}
+}
 
 func newGateCmd(g *globalFlags) *cobra.Command {
 	c := agent.Config{}
 	var timeout time.Duration
+	fastStop := true
 	cmd := &cobra.Command{
 		Use:   "gate [flags] [-- etcd [etcd flags]]",
 		Short: "Start gate: hold etcd back from a data dir it must not start on (etcd's wrapper, or an init container)",
@@ -55,6 +76,9 @@ etcd in its place (same PID). Without "--" it reads the member from
 				return nil
 			}
 			stop()
+			if fastStop {
+				startStopWatch(c, argv, environ, g.logFormat, log)
+			}
 			_ = log.Sync()
 			return agent.ExecEtcd(argv, environ)
 		},
@@ -62,6 +86,8 @@ etcd in its place (same PID). Without "--" it reads the member from
 	addMemberFlags(cmd.Flags(), &c)
 	cmd.Flags().StringVar(&c.MemberSource, "member-source", agent.MemberSourceStaticPod,
 		"pods: this gate guards a member pod served by an agent with --member-source=pods; with its cluster unreachable it lets a first bootstrap through only on that agent's word (from the cluster's record in the API, which outlives nodes) that the cluster never served")
+	cmd.Flags().BoolVar(&fastStop, "fast-stop", true,
+		"leave a stop watch beside etcd that ends a stopping etcd whose data dir holds no db without its graceful wait (up to 7 s for the API server's watches), once it is not the leader and no request is in flight; needs etcd's --listen-metrics-urls")
 	cmd.Flags().DurationVar(&timeout, "timeout", 0, "give up after this long (0: wait as long as it takes, like any init container)")
 	return cmd
 }

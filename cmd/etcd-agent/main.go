@@ -57,6 +57,7 @@ func newRootCmd() *cobra.Command {
 		newRunCmd(g),
 		newStatusCmd(g),
 		newGateCmd(g),
+		newStopWatchCmd(g),
 		newInstallGateCmd(),
 		newRecoverCmd(g),
 		newMoveCmd(),

@@ -33,6 +33,9 @@ func etcdPodManifest(etcdBin string, n Node, initialCluster, state, token string
 		"--logger=zap",
 		"--log-outputs=stderr",
 	}
+	if n.MetricsURL != "" {
+		args = append(args, "--listen-metrics-urls="+n.MetricsURL)
+	}
 	mounts := []corev1.VolumeMount{{Name: "etcd-data", MountPath: n.DataDir}}
 	volumes := []corev1.Volume{{
 		Name: "etcd-data",

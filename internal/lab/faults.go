@@ -323,6 +323,7 @@ func (l *Lab) MoveMember(from, to string) error {
 	// A member behind a peer proxy keeps its advertised (proxy) peer URL
 	// and its listen URL: the proxy forwards to wherever it listens.
 	moved.Member, moved.ClientURL, moved.PeerURL, moved.PeerListenURL = src.Member, src.ClientURL, src.PeerURL, src.PeerListenURL
+	moved.MetricsURL = src.MetricsURL
 	moved.DataDir = filepath.Join(dst.DiskDir, "etcd")
 	m, err := etcdPodManifest(l.Spec.etcdBinary(), moved, initialCluster(l.Spec.Nodes), "existing", l.Spec.ClusterToken, l.gateCommand(moved), l.Spec.EtcdTLS)
 	if err != nil {
@@ -330,7 +331,8 @@ func (l *Lab) MoveMember(from, to string) error {
 	}
 	l.log.Info("move member", zap.String("member", src.Member), zap.String("from", from), zap.String("to", to))
 	dst.Member, dst.ClientURL, dst.PeerURL, dst.PeerListenURL, dst.DataDir = moved.Member, moved.ClientURL, moved.PeerURL, moved.PeerListenURL, moved.DataDir
-	src.ClientURL, src.PeerURL, src.PeerListenURL = "", "", ""
+	dst.MetricsURL = moved.MetricsURL
+	src.ClientURL, src.PeerURL, src.PeerListenURL, src.MetricsURL = "", "", "", ""
 	if l.peers != nil && moved.PeerListenURL != "" {
 		if err := l.peers.retarget(moved.PeerURL, moved.PeerListenURL); err != nil {
 			return err

@@ -289,9 +289,9 @@ func (l *Lab) newNamedNode(name, ip string, withMember bool) (Node, error) {
 		return n, err
 	}
 	if withMember {
-		nports := 2 // client, peer
+		nports := 3 // client, peer, metrics
 		if l.Spec.PeerProxy {
-			nports = 3 // and the peer proxy
+			nports = 4 // and the peer proxy
 		}
 		ports, err := freePorts(n.IP, nports)
 		if err != nil {
@@ -304,10 +304,12 @@ func (l *Lab) newNamedNode(name, ip string, withMember bool) (Node, error) {
 		}
 		n.ClientURL = fmt.Sprintf("%s://%s:%d", scheme, n.IP, ports[0])
 		n.PeerURL = fmt.Sprintf("%s://%s:%d", scheme, n.IP, ports[1])
+		// Plain HTTP, as kubeadm's --listen-metrics-urls=http://127.0.0.1:2381.
+		n.MetricsURL = fmt.Sprintf("http://%s:%d", n.IP, ports[2])
 		if l.Spec.PeerProxy {
 			// The member listens on ports[1] and advertises its proxy.
 			n.PeerListenURL = n.PeerURL
-			n.PeerURL = fmt.Sprintf("%s://%s:%d", scheme, n.IP, ports[2])
+			n.PeerURL = fmt.Sprintf("%s://%s:%d", scheme, n.IP, ports[3])
 		}
 		n.DataDir = filepath.Join(n.DiskDir, "etcd")
 	}

@@ -63,7 +63,10 @@ type Node struct {
 	PeerURL   string `json:"peerURL,omitempty"`
 	// PeerListenURL is where etcd listens for peers when PeerURL is the
 	// node's peer proxy ("" without a proxy: etcd listens on PeerURL).
-	PeerListenURL   string `json:"peerListenURL,omitempty"`
+	PeerListenURL string `json:"peerListenURL,omitempty"`
+	// MetricsURL is etcd's --listen-metrics-urls (the gate's stop watch
+	// counts requests in flight there).
+	MetricsURL      string `json:"metricsURL,omitempty"`
 	NodeDir         string `json:"nodeDir"`
 	DiskDir         string `json:"diskDir"`
 	DataDir         string `json:"dataDir,omitempty"`

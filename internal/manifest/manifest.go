@@ -51,6 +51,7 @@ type Member struct {
 	ClientURLs       []string // --advertise-client-urls
 	PeerURLs         []string // --initial-advertise-peer-urls
 	ListenClientURLs []string // --listen-client-urls
+	MetricsURLs      []string // --listen-metrics-urls
 
 	// Empty when the manifest does not set them (etcd then uses its defaults,
 	// e.g. "new" for the cluster state).
@@ -187,6 +188,7 @@ func memberOf(c corev1.Container, mounts []HostMount) (Member, error) {
 		ClientURLs:          SplitURLs(get("advertise-client-urls")),
 		PeerURLs:            SplitURLs(get("initial-advertise-peer-urls")),
 		ListenClientURLs:    SplitURLs(get("listen-client-urls")),
+		MetricsURLs:         SplitURLs(get("listen-metrics-urls")),
 		InitialCluster:      get("initial-cluster"),
 		InitialClusterState: get("initial-cluster-state"),
 		InitialClusterToken: get("initial-cluster-token"),

@@ -308,6 +308,13 @@ func leaderHandOffs(t *testing.T, l *lab.Lab) []invariant.LeaderHandOff {
 	return out
 }
 
+// stopWatchSays returns the gate's stop watch log lines in node's etcd log
+// whose msg contains msg (the watch logs to etcd's stderr).
+func stopWatchSays(t *testing.T, l *lab.Lab, node, msg string) []map[string]any {
+	t.Helper()
+	return logEntries(t, filepath.Join(nodeOf(t, l, node).LogsDir, "etcd-"+node+"_etcd.log"), "stop watch: "+msg)
+}
+
 // logEntries returns the JSON log lines of path whose msg contains msg.
 func logEntries(t *testing.T, path, msg string) []map[string]any {
 	t.Helper()

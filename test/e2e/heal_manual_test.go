@@ -51,6 +51,13 @@ func TestManualRecover(t *testing.T) {
 	}
 	// A healthy member's data dir is complete: it is all kept.
 	assertQuarantine(t, l, "node2", j, "member/snap/db", "member/wal/*.wal")
+	// Its etcd had a db to flush: the stop watch let its own stop run.
+	if ended := stopWatchSays(t, l, "node2", "etcd ended without"); len(ended) > 0 {
+		t.Fatalf("(a) the stop watch ended a healthy member's etcd (db on disk): %v", ended)
+	}
+	if seen := stopWatchSays(t, l, "node2", "etcd is stopping"); len(seen) == 0 || seen[0]["verdict"] != "data-on-disk" {
+		t.Fatalf("(a) the stop watch's verdicts on the healthy member's stop: %v, want data-on-disk", seen)
+	}
 	t.Logf("(a) last-recovery: %s", raw)
 
 	// (b) dry run: the plan, and nothing else.
