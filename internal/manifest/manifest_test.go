@@ -21,6 +21,7 @@ func TestLoadsKubeadmManifest(t *testing.T) {
 		ClientURLs:          []string{"https://10.0.0.12:2379"},
 		PeerURLs:            []string{"https://10.0.0.12:2380"},
 		ListenClientURLs:    []string{"https://127.0.0.1:2379", "https://10.0.0.12:2379"},
+		MetricsURLs:         []string{"http://127.0.0.1:2381"},
 		InitialCluster:      "cp-1=https://10.0.0.11:2380,cp-2=https://10.0.0.12:2380",
 		InitialClusterState: "existing",
 		CertFile:            "/etc/kubernetes/pki/etcd/server.crt",
