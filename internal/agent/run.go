@@ -206,6 +206,10 @@ func runMember(ctx context.Context, c Config, id watchdog.Identity, env memberEn
 	err = wd.Run(runCtx, func(o observation.Observation) {
 		r := pipe.assess(o)
 		pipe.exportAll(ctx, r, false)
+		if v := r.Verdict; v.InGracePeriod() {
+			// Judged lost when the grace period ends, not at the next poll.
+			wd.WakeAt(v.TroubleSince.Add(c.GracePeriod + graceWakeSlack))
+		}
 		gate.check()
 		env.ready.Store(true)
 		var req *plan.Request
@@ -292,6 +296,10 @@ func moveSourceGone(kc kubernetes.Interface, self string) func(ctx context.Conte
 		return "", nil
 	}
 }
+
+// graceWakeSlack: the grace period's end is observed this much after it
+// (the tracker wants unhealthy-for >= grace on the sample's own clock).
+const graceWakeSlack = 20 * time.Millisecond
 
 // movePace spaces the mover's reads of the Nodes (a move waits on other
 // agents: seconds matter, polls do not).

@@ -61,17 +61,49 @@ func (w *Watchdog) Run(ctx context.Context, onObservation func(observation.Obser
 	defer w.running.Store(false)
 	tick := time.NewTimer(w.untilPoll(time.Now()))
 	defer tick.Stop()
+	wake := time.NewTimer(time.Hour)
+	wake.Stop()
+	defer wake.Stop()
 	for {
 		onObservation(w.observeTimed(ctx, time.Now(), true))
+		wake.Stop()
+		if d, ok := w.untilWake(time.Now()); ok {
+			wake.Reset(d)
+		}
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-tick.C:
 			tick.Reset(w.untilPoll(time.Now()))
+		case <-wake.C: // a grace period ends: judged now, not at the next poll
 		case <-trigger:
 		case <-w.live.ended: // a member exited or lost its leader
 		}
 	}
+}
+
+// WakeAt asks Run (from its onObservation) for an observation at t, before
+// the next poll: the end of a member's grace period, so that it is judged
+// lost then rather than up to a poll interval later. Only the observation
+// right after the call is owed it.
+func (w *Watchdog) WakeAt(t time.Time) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.wakeAt = t
+}
+
+// untilWake is the wait until the wake WakeAt asked for, if one is owed
+// before the next poll; it is taken (one wake per request).
+func (w *Watchdog) untilWake(now time.Time) (time.Duration, bool) {
+	w.mu.Lock()
+	at := w.wakeAt
+	w.wakeAt = time.Time{}
+	w.mu.Unlock()
+	if at.IsZero() {
+		return 0, false
+	}
+	d := max(at.Sub(now), 0)
+	return d, d < w.untilPoll(now)
 }
 
 // untilPoll is how long Run waits for its next poll.

@@ -79,6 +79,9 @@ type Watchdog struct {
 	// nextTick is the wait until Run's next poll (tests: far away).
 	nextTick func(now time.Time) time.Duration
 
+	// wakeAt is an observation Run owes before its next poll (WakeAt).
+	wakeAt time.Time
+
 	mu        sync.Mutex
 	endpoints []string
 	clusterID uint64
