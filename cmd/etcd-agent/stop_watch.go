@@ -39,6 +39,7 @@ func newStopWatchCmd(g *globalFlags) *cobra.Command {
 	fs := cmd.Flags()
 	fs.IntVar(&c.ParentPID, "parent-pid", 0, "etcd's PID (the gate's, which etcd keeps)")
 	fs.StringVar(&c.ClientURL, "client-url", "", "etcd's client URL")
+	fs.StringSliceVar(&c.ListenURLs, "listen-url", nil, "a URL etcd listens on for clients (repeat for each)")
 	fs.StringVar(&c.MetricsURL, "metrics-url", "", "etcd's metrics URL (--listen-metrics-urls)")
 	fs.StringVar(&c.DataDir, "data-dir", "", "etcd's data dir")
 	fs.DurationVar(&c.Poll, "poll", 100*time.Millisecond, "how often to look")

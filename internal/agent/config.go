@@ -78,7 +78,10 @@ type Config struct {
 	SnapshotStore string
 	// SeedFromStore: a move's learner is seeded from the move's stored
 	// snapshot (else from a follower's stream).
-	SeedFromStore        bool
+	SeedFromStore bool
+	// SeedFromBackup: a rejoin's learner is seeded from a copy of the
+	// recovery's pre-change backup (one stream of the db, not two).
+	SeedFromBackup       bool
 	SnapshotStoreKeep    int
 	SnapshotStoreBackups bool
 	// RejoinMode is "seed" (the flag's default) or "raft" (heal.RejoinSeed/RejoinRaft).

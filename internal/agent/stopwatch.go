@@ -6,7 +6,9 @@ import (
 	"net/url"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/etcd-agent/etcd-agent/internal/manifest"
 )
@@ -20,19 +22,41 @@ func StopWatchArgs(c Config, argv, environ []string, self string, pid int, logFo
 	if err != nil {
 		return nil, "the etcd command line: " + err.Error()
 	}
-	if len(m.MetricsURLs) == 0 || len(m.ClientURLs) == 0 {
-		return nil, "etcd sets no --listen-metrics-urls (or no --advertise-client-urls): its requests in flight cannot be counted, so its stops keep their graceful wait"
+	if len(m.MetricsURLs) == 0 {
+		return nil, "etcd sets no --listen-metrics-urls: its requests in flight cannot be counted, so its stops keep their graceful wait"
 	}
 	metrics, err := reachable(m.MetricsURLs[0])
 	if err != nil {
 		return nil, err.Error()
 	}
+	client := c.ClientURL
+	for _, u := range m.ClientURLs {
+		if client == "" && (strings.HasPrefix(u, "http://") || strings.HasPrefix(u, "https://")) {
+			client = u
+		}
+	}
+	if client == "" {
+		return nil, "etcd advertises no http(s) client URL for the watch's own connection"
+	}
+	listen := m.ListenClientURLs
+	if len(listen) == 0 {
+		listen = []string{"http://localhost:2379"} // etcd's default
+	}
 	dataDir := m.DataDir
 	if c.DataDir != "" {
 		dataDir = c.DataDir
 	}
-	args := []string{self, "stop-watch", "--parent-pid=" + strconv.Itoa(pid), "--client-url=" + m.ClientURLs[0],
+	args := []string{self, "stop-watch", "--parent-pid=" + strconv.Itoa(pid), "--client-url=" + client,
 		"--metrics-url=" + metrics, "--data-dir=" + dataDir}
+	// etcd is shutting down only when every client listener refuses (it
+	// closes them one after another).
+	for _, u := range append(slices.Clone(listen), m.ListenClientHTTPURLs...) {
+		r, err := reachable(u)
+		if err != nil {
+			return nil, err.Error()
+		}
+		args = append(args, "--listen-url="+r)
+	}
 	if logFormat != "" {
 		args = append(args, "--log-format="+logFormat)
 	}
@@ -49,7 +73,7 @@ func StopWatchArgs(c Config, argv, environ []string, self string, pid int, logFo
 func reachable(listen string) (string, error) {
 	u, err := url.Parse(listen)
 	if err != nil || u.Host == "" {
-		return "", fmt.Errorf("--listen-metrics-urls %q: not a URL", listen)
+		return "", fmt.Errorf("listen URL %q: not a URL", listen)
 	}
 	if ip := net.ParseIP(u.Hostname()); ip != nil && ip.IsUnspecified() {
 		u.Host = net.JoinHostPort("127.0.0.1", u.Port())

@@ -59,7 +59,7 @@ func (p *fakeProc) end(pid int) error {
 
 var (
 	serving  = plan.FastStopFacts{Served: true}
-	stopping = plan.FastStopFacts{Served: true, Drained: true, ClientRefused: true}
+	stopping = plan.FastStopFacts{Served: true, Drained: true, ClientRefused: true, QuietFor: plan.FastStopQuiet}
 	withDB   = plan.FastStopFacts{Served: true, Drained: true, ClientRefused: true, DBOnDisk: true}
 	inFlight = plan.FastStopFacts{Served: true, Drained: true, ClientRefused: true, UnaryInFlight: 2}
 )

@@ -27,12 +27,16 @@ const probeTimeout = 500 * time.Millisecond
 // prober looks at etcd through its own gRPC connection (closed by etcd's
 // GracefulStop with every other one), the client URL and the metrics URL.
 type prober struct {
-	c        Config
-	conn     *grpc.ClientConn
-	hc       *http.Client
-	served   bool
-	started  float64 // unary requests started, at the previous metrics read
-	readOnce bool
+	c      Config
+	conn   *grpc.ClientConn
+	hc     *http.Client
+	served bool
+	// counts are the unary requests (started, handled) at the previous
+	// metrics read; quietSince when they, and etcd shutting down, began to
+	// hold unchanged (zero: not now).
+	counts      [2]float64
+	quietSince  time.Time
+	clockForNow func() time.Time
 }
 
 func newProber(c Config) (*prober, error) {
@@ -44,7 +48,8 @@ func newProber(c Config) (*prober, error) {
 	if u.Scheme == "https" {
 		creds = credentials.NewTLS(c.TLS)
 	}
-	conn, err := grpc.NewClient("passthrough:///"+u.Host, grpc.WithTransportCredentials(creds))
+	// No idle timeout: leaving READY must mean etcd closed the connection.
+	conn, err := grpc.NewClient("passthrough:///"+u.Host, grpc.WithTransportCredentials(creds), grpc.WithIdleTimeout(0))
 	if err != nil {
 		return nil, fmt.Errorf("stop watch: %w", err)
 	}
@@ -52,7 +57,7 @@ func newProber(c Config) (*prober, error) {
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	tr.TLSClientConfig = c.TLS
 	tr.DisableKeepAlives = true
-	return &prober{c: c, conn: conn, hc: &http.Client{Transport: tr, Timeout: probeTimeout}}, nil
+	return &prober{c: c, conn: conn, hc: &http.Client{Transport: tr, Timeout: probeTimeout}, clockForNow: time.Now}, nil
 }
 
 func (p *prober) close() { _ = p.conn.Close() }
@@ -68,31 +73,53 @@ func (p *prober) look(ctx context.Context) plan.FastStopFacts {
 	if state == connectivity.Idle {
 		p.conn.Connect() // etcd may still serve (a connection lost otherwise): reconnect
 	}
-	if !f.Drained {
-		return f
+	p.quietFor(&f, ctx)
+	return f
+}
+
+// quietFor fills in the rest of f once etcd's connection is drained, and
+// how long etcd has been shutting down with its request counts unchanged.
+func (p *prober) quietFor(f *plan.FastStopFacts, ctx context.Context) {
+	now := p.clockForNow()
+	if f.Drained {
+		f.ClientRefused = allRefused(p.c.ListenURLs)
 	}
-	_, refused, _ := netprobe.Dial(p.c.ClientURL, probeTimeout)
-	f.ClientRefused = refused
-	f.DBOnDisk = dbOnDisk(p.c.DataDir)
+	if f.ClientRefused {
+		f.DBOnDisk = dbOnDisk(p.c.DataDir)
+	}
 	if !f.ClientRefused || f.DBOnDisk {
-		return f
+		p.quietSince = time.Time{}
+		return
 	}
 	m, err := p.metrics(ctx)
 	if err != nil {
 		f.MetricsError = err.Error()
-		return f
+		p.quietSince = time.Time{}
+		return
 	}
 	f.IsLeader, f.UnaryInFlight = m.isLeader, m.inFlight
-	f.UnaryArrived = !p.readOnce || m.started != p.started
-	p.started, p.readOnce = m.started, true
-	return f
+	if counts := [2]float64{m.started, m.handled}; p.quietSince.IsZero() || counts != p.counts {
+		p.counts, p.quietSince = counts, now
+	}
+	f.QuietFor = now.Sub(p.quietSince)
+}
+
+// allRefused: every URL refuses a connection (a URL that cannot be probed,
+// or a timeout, is not a refusal).
+func allRefused(urls []string) bool {
+	for _, u := range urls {
+		if _, refused, _ := netprobe.Dial(u, probeTimeout); !refused {
+			return false
+		}
+	}
+	return len(urls) > 0
 }
 
 // etcdCounts is what one metrics read says.
 type etcdCounts struct {
-	isLeader bool
-	started  float64
-	inFlight int
+	isLeader         bool
+	started, handled float64
+	inFlight         int
 }
 
 func (p *prober) metrics(ctx context.Context) (etcdCounts, error) {
@@ -132,7 +159,7 @@ func parseCounts(r io.Reader) (etcdCounts, error) {
 	if !okS || !okH {
 		return etcdCounts{}, fmt.Errorf("no grpc_server_started_total or grpc_server_handled_total")
 	}
-	return etcdCounts{isLeader: leader.Metric[0].GetGauge().GetValue() > 0, started: started,
+	return etcdCounts{isLeader: leader.Metric[0].GetGauge().GetValue() > 0, started: started, handled: handled,
 		inFlight: int(math.Max(0, started-handled))}, nil
 }
 

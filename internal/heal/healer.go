@@ -111,6 +111,10 @@ type Config struct {
 	// NoStoreSeed: a move's learner is seeded from a follower's stream, not
 	// from the move's stored snapshot (--seed-from-store=false).
 	NoStoreSeed bool
+	// NoBackupSeed: a rejoin's learner is seeded from a second stream off
+	// a follower after the add, not from a copy of the recovery's own
+	// pre-change backup (--seed-from-backup=false).
+	NoBackupSeed bool
 	// PinnedAnywhere, when set, tells whether any node's record names the
 	// member (nodereport.MemberPinnedAnywhere); nil: never asked, and a
 	// member not in the list is healed as before.

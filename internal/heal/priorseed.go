@@ -18,6 +18,7 @@ package heal
 import (
 	"context"
 	"fmt"
+	"os"
 	"path/filepath"
 	"time"
 
@@ -71,8 +72,53 @@ func (h *Healer) seedPredatingTheAdd(ctx context.Context, res memberstate.Result
 			return true
 		}
 		fallback("the move's stored snapshot "+seed.key, err)
+		return false
+	}
+	if h.backupSeeds(j) {
+		err := h.seedFromBackup(ctx, res, j)
+		if err == nil {
+			return true
+		}
+		fallback("the pre-change backup "+j.SnapshotPath, err)
 	}
 	return false
+}
+
+// backupSeeds says whether this recovery's own pre-change backup seeds its
+// learner: a rejoin's (a move has its own seed, from the store), in seed
+// mode unless --seed-from-backup=false.
+func (h *Healer) backupSeeds(j *journal.Record) bool {
+	return !h.cfg.NoBackupSeed && j.SnapshotPath != "" && j.SnapshotSHA256 != "" &&
+		j.Request != plan.ActionMoveIn && j.Request != plan.ActionMoveAway
+}
+
+// seedFromBackup builds the learner's data dir from a copy of this
+// recovery's pre-change backup (step 3; the backup itself stays as it was,
+// kept with the quarantine): the db is streamed once, not a second time
+// after the add. The backup was taken under the Lease right before the
+// removal, so its membership is the cluster's then; the old member is taken
+// out of the copy, the learner written in, and the copy is taken only when
+// that is exactly a fresh member list (buildPredating), as for a move's
+// stored snapshot. The copy is checked against the sha256 journaled when
+// the backup was streamed.
+func (h *Healer) seedFromBackup(ctx context.Context, res memberstate.Result, j *journal.Record) error {
+	st, err := os.Stat(j.SnapshotPath)
+	if err != nil {
+		return fmt.Errorf("%w: the pre-change backup: %w", peerseed.ErrSeedCorruptDB, err)
+	}
+	if st.Size() != j.SnapshotBytes {
+		return fmt.Errorf("%w: the pre-change backup %s has %d bytes, %d were streamed", peerseed.ErrSeedCorruptDB, j.SnapshotPath, st.Size(), j.SnapshotBytes)
+	}
+	source := "backup:" + j.SnapshotSource
+	if err := peerseed.WriteSeedSource(j.SnapshotPath, peerseed.SeedSource{ClusterID: res.Observation.ClusterID, Endpoint: source,
+		Size: j.SnapshotBytes, SHA256: j.SnapshotSHA256, StreamedAt: st.ModTime().UTC()}); err != nil {
+		return err
+	}
+	defer os.Remove(peerseed.SeedSourcePath(j.SnapshotPath))
+	if err := h.holdAt(ctx, HoldSeedStreamed); err != nil {
+		return err
+	}
+	return h.buildPredating(ctx, res, j, j.SnapshotPath, source, uint64(j.OldMemberID), 0, false)
 }
 
 // seedFromStore builds the learner's data dir from a snapshot a move put in
@@ -109,13 +155,14 @@ func (h *Healer) seedFromStore(ctx context.Context, res memberstate.Result, j *j
 		Size: m.Size, SHA256: m.SHA256, Version: m.EtcdVersion, StreamedAt: m.TakenAt}); err != nil {
 		return err
 	}
-	return h.buildPredating(ctx, res, j, dest, "store:"+seed.key, seed.removed, time.Since(t0))
+	return h.buildPredating(ctx, res, j, dest, "store:"+seed.key, seed.removed, time.Since(t0), true)
 }
 
 // buildPredating builds the data dir from dest, a db older than the add:
 // its membership, the learner written in and removed taken out, must be
-// exactly a fresh member list's (nothing else changed since).
-func (h *Healer) buildPredating(ctx context.Context, res memberstate.Result, j *journal.Record, dest, source string, removed uint64, fetched time.Duration) error {
+// exactly a fresh member list's (nothing else changed since). move: dest
+// is a transient copy, moved into the data dir (else copied: kept as is).
+func (h *Healer) buildPredating(ctx context.Context, res memberstate.Result, j *journal.Record, dest, source string, removed uint64, fetched time.Duration, move bool) error {
 	fresh := h.obs.Observe(ctx, h.now()).Observation
 	learner, ok := fresh.Member(uint64(j.NewMemberID))
 	if !ok || !learner.IsLearner || fresh.MemberListError != "" {
@@ -125,9 +172,12 @@ func (h *Healer) buildPredating(ctx context.Context, res memberstate.Result, j *
 	for _, m := range fresh.Members {
 		expect = append(expect, peerseed.ExpectedMember{ID: m.ID, PeerURLs: m.PeerURLs, IsLearner: m.IsLearner})
 	}
-	info, err := peerseed.BuildDataDir(dest, h.cfg.DataDir, uint64(j.NewMemberID), res.Observation.ClusterID, h.log,
-		peerseed.MoveDB(), peerseed.WithoutMember(removed), peerseed.WithLearner(learner.PeerURLs), peerseed.ExpectMembership(expect),
-		peerseed.BeforeRename(func(string) error { return h.holdAt(ctx, HoldSeedRename) }))
+	opts := []peerseed.BuildOption{peerseed.WithoutMember(removed), peerseed.WithLearner(learner.PeerURLs), peerseed.ExpectMembership(expect),
+		peerseed.BeforeRename(func(string) error { return h.holdAt(ctx, HoldSeedRename) })}
+	if move {
+		opts = append(opts, peerseed.MoveDB())
+	}
+	info, err := peerseed.BuildDataDir(dest, h.cfg.DataDir, uint64(j.NewMemberID), res.Observation.ClusterID, h.log, opts...)
 	if err != nil {
 		return err
 	}

@@ -55,6 +55,7 @@ func (l *Lab) newMember(node string) (*Node, []byte, error) {
 		return nil, nil, err
 	}
 	n.Member, n.ClientURL, n.PeerURL, n.DataDir = withMember.Member, withMember.ClientURL, withMember.PeerURL, withMember.DataDir
+	n.MetricsURL = withMember.MetricsURL
 	m, err := etcdPodManifest(l.Spec.etcdBinary(), *n, initialCluster(l.Spec.Nodes), "existing", l.Spec.ClusterToken, l.gateCommand(*n), l.Spec.EtcdTLS)
 	if err != nil {
 		return nil, nil, err
@@ -69,6 +70,6 @@ func (l *Lab) MemberMovedAway(node string) error {
 	if err != nil {
 		return err
 	}
-	n.Member, n.ClientURL, n.PeerURL, n.PeerListenURL = "", "", "", ""
+	n.Member, n.ClientURL, n.PeerURL, n.PeerListenURL, n.MetricsURL = "", "", "", "", ""
 	return l.Spec.save()
 }

@@ -52,6 +52,9 @@ type Member struct {
 	PeerURLs         []string // --initial-advertise-peer-urls
 	ListenClientURLs []string // --listen-client-urls
 	MetricsURLs      []string // --listen-metrics-urls
+	// ListenClientHTTPURLs: --listen-client-http-urls (etcd 3.6: HTTP
+	// apart from gRPC).
+	ListenClientHTTPURLs []string
 
 	// Empty when the manifest does not set them (etcd then uses its defaults,
 	// e.g. "new" for the cluster state).
@@ -183,24 +186,25 @@ func memberOf(c corev1.Container, mounts []HostMount) (Member, error) {
 		return v
 	}
 	m := Member{
-		Name:                get("name"),
-		DataDir:             get("data-dir"),
-		ClientURLs:          SplitURLs(get("advertise-client-urls")),
-		PeerURLs:            SplitURLs(get("initial-advertise-peer-urls")),
-		ListenClientURLs:    SplitURLs(get("listen-client-urls")),
-		MetricsURLs:         SplitURLs(get("listen-metrics-urls")),
-		InitialCluster:      get("initial-cluster"),
-		InitialClusterState: get("initial-cluster-state"),
-		InitialClusterToken: get("initial-cluster-token"),
-		CertFile:            get("cert-file"),
-		KeyFile:             get("key-file"),
-		TrustedCAFile:       get("trusted-ca-file"),
-		PeerCertFile:        get("peer-cert-file"),
-		PeerKeyFile:         get("peer-key-file"),
-		PeerTrustedCAFile:   get("peer-trusted-ca-file"),
-		ContainerName:       c.Name,
-		GateWrapped:         etcdArgvStart(cfg.argv) > 0,
-		HostMounts:          mounts,
+		Name:                 get("name"),
+		DataDir:              get("data-dir"),
+		ClientURLs:           SplitURLs(get("advertise-client-urls")),
+		PeerURLs:             SplitURLs(get("initial-advertise-peer-urls")),
+		ListenClientURLs:     SplitURLs(get("listen-client-urls")),
+		MetricsURLs:          SplitURLs(get("listen-metrics-urls")),
+		ListenClientHTTPURLs: SplitURLs(get("listen-client-http-urls")),
+		InitialCluster:       get("initial-cluster"),
+		InitialClusterState:  get("initial-cluster-state"),
+		InitialClusterToken:  get("initial-cluster-token"),
+		CertFile:             get("cert-file"),
+		KeyFile:              get("key-file"),
+		TrustedCAFile:        get("trusted-ca-file"),
+		PeerCertFile:         get("peer-cert-file"),
+		PeerKeyFile:          get("peer-key-file"),
+		PeerTrustedCAFile:    get("peer-trusted-ca-file"),
+		ContainerName:        c.Name,
+		GateWrapped:          etcdArgvStart(cfg.argv) > 0,
+		HostMounts:           mounts,
 	}
 	if len(errs) > 0 {
 		return Member{}, fmt.Errorf("%w: etcd container %q: %w", ErrIncompleteIdentity, c.Name, errors.Join(errs...))

@@ -1,6 +1,15 @@
 package plan
 
-import "fmt"
+import (
+	"fmt"
+	"time"
+)
+
+// FastStopQuiet is how long the stop watch wants etcd's unary request
+// counts unchanged, and etcd shutting down, before it ends etcd: a request
+// counts as handled when its handler returns, and its answer is written
+// after that (behind others on the same connection, under flow control).
+const FastStopQuiet = 500 * time.Millisecond
 
 // Fast stop: etcd, on SIGTERM, stops accepting client requests at once but
 // then waits up to its request timeout (5 s + 2 election timeouts, 7 s by
@@ -28,8 +37,9 @@ type FastStopFacts struct {
 	Served bool
 	// Drained: that connection has since been closed by etcd (the GOAWAY
 	// of grpc's GracefulStop, sent to every client connection at once), and
-	// ClientRefused: the client URL refuses new connections. Both: etcd is
-	// shutting down its client servers and takes no new request.
+	// ClientRefused: every URL etcd listens on for clients refuses new
+	// connections. Both: etcd is shutting down its client servers and takes
+	// no new request.
 	Drained       bool
 	ClientRefused bool
 	// DBOnDisk: the data dir holds a db (member/snap/db). etcd's graceful
@@ -45,10 +55,11 @@ type FastStopFacts struct {
 	// (grpc_server_started_total - grpc_server_handled_total): a write in
 	// flight must get its answer, not a cut connection.
 	UnaryInFlight int
-	// UnaryArrived: unary requests started since the watch's previous look
-	// (or no previous look): requests may still be reaching etcd, and a
-	// count read between two of them proves nothing yet.
-	UnaryArrived bool
+	// QuietFor is how long etcd has been shutting down (Drained and
+	// ClientRefused) with its unary request counts (started, handled)
+	// unchanged: a count read between two requests, or before an answer
+	// was written, proves nothing until it has held FastStopQuiet.
+	QuietFor time.Duration
 }
 
 // DecideFastStop says whether etcd may be ended now rather than after its
@@ -71,8 +82,8 @@ func DecideFastStop(f FastStopFacts) (bool, Reason, string) {
 		return false, FastStopLeader, "etcd is the leader: its own stop hands leadership off first"
 	case f.UnaryInFlight > 0:
 		return false, FastStopRequestsInFlow, fmt.Sprintf("%d unary requests in flight", f.UnaryInFlight)
-	case f.UnaryArrived:
-		return false, FastStopRequestsInFlow, "unary requests started since the last look: waiting for a look with none"
+	case f.QuietFor < FastStopQuiet:
+		return false, FastStopRequestsInFlow, fmt.Sprintf("requests counted unchanged for %s of %s", f.QuietFor.Round(time.Millisecond), FastStopQuiet)
 	}
 	return true, FastStopNow, "etcd is shutting down, its data dir holds no db, it is not the leader and no request is in flight: only its open streams wait, and clients re-open them elsewhere"
 }

@@ -25,10 +25,10 @@ import (
 // wipeHeldAt starts a seed-mode lab of etcd e whose agents hold at point,
 // wipes node2's data dir (node2 is not the leader) and waits until node2's
 // agent holds there; the invariant checker runs from before the wipe.
-func wipeHeldAt(t *testing.T, e etcdUnderTest, point string) (*lab.Lab, *healRun) {
+func wipeHeldAt(t *testing.T, e etcdUnderTest, point string, extra ...string) (*lab.Lab, *healRun) {
 	t.Helper()
 	l := newLab(t, lab.Options{Nodes: 3, Agents: true, EtcdBinary: e.binary,
-		AgentArgs: []string{"--rejoin-mode=seed", "--test-hold-at=" + point}})
+		AgentArgs: append([]string{"--rejoin-mode=seed", "--test-hold-at=" + point}, extra...)})
 	requireVersion(t, l, e.version)
 	h := wipeNode2(t, l)
 	waitHold(t, l, "node2", point)
@@ -147,12 +147,13 @@ func putMany(t *testing.T, cli *clientv3.Client, n int) int {
 }
 
 // TestSeedModeCorruptedSeedFallsBackToRaft: one byte of the streamed,
-// verified seed snapshot is flipped on disk before the data dir is built.
+// verified seed snapshot (a second stream off a follower after the add:
+// --seed-from-backup=false) is flipped on disk before the data dir is built.
 // The build refuses it (snapshot-hash-mismatch), the agent falls back to
 // raft mode (metric, journal, Event) and the member heals from the leader's
 // raft snapshot.
 func TestSeedModeCorruptedSeedFallsBackToRaft(t *testing.T) {
-	l, h := wipeHeldAt(t, etcd36, "seed-streamed")
+	l, h := wipeHeldAt(t, etcd36, "seed-streamed", "--seed-from-backup=false")
 	n := nodeOf(t, l, "node2")
 	seeds, _ := filepath.Glob(filepath.Join(filepath.Dir(n.DataDir), "etcd-agent-quarantine", "seed-*.db"))
 	if len(seeds) != 1 {
@@ -209,6 +210,48 @@ func TestSeedModeCorruptedSeedFallsBackToRaft(t *testing.T) {
 		t.Fatalf("status lastRecovery %+v, want succeeded in raft mode after snapshot-hash-mismatch", lr)
 	}
 	assertQuarantine(t, l, "node2", j)
+	h.finish(invariantDefaults())
+}
+
+// TestSeedModeCorruptBackupIsNotTheSeed: the learner is seeded from a copy
+// of the recovery's pre-change backup (the default); one byte of the backup
+// is flipped on disk before the copy. The copy's sha256 differs from the one
+// journaled when the backup was streamed: the backup is refused as a seed
+// (a Warning Event naming snapshot-hash-mismatch), and the learner is seeded
+// from a second stream off a follower instead, still in seed mode.
+func TestSeedModeCorruptBackupIsNotTheSeed(t *testing.T) {
+	l, h := wipeHeldAt(t, etcd36, "seed-streamed")
+	n := nodeOf(t, l, "node2")
+	j, ok := loadJournal(t, l, "node2", "node2")
+	if !ok || j.SnapshotPath == "" {
+		t.Fatalf("no pre-change backup journaled while held at seed-streamed: %+v", j)
+	}
+	if seeds, _ := filepath.Glob(filepath.Join(filepath.Dir(n.DataDir), "etcd-agent-quarantine", "seed-*.db")); len(seeds) > 0 {
+		t.Fatalf("a seed was streamed (%v): the backup should be the seed", seeds)
+	}
+	flipByte(t, j.SnapshotPath)
+	release(t, l, "node2", "seed-streamed")
+	j = h.waitHealed("node2", "node2", 3, 120*time.Second)
+	t.Logf("rejoin mode %q, fallback %q, seed source %q", j.RejoinMode, j.SeedFallback, j.SeedSource)
+	if j.RejoinMode != "seed" || j.SeedFallback != "" || strings.HasPrefix(j.SeedSource, "backup:") || j.SeedSource == "" {
+		t.Fatalf("journal: mode %q fallback %q source %q: want seeded from a follower's stream", j.RejoinMode, j.SeedFallback, j.SeedSource)
+	}
+	kc, err := l.KubeClient()
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, "a SeedFallback Warning Event naming the backup", func() error {
+		evs, err := kc.CoreV1().Events("default").List(context.Background(), metav1.ListOptions{FieldSelector: "involvedObject.name=node2,reason=SeedFallback"})
+		if err != nil {
+			return err
+		}
+		for _, e := range evs.Items {
+			if e.Type == "Warning" && strings.Contains(e.Message, "pre-change backup") && strings.Contains(e.Message, "snapshot-hash-mismatch") {
+				return nil
+			}
+		}
+		return fmt.Errorf("%d SeedFallback events, none a Warning about the backup's snapshot-hash-mismatch", len(evs.Items))
+	})
 	h.finish(invariantDefaults())
 }
 

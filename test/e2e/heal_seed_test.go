@@ -1,7 +1,10 @@
 package e2e
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -14,10 +17,11 @@ import (
 )
 
 // TestHealWipedDataDirSeedMode: as TestHealWipedDataDirOfRunningMember, with
-// --rejoin-mode=seed: the agent builds the learner's data dir from a
-// snapshot streamed after the add, so etcd restarts at the snapshot's index
-// ("restarting local member") instead of starting empty and receiving a
-// raft snapshot. The seed stream is not kept; the pre-change backup is.
+// --rejoin-mode=seed: the agent builds the learner's data dir from a copy of
+// the pre-change backup (the db streamed once; the old member taken out of
+// the copy, the learner written in), so etcd restarts at the snapshot's
+// index ("restarting local member") instead of starting empty and receiving
+// a raft snapshot. The backup is kept as it was streamed.
 func TestHealWipedDataDirSeedMode(t *testing.T) {
 	l := newLab(t, lab.Options{Nodes: 3, Agents: true, AgentArgs: []string{"--rejoin-mode=seed"}})
 	h, j := seededWipeHeal(t, l)
@@ -34,6 +38,15 @@ func TestHealWipedDataDirSeedMode(t *testing.T) {
 	}
 	if seeds, _ := filepath.Glob(filepath.Join(filepath.Dir(n.DataDir), "etcd-agent-quarantine", "seed-*")); len(seeds) > 0 {
 		t.Errorf("seed streams left in the quarantine: %v", seeds)
+	}
+	if j.SeedSource != "backup:"+j.SnapshotSource {
+		t.Errorf("seeded from %q, want a copy of the pre-change backup (backup:%s): one stream of the db", j.SeedSource, j.SnapshotSource)
+	}
+	if sum := fileSHA256(t, j.SnapshotPath); sum != j.SnapshotSHA256 {
+		t.Errorf("the pre-change backup %s changed: sha256 %s, journaled %s", j.SnapshotPath, sum, j.SnapshotSHA256)
+	}
+	if left, _ := filepath.Glob(j.SnapshotPath + ".*"); len(left) > 0 {
+		t.Errorf("files left beside the backup: %v", left)
 	}
 	// Its etcd, serving from open files of a data dir gone, did not wait out
 	// its graceful stop (7 s for the API server's watches): the gate's stop
@@ -66,4 +79,19 @@ func seededWipeHeal(t *testing.T, l *lab.Lab) (*healRun, journal.Record) {
 		t.Fatalf("%v raft snapshots sent during a seeded heal, want 0", sent)
 	}
 	return h, j
+}
+
+// fileSHA256 is the hex sha256 of the file at path.
+func fileSHA256(t *testing.T, path string) string {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		t.Fatal(err)
+	}
+	return hex.EncodeToString(h.Sum(nil))
 }

@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/etcd-agent/etcd-agent/internal/journal"
@@ -207,6 +208,9 @@ func describe(p journal.Phase, r journal.Record) string {
 	case journal.PhaseLearnerAdded:
 		return fmt.Sprintf("new learner %x added with peer URLs %v", uint64(r.NewMemberID), r.PeerURLs)
 	case journal.PhasePrepared:
+		if from, ok := strings.CutPrefix(r.SeedSource, "backup:"); ok && r.RejoinMode == "seed" {
+			return fmt.Sprintf("data dir seeded from a copy of the pre-change backup (%s's snapshot, streamed once) at index %d; start gate opens", from, r.SeedIndex)
+		}
 		if r.RejoinMode == "seed" {
 			return fmt.Sprintf("data dir seeded from %s's snapshot at index %d; start gate opens", r.SeedSource, r.SeedIndex)
 		}
