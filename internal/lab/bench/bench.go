@@ -136,7 +136,7 @@ func runOne(ctx context.Context, lo lab.Options, size int64, runs int, modes []s
 		}
 	}
 	for _, mode := range modes {
-		if err := l.RestartAgents(ctx, "--rejoin-mode="+mode); err != nil {
+		if err := l.RestartAgents(ctx, rejoinModeArgs(mode)...); err != nil {
 			return row, err
 		}
 		h := &Heals{}
@@ -364,4 +364,14 @@ func human(b int64) string {
 		return fmt.Sprintf("%.0f MiB", float64(b)/(1<<20))
 	}
 	return fmt.Sprintf("%d KiB", b>>10)
+}
+
+// rejoinModeArgs are the agent flags of a measured rejoin mode: raft, seed
+// (from a copy of the pre-change backup: the db streamed once) or follower
+// (seed mode streaming the db a second time, off a follower after the add).
+func rejoinModeArgs(mode string) []string {
+	if mode == "follower" {
+		return []string{"--rejoin-mode=seed", "--seed-from-backup=false"}
+	}
+	return []string{"--rejoin-mode=" + mode}
 }
