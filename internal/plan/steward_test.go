@@ -174,6 +174,9 @@ func TestStewardNeverActsWithAutoHealOffOrInADryRun(t *testing.T) {
 			if d.Action != Refuse || d.Reason != tc.want || !strings.Contains(d.Detail, "would") {
 				t.Errorf("%+v: got %s/%s (%s), want a refusal %s saying what it would do", tc.cfg, d.Action, d.Reason, d.Detail, tc.want)
 			}
+			if !slices.Contains(RefusalReasons(), d.Reason) {
+				t.Errorf("refusal reason %s is not in RefusalReasons() (its metric series is not made at 0)", d.Reason)
+			}
 		}
 	}
 }
