@@ -6,6 +6,7 @@ package bench
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -19,6 +20,7 @@ import (
 	"github.com/etcd-agent/etcd-agent/internal/lab"
 	"github.com/etcd-agent/etcd-agent/internal/lab/invariant"
 	"github.com/etcd-agent/etcd-agent/internal/memberruntime"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 	"golang.org/x/sync/errgroup"
@@ -78,6 +80,11 @@ func Run(ctx context.Context, o Options) ([]Row, error) {
 		}
 		row, err := runOne(ctx, lo, size, max(1, o.Runs), modes, o.Out)
 		if err != nil {
+			if len(rows) > 0 { // what was measured is not lost
+				Print(o.Out, rows)
+				fmt.Fprintln(o.Out)
+				PrintPhases(o.Out, rows)
+			}
 			return rows, fmt.Errorf("%s: %w", human(size), err)
 		}
 		rows = append(rows, row)
@@ -240,9 +247,19 @@ func bareRejoin(ctx context.Context, l *lab.Lab, cli *clientv3.Client, node stri
 	if _, err := cli.MemberRemove(ctx, oldID); err != nil {
 		return 0, err
 	}
-	add, err := cli.MemberAddAsLearner(ctx, []string{n.PeerURL})
+	// etcd refuses an add ("unhealthy cluster") until its leader has been
+	// connected to every voter for 5 s (e.g. right after the fill's load).
+	var add *clientv3.MemberAddResponse
+	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		var aerr error
+		add, aerr = cli.MemberAddAsLearner(ctx, []string{n.PeerURL})
+		if errors.Is(aerr, rpctypes.ErrUnhealthy) {
+			return false, nil
+		}
+		return aerr == nil, aerr
+	})
 	if err != nil {
-		return 0, err
+		return 0, fmt.Errorf("add learner: %w", err)
 	}
 	ic := strings.Join(append(others, n.Member+"="+n.PeerURL), ",")
 	if err := rt.Start(ctx, ic); err != nil {
