@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -173,22 +174,7 @@ func TestSeedModeCorruptedSeedFallsBackToRaft(t *testing.T) {
 	if sent := snapshotsSent(t, l) - before; sent < 1 {
 		t.Fatalf("raft mode, yet the leader sent %v raft snapshots", sent)
 	}
-	kc, err := l.KubeClient()
-	if err != nil {
-		t.Fatal(err)
-	}
-	eventually(t, 10*time.Second, "a SeedFallback Warning Event on node2", func() error {
-		evs, err := kc.CoreV1().Events("default").List(context.Background(), metav1.ListOptions{FieldSelector: "involvedObject.name=node2,reason=SeedFallback"})
-		if err != nil {
-			return err
-		}
-		for _, e := range evs.Items {
-			if e.Type == "Warning" && strings.Contains(e.Message, "snapshot-hash-mismatch") {
-				return nil
-			}
-		}
-		return fmt.Errorf("%d SeedFallback events, none a Warning naming snapshot-hash-mismatch", len(evs.Items))
-	})
+	waitSeedFallbackEvent(t, l, "node2", "snapshot-hash-mismatch")
 	if _, err := os.Stat(seeds[0]); !os.IsNotExist(err) {
 		t.Errorf("the refused seed %s is still there (%v)", seeds[0], err)
 	}
@@ -236,23 +222,30 @@ func TestSeedModeCorruptBackupIsNotTheSeed(t *testing.T) {
 	if j.RejoinMode != "seed" || j.SeedFallback != "" || strings.HasPrefix(j.SeedSource, "backup:") || j.SeedSource == "" {
 		t.Fatalf("journal: mode %q fallback %q source %q: want seeded from a follower's stream", j.RejoinMode, j.SeedFallback, j.SeedSource)
 	}
+	waitSeedFallbackEvent(t, l, "node2", "pre-change backup", "snapshot-hash-mismatch")
+	h.finish(invariantDefaults())
+}
+
+// waitSeedFallbackEvent waits for a SeedFallback Warning Event on node
+// whose message says every one of says.
+func waitSeedFallbackEvent(t *testing.T, l *lab.Lab, node string, says ...string) {
+	t.Helper()
 	kc, err := l.KubeClient()
 	if err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 10*time.Second, "a SeedFallback Warning Event naming the backup", func() error {
-		evs, err := kc.CoreV1().Events("default").List(context.Background(), metav1.ListOptions{FieldSelector: "involvedObject.name=node2,reason=SeedFallback"})
+	eventually(t, 10*time.Second, "a SeedFallback Warning Event on "+node+" saying "+strings.Join(says, ", "), func() error {
+		evs, err := kc.CoreV1().Events("default").List(context.Background(), metav1.ListOptions{FieldSelector: "involvedObject.name=" + node + ",reason=SeedFallback"})
 		if err != nil {
 			return err
 		}
 		for _, e := range evs.Items {
-			if e.Type == "Warning" && strings.Contains(e.Message, "pre-change backup") && strings.Contains(e.Message, "snapshot-hash-mismatch") {
+			if e.Type == "Warning" && !slices.ContainsFunc(says, func(w string) bool { return !strings.Contains(e.Message, w) }) {
 				return nil
 			}
 		}
-		return fmt.Errorf("%d SeedFallback events, none a Warning about the backup's snapshot-hash-mismatch", len(evs.Items))
+		return fmt.Errorf("%d SeedFallback events, none a Warning saying %v", len(evs.Items), says)
 	})
-	h.finish(invariantDefaults())
 }
 
 // flipByte flips one bit in the middle of the file at path.
