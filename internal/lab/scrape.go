@@ -159,6 +159,30 @@ func CounterGrowth(before, after map[string]float64) float64 {
 	return sum
 }
 
+// CPUByProcess is the CPU seconds (process_cpu_seconds_total) of each
+// running etcd process, for CounterGrowth.
+func (l *Lab) CPUByProcess(ctx context.Context) (map[string]float64, error) {
+	return l.perRunningMember(ctx, func(m Metrics) float64 {
+		v, _ := m.Value("process_cpu_seconds_total", nil)
+		return v
+	})
+}
+
+// LeaderProcess is the running etcd process (as perRunningMember keys it,
+// node/pid) that says it leads; "" when none does.
+func (l *Lab) LeaderProcess(ctx context.Context) (string, error) {
+	leads, err := l.perRunningMember(ctx, func(m Metrics) float64 {
+		v, _ := m.Value("etcd_server_is_leader", nil)
+		return v
+	})
+	for k, v := range leads {
+		if v > 0 {
+			return k, err
+		}
+	}
+	return "", err
+}
+
 // SnapshotsSentByProcess is SnapshotsSent per running etcd process, for
 // CounterGrowth.
 func (l *Lab) SnapshotsSentByProcess(ctx context.Context) (map[string]float64, error) {

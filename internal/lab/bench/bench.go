@@ -43,6 +43,8 @@ type Heals struct {
 	Snapshot     []time.Duration            // the pre-change backup stream
 	LeaderSnaps  float64                    // raft snapshots the members sent during the heals (etcd_network_snapshot_send_success)
 	ToLearner    []float64                  // bytes the members sent to the new learner (etcd_network_peer_sent_bytes_total{To=learner})
+	LeaderCPU    []float64                  // CPU seconds of the leader's etcd during a heal
+	PeersCPU     []float64                  // CPU seconds of the other members' etcd (not the healed one's) during a heal
 	Steps        map[string][]time.Duration // per step of stepNames, one duration per run that passed it
 	lat          []time.Duration
 	APIFailed    int
@@ -154,6 +156,11 @@ func runOne(ctx context.Context, lo lab.Options, size int64, runs int, modes []s
 			if err != nil {
 				return row, err
 			}
+			leader, lerr := l.LeaderProcess(ctx)
+			cpuBefore, cerr := l.CPUByProcess(ctx)
+			if err := errors.Join(lerr, cerr); err != nil {
+				return row, err
+			}
 			mid := w.Snapshot()
 			if err := agentHeal(ctx, l, "node2", h); err != nil {
 				return row, fmt.Errorf("agent heal (%s): %w", mode, err)
@@ -163,6 +170,12 @@ func runOne(ctx context.Context, lo lab.Options, size int64, runs int, modes []s
 			if err != nil {
 				return row, err
 			}
+			cpuAfter, err := l.CPUByProcess(ctx)
+			if err != nil {
+				return row, err
+			}
+			h.LeaderCPU = append(h.LeaderCPU, lab.CounterGrowth(only(cpuBefore, leader), only(cpuAfter, leader)))
+			h.PeersCPU = append(h.PeersCPU, lab.CounterGrowth(without(cpuBefore, "node2/"), without(cpuAfter, "node2/")))
 			// Per process: node2's etcd restarts in the heal and its
 			// counter with it (subtracted naively, the total went negative).
 			h.LeaderSnaps += lab.CounterGrowth(snapsBefore, snapsAfter)
@@ -335,7 +348,7 @@ func agentHeal(ctx context.Context, l *lab.Lab, node string, row *Heals) error {
 // Print writes the table.
 func Print(w io.Writer, rows []Row) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "db size\tmode\truns\tbare etcd rejoin\tfastest bare\tagent TTR-grace\tratio\tpre-change backup\tagent total\tleader raft snapshots\tsent to learner\tAPI p99 before\tAPI p99 during\tAPI writes failed\t")
+	fmt.Fprintln(tw, "db size\tmode\truns\tbare etcd rejoin\tfastest bare\tagent TTR-grace\tratio\tpre-change backup\tagent total\tleader raft snapshots\tsent to learner\tleader CPU\tpeers CPU\tAPI p99 before\tAPI p99 during\tAPI writes failed\t")
 	for _, r := range rows {
 		for _, mode := range r.Modes {
 			h := r.Heals[mode]
@@ -343,13 +356,14 @@ func Print(w io.Writer, rows []Row) {
 				continue
 			}
 			floor, agent := fastest(r.Bare), median(h.Agent)
-			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%.2fx\t%s\t%s\t%.0f\t%s\t%s\t%s\t%d/%d\t\n", human(r.DBBytes), mode, len(h.Agent), spread(r.Bare),
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%.2fx\t%s\t%s\t%.0f\t%s\t%.2fs\t%.2fs\t%s\t%s\t%d/%d\t\n", human(r.DBBytes), mode, len(h.Agent), spread(r.Bare),
 				floor.Round(10*time.Millisecond), spread(h.Agent), float64(agent)/float64(floor), median(h.Snapshot).Round(10*time.Millisecond), median(h.AgentTotal).Round(10*time.Millisecond),
-				h.LeaderSnaps, human(int64(medianF(h.ToLearner))), r.BaselineP99.Round(time.Millisecond), invariant.Percentile(h.lat, 99).Round(time.Millisecond), h.APIFailed, h.APIAttempted)
+				h.LeaderSnaps, human(int64(medianF(h.ToLearner))), medianF(h.LeaderCPU), medianF(h.PeersCPU),
+				r.BaselineP99.Round(time.Millisecond), invariant.Percentile(h.lat, 99).Round(time.Millisecond), h.APIFailed, h.APIAttempted)
 		}
 	}
 	tw.Flush()
-	fmt.Fprintln(w, "(durations: median [min-max] over the runs; ratio = median agent / fastest bare rejoin, the floor etcd reaches without its stall; leader raft snapshots: total over the runs; sent to learner: median bytes the members sent the new learner over raft)")
+	fmt.Fprintln(w, "(durations: median [min-max] over the runs; ratio = median agent / fastest bare rejoin, the floor etcd reaches without its stall; leader raft snapshots: total over the runs; sent to learner: median bytes the members sent the new learner over raft; leader CPU, peers CPU: median CPU seconds of the leader's etcd, and of every member's but the healed one's, during a heal)")
 }
 
 func median(ds []time.Duration) time.Duration { return invariant.Percentile(ds, 50) }
@@ -391,4 +405,23 @@ func rejoinModeArgs(mode string) []string {
 		return []string{"--rejoin-mode=seed", "--seed-from-backup=false"}
 	}
 	return []string{"--rejoin-mode=" + mode}
+}
+
+// only keeps the reading of process key (none for "").
+func only(m map[string]float64, key string) map[string]float64 {
+	if v, ok := m[key]; ok {
+		return map[string]float64{key: v}
+	}
+	return map[string]float64{}
+}
+
+// without drops the readings of the processes whose key starts with prefix.
+func without(m map[string]float64, prefix string) map[string]float64 {
+	out := map[string]float64{}
+	for k, v := range m {
+		if !strings.HasPrefix(k, prefix) {
+			out[k] = v
+		}
+	}
+	return out
 }

@@ -15,7 +15,8 @@ func TestPrintShowsBothModesSideBySide(t *testing.T) {
 		DBBytes: 500 << 20, Bare: []time.Duration{3 * time.Second, time.Second, 2 * time.Second}, BaselineP99: 8 * time.Millisecond,
 		Modes: []string{"raft", "seed"},
 		Heals: map[string]*Heals{
-			"raft": {Agent: []time.Duration{12 * time.Second}, LeaderSnaps: 2, ToLearner: []float64{600 << 20, 590 << 20}, APIAttempted: 700},
+			"raft": {Agent: []time.Duration{12 * time.Second}, LeaderSnaps: 2, ToLearner: []float64{600 << 20, 590 << 20}, APIAttempted: 700,
+				LeaderCPU: []float64{4.25, 3.5, 5}, PeersCPU: []float64{6.75}},
 			"seed": {Agent: []time.Duration{10 * time.Second}, ToLearner: []float64{300 << 10, 100 << 10, 200 << 10}, APIAttempted: 450},
 		},
 	}}
@@ -26,7 +27,10 @@ func TestPrintShowsBothModesSideBySide(t *testing.T) {
 	if len(lines) < 3 || !strings.Contains(lines[0], "sent to learner") {
 		t.Fatalf("no header with the bytes column:\n%s", out)
 	}
-	for _, want := range []string{"500 MiB  raft", "590 MiB", "500 MiB  seed", "200 KiB", "0/700", "0/450", "12.00x", "10.00x", "1s  "} {
+	if !strings.Contains(lines[0], "leader CPU") || !strings.Contains(lines[0], "peers CPU") {
+		t.Fatalf("no CPU columns in the header:\n%s", out)
+	}
+	for _, want := range []string{"500 MiB  raft", "590 MiB", "500 MiB  seed", "200 KiB", "0/700", "0/450", "12.00x", "10.00x", "1s  ", "4.25s", "6.75s"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("table lacks %q:\n%s", want, out)
 		}
