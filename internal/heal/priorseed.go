@@ -79,6 +79,7 @@ func (h *Healer) seedPredatingTheAdd(ctx context.Context, res memberstate.Result
 		if err == nil {
 			return true
 		}
+		h.metrics.SeedFallbacksTotal.WithLabelValues(h.cfg.Member, peerseed.SeedReason(err)).Inc()
 		fallback("the pre-change backup "+j.SnapshotPath, err)
 	}
 	return false
@@ -86,9 +87,10 @@ func (h *Healer) seedPredatingTheAdd(ctx context.Context, res memberstate.Result
 
 // backupSeeds says whether this recovery's own pre-change backup seeds its
 // learner: a rejoin's (a move has its own seed, from the store), in seed
-// mode unless --seed-from-backup=false.
+// mode unless --seed-from-backup=false, and only while j.BackupSeeds holds
+// (this attempt streamed it and has not resumed since).
 func (h *Healer) backupSeeds(j *journal.Record) bool {
-	return !h.cfg.NoBackupSeed && j.SnapshotPath != "" && j.SnapshotSHA256 != "" &&
+	return !h.cfg.NoBackupSeed && j.BackupSeeds && j.SnapshotPath != "" && j.SnapshotSHA256 != "" && j.SnapshotClusterID != 0 &&
 		j.Request != plan.ActionMoveIn && j.Request != plan.ActionMoveAway
 }
 
@@ -110,11 +112,11 @@ func (h *Healer) seedFromBackup(ctx context.Context, res memberstate.Result, j *
 		return fmt.Errorf("%w: the pre-change backup %s has %d bytes, %d were streamed", peerseed.ErrSeedCorruptDB, j.SnapshotPath, st.Size(), j.SnapshotBytes)
 	}
 	source := "backup:" + j.SnapshotSource
-	if err := peerseed.WriteSeedSource(j.SnapshotPath, peerseed.SeedSource{ClusterID: res.Observation.ClusterID, Endpoint: source,
+	if err := peerseed.WriteSeedSource(j.SnapshotPath, peerseed.SeedSource{ClusterID: uint64(j.SnapshotClusterID), Endpoint: source,
 		Size: j.SnapshotBytes, SHA256: j.SnapshotSHA256, StreamedAt: st.ModTime().UTC()}); err != nil {
 		return err
 	}
-	defer os.Remove(peerseed.SeedSourcePath(j.SnapshotPath))
+	defer h.removeSeedStreams() // the record, and anything a killed attempt left
 	if err := h.holdAt(ctx, HoldSeedStreamed); err != nil {
 		return err
 	}

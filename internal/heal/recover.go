@@ -276,6 +276,15 @@ func (h *Healer) begin(ctx context.Context, res memberstate.Result, req *plan.Re
 	h.metrics.LeaseHeld.WithLabelValues(h.cfg.Member).Set(1)
 	if resumed {
 		h.log.Info("recovery resumed", zap.String("id", j.ID), zap.String("phase", string(j.Phase)))
+		if j.BackupSeeds {
+			// The Lease may have been another agent's since the backup:
+			// its changes may be in the log the learner would replay.
+			j.BackupSeeds = false
+			if err := journal.Save(h.cfg.StateDir, *j); err != nil {
+				return err
+			}
+			h.log.Info("the pre-change backup no longer seeds the learner (the recovery resumed): a seed is streamed after the add")
+		}
 		return h.holdAt(ctx, HoldLeaseAcquired)
 	}
 	if err := h.advance(ctx, j, journal.PhaseStarted); err != nil {

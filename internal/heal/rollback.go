@@ -52,6 +52,13 @@ func (h *Healer) removeStranded(ctx context.Context, res memberstate.Result, j *
 	if j.Kind == journal.KindRollbackLearner {
 		return h.timed(j, journal.PhaseRemoved, func() error { return h.removeMember(ctx, res, d.MemberID) })
 	}
+	if j.BackupSeeds {
+		// Another's learner was in the cluster after our backup.
+		j.BackupSeeds = false
+		if err := journal.Save(h.cfg.StateDir, *j); err != nil {
+			return err
+		}
+	}
 	if err := h.removeMember(ctx, res, d.MemberID); err != nil {
 		return err
 	}

@@ -179,6 +179,8 @@ func (h *Healer) snapshot(ctx context.Context, res memberstate.Result, j *journa
 		return fmt.Errorf("snapshot from %s: %w", src.Name, err)
 	}
 	j.SnapshotPath, j.SnapshotBytes, j.SnapshotSHA256, j.SnapshotSource = snap.Path, snap.Size, snap.SHA256, src.Name
+	j.SnapshotClusterID = journal.MemberID(res.Observation.ClusterID)
+	j.BackupSeeds = j.Request != plan.ActionMoveIn && j.Request != plan.ActionMoveAway
 	h.log.Info("snapshot streamed and verified", zap.String("source", src.Name), zap.String("why", why),
 		zap.String("path", snap.Path), zap.Int64("bytes", snap.Size), zap.Duration("took", snap.Took))
 	memberID := uint64(j.OldMemberID)
@@ -404,6 +406,15 @@ const seedStampLayout = "2006-01-02T15-04-05.000Z"
 // provenance record). Member "etcd" never takes member "etcd-2"'s
 // ("seed-etcd-2-2026-..." has no stamp right after "seed-etcd-").
 func (h *Healer) removeSeedStreams() {
+	// A backup's provenance record (seedFromBackup) that a killed agent
+	// left: snapshot-<member>-<stamp>.db.seed.json and its temp files.
+	records, _ := filepath.Glob(filepath.Join(h.cfg.QuarantineDir, "snapshot-"+h.cfg.Member+"-*.db.seed.json"))
+	records2, _ := filepath.Glob(filepath.Join(h.cfg.QuarantineDir, ".snapshot-"+h.cfg.Member+"-*.db.seed.json.tmp-*"))
+	for _, p := range append(records, records2...) {
+		if isBackupRecordOf(strings.TrimPrefix(filepath.Base(p), "."), h.cfg.Member) {
+			_ = os.Remove(p)
+		}
+	}
 	paths, _ := filepath.Glob(filepath.Join(h.cfg.QuarantineDir, h.seedStreamPrefix()+"*"))
 	// A store fetch's temp file: .<prefix><stamp>.db.<random>.part.
 	parts, _ := filepath.Glob(filepath.Join(h.cfg.QuarantineDir, "."+h.seedStreamPrefix()+"*.part"))
@@ -415,6 +426,19 @@ func (h *Healer) removeSeedStreams() {
 			h.log.Warn("could not remove a seed snapshot", zap.String("path", p), zap.Error(err))
 		}
 	}
+}
+
+// isBackupRecordOf: name is snapshot-<member>-<stamp>.db.seed.json (a
+// backup's provenance record), optionally followed by a temp suffix.
+func isBackupRecordOf(name, member string) bool {
+	rest, ok := strings.CutPrefix(name, "snapshot-"+member+"-")
+	if !ok || len(rest) < len(localdisk.SnapshotStampLayout) {
+		return false
+	}
+	if _, err := time.Parse(localdisk.SnapshotStampLayout, rest[:len(localdisk.SnapshotStampLayout)]); err != nil {
+		return false
+	}
+	return strings.HasPrefix(rest[len(localdisk.SnapshotStampLayout):], ".db.seed.json")
 }
 
 // isSeedStreamOf: name is <prefix><stamp>.db, optionally followed by a

@@ -126,6 +126,16 @@ type Record struct {
 	SnapshotBytes  int64  `json:"snapshotBytes,omitempty"`
 	SnapshotSHA256 string `json:"snapshotSHA256,omitempty"`
 	SnapshotSource string `json:"snapshotSource,omitempty"`
+	// SnapshotClusterID is the cluster the pre-change backup was streamed
+	// from (the observation's, pinned, at that moment).
+	SnapshotClusterID MemberID `json:"snapshotClusterID,omitempty"`
+	// BackupSeeds: the pre-change backup may seed this attempt's learner.
+	// Set when this attempt streams it; cleared when the attempt resumes
+	// after it (the Lease may have been another agent's meanwhile, whose
+	// changes, a learner added and removed again, a fresh member list does
+	// not show but the seeded learner would replay) and when a stranded
+	// learner is removed.
+	BackupSeeds bool `json:"backupSeeds,omitempty"`
 	// StoreKey is the snapshot's object in the snapshot store (a move's).
 	StoreKey string `json:"storeKey,omitempty"`
 

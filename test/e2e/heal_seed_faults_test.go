@@ -272,10 +272,14 @@ func flipByte(t *testing.T, path string) {
 }
 
 // TestSeedModeAgentKilledMidBuildResumes: the agent is SIGKILLed while the
-// seeded data dir is complete in its temp dir but not yet renamed into
-// place. etcd never runs meanwhile (the data dir does not exist), the
-// restarted agent resumes the recovery, removes the temp dir, seeds again
-// and the member heals; etcd restarts exactly at the second seed's index.
+// seeded data dir (from a copy of the pre-change backup) is complete in its
+// temp dir but not yet renamed into place. etcd never runs meanwhile (the
+// data dir does not exist), the restarted agent resumes the recovery,
+// removes the temp dir, seeds again, this time from a follower's stream (a
+// resumed attempt no longer trusts its backup: another agent may have held
+// the Lease meanwhile), and the member heals; etcd restarts exactly at the
+// second seed's index. The backup is kept as it was, with nothing left
+// beside it.
 func TestSeedModeAgentKilledMidBuildResumes(t *testing.T) {
 	l, h := wipeHeldAt(t, etcd36, "seed-rename")
 	n := nodeOf(t, l, "node2")
@@ -305,6 +309,16 @@ func TestSeedModeAgentKilledMidBuildResumes(t *testing.T) {
 	if resumed := logEntries(t, agentLog(t, l, "node2"), "recovery resumed"); len(resumed) < 1 {
 		t.Fatalf("the restarted agent did not resume the recovery")
 	}
+	if len(logEntries(t, agentLog(t, l, "node2"), "learner data dir seeded from a db older than its add")) > 0 {
+		t.Fatalf("the killed agent's seed from its backup was renamed into place")
+	}
+	if strings.HasPrefix(j.SeedSource, "backup:") || j.SeedSource == "" || j.BackupSeeds {
+		t.Fatalf("resumed seed from %q (backupSeeds %v): want a follower's stream", j.SeedSource, j.BackupSeeds)
+	}
+	if sum := fileSHA256(t, j.SnapshotPath); sum != j.SnapshotSHA256 {
+		t.Fatalf("the pre-change backup changed: sha256 %s, journaled %s", sum, j.SnapshotSHA256)
+	}
+	assertNothingBeside(t, j.SnapshotPath)
 	if left, _ := filepath.Glob(n.DataDir + ".seed-tmp-*"); len(left) > 0 {
 		t.Fatalf("seed temp dirs left: %v", left)
 	}

@@ -45,9 +45,7 @@ func TestHealWipedDataDirSeedMode(t *testing.T) {
 	if sum := fileSHA256(t, j.SnapshotPath); sum != j.SnapshotSHA256 {
 		t.Errorf("the pre-change backup %s changed: sha256 %s, journaled %s", j.SnapshotPath, sum, j.SnapshotSHA256)
 	}
-	if left, _ := filepath.Glob(j.SnapshotPath + ".*"); len(left) > 0 {
-		t.Errorf("files left beside the backup: %v", left)
-	}
+	assertNothingBeside(t, j.SnapshotPath)
 	// Its etcd, serving from open files of a data dir gone, did not wait out
 	// its graceful stop (7 s for the API server's watches): the gate's stop
 	// watch ended it once no request was in flight (nothing to flush).
@@ -79,6 +77,17 @@ func seededWipeHeal(t *testing.T, l *lab.Lab) (*healRun, journal.Record) {
 		t.Fatalf("%v raft snapshots sent during a seeded heal, want 0", sent)
 	}
 	return h, j
+}
+
+// assertNothingBeside: no file sits beside the backup at path (its seed
+// provenance record, or that record's temp file).
+func assertNothingBeside(t *testing.T, path string) {
+	t.Helper()
+	left, _ := filepath.Glob(path + ".*")
+	hidden, _ := filepath.Glob(filepath.Join(filepath.Dir(path), "."+filepath.Base(path)+"*"))
+	if len(left)+len(hidden) > 0 {
+		t.Errorf("files left beside the backup %s: %v %v", path, left, hidden)
+	}
 }
 
 // fileSHA256 is the hex sha256 of the file at path.
