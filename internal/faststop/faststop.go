@@ -159,13 +159,17 @@ func watch(ctx context.Context, c Config, l looker, proc process) error {
 	defer tick.Stop()
 	var lastWhy plan.Reason
 	var stoppingSince time.Time
-	notReadyLogged, began := false, time.Now()
+	notReadyLogged, servedLogged, began := false, false, time.Now()
 	for {
 		if proc.parent() != c.ParentPID {
 			log.Info("stop watch: etcd has exited; the watch ends")
 			return nil
 		}
 		f := l.look(ctx)
+		if f.Served && !servedLogged {
+			log.Info("stop watch: connected to etcd")
+			servedLogged = true
+		}
 		if !f.Served && !notReadyLogged && time.Since(began) > notReadyAfter {
 			log.Warn("stop watch: its connection to etcd is not ready; until it is, etcd's stops keep their graceful wait", zap.String("clientURL", c.ClientURL))
 			notReadyLogged = true

@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
@@ -49,7 +50,12 @@ func newProber(c Config) (*prober, error) {
 		creds = credentials.NewTLS(c.TLS)
 	}
 	// No idle timeout: leaving READY must mean etcd closed the connection.
-	conn, err := grpc.NewClient("passthrough:///"+u.Host, grpc.WithTransportCredentials(creds), grpc.WithIdleTimeout(0))
+	// Short connect attempts and backoff: etcd accepts connections before
+	// it serves (grpc's default waits 20 s for a handshake, then backs off
+	// up to 2 min), and the watch is of no use until it is connected.
+	conn, err := grpc.NewClient("passthrough:///"+u.Host, grpc.WithTransportCredentials(creds), grpc.WithIdleTimeout(0),
+		grpc.WithConnectParams(grpc.ConnectParams{MinConnectTimeout: time.Second,
+			Backoff: backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 2 * time.Second}}))
 	if err != nil {
 		return nil, fmt.Errorf("stop watch: %w", err)
 	}

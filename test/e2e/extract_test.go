@@ -22,6 +22,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/etcd-agent/etcd-agent/internal/lab"
+	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // extractRun runs etcd-agent extract; it returns stdout, stderr and the
@@ -41,6 +42,50 @@ func extractRun(t *testing.T, args ...string) (stdout, stderr []byte, rev int64,
 }
 
 // lastRevision of the lab's etcd now.
+// onDisk waits until node n's db on disk holds revision rev: n has applied
+// it (a serializable read there), and its backend committed after that
+// (etcd writes its db in batches, every 100 ms): a live data dir read then
+// must not be older.
+func onDisk(t *testing.T, l *lab.Lab, n *lab.Node, rev int64) {
+	t.Helper()
+	cli, err := l.EtcdClientFor(n.ClientURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	eventually(t, 10*time.Second, fmt.Sprintf("%s applied revision %d", n.Name, rev), func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		r, err := cli.Get(ctx, "/", clientv3.WithSerializable())
+		if err == nil && r.Header.Revision < rev {
+			err = fmt.Errorf("at revision %d", r.Header.Revision)
+		}
+		return err
+	})
+	commits := func() (uint64, error) {
+		m, err := lab.Scrape(context.Background(), n.ClientURL+"/metrics")
+		if err != nil {
+			return 0, err
+		}
+		fam, ok := m["etcd_disk_backend_commit_duration_seconds"]
+		if !ok || len(fam.Metric) == 0 {
+			return 0, fmt.Errorf("no etcd_disk_backend_commit_duration_seconds")
+		}
+		return fam.Metric[0].GetHistogram().GetSampleCount(), nil
+	}
+	after, err := commits()
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, n.Name+"'s backend committed once more", func() error {
+		c, err := commits()
+		if err == nil && c <= after {
+			err = fmt.Errorf("%d commits, waiting for more than %d", c, after)
+		}
+		return err
+	})
+}
+
 func lastRevision(t *testing.T, l *lab.Lab) int64 {
 	t.Helper()
 	cli, err := l.EtcdClient()
@@ -192,6 +237,7 @@ func TestExtractReturnsWhatTheAPIServes(t *testing.T) {
 			}
 		}()
 		before := lastRevision(t, l)
+		onDisk(t, l, n1, before)
 		out, stderr, rev, err := extractRun(t, "--data-dir", n1.DataDir, "configmaps/kube-system/kubeadm-config", "-o", "yaml")
 		close(stop)
 		<-done

@@ -315,6 +315,18 @@ func stopWatchSays(t *testing.T, l *lab.Lab, node, msg string) []map[string]any 
 	return logEntries(t, filepath.Join(nodeOf(t, l, node).LogsDir, "etcd-"+node+"_etcd.log"), "stop watch: "+msg)
 }
 
+// waitStopWatchConnected waits until the stop watch beside node's running
+// etcd is connected to it (more "connected" lines than etcds it ended).
+func waitStopWatchConnected(t *testing.T, l *lab.Lab, node string) {
+	t.Helper()
+	eventually(t, 30*time.Second, node+"'s stop watch connected to its etcd", func() error {
+		if c, e := len(stopWatchSays(t, l, node, "connected to etcd")), len(stopWatchSays(t, l, node, "etcd ended without")); c <= e {
+			return fmt.Errorf("%d connected, %d ended", c, e)
+		}
+		return nil
+	})
+}
+
 // logEntries returns the JSON log lines of path whose msg contains msg.
 func logEntries(t *testing.T, path, msg string) []map[string]any {
 	t.Helper()

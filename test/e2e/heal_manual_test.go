@@ -31,6 +31,7 @@ func TestManualRecover(t *testing.T) {
 	p2 := peerOf(t, l, "node2")
 
 	// (a) rejoin a healthy member, as the runbooks ask it (a plan first).
+	waitStopWatchConnected(t, l, "node2") // it sees the stop, and leaves it to etcd
 	before := idsByPeer(mustMembers(t, l))
 	h.fault()
 	ask := loadProcedure(t, "ask-agent")

@@ -66,6 +66,7 @@ func TestHealWipedDataDirSeedMode(t *testing.T) {
 func seededWipeHeal(t *testing.T, l *lab.Lab) (*healRun, journal.Record) {
 	t.Helper()
 	snapsBefore := snapshotsSent(t, l)
+	waitStopWatchConnected(t, l, "node2") // its stop is to end early
 	h := wipeNode2(t, l)
 	j := h.waitHealed("node2", "node2", 3, 2*time.Minute)
 	t.Logf("rejoin mode %q (fallback %q %s), seeded at index %d term %d from %s", j.RejoinMode, j.SeedFallback, j.SeedDetail,
