@@ -12,10 +12,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"sort"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/etcd-agent/etcd-agent/internal/fsutil"
@@ -86,6 +88,12 @@ func New(cfg Config) (*Supervisor, error) {
 
 // Run supervises until ctx is done, then stops every container it started.
 func (s *Supervisor) Run(ctx context.Context) error {
+	// Containers start with every signal at its default, as a container
+	// runtime starts them: a lab run under nohup (CI) would otherwise pass
+	// an ignored SIGHUP on to etcd through exec, and the gate's stop watch
+	// cannot end an etcd that ignores it. Caught here, SIGHUP is reset to
+	// its default in every process this supervisor starts.
+	signal.Notify(make(chan os.Signal, 1), syscall.SIGHUP)
 	w, err := fsnotify.NewWatcher()
 	if err != nil {
 		return err

@@ -4,7 +4,10 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/signal"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -148,4 +151,35 @@ func TestIgnoresManifestsThatAreNotPods(t *testing.T) {
 	if _, ok := st.Pods["junk.yaml"]; ok {
 		t.Fatal("a manifest that is not a Pod was run")
 	}
+}
+
+// Containers start with SIGHUP at its default, as a container runtime
+// starts them, also when the lab runs under nohup (CI): an ignored SIGHUP
+// would reach etcd through the gate's exec, and the gate's stop watch
+// cannot end an etcd that ignores it.
+func TestContainersStartWithSIGHUPAtItsDefault(t *testing.T) {
+	signal.Ignore(syscall.SIGHUP) // as nohup leaves it
+	t.Cleanup(func() { signal.Reset(syscall.SIGHUP) })
+	dir, state := startSupervisor(t)
+	if err := os.WriteFile(filepath.Join(dir, "manifests", "demo.yaml"), []byte(pod(filepath.Join(dir, "marker"), "a")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	c := waitMain(t, state, 0)
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", c.PID))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if hexMask, ok := strings.CutPrefix(line, "SigIgn:"); ok {
+			mask, err := strconv.ParseUint(strings.TrimSpace(hexMask), 16, 64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if mask&(1<<(uint(syscall.SIGHUP)-1)) != 0 {
+				t.Fatalf("the container ignores SIGHUP (SigIgn %s)", strings.TrimSpace(hexMask))
+			}
+			return
+		}
+	}
+	t.Fatal("no SigIgn line")
 }
