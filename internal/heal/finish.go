@@ -155,6 +155,7 @@ func (h *Healer) close(ctx context.Context, j *journal.Record, d plan.Decision, 
 		h.putBack(ctx, j)
 	}
 	phase := j.Phase
+	h.removeSeedStreams() // transient: a killed attempt's seed stream or backup provenance record
 	j.Advance(journal.PhaseDone, now)
 	if err := journal.Save(h.cfg.StateDir, *j); err != nil {
 		h.log.Error("close journal", zap.Error(err))

@@ -63,6 +63,7 @@ func (h *Healer) storedSeed(j *journal.Record) (storeSeed, bool) {
 // and the seed fallback metric).
 func (h *Healer) seedPredatingTheAdd(ctx context.Context, res memberstate.Result, j *journal.Record) bool {
 	fallback := func(what string, err error) {
+		h.metrics.SeedFallbacksTotal.WithLabelValues(h.cfg.Member, peerseed.SeedReason(err)).Inc()
 		h.log.Warn("seeding from "+what+" failed; streaming a seed from a follower instead", zap.Error(err))
 		h.event("Warning", nodereport.ReasonSeedFallback, "seeding from %s failed (%s): %v; streaming from a follower", what, peerseed.SeedReason(err), err)
 	}
@@ -79,7 +80,6 @@ func (h *Healer) seedPredatingTheAdd(ctx context.Context, res memberstate.Result
 		if err == nil {
 			return true
 		}
-		h.metrics.SeedFallbacksTotal.WithLabelValues(h.cfg.Member, peerseed.SeedReason(err)).Inc()
 		fallback("the pre-change backup "+j.SnapshotPath, err)
 	}
 	return false

@@ -9,13 +9,18 @@ import (
 )
 
 // Seed streams are transient: removeSeedStreams takes this member's (db,
-// .part, provenance record) and nothing else from the quarantine.
+// .part, provenance record), and the provenance records written beside its
+// backups, and nothing else from the quarantine (never a backup).
 func TestRemoveSeedStreamsTakesOnlyThisMembersStreams(t *testing.T) {
 	dir := t.TempDir()
 	h := &Healer{cfg: Config{Member: "node2", QuarantineDir: dir}, log: zap.NewNop()}
 	mine := []string{"seed-node2-2026-11-30T05-20-09.438Z.db", "seed-node2-2026-11-30T05-20-09.438Z.db.part",
-		"seed-node2-2026-11-30T05-20-09.438Z.db.seed.json"}
-	kept := []string{"seed-node2-b-2026-11-30T05-20-09.438Z.db", "snapshot-node2-2026-11-30T05-20-09Z.db", "etcd-2026-11-30T05-20-09.1Z"}
+		"seed-node2-2026-11-30T05-20-09.438Z.db.seed.json",
+		// a backup's provenance record (seedFromBackup) and its temp file
+		"snapshot-node2-2026-11-30T05-20-09Z.db.seed.json", ".snapshot-node2-2026-11-30T05-20-09Z.db.seed.json.tmp-123"}
+	// The backup itself, and another member's backup record, are kept.
+	kept := []string{"seed-node2-b-2026-11-30T05-20-09.438Z.db", "snapshot-node2-2026-11-30T05-20-09Z.db", "etcd-2026-11-30T05-20-09.1Z",
+		"snapshot-node2-b-2026-11-30T05-20-09Z.db.seed.json", "snapshot-node2-2026-11-30T05-20-09Z.db.part"}
 	for _, f := range append(append([]string{}, mine...), kept...) {
 		if err := os.WriteFile(filepath.Join(dir, f), nil, 0o600); err != nil {
 			t.Fatal(err)

@@ -223,6 +223,10 @@ func TestSeedModeCorruptBackupIsNotTheSeed(t *testing.T) {
 		t.Fatalf("journal: mode %q fallback %q source %q: want seeded from a follower's stream", j.RejoinMode, j.SeedFallback, j.SeedSource)
 	}
 	waitSeedFallbackEvent(t, l, "node2", "pre-change backup", "snapshot-hash-mismatch")
+	// Counted like any refused seed: EtcdAgentSeedSnapshotCorrupt fires for a backup that rotted.
+	if v, err := metricValue(l, "node2", "etcd_agent_seed_fallbacks_total", map[string]string{"reason": "snapshot-hash-mismatch"}); err != nil || v != 1 {
+		t.Fatalf("etcd_agent_seed_fallbacks_total{reason=snapshot-hash-mismatch} = %v (%v), want 1", v, err)
+	}
 	h.finish(invariantDefaults())
 }
 
