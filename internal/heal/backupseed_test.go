@@ -2,10 +2,15 @@ package heal
 
 import (
 	"context"
+	"errors"
+	"os"
+	"path/filepath"
 	"testing"
 
 	"github.com/etcd-agent/etcd-agent/internal/journal"
+	"github.com/etcd-agent/etcd-agent/internal/lease"
 	"github.com/etcd-agent/etcd-agent/internal/memberstate"
+	"github.com/etcd-agent/etcd-agent/internal/peerseed"
 	"github.com/etcd-agent/etcd-agent/internal/plan"
 	"go.uber.org/zap"
 )
@@ -54,5 +59,26 @@ func TestAResumedRecoveryNoLongerSeedsFromItsBackup(t *testing.T) {
 	r.h.Consider(context.Background(), gone, nil)
 	if got := r.journal(t); got.BackupSeeds {
 		t.Fatalf("journal after the resume: backupSeeds still set (phase %s)", got.Phase)
+	}
+}
+
+// The backup seeds only while the Lease, read fresh right before the build,
+// is still ours: a process frozen past the TTL mid-step (nothing resumed)
+// may have missed another agent's changes. No provenance record is written.
+func TestTheBackupSeedsOnlyUnderALeaseReadFreshAsOurs(t *testing.T) {
+	dir := t.TempDir()
+	backup := filepath.Join(dir, "snapshot-m1-2026-12-03T21-00-00Z.db")
+	if err := os.WriteFile(backup, []byte("db"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	j := journal.Record{BackupSeeds: true, SnapshotPath: backup, SnapshotBytes: 2, SnapshotSHA256: "ab", SnapshotClusterID: 0xc1}
+	lost := &fakeLease{other: "node9/m9"} // another agent took it; ours is gone
+	h := &Healer{cfg: Config{Member: "m1", QuarantineDir: dir}, log: zap.NewNop(), lease: lost}
+	err := h.seedFromBackup(context.Background(), cluster3(memberstate.Lost, 2, 3), &j)
+	if err == nil || !errors.Is(err, lease.ErrNotHeld) {
+		t.Fatalf("seedFromBackup under a Lease another agent holds: %v, want a refusal (not held)", err)
+	}
+	if _, err := os.Stat(peerseed.SeedSourcePath(backup)); !os.IsNotExist(err) {
+		t.Fatalf("a provenance record was written beside the backup (%v)", err)
 	}
 }

@@ -104,6 +104,14 @@ func (h *Healer) backupSeeds(j *journal.Record) bool {
 // stored snapshot. The copy is checked against the sha256 journaled when
 // the backup was streamed.
 func (h *Healer) seedFromBackup(ctx context.Context, res memberstate.Result, j *journal.Record) error {
+	// A positive check beside the journal's flag: the Lease is ours now,
+	// read fresh. Only our own acquire (begin, which clears BackupSeeds on a
+	// resume) puts our name back on a Lease another agent held, so holding
+	// it now means nobody else did since the backup, also for a process
+	// frozen past the Lease's TTL in the middle of a step.
+	if err := h.fence(ctx, 0); err != nil {
+		return fmt.Errorf("the recovery Lease, read fresh: %w (the backup may predate another agent's changes)", err)
+	}
 	st, err := os.Stat(j.SnapshotPath)
 	if err != nil {
 		return fmt.Errorf("%w: the pre-change backup: %w", peerseed.ErrSeedCorruptDB, err)
