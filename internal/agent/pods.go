@@ -182,10 +182,12 @@ func (p *podMembers) reconcile(ctx context.Context) {
 				}
 			}
 		}
-		if w != nil && p.readRV[key] == pod.ResourceVersion {
+		if w != nil && p.readRV[key] == pod.ResourceVersion && (sameMember(w.member, w.current()) || p.midRecovery(w)) {
 			w.goneAt = time.Time{}
 			continue // read already (the PVC and PV are asked once per change of the pod)
 		}
+		// (A pod read while its recovery ran and found on a new claim is
+		// read again once the recovery ended, and its loop restarted.)
 		member, err := membersource.FromPod(pod, p.vols, p.c.KubeletPodsDir)
 		if err != nil {
 			p.sayUnreadable(key, err)
@@ -332,8 +334,8 @@ func (p *podMembers) start(ctx context.Context, member membersource.PodMember) {
 	c.Log = p.log.With(zap.String("pod", member.Key), zap.String("cluster", member.Cluster))
 	urls := append([]string{member.Identity.ClientURL}, member.Identity.PeerURLs...)
 	c.podRuntime = memberruntime.NewPod(member.Key, podDeleter{kc: p.kc, ns: member.Namespace, name: member.Name, node: p.c.NodeName}, stateDir,
-		func() error { return p.stoppable(w.current(), stateDir) }, urls, member.Identity.DataDir, c.Log, memberruntime.StopTimeout(c.StopTimeout))
-	c.claims = podClaims{kc: p.kc, node: p.c.NodeName, cur: w.current, ungated: func() error { return p.stoppable(w.current(), stateDir) },
+		func() error { return p.stoppable(w.current(), stateDir, &member) }, urls, member.Identity.DataDir, c.Log, memberruntime.StopTimeout(c.StopTimeout))
+	c.claims = podClaims{kc: p.kc, node: p.c.NodeName, cur: w.current, ungated: func() error { return p.stoppable(w.current(), stateDir, nil) },
 		openStore: c.openStore()}
 	seed, err := storeSeedOf(member)
 	if err != nil {
@@ -430,7 +432,16 @@ func (p *podMembers) stopAll() {
 // through the gate on this member's state dir, its controller's template
 // does as well (a changed template re-creates it from that), and its data
 // dir does not move with the pod's UID (a CSI volume: not yet supported).
-func (p *podMembers) stoppable(cur membersource.PodMember, stateDir string) error {
+//
+// want, when set, is the member the loop (and its recovery) serves: a pod
+// re-created on another claim meanwhile (a VolumeSnapshot restore to a new
+// PVC) is not stopped, since the recovery would then quarantine and prepare
+// a data dir the pod no longer mounts (seen: the learner prepared on the old
+// PV never started, the new pod held by its gate, the attempt failed after
+// the learner stall timeout with a membership change made for nothing).
+// The attempt fails before it changes anything, and the member is read
+// again under its new claim.
+func (p *podMembers) stoppable(cur membersource.PodMember, stateDir string, want *membersource.PodMember) error {
 	if err := gatedOn(cur, stateDir); err != nil {
 		return err
 	}
@@ -458,7 +469,20 @@ func (p *podMembers) stoppable(cur membersource.PodMember, stateDir string) erro
 	if err := gatedOn(nm, stateDir); err != nil {
 		return fmt.Errorf("its StatefulSet %s's template would re-create it so that %w", sts.Name, err)
 	}
+	if want != nil {
+		return sameClaim(*want, nm)
+	}
 	return nil
+}
+
+// sameClaim: the pod now (got, read from the API) keeps its data where the
+// member this loop serves (want) did: the same host path, the same claim.
+func sameClaim(want, got membersource.PodMember) error {
+	if want.Identity.DataDir == got.Identity.DataDir && want.PVCUID == got.PVCUID {
+		return nil
+	}
+	return fmt.Errorf("the pod now keeps its data in %s (claim %s %s), not in %s (claim %s %s) where this recovery began: not stopped; the member is read again under its new claim",
+		got.Identity.DataDir, got.PVC, got.PVCUID, want.Identity.DataDir, want.PVC, want.PVCUID)
 }
 
 // fromTemplate is pod as sts's template would re-create it (same name,
