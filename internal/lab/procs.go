@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -17,9 +18,22 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 )
 
+// handedOut remembers every port freePorts gave out in this process. A port
+// is only reserved until its listener closes, and the process it is meant
+// for binds it later (seconds later for a kube-apiserver): two labs brought
+// up at once in one process (parallel e2e scenarios) could otherwise be
+// handed the same just-closed port and fail with "address already in use".
+var handedOut = struct {
+	sync.Mutex
+	ports map[string]bool
+}{ports: map[string]bool{}}
+
 // freePorts reserves n free TCP ports on ip, holding all listeners open
-// until every port is chosen so that no two come out equal.
+// until every port is chosen so that no two come out equal, and never hands
+// out a port it handed out before in this process.
 func freePorts(ip string, n int) ([]int, error) {
+	handedOut.Lock()
+	defer handedOut.Unlock()
 	var ls []net.Listener
 	defer func() {
 		for _, l := range ls {
@@ -27,12 +41,22 @@ func freePorts(ip string, n int) ([]int, error) {
 		}
 	}()
 	ports := make([]int, 0, n)
-	for range n {
+	// Bounded: the kernel hands out each held-open port once, so a run of
+	// already-given ports ends within the (about 28,000) ephemeral range.
+	for tries := 0; len(ports) < n; tries++ {
+		if tries == 1000 {
+			return nil, fmt.Errorf("find a free port on %s: %d tries gave only ports handed out before", ip, tries)
+		}
 		l, err := net.Listen("tcp", net.JoinHostPort(ip, "0"))
 		if err != nil {
 			return nil, fmt.Errorf("find a free port on %s: %w", ip, err)
 		}
-		ls = append(ls, l)
+		ls = append(ls, l) // held open either way, so it is not offered again
+		key := l.Addr().String()
+		if handedOut.ports[key] {
+			continue
+		}
+		handedOut.ports[key] = true
 		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
 	}
 	return ports, nil

@@ -48,3 +48,24 @@ func TestSignalOursOnlySignalsOurProcess(t *testing.T) {
 		t.Fatal("a reaped PID was signalled without an error")
 	}
 }
+
+// Labs brought up at once in one process (parallel e2e scenarios) must not
+// be handed the same port: a port is only held until freePorts returns, and
+// the kernel offers a closed port again. 1000 ports drawn from the ~28,000
+// ephemeral ones at random would repeat one almost surely (about 18 pairs
+// expected); freePorts must give none twice.
+func TestFreePortsNeverHandsOutAPortTwice(t *testing.T) {
+	seen := map[int]bool{}
+	for range 500 {
+		ports, err := freePorts("127.0.0.1", 2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range ports {
+			if seen[p] {
+				t.Fatalf("port %d handed out twice (after %d ports)", p, len(seen))
+			}
+			seen[p] = true
+		}
+	}
+}
