@@ -14,11 +14,12 @@ import (
 )
 
 // etcdPodManifest renders a kubeadm-style etcd static pod for node n whose
-// container runs the real etcd binary etcdBin. initialCluster is the
+// container runs the lab's real etcd binary (spec). initialCluster is the
 // --initial-cluster value, state "new" or "existing". gate, when set, is the
 // agent's start gate, run as etcd's wrapper ("gate ... -- etcd ..."), so
 // every start of etcd, container restarts included, passes it.
-func etcdPodManifest(etcdBin string, n Node, initialCluster, state, token string, gate []string, t *EtcdTLS) ([]byte, error) {
+func etcdPodManifest(spec *Spec, n Node, initialCluster, state, token string, gate []string, t *EtcdTLS) ([]byte, error) {
+	etcdBin := spec.etcdBinary()
 	args := []string{
 		"--name=" + n.Member,
 		"--data-dir=" + n.DataDir,
@@ -35,6 +36,9 @@ func etcdPodManifest(etcdBin string, n Node, initialCluster, state, token string
 	}
 	if n.MetricsURL != "" {
 		args = append(args, "--listen-metrics-urls="+n.MetricsURL)
+	}
+	if spec.EtcdQuotaBytes > 0 {
+		args = append(args, fmt.Sprintf("--quota-backend-bytes=%d", spec.EtcdQuotaBytes))
 	}
 	mounts := []corev1.VolumeMount{{Name: "etcd-data", MountPath: n.DataDir}}
 	volumes := []corev1.Volume{{

@@ -325,7 +325,7 @@ func (l *Lab) MoveMember(from, to string) error {
 	moved.Member, moved.ClientURL, moved.PeerURL, moved.PeerListenURL = src.Member, src.ClientURL, src.PeerURL, src.PeerListenURL
 	moved.MetricsURL = src.MetricsURL
 	moved.DataDir = filepath.Join(dst.DiskDir, "etcd")
-	m, err := etcdPodManifest(l.Spec.etcdBinary(), moved, initialCluster(l.Spec.Nodes), "existing", l.Spec.ClusterToken, l.gateCommand(moved), l.Spec.EtcdTLS)
+	m, err := etcdPodManifest(l.Spec, moved, initialCluster(l.Spec.Nodes), "existing", l.Spec.ClusterToken, l.gateCommand(moved), l.Spec.EtcdTLS)
 	if err != nil {
 		return err
 	}

@@ -30,6 +30,9 @@ type Options struct {
 	// EtcdBinary, if set, is the etcd the members run instead of
 	// BinDir/etcd (e.g. bin/etcd-3.7).
 	EtcdBinary string
+	// EtcdQuotaBytes sets the members' --quota-backend-bytes (0: etcd's
+	// default of 2 GiB; a bench of larger dbs needs more, etcd allows 8 GiB).
+	EtcdQuotaBytes int64
 	// AgentBinary is the etcd-agent binary; the lab runs its `lab supervise`
 	// as each node's supervisor (and `run` as the agent, with Agents).
 	AgentBinary string
@@ -133,7 +136,7 @@ func Up(ctx context.Context, o Options) (_ *Lab, err error) {
 	}
 	tok := make([]byte, 4)
 	_, _ = rand.Read(tok)
-	spec := &Spec{Dir: dir, ClusterToken: "lab-" + hex.EncodeToString(tok), BinDir: o.BinDir, EtcdBinary: o.EtcdBinary,
+	spec := &Spec{Dir: dir, ClusterToken: "lab-" + hex.EncodeToString(tok), BinDir: o.BinDir, EtcdBinary: o.EtcdBinary, EtcdQuotaBytes: o.EtcdQuotaBytes,
 		AgentBinary: o.AgentBinary, AgentArgs: o.AgentArgs, Agents: o.Agents, CreatedAt: time.Now().UTC(),
 		PeerProxy: o.PeerProxy, DiskLimit: o.DiskLimit}
 	l := &Lab{Spec: spec, log: o.Log}
@@ -185,7 +188,7 @@ func Up(ctx context.Context, o Options) (_ *Lab, err error) {
 	}
 	ic := initialCluster(spec.Nodes)
 	for _, n := range spec.Nodes {
-		m, err := etcdPodManifest(spec.etcdBinary(), n, ic, "new", spec.ClusterToken, l.gateCommand(n), spec.EtcdTLS)
+		m, err := etcdPodManifest(spec, n, ic, "new", spec.ClusterToken, l.gateCommand(n), spec.EtcdTLS)
 		if err != nil {
 			return nil, err
 		}

@@ -77,7 +77,7 @@ func (l *Lab) upManagement(ctx context.Context, o Options) error {
 		return err
 	}
 	spec.Nodes = append(spec.Nodes, cp)
-	man, err := etcdPodManifest(spec.etcdBinary(), cp, initialCluster(spec.Nodes), "new", spec.ClusterToken, nil, nil)
+	man, err := etcdPodManifest(spec, cp, initialCluster(spec.Nodes), "new", spec.ClusterToken, nil, nil)
 	if err != nil {
 		return err
 	}

@@ -56,7 +56,7 @@ func (l *Lab) newMember(node string) (*Node, []byte, error) {
 	}
 	n.Member, n.ClientURL, n.PeerURL, n.DataDir = withMember.Member, withMember.ClientURL, withMember.PeerURL, withMember.DataDir
 	n.MetricsURL = withMember.MetricsURL
-	m, err := etcdPodManifest(l.Spec.etcdBinary(), *n, initialCluster(l.Spec.Nodes), "existing", l.Spec.ClusterToken, l.gateCommand(*n), l.Spec.EtcdTLS)
+	m, err := etcdPodManifest(l.Spec, *n, initialCluster(l.Spec.Nodes), "existing", l.Spec.ClusterToken, l.gateCommand(*n), l.Spec.EtcdTLS)
 	if err != nil {
 		return nil, nil, err
 	}

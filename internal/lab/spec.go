@@ -34,6 +34,9 @@ type Spec struct {
 	APIServer    *APIServer `json:"apiServer,omitempty"`
 	// EtcdTLS is set when the members serve TLS (client and peer).
 	EtcdTLS *EtcdTLS `json:"etcdTLS,omitempty"`
+	// EtcdQuotaBytes is the members' --quota-backend-bytes (0: etcd's
+	// default, 2 GiB).
+	EtcdQuotaBytes int64 `json:"etcdQuotaBytes,omitempty"`
 	// PeerProxy: each member advertises a peer URL served by a proxy in the
 	// process that ran Up (see peerproxy.go), which Partition can cut.
 	PeerProxy bool `json:"peerProxy,omitempty"`

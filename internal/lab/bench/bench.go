@@ -71,6 +71,7 @@ func Run(ctx context.Context, o Options) ([]Row, error) {
 		lo := o.Lab
 		lo.Dir = filepath.Join(o.Lab.Dir, fmt.Sprintf("size-%d", i))
 		lo.Agents = true
+		lo.EtcdQuotaBytes = quotaFor(size)
 		// Only "data dir gone and not serving" (lost at once, no grace) may
 		// start a heal here: stopping etcd under API load takes longer than
 		// the lab's 3 s grace, which would start the clock early.
@@ -95,6 +96,17 @@ func Run(ctx context.Context, o Options) ([]Row, error) {
 	fmt.Fprintln(o.Out)
 	PrintPhases(o.Out, rows)
 	return rows, nil
+}
+
+// quotaFor is the members' --quota-backend-bytes for a db filled to size:
+// etcd's default (0: 2 GiB) up to 1 GiB; above, twice the size (the fill
+// ends ~20 % over it, and the heal's writes need room), at most the 8 GiB
+// etcd accepts.
+func quotaFor(size int64) int64 {
+	if size <= 1<<30 {
+		return 0
+	}
+	return min(2*size, 8<<30)
 }
 
 func runOne(ctx context.Context, lo lab.Options, size int64, runs int, modes []string, out io.Writer) (Row, error) {

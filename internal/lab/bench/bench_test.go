@@ -74,3 +74,13 @@ func TestPhaseStepsSplitAHealsJournal(t *testing.T) {
 		t.Fatalf("phase table:\n%s", out)
 	}
 }
+
+// A db over etcd's default 2 GiB quota would hit NOSPACE while it is filled:
+// sizes above 1 GiB get twice their size, up to the 8 GiB etcd accepts.
+func TestQuotaForLeavesRoomAboveOneGiB(t *testing.T) {
+	for size, want := range map[int64]int64{100 << 20: 0, 1 << 30: 0, 2 << 30: 4 << 30, 4 << 30: 8 << 30, 6 << 30: 8 << 30} {
+		if got := quotaFor(size); got != want {
+			t.Errorf("quotaFor(%d MiB) = %d MiB, want %d MiB", size>>20, got>>20, want>>20)
+		}
+	}
+}

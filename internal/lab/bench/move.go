@@ -55,6 +55,7 @@ func Move(ctx context.Context, o Options) ([]MoveRow, error) {
 			lo := o.Lab
 			lo.Dir = filepath.Join(o.Lab.Dir, fmt.Sprintf("move-%d-%s", i, mode))
 			lo.Agents, lo.SnapshotStore = true, lab.SnapshotStoreFile
+			lo.EtcdQuotaBytes = quotaFor(size)
 			lo.AgentArgs = append(slices.Clone(lo.AgentArgs), "--grace-period=1h")
 			switch mode {
 			case "follower":
