@@ -13,7 +13,7 @@ if [ "$failed" -gt 0 ]; then
   # dumped), so a CI excerpt shows why and not only which.
   echo "FAILED tests, with their last messages:"
   awk '
-    /^=== (RUN|CONT)/ { cur = $3 }
+    /^=== (RUN|CONT|NAME)/ { cur = $3 }
     /^[ \t]+[A-Za-z0-9_]+_test\.go:[0-9]+:/ && $0 !~ /==> .* <==/ { msgs[cur] = msgs[cur] "\n" $0; n[cur]++ }
     /^[ \t]*--- FAIL/ { name = $3; print; m = split(msgs[name], lines, "\n"); for (i = (m > 12 ? m - 11 : 2); i <= m; i++) print "  " substr(lines[i], 1, 400) }
   ' "$log"

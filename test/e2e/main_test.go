@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -28,7 +29,11 @@ var (
 	sharedLab  *lab.Lab
 	sharedErr  error
 	tmpRoot    string
-	failed     bool
+	failed     atomic.Bool // a scenario failed: keep tmpRoot for inspection
+
+	// parallelTests are the tests newLab has made parallel (t.Parallel
+	// panics when called twice, and a test may bring up two labs).
+	parallelTests sync.Map
 )
 
 func TestMain(m *testing.M) {
@@ -66,7 +71,7 @@ func run(m *testing.M) (int, error) {
 			code = 1
 		}
 	}
-	if code == 0 && !failed {
+	if code == 0 && !failed.Load() {
 		os.RemoveAll(tmpRoot)
 	} else {
 		fmt.Fprintln(os.Stderr, "e2e: lab folders kept for inspection in", tmpRoot)
@@ -75,8 +80,27 @@ func run(m *testing.M) (int, error) {
 }
 
 // newLab brings up a lab of its own for a scenario that breaks it; it is
-// stopped when the test ends.
+// stopped when the test ends. A scenario with a lab of its own shares
+// nothing with the others, so it runs in parallel with them (go test
+// -parallel, 2 by default on this 2-core machine: a scenario waits on etcd
+// and the agents far more than it computes); newSerialLab is for one that
+// must run alone.
 func newLab(t *testing.T, o lab.Options) *lab.Lab {
+	t.Helper()
+	if _, already := parallelTests.LoadOrStore(t, true); !already {
+		t.Parallel()
+	}
+	return upLab(t, o)
+}
+
+// newSerialLab is newLab for a scenario that must not run in parallel with
+// others (it sets the test process's environment).
+func newSerialLab(t *testing.T, o lab.Options) *lab.Lab {
+	t.Helper()
+	return upLab(t, o)
+}
+
+func upLab(t *testing.T, o lab.Options) *lab.Lab {
 	t.Helper()
 	o.Dir = filepath.Join(tmpRoot, strings.ReplaceAll(t.Name(), "/", "_"))
 	o.BinDir, o.AgentBinary = binDir, agentBinary
@@ -89,7 +113,7 @@ func newLab(t *testing.T, o lab.Options) *lab.Lab {
 	if l != nil {
 		t.Cleanup(func() {
 			if t.Failed() {
-				failed = true
+				failed.Store(true)
 				dumpLogs(t, l)
 			}
 			if err := l.Down(context.Background()); err != nil {
@@ -125,7 +149,7 @@ func shared(t *testing.T) *lab.Lab {
 	}
 	t.Cleanup(func() {
 		if t.Failed() {
-			failed = true
+			failed.Store(true)
 			dumpLogs(t, sharedLab)
 		}
 	})

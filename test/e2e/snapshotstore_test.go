@@ -23,7 +23,8 @@ import (
 func TestHealUploadsItsPreChangeBackupToTheSnapshotStore(t *testing.T) {
 	for _, kind := range []string{lab.SnapshotStoreFile, lab.SnapshotStoreS3} {
 		t.Run(kind, func(t *testing.T) {
-			l := newLab(t, lab.Options{Nodes: 3, Agents: true, SnapshotStore: kind})
+			// Serial: it sets the S3 credentials in this process's environment.
+			l := newSerialLab(t, lab.Options{Nodes: 3, Agents: true, SnapshotStore: kind})
 			ctx := context.Background()
 			cli, err := l.EtcdClient()
 			if err != nil {
