@@ -454,6 +454,15 @@ func (p *podMembers) stoppable(cur membersource.PodMember, stateDir string, want
 	if err != nil {
 		return fmt.Errorf("read the pod: %w", err)
 	}
+	if want != nil {
+		now, err := membersource.FromPod(pod, p.vols, p.c.KubeletPodsDir)
+		if err != nil {
+			return fmt.Errorf("read the pod's member: %w", err)
+		}
+		if err := sameClaim(*want, now); err != nil {
+			return err
+		}
+	}
 	owner := metav1.GetControllerOf(pod)
 	if owner == nil || owner.Kind != "StatefulSet" {
 		return nil // nothing re-creates it from another template
