@@ -57,29 +57,3 @@ func TestPodMemberSourceNeedsANodeAndAValidSelector(t *testing.T) {
 		t.Fatal("unknown member source accepted")
 	}
 }
-
-// A recovery begun on the member's claim must not stop the pod once it was
-// re-created on another claim (seen in a parallel e2e run: the old PV's
-// data dir quarantined and prepared, the new pod on the restored PV held by
-// its gate, the learner stalled, a membership change made for nothing).
-func TestAPodOnANewClaimIsNotStoppedForARecoveryBegunOnTheOld(t *testing.T) {
-	began := membersource.PodMember{PVC: "data-etcd-2", PVCUID: "uid-1"}
-	began.Identity.DataDir = "/mnt/pv/node2-pv-1/data"
-	same := began
-	if err := sameClaim(began, same); err != nil {
-		t.Fatalf("same claim: %v", err)
-	}
-	newClaim := began
-	newClaim.PVCUID = "uid-2"
-	newClaim.Identity.DataDir = "/mnt/pv/node2-pv-3/data"
-	otherPath := began
-	otherPath.Identity.DataDir = "/mnt/pv/node2-pv-3/data"
-	otherUID := began
-	otherUID.PVCUID = "uid-2"
-	for name, got := range map[string]membersource.PodMember{"new claim on another PV": newClaim, "another PV": otherPath, "a new claim": otherUID} {
-		err := sameClaim(began, got)
-		if err == nil || !strings.Contains(err.Error(), "not stopped") || !strings.Contains(err.Error(), began.Identity.DataDir) {
-			t.Errorf("%s: %v, want a refusal naming %s", name, err, began.Identity.DataDir)
-		}
-	}
-}

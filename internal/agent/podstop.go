@@ -1,0 +1,171 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/etcd-agent/etcd-agent/internal/membersource"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+)
+
+// stoppable: the pod runtime may stop this member by deleting its pod only
+// if the pod that comes back is held by the gate too: the pod runs etcd
+// through the gate on this member's state dir, its controller's template
+// does as well (a changed template re-creates it from that), and its data
+// dir does not move with the pod's UID (a CSI volume: not yet supported).
+//
+// want, when set, is the member the loop (and its recovery) serves: a pod
+// re-created on another claim meanwhile (a VolumeSnapshot restore to a new
+// PVC) is not stopped, since the recovery would then quarantine and prepare
+// a data dir the pod no longer mounts (seen: the learner prepared on the old
+// PV never started, the new pod held by its gate, the attempt failed after
+// the learner stall timeout with a membership change made for nothing).
+// The refusal comes before the hold is written and before any membership
+// change; the attempt fails on it, and once the recovery is closed the
+// member is read again under its new claim. The deleter checks the same of
+// the very pod it deletes (onClaim), so a pod swapped in after this check
+// is not deleted either.
+func (p *podMembers) stoppable(cur membersource.PodMember, stateDir string, want *membersource.PodMember) error {
+	if err := gatedOn(cur, stateDir); err != nil {
+		return err
+	}
+	if cur.DataDirPerPod {
+		return errors.New("its data dir is a CSI volume mounted by pod UID: it moves when the pod is re-created, which the pod runtime does not follow yet")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	pod, err := p.kc.CoreV1().Pods(cur.Namespace).Get(ctx, cur.Name, metav1.GetOptions{})
+	if err != nil {
+		return fmt.Errorf("read the pod: %w", err)
+	}
+	if want != nil {
+		if err := p.onClaim(ctx, pod, *want); err != nil {
+			return err
+		}
+	}
+	owner := metav1.GetControllerOf(pod)
+	if owner == nil || owner.Kind != "StatefulSet" {
+		return nil // nothing re-creates it from another template
+	}
+	sts, err := p.kc.AppsV1().StatefulSets(pod.Namespace).Get(ctx, owner.Name, metav1.GetOptions{})
+	if err != nil {
+		return fmt.Errorf("read its StatefulSet %s: %w", owner.Name, err)
+	}
+	nm, err := membersource.FromPod(fromTemplate(pod, sts), p.vols, p.c.KubeletPodsDir)
+	if err != nil {
+		return fmt.Errorf("its StatefulSet %s's template: %w", sts.Name, err)
+	}
+	if err := gatedOn(nm, stateDir); err != nil {
+		return fmt.Errorf("its StatefulSet %s's template would re-create it so that %w", sts.Name, err)
+	}
+	if want != nil && nm.Identity.DataDir != want.Identity.DataDir {
+		// The pod itself is unchanged (so the loop is not restarted): only
+		// a person can end this, by rolling the pod or the template back.
+		return fmt.Errorf("its StatefulSet %s's template would re-create it with its data in %s, not in %s where this recovery began: not stopped; roll the pod to the new template (or revert the template) first",
+			sts.Name, nm.Identity.DataDir, want.Identity.DataDir)
+	}
+	return nil
+}
+
+// onClaim: pod (read from the API) keeps its data where the member this
+// loop serves (want) did, on a claim that is not being deleted (a claim
+// deleted with its pod, as a restore does, would bring the successor up on
+// a new one).
+func (p *podMembers) onClaim(ctx context.Context, pod *corev1.Pod, want membersource.PodMember) error {
+	now, err := membersource.FromPod(pod, p.vols, p.c.KubeletPodsDir)
+	if err != nil {
+		return fmt.Errorf("read the pod's member: %w", err)
+	}
+	if err := sameClaim(want, now); err != nil {
+		return err
+	}
+	if want.PVC == "" {
+		return nil // a host path: no claim to lose
+	}
+	pvc, err := p.kc.CoreV1().PersistentVolumeClaims(pod.Namespace).Get(ctx, want.PVC, metav1.GetOptions{})
+	if err != nil {
+		return fmt.Errorf("read the claim %s: %w", want.PVC, err)
+	}
+	if pvc.UID != want.PVCUID || pvc.DeletionTimestamp != nil {
+		return fmt.Errorf("the claim %s (%s) is being deleted or was replaced (now %s): not stopped; the pod that comes back would not keep its data in %s",
+			want.PVC, want.PVCUID, pvc.UID, want.Identity.DataDir)
+	}
+	return nil
+}
+
+// sameClaim: the pod now (got, read from the API) keeps its data where the
+// member this loop serves (want) did: the same host path, the same claim.
+func sameClaim(want, got membersource.PodMember) error {
+	if want.Identity.DataDir == got.Identity.DataDir && want.PVCUID == got.PVCUID {
+		return nil
+	}
+	return fmt.Errorf("the pod now keeps its data in %s (claim %s %s), not in %s (claim %s %s) where this recovery began: not stopped; the member is read again under its new claim",
+		got.Identity.DataDir, got.PVC, got.PVCUID, want.Identity.DataDir, want.PVC, want.PVCUID)
+}
+
+// fromTemplate is pod as sts's template would re-create it (same name,
+// node and claims: the pod's volumes of sts's claim templates).
+func fromTemplate(pod *corev1.Pod, sts *appsv1.StatefulSet) *corev1.Pod {
+	next := pod.DeepCopy()
+	next.Spec = *sts.Spec.Template.Spec.DeepCopy()
+	next.Spec.NodeName = pod.Spec.NodeName
+	for _, v := range pod.Spec.Volumes {
+		claimed := slices.ContainsFunc(sts.Spec.VolumeClaimTemplates, func(c corev1.PersistentVolumeClaim) bool { return c.Name == v.Name })
+		if claimed && !slices.ContainsFunc(next.Spec.Volumes, func(x corev1.Volume) bool { return x.Name == v.Name }) {
+			next.Spec.Volumes = append(next.Spec.Volumes, v)
+		}
+	}
+	return next
+}
+
+// podDeleter deletes a member pod with its own grace period: the pod bound
+// to this node, by the UID it has when read (never a successor elsewhere),
+// and only if check (when set) passes for that very pod.
+type podDeleter struct {
+	kc             kubernetes.Interface
+	ns, name, node string
+	check          func(ctx context.Context, pod *corev1.Pod) error
+}
+
+func (d podDeleter) DeletePod(ctx context.Context) (types.UID, error) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	pod, err := d.kc.CoreV1().Pods(d.ns).Get(ctx, d.name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return "", nil
+	}
+	if err != nil {
+		return "", err
+	}
+	if pod.Spec.NodeName != d.node {
+		return "", fmt.Errorf("pod %s/%s is bound to node %q, not this agent's %s: not ours to stop", d.ns, d.name, pod.Spec.NodeName, d.node)
+	}
+	if d.check != nil {
+		if err := d.check(ctx, pod); err != nil {
+			return "", fmt.Errorf("pod %s/%s (uid %s): %w", d.ns, d.name, pod.UID, err)
+		}
+	}
+	uid := pod.UID
+	return uid, d.kc.CoreV1().Pods(d.ns).Delete(ctx, d.name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
+}
+
+func (d podDeleter) PodGone(ctx context.Context, uid types.UID) (bool, error) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	pod, err := d.kc.CoreV1().Pods(d.ns).Get(ctx, d.name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return true, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	return pod.UID != uid, nil
+}
