@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/etcd-agent/etcd-agent/internal/journal"
+	"github.com/etcd-agent/etcd-agent/internal/memberruntime"
 	"github.com/etcd-agent/etcd-agent/internal/membersource"
 	"github.com/etcd-agent/etcd-agent/internal/pin"
 	"github.com/etcd-agent/etcd-agent/internal/record"
@@ -79,5 +80,54 @@ func TestAMemberStateDirOfAnEarlierClaimIsSetAside(t *testing.T) {
 	}
 	if j, ok, _ := journal.Load(dir, "etcd-0"); ok && j.Active() {
 		t.Fatal("the new claim inherited the move's open journal")
+	}
+}
+
+// From the review of the claim check: an attempt on the old claim cancelled
+// when its loop restarts under the new claim (begun, its stop refused or
+// never tried) left nothing on the old claim: its state dir is set aside and
+// the member on the new claim is served. Once the member was held at its
+// gate (the pod deleted, or about to be), or any step was done, it is not.
+func TestAnAttemptThatDidNothingOnTheOldClaimDoesNotBlockTheNewOne(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		rec     record.Record
+		hold    bool
+		setAway bool
+	}{
+		{"begun, stop refused", record.Record{Phase: record.PhaseStarted, StopAttemptedAt: time.Now()}, false, true},
+		{"begun, nothing tried", record.Record{Phase: record.PhaseStarted}, false, true},
+		{"begun, held at the gate", record.Record{Phase: record.PhaseStarted, StopAttemptedAt: time.Now()}, true, false},
+		{"stopped", record.Record{Phase: record.PhaseStopped, StopAttemptedAt: time.Now()}, false, false},
+		{"a rollback of a stranded learner", record.Record{Phase: record.PhaseStarted, Kind: record.KindRollbackLearner}, false, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := MemberStateDir(t.TempDir(), "clusters-a", "etcd-0")
+			pm := membersource.PodMember{Namespace: "clusters-a", Name: "etcd-0", PVC: "data-etcd-0", PVCUID: "claim-1"}
+			if err := claimStateDir(dir, pm, "etcd-0", zap.NewNop()); err != nil {
+				t.Fatal(err)
+			}
+			rec := tc.rec
+			rec.Member, rec.ID = "etcd-0", "j1"
+			if err := journal.Save(dir, rec); err != nil {
+				t.Fatal(err)
+			}
+			if tc.hold {
+				if err := os.WriteFile(filepath.Join(dir, memberruntime.HoldFile), []byte(`{"reason":"stopped by the agent for a rejoin"}`), 0o600); err != nil {
+					t.Fatal(err)
+				}
+			}
+			pm.PVCUID = "claim-2"
+			err := claimStateDir(dir, pm, "etcd-0", zap.NewNop())
+			if tc.setAway && err != nil {
+				t.Fatalf("not set aside: %v", err)
+			}
+			if !tc.setAway && (err == nil || !strings.Contains(err.Error(), "by hand")) {
+				t.Fatalf("%v, want the dir kept for a person", err)
+			}
+			if j, _, _ := journal.Load(dir, "etcd-0"); tc.setAway == j.Active() {
+				t.Fatalf("journal active %v in the member's dir, set aside %v", j.Active(), tc.setAway)
+			}
+		})
 	}
 }

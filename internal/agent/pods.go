@@ -440,6 +440,22 @@ func (v apiVolumes) PV(name string) (*corev1.PersistentVolume, error) {
 	return v.kc.CoreV1().PersistentVolumes().Get(ctx, name, metav1.GetOptions{})
 }
 
+// leftNothingOnTheClaim: the open recovery j in dir did nothing to its
+// claim's member, so that the dir may be set aside for a new claim: a pod
+// move that released the claim and died before closing its journal (its
+// member was removed), or an attempt that got no further than its start and
+// never held the member at its gate (the hold comes before the pod's
+// delete, and the quarantine after the stop), as one cancelled when its
+// loop restarts under the new claim. (Not a rollback: its removal of a
+// stranded learner runs in phase started.)
+func leftNothingOnTheClaim(dir string, j journal.Record) bool {
+	if j.Request == plan.ActionMoveAway && j.Phase.AtLeast(journal.PhaseRemoved) && !j.ClaimReleasedAt.IsZero() {
+		return true
+	}
+	_, held, err := memberruntime.ReadHold(dir)
+	return err == nil && !held && j.Kind == "" && !j.Phase.AtLeast(journal.PhaseStopped)
+}
+
 // claimFile records, in a member state dir, the claim (PVC UID) its member
 // ran on: a dir keyed by namespace and pod name outlives the pod, and a
 // later pod of that name on a new claim (its cluster deleted and created
@@ -463,9 +479,7 @@ func claimStateDir(dir string, pm membersource.PodMember, member string, log *za
 		return nil
 	default:
 		old := strings.TrimSpace(string(b))
-		// A pod move that released the claim and died before closing its
-		// journal left nothing to do here: its member was removed.
-		if j, _, err := journal.Load(dir, member); err != nil || j.Active() && !(j.Request == plan.ActionMoveAway && j.Phase.AtLeast(journal.PhaseRemoved) && !j.ClaimReleasedAt.IsZero()) {
+		if j, _, err := journal.Load(dir, member); err != nil || j.Active() && !leftNothingOnTheClaim(dir, j) {
 			return fmt.Errorf("state dir %s belongs to claim %s, the pod now runs on claim %s, and a recovery is open in it (%v): not set aside; look at it by hand",
 				dir, old, pm.PVCUID, err)
 		}
