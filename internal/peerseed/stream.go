@@ -51,6 +51,7 @@ func Stream(ctx context.Context, endpoint string, tlsCfg *tls.Config, dest strin
 		TLS:         tlsCfg,
 		DialTimeout: 5 * time.Second,
 		Logger:      zap.NewNop(),
+		DialOptions: streamDial,
 	})
 	if err != nil {
 		return Snapshot{}, fmt.Errorf("connect to %s: %w", endpoint, err)
