@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/etcd-agent/etcd-agent/internal/plan"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 )
@@ -19,6 +20,9 @@ type Cluster interface {
 	MemberAddAsLearner(ctx context.Context, endpoints, peerURLs []string) (uint64, error)
 	MemberPromote(ctx context.Context, endpoints []string, id uint64) error
 	MoveLeader(ctx context.Context, endpoints []string, to uint64) error
+	// MemberListOf is the member list as the member at endpoint has applied
+	// it (serializable: its own view, as it answers a starting peer).
+	MemberListOf(ctx context.Context, endpoint string) ([]plan.ListedMember, error)
 	// Revision is the current revision (a linearizable read).
 	Revision(ctx context.Context, endpoints []string) (int64, error)
 	// HashKV is the KV hash of the member at endpoint, at rev.
@@ -64,6 +68,20 @@ func (c etcdCluster) MemberPromote(ctx context.Context, eps []string, id uint64)
 
 func (c etcdCluster) MoveLeader(ctx context.Context, eps []string, to uint64) error {
 	return c.with(eps, func(cli *clientv3.Client) error { _, err := cli.MoveLeader(ctx, to); return err })
+}
+
+func (c etcdCluster) MemberListOf(ctx context.Context, endpoint string) (list []plan.ListedMember, err error) {
+	err = c.with([]string{endpoint}, func(cli *clientv3.Client) error {
+		resp, err := cli.MemberList(ctx, clientv3.WithSerializable())
+		if err != nil {
+			return err
+		}
+		for _, m := range resp.Members {
+			list = append(list, plan.ListedMember{ID: m.ID, PeerURLs: m.PeerURLs})
+		}
+		return nil
+	})
+	return list, err
 }
 
 func (c etcdCluster) Revision(ctx context.Context, eps []string) (rev int64, err error) {

@@ -196,6 +196,9 @@ type fakeCluster struct {
 	onMoveLeader func()
 	// removed are the IDs MemberRemove was called with.
 	removed []uint64
+	// listOf answers MemberListOf; the rig's lists the journal's learner
+	// (else the fake's add, 0xa9) at m1's peer URL: every voter applied it.
+	listOf func(endpoint string) ([]plan.ListedMember, error)
 }
 
 func (c *fakeCluster) MemberRemove(_ context.Context, _ []string, id uint64) error {
@@ -226,6 +229,12 @@ func (c *fakeCluster) MoveLeader(context.Context, []string, uint64) error {
 	}
 	return nil
 }
+func (c *fakeCluster) MemberListOf(_ context.Context, ep string) ([]plan.ListedMember, error) {
+	if c.listOf == nil {
+		return nil, errors.New("no member list in this fake")
+	}
+	return c.listOf(ep)
+}
 func (c *fakeCluster) Revision(context.Context, []string) (int64, error) { return 7, nil }
 func (c *fakeCluster) HashKV(context.Context, []string, string, int64) (uint32, int64, error) {
 	return c.hash, 0, nil
@@ -253,6 +262,14 @@ func newRig(t *testing.T, res ...memberstate.Result) *rig {
 	r.h = New(Config{Member: "m1", Node: "node1", PeerURLs: []string{peerURL(1)}, DataDir: dir + "/data", StateDir: dir,
 		Plan: planConfig(), RecoveryTimeout: 2 * time.Second, StepInterval: 5 * time.Millisecond, Cluster: r.cluster},
 		r.obs, func(uint64) (Lease, error) { return r.lease, nil }, r.rt, r.rep, r.m)
+	r.cluster.listOf = func(string) ([]plan.ListedMember, error) {
+		j, _, err := journal.Load(dir, "m1")
+		id := uint64(j.NewMemberID)
+		if id == 0 {
+			id = 0xa9 // the fake's add, journaled only in memory yet
+		}
+		return []plan.ListedMember{{ID: id, PeerURLs: []string{peerURL(1)}}}, err
+	}
 	return r
 }
 

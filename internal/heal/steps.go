@@ -461,6 +461,11 @@ func (h *Healer) startMember(ctx context.Context, res memberstate.Result, j *jou
 	if err := h.holdAt(ctx, HoldMemberStart); err != nil {
 		return err
 	}
+	if j.NewMemberID != 0 {
+		if err := h.waitLearnerKnown(ctx, res, j); err != nil {
+			return err
+		}
+	}
 	ic := h.initialCluster(res.Observation, j)
 	if err := h.runtime.Start(ctx, ic); err != nil {
 		return fmt.Errorf("start member (%s): %w", h.runtime.Describe(), err)

@@ -20,6 +20,7 @@ import (
 	"github.com/etcd-agent/etcd-agent/internal/lab"
 	"github.com/etcd-agent/etcd-agent/internal/lab/invariant"
 	"github.com/etcd-agent/etcd-agent/internal/memberruntime"
+	"github.com/etcd-agent/etcd-agent/internal/plan"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
@@ -295,6 +296,13 @@ func bareRejoin(ctx context.Context, l *lab.Lab, cli *clientv3.Client, node stri
 	if err != nil {
 		return 0, fmt.Errorf("add learner: %w", err)
 	}
+	// As the agent does: an empty data dir takes its member ID from the
+	// first peer that answers, and a peer behind on the remove would hand
+	// it the old ID (seen at 2.3 GiB: the leader 11 s behind; etcd then
+	// panicked on the leader's commit index and its gate held it).
+	if err := waitLearnerKnown(ctx, l, node, add.Member.ID, n.PeerURL); err != nil {
+		return 0, err
+	}
 	ic := strings.Join(append(others, n.Member+"="+n.PeerURL), ",")
 	if err := rt.Start(ctx, ic); err != nil {
 		return 0, err
@@ -316,6 +324,42 @@ func bareRejoin(ctx context.Context, l *lab.Lab, cli *clientv3.Client, node stri
 		return 0, fmt.Errorf("learner not promoted and serving after 10 minutes: %w", err)
 	}
 	return time.Since(start), nil
+}
+
+// waitLearnerKnown waits (up to a minute) until every other member's own
+// member list has the learner id at peerURL and nothing else there.
+func waitLearnerKnown(ctx context.Context, l *lab.Lab, node string, id uint64, peerURL string) error {
+	var detail string
+	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		lists, failed := map[string][]plan.ListedMember{}, map[string]string{}
+		for _, o := range l.Spec.Nodes {
+			if o.Name == node {
+				continue
+			}
+			c, err := l.EtcdClientFor(o.ClientURL)
+			if err != nil {
+				return false, err
+			}
+			rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+			ml, err := c.MemberList(rctx, clientv3.WithSerializable())
+			cancel()
+			c.Close()
+			if err != nil {
+				failed[o.Name] = err.Error()
+				continue
+			}
+			for _, m := range ml.Members {
+				lists[o.Name] = append(lists[o.Name], plan.ListedMember{ID: m.ID, PeerURLs: m.PeerURLs})
+			}
+		}
+		var ok bool
+		ok, detail = plan.LearnerKnownEverywhere(lists, failed, id, []string{peerURL})
+		return ok, nil
+	})
+	if err != nil {
+		return fmt.Errorf("learner %x not listed by every member within a minute (%s): %w", id, detail, err)
+	}
+	return nil
 }
 
 // agentHeal breaks node's member (stopped, data dir gone; its start gate

@@ -1,0 +1,74 @@
+package heal
+
+import (
+	"context"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/etcd-agent/etcd-agent/internal/journal"
+	"github.com/etcd-agent/etcd-agent/internal/memberstate"
+	"github.com/etcd-agent/etcd-agent/internal/plan"
+)
+
+// A learner whose data dir has no WAL takes its member ID from the first
+// peer that answers: a voter still behind on the remove would hand it the
+// removed member's old ID (seen in the lab's 2.3 GiB bench, the leader 11 s
+// behind its follower). The start waits until every voter lists the new
+// learner at our peer URL and nothing else there; past the bound it fails
+// without starting.
+func TestALearnerIsNotStartedWhileAVoterStillListsItsOldID(t *testing.T) {
+	startMember := func(t *testing.T, r *rig) (journal.Record, error) {
+		clock := time.Date(2026, 12, 4, 0, 0, 0, 0, time.UTC)
+		r.lease.held, r.lease.renewing = true, true
+		r.h.lease = r.lease
+		j := journal.Record{ID: "j1", Member: "m1", Node: "node1", Request: "auto", StartedAt: clock, OldMemberID: 0xa1,
+			NewMemberID: 0xa9, PeerURLs: []string{peerURL(1)}}
+		j.Advance(journal.PhaseRemoved, clock)
+		j.Advance(journal.PhaseLearnerAdded, clock)
+		j.Advance(journal.PhasePrepared, clock)
+		err := r.h.step(context.Background(), cluster3(memberstate.Lost, 2, 3), nil, &j, plan.Decision{Action: plan.StartMember}, nil)
+		return j, err
+	}
+	stale := []plan.ListedMember{{ID: 0xa2, PeerURLs: []string{peerURL(2)}}, {ID: 0xa1, PeerURLs: []string{peerURL(1)}}}
+	fresh := []plan.ListedMember{{ID: 0xa2, PeerURLs: []string{peerURL(2)}}, {ID: 0xa9, PeerURLs: []string{peerURL(1)}}}
+
+	t.Run("a voter catches up", func(t *testing.T) {
+		r := newRig(t)
+		var asked atomic.Int32
+		r.cluster.listOf = func(ep string) ([]plan.ListedMember, error) {
+			if strings.Contains(ep, "10.0.0.3") && asked.Add(1) <= 3 {
+				if r.rt.starts > 0 {
+					t.Error("the member started while a voter still listed its old ID")
+				}
+				return stale, nil
+			}
+			return fresh, nil
+		}
+		if _, err := startMember(t, r); err != nil {
+			t.Fatal(err)
+		}
+		if r.rt.starts != 1 || asked.Load() < 4 {
+			t.Fatalf("started %d times after %d answers of the lagging voter, want once after it caught up", r.rt.starts, asked.Load())
+		}
+	})
+	t.Run("a voter stays behind", func(t *testing.T) {
+		r := newRig(t)
+		defer func(w time.Duration) { learnerKnownWait = w }(learnerKnownWait)
+		learnerKnownWait = 300 * time.Millisecond
+		r.cluster.listOf = func(ep string) ([]plan.ListedMember, error) {
+			if strings.Contains(ep, "10.0.0.3") {
+				return stale, nil
+			}
+			return fresh, nil
+		}
+		_, err := startMember(t, r)
+		if err == nil || !strings.Contains(err.Error(), "m3 still lists member a1") {
+			t.Fatalf("%v, want a failed start naming the lagging voter", err)
+		}
+		if r.rt.starts != 0 {
+			t.Fatal("the member was started while a voter still listed its old ID")
+		}
+	})
+}
