@@ -3,10 +3,12 @@ package heal
 import (
 	"context"
 	"fmt"
+	"path/filepath"
 	"time"
 
 	"github.com/etcd-agent/etcd-agent/internal/journal"
 	"github.com/etcd-agent/etcd-agent/internal/memberstate"
+	"github.com/etcd-agent/etcd-agent/internal/observation"
 	"github.com/etcd-agent/etcd-agent/internal/plan"
 	"go.uber.org/zap"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -20,32 +22,47 @@ var (
 	learnerKnownPoll = 100 * time.Millisecond
 )
 
-// waitLearnerKnown waits (bounded, logged) until every serving voter of the
-// observation lists the learner j.NewMemberID at our peer URLs and no
-// other member there (plan.LearnerKnownEverywhere says why). It changes
-// nothing; past the bound the step fails and is retried on a fresh
-// decision.
+// waitLearnerKnown waits (bounded, logged) until every member etcd may ask
+// for its member list at start (each one initialCluster names besides
+// ourselves, serving or not) lists the learner j.NewMemberID at our peer
+// URLs and no other member there (plan.LearnerKnownEverywhere says why). A
+// member that answers with a stale list blocks; one that does not answer
+// blocks only if it serves (a member that is down cannot answer etcd
+// either). A data dir that already holds a WAL (a seeded one) is not
+// asked about: etcd takes the member ID from the WAL. It changes nothing;
+// past the bound the step fails and is retried on a fresh decision.
+// (Left: a member that restarts between this check and etcd's request may
+// answer from its db before it re-applies the remove; a narrow window.)
 func (h *Healer) waitLearnerKnown(ctx context.Context, res memberstate.Result, j *journal.Record) error {
-	voters := map[string]string{} // name -> client URL
+	if hasWAL(h.cfg.DataDir) {
+		return nil
+	}
+	type peer struct {
+		url     string
+		serving bool
+	}
+	peers := map[string]peer{} // name -> client URL, serving
 	for _, m := range res.Observation.Members {
-		if m.Serving && !m.IsLearner && len(m.ClientURLs) > 0 && m.ID != uint64(j.NewMemberID) {
-			voters[m.Name] = m.ClientURLs[0]
+		if m.Name == "" || len(m.ClientURLs) == 0 || m.ID == uint64(j.OldMemberID) || m.ID == uint64(j.NewMemberID) || observation.Overlaps(m.PeerURLs, j.PeerURLs) {
+			continue // not named in --initial-cluster besides ourselves (initialCluster)
 		}
+		peers[m.Name] = peer{url: m.ClientURLs[0], serving: m.Serving}
 	}
 	start := time.Now()
 	var logged time.Time
 	var detail string
 	err := wait.PollUntilContextTimeout(ctx, learnerKnownPoll, learnerKnownWait, true, func(ctx context.Context) (bool, error) {
 		lists, failed := map[string][]plan.ListedMember{}, map[string]string{}
-		for name, ep := range voters {
+		for name, p := range peers {
 			cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-			list, err := h.cluster.MemberListOf(cctx, ep)
+			list, err := h.cluster.MemberListOf(cctx, p.url)
 			cancel()
-			if err != nil {
+			switch {
+			case err == nil:
+				lists[name] = list
+			case p.serving:
 				failed[name] = err.Error()
-				continue
 			}
-			lists[name] = list
 		}
 		var ok bool
 		ok, detail = plan.LearnerKnownEverywhere(lists, failed, uint64(j.NewMemberID), j.PeerURLs)
@@ -61,4 +78,10 @@ func (h *Healer) waitLearnerKnown(ctx context.Context, res memberstate.Result, j
 			uint64(j.NewMemberID), learnerKnownWait, detail, err)
 	}
 	return nil
+}
+
+// hasWAL: dataDir holds a WAL segment (etcd then starts from it).
+func hasWAL(dataDir string) bool {
+	segs, _ := filepath.Glob(filepath.Join(dataDir, "member", "wal", "*.wal"))
+	return len(segs) > 0
 }

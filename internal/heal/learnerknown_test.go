@@ -2,6 +2,9 @@ package heal
 
 import (
 	"context"
+	"errors"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -19,7 +22,10 @@ import (
 // learner at our peer URL and nothing else there; past the bound it fails
 // without starting.
 func TestALearnerIsNotStartedWhileAVoterStillListsItsOldID(t *testing.T) {
-	startMember := func(t *testing.T, r *rig) (journal.Record, error) {
+	startMember := func(t *testing.T, r *rig, serving ...int) (journal.Record, error) {
+		if len(serving) == 0 {
+			serving = []int{2, 3}
+		}
 		clock := time.Date(2026, 12, 4, 0, 0, 0, 0, time.UTC)
 		r.lease.held, r.lease.renewing = true, true
 		r.h.lease = r.lease
@@ -28,7 +34,7 @@ func TestALearnerIsNotStartedWhileAVoterStillListsItsOldID(t *testing.T) {
 		j.Advance(journal.PhaseRemoved, clock)
 		j.Advance(journal.PhaseLearnerAdded, clock)
 		j.Advance(journal.PhasePrepared, clock)
-		err := r.h.step(context.Background(), cluster3(memberstate.Lost, 2, 3), nil, &j, plan.Decision{Action: plan.StartMember}, nil)
+		err := r.h.step(context.Background(), cluster3(memberstate.Lost, serving...), nil, &j, plan.Decision{Action: plan.StartMember}, nil)
 		return j, err
 	}
 	stale := []plan.ListedMember{{ID: 0xa2, PeerURLs: []string{peerURL(2)}}, {ID: 0xa1, PeerURLs: []string{peerURL(1)}}}
@@ -69,6 +75,52 @@ func TestALearnerIsNotStartedWhileAVoterStillListsItsOldID(t *testing.T) {
 		}
 		if r.rt.starts != 0 {
 			t.Fatal("the member was started while a voter still listed its old ID")
+		}
+	})
+	// From the review: etcd asks every member --initial-cluster names, not
+	// only those that serve; one that is behind on applying may fail the
+	// agent's linearizable probe and still answer etcd with its old list.
+	t.Run("a voter that does not serve but answers with the old list", func(t *testing.T) {
+		r := newRig(t)
+		defer func(w time.Duration) { learnerKnownWait = w }(learnerKnownWait)
+		learnerKnownWait = 300 * time.Millisecond
+		r.cluster.listOf = func(ep string) ([]plan.ListedMember, error) {
+			if strings.Contains(ep, "10.0.0.3") {
+				return stale, nil
+			}
+			return fresh, nil
+		}
+		if _, err := startMember(t, r, 2); err == nil || r.rt.starts != 0 {
+			t.Fatalf("started (%d, %v) while m3, not serving, still listed the old ID", r.rt.starts, err)
+		}
+	})
+	t.Run("a voter that is down does not hold the start", func(t *testing.T) {
+		r := newRig(t)
+		r.cluster.listOf = func(ep string) ([]plan.ListedMember, error) {
+			if strings.Contains(ep, "10.0.0.3") {
+				return nil, errors.New("connection refused")
+			}
+			return fresh, nil
+		}
+		if _, err := startMember(t, r, 2); err != nil || r.rt.starts != 1 {
+			t.Fatalf("started %d times (%v), want once: m3 is down and cannot answer etcd either", r.rt.starts, err)
+		}
+	})
+	t.Run("a seeded data dir is not waited for", func(t *testing.T) {
+		r := newRig(t)
+		wal := filepath.Join(r.h.cfg.DataDir, "member", "wal")
+		if err := os.MkdirAll(wal, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(wal, "0000000000000000-0000000000000000.wal"), []byte("x"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		r.cluster.listOf = func(string) ([]plan.ListedMember, error) {
+			t.Error("asked for a member list although the WAL pins the member ID")
+			return stale, nil
+		}
+		if _, err := startMember(t, r); err != nil || r.rt.starts != 1 {
+			t.Fatalf("started %d times (%v)", r.rt.starts, err)
 		}
 	})
 }
