@@ -40,6 +40,21 @@ func TestALearnerIsNotStartedWhileAVoterStillListsItsOldID(t *testing.T) {
 	stale := []plan.ListedMember{{ID: 0xa2, PeerURLs: []string{peerURL(2)}}, {ID: 0xa1, PeerURLs: []string{peerURL(1)}}}
 	fresh := []plan.ListedMember{{ID: 0xa2, PeerURLs: []string{peerURL(2)}}, {ID: 0xa9, PeerURLs: []string{peerURL(1)}}}
 
+	// m3StaysBehind: a rig where m3 lists the old member for good, and a
+	// short bound.
+	m3StaysBehind := func(t *testing.T) *rig {
+		r := newRig(t)
+		w := learnerKnownWait
+		t.Cleanup(func() { learnerKnownWait = w })
+		learnerKnownWait = 300 * time.Millisecond
+		r.cluster.listOf = func(ep string) ([]plan.ListedMember, error) {
+			if strings.Contains(ep, "10.0.0.3") {
+				return stale, nil
+			}
+			return fresh, nil
+		}
+		return r
+	}
 	t.Run("a voter catches up", func(t *testing.T) {
 		r := newRig(t)
 		var asked atomic.Int32
@@ -60,15 +75,7 @@ func TestALearnerIsNotStartedWhileAVoterStillListsItsOldID(t *testing.T) {
 		}
 	})
 	t.Run("a voter stays behind", func(t *testing.T) {
-		r := newRig(t)
-		defer func(w time.Duration) { learnerKnownWait = w }(learnerKnownWait)
-		learnerKnownWait = 300 * time.Millisecond
-		r.cluster.listOf = func(ep string) ([]plan.ListedMember, error) {
-			if strings.Contains(ep, "10.0.0.3") {
-				return stale, nil
-			}
-			return fresh, nil
-		}
+		r := m3StaysBehind(t)
 		_, err := startMember(t, r)
 		if err == nil || !strings.Contains(err.Error(), "m3 still lists member a1") {
 			t.Fatalf("%v, want a failed start naming the lagging voter", err)
@@ -81,15 +88,7 @@ func TestALearnerIsNotStartedWhileAVoterStillListsItsOldID(t *testing.T) {
 	// only those that serve; one that is behind on applying may fail the
 	// agent's linearizable probe and still answer etcd with its old list.
 	t.Run("a voter that does not serve but answers with the old list", func(t *testing.T) {
-		r := newRig(t)
-		defer func(w time.Duration) { learnerKnownWait = w }(learnerKnownWait)
-		learnerKnownWait = 300 * time.Millisecond
-		r.cluster.listOf = func(ep string) ([]plan.ListedMember, error) {
-			if strings.Contains(ep, "10.0.0.3") {
-				return stale, nil
-			}
-			return fresh, nil
-		}
+		r := m3StaysBehind(t)
 		if _, err := startMember(t, r, 2); err == nil || r.rt.starts != 0 {
 			t.Fatalf("started (%d, %v) while m3, not serving, still listed the old ID", r.rt.starts, err)
 		}
