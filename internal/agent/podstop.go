@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/etcd-agent/etcd-agent/internal/membersource"
+	"github.com/etcd-agent/etcd-agent/internal/plan"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -28,9 +29,9 @@ import (
 // a data dir the pod no longer mounts (seen: the learner prepared on the old
 // PV never started, the new pod held by its gate, the attempt failed after
 // the learner stall timeout with a membership change made for nothing).
-// The refusal comes before the hold is written and before any membership
-// change; the attempt fails on it, and once the recovery is closed the
-// member is read again under its new claim. The deleter checks the same of
+// The refusal (plan.ReasonMemberDataMoved) comes before the hold is written
+// and before any membership change; the attempt ends on it at once, and once
+// the recovery is closed the member is read again under its new claim. The deleter checks the same of
 // the very pod it deletes (onClaim), so a pod swapped in after this check
 // is not deleted either.
 func (p *podMembers) stoppable(cur membersource.PodMember, stateDir string, want *membersource.PodMember) error {
@@ -69,8 +70,8 @@ func (p *podMembers) stoppable(cur membersource.PodMember, stateDir string, want
 	if want != nil && nm.Identity.DataDir != want.Identity.DataDir {
 		// The pod itself is unchanged (so the loop is not restarted): only
 		// a person can end this, by rolling the pod or the template back.
-		return fmt.Errorf("its StatefulSet %s's template would re-create it with its data in %s, not in %s where this recovery began: not stopped; roll the pod to the new template (or revert the template) first",
-			sts.Name, nm.Identity.DataDir, want.Identity.DataDir)
+		return plan.Refused(plan.ReasonMemberDataMoved, fmt.Errorf("its StatefulSet %s's template would re-create it with its data in %s, not in %s where this recovery began: not stopped; roll the pod to the new template (or revert the template) first",
+			sts.Name, nm.Identity.DataDir, want.Identity.DataDir))
 	}
 	return nil
 }
@@ -95,8 +96,8 @@ func (p *podMembers) onClaim(ctx context.Context, pod *corev1.Pod, want memberso
 		return fmt.Errorf("read the claim %s: %w", want.PVC, err)
 	}
 	if pvc.UID != want.PVCUID || pvc.DeletionTimestamp != nil {
-		return fmt.Errorf("the claim %s (%s) is being deleted or was replaced (now %s): not stopped; the pod that comes back would not keep its data in %s",
-			want.PVC, want.PVCUID, pvc.UID, want.Identity.DataDir)
+		return plan.Refused(plan.ReasonMemberDataMoved, fmt.Errorf("the claim %s (%s) is being deleted or was replaced (now %s): not stopped; the pod that comes back would not keep its data in %s",
+			want.PVC, want.PVCUID, pvc.UID, want.Identity.DataDir))
 	}
 	return nil
 }
@@ -107,8 +108,8 @@ func sameClaim(want, got membersource.PodMember) error {
 	if want.Identity.DataDir == got.Identity.DataDir && want.PVCUID == got.PVCUID {
 		return nil
 	}
-	return fmt.Errorf("the pod now keeps its data in %s (claim %s %s), not in %s (claim %s %s) where this recovery began: not stopped; the member is read again under its new claim",
-		got.Identity.DataDir, got.PVC, got.PVCUID, want.Identity.DataDir, want.PVC, want.PVCUID)
+	return plan.Refused(plan.ReasonMemberDataMoved, fmt.Errorf("the pod now keeps its data in %s (claim %s %s), not in %s (claim %s %s) where this recovery began: not stopped; the member is read again under its new claim",
+		got.Identity.DataDir, got.PVC, got.PVCUID, want.Identity.DataDir, want.PVC, want.PVCUID))
 }
 
 // fromTemplate is pod as sts's template would re-create it (same name,

@@ -9,6 +9,7 @@ import (
 
 	"github.com/etcd-agent/etcd-agent/internal/memberruntime"
 	"github.com/etcd-agent/etcd-agent/internal/membersource"
+	"github.com/etcd-agent/etcd-agent/internal/plan"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -97,6 +98,7 @@ func TestAPodOnANewClaimIsNotStoppedForARecoveryBegunOnTheOld(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "read again under its new claim") || !strings.Contains(err.Error(), "/pv/pv-3/data") {
 		t.Fatalf("the pod re-created on pv-3: %v, want a refusal naming /pv/pv-3/data (the loop restarts there)", err)
 	}
+	wantDataMoved(t, err)
 	// The pod move's check (no recovery's member) still lets it go.
 	if err := p.stoppable(began, w.stateDir, nil); err != nil {
 		t.Fatalf("without a member to keep: %v", err)
@@ -117,6 +119,7 @@ func TestAPodWhoseClaimIsBeingDeletedIsNotStopped(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "being deleted") {
 		t.Fatalf("%v, want a refusal: the claim is being deleted", err)
 	}
+	wantDataMoved(t, err)
 }
 
 // A template that mounts the data elsewhere leaves the pod as it is (the
@@ -132,6 +135,7 @@ func TestAPodWhoseTemplateMovesItsDataIsNotStopped(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "roll the pod") {
 		t.Fatalf("%v, want a refusal asking for the pod to be rolled", err)
 	}
+	wantDataMoved(t, err)
 }
 
 // The pod checked is the pod deleted: a successor on a new claim that
@@ -174,6 +178,7 @@ func TestTheRuntimeNeverDeletesASuccessorOnANewClaim(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "not stopped") {
 		t.Fatalf("Stop: %v, want a refusal", err)
 	}
+	wantDataMoved(t, err)
 }
 
 func TestSameClaimWantsTheSameDataDirAndClaimUID(t *testing.T) {
@@ -195,5 +200,14 @@ func TestSameClaimWantsTheSameDataDirAndClaimUID(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), "not stopped") || !strings.Contains(err.Error(), began.Identity.DataDir) {
 			t.Errorf("%s: %v, want a refusal naming %s", name, err, began.Identity.DataDir)
 		}
+	}
+}
+
+// wantDataMoved: err is the executor's refusal with its reason code (it
+// ends the attempt at once; TestAStepRefusalEndsTheAttemptAtOnceWithItsReason).
+func wantDataMoved(t *testing.T, err error) {
+	t.Helper()
+	if r, ok := plan.RefusalOf(err); !ok || r.Reason != plan.ReasonMemberDataMoved {
+		t.Fatalf("%v: not a refusal with reason %s", err, plan.ReasonMemberDataMoved)
 	}
 }

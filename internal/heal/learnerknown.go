@@ -8,8 +8,8 @@ import (
 
 	"github.com/etcd-agent/etcd-agent/internal/journal"
 	"github.com/etcd-agent/etcd-agent/internal/memberstate"
-	"github.com/etcd-agent/etcd-agent/internal/observation"
 	"github.com/etcd-agent/etcd-agent/internal/plan"
+	"go.etcd.io/etcd/server/v3/storage/wal"
 	"go.uber.org/zap"
 	"k8s.io/apimachinery/pkg/util/wait"
 )
@@ -34,7 +34,7 @@ var (
 // (Left: a member that restarts between this check and etcd's request may
 // answer from its db before it re-applies the remove; a narrow window.)
 func (h *Healer) waitLearnerKnown(ctx context.Context, res memberstate.Result, j *journal.Record) error {
-	if hasWAL(h.cfg.DataDir) {
+	if wal.Exist(filepath.Join(h.cfg.DataDir, "member", "wal")) { // etcd's own test at start
 		return nil
 	}
 	type peer struct {
@@ -42,9 +42,9 @@ func (h *Healer) waitLearnerKnown(ctx context.Context, res memberstate.Result, j
 		serving bool
 	}
 	peers := map[string]peer{} // name -> client URL, serving
-	for _, m := range res.Observation.Members {
-		if m.Name == "" || len(m.ClientURLs) == 0 || m.ID == uint64(j.OldMemberID) || m.ID == uint64(j.NewMemberID) || observation.Overlaps(m.PeerURLs, j.PeerURLs) {
-			continue // not named in --initial-cluster besides ourselves (initialCluster)
+	for _, m := range initialPeers(res.Observation, j) {
+		if len(m.ClientURLs) == 0 {
+			continue // never served a client: not serving, nothing to ask
 		}
 		peers[m.Name] = peer{url: m.ClientURLs[0], serving: m.Serving}
 	}
@@ -78,10 +78,4 @@ func (h *Healer) waitLearnerKnown(ctx context.Context, res memberstate.Result, j
 			uint64(j.NewMemberID), learnerKnownWait, detail, err)
 	}
 	return nil
-}
-
-// hasWAL: dataDir holds a WAL segment (etcd then starts from it).
-func hasWAL(dataDir string) bool {
-	segs, _ := filepath.Glob(filepath.Join(dataDir, "member", "wal", "*.wal"))
-	return len(segs) > 0
 }

@@ -60,3 +60,22 @@ func TestFailedAttemptAfterTheQuarantineLeavesTheMemberStopped(t *testing.T) {
 		t.Fatalf("%d MemberLeftStopped Events, want 1", n)
 	}
 }
+
+// A step's shell that refuses (what it would act on is not what was decided
+// on: a pod re-created on another claim) ends the attempt at once with its
+// reason, not after five tries of the same answer; the member is put back.
+func TestAStepRefusalEndsTheAttemptAtOnceWithItsReason(t *testing.T) {
+	res := cluster3(memberstate.Healthy, 1, 2, 3)
+	r := newRig(t, res)
+	r.rt.stopErr = plan.Refused(plan.ReasonMemberDataMoved, errBoom)
+	out := r.h.Consider(context.Background(), res, &plan.Request{Action: "rejoin"})
+	if out.Result != journal.ResultFailed || out.Decision.Reason != plan.ReasonMemberDataMoved {
+		t.Fatalf("result %q reason %q (%v), want failed with %s", out.Result, out.Decision.Reason, out.Err, plan.ReasonMemberDataMoved)
+	}
+	if r.rt.stops != 1 {
+		t.Fatalf("the refused stop was tried %d times, want once", r.rt.stops)
+	}
+	if j := r.journal(t); j.Reason != string(plan.ReasonMemberDataMoved) || j.Active() {
+		t.Fatalf("journal reason %q, active %v", j.Reason, j.Active())
+	}
+}

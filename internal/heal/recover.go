@@ -98,9 +98,16 @@ func (h *Healer) recover(parent context.Context, first memberstate.Result, req *
 			return h.shutdown(&j, d, keepLease)
 		}
 		var mismatch *hashMismatchError
+		refusal, refused := plan.RefusalOf(err)
 		switch {
 		case errors.As(err, &mismatch):
 			return h.fail(ctx, &j, plan.Decision{Action: plan.Finish, Reason: plan.ReasonHashMismatch, Detail: mismatch.Error()}, err)
+		case refused:
+			// What the step would act on is not what was decided on: the
+			// same answer would come again, so the attempt ends now, with
+			// its reason (a member stopped by then is put back).
+			h.log.Warn("recovery step refused", zap.String("action", string(d.Action)), zap.String("reason", string(refusal.Reason)), zap.Error(err))
+			return h.fail(ctx, &j, plan.Decision{Action: plan.Finish, Reason: refusal.Reason, Detail: err.Error()}, err)
 		case errors.Is(err, lease.ErrHeldByOther), errors.Is(err, lease.ErrNotHeld):
 			// Fencing: another agent holds the Lease. Stop at once; the
 			// journal stays open so this (or the next holder) resumes

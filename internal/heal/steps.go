@@ -492,16 +492,27 @@ func (h *Healer) initialCluster(o observation.Observation, j *journal.Record) st
 	for _, u := range j.PeerURLs {
 		parts = append(parts, h.cfg.Member+"="+u)
 	}
-	for _, m := range o.Members {
-		if m.Name == "" || m.ID == uint64(j.OldMemberID) || m.ID == uint64(j.NewMemberID) || observation.Overlaps(m.PeerURLs, j.PeerURLs) {
-			continue // self is listed above, under our name
-		}
+	for _, m := range initialPeers(o, j) {
 		for _, u := range m.PeerURLs {
 			parts = append(parts, m.Name+"="+u)
 		}
 	}
 	sort.Strings(parts)
 	return strings.Join(parts, ",")
+}
+
+// initialPeers are the members --initial-cluster names besides ourselves
+// (self is listed under our name and the journal's peer URLs): the ones a
+// starting etcd without a WAL asks for the member list.
+func initialPeers(o observation.Observation, j *journal.Record) []observation.Member {
+	var peers []observation.Member
+	for _, m := range o.Members {
+		if m.Name == "" || m.ID == uint64(j.OldMemberID) || m.ID == uint64(j.NewMemberID) || observation.Overlaps(m.PeerURLs, j.PeerURLs) {
+			continue
+		}
+		peers = append(peers, m)
+	}
+	return peers
 }
 
 // trackLearner records the learner's progress (for the stall timeout) and its lag.

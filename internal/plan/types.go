@@ -120,7 +120,9 @@ func RefusalReasons() []Reason {
 		ReasonTargetNotReady, ReasonTargetHasMember, ReasonNoSnapshotStore, ReasonSnapshotStoreUnreached,
 		ReasonMemberNotHealthy, ReasonMoveFailed, ReasonMoveTimedOut, ReasonNoFreePV,
 		// A static pod whose manifest is gone (deleted by hand).
-		ReasonManifestMissing}
+		ReasonManifestMissing,
+		// A step's shell, right before it acts (StepRefusal).
+		ReasonMemberDataMoved}
 }
 
 // Request is a manual trigger (Node annotation or `etcd-agent recover`).
