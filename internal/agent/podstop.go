@@ -29,9 +29,10 @@ import (
 // a data dir the pod no longer mounts (seen: the learner prepared on the old
 // PV never started, the new pod held by its gate, the attempt failed after
 // the learner stall timeout with a membership change made for nothing).
-// The refusal (plan.ReasonMemberDataMoved) comes before the hold is written
-// and before any membership change; the attempt ends on it at once, and once
-// the recovery is closed the member is read again under its new claim. The deleter checks the same of
+// The refusal (plan.ReasonMemberDataMoved) comes before any delete and any
+// membership change (the deleter's, after the hold: the runtime removes its
+// hold again); the attempt ends on it at once, and once the recovery is
+// closed the member is read again under its new claim. The deleter checks the same of
 // the very pod it deletes (onClaim), so a pod swapped in after this check
 // is not deleted either.
 func (p *podMembers) stoppable(cur membersource.PodMember, stateDir string, want *membersource.PodMember) error {

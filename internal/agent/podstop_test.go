@@ -179,6 +179,9 @@ func TestTheRuntimeNeverDeletesASuccessorOnANewClaim(t *testing.T) {
 		t.Fatalf("Stop: %v, want a refusal", err)
 	}
 	wantDataMoved(t, err)
+	if _, held, _ := memberruntime.ReadHold(w.stateDir); held {
+		t.Fatal("the refused stop left the running successor held at its gate")
+	}
 }
 
 func TestSameClaimWantsTheSameDataDirAndClaimUID(t *testing.T) {

@@ -9,6 +9,7 @@ import (
 	"github.com/etcd-agent/etcd-agent/internal/memberstate"
 	"github.com/etcd-agent/etcd-agent/internal/nodereport"
 	"github.com/etcd-agent/etcd-agent/internal/plan"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
 // Issue 10 item 4: a recovery that fails before anything was removed puts
@@ -74,6 +75,12 @@ func TestAStepRefusalEndsTheAttemptAtOnceWithItsReason(t *testing.T) {
 	}
 	if r.rt.stops != 1 {
 		t.Fatalf("the refused stop was tried %d times, want once", r.rt.stops)
+	}
+	if r.rt.starts != 1 {
+		t.Fatalf("the member the refused stop may have held was started %d times, want once (put back)", r.rt.starts)
+	}
+	if got := testutil.ToFloat64(r.m.RefusalsTotal.WithLabelValues("m1", string(plan.ReasonMemberDataMoved))); got != 1 {
+		t.Fatalf("refusals_total{reason=%s} = %v, want 1", plan.ReasonMemberDataMoved, got)
 	}
 	if j := r.journal(t); j.Reason != string(plan.ReasonMemberDataMoved) || j.Active() {
 		t.Fatalf("journal reason %q, active %v", j.Reason, j.Active())

@@ -102,11 +102,15 @@ func (h *Healer) recover(parent context.Context, first memberstate.Result, req *
 		switch {
 		case errors.As(err, &mismatch):
 			return h.fail(ctx, &j, plan.Decision{Action: plan.Finish, Reason: plan.ReasonHashMismatch, Detail: mismatch.Error()}, err)
-		case refused:
+		case refused && !moveReleased(j):
 			// What the step would act on is not what was decided on: the
 			// same answer would come again, so the attempt ends now, with
-			// its reason (a member stopped by then is put back).
+			// its reason (a member stopped by then is put back). Closed
+			// failed, with backoff (a stop was tried; a template only a
+			// person can fix must not churn the Lease), and counted as a
+			// refusal as every "no" is.
 			h.log.Warn("recovery step refused", zap.String("action", string(d.Action)), zap.String("reason", string(refusal.Reason)), zap.Error(err))
+			h.countRefusal(refusal.Reason)
 			return h.fail(ctx, &j, plan.Decision{Action: plan.Finish, Reason: refusal.Reason, Detail: err.Error()}, err)
 		case errors.Is(err, lease.ErrHeldByOther), errors.Is(err, lease.ErrNotHeld):
 			// Fencing: another agent holds the Lease. Stop at once; the

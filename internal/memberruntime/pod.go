@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/etcd-agent/etcd-agent/internal/fsutil"
+	"github.com/etcd-agent/etcd-agent/internal/plan"
 	"go.uber.org/zap"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
@@ -139,7 +140,9 @@ func (p *pod) Stop(ctx context.Context) error {
 	if err := p.gated(); err != nil {
 		return fmt.Errorf("refusing to stop pod %s: %w (a deleted pod would come back and start etcd on its old data)", p.key, err)
 	}
+	wroteHold := false
 	if _, held, err := ReadHold(p.stateDir); err != nil || !held {
+		wroteHold = true
 		b, _ := json.Marshal(Hold{Since: p.now().UTC(), Reason: "stopped by the agent for a rejoin"})
 		if err := os.MkdirAll(p.stateDir, 0o700); err != nil {
 			return err
@@ -150,6 +153,17 @@ func (p *pod) Stop(ctx context.Context) error {
 		p.log.Info("holding the member at its start gate", zap.String("hold", filepath.Join(p.stateDir, HoldFile)))
 	}
 	uid, err := p.deleter.DeletePod(ctx)
+	if _, refused := plan.RefusalOf(err); refused && wroteHold {
+		// The deleter refused the pod it read, before any delete: the
+		// running pod is not stopped, so this call's hold goes again
+		// (a failed delete keeps it: the pod may be going).
+		if rerr := os.Remove(filepath.Join(p.stateDir, HoldFile)); rerr != nil && !errors.Is(rerr, os.ErrNotExist) {
+			return errors.Join(fmt.Errorf("delete pod %s: %w", p.key, err), fmt.Errorf("remove the hold again: %w", rerr))
+		}
+		_ = fsutil.SyncDir(p.stateDir) // best effort: a hold that survives a crash is put back by the attempt's close
+		p.log.Info("the pod was not deleted (refused); its hold removed again", zap.Error(err))
+		return fmt.Errorf("delete pod %s: %w", p.key, err)
+	}
 	if err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("delete pod %s: %w", p.key, err)
 	}

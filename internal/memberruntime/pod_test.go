@@ -2,13 +2,14 @@ package memberruntime
 
 import (
 	"context"
-
 	"errors"
-	"k8s.io/apimachinery/pkg/types"
 	"os"
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/etcd-agent/etcd-agent/internal/plan"
+	"k8s.io/apimachinery/pkg/types"
 )
 
 type deleterFunc func(ctx context.Context) error
@@ -116,5 +117,33 @@ func TestAnUnreadableHoldCountsAsHeld(t *testing.T) {
 	}
 	if _, ok, err := ReadStartFlags(dir); ok || err == nil {
 		t.Fatalf("an incomplete start file was accepted: %v %v", ok, err)
+	}
+}
+
+// From the review: the deleter may refuse the pod it read (it keeps its data
+// elsewhere now) after Stop wrote the hold; nothing was deleted, so the hold
+// this call wrote goes again (the running pod would otherwise be held at its
+// next restart), and the refusal keeps its reason for the executor. A hold
+// that was there before the call stays.
+func TestPodStopRemovesItsHoldWhenTheDeleterRefuses(t *testing.T) {
+	refusal := plan.Refused(plan.ReasonMemberDataMoved, errors.New("the pod now keeps its data elsewhere"))
+	dir := t.TempDir()
+	rt := NewPod("ns/etcd-0", deleterFunc(func(context.Context) error { return refusal }), dir, func() error { return nil }, goneURLs, "", nil)
+	err := rt.Stop(context.Background())
+	if r, ok := plan.RefusalOf(err); !ok || r.Reason != plan.ReasonMemberDataMoved {
+		t.Fatalf("Stop: %v, want the deleter's refusal", err)
+	}
+	if _, held, _ := ReadHold(dir); held {
+		t.Fatal("a refused delete left this call's hold")
+	}
+	// A hold from before (an earlier stop of this attempt) is not this call's.
+	if err := os.WriteFile(filepath.Join(dir, HoldFile), []byte(`{"reason":"earlier"}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := rt.Stop(context.Background()); err == nil {
+		t.Fatal("Stop must fail")
+	}
+	if _, held, _ := ReadHold(dir); !held {
+		t.Fatal("an earlier hold was removed")
 	}
 }
