@@ -61,7 +61,7 @@ func newLabBenchCmd(g *globalFlags, dir *string) *cobra.Command {
 	c.Flags().StringSliceVar(&sizes, "sizes", []string{"100MB", "500MB"}, "db sizes to measure (e.g. 100MB,500MB,1GB)")
 	c.Flags().IntVar(&runs, "runs", 3, "runs per size (medians are reported)")
 	c.Flags().BoolVar(&move, "move", false, "measure `etcd-agent move` (UC3) per mode instead: time, bytes sent to the new member, raft snapshots")
-	c.Flags().StringSliceVar(&modes, "modes", []string{"raft", "seed"}, "agent rejoin modes to measure side by side: raft, seed, follower (seed mode streaming the db a second time off a follower: --seed-from-backup=false; with --move: --seed-from-store=false)")
+	c.Flags().StringSliceVar(&modes, "modes", []string{"raft", "seed"}, "agent rejoin modes to measure side by side: raft, seed, follower (seed mode streaming the db a second time off a follower: --seed-from-backup=false; with --move: --seed-from-store=false), seed-copy-after (seed mode copying the backup after the add: --seed-copy-during-stream=false)")
 	c.Flags().StringVar(&binDir, "bin-dir", defaultBinDir(), "folder with etcd and kube-apiserver (from `make tools`)")
 	return c
 }

@@ -81,7 +81,10 @@ type Config struct {
 	SeedFromStore bool
 	// SeedFromBackup: a rejoin's learner is seeded from a copy of the
 	// recovery's pre-change backup (one stream of the db, not two).
-	SeedFromBackup       bool
+	SeedFromBackup bool
+	// SeedCopyDuringStream: the backup's stream also writes the seed's
+	// copy (moved in after the add), instead of a copy made after the add.
+	SeedCopyDuringStream bool
 	SnapshotStoreKeep    int
 	SnapshotStoreBackups bool
 	// RejoinMode is "seed" (the flag's default) or "raft" (heal.RejoinSeed/RejoinRaft).

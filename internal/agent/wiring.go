@@ -85,7 +85,7 @@ func (c Config) newHealer(id watchdog.Identity, obs heal.Observer, kc kubernetes
 		StateDir: c.StateDir, QuarantineDir: c.QuarantineDir, QuarantineKeep: c.QuarantineKeep, QuarantinePruneAfter: c.QuarantinePruneAfter, RejoinMode: c.RejoinMode, Plan: c.PlanConfig(),
 		RecoveryTimeout: c.RecoveryTimeout, StepInterval: 250 * time.Millisecond, PollInterval: c.PollInterval, TLS: t, Log: c.Log, CrashBefore: phases(c.CrashBefore),
 		HoldAt: c.HoldAt, StepTimeouts: c.stepTimeouts(), Backups: c.backups, OpenStore: c.openStore(), NoStoreSeed: !c.SeedFromStore,
-		NoBackupSeed:   !c.SeedFromBackup,
+		NoBackupSeed: !c.SeedFromBackup, NoCopyDuringStream: !c.SeedCopyDuringStream,
 		PinnedAnywhere: pinnedAnywhere(kc, id.Name, c.podRuntime == nil), Claims: c.claims, StoreSeed: c.storeSeed, MoveSourceGone: moveSourceFor(kc, c.NodeName)},
 		obs, newLease, rt, rep, m), nil
 }

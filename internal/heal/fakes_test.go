@@ -5,6 +5,7 @@ package heal
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"sync"
 	"sync/atomic"
@@ -16,6 +17,7 @@ import (
 	"github.com/etcd-agent/etcd-agent/internal/memberstate"
 	"github.com/etcd-agent/etcd-agent/internal/nodereport"
 	"github.com/etcd-agent/etcd-agent/internal/observation"
+	"github.com/etcd-agent/etcd-agent/internal/peerseed"
 	"github.com/etcd-agent/etcd-agent/internal/plan"
 	"github.com/etcd-agent/etcd-agent/metrics"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -30,7 +32,9 @@ type fakeLease struct {
 	held, renewing, apiDown     bool
 	acquires, releases          int
 	downAfterAcquire, confirmOK bool
+	acquireDown                 bool            // the API answers reads, not the Lease's take (a hung etcd member behind it)
 	needs                       []time.Duration // ConfirmFor's asks, in order
+	acquireFails                int             // this many takes fail first (errBoom)
 	// other, when set, holds the Lease (unexpired) while we do not.
 	other string
 }
@@ -38,8 +42,12 @@ type fakeLease struct {
 func (l *fakeLease) TryAcquire(context.Context, lease.Info) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.apiDown {
+	if l.apiDown || l.acquireDown {
 		return lease.ErrAPIUnavailable
+	}
+	if l.acquireFails > 0 {
+		l.acquireFails--
+		return errBoom
 	}
 	if l.other != "" {
 		return lease.ErrHeldByOther
@@ -162,10 +170,15 @@ type fakeRuntime struct {
 	hanging       atomic.Bool // Stop waits now
 	stopErr       error
 	onStart       func() // runs inside Start (e.g. a start that takes long)
+	// onStop, if set, runs inside Stop and its error is Stop's.
+	onStop func(ctx context.Context) error
 }
 
 func (f *fakeRuntime) Stop(ctx context.Context) error {
 	f.stops++
+	if f.onStop != nil {
+		return f.onStop(ctx)
+	}
 	if f.stopHangs {
 		f.hanging.Store(true)
 		defer f.hanging.Store(false)
@@ -196,6 +209,8 @@ type fakeCluster struct {
 	onMoveLeader func()
 	// removed are the IDs MemberRemove was called with.
 	removed []uint64
+	// onRemove, if set, runs at every MemberRemove call.
+	onRemove func()
 	// listOf answers MemberListOf; the rig's lists the journal's learner
 	// (else the fake's add, 0xa9) at m1's peer URL: every voter applied it.
 	listOf func(endpoint string) ([]plan.ListedMember, error)
@@ -203,6 +218,9 @@ type fakeCluster struct {
 
 func (c *fakeCluster) MemberRemove(_ context.Context, _ []string, id uint64) error {
 	c.calls = append(c.calls, "remove")
+	if c.onRemove != nil {
+		c.onRemove()
+	}
 	if c.removeErr != nil {
 		return c.removeErr
 	}
@@ -262,6 +280,10 @@ func newRig(t *testing.T, res ...memberstate.Result) *rig {
 	r.h = New(Config{Member: "m1", Node: "node1", PeerURLs: []string{peerURL(1)}, DataDir: dir + "/data", StateDir: dir,
 		Plan: planConfig(), RecoveryTimeout: 2 * time.Second, StepInterval: 5 * time.Millisecond, Cluster: r.cluster},
 		r.obs, func(uint64) (Lease, error) { return r.lease, nil }, r.rt, r.rep, r.m)
+	// Hermetic: no test dials a real member (fakeStreams where one streams).
+	r.h.streamTo = func(context.Context, string, *tls.Config, string, uint64, func(int64), ...peerseed.StreamOption) (peerseed.Snapshot, error) {
+		return peerseed.Snapshot{}, errors.New("no snapshot stream in this rig")
+	}
 	r.cluster.listOf = func(string) ([]plan.ListedMember, error) {
 		j, _, err := journal.Load(dir, "m1")
 		id := uint64(j.NewMemberID)

@@ -11,6 +11,7 @@ import (
 	"github.com/etcd-agent/etcd-agent/internal/memberruntime"
 	"github.com/etcd-agent/etcd-agent/internal/memberstate"
 	"github.com/etcd-agent/etcd-agent/internal/nodereport"
+	"github.com/etcd-agent/etcd-agent/internal/observation"
 	"github.com/etcd-agent/etcd-agent/internal/plan"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"go.uber.org/zap"
@@ -70,6 +71,10 @@ func (h *Healer) verify(ctx context.Context, res memberstate.Result, id uint64) 
 	if err != nil {
 		return plan.HashJudgement{Verdict: plan.HashNotYet, Detail: "read the revision"}, err
 	}
+	// One voter at a time: a HashKV holds its member's backend read
+	// transaction for the whole keyspace, and that member applies no
+	// write meanwhile (its commit waits for the read to end); asked at
+	// once, every member would stall the cluster's writes together.
 	var answers []plan.HashAnswer
 	for _, v := range o.Members {
 		if v.IsLearner {
@@ -80,22 +85,33 @@ func (h *Healer) verify(ctx context.Context, res memberstate.Result, id uint64) 
 			a.Name = fmtID(v.ID)
 		}
 		if a.Serving {
-			hctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-			hash, compact, err := h.cluster.HashKV(hctx, eps, v.ClientURLs[0], rev)
-			cancel()
-			switch {
-			case errors.Is(err, rpctypes.ErrCompacted):
-				a.Compacted = true
-			case err != nil:
-				a.Err = err.Error()
-			default:
-				a.Hash, a.CompactRevision = hash, compact
-			}
+			h.hashOf(ctx, eps, v, rev, &a)
 		}
 		answers = append(answers, a)
 	}
 	return plan.JudgeHashes(id, o.Voters(), answers), nil
 }
+
+// hashOf asks voter v for its HashKV at rev, with a deadline for its db
+// (a whole-keyspace read: at least hashReadRate, never under 5 s).
+func (h *Healer) hashOf(ctx context.Context, eps []string, v observation.Member, rev int64, a *plan.HashAnswer) {
+	timeout := max(5*time.Second, time.Duration(v.DBSize/hashReadRate)*time.Second)
+	hctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	hash, compact, err := h.cluster.HashKV(hctx, eps, v.ClientURLs[0], rev)
+	switch {
+	case errors.Is(err, rpctypes.ErrCompacted):
+		a.Compacted = true
+	case err != nil:
+		a.Err = err.Error()
+	default:
+		a.Hash, a.CompactRevision = hash, compact
+	}
+}
+
+// hashReadRate is the slowest whole-keyspace read a HashKV deadline allows
+// for (bytes per second).
+const hashReadRate = 100 << 20
 
 // finish closes the journal with d's result, releases the Lease and reports.
 func (h *Healer) finish(ctx context.Context, j *journal.Record, d plan.Decision) Outcome {

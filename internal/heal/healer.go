@@ -23,6 +23,7 @@ import (
 	"github.com/etcd-agent/etcd-agent/internal/memberstate"
 	"github.com/etcd-agent/etcd-agent/internal/nodereport"
 	"github.com/etcd-agent/etcd-agent/internal/observation"
+	"github.com/etcd-agent/etcd-agent/internal/peerseed"
 	"github.com/etcd-agent/etcd-agent/internal/plan"
 	"github.com/etcd-agent/etcd-agent/metrics"
 	"go.uber.org/zap"
@@ -115,6 +116,9 @@ type Config struct {
 	// a follower after the add, not from a copy of the recovery's own
 	// pre-change backup (--seed-from-backup=false).
 	NoBackupSeed bool
+	// NoCopyDuringStream: the seed's copy of the backup is made after the
+	// add, not written during the backup's stream (--seed-copy-during-stream=false).
+	NoCopyDuringStream bool
 	// PinnedAnywhere, when set, tells whether any node's record names the
 	// member (nodereport.MemberPinnedAnywhere); nil: never asked, and a
 	// member not in the list is healed as before.
@@ -199,6 +203,20 @@ type Healer struct {
 	// failure logged (Housekeep).
 	healthySince time.Time
 	lastPruneErr string
+	// takeUnanswered: the last attempt's take of the Lease went
+	// unanswered (api-unavailable); the polls deciding Begin since keep
+	// that refusal (said once, blocked since then) until a take succeeds.
+	takeUnanswered bool
+	// killedStreamsRemoved: removeKilledStreams ran (once per process).
+	killedStreamsRemoved bool
+	// streamTo streams a verified snapshot into a file (peerseed.Stream;
+	// a fake in unit tests); early is the pre-change backup streaming
+	// while the member stops (backupearly.go).
+	streamTo func(ctx context.Context, endpoint string, tlsCfg *tls.Config, dest string, need uint64, progress func(int64), opts ...peerseed.StreamOption) (peerseed.Snapshot, error)
+	early    *earlyBackup
+	// backupCopy is the copy of the pre-change backup written beside it
+	// for the seed (backupcopy.go).
+	backupCopy backupCopy
 }
 
 // New returns a Healer. newLease builds the Lease of a cluster (nil when
@@ -233,7 +251,7 @@ func New(cfg Config, obs Observer, newLease func(uint64) (Lease, error), rt memb
 	if h.now == nil {
 		h.now = time.Now
 	}
-	h.mountPoint, h.stopSlice = localdisk.IsMountPoint, stopTimeout
+	h.mountPoint, h.stopSlice, h.streamTo = localdisk.IsMountPoint, stopTimeout, peerseed.Stream
 	return h
 }
 
@@ -265,6 +283,7 @@ func (h *Healer) Consider(ctx context.Context, res memberstate.Result, req *plan
 		res = h.obs.Observe(ctx, h.now())
 	}
 	h.seen(res.Verdict)
+	h.removeKilledStreams()
 	out := h.consider(ctx, res, req)
 	if out.Result == journal.ResultSucceeded && out.Decision.Reason == plan.ReasonLearnerRolledBack && ctx.Err() == nil {
 		return h.consider(ctx, h.obs.Observe(ctx, h.now()), req)
@@ -297,9 +316,14 @@ func (h *Healer) consider(ctx context.Context, res memberstate.Result, req *plan
 		// died in between, or the set-aside failed): do it now.
 		return Outcome{Decision: d, Retired: h.retireParked(&j)}
 	}
-	h.blocked(d)
-	if d.Action != plan.Refuse {
-		h.lastRefusal = ""
+	if d.Action != plan.Begin && d.Action != plan.RollbackLearner {
+		h.takeUnanswered = false
+	}
+	if !h.takeUnanswered { // else still refused until a take is answered
+		h.blocked(d)
+		if d.Action != plan.Refuse {
+			h.lastRefusal = ""
+		}
 	}
 	switch {
 	case d.Action == plan.Begin, d.Action == plan.RollbackLearner, j.Active() && d.Action != plan.Nothing && d.Action != plan.Refuse:
@@ -431,6 +455,7 @@ const neverAMemberRecheck = 30 * time.Second
 // state (asked of the API server) and the free disk space.
 func (h *Healer) input(ctx context.Context, res memberstate.Result, req *plan.Request, j journal.Record) plan.Input {
 	in := h.baseInput(res, req, j)
+	in.BackupStreamingFrom = h.backupStreamingFrom(j)
 	if !j.Active() {
 		in.NeverAMember = h.neverAMember(ctx, res.Observation)
 	}

@@ -120,15 +120,21 @@ func (h *Healer) seedFromBackup(ctx context.Context, res memberstate.Result, j *
 		return fmt.Errorf("%w: the pre-change backup %s has %d bytes, %d were streamed", peerseed.ErrSeedCorruptDB, j.SnapshotPath, st.Size(), j.SnapshotBytes)
 	}
 	source := "backup:" + j.SnapshotSource
-	if err := peerseed.WriteSeedSource(j.SnapshotPath, peerseed.SeedSource{ClusterID: uint64(j.SnapshotClusterID), Endpoint: source,
+	// The copy written during the stream is moved in (a rename); else the
+	// backup is copied. Either is hashed against the stream's sha256.
+	db, move := j.SnapshotPath, false
+	if c := h.backupCopyOf(*j); c != "" {
+		db, move = c, true
+	}
+	if err := peerseed.WriteSeedSource(db, peerseed.SeedSource{ClusterID: uint64(j.SnapshotClusterID), Endpoint: source,
 		Size: j.SnapshotBytes, SHA256: j.SnapshotSHA256, StreamedAt: st.ModTime().UTC()}); err != nil {
 		return err
 	}
-	defer h.removeSeedStreams() // the record, and anything a killed attempt left
+	defer h.removeSeedStreams() // the record, the copy if not moved, and anything a killed attempt left
 	if err := h.holdAt(ctx, HoldSeedStreamed); err != nil {
 		return err
 	}
-	return h.buildPredating(ctx, res, j, j.SnapshotPath, source, uint64(j.OldMemberID), 0, false)
+	return h.buildPredating(ctx, res, j, db, source, uint64(j.OldMemberID), 0, move)
 }
 
 // seedFromStore builds the learner's data dir from a snapshot a move put in
@@ -193,7 +199,7 @@ func (h *Healer) buildPredating(ctx context.Context, res memberstate.Result, j *
 	}
 	j.SeedIndex, j.SeedTerm, j.SeedSource = info.ConsistentIndex, info.Term, source
 	h.log.Info("learner data dir seeded from a db older than its add", zap.String("source", source), zap.String("removedFromIt", fmtID(removed)),
-		zap.Int64("bytes", info.DBBytes), zap.Bool("learnerWritten", info.LearnerWritten), zap.Uint64("consistentIndex", info.ConsistentIndex),
+		zap.Int64("bytes", info.DBBytes), zap.Bool("moved", move), zap.Bool("learnerWritten", info.LearnerWritten), zap.Uint64("consistentIndex", info.ConsistentIndex),
 		zap.Uint64("term", info.Term), zap.Duration("fetchTook", fetched), zap.Duration("buildTook", info.Took))
 	return nil
 }

@@ -31,6 +31,7 @@ func (h *Healer) seen(v memberstate.Verdict) bool {
 // These are the only deletions the agent makes: each is logged, an Event
 // and counted.
 func (h *Healer) Housekeep(res memberstate.Result) {
+	h.removeKilledStreams()
 	// A reused probe's alarms and peers are an older probe's: it may end
 	// the healthy run, never start it or prune.
 	if !h.seen(res.Verdict) || res.Observation.PeersReused {

@@ -36,13 +36,16 @@ func (h *Healer) recover(parent context.Context, first memberstate.Result, req *
 	// every way out (also when Holding() is false at that moment, e.g. the
 	// API is down: the renewer would renew it again once the API is back,
 	// forever). An open journal resumes with a fresh TryAcquire.
-	keepLease := false // shutdown mid-stop: see shutdown
+	keepLease := false              // shutdown mid-stop: see shutdown
+	defer h.dropEarlyBackup(parent) // after the Lease is released: its wait holds nobody up
 	defer func() {
 		if !keepLease {
 			h.releaseLease(parent)
 		}
 	}()
-	h.blocked(plan.Decision{})
+	if !h.takeUnanswered {
+		h.blocked(plan.Decision{})
+	}
 	h.metrics.RecoveryInProgress.WithLabelValues(h.cfg.Member).Set(1)
 	defer h.metrics.RecoveryInProgress.WithLabelValues(h.cfg.Member).Set(0)
 	defer h.untrack()
@@ -111,7 +114,20 @@ func (h *Healer) recover(parent context.Context, first memberstate.Result, req *
 			// refusal as every "no" is.
 			h.log.Warn("recovery step refused", zap.String("action", string(d.Action)), zap.String("reason", string(refusal.Reason)), zap.Error(err))
 			h.countRefusal(refusal.Reason)
-			return h.fail(ctx, &j, plan.Decision{Action: plan.Finish, Reason: refusal.Reason, Detail: err.Error()}, err)
+			return h.fail(ctx, h.closing(&j, d, res, req, in.Claim), plan.Decision{Action: plan.Finish, Reason: refusal.Reason, Detail: err.Error()}, err)
+		case (d.Action == plan.Begin || d.Action == plan.RollbackLearner) && !j.Active() && errors.Is(err, lease.ErrAPIUnavailable):
+			// The Lease could not be taken (the API server read it, then
+			// did not answer the take: its etcd client waits on a hung
+			// member). Nothing began: a refusal, as when the read fails,
+			// not a failure (no backoff, no RecoveryFailed); the next poll
+			// asks again on a fresh observation. Said and counted once,
+			// blocked since the first (the polls in between decide Begin).
+			rd := plan.Decision{Action: plan.Refuse, Reason: plan.ReasonAPIUnavailable,
+				Detail: "the recovery Lease could not be taken: " + err.Error()}
+			h.takeUnanswered = true
+			h.blocked(rd)
+			h.refused(ctx, req, rd)
+			return Outcome{Decision: rd, Result: journal.ResultRefused, Err: err}
 		case errors.Is(err, lease.ErrHeldByOther), errors.Is(err, lease.ErrNotHeld):
 			// Fencing: another agent holds the Lease. Stop at once; the
 			// journal stays open so this (or the next holder) resumes
@@ -133,13 +149,13 @@ func (h *Healer) recover(parent context.Context, first memberstate.Result, req *
 			if stepErrors >= maxStepErrors && !moveReleased(j) {
 				// (A pod move whose claim is released only goes forward:
 				// its step is retried until the recovery timeout.)
-				return h.fail(ctx, &j, d, err)
+				return h.fail(ctx, h.closing(&j, d, res, req, in.Claim), d, err)
 			}
 		default:
 			stepErrors = 0
 		}
 		if ctx.Err() != nil {
-			return h.fail(parent, &j, d, fmt.Errorf("recovery timed out after %s in phase %s: %w", h.cfg.RecoveryTimeout, j.Phase, ctx.Err()))
+			return h.fail(parent, h.closing(&j, d, res, req, in.Claim), d, fmt.Errorf("recovery timed out after %s in phase %s: %w", h.cfg.RecoveryTimeout, j.Phase, ctx.Err()))
 		}
 		if d.Action == plan.Nothing || d.Action == plan.WaitCatchUp || d.Action == plan.Verify || err != nil {
 			select {
@@ -196,6 +212,7 @@ func (h *Healer) step(ctx context.Context, res memberstate.Result, req *plan.Req
 				return err
 			}
 		}
+		h.startEarlyBackup(ctx, res, j, d)
 		return h.timed(j, journal.PhaseStopped, func() error { return h.stopAndQuarantine(ctx, res, j) })
 	case plan.TakeSnapshot:
 		if j.Request == plan.ActionMoveAway && !j.Phase.AtLeast(journal.PhaseStopped) {
@@ -251,39 +268,26 @@ func (h *Healer) begin(ctx context.Context, res memberstate.Result, req *plan.Re
 	if err != nil {
 		return err
 	}
-	resumed := j.Active()
-	if !resumed {
-		firstOnClaim := j.ID == "" // no earlier recovery of this member's state dir
-		now := h.now().UTC()
-		*j = journal.Record{ID: strconv.FormatInt(now.UnixNano(), 36), Member: h.cfg.Member, Node: h.cfg.Node,
-			Request: requestName(req), StartedAt: now, PeerURLs: h.cfg.PeerURLs,
-			Failures: j.Failures, LastFailureAt: j.LastFailureAt}
-		if res.Observation.Local.Match == observation.MatchOK {
-			j.OldMemberID = journal.MemberID(res.Observation.Local.ID)
-		}
-		if req != nil {
-			j.MoveTarget, j.MoveFrom = req.Target, req.MoveFrom
-			j.MoveMemberID = journal.MemberID(max(req.Replaces, req.Replacement)) // one of them is set, by action
-		}
-		if claim != nil && j.Request == plan.ActionMoveAway {
-			// The claim and PV the move is about, whatever the pod's
-			// successors run on later.
-			j.MoveClaimUID, j.MovePV = claim.ClaimUID, claim.PV
-		}
-		if s := h.cfg.StoreSeed; s != nil && firstOnClaim && j.Request != plan.ActionMoveAway {
-			// The pod move's stored snapshot seeds the first rejoin on the
-			// PV it reserved, and no later one: an older snapshot has more
-			// membership changes to replay than the move's own removal.
-			j.StoreKey, j.MoveFrom = s.Key, s.From
-		}
+	// The Lease is taken (again): nothing streamed under an earlier hold
+	// is taken as this hold's backup or seed copy.
+	if !h.dropEarlyBackup(ctx) {
+		return errors.New("a backup streamed under an earlier hold of the Lease has not ended; the Lease is taken once it has")
 	}
-	info := lease.Info{Target: h.cfg.Member, Phase: string(j.Phase), StartedAt: j.StartedAt}
+	h.backupCopy = backupCopy{}
+	resumed := j.Active()
+	next := *j // the record once the Lease is ours: a take that fails changes nothing
+	if !resumed {
+		next = h.newRecord(res, req, *j, claim)
+	}
+	info := lease.Info{Target: h.cfg.Member, Phase: string(next.Phase), StartedAt: next.StartedAt}
 	if info.Phase == "" {
 		info.Phase = string(journal.PhaseStarted)
 	}
 	if err := l.TryAcquire(ctx, info); err != nil {
 		return err
 	}
+	h.tookLease()
+	*j = next
 	h.metrics.LeaseHeld.WithLabelValues(h.cfg.Member).Set(1)
 	if resumed {
 		h.log.Info("recovery resumed", zap.String("id", j.ID), zap.String("phase", string(j.Phase)))
@@ -310,6 +314,58 @@ func (h *Healer) begin(ctx context.Context, res memberstate.Result, req *plan.Re
 		}
 	}
 	return h.holdAt(ctx, HoldLeaseAcquired)
+}
+
+// tookLease ends the refusal of a take the API did not answer.
+func (h *Healer) tookLease() {
+	if h.takeUnanswered {
+		h.takeUnanswered, h.lastRefusal = false, ""
+		h.blocked(plan.Decision{})
+	}
+}
+
+// closing is the record an attempt that fails at decision d closes: j,
+// or for a Begin that never took the Lease the record it would have
+// opened (j is the member's last recovery, closed: never rewritten).
+func (h *Healer) closing(j *journal.Record, d plan.Decision, res memberstate.Result, req *plan.Request, claim *plan.ClaimFacts) *journal.Record {
+	if d.Action != plan.Begin || j.Active() {
+		return j
+	}
+	next := h.newRecord(res, req, *j, claim)
+	return &next
+}
+
+// newRecord is the record a new recovery opens once it holds the Lease;
+// prev is the member's last (closed) record.
+func (h *Healer) newRecord(res memberstate.Result, req *plan.Request, prev journal.Record, claim *plan.ClaimFacts) journal.Record {
+	// No earlier record of this member's state dir at all: one record is
+	// kept, so any record (a rejoin, a rollback, a take that never began)
+	// may hide an earlier rejoin whose undone changes the stored snapshot
+	// would not show.
+	firstOnClaim := prev.ID == ""
+	now := h.now().UTC()
+	next := journal.Record{ID: strconv.FormatInt(now.UnixNano(), 36), Member: h.cfg.Member, Node: h.cfg.Node,
+		Request: requestName(req), StartedAt: now, PeerURLs: h.cfg.PeerURLs,
+		Failures: prev.Failures, LastFailureAt: prev.LastFailureAt}
+	if res.Observation.Local.Match == observation.MatchOK {
+		next.OldMemberID = journal.MemberID(res.Observation.Local.ID)
+	}
+	if req != nil {
+		next.MoveTarget, next.MoveFrom = req.Target, req.MoveFrom
+		next.MoveMemberID = journal.MemberID(max(req.Replaces, req.Replacement)) // one of them is set, by action
+	}
+	if claim != nil && next.Request == plan.ActionMoveAway {
+		// The claim and PV the move is about, whatever the pod's
+		// successors run on later.
+		next.MoveClaimUID, next.MovePV = claim.ClaimUID, claim.PV
+	}
+	if s := h.cfg.StoreSeed; s != nil && firstOnClaim && next.Request != plan.ActionMoveAway {
+		// The pod move's stored snapshot seeds the first rejoin on the
+		// PV it reserved, and no later one: an older snapshot has more
+		// membership changes to replay than the move's own removal.
+		next.StoreKey, next.MoveFrom = s.Key, s.From
+	}
+	return next
 }
 
 // timed runs a step, then advances the journal to phase and records the

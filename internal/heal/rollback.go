@@ -38,6 +38,7 @@ func (h *Healer) beginRollback(ctx context.Context, res memberstate.Result, j *j
 	if err := l.TryAcquire(ctx, info); err != nil {
 		return err
 	}
+	h.tookLease()
 	h.metrics.LeaseHeld.WithLabelValues(h.cfg.Member).Set(1)
 	h.log.Warn("rolling back a stranded learner", zap.String("reason", string(d.Reason)), zap.String("learner", fmtID(d.MemberID)),
 		zap.String("detail", d.Detail), zap.String("id", j.ID))

@@ -177,3 +177,20 @@ func TestFailedRollbackIsNotAFailedRecovery(t *testing.T) {
 		t.Fatalf("%d RecoveryFailed Events for a rollback, want none", n)
 	}
 }
+
+// A rollback whose take of the Lease goes unanswered (api-unavailable)
+// removes nothing and writes no record: refused, not a rollback closed
+// after five tries.
+func TestARollbackWhoseTakeGoesUnansweredIsRefused(t *testing.T) {
+	stranded := withStranded(cluster3(memberstate.Lost, 2, 3), 10*time.Minute)
+	r := newRig(t, stranded)
+	r.lease.acquireDown = true
+	r.h.leaseFreeSince = stranded.Observation.At.Add(-6 * time.Minute)
+	out := r.h.Consider(context.Background(), stranded, nil)
+	if out.Result != journal.ResultRefused || out.Decision.Reason != plan.ReasonAPIUnavailable || len(r.cluster.removed) != 0 {
+		t.Fatalf("outcome %q/%q (%v), removed %x: want refused api-unavailable, nothing removed", out.Result, out.Decision.Reason, out.Err, r.cluster.removed)
+	}
+	if _, exists, _ := journal.Load(r.dir, "m1"); exists {
+		t.Fatal("a record was written for a rollback that never took the Lease")
+	}
+}

@@ -161,24 +161,23 @@ func (h *Healer) handOffLeadership(ctx context.Context, res memberstate.Result, 
 }
 
 // snapshot streams the pre-change backup from the healthiest follower into
-// the quarantine and verifies it.
+// the quarantine and verifies it, or takes the one streamed from that
+// member while the member stopped (backupearly.go).
 func (h *Healer) snapshot(ctx context.Context, res memberstate.Result, j *journal.Record, d plan.Decision) error {
 	src, ok := res.Observation.Member(d.SourceID)
 	if !ok || len(src.ClientURLs) == 0 {
 		return fmt.Errorf("snapshot source %x (%s) is not in the member list with a client URL", d.SourceID, d.Detail)
 	}
 	why := d.Detail
-	if err := os.MkdirAll(h.cfg.QuarantineDir, 0o700); err != nil {
-		return err
+	snap, early, err := h.takeEarlyBackup(ctx, j, src.ID)
+	if !early {
+		snap, err = h.streamBackup(ctx, src, *j)
 	}
-	dest := filepath.Join(h.cfg.QuarantineDir, fmt.Sprintf("snapshot-%s-%s.db", h.cfg.Member, time.Now().UTC().Format(localdisk.SnapshotStampLayout)))
-	counter := h.metrics.SnapshotBytesTotal.WithLabelValues(h.cfg.Member)
-	snap, err := peerseed.Stream(ctx, src.ClientURLs[0], h.cfg.TLS, dest, plan.StreamBytesNeeded(src.DBSize),
-		func(n int64) { counter.Add(float64(n)) })
 	if err != nil {
 		return fmt.Errorf("snapshot from %s: %w", src.Name, err)
 	}
 	j.SnapshotPath, j.SnapshotBytes, j.SnapshotSHA256, j.SnapshotSource = snap.Path, snap.Size, snap.SHA256, src.Name
+	h.keepBackupCopy(*j, snap)
 	j.SnapshotClusterID = journal.MemberID(res.Observation.ClusterID)
 	j.BackupSeeds = true // taken by backupSeeds for a rejoin only, while this attempt does not resume
 	h.log.Info("snapshot streamed and verified", zap.String("source", src.Name), zap.String("why", why),
@@ -206,6 +205,18 @@ func (h *Healer) snapshot(ctx context.Context, res memberstate.Result, j *journa
 		h.cfg.Backups.Enqueue(meta, snap.Path, uploaded)
 	}
 	return nil
+}
+
+// streamBackup streams a snapshot of src into a new file in the quarantine
+// and verifies it (peerseed.Stream).
+func (h *Healer) streamBackup(ctx context.Context, src observation.Member, j journal.Record) (peerseed.Snapshot, error) {
+	if err := os.MkdirAll(h.cfg.QuarantineDir, 0o700); err != nil {
+		return peerseed.Snapshot{}, err
+	}
+	dest := filepath.Join(h.cfg.QuarantineDir, fmt.Sprintf("snapshot-%s-%s.db", h.cfg.Member, time.Now().UTC().Format(localdisk.SnapshotStampLayout)))
+	counter := h.metrics.SnapshotBytesTotal.WithLabelValues(h.cfg.Member)
+	return h.streamTo(ctx, src.ClientURLs[0], h.cfg.TLS, dest, plan.StreamBytesNeeded(src.DBSize),
+		func(n int64) { counter.Add(float64(n)) }, h.copyForSeed(j)...)
 }
 
 // uploadNow puts a verified snapshot in the store and returns its key.
@@ -323,6 +334,10 @@ func (h *Healer) prepareDataDir(ctx context.Context, res memberstate.Result, j *
 			j.RejoinMode = RejoinSeed
 			return nil // BuildDataDir synced the data dir and its parent
 		}
+		// The backup's copy and any stream go now: the leader's raft
+		// snapshot needs their room (plan.AttemptBytesNeeded counts one).
+		h.removeSeedStreams()
+		h.backupCopy = backupCopy{}
 		j.SeedFallback, j.SeedDetail = peerseed.SeedReason(err), err.Error()
 		if errors.Is(err, plan.ErrSeedUnsupportedVersion) {
 			j.SeedFallback = "seed-unsupported-version"

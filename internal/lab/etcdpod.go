@@ -40,6 +40,9 @@ func etcdPodManifest(spec *Spec, n Node, initialCluster, state, token string, ga
 	if spec.EtcdQuotaBytes > 0 {
 		args = append(args, fmt.Sprintf("--quota-backend-bytes=%d", spec.EtcdQuotaBytes))
 	}
+	if spec.EtcdNoPurge {
+		args = append(args, "--max-snapshots=0", "--max-wals=0")
+	}
 	mounts := []corev1.VolumeMount{{Name: "etcd-data", MountPath: n.DataDir}}
 	volumes := []corev1.Volume{{
 		Name: "etcd-data",

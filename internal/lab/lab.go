@@ -33,6 +33,11 @@ type Options struct {
 	// EtcdQuotaBytes sets the members' --quota-backend-bytes (0: etcd's
 	// default of 2 GiB; a bench of larger dbs needs more, etcd allows 8 GiB).
 	EtcdQuotaBytes int64
+	// EtcdNoPurge runs the members with --max-snapshots=0 --max-wals=0:
+	// etcd's purge loop, which exits etcd at its next 30 s tick once a
+	// running member's data dir is wiped, does not run (a test that needs
+	// a wiped member serving for longer than that).
+	EtcdNoPurge bool
 	// AgentBinary is the etcd-agent binary; the lab runs its `lab supervise`
 	// as each node's supervisor (and `run` as the agent, with Agents).
 	AgentBinary string
@@ -136,7 +141,7 @@ func Up(ctx context.Context, o Options) (_ *Lab, err error) {
 	}
 	tok := make([]byte, 4)
 	_, _ = rand.Read(tok)
-	spec := &Spec{Dir: dir, ClusterToken: "lab-" + hex.EncodeToString(tok), BinDir: o.BinDir, EtcdBinary: o.EtcdBinary, EtcdQuotaBytes: o.EtcdQuotaBytes,
+	spec := &Spec{Dir: dir, ClusterToken: "lab-" + hex.EncodeToString(tok), BinDir: o.BinDir, EtcdBinary: o.EtcdBinary, EtcdQuotaBytes: o.EtcdQuotaBytes, EtcdNoPurge: o.EtcdNoPurge,
 		AgentBinary: o.AgentBinary, AgentArgs: o.AgentArgs, Agents: o.Agents, CreatedAt: time.Now().UTC(),
 		PeerProxy: o.PeerProxy, DiskLimit: o.DiskLimit}
 	l := &Lab{Spec: spec, log: o.Log}

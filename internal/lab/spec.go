@@ -37,6 +37,8 @@ type Spec struct {
 	// EtcdQuotaBytes is the members' --quota-backend-bytes (0: etcd's
 	// default, 2 GiB).
 	EtcdQuotaBytes int64 `json:"etcdQuotaBytes,omitempty"`
+	// EtcdNoPurge: the members run with --max-snapshots=0 --max-wals=0.
+	EtcdNoPurge bool `json:"etcdNoPurge,omitempty"`
 	// PeerProxy: each member advertises a peer URL served by a proxy in the
 	// process that ran Up (see peerproxy.go), which Partition can cut.
 	PeerProxy bool `json:"peerProxy,omitempty"`

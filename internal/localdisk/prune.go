@@ -71,6 +71,12 @@ func ListQuarantine(root, dataDirBase, member string) ([]QuarantineEntry, error)
 	return out, nil
 }
 
+// IsSnapshotStamp: s is the time in a pre-change snapshot's name.
+func IsSnapshotStamp(s string) bool {
+	_, ok := parseStamp(SnapshotStampLayout, s)
+	return ok
+}
+
 func parseStamp(layout, s string) (time.Time, bool) {
 	if len(s) != len(layout) {
 		return time.Time{}, false

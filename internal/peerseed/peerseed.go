@@ -18,6 +18,12 @@ import (
 // Snapshot is a verified snapshot streamed from a peer.
 type Snapshot struct {
 	Path string
+	// Copy is the path of a second copy of the db written during the
+	// stream (AlsoCopyTo), "" when none was asked or it could not be
+	// written (CopyErr says why). It is not fsynced: a caller that keeps it
+	// syncs it (BuildDataDir does), and it is checked against SHA256 there.
+	Copy    string
+	CopyErr error
 	// Size is the db's size in bytes, without the trailing hash.
 	Size int64
 	// SHA256 is the hex sha256 of the db, as the source sent it.

@@ -41,11 +41,21 @@ const (
 // plan.StreamBytesNeeded): ErrDiskFull. onProgress, if not nil, is called now and then
 // with the number of bytes received since its previous call (the calls add
 // up to the whole stream), e.g. to feed a counter.
-func Stream(ctx context.Context, endpoint string, tlsCfg *tls.Config, dest string, needBytes uint64, onProgress func(int64)) (Snapshot, error) {
+func Stream(ctx context.Context, endpoint string, tlsCfg *tls.Config, dest string, needBytes uint64, onProgress func(int64), opts ...StreamOption) (_ Snapshot, err error) {
 	begin := time.Now()
 	if err := checkDest(dest, needBytes); err != nil {
 		return Snapshot{}, err
 	}
+	var o streamOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
+	cp := o.copyFor(needBytes)
+	defer func() {
+		if err != nil {
+			cp.drop(err) // also when the stream never began
+		}
+	}()
 	cli, err := clientv3.New(clientv3.Config{
 		Endpoints:   []string{endpoint},
 		TLS:         tlsCfg,
@@ -63,12 +73,14 @@ func Stream(ctx context.Context, endpoint string, tlsCfg *tls.Config, dest strin
 		return Snapshot{}, fmt.Errorf("open snapshot stream from %s: %w", endpoint, err)
 	}
 	defer resp.Snapshot.Close()
-	size, sum, err := streamToFile(ctx, resp.Snapshot, dest, onProgress)
+	size, sum, err := streamToFile(ctx, resp.Snapshot, dest, onProgress, cp)
 	if err != nil {
 		return Snapshot{}, fmt.Errorf("snapshot from %s: %w", endpoint, err)
 	}
 	return Snapshot{
 		Path:    dest,
+		Copy:    cp.done(),
+		CopyErr: cp.error(),
 		Size:    size,
 		SHA256:  hex.EncodeToString(sum),
 		Version: resp.Version,
@@ -122,10 +134,13 @@ func memberName(ctx context.Context, cli *clientv3.Client, endpoint string) stri
 
 // streamToFile copies a snapshot stream (db + sha256) into dest as
 // described at Stream, returning the db's size and sha256.
-func streamToFile(ctx context.Context, r io.Reader, dest string, onProgress func(int64)) (size int64, sum []byte, err error) {
+func streamToFile(ctx context.Context, r io.Reader, dest string, onProgress func(int64), cp *streamCopy) (size int64, sum []byte, err error) {
 	part := dest + ".part"
-	// A .part left by an earlier, killed attempt is ours: truncate it.
-	f, err := os.OpenFile(part, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
+	// Never shared: a stream still writing it (one cancelled that has not
+	// ended, started in the same second under the same name) keeps it, and
+	// this one fails (retried under the next second's name). A killed
+	// agent's leftover has an older name, so it never blocks a stream.
+	f, err := os.OpenFile(part, os.O_CREATE|os.O_WRONLY|os.O_EXCL, 0o600)
 	if err != nil {
 		return 0, nil, err
 	}
@@ -139,14 +154,20 @@ func streamToFile(ctx context.Context, r io.Reader, dest string, onProgress func
 		}
 	}()
 
-	bw := bufio.NewWriterSize(f, writeBuffer)
-	tw := newTrailerWriter(bw)
+	defer func() {
+		if err != nil {
+			cp.drop(err)
+		}
+	}()
+	bw := bufio.NewWriterSize(&writeback{f: f}, writeBuffer)
+	tw := newTrailerWriter(cp.beside(bw))
 	if err := copyStream(ctx, tw, r, onProgress); err != nil {
 		return 0, nil, err
 	}
 	if sum, err = tw.verify(); err != nil {
 		return 0, nil, err
 	}
+	cp.finish()
 	if err := bw.Flush(); err != nil {
 		return 0, nil, fmt.Errorf("write %s: %w", part, err)
 	}

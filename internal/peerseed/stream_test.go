@@ -126,7 +126,7 @@ func TestStreamRefusesAlteredStreamsAndLeavesNoFile(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			dest := filepath.Join(t.TempDir(), "snapshot.db")
-			_, _, err := streamToFile(ctxWithTimeout(t, time.Minute), tt.stream, dest, nil)
+			_, _, err := streamToFile(ctxWithTimeout(t, time.Minute), tt.stream, dest, nil, nil)
 			if !errors.Is(err, tt.want) {
 				t.Fatalf("got %v, want %v", err, tt.want)
 			}
@@ -135,7 +135,7 @@ func TestStreamRefusesAlteredStreamsAndLeavesNoFile(t *testing.T) {
 	}
 	t.Run("the unaltered stream passes", func(t *testing.T) {
 		dest := filepath.Join(t.TempDir(), "snapshot.db")
-		size, _, err := streamToFile(ctxWithTimeout(t, time.Minute), bytes.NewReader(raw), dest, nil)
+		size, _, err := streamToFile(ctxWithTimeout(t, time.Minute), bytes.NewReader(raw), dest, nil, nil)
 		if err != nil || size != int64(len(raw)-sha256.Size) {
 			t.Fatalf("size %d err %v, want %d nil", size, err, len(raw)-sha256.Size)
 		}

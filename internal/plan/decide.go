@@ -246,7 +246,7 @@ func decideActive(in Input, cfg Config) Decision {
 			d.Action = Finish
 			return d
 		}
-		return Decision{Action: StopMember}
+		return stopWithBackup(in)
 	}
 	switch j.Request {
 	case ActionMoveOut:
@@ -262,6 +262,10 @@ func decideActive(in Input, cfg Config) Decision {
 		return wait(ReasonMajorityLost, "quorum lost during the recovery; waiting, nothing destructive")
 	}
 	if !j.Phase.AtLeast(record.PhaseSnapshotted) {
+		if src, ok := backupSourceServing(o, in.BackupStreamingFrom, uint64(j.OldMemberID)); ok {
+			return Decision{Action: TakeSnapshot, SourceID: src.ID,
+				Detail: fmt.Sprintf("take the pre-change backup streamed during the stop from %s (%x)", src.Name, src.ID)}
+		}
 		src, why, err := PickSource(o, uint64(j.OldMemberID))
 		if err != nil {
 			return wait(ReasonNoSnapshotSource, err.Error())

@@ -194,6 +194,10 @@ type Input struct {
 	// ManifestMissing: a static pod's manifest is neither in the kubelet's
 	// dir nor parked by the agent: no step could stop or start the member.
 	ManifestMissing bool
+	// BackupStreamingFrom is the member a pre-change backup of this attempt
+	// streams (or streamed, verified) from, begun during the stop under the
+	// Lease; 0 when there is none or it failed.
+	BackupStreamingFrom uint64
 }
 
 // Config is the decision's tunables.
@@ -220,7 +224,9 @@ type Decision struct {
 	Detail string `json:"detail,omitempty"`
 	// MemberID is the member the action is about (to remove, to adopt, to promote).
 	MemberID uint64 `json:"memberID,omitempty"`
-	// SourceID is the member to stream the snapshot from.
+	// SourceID is the member to stream the snapshot from (TakeSnapshot);
+	// on StopMember, the member the pre-change backup may stream from
+	// while the stop runs (0: none).
 	SourceID uint64 `json:"sourceID,omitempty"`
 }
 

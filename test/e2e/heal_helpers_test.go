@@ -92,6 +92,7 @@ func (h *healRun) fault() { h.faultAt = time.Now() }
 func (h *healRun) finish(o invariant.Options) invariant.Report {
 	h.t.Helper()
 	o.LeaderHandOffs = append(o.LeaderHandOffs, leaderHandOffs(h.t, h.l)...)
+	o.PurgeCrashes = append(o.PurgeCrashes, purgeCrashes(h.t, h.l)...)
 	rep, err := h.chk.Finish(context.Background(), o)
 	h.t.Logf("invariants: %s", rep)
 	h.t.Logf("figures: api writes attempted %d failed %d, p50 %s p99 %s; etcd writes attempted %d failed %d; longest read outage %s",
@@ -303,6 +304,27 @@ func leaderHandOffs(t *testing.T, l *lab.Lab) []invariant.LeaderHandOff {
 				t.Fatalf("hand-off log entry without a cluster: %v", e)
 			}
 			out = append(out, invariant.LeaderHandOff{ClusterID: id, From: to.Add(-took), To: to})
+		}
+	}
+	return out
+}
+
+// purgeCrashes are the fatal exits of etcd's purge loop in the nodes' etcd
+// logs: a member whose data dir the test wiped while it ran ends itself at
+// the loop's next tick (CI stop 34: 0.4 s after the wipe, before the agent
+// acted, with an API write in flight through it).
+func purgeCrashes(t *testing.T, l *lab.Lab) []time.Time {
+	t.Helper()
+	var out []time.Time
+	for _, n := range l.Spec.Nodes {
+		path := filepath.Join(n.LogsDir, "etcd-"+n.Name+"_etcd.log")
+		if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		for _, e := range logEntries(t, path, "failed to purge ") {
+			if e["level"] == "fatal" {
+				out = append(out, entryTime(t, e))
+			}
 		}
 	}
 	return out

@@ -3,6 +3,8 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
 	"testing"
 	"time"
@@ -11,6 +13,7 @@ import (
 	"github.com/etcd-agent/etcd-agent/internal/journal"
 	"github.com/etcd-agent/etcd-agent/internal/lab"
 	"github.com/etcd-agent/etcd-agent/internal/lab/invariant"
+	"github.com/etcd-agent/etcd-agent/internal/localdisk"
 )
 
 // TestAPIStoppedLongerThanLeaseTTLMidHeal (issue 10 item 1): node2's heal
@@ -85,6 +88,16 @@ func TestAgentStoppedMidHealResumesWithoutFailure(t *testing.T) {
 	if !open.Active() {
 		t.Fatalf("node2's journal is not open while its agent holds at %s: %+v", heal.HoldLeaseAcquired, open)
 	}
+	// The part file of a backup stream an agent killed earlier left
+	// behind: the restarted agent removes it before it resumes.
+	part := filepath.Join(nodeOf(t, l, "node2").DiskDir, "etcd-agent-quarantine",
+		"snapshot-node2-"+time.Now().Add(-time.Hour).UTC().Format(localdisk.SnapshotStampLayout)+".db.part")
+	if err := os.MkdirAll(filepath.Dir(part), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(part, make([]byte, 1<<20), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	// A flag the lab sets already (same value): a changed manifest is
 	// what makes the supervisor stop (SIGTERM) and restart the agent.
 	if err := l.RestartAgent(context.Background(), "node2", "--log-format=json"); err != nil {
@@ -105,6 +118,12 @@ func TestAgentStoppedMidHealResumesWithoutFailure(t *testing.T) {
 		}
 		return nil
 	})
+	if _, err := os.Stat(part); !os.IsNotExist(err) {
+		t.Fatalf("a killed stream's part file %s is still there after the restarted agent resumed (stat: %v)", part, err)
+	}
+	if es := logEntries(t, agentLog(t, l, "node2"), "removed a part file a killed agent left (a partial stream, never a copy)"); len(es) != 1 || es[0]["path"] != part {
+		t.Fatalf("log of the part file's removal: %v, want one naming %s", es, part)
+	}
 	if n, _ := withID("agent shutting down mid-recovery: the journal stays open to resume at the next start"); n != 1 {
 		t.Fatalf("the stopped agent logged %d shutdowns of recovery %s, want 1", n, open.ID)
 	}

@@ -200,34 +200,54 @@ func TestSeedModeCorruptedSeedFallsBackToRaft(t *testing.T) {
 }
 
 // TestSeedModeCorruptBackupIsNotTheSeed: the learner is seeded from a copy
-// of the recovery's pre-change backup (the default); one byte of the backup
-// is flipped on disk before the copy. The copy's sha256 differs from the one
-// journaled when the backup was streamed: the backup is refused as a seed
-// (a Warning Event naming snapshot-hash-mismatch), and the learner is seeded
+// of the recovery's pre-change backup (the default): the copy its stream
+// wrote beside it, or (--seed-copy-during-stream=false) one made from the
+// backup after the add. One byte of the db the seed comes from is flipped
+// on disk before it is moved or copied in: its sha256 differs from the one
+// journaled when the backup was streamed, so it is refused as a seed (a
+// Warning Event naming snapshot-hash-mismatch), and the learner is seeded
 // from a second stream off a follower instead, still in seed mode.
 func TestSeedModeCorruptBackupIsNotTheSeed(t *testing.T) {
-	l, h := wipeHeldAt(t, etcd36, "seed-streamed")
-	n := nodeOf(t, l, "node2")
-	j, ok := loadJournal(t, l, "node2", "node2")
-	if !ok || j.SnapshotPath == "" {
-		t.Fatalf("no pre-change backup journaled while held at seed-streamed: %+v", j)
+	for _, c := range []struct {
+		name   string
+		args   []string
+		copied bool // the stream wrote the seed's copy
+	}{
+		{"the copy written during the stream", nil, true},
+		{"the backup copied after the add", []string{"--seed-copy-during-stream=false"}, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			l, h := wipeHeldAt(t, etcd36, "seed-streamed", c.args...)
+			n := nodeOf(t, l, "node2")
+			j, ok := loadJournal(t, l, "node2", "node2")
+			if !ok || j.SnapshotPath == "" {
+				t.Fatalf("no pre-change backup journaled while held at seed-streamed: %+v", j)
+			}
+			seeds, _ := filepath.Glob(filepath.Join(filepath.Dir(n.DataDir), "etcd-agent-quarantine", "seed-*.db"))
+			rot := j.SnapshotPath
+			if c.copied {
+				if len(seeds) != 1 {
+					t.Fatalf("seed streams %v: want the one copy the backup's stream wrote, and no stream after the add", seeds)
+				}
+				rot = seeds[0]
+			} else if len(seeds) > 0 {
+				t.Fatalf("a seed was streamed (%v): the backup should be the seed", seeds)
+			}
+			flipByte(t, rot)
+			release(t, l, "node2", "seed-streamed")
+			j = h.waitHealed("node2", "node2", 3, 120*time.Second)
+			t.Logf("rejoin mode %q, fallback %q, seed source %q", j.RejoinMode, j.SeedFallback, j.SeedSource)
+			if j.RejoinMode != "seed" || j.SeedFallback != "" || strings.HasPrefix(j.SeedSource, "backup:") || j.SeedSource == "" {
+				t.Fatalf("journal: mode %q fallback %q source %q: want seeded from a follower's stream", j.RejoinMode, j.SeedFallback, j.SeedSource)
+			}
+			waitSeedFallbackEvent(t, l, "node2", "pre-change backup", "snapshot-hash-mismatch")
+			// Counted like any refused seed: EtcdAgentSeedSnapshotCorrupt fires for a backup that rotted.
+			if v, err := metricValue(l, "node2", "etcd_agent_seed_fallbacks_total", map[string]string{"reason": "snapshot-hash-mismatch"}); err != nil || v != 1 {
+				t.Fatalf("etcd_agent_seed_fallbacks_total{reason=snapshot-hash-mismatch} = %v (%v), want 1", v, err)
+			}
+			h.finish(invariantDefaults())
+		})
 	}
-	if seeds, _ := filepath.Glob(filepath.Join(filepath.Dir(n.DataDir), "etcd-agent-quarantine", "seed-*.db")); len(seeds) > 0 {
-		t.Fatalf("a seed was streamed (%v): the backup should be the seed", seeds)
-	}
-	flipByte(t, j.SnapshotPath)
-	release(t, l, "node2", "seed-streamed")
-	j = h.waitHealed("node2", "node2", 3, 120*time.Second)
-	t.Logf("rejoin mode %q, fallback %q, seed source %q", j.RejoinMode, j.SeedFallback, j.SeedSource)
-	if j.RejoinMode != "seed" || j.SeedFallback != "" || strings.HasPrefix(j.SeedSource, "backup:") || j.SeedSource == "" {
-		t.Fatalf("journal: mode %q fallback %q source %q: want seeded from a follower's stream", j.RejoinMode, j.SeedFallback, j.SeedSource)
-	}
-	waitSeedFallbackEvent(t, l, "node2", "pre-change backup", "snapshot-hash-mismatch")
-	// Counted like any refused seed: EtcdAgentSeedSnapshotCorrupt fires for a backup that rotted.
-	if v, err := metricValue(l, "node2", "etcd_agent_seed_fallbacks_total", map[string]string{"reason": "snapshot-hash-mismatch"}); err != nil || v != 1 {
-		t.Fatalf("etcd_agent_seed_fallbacks_total{reason=snapshot-hash-mismatch} = %v (%v), want 1", v, err)
-	}
-	h.finish(invariantDefaults())
 }
 
 // waitSeedFallbackEvent waits for a SeedFallback Warning Event on node
@@ -297,11 +317,13 @@ func TestSeedModeAgentKilledMidBuildResumes(t *testing.T) {
 	if pid, err := l.EtcdPID("node2"); err == nil {
 		t.Fatalf("etcd runs (pid %d) while its data dir is being built", pid)
 	}
-	// The killed attempt builds from its backup: its provenance record is beside it.
+	// The killed attempt builds from its backup: from the copy its stream
+	// wrote (moved into the temp dir by now), whose provenance record
+	// stays in the quarantine.
 	if held, ok := loadJournal(t, l, "node2", "node2"); !ok || !held.BackupSeeds || held.SnapshotPath == "" {
 		t.Fatalf("held mid-build, the journal does not let the backup seed: %+v", held)
-	} else if _, err := os.Stat(held.SnapshotPath + ".seed.json"); err != nil {
-		t.Fatalf("held mid-build, no provenance record beside the backup: %v", err)
+	} else if recs, _ := filepath.Glob(filepath.Join(filepath.Dir(n.DataDir), "etcd-agent-quarantine", "seed-node2-*.db.seed.json")); len(recs) != 1 {
+		t.Fatalf("held mid-build, provenance records of the backup's copy: %v, want one", recs)
 	}
 	pid, err := l.AgentPID("node2")
 	if err != nil {

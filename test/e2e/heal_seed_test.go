@@ -46,6 +46,15 @@ func TestHealWipedDataDirSeedMode(t *testing.T) {
 		t.Errorf("the pre-change backup %s changed: sha256 %s, journaled %s", j.SnapshotPath, sum, j.SnapshotSHA256)
 	}
 	assertNothingBeside(t, j.SnapshotPath)
+	// The backup was not copied after the add: its copy, written during its
+	// stream, was moved in; and the backup streamed while the member stopped.
+	seeded := logEntries(t, agentLog(t, l, "node2"), "learner data dir seeded from a db older than its add")
+	if len(seeded) != 1 || seeded[0]["moved"] != true || seeded[0]["source"] != "backup:"+j.SnapshotSource {
+		t.Errorf("node2's agent seeded %v: want once, from the backup's copy moved in (\"moved\":true, source backup:%s)", seeded, j.SnapshotSource)
+	}
+	if early := logEntries(t, agentLog(t, l, "node2"), "streaming the pre-change backup while the member stops"); len(early) != 1 {
+		t.Errorf("node2's agent streamed the backup during the stop %d times, want once", len(early))
+	}
 	// Its etcd, serving from open files of a data dir gone, did not wait out
 	// its graceful stop (7 s for the API server's watches): the gate's stop
 	// watch ended it once no request was in flight (nothing to flush).

@@ -55,7 +55,11 @@ func (c alertCheck) run(t *testing.T, l *lab.Lab) {
 // (HashMismatch, RecoveryFailed, NoLeader, StartGateMissing and
 // SeedSnapshotCorrupt read the last recovery). The checks only read.
 func TestAlertChecksRunAsWritten(t *testing.T) {
-	l := newLab(t, lab.Options{Nodes: 3, Agents: true, AgentArgs: []string{"--test-hold-at=" + heal.HoldMemberStart}})
+	// node3's etcd serves on with its data dir wiped for as long as the
+	// checks take: without the purge loop, which would exit it at its next
+	// 30 s tick and take the quorum of the two voters with it (CI stop 34:
+	// the first check's kubectl timed out).
+	l := newLab(t, lab.Options{Nodes: 3, Agents: true, EtcdNoPurge: true, AgentArgs: []string{"--test-hold-at=" + heal.HoldMemberStart}})
 	release(t, l, "node3", heal.HoldMemberStart) // only node2's heal holds
 	h := wipeNode2(t, l)
 	waitHold(t, l, "node2", heal.HoldMemberStart)

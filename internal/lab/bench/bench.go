@@ -174,11 +174,17 @@ func runOne(ctx context.Context, lo lab.Options, size int64, runs int, modes []s
 			if err := errors.Join(lerr, cerr); err != nil {
 				return row, err
 			}
-			mid := w.Snapshot()
+			mid, fault := w.Snapshot(), time.Now()
 			if err := agentHeal(ctx, l, "node2", h); err != nil {
 				return row, fmt.Errorf("agent heal (%s): %w", mode, err)
 			}
 			end := w.Snapshot()
+			// Say why a write failed: one in flight through a leader that
+			// the fault itself stops is etcd's loss, not the heal's.
+			for _, f := range end.Failures[len(mid.Failures):] {
+				fmt.Fprintf(out, "   %s write begun %s after the fault failed: %s (node2 led at the fault: %v)\n", f.Via,
+					f.At.Sub(fault).Round(time.Millisecond), f.Err, strings.HasPrefix(leader, "node2/"))
+			}
 			snapsAfter, err := l.SnapshotsSentByProcess(ctx)
 			if err != nil {
 				return row, err
@@ -466,8 +472,11 @@ func human(b int64) string {
 // (from a copy of the pre-change backup: the db streamed once) or follower
 // (seed mode streaming the db a second time, off a follower after the add).
 func rejoinModeArgs(mode string) []string {
-	if mode == "follower" {
+	switch mode {
+	case "follower":
 		return []string{"--rejoin-mode=seed", "--seed-from-backup=false"}
+	case "seed-copy-after":
+		return []string{"--rejoin-mode=seed", "--seed-copy-during-stream=false"}
 	}
 	return []string{"--rejoin-mode=" + mode}
 }

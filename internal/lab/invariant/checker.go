@@ -125,6 +125,12 @@ type Options struct {
 	// and began during a hand-off is excused; any other error is not, nor
 	// the election after a hard stop of a leader (no hand-off logged).
 	LeaderHandOffs []LeaderHandOff
+	// PurgeCrashes are when a member whose data dir the test wiped while
+	// it ran exited on its own: etcd's purge loop ends the process at its
+	// next 30 s tick once member/wal or member/snap is gone ("failed to
+	// purge ..." fatal). A write in flight through it dies as at a SIGKILL
+	// and is excused as one; nothing else is.
+	PurgeCrashes []time.Time
 }
 
 // HardFault runs kill, a SIGKILL of member processes, and records when. A
@@ -207,6 +213,9 @@ func (c *Checker) Finish(ctx context.Context, o Options) (Report, error) {
 			errs = append(errs, err)
 		}
 		faults = append(faults, hs...)
+	}
+	for _, at := range o.PurgeCrashes {
+		faults = append(faults, hardFault{from: at, to: at})
 	}
 	bad, atKill, atHandOff := unexcused(r.Writes.Failures, faults)
 	r.AtHardFault, r.AtLeaderHandOff = atKill, atHandOff
