@@ -65,7 +65,7 @@ func (h *Healer) verify(ctx context.Context, res memberstate.Result, id uint64) 
 	if err != nil {
 		return plan.HashJudgement{Verdict: plan.HashNotYet}, err
 	}
-	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	rctx, cancel := context.WithTimeout(ctx, revisionReadTimeout)
 	rev, err := h.cluster.Revision(rctx, eps)
 	cancel()
 	if err != nil {
@@ -93,10 +93,9 @@ func (h *Healer) verify(ctx context.Context, res memberstate.Result, id uint64) 
 }
 
 // hashOf asks voter v for its HashKV at rev, with a deadline for its db
-// (a whole-keyspace read: at least hashReadRate, never under 5 s).
+// (hashDeadline).
 func (h *Healer) hashOf(ctx context.Context, eps []string, v observation.Member, rev int64, a *plan.HashAnswer) {
-	timeout := max(5*time.Second, time.Duration(v.DBSize/hashReadRate)*time.Second)
-	hctx, cancel := context.WithTimeout(ctx, timeout)
+	hctx, cancel := context.WithTimeout(ctx, hashDeadline(v.DBSize))
 	defer cancel()
 	hash, compact, err := h.cluster.HashKV(hctx, eps, v.ClientURLs[0], rev)
 	switch {
@@ -107,6 +106,12 @@ func (h *Healer) hashOf(ctx context.Context, eps []string, v observation.Member,
 	default:
 		a.Hash, a.CompactRevision = hash, compact
 	}
+}
+
+// hashDeadline is a HashKV's deadline for a db of dbSize bytes: a
+// whole-keyspace read at hashReadRate, never under 5 s.
+func hashDeadline(dbSize int64) time.Duration {
+	return max(5*time.Second, time.Duration(dbSize/hashReadRate)*time.Second)
 }
 
 // hashReadRate is the slowest whole-keyspace read a HashKV deadline allows

@@ -90,12 +90,12 @@ func (h *Healer) recover(parent context.Context, first memberstate.Result, req *
 		if d.Action == plan.RemoveStalledLearner {
 			// Rule 4: a learner that makes no progress is removed again and
 			// the attempt fails cleanly (retried later with backoff).
-			if err := h.runStep(ctx, d, func(ctx context.Context) error { return h.removeMember(ctx, res, d.MemberID) }); err != nil {
+			if err := h.runStep(ctx, d, res.Observation, func(ctx context.Context) error { return h.removeMember(ctx, res, d.MemberID) }); err != nil {
 				return h.fail(ctx, &j, d, fmt.Errorf("remove stalled learner: %w", err))
 			}
 			return h.fail(ctx, &j, d, fmt.Errorf("learner %s stalled: %s", fmtID(d.MemberID), d.Detail))
 		}
-		err := h.runStep(ctx, d, func(ctx context.Context) error { return h.step(ctx, res, req, &j, d, in.Claim) })
+		err := h.runStep(ctx, d, res.Observation, func(ctx context.Context) error { return h.step(ctx, res, req, &j, d, in.Claim) })
 		if parent.Err() != nil {
 			keepLease = stopInFlight(j)
 			return h.shutdown(&j, d, keepLease)

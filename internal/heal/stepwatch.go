@@ -7,6 +7,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/etcd-agent/etcd-agent/internal/observation"
 	"github.com/etcd-agent/etcd-agent/internal/plan"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
@@ -41,6 +42,27 @@ func (h *Healer) stepTimeout(a plan.Action) time.Duration {
 	}
 	return d
 }
+
+// stepDeadline is d's own deadline under observation o: stepTimeout, and
+// for Verify no less than the revision read and every voter's HashKV one
+// after the other (verify), which for dbs of several GiB outlasts the step's
+// own 2 min.
+func (h *Healer) stepDeadline(d plan.Decision, o observation.Observation) time.Duration {
+	t := h.stepTimeout(d.Action)
+	if d.Action != plan.Verify {
+		return t
+	}
+	need := revisionReadTimeout
+	for _, v := range o.Members {
+		if !v.IsLearner {
+			need += hashDeadline(v.DBSize)
+		}
+	}
+	return max(t, need)
+}
+
+// revisionReadTimeout bounds verify's read of the revision it hashes at.
+const revisionReadTimeout = 5 * time.Second
 
 // holdPointsIn are the test hold points (Config.HoldAt) inside each step.
 var holdPointsIn = map[plan.Action][]string{
@@ -108,12 +130,12 @@ func (h *Healer) untrack() {
 	h.metrics.StepExpected.DeletePartialMatch(prometheus.Labels{"member": h.cfg.Member})
 }
 
-// runStep runs one step under its own deadline (stepTimeout). While it
+// runStep runs one step under its own deadline (stepDeadline). While it
 // runs, the agent keeps observing every PollInterval (the observer exports
 // metrics and reports on the Node; what it sees is not used to decide) and
 // says every ProgressEvery that the step still runs.
-func (h *Healer) runStep(ctx context.Context, d plan.Decision, do func(ctx context.Context) error) error {
-	timeout := h.stepTimeout(d.Action)
+func (h *Healer) runStep(ctx context.Context, d plan.Decision, o observation.Observation, do func(ctx context.Context) error) error {
+	timeout := h.stepDeadline(d, o)
 	sctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	stop, watched := make(chan struct{}), make(chan struct{})

@@ -64,3 +64,29 @@ func TestTheVoterHashesHaveADeadlineForTheirDBAndOneRunsAtATime(t *testing.T) {
 		t.Errorf("%d HashKV calls ran at once, want 1: each stalls its member's writes", wc.maxSeen)
 	}
 }
+
+// The verify step had 2 min whatever the dbs: three voters of 8 GiB, each
+// hashed one after the other under its own deadline (82 s), could never
+// finish inside it, and the step failed at every attempt. Its deadline now
+// covers the revision read and every voter's HashKV in turn.
+func TestTheVerifyStepHasTimeForEveryVotersHashOneAfterTheOther(t *testing.T) {
+	res := cluster3(memberstate.Healthy, 1, 2, 3)
+	for i := range res.Observation.Members {
+		res.Observation.Members[i].DBSize = 8 << 30
+	}
+	r := newRig(t, res)
+	need := 5 * time.Second
+	for _, v := range res.Observation.Members {
+		need += hashDeadline(v.DBSize)
+	}
+	if got := r.h.stepDeadline(plan.Decision{Action: plan.Verify}, res.Observation); got < need {
+		t.Errorf("verify step deadline %s for three 8 GiB voters, want at least %s", got, need)
+	}
+	small := cluster3(memberstate.Healthy, 1, 2, 3)
+	if got, want := r.h.stepDeadline(plan.Decision{Action: plan.Verify}, small.Observation), r.h.stepTimeout(plan.Verify); got != want {
+		t.Errorf("verify step deadline %s for small dbs, want the step's own %s", got, want)
+	}
+	if got, want := r.h.stepDeadline(plan.Decision{Action: plan.Promote}, res.Observation), r.h.stepTimeout(plan.Promote); got != want {
+		t.Errorf("promote's deadline %s depends on the dbs, want %s", got, want)
+	}
+}

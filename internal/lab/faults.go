@@ -73,7 +73,23 @@ func (l *Lab) WipeDataDir(node string) error {
 		return fmt.Errorf("node %s has no etcd data dir", node)
 	}
 	l.log.Info("fault: wipe data dir", zap.String("node", node), zap.String("dir", n.DataDir))
+	l.wipesMu.Lock()
+	l.wipes = append(l.wipes, Wipe{Node: node, At: time.Now()})
+	l.wipesMu.Unlock()
 	return os.RemoveAll(n.DataDir)
+}
+
+// Wipe is one WipeDataDir: which node's data dir, and when it began.
+type Wipe struct {
+	Node string
+	At   time.Time
+}
+
+// Wipes are the data dir wipes this Lab value made, oldest first.
+func (l *Lab) Wipes() []Wipe {
+	l.wipesMu.Lock()
+	defer l.wipesMu.Unlock()
+	return append([]Wipe(nil), l.wipes...)
 }
 
 // CorruptDB overwrites bytes in the middle of the node's member/snap/db

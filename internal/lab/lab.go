@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/etcd-agent/etcd-agent/internal/pin"
@@ -85,6 +86,9 @@ type Lab struct {
 	// peers are the peer proxies, when this process runs them (Up with
 	// PeerProxy); nil in a lab Open'ed by another process.
 	peers *peerProxies
+	// wipes are this process's WipeDataDir faults (Wipes).
+	wipesMu sync.Mutex
+	wipes   []Wipe
 }
 
 // Open attaches to the lab in dir (started by Up, maybe by another process).

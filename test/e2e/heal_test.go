@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/etcd-agent/etcd-agent/internal/heal"
 	"github.com/etcd-agent/etcd-agent/internal/journal"
 	"github.com/etcd-agent/etcd-agent/internal/lab"
 	"github.com/etcd-agent/etcd-agent/internal/lab/invariant"
@@ -87,9 +88,12 @@ func TestHealCorruptDBOfCrashLoopingMember(t *testing.T) {
 // its member is placed on a new node4 with empty local storage. node4's agent
 // rejoins it from the surviving peers. etcd never runs on node4 before the
 // agent has prepared the data dir: the start gate holds it back meanwhile.
+// The agents hold once they have the Lease until node4's gate has held: how
+// soon node4's container starts is up to its supervisor, and one that starts
+// after the heal (as once in CI) has nothing left to hold back.
 func TestHealUC1MemberMovedToNewNode(t *testing.T) {
 	ctx := context.Background()
-	l := newLab(t, lab.Options{Nodes: 3, Agents: true})
+	l := newLab(t, lab.Options{Nodes: 3, Agents: true, AgentArgs: []string{"--test-hold-at=" + heal.HoldLeaseAcquired}})
 	before := idsByPeer(mustMembers(t, l))
 	p3 := peerOf(t, l, "node3")
 	ensureNotLeader(t, l, "node3")
@@ -108,6 +112,15 @@ func TestHealUC1MemberMovedToNewNode(t *testing.T) {
 	if err := l.MoveMember("node3", n4.Name); err != nil {
 		t.Fatal(err)
 	}
+	waitHold(t, l, "node4", heal.HoldLeaseAcquired)
+	gateLog := filepath.Join(n4.LogsDir, "etcd-node4_etcd.log")
+	eventually(t, 60*time.Second, "node4's start gate holds etcd back", func() error {
+		if len(logEntries(t, gateLog, "start gate holds etcd back")) == 0 {
+			return fmt.Errorf("no hold logged yet")
+		}
+		return nil
+	})
+	release(t, l, "node4", heal.HoldLeaseAcquired)
 	j := h.waitHealed("node4", "node3", 3, 120*time.Second)
 
 	// The member keeps its peer URL under a new ID, now served from node4.
@@ -143,9 +156,9 @@ func TestHealUC1MemberMovedToNewNode(t *testing.T) {
 	if !firstEtcd.After(prepared) {
 		t.Fatalf("etcd started on node4 at %s, before the agent prepared its data dir at %s", firstEtcd, prepared)
 	}
-	holds := logEntries(t, filepath.Join(n4.LogsDir, "etcd-node4_etcd.log"), "start gate holds etcd back")
-	if len(holds) == 0 {
-		t.Fatal("node4's start gate never held etcd back")
+	holds := logEntries(t, gateLog, "start gate holds etcd back")
+	if held := entryTime(t, holds[0]); !held.Before(prepared) {
+		t.Fatalf("node4's start gate first held etcd back at %s, not before the data dir was prepared at %s", held, prepared)
 	}
 	t.Logf("gate: %v", holds[0]["reason"])
 	assertQuarantine(t, l, "node4", j)

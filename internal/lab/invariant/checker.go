@@ -129,7 +129,8 @@ type Options struct {
 	// it ran exited on its own: etcd's purge loop ends the process at its
 	// next 30 s tick once member/wal or member/snap is gone ("failed to
 	// purge ..." fatal). A write in flight through it dies as at a SIGKILL
-	// and is excused as one; nothing else is.
+	// and is excused as one; nothing else is. WipedPurgeCrashes picks the
+	// ones a wipe explains.
 	PurgeCrashes []time.Time
 }
 
