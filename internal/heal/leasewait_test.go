@@ -173,3 +173,47 @@ func TestAFailedTakeOfTheLeaseKeepsTheStoredSeed(t *testing.T) {
 		t.Fatalf("journal after a failed take: store key %q, from %q: want the move's stored snapshot", j.StoreKey, j.MoveFrom)
 	}
 }
+
+// A recovery that resumes (an agent restart mid-heal) while the API server
+// answers the Lease's read but not its take: each take was a failed step,
+// and after five the attempt closed failed (backoff, RecoveryFailed, the
+// stopped member put back or left stopped) though it never held the Lease
+// and nothing it did went wrong. It now waits, with its journal open, as
+// when another agent holds the Lease, and resumes once a take is answered.
+func TestAResumedRecoveryWhoseTakeGoesUnansweredWaitsWithItsJournalOpen(t *testing.T) {
+	gone := cluster3(memberstate.Lost, 2, 3)
+	gone.Observation.Members = gone.Observation.Members[1:] // our old member is removed
+	r := newRig(t, gone)
+	r.journalAt(t, "auto", journal.PhaseRemoved, 0xa1, 0)
+	r.lease.acquireDown = true
+	for range 3 {
+		out := r.h.Consider(context.Background(), gone, nil)
+		if out.Result != "" || out.Decision.Reason != plan.ReasonAPIUnavailable {
+			t.Fatalf("outcome %q/%q (%v), want the recovery left open, waiting on %s", out.Result, out.Decision.Reason, out.Err, plan.ReasonAPIUnavailable)
+		}
+	}
+	j := r.journal(t)
+	if !j.Active() || j.Phase != journal.PhaseRemoved || j.Failures != 0 {
+		t.Fatalf("journal %q in phase %s, failures %d: want it open in phase removed, no failure", j.Result, j.Phase, j.Failures)
+	}
+	if n := r.rep.count(nodereport.ReasonRecoveryFailed); n != 0 {
+		t.Errorf("%d RecoveryFailed events, want none", n)
+	}
+	if v := r.refusals(string(plan.ReasonAPIUnavailable)); v != 1 {
+		t.Errorf("refusals_total{api-unavailable} = %v after three polls, want 1 (said once)", v)
+	}
+	if v := testutil.ToFloat64(r.m.RefusedSince.WithLabelValues("m1", string(plan.ReasonAPIUnavailable))); v == 0 {
+		t.Error("refused_since{api-unavailable} not set while the resume waits")
+	}
+	if r.rt.starts != 0 || r.rt.stops != 0 {
+		t.Errorf("runtime started %d, stopped %d times without the Lease", r.rt.starts, r.rt.stops)
+	}
+	r.lease.acquireDown = false
+	r.h.Consider(context.Background(), gone, nil)
+	if r.lease.acquires == 0 {
+		t.Fatal("the API answers again: the recovery was not resumed")
+	}
+	if v := testutil.ToFloat64(r.m.RefusedSince.WithLabelValues("m1", string(plan.ReasonAPIUnavailable))); v != 0 {
+		t.Errorf("refused_since{api-unavailable} = %v once the Lease was taken, want 0", v)
+	}
+}

@@ -128,6 +128,18 @@ func (h *Healer) recover(parent context.Context, first memberstate.Result, req *
 			h.blocked(rd)
 			h.refused(ctx, req, rd)
 			return Outcome{Decision: rd, Result: journal.ResultRefused, Err: err}
+		case (d.Action == plan.Begin || d.Action == plan.RollbackLearner) && errors.Is(err, lease.ErrAPIUnavailable):
+			// An open journal's take went unanswered (its resume): it was
+			// never held, so nothing failed. Wait with the journal open,
+			// as when another agent holds the Lease; the next poll takes
+			// it again. Said and counted once (the request, if any, is
+			// answered by the recovery when it resumes).
+			rd := plan.Decision{Action: plan.Refuse, Reason: plan.ReasonAPIUnavailable,
+				Detail: "the recovery Lease could not be taken to resume: " + err.Error()}
+			h.takeUnanswered = true
+			h.blocked(rd)
+			h.refused(ctx, nil, rd)
+			return Outcome{Decision: rd, Err: err}
 		case errors.Is(err, lease.ErrHeldByOther), errors.Is(err, lease.ErrNotHeld):
 			// Fencing: another agent holds the Lease. Stop at once; the
 			// journal stays open so this (or the next holder) resumes
