@@ -40,7 +40,11 @@ func wipeHeldAt(t *testing.T, e etcdUnderTest, point string, extra ...string) (*
 func waitHold(t *testing.T, l *lab.Lab, node, point string) {
 	t.Helper()
 	eventually(t, 90*time.Second, node+"'s agent holds at "+point, func() error {
-		for _, e := range logEntries(t, agentLog(t, l, node), "test hook: holding") {
+		path := agentLog(t, l, node)
+		if _, err := os.Stat(path); err != nil {
+			return err // a node just added: its agent has not logged yet
+		}
+		for _, e := range logEntries(t, path, "test hook: holding") {
 			if e["point"] == point {
 				return nil
 			}

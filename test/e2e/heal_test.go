@@ -115,6 +115,9 @@ func TestHealUC1MemberMovedToNewNode(t *testing.T) {
 	waitHold(t, l, "node4", heal.HoldLeaseAcquired)
 	gateLog := filepath.Join(n4.LogsDir, "etcd-node4_etcd.log")
 	eventually(t, 60*time.Second, "node4's start gate holds etcd back", func() error {
+		if _, err := os.Stat(gateLog); err != nil {
+			return err // its container has not started yet
+		}
 		if len(logEntries(t, gateLog, "start gate holds etcd back")) == 0 {
 			return fmt.Errorf("no hold logged yet")
 		}
