@@ -316,12 +316,15 @@ func (h *Healer) consider(ctx context.Context, res memberstate.Result, req *plan
 		// died in between, or the set-aside failed): do it now.
 		return Outcome{Decision: d, Retired: h.retireParked(&j)}
 	}
-	if d.Action != plan.Begin && d.Action != plan.RollbackLearner {
+	// An open journal waiting on an unreadable Lease is the same outage
+	// as a take that goes unanswered: one refusal, one refused_since.
+	waitsForAPI := d.Reason == plan.ReasonAPIUnavailable
+	if d.Action != plan.Begin && d.Action != plan.RollbackLearner && !waitsForAPI {
 		h.takeUnanswered = false
 	}
 	if !h.takeUnanswered { // else still refused until a take is answered
 		h.blocked(d)
-		if d.Action != plan.Refuse {
+		if d.Action != plan.Refuse && !waitsForAPI {
 			h.lastRefusal = ""
 		}
 	}
@@ -342,7 +345,7 @@ func (h *Healer) consider(ctx context.Context, res memberstate.Result, req *plan
 // ours waits for the Lease).
 func (h *Healer) blocked(d plan.Decision) {
 	var r plan.Reason
-	if d.Action == plan.Refuse || d.Reason == plan.ReasonLeaseHeldByOther {
+	if d.Action == plan.Refuse || d.Reason == plan.ReasonLeaseHeldByOther || d.Reason == plan.ReasonAPIUnavailable {
 		r = d.Reason
 	}
 	if r == h.blockedReason || h.metrics == nil {

@@ -217,3 +217,53 @@ func TestAResumedRecoveryWhoseTakeGoesUnansweredWaitsWithItsJournalOpen(t *testi
 		t.Errorf("refused_since{api-unavailable} = %v once the Lease was taken, want 0", v)
 	}
 }
+
+// Review of the fix above: a member the killed attempt parked (stop tried,
+// never removed, data dir intact) must not stay stopped for as long as the
+// takes go unanswered: that open journal still fails after five takes, and
+// the failed attempt starts the member again as it was (putBack).
+func TestAParkedMemberOfAResumedRecoveryIsPutBackWhenTheTakesGoUnanswered(t *testing.T) {
+	res := cluster3(memberstate.Healthy, 2, 3) // m1 parked: not serving, its data ok and verified
+	r := newRig(t, res)
+	r.journalAt(t, "rejoin", journal.PhaseStarted, 0xa1, 0)
+	j := r.journal(t)
+	j.StopAttemptedAt = j.StartedAt
+	if err := journal.Save(r.dir, j); err != nil {
+		t.Fatal(err)
+	}
+	r.rt.stops = 1 // parked by the killed agent
+	r.lease.acquireDown = true
+	for range 20 {
+		r.h.Consider(context.Background(), res, nil)
+	}
+	if r.rt.starts == 0 {
+		t.Fatalf("after 20 polls of unanswered takes the parked member (data intact, never removed) is still stopped; journal phase %s open=%v",
+			r.journal(t).Phase, r.journal(t).Active())
+	}
+}
+
+// Review of the fix above: an open journal whose Lease read fails on one
+// poll (a wait on api-unavailable) and whose take goes unanswered on the
+// next is one outage: one refusal, one Event, one refused_since.
+func TestAnOutageThatFlipsBetweenReadAndTakeIsOneRefusal(t *testing.T) {
+	gone := cluster3(memberstate.Lost, 2, 3)
+	gone.Observation.Members = gone.Observation.Members[1:]
+	r := newRig(t, gone)
+	r.journalAt(t, "auto", journal.PhaseRemoved, 0xa1, 0)
+	var since float64
+	for i := range 6 {
+		r.lease.apiDown, r.lease.acquireDown = i%2 == 1, i%2 == 0
+		r.h.Consider(context.Background(), gone, nil)
+		v := testutil.ToFloat64(r.m.RefusedSince.WithLabelValues("m1", string(plan.ReasonAPIUnavailable)))
+		if v == 0 || (since != 0 && v != since) {
+			t.Fatalf("poll %d: refused_since{api-unavailable} = %v (first %v): want it set once and kept", i, v, since)
+		}
+		since = v
+	}
+	if v := r.refusals(string(plan.ReasonAPIUnavailable)); v != 1 {
+		t.Errorf("refusals_total{api-unavailable} = %v over one outage, want 1", v)
+	}
+	if n := r.rep.count(nodereport.ReasonRecoveryRefused); n != 1 {
+		t.Errorf("%d RecoveryRefused events over one outage, want 1", n)
+	}
+}

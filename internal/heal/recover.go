@@ -128,12 +128,15 @@ func (h *Healer) recover(parent context.Context, first memberstate.Result, req *
 			h.blocked(rd)
 			h.refused(ctx, req, rd)
 			return Outcome{Decision: rd, Result: journal.ResultRefused, Err: err}
-		case (d.Action == plan.Begin || d.Action == plan.RollbackLearner) && errors.Is(err, lease.ErrAPIUnavailable):
+		case d.Action == plan.Begin && errors.Is(err, lease.ErrAPIUnavailable) && !h.putBackRestarts(j, res.Observation):
 			// An open journal's take went unanswered (its resume): it was
 			// never held, so nothing failed. Wait with the journal open,
-			// as when another agent holds the Lease; the next poll takes
-			// it again. Said and counted once (the request, if any, is
-			// answered by the recovery when it resumes).
+			// as when the Lease cannot be read; the next poll takes it
+			// again. Said and counted once (the request, if any, is
+			// answered by the recovery when it resumes). A member the
+			// attempt parked with its data intact is not left stopped
+			// meanwhile: that take fails as a step, and after five the
+			// failed attempt starts it again (putBack).
 			rd := plan.Decision{Action: plan.Refuse, Reason: plan.ReasonAPIUnavailable,
 				Detail: "the recovery Lease could not be taken to resume: " + err.Error()}
 			h.takeUnanswered = true
@@ -326,6 +329,13 @@ func (h *Healer) begin(ctx context.Context, res memberstate.Result, req *plan.Re
 		}
 	}
 	return h.holdAt(ctx, HoldLeaseAcquired)
+}
+
+// putBackRestarts: were the attempt of open journal j to fail now, it
+// would start the member it stopped again (plan.DecidePutBack).
+func (h *Healer) putBackRestarts(j journal.Record, o observation.Observation) bool {
+	stopped, err := h.runtime.Stopped()
+	return plan.DecidePutBack(j, o, stopped || err != nil).Restart
 }
 
 // tookLease ends the refusal of a take the API did not answer.

@@ -94,6 +94,8 @@ func TestHealCorruptDBOfCrashLoopingMember(t *testing.T) {
 func TestHealUC1MemberMovedToNewNode(t *testing.T) {
 	ctx := context.Background()
 	l := newLab(t, lab.Options{Nodes: 3, Agents: true, AgentArgs: []string{"--test-hold-at=" + heal.HoldLeaseAcquired}})
+	release(t, l, "node1", heal.HoldLeaseAcquired) // only node4's agent is held
+	release(t, l, "node2", heal.HoldLeaseAcquired)
 	before := idsByPeer(mustMembers(t, l))
 	p3 := peerOf(t, l, "node3")
 	ensureNotLeader(t, l, "node3")
