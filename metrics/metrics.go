@@ -73,7 +73,8 @@ type Metrics struct {
 	StepStarted  *GaugeVec
 	StepExpected *GaugeVec
 	// QuarantinePrunedTotal counts quarantined copies deleted under
-	// --quarantine-keep (the only deletions the agent makes);
+	// --quarantine-keep, and untaken backups of a killed agent (the only
+	// deletions of copies the agent makes);
 	// QuarantinePruneErrors the deletions or listings that failed.
 	QuarantinePrunedTotal *prometheus.CounterVec
 	QuarantinePruneErrors *prometheus.CounterVec
@@ -171,7 +172,7 @@ func New() *Metrics {
 		stepExpected: g("recovery_step_expected_seconds",
 			"How long the recovery step (or wait) running now may take before it is worth a look: half its own deadline (a wait: a fixed bound).", "member", "action"),
 		quarantinePrunedTotal: c("quarantine_pruned_total",
-			"Quarantined data dirs and pre-change snapshots deleted beyond --quarantine-keep, once the member had been healthy since they were made (the only deletions the agent makes).", "member"),
+			"Quarantined data dirs and pre-change snapshots deleted: beyond --quarantine-keep once the member had been healthy since they were made, or a backup a killed agent streamed and never took (the only deletions of copies the agent makes).", "member"),
 		quarantinePruneErrors: c("quarantine_prune_errors_total", "Quarantine listings or deletions that failed.", "member"),
 		endpointsFileErrors: c("learned_endpoints_file_errors_total",
 			"Learned endpoints files (endpoints.json in the state dir) found unreadable or corrupt at start; a corrupt one is kept aside as endpoints.json.corrupt-<time>.", "member"),

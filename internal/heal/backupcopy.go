@@ -24,10 +24,15 @@ type backupCopy struct {
 }
 
 // copyForSeed is the backup stream's options: a copy for the seed when the
-// backup will seed the learner (seed mode, a rejoin) and the move into the
-// data dir is a rename (the data dir on the quarantine's filesystem).
+// backup will seed the learner (seed mode, a rejoin not seeded from a
+// move's stored snapshot) and the move into the data dir is a rename (the
+// data dir on the quarantine's filesystem). A copy nothing takes would
+// only hold the room the store's fetch needs.
 func (h *Healer) copyForSeed(j journal.Record) []peerseed.StreamOption {
 	if h.cfg.RejoinMode != RejoinSeed || h.cfg.NoBackupSeed || h.cfg.NoCopyDuringStream || j.Request == plan.ActionMoveIn || j.Request == plan.ActionMoveAway {
+		return nil
+	}
+	if _, stored := h.storedSeed(&j); stored {
 		return nil
 	}
 	if localdisk.SpaceFor(h.cfg.DataDir, h.cfg.QuarantineDir).DataDirOtherFS {

@@ -56,6 +56,11 @@ func (h *Healer) startEarlyBackup(ctx context.Context, res memberstate.Result, j
 	if !ok || len(src.ClientURLs) == 0 {
 		return
 	}
+	dest, err := h.noteBackupStream(j)
+	if err != nil {
+		h.log.Warn("no backup streams during the stop: where it would stream could not be journaled", zap.Error(err))
+		return
+	}
 	bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), h.stepTimeout(plan.TakeSnapshot))
 	e := &earlyBackup{recovery: j.ID, source: src.ID, name: src.Name, cancel: cancel, done: make(chan struct{})}
 	h.early = e
@@ -64,7 +69,7 @@ func (h *Healer) startEarlyBackup(ctx context.Context, res memberstate.Result, j
 	jv := *j // the loop goes on changing *j
 	go func() {
 		defer close(e.done)
-		e.snap, e.err = h.streamBackup(bctx, src, jv)
+		e.snap, e.err = h.streamBackup(bctx, src, jv, dest)
 		if e.err != nil {
 			h.log.Warn("the backup streamed during the stop failed; the snapshot step streams anew", zap.String("source", src.Name), zap.Error(e.err))
 		}

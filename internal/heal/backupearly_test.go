@@ -15,6 +15,7 @@ import (
 	"github.com/etcd-agent/etcd-agent/internal/memberstate"
 	"github.com/etcd-agent/etcd-agent/internal/peerseed"
 	"github.com/etcd-agent/etcd-agent/internal/plan"
+	"github.com/etcd-agent/etcd-agent/internal/snapshotstore"
 )
 
 // fakeStreams stands in for peerseed.Stream: each call writes a small file
@@ -307,26 +308,40 @@ func mustBeGone(t *testing.T, p string) {
 // mode, a rejoin, the backup seeding, and not turned off.
 func TestTheBackupStreamWritesTheSeedsCopyOnlyWhenItSeeds(t *testing.T) {
 	for _, c := range []struct {
-		name string
-		cfg  func(*Config)
-		req  string
-		want bool
+		name  string
+		cfg   func(*Config)
+		req   string
+		store string // the journal's StoreKey
+		want  bool
 	}{
-		{"seed mode, a rejoin", func(*Config) {}, "auto", true},
-		{"raft mode", func(c *Config) { c.RejoinMode = RejoinRaft }, "auto", false},
-		{"--seed-from-backup=false", func(c *Config) { c.NoBackupSeed = true }, "auto", false},
-		{"--seed-copy-during-stream=false", func(c *Config) { c.NoCopyDuringStream = true }, "auto", false},
-		{"a move-in (seeds from the store)", func(*Config) {}, plan.ActionMoveIn, false},
+		{"seed mode, a rejoin", func(*Config) {}, "auto", "", true},
+		{"raft mode", func(c *Config) { c.RejoinMode = RejoinRaft }, "auto", "", false},
+		{"--seed-from-backup=false", func(c *Config) { c.NoBackupSeed = true }, "auto", "", false},
+		{"--seed-copy-during-stream=false", func(c *Config) { c.NoCopyDuringStream = true }, "auto", "", false},
+		{"a move-in (seeds from the store)", func(*Config) {}, plan.ActionMoveIn, "", false},
+		// The first rejoin on the PV a pod move reserved is seeded from the
+		// move's stored snapshot: a copy of the backup would only take room
+		// the store's fetch needs (a disk-full fallback).
+		{"a pod move's stored snapshot seeds it", storeSeeds, "auto", "etcd-agent/c1/move.db", false},
+		{"a stored snapshot, --seed-from-store=false", func(c *Config) { storeSeeds(c); c.NoStoreSeed = true }, "auto", "etcd-agent/c1/move.db", true},
+		{"a stored snapshot of another move", storeSeeds, "auto", "etcd-agent/c1/older.db", true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			r := newRig(t, cluster3(memberstate.Lost, 2, 3))
 			r.h.cfg.RejoinMode = RejoinSeed
 			c.cfg(&r.h.cfg)
-			if got := len(r.h.copyForSeed(journal.Record{Request: c.req})) > 0; got != c.want {
+			if got := len(r.h.copyForSeed(journal.Record{Request: c.req, StoreKey: c.store})) > 0; got != c.want {
 				t.Errorf("a copy: %v, want %v", got, c.want)
 			}
 		})
 	}
+}
+
+// storeSeeds configures the pod move's stored snapshot a first rejoin on
+// its PV is seeded from.
+func storeSeeds(c *Config) {
+	c.OpenStore = func(context.Context) (*snapshotstore.Store, error) { return nil, errors.New("not opened in this test") }
+	c.StoreSeed = &StoreSeed{Key: "etcd-agent/c1/move.db", From: "node9", ClusterID: 0xc1}
 }
 
 // A stream that does not end after its cancel holds the drop only as long

@@ -5,7 +5,9 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/etcd-agent/etcd-agent/internal/journal"
 	"github.com/etcd-agent/etcd-agent/internal/localdisk"
+	"github.com/etcd-agent/etcd-agent/internal/nodereport"
 	"go.uber.org/zap"
 )
 
@@ -17,12 +19,18 @@ import (
 // file). A stream renames or removes its part file when it ends; one found
 // now was left by a killed agent. It is never a copy of anything
 // (unverified, named by no journal), and it would weigh against the next
-// attempt's room.
+// attempt's room. So would the seed streams it left (finished copies too:
+// a seed is never taken across a restart) and the whole backup it streamed
+// and never journaled as taken (removeUntakenBackup).
 func (h *Healer) removeKilledStreams() {
 	if h.killedStreamsRemoved {
 		return
 	}
 	h.killedStreamsRemoved = true
+	h.removeUntakenBackup()
+	if !h.cfg.Plan.DryRun {
+		h.removeSeedStreams() // transient; a restarted agent never takes one
+	}
 	des, err := os.ReadDir(h.cfg.QuarantineDir)
 	if err != nil {
 		if !os.IsNotExist(err) {
@@ -63,4 +71,42 @@ func (h *Healer) isOwnPartFile(name string) bool {
 	}
 	stamp, ok := strings.CutPrefix(base, h.seedStreamPrefix())
 	return ok && len(stamp) == len(seedStampLayout) && isSeedStreamOf(name, h.seedStreamPrefix())
+}
+
+// removeUntakenBackup removes the backup the member's last journal says it
+// streamed (BackupStreaming) and did not take (SnapshotPath names another,
+// or none): the agent was killed between the stream's rename and the
+// snapshot step's record, or before the drop at the attempt's end. No
+// membership change came after it (changes follow the record), so it is
+// redundant: a resumed attempt streams its own. Only a regular file named
+// as this member's backups are, in the quarantine, ever goes.
+func (h *Healer) removeUntakenBackup() {
+	j, ok, err := journal.Load(h.cfg.StateDir, h.cfg.Member)
+	if err != nil || !ok || j.BackupStreaming == "" || j.BackupStreaming == j.SnapshotPath {
+		return
+	}
+	p := j.BackupStreaming
+	stamp, own := strings.CutPrefix(filepath.Base(p), "snapshot-"+h.cfg.Member+"-")
+	stamp, own = strings.CutSuffix(stamp, ".db")
+	if !own || !localdisk.IsSnapshotStamp(stamp) || filepath.Dir(filepath.Clean(p)) != filepath.Clean(h.cfg.QuarantineDir) {
+		h.log.Warn("the journal names a backup stream outside this member's backups; kept", zap.String("path", p))
+		return
+	}
+	if st, err := os.Lstat(p); err != nil || !st.Mode().IsRegular() {
+		return // never renamed into place, or already gone
+	}
+	if h.cfg.Plan.DryRun {
+		h.log.Info("dry-run: a backup a killed agent streamed and never took would be removed; kept", zap.String("path", p))
+		return
+	}
+	if err := localdisk.RemoveQuarantined(h.cfg.QuarantineDir, localdisk.QuarantineEntry{Path: p}); err != nil {
+		h.pruneError("remove the backup a killed agent streamed and never took", err)
+		return
+	}
+	h.metrics.QuarantinePrunedTotal.WithLabelValues(h.cfg.Member).Inc()
+	h.log.Info("removed a backup a killed agent streamed and never took (no membership change followed it)",
+		zap.String("path", p), zap.String("recovery", j.ID), zap.String("taken", j.SnapshotPath))
+	h.event("Normal", nodereport.ReasonUntakenBackupRemoved,
+		"member %s: deleted %s, a pre-change backup recovery %s streamed and never took (the agent was stopped in between; no membership change followed it)",
+		h.cfg.Member, p, j.ID)
 }

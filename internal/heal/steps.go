@@ -171,7 +171,11 @@ func (h *Healer) snapshot(ctx context.Context, res memberstate.Result, j *journa
 	why := d.Detail
 	snap, early, err := h.takeEarlyBackup(ctx, j, src.ID)
 	if !early {
-		snap, err = h.streamBackup(ctx, src, *j)
+		dest, nerr := h.noteBackupStream(j)
+		if nerr != nil {
+			return fmt.Errorf("journal where the backup streams: %w", nerr)
+		}
+		snap, err = h.streamBackup(ctx, src, *j, dest)
 	}
 	if err != nil {
 		return fmt.Errorf("snapshot from %s: %w", src.Name, err)
@@ -207,13 +211,20 @@ func (h *Healer) snapshot(ctx context.Context, res memberstate.Result, j *journa
 	return nil
 }
 
+// noteBackupStream picks a new backup's path in the quarantine and
+// journals it in j before the stream starts: a killed agent's next start
+// removes a file there the journal never took (removeUntakenBackup).
+func (h *Healer) noteBackupStream(j *journal.Record) (string, error) {
+	if err := os.MkdirAll(h.cfg.QuarantineDir, 0o700); err != nil {
+		return "", err
+	}
+	j.BackupStreaming = filepath.Join(h.cfg.QuarantineDir, fmt.Sprintf("snapshot-%s-%s.db", h.cfg.Member, time.Now().UTC().Format(localdisk.SnapshotStampLayout)))
+	return j.BackupStreaming, journal.Save(h.cfg.StateDir, *j)
+}
+
 // streamBackup streams a snapshot of src into a new file in the quarantine
 // and verifies it (peerseed.Stream).
-func (h *Healer) streamBackup(ctx context.Context, src observation.Member, j journal.Record) (peerseed.Snapshot, error) {
-	if err := os.MkdirAll(h.cfg.QuarantineDir, 0o700); err != nil {
-		return peerseed.Snapshot{}, err
-	}
-	dest := filepath.Join(h.cfg.QuarantineDir, fmt.Sprintf("snapshot-%s-%s.db", h.cfg.Member, time.Now().UTC().Format(localdisk.SnapshotStampLayout)))
+func (h *Healer) streamBackup(ctx context.Context, src observation.Member, j journal.Record, dest string) (peerseed.Snapshot, error) {
 	counter := h.metrics.SnapshotBytesTotal.WithLabelValues(h.cfg.Member)
 	return h.streamTo(ctx, src.ClientURLs[0], h.cfg.TLS, dest, plan.StreamBytesNeeded(src.DBSize),
 		func(n int64) { counter.Add(float64(n)) }, h.copyForSeed(j)...)

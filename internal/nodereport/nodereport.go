@@ -70,6 +70,9 @@ const (
 	// ReasonQuarantinePruned: a quarantined copy beyond --quarantine-keep
 	// was deleted (the message names it and why it was redundant).
 	ReasonQuarantinePruned = "QuarantinePruned"
+	// ReasonUntakenBackupRemoved: a backup a killed agent streamed, that
+	// its journal never took, was deleted at the next start.
+	ReasonUntakenBackupRemoved = "UntakenBackupRemoved"
 	// ReasonLearnerRolledBack: a stranded learner (its owner's Lease
 	// expired, no progress for the stall timeout) was removed.
 	ReasonLearnerRolledBack = "RecoveryLearnerRolledBack"

@@ -129,6 +129,12 @@ type Record struct {
 	// SnapshotClusterID is the cluster the pre-change backup was streamed
 	// from (the observation's, pinned, at that moment).
 	SnapshotClusterID MemberID `json:"snapshotClusterID,omitempty"`
+	// BackupStreaming is where this attempt's latest pre-change backup
+	// streams (or streamed) to, journaled before its stream starts. A file
+	// there that SnapshotPath does not name was never taken (the agent was
+	// killed between the stream's rename and the journal's record of it):
+	// the next start removes it.
+	BackupStreaming string `json:"backupStreaming,omitempty"`
 	// BackupSeeds: the pre-change backup may seed this attempt's learner.
 	// Set when this attempt streams it; cleared when the attempt resumes
 	// after it (the Lease may have been another agent's meanwhile, whose
