@@ -27,9 +27,6 @@ import (
 	"go.uber.org/zap"
 )
 
-// earlyDropWait bounds the wait for a cancelled early stream to end.
-const earlyDropWait = 30 * time.Second
-
 // earlyBackup is one attempt's backup streaming while its member stops.
 type earlyBackup struct {
 	recovery string // the journal's ID
@@ -130,7 +127,7 @@ func (h *Healer) takeEarlyBackup(ctx context.Context, j *journal.Record, source 
 
 // dropEarlyBackup ends the early backup (the attempt is over, the Lease was
 // taken again, or another source was chosen): cancelled, waited for
-// (bounded by earlyDropWait and ctx, logged), and its file removed unless
+// (bounded by h.earlyDropWait and ctx, logged), and its file removed unless
 // the saved journal names it (the pre-change backup of record). false: it
 // did not end meanwhile (it stays, to be dropped again; its own deadline
 // ends it).
@@ -144,13 +141,13 @@ func (h *Healer) dropEarlyBackup(ctx context.Context) bool {
 	case <-e.done:
 	default:
 		h.log.Info("waiting for the backup streaming since the stop to end after its cancel", zap.String("source", e.name),
-			zap.Duration("atMost", earlyDropWait))
-		t := time.NewTimer(earlyDropWait)
+			zap.Duration("atMost", h.earlyDropWait))
+		t := time.NewTimer(h.earlyDropWait)
 		defer t.Stop()
 		select {
 		case <-e.done:
 		case <-t.C:
-			h.log.Warn("the backup streaming since the stop did not end after its cancel", zap.Duration("waited", earlyDropWait))
+			h.log.Warn("the backup streaming since the stop did not end after its cancel", zap.Duration("waited", h.earlyDropWait))
 			return false
 		case <-ctx.Done():
 			h.log.Warn("the backup streaming since the stop had not ended when the agent stopped waiting", zap.Error(ctx.Err()))

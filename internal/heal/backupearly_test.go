@@ -6,6 +6,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/etcd-agent/etcd-agent/internal/journal"
 	"github.com/etcd-agent/etcd-agent/internal/memberstate"
+	"github.com/etcd-agent/etcd-agent/internal/nodereport"
 	"github.com/etcd-agent/etcd-agent/internal/peerseed"
 	"github.com/etcd-agent/etcd-agent/internal/plan"
 	"github.com/etcd-agent/etcd-agent/internal/snapshotstore"
@@ -380,5 +382,33 @@ func TestTheDropKeepsTheBackupTheJournalNames(t *testing.T) {
 	}
 	if _, err := os.Stat(backup); err != nil {
 		t.Fatalf("the journal's backup was removed: %v", err)
+	}
+}
+
+// A backup streamed under an earlier hold that does not end after its
+// cancel keeps the Lease from being taken again: nothing began, so it is a
+// refusal (said and counted once, the next poll asks again), not a failed
+// attempt with its backoff and RecoveryFailed Event; once the stream has
+// ended the recovery begins.
+func TestABackupOfAnEarlierHoldThatLingersRefusesTheTakeInsteadOfFailing(t *testing.T) {
+	r := newRig(t, cluster3(memberstate.Lost, 2, 3))
+	stuck := &earlyBackup{recovery: "an earlier hold", cancel: func() {}, done: make(chan struct{})}
+	r.h.early, r.h.earlyDropWait = stuck, 5*time.Millisecond
+	for i := range 2 {
+		out := r.h.Consider(context.Background(), cluster3(memberstate.Lost, 2, 3), nil)
+		if out.Result != journal.ResultRefused || out.Decision.Reason != plan.ReasonRecoveryInProgress {
+			t.Fatalf("poll %d: %s/%s (%s): want refused, %s", i, out.Result, out.Decision.Reason, out.Decision.Detail, plan.ReasonRecoveryInProgress)
+		}
+	}
+	if j := r.journal(t); j.Failures != 0 || j.Result == journal.ResultFailed || r.lease.acquires != 0 {
+		t.Fatalf("journal %s with %d failures, %d takes: want nothing begun or failed", j.Result, j.Failures, r.lease.acquires)
+	}
+	if n := r.refusals(string(plan.ReasonRecoveryInProgress)); n != 1 || slices.Contains(r.rep.events, nodereport.ReasonRecoveryFailed) {
+		t.Fatalf("%v refusals counted, Events %v: want one refusal, no RecoveryFailed", n, r.rep.events)
+	}
+	close(stuck.done)
+	r.h.Consider(context.Background(), cluster3(memberstate.Lost, 2, 3), nil)
+	if r.lease.acquires == 0 || !r.journal(t).Phase.AtLeast(journal.PhaseStarted) {
+		t.Fatalf("%d takes, phase %q: want the recovery begun once the stream ended", r.lease.acquires, r.journal(t).Phase)
 	}
 }

@@ -198,13 +198,16 @@ type Healer struct {
 	mountPoint func(string) (bool, error)
 	// stopSlice is how long one fenced slice of the stop lasts (stopTimeout).
 	stopSlice time.Duration
+	// earlyDropWait bounds the wait for a cancelled early stream to end.
+	earlyDropWait time.Duration
 	// healthySince starts the member's current healthy run as the idle
 	// loop saw it (zero when not healthy); lastPruneErr is the last pruning
 	// failure logged (Housekeep).
 	healthySince time.Time
 	lastPruneErr string
 	// takeUnanswered: the last attempt's take of the Lease went
-	// unanswered (api-unavailable); the polls deciding Begin since keep
+	// unanswered (api-unavailable) or was not made (an earlier hold's
+	// stream lingers: recovery-in-progress); the polls deciding Begin keep
 	// that refusal (said once, blocked since then) until a take succeeds.
 	takeUnanswered bool
 	// killedStreamsRemoved: removeKilledStreams ran (once per process).
@@ -251,7 +254,7 @@ func New(cfg Config, obs Observer, newLease func(uint64) (Lease, error), rt memb
 	if h.now == nil {
 		h.now = time.Now
 	}
-	h.mountPoint, h.stopSlice, h.streamTo = localdisk.IsMountPoint, stopTimeout, peerseed.Stream
+	h.mountPoint, h.stopSlice, h.streamTo, h.earlyDropWait = localdisk.IsMountPoint, stopTimeout, peerseed.Stream, 30*time.Second
 	return h
 }
 

@@ -115,20 +115,21 @@ func (h *Healer) recover(parent context.Context, first memberstate.Result, req *
 			h.log.Warn("recovery step refused", zap.String("action", string(d.Action)), zap.String("reason", string(refusal.Reason)), zap.Error(err))
 			h.countRefusal(refusal.Reason)
 			return h.fail(ctx, h.closing(&j, d, res, req, in.Claim), plan.Decision{Action: plan.Finish, Reason: refusal.Reason, Detail: err.Error()}, err)
-		case (d.Action == plan.Begin || d.Action == plan.RollbackLearner) && !j.Active() && errors.Is(err, lease.ErrAPIUnavailable):
+		case (d.Action == plan.Begin || d.Action == plan.RollbackLearner) && !j.Active() && takeNotMade(err) != "":
 			// The Lease could not be taken (the API server read it, then
 			// did not answer the take: its etcd client waits on a hung
-			// member). Nothing began: a refusal, as when the read fails,
-			// not a failure (no backoff, no RecoveryFailed); the next poll
-			// asks again on a fresh observation. Said and counted once,
-			// blocked since the first (the polls in between decide Begin).
-			rd := plan.Decision{Action: plan.Refuse, Reason: plan.ReasonAPIUnavailable,
+			// member; or an earlier hold's backup stream has not ended).
+			// Nothing began: a refusal, as when the read fails, not a
+			// failure (no backoff, no RecoveryFailed); the next poll asks
+			// again on a fresh observation. Said and counted once, blocked
+			// since the first (the polls in between decide Begin).
+			rd := plan.Decision{Action: plan.Refuse, Reason: takeNotMade(err),
 				Detail: "the recovery Lease could not be taken: " + err.Error()}
 			h.takeUnanswered = true
 			h.blocked(rd)
 			h.refused(ctx, req, rd)
 			return Outcome{Decision: rd, Result: journal.ResultRefused, Err: err}
-		case d.Action == plan.Begin && errors.Is(err, lease.ErrAPIUnavailable) && !h.putBackRestarts(j, res.Observation):
+		case d.Action == plan.Begin && takeNotMade(err) != "" && !h.putBackRestarts(j, res.Observation):
 			// An open journal's take went unanswered (its resume): it was
 			// never held, so nothing failed. Wait with the journal open,
 			// as when the Lease cannot be read; the next poll takes it
@@ -137,7 +138,7 @@ func (h *Healer) recover(parent context.Context, first memberstate.Result, req *
 			// attempt parked with its data intact is not left stopped
 			// meanwhile: that take fails as a step, and after five the
 			// failed attempt starts it again (putBack).
-			rd := plan.Decision{Action: plan.Refuse, Reason: plan.ReasonAPIUnavailable,
+			rd := plan.Decision{Action: plan.Refuse, Reason: takeNotMade(err),
 				Detail: "the recovery Lease could not be taken to resume: " + err.Error()}
 			h.takeUnanswered = true
 			h.blocked(rd)
@@ -184,6 +185,23 @@ func (h *Healer) recover(parent context.Context, first memberstate.Result, req *
 		h.log.Debug("recovery loop timing", zap.String("action", string(d.Action)), zap.Duration("input", tInput),
 			zap.Duration("step", t1.Sub(t0)-tInput), zap.Duration("observe", time.Since(t1)))
 	}
+}
+
+// errEarlierStreamLingers: begin found the backup streamed under an earlier
+// hold still running after its cancel (bounded wait); the Lease is not
+// taken meanwhile, so nothing under the new hold meets that stream.
+var errEarlierStreamLingers = errors.New("a backup streamed under an earlier hold of the Lease has not ended after its cancel; the Lease is taken once it has")
+
+// takeNotMade is the refusal of a begin whose take of the Lease was never
+// made or never answered ("" when err is not one): nothing began.
+func takeNotMade(err error) plan.Reason {
+	switch {
+	case errors.Is(err, lease.ErrAPIUnavailable):
+		return plan.ReasonAPIUnavailable
+	case errors.Is(err, errEarlierStreamLingers):
+		return plan.ReasonRecoveryInProgress
+	}
+	return ""
 }
 
 // shutdown: the agent stops (SIGTERM, a rolling update). Not a failure:
@@ -286,7 +304,7 @@ func (h *Healer) begin(ctx context.Context, res memberstate.Result, req *plan.Re
 	// The Lease is taken (again): nothing streamed under an earlier hold
 	// is taken as this hold's backup or seed copy.
 	if !h.dropEarlyBackup(ctx) {
-		return errors.New("a backup streamed under an earlier hold of the Lease has not ended; the Lease is taken once it has")
+		return errEarlierStreamLingers
 	}
 	h.backupCopy = backupCopy{}
 	resumed := j.Active()
