@@ -205,6 +205,10 @@ type Healer struct {
 	// failure logged (Housekeep).
 	healthySince time.Time
 	lastPruneErr string
+	// unreadLeasePolls counts the polls in a row on which the open journal
+	// waited for a Lease it could not read, its member parked
+	// (putBackAfterUnreadLeases).
+	unreadLeasePolls int
 	// takeUnanswered: the last attempt's take of the Lease went
 	// unanswered (api-unavailable) or was not made (an earlier hold's
 	// stream lingers: recovery-in-progress); the polls deciding Begin keep
@@ -330,6 +334,9 @@ func (h *Healer) consider(ctx context.Context, res memberstate.Result, req *plan
 		if d.Action != plan.Refuse && !waitsForAPI {
 			h.lastRefusal = ""
 		}
+	}
+	if out, ended := h.putBackAfterUnreadLeases(ctx, &j, d, res); ended {
+		return out
 	}
 	switch {
 	case d.Action == plan.Begin, d.Action == plan.RollbackLearner, j.Active() && d.Action != plan.Nothing && d.Action != plan.Refuse:

@@ -267,3 +267,48 @@ func TestAnOutageThatFlipsBetweenReadAndTakeIsOneRefusal(t *testing.T) {
 		t.Errorf("%d RecoveryRefused events over one outage, want 1", n)
 	}
 }
+
+// The same member, parked by a killed attempt, with the API fully down
+// after the restart: the open journal cannot even read its Lease, and it
+// waited with the member stopped for as long as the outage lasted. It is
+// put back after five such polls, as after five unanswered takes; a member
+// the attempt quarantined stays stopped (nothing intact to start).
+func TestAParkedMemberOfAResumedRecoveryIsPutBackWhenTheLeaseCannotBeRead(t *testing.T) {
+	for _, quarantined := range []bool{false, true} {
+		t.Run(map[bool]string{false: "data intact", true: "data quarantined"}[quarantined], func(t *testing.T) {
+			res := cluster3(memberstate.Healthy, 2, 3) // m1 parked: not serving, its data ok and verified
+			r := newRig(t, res)
+			r.journalAt(t, "rejoin", journal.PhaseStarted, 0xa1, 0)
+			j := r.journal(t)
+			j.StopAttemptedAt = j.StartedAt
+			if quarantined {
+				j.QuarantinePath = filepath.Join(r.dir, "data-quarantined")
+			}
+			if err := journal.Save(r.dir, j); err != nil {
+				t.Fatal(err)
+			}
+			r.rt.stops = 1 // parked by the killed agent
+			r.lease.apiDown = true
+			for i := range 20 {
+				out := r.h.Consider(context.Background(), res, nil)
+				if i < 4 && (r.rt.starts != 0 || !r.journal(t).Active()) {
+					t.Fatalf("poll %d: started %d, journal open %v: a short outage is waited out", i, r.rt.starts, r.journal(t).Active())
+				}
+				_ = out
+			}
+			if quarantined {
+				if r.rt.starts != 0 {
+					t.Fatalf("a member whose data the attempt quarantined was started")
+				}
+				return
+			}
+			if r.rt.starts == 0 || r.journal(t).Active() {
+				t.Fatalf("after 20 polls that could not read the Lease the parked member (data intact, never removed) is still stopped (starts %d); journal phase %s open=%v",
+					r.rt.starts, r.journal(t).Phase, r.journal(t).Active())
+			}
+			if j := r.journal(t); j.Result != journal.ResultFailed || j.PutBack == "" {
+				t.Errorf("journal closed %q, put back %q: want failed, saying the member was started again", j.Result, j.PutBack)
+			}
+		})
+	}
+}
