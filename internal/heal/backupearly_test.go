@@ -42,10 +42,24 @@ func (f *fakeStreams) stream(ctx context.Context, endpoint string, _ *tls.Config
 	if f.fail[n] {
 		return peerseed.Snapshot{}, errors.New("stream broke")
 	}
-	if err := os.WriteFile(dest, []byte("db"), 0o600); err != nil {
+	// As peerseed.Stream: never over a file that is there.
+	if err := writeNew(dest, []byte("db")); err != nil {
 		return peerseed.Snapshot{}, err
 	}
 	return peerseed.Snapshot{Path: dest, Size: 2, SHA256: "ab", Source: endpoint}, nil
+}
+
+// writeNew writes a file that must not exist yet.
+func writeNew(path string, b []byte) error {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_EXCL, 0o600)
+	if err != nil {
+		return err
+	}
+	if _, err := f.Write(b); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }
 
 func (f *fakeStreams) count() int {
@@ -151,7 +165,7 @@ func TestTheRemovalWaitsForTheBackupStreamingSinceTheStop(t *testing.T) {
 		case <-ctx.Done():
 			return peerseed.Snapshot{}, ctx.Err()
 		}
-		if err := os.WriteFile(dest, []byte("db"), 0o600); err != nil {
+		if err := writeNew(dest, []byte("db")); err != nil {
 			return peerseed.Snapshot{}, err
 		}
 		finished.Store(true)
@@ -212,7 +226,7 @@ func TestAnEarlyBackupFromASourceNoLongerChosenEndsBeforeTheNextStream(t *testin
 			<-ctx.Done() // a source that hangs
 			return peerseed.Snapshot{}, ctx.Err()
 		}
-		if err := os.WriteFile(dest, []byte("db"), 0o600); err != nil {
+		if err := writeNew(dest, []byte("db")); err != nil {
 			return peerseed.Snapshot{}, err
 		}
 		return peerseed.Snapshot{Path: dest, Size: 2, SHA256: "ab", Source: endpoint}, nil

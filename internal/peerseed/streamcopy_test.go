@@ -48,6 +48,30 @@ func TestTheStreamsCopyIsTheDbAndNeverFailsTheStream(t *testing.T) {
 		}
 		mustNotExist(t, cp, cp+".part")
 	})
+	t.Run("a copy whose write fails mid-stream does not fail the stream", func(t *testing.T) {
+		// Larger than the copy's buffer: its writes fail while the stream
+		// goes on (above, the only write is the flush at the end).
+		big := make([]byte, 3*writeBuffer+7*sectorSize)
+		for i := range big {
+			big[i] = byte(i * 7)
+		}
+		sum := sha256.Sum256(big)
+		dir := t.TempDir()
+		dest, cp := filepath.Join(dir, "snapshot.db"), filepath.Join(dir, "seed.db")
+		sc := streamOptions{copyTo: cp}.copyFor(1 << 20)
+		sc.f.Close() // every write to the copy fails
+		size, _, err := streamToFile(ctxWithTimeout(t, time.Minute), bytes.NewReader(append(big, sum[:]...)), dest, nil, sc)
+		if err != nil || size != int64(len(big)) {
+			t.Fatalf("stream: %d bytes, %v; want the whole db and no error", size, err)
+		}
+		if got, err := os.ReadFile(dest); err != nil || !bytes.Equal(got, big) {
+			t.Fatalf("the stream's file (%v) is not the db", err)
+		}
+		if sc.done() != "" || sc.error() == nil {
+			t.Errorf("copy %q, error %v: want none, and why", sc.done(), sc.error())
+		}
+		mustNotExist(t, cp, cp+".part")
+	})
 	t.Run("a stream that fails leaves no copy", func(t *testing.T) {
 		dir := t.TempDir()
 		dest, cp := filepath.Join(dir, "snapshot.db"), filepath.Join(dir, "seed.db")
