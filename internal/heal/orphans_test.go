@@ -182,3 +182,107 @@ func TestAnUntakenBackupOutsideTheMembersBackupsIsNeverRemoved(t *testing.T) {
 		}
 	}
 }
+
+// Review (helper 56): the journal's saves fail once the backup is in
+// place (a full state dir, most likely filled by that backup). The loop
+// went on from its record in memory, phase snapshotted, and removed the
+// member, while the journal on disk named no backup: the next start
+// deleted the pre-change backup of a removal that happened. Journal first:
+// a step whose record cannot be saved is not built on; the attempt goes
+// on from what the journal on disk says, so no membership change comes
+// before the backup is journaled as taken.
+func TestNoMembershipChangeFollowsABackupTheJournalCouldNotRecord(t *testing.T) {
+	r := newRig(t, cluster3(memberstate.Lost, 2, 3))
+	jp := journal.Path(r.dir, "m1")
+	var backup string
+	fs := newFakeStreams()
+	r.h.streamTo = func(ctx context.Context, ep string, c *tls.Config, dest string, n uint64, p func(int64), o ...peerseed.StreamOption) (peerseed.Snapshot, error) {
+		s, err := fs.stream(ctx, ep, c, dest, n, p, o...)
+		if err == nil && backup == "" {
+			backup = dest
+			// Saves fail from now on: the journal is replaced by a
+			// directory of its name (reads fail too).
+			if err := os.Remove(jp); err != nil {
+				t.Error(err)
+			}
+			if err := os.MkdirAll(filepath.Join(jp, "x"), 0o700); err != nil {
+				t.Error(err)
+			}
+		}
+		return s, err
+	}
+	r.rt.onStop = func(ctx context.Context) error { <-fs.started; return nil }
+	r.h.Consider(context.Background(), cluster3(memberstate.Lost, 2, 3), nil)
+	if backup == "" {
+		t.Fatal("no backup streamed")
+	}
+	if len(r.cluster.removed) != 0 || len(r.cluster.calls) != 0 {
+		t.Fatalf("membership changes %v (removed %v) after a backup no saved journal names", r.cluster.calls, r.cluster.removed)
+	}
+}
+
+// Review (helper 56): a new stream's name (one-second stamp) may be an
+// older backup's (the same second, or the clock stepped back). The stream
+// refuses to replace it, but the journal named it as streaming, and the
+// next start deleted a backup this attempt never wrote. The journal never
+// names a path that is there before the stream.
+func TestTheJournalNeverNamesAnOlderBackupAsThisStreams(t *testing.T) {
+	r := newRig(t, cluster3(memberstate.Lost, 2, 3))
+	q := r.h.cfg.QuarantineDir
+	if err := os.MkdirAll(q, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now().UTC()
+	var olds []string
+	for d := -1; d <= 8; d++ {
+		p := filepath.Join(q, "snapshot-m1-"+now.Add(time.Duration(d)*time.Second).Format(localdisk.SnapshotStampLayout)+".db")
+		if err := os.WriteFile(p, []byte("an older recovery's backup"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		olds = append(olds, p)
+	}
+	r.h.streamTo = func(ctx context.Context, _ string, _ *tls.Config, dest string, _ uint64, _ func(int64), _ ...peerseed.StreamOption) (peerseed.Snapshot, error) {
+		if _, err := os.Lstat(dest); err == nil { // as peerseed.Stream
+			return peerseed.Snapshot{}, errors.New(dest + " already exists; refusing to replace it")
+		}
+		return peerseed.Snapshot{}, errors.New("source unreachable")
+	}
+	r.h.Consider(context.Background(), cluster3(memberstate.Lost, 2, 3), nil)
+	if j := r.journal(t); slices.Contains(olds, j.BackupStreaming) {
+		t.Errorf("the journal names %s as its stream's, an older backup", j.BackupStreaming)
+	}
+	next := newRig(t, cluster3(memberstate.Healthy, 1, 2, 3))
+	next.h.cfg.StateDir, next.h.cfg.QuarantineDir, next.h.cfg.DataDir = r.h.cfg.StateDir, q, r.h.cfg.DataDir
+	next.h.Housekeep(cluster3(memberstate.Healthy, 1, 2, 3))
+	if left := present(olds); !slices.Equal(left, olds) {
+		t.Errorf("older backups deleted at the next start: kept %d of %d (Events %v)", len(left), len(olds), next.rep.events)
+	}
+}
+
+// A file at the path the journal streamed to, but older than its recovery
+// (the name of an older backup, a clock stepped back), is not that
+// stream's: kept.
+func TestAnUntakenBackupOlderThanItsRecoveryIsKept(t *testing.T) {
+	res := cluster3(memberstate.Healthy, 1, 2, 3)
+	r := newRig(t, res)
+	if err := os.MkdirAll(r.h.cfg.QuarantineDir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now().UTC()
+	p := filepath.Join(r.h.cfg.QuarantineDir, "snapshot-m1-"+now.Format(localdisk.SnapshotStampLayout)+".db")
+	if err := os.WriteFile(p, []byte("db"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chtimes(p, now.Add(-time.Hour), now.Add(-time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	j := journal.Record{ID: "j1", Member: "m1", Request: "auto", StartedAt: now, BackupStreaming: p}
+	j.Advance(journal.PhaseStopped, now)
+	if err := journal.Save(r.dir, j); err != nil {
+		t.Fatal(err)
+	}
+	r.h.Housekeep(res)
+	if len(present([]string{p})) != 1 {
+		t.Errorf("%s, an hour older than the recovery that named it, was removed", p)
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/etcd-agent/etcd-agent/internal/journal"
 	"github.com/etcd-agent/etcd-agent/internal/localdisk"
@@ -92,8 +93,14 @@ func (h *Healer) removeUntakenBackup() {
 		h.log.Warn("the journal names a backup stream outside this member's backups; kept", zap.String("path", p))
 		return
 	}
-	if st, err := os.Lstat(p); err != nil || !st.Mode().IsRegular() {
+	st, err := os.Lstat(p)
+	if err != nil || !st.Mode().IsRegular() {
 		return // never renamed into place, or already gone
+	}
+	if st.ModTime().Before(j.StartedAt.Truncate(time.Second)) {
+		h.log.Warn("the backup the journal streamed to is older than its recovery: not its stream's; kept", zap.String("path", p),
+			zap.Time("modified", st.ModTime()), zap.Time("recoveryStarted", j.StartedAt))
+		return
 	}
 	if h.cfg.Plan.DryRun {
 		h.log.Info("dry-run: a backup a killed agent streamed and never took would be removed; kept", zap.String("path", p))

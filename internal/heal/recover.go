@@ -167,6 +167,20 @@ func (h *Healer) recover(parent context.Context, first memberstate.Result, req *
 				// its step is retried until the recovery timeout.)
 				return h.fail(ctx, h.closing(&j, d, res, req, in.Claim), d, err)
 			}
+			if j.Active() {
+				// Journal first: the next step is decided on what the
+				// journal on disk says (as after a restart), never on a
+				// record the failed step changed in memory and could not
+				// save (a full disk): no removal follows a backup no
+				// saved journal names.
+				saved, ok, lerr := journal.Load(h.cfg.StateDir, h.cfg.Member)
+				if lerr != nil || !ok || saved.ID != j.ID {
+					h.log.Warn("the journal cannot be read back after a failed step: the attempt stops here and resumes from the journal at the next poll",
+						zap.String("id", j.ID), zap.Bool("found", ok), zap.String("foundID", saved.ID), zap.Error(lerr))
+					return Outcome{Decision: d, Err: fmt.Errorf("%w; the journal, read back: found %v, id %q, %v", err, ok, saved.ID, lerr)}
+				}
+				j = saved
+			}
 		default:
 			stepErrors = 0
 		}

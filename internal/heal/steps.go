@@ -218,8 +218,15 @@ func (h *Healer) noteBackupStream(j *journal.Record) (string, error) {
 	if err := os.MkdirAll(h.cfg.QuarantineDir, 0o700); err != nil {
 		return "", err
 	}
-	j.BackupStreaming = filepath.Join(h.cfg.QuarantineDir, fmt.Sprintf("snapshot-%s-%s.db", h.cfg.Member, time.Now().UTC().Format(localdisk.SnapshotStampLayout)))
-	return j.BackupStreaming, journal.Save(h.cfg.StateDir, *j)
+	dest := filepath.Join(h.cfg.QuarantineDir, fmt.Sprintf("snapshot-%s-%s.db", h.cfg.Member, time.Now().UTC().Format(localdisk.SnapshotStampLayout)))
+	// Never a path that is there: an older backup of that name (the same
+	// second, a clock stepped back) is not this stream's to remove. The
+	// stream itself refuses it too; the next try has the next second's.
+	if _, err := os.Lstat(dest); !errors.Is(err, os.ErrNotExist) {
+		return "", fmt.Errorf("the backup's name %s is taken (%v): streamed under the next one", dest, err)
+	}
+	j.BackupStreaming = dest
+	return dest, journal.Save(h.cfg.StateDir, *j)
 }
 
 // streamBackup streams a snapshot of src into a new file in the quarantine
