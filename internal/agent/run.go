@@ -44,6 +44,11 @@ func Run(ctx context.Context, c Config) error {
 	if err := os.MkdirAll(c.StateDir, 0o755); err != nil {
 		return err
 	}
+	unlock, err := lockStateDir(ctx, c.StateDir, stateLockWait, c.Log)
+	if err != nil {
+		return err
+	}
+	defer unlock()
 	m := metrics.New()
 	var ready atomic.Bool
 	srv, err := serveHTTP(c.MetricsAddr, m, &ready, c.Profiling, c.Log)
