@@ -71,7 +71,10 @@ dashboard-png:
 	cd hack/render-dashboard && $(GO) run . render -in testdata/lab-run.jsonl.gz -out ../../docs/dashboard.png
 
 ## demo: the heal demo: lab with agents, API load, wipe node2, live timeline, summary
+## (a previous demo's lab in LAB_DIR is stopped and its files replaced: a lab
+## reuses no node's data, whose cluster had other ports and another token)
 demo: tools build
+	@if [ -f $(LAB_DIR)/lab.json ]; then $(BIN)/etcd-agent lab down --dir $(LAB_DIR) && rm -rf $(LAB_DIR); fi
 	$(BIN)/etcd-agent lab demo --dir $(LAB_DIR) --log-level warn
 
 demo-down:
