@@ -21,6 +21,9 @@ import (
 // its state dir to exit (a rolling update whose old pod is still ending).
 const stateLockWait = time.Minute
 
+// flock is syscall.Flock (a test stands in a filesystem without locks).
+var flock = syscall.Flock
+
 // lockStateDir takes an exclusive lock on dir (flock on dir/.agent.lock,
 // released when the process exits, also by SIGKILL), waiting at most wait
 // for another holder, with a log line. unlock releases it.
@@ -33,9 +36,16 @@ func lockStateDir(ctx context.Context, dir string, wait time.Duration, log *zap.
 	deadline := time.Now().Add(wait)
 	said := false
 	for {
-		err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
+		err := flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
 		if err == nil {
-			return func() { _ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN); f.Close() }, nil
+			return func() { _ = flock(int(f.Fd()), syscall.LOCK_UN); f.Close() }, nil
+		}
+		if errors.Is(err, syscall.ENOLCK) || errors.Is(err, syscall.EOPNOTSUPP) || errors.Is(err, syscall.ENOSYS) {
+			// A filesystem without locks (some network mounts): the
+			// agent runs as it did before the lock, said once.
+			f.Close()
+			log.Warn("the state dir's filesystem has no file locks: one agent per state dir is not enforced", zap.String("lock", p), zap.Error(err))
+			return func() {}, nil
 		}
 		if !errors.Is(err, syscall.EWOULDBLOCK) {
 			f.Close()

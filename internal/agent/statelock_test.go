@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -52,5 +53,22 @@ func TestASecondAgentOnTheSameStateDirWaitsThenFails(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("the waiting agent did not get the state dir after the first let go")
+	}
+}
+
+// A filesystem without file locks does not keep the agent from starting:
+// it runs without the lock, and says so.
+func TestAStateDirWithoutFileLocksStillRuns(t *testing.T) {
+	old := flock
+	flock = func(int, int) error { return syscall.ENOLCK }
+	t.Cleanup(func() { flock = old })
+	core, logs := observer.New(zap.WarnLevel)
+	unlock, err := lockStateDir(context.Background(), t.TempDir(), time.Second, zap.New(core))
+	if err != nil {
+		t.Fatalf("no file locks: %v, want the agent to run", err)
+	}
+	unlock()
+	if logs.FilterMessageSnippet("no file locks").Len() != 1 {
+		t.Errorf("logged %v, want it said once", logs.All())
 	}
 }

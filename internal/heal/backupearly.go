@@ -34,6 +34,9 @@ type earlyBackup struct {
 	name     string
 	cancel   context.CancelFunc
 	done     chan struct{}
+	// lingers: a drop waited its whole bound for it to end after its
+	// cancel; later drops only look (no poll waits for it again).
+	lingers bool
 	// snap and err are set before done is closed.
 	snap peerseed.Snapshot
 	err  error
@@ -140,6 +143,9 @@ func (h *Healer) dropEarlyBackup(ctx context.Context) bool {
 	select {
 	case <-e.done:
 	default:
+		if e.lingers {
+			return false
+		}
 		h.log.Info("waiting for the backup streaming since the stop to end after its cancel", zap.String("source", e.name),
 			zap.Duration("atMost", h.earlyDropWait))
 		t := time.NewTimer(h.earlyDropWait)
@@ -147,7 +153,8 @@ func (h *Healer) dropEarlyBackup(ctx context.Context) bool {
 		select {
 		case <-e.done:
 		case <-t.C:
-			h.log.Warn("the backup streaming since the stop did not end after its cancel", zap.Duration("waited", h.earlyDropWait))
+			h.log.Warn("the backup streaming since the stop did not end after its cancel; not waited for again", zap.Duration("waited", h.earlyDropWait))
+			e.lingers = true
 			return false
 		case <-ctx.Done():
 			h.log.Warn("the backup streaming since the stop had not ended when the agent stopped waiting", zap.Error(ctx.Err()))

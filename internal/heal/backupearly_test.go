@@ -407,11 +407,17 @@ func TestTheDropKeepsTheBackupTheJournalNames(t *testing.T) {
 func TestABackupOfAnEarlierHoldThatLingersRefusesTheTakeInsteadOfFailing(t *testing.T) {
 	r := newRig(t, cluster3(memberstate.Lost, 2, 3))
 	stuck := &earlyBackup{recovery: "an earlier hold", cancel: func() {}, done: make(chan struct{})}
-	r.h.early, r.h.earlyDropWait = stuck, 5*time.Millisecond
-	for i := range 2 {
+	r.h.early, r.h.earlyDropWait = stuck, 300*time.Millisecond
+	for i := range 3 {
+		start := time.Now()
 		out := r.h.Consider(context.Background(), cluster3(memberstate.Lost, 2, 3), nil)
 		if out.Result != journal.ResultRefused || out.Decision.Reason != plan.ReasonRecoveryInProgress {
 			t.Fatalf("poll %d: %s/%s (%s): want refused, %s", i, out.Result, out.Decision.Reason, out.Decision.Detail, plan.ReasonRecoveryInProgress)
+		}
+		// The wait for it is once, not on every poll (which would hold up
+		// the agent's loop for as long as the stream lingers).
+		if took := time.Since(start); i > 0 && took >= r.h.earlyDropWait {
+			t.Fatalf("poll %d waited %s for the lingering stream again", i, took)
 		}
 	}
 	if j := r.journal(t); j.Failures != 0 || j.Result == journal.ResultFailed || r.lease.acquires != 0 {

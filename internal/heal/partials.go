@@ -77,13 +77,23 @@ func (h *Healer) isOwnPartFile(name string) bool {
 // removeUntakenBackup removes the backup the member's last journal says it
 // streamed (BackupStreaming) and did not take (SnapshotPath names another,
 // or none): the agent was killed between the stream's rename and the
-// snapshot step's record, or before the drop at the attempt's end. No
-// membership change came after it (changes follow the record), so it is
-// redundant: a resumed attempt streams its own. Only a regular file named
-// as this member's backups are, in the quarantine, ever goes.
+// snapshot step's record, or before the drop at the attempt's end.
 func (h *Healer) removeUntakenBackup() {
 	j, ok, err := journal.Load(h.cfg.StateDir, h.cfg.Member)
-	if err != nil || !ok || j.BackupStreaming == "" || j.BackupStreaming == j.SnapshotPath {
+	if err != nil || !ok {
+		return
+	}
+	h.removeUntaken(j, "a killed agent", "the agent was stopped in between")
+}
+
+// removeUntaken removes j's untaken backup (its stream renamed it into
+// place, its record never saved). No membership change came after it: the
+// next step is decided on the saved journal (changes follow the record), so
+// it is redundant, and the attempt streams its own. Only a regular file
+// named as this member's backups are, in the quarantine, and not older than
+// the recovery, ever goes; who and why are for the log and the Event.
+func (h *Healer) removeUntaken(j journal.Record, who, why string) {
+	if j.BackupStreaming == "" || j.BackupStreaming == j.SnapshotPath {
 		return
 	}
 	p := j.BackupStreaming
@@ -103,17 +113,17 @@ func (h *Healer) removeUntakenBackup() {
 		return
 	}
 	if h.cfg.Plan.DryRun {
-		h.log.Info("dry-run: a backup a killed agent streamed and never took would be removed; kept", zap.String("path", p))
+		h.log.Info("dry-run: a backup "+who+" streamed and never took would be removed; kept", zap.String("path", p))
 		return
 	}
 	if err := localdisk.RemoveQuarantined(h.cfg.QuarantineDir, localdisk.QuarantineEntry{Path: p}); err != nil {
-		h.pruneError("remove the backup a killed agent streamed and never took", err)
+		h.pruneError("remove the backup "+who+" streamed and never took", err)
 		return
 	}
 	h.metrics.QuarantinePrunedTotal.WithLabelValues(h.cfg.Member).Inc()
-	h.log.Info("removed a backup a killed agent streamed and never took (no membership change followed it)",
-		zap.String("path", p), zap.String("recovery", j.ID), zap.String("taken", j.SnapshotPath))
+	h.log.Info("removed a backup "+who+" streamed and never took (no membership change followed it)",
+		zap.String("path", p), zap.String("recovery", j.ID), zap.String("taken", j.SnapshotPath), zap.String("why", why))
 	h.event("Normal", nodereport.ReasonUntakenBackupRemoved,
-		"member %s: deleted %s, a pre-change backup recovery %s streamed and never took (the agent was stopped in between; no membership change followed it)",
-		h.cfg.Member, p, j.ID)
+		"member %s: deleted %s, a pre-change backup recovery %s streamed and never took (%s; no membership change followed it)",
+		h.cfg.Member, p, j.ID, why)
 }

@@ -179,6 +179,10 @@ func (h *Healer) recover(parent context.Context, first memberstate.Result, req *
 						zap.String("id", j.ID), zap.Bool("found", ok), zap.String("foundID", saved.ID), zap.Error(lerr))
 					return Outcome{Decision: d, Err: fmt.Errorf("%w; the journal, read back: found %v, id %q, %v", err, ok, saved.ID, lerr)}
 				}
+				// A flag this hold cleared stays cleared (a resume's
+				// BackupSeeds): re-reading never puts back what the
+				// Lease's own history ruled out.
+				saved.BackupSeeds = saved.BackupSeeds && j.BackupSeeds
 				j = saved
 			}
 		default:

@@ -213,11 +213,14 @@ func (h *Healer) snapshot(ctx context.Context, res memberstate.Result, j *journa
 
 // noteBackupStream picks a new backup's path in the quarantine and
 // journals it in j before the stream starts: a killed agent's next start
-// removes a file there the journal never took (removeUntakenBackup).
+// removes a file there the journal never took (removeUntakenBackup). The
+// one j streamed before and never took (its record could not be saved)
+// goes first: none of this attempt's streams writes it any more.
 func (h *Healer) noteBackupStream(j *journal.Record) (string, error) {
 	if err := os.MkdirAll(h.cfg.QuarantineDir, 0o700); err != nil {
 		return "", err
 	}
+	h.removeUntaken(*j, "this attempt", "its record could not be saved; streamed anew")
 	dest := filepath.Join(h.cfg.QuarantineDir, fmt.Sprintf("snapshot-%s-%s.db", h.cfg.Member, time.Now().UTC().Format(localdisk.SnapshotStampLayout)))
 	// Never a path that is there: an older backup of that name (the same
 	// second, a clock stepped back) is not this stream's to remove. The

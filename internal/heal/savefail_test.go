@@ -1,0 +1,111 @@
+package heal
+
+import (
+	"context"
+	"crypto/tls"
+	"path/filepath"
+	"syscall"
+	"testing"
+
+	"github.com/etcd-agent/etcd-agent/internal/journal"
+	"github.com/etcd-agent/etcd-agent/internal/lease"
+	"github.com/etcd-agent/etcd-agent/internal/memberstate"
+	"github.com/etcd-agent/etcd-agent/internal/peerseed"
+)
+
+// writesFail makes every file write of this process fail (RLIMIT_FSIZE:
+// EFBIG) until the returned func lifts it: a full disk for the journal,
+// while it can still be read. The package's tests do not run in parallel.
+func writesFail(t *testing.T) (lift func()) {
+	t.Helper()
+	var old syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_FSIZE, &old); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Setrlimit(syscall.RLIMIT_FSIZE, &syscall.Rlimit{Cur: 10, Max: old.Max}); err != nil {
+		t.Fatal(err)
+	}
+	lifted := false
+	lift = func() {
+		if !lifted {
+			lifted = true
+			if err := syscall.Setrlimit(syscall.RLIMIT_FSIZE, &old); err != nil {
+				t.Error(err)
+			}
+		}
+	}
+	t.Cleanup(lift)
+	return lift
+}
+
+// saveFailsAfterTake takes the Lease, then makes file writes fail.
+type saveFailsAfterTake struct {
+	*fakeLease
+	t      *testing.T
+	lifted *func()
+}
+
+func (l saveFailsAfterTake) TryAcquire(ctx context.Context, i lease.Info) error {
+	if err := l.fakeLease.TryAcquire(ctx, i); err != nil {
+		return err
+	}
+	*l.lifted = writesFail(l.t)
+	return nil
+}
+
+// Review (helper 57): a resumed hold clears BackupSeeds (the Lease may have
+// been another agent's since the backup), and that save failed once. The
+// attempt re-read the journal after the failed step and got the flag back,
+// under a Lease it held: the learner could be seeded from a backup older
+// than another agent's changes. A re-read never turns it back on.
+func TestAResumedHoldWhoseSaveFailsNeverSeedsFromItsBackup(t *testing.T) {
+	gone := cluster3(memberstate.Lost, 2, 3)
+	gone.Observation.Members = gone.Observation.Members[1:] // the old member is removed
+	r := newRig(t, gone)
+	r.journalAt(t, "auto", journal.PhaseRemoved, 0xa1, 0)
+	j := r.journal(t)
+	j.BackupSeeds, j.SnapshotPath, j.SnapshotSHA256, j.SnapshotClusterID = true, filepath.Join(r.dir, "snapshot-m1-2026-12-03T21-00-00Z.db"), "ab", 0xc1
+	if err := journal.Save(r.dir, j); err != nil {
+		t.Fatal(err)
+	}
+	lift := func() {}
+	r.h.newLease = func(uint64) (Lease, error) { return saveFailsAfterTake{r.lease, t, &lift}, nil }
+	r.obs.onObserve = func(int) { lift() } // the disk has room again at the next observation
+	r.h.Consider(context.Background(), gone, nil)
+	if got := r.journal(t); got.BackupSeeds || len(r.cluster.calls) == 0 {
+		t.Errorf("after the resume: journal phase %s, backupSeeds %v, changes %v; want the add made with the backup no longer seeding",
+			got.Phase, got.BackupSeeds, r.cluster.calls)
+	}
+}
+
+// Review (helper 57): a backup streamed, and its record (phase snapshotted)
+// could not be saved. The attempt streamed again on the journal read back
+// and left the first backup, whole and verified, named by no journal (and
+// its name, of the same second, made the retry fail as taken). It is
+// removed before the retry streams.
+func TestABackupWhoseRecordFailedIsRemovedBeforeTheRetryStreams(t *testing.T) {
+	r := newRig(t, cluster3(memberstate.Lost, 2, 3))
+	fs := newFakeStreams()
+	fs.fail = map[int]bool{1: true} // no early backup: the snapshot step's own
+	lift := func() {}
+	var first string
+	r.h.streamTo = func(ctx context.Context, ep string, c *tls.Config, dest string, n uint64, p func(int64), o ...peerseed.StreamOption) (peerseed.Snapshot, error) {
+		s, err := fs.stream(ctx, ep, c, dest, n, p, o...)
+		if err == nil && first == "" {
+			first = dest
+			lift = writesFail(t)
+		}
+		return s, err
+	}
+	r.obs.onObserve = func(int) { lift() }
+	r.cluster.removeErr = errBoom
+	r.h.Consider(context.Background(), cluster3(memberstate.Lost, 2, 3), nil)
+	j := r.journal(t)
+	if first == "" || j.SnapshotPath == "" {
+		t.Fatalf("phase %s after %d streams: want a backup journaled after the failed record", j.Phase, fs.count())
+	}
+	files, _ := filepath.Glob(filepath.Join(r.h.cfg.QuarantineDir, "snapshot-m1-*.db"))
+	if len(files) != 1 || files[0] != j.SnapshotPath {
+		t.Errorf("backups %v, the journal names %s: want only the journaled one", files, j.SnapshotPath)
+	}
+}
