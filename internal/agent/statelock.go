@@ -40,14 +40,10 @@ func lockStateDir(ctx context.Context, dir string, wait time.Duration, log *zap.
 		if err == nil {
 			return func() { _ = flock(int(f.Fd()), syscall.LOCK_UN); f.Close() }, nil
 		}
-		if errors.Is(err, syscall.ENOLCK) || errors.Is(err, syscall.EOPNOTSUPP) || errors.Is(err, syscall.ENOSYS) {
-			// A filesystem without locks (some network mounts): the
-			// agent runs as it did before the lock, said once.
-			f.Close()
-			log.Warn("the state dir's filesystem has no file locks: one agent per state dir is not enforced", zap.String("lock", p), zap.Error(err))
-			return func() {}, nil
-		}
 		if !errors.Is(err, syscall.EWOULDBLOCK) {
+			// Also a filesystem without locks (ENOLCK, EOPNOTSUPP): fail
+			// closed, the start's removal of a dead agent's leftovers is
+			// safe only with one live agent per state dir.
 			f.Close()
 			return nil, fmt.Errorf("state dir lock %s: %w", p, err)
 		}
