@@ -292,9 +292,8 @@ func TestAParkedMemberOfAResumedRecoveryIsPutBackWhenTheLeaseCannotBeRead(t *tes
 			for i := range 20 {
 				out := r.h.Consider(context.Background(), res, nil)
 				if i < 4 && (r.rt.starts != 0 || !r.journal(t).Active()) {
-					t.Fatalf("poll %d: started %d, journal open %v: a short outage is waited out", i, r.rt.starts, r.journal(t).Active())
+					t.Fatalf("poll %d: started %d, journal open %v (%+v): a short outage is waited out", i, r.rt.starts, r.journal(t).Active(), out.Decision)
 				}
-				_ = out
 			}
 			if quarantined {
 				if r.rt.starts != 0 {

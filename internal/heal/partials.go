@@ -63,12 +63,12 @@ func (h *Healer) isOwnPartFile(name string) bool {
 	if fetch, ok := strings.CutPrefix(name, "."+h.seedStreamPrefix()); ok {
 		return strings.HasSuffix(fetch, ".part") && isSeedStreamOf(name[1:], h.seedStreamPrefix())
 	}
+	if _, rest, ok := localdisk.CutSnapshotName(name, h.cfg.Member); ok {
+		return rest == ".part"
+	}
 	base, ok := strings.CutSuffix(name, ".db.part")
 	if !ok {
 		return false
-	}
-	if stamp, ok := strings.CutPrefix(base, "snapshot-"+h.cfg.Member+"-"); ok {
-		return localdisk.IsSnapshotStamp(stamp)
 	}
 	stamp, ok := strings.CutPrefix(base, h.seedStreamPrefix())
 	return ok && len(stamp) == len(seedStampLayout) && isSeedStreamOf(name, h.seedStreamPrefix())
@@ -97,9 +97,8 @@ func (h *Healer) removeUntaken(j journal.Record, who, why string) {
 		return
 	}
 	p := j.BackupStreaming
-	stamp, own := strings.CutPrefix(filepath.Base(p), "snapshot-"+h.cfg.Member+"-")
-	stamp, own = strings.CutSuffix(stamp, ".db")
-	if !own || !localdisk.IsSnapshotStamp(stamp) || filepath.Dir(filepath.Clean(p)) != filepath.Clean(h.cfg.QuarantineDir) {
+	_, rest, own := localdisk.CutSnapshotName(filepath.Base(p), h.cfg.Member)
+	if !own || rest != "" || filepath.Dir(filepath.Clean(p)) != filepath.Clean(h.cfg.QuarantineDir) {
 		h.log.Warn("the journal names a backup stream outside this member's backups; kept", zap.String("path", p))
 		return
 	}

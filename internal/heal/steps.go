@@ -221,7 +221,7 @@ func (h *Healer) noteBackupStream(j *journal.Record) (string, error) {
 		return "", err
 	}
 	h.removeUntaken(*j, "this attempt", "its record could not be saved; streamed anew")
-	dest := filepath.Join(h.cfg.QuarantineDir, fmt.Sprintf("snapshot-%s-%s.db", h.cfg.Member, time.Now().UTC().Format(localdisk.SnapshotStampLayout)))
+	dest := filepath.Join(h.cfg.QuarantineDir, localdisk.SnapshotName(h.cfg.Member, time.Now()))
 	// Never a path that is there: an older backup of that name (the same
 	// second, a clock stepped back) is not this stream's to remove. The
 	// stream itself refuses it too; the next try has the next second's.
@@ -467,14 +467,8 @@ func (h *Healer) removeSeedStreams() {
 // isBackupRecordOf: name is snapshot-<member>-<stamp>.db.seed.json (a
 // backup's provenance record), optionally followed by a temp suffix.
 func isBackupRecordOf(name, member string) bool {
-	rest, ok := strings.CutPrefix(name, "snapshot-"+member+"-")
-	if !ok || len(rest) < len(localdisk.SnapshotStampLayout) {
-		return false
-	}
-	if _, err := time.Parse(localdisk.SnapshotStampLayout, rest[:len(localdisk.SnapshotStampLayout)]); err != nil {
-		return false
-	}
-	return strings.HasPrefix(rest[len(localdisk.SnapshotStampLayout):], ".db.seed.json")
+	_, rest, ok := localdisk.CutSnapshotName(name, member)
+	return ok && strings.HasPrefix(rest, ".seed.json")
 }
 
 // isSeedStreamOf: name is <prefix><stamp>.db, optionally followed by a

@@ -54,11 +54,8 @@ func ListQuarantine(root, dataDirBase, member string) ([]QuarantineEntry, error)
 		if rest, found := strings.CutPrefix(name, dataDirBase+"-"); found && de.IsDir() {
 			at, ok = parseStamp(quarantineStampLayout, rest)
 			kind = KindDataDir
-		} else if rest, found := strings.CutPrefix(name, "snapshot-"+member+"-"); found && de.Type().IsRegular() {
-			if stamp, found := strings.CutSuffix(rest, ".db"); found {
-				at, ok = parseStamp(SnapshotStampLayout, stamp)
-				kind = KindSnapshot
-			}
+		} else if stamp, rest, found := CutSnapshotName(name, member); found && rest == "" && de.Type().IsRegular() {
+			at, ok, kind = stamp, true, KindSnapshot
 		}
 		if !ok {
 			continue
@@ -71,10 +68,29 @@ func ListQuarantine(root, dataDirBase, member string) ([]QuarantineEntry, error)
 	return out, nil
 }
 
-// IsSnapshotStamp: s is the time in a pre-change snapshot's name.
-func IsSnapshotStamp(s string) bool {
-	_, ok := parseStamp(SnapshotStampLayout, s)
-	return ok
+// SnapshotName is the file name of member's pre-change snapshot taken at
+// t: snapshot-<member>-<SnapshotStampLayout>.db.
+func SnapshotName(member string, t time.Time) string {
+	return "snapshot-" + member + "-" + t.UTC().Format(SnapshotStampLayout) + ".db"
+}
+
+// CutSnapshotName: name begins with a name SnapshotName gives member; at
+// is its stamp and rest what follows it ("" for the snapshot itself,
+// ".part" for its stream's part file). Member "etcd" never takes member
+// "etcd-2"'s ("snapshot-etcd-2-2026-..." has no stamp after "snapshot-etcd-").
+func CutSnapshotName(name, member string) (at time.Time, rest string, ok bool) {
+	s, ok := strings.CutPrefix(name, "snapshot-"+member+"-")
+	if !ok || len(s) < len(SnapshotStampLayout) {
+		return time.Time{}, "", false
+	}
+	if at, ok = parseStamp(SnapshotStampLayout, s[:len(SnapshotStampLayout)]); !ok {
+		return time.Time{}, "", false
+	}
+	rest, ok = strings.CutPrefix(s[len(SnapshotStampLayout):], ".db")
+	if !ok {
+		return time.Time{}, "", false
+	}
+	return at, rest, true
 }
 
 func parseStamp(layout, s string) (time.Time, bool) {

@@ -122,3 +122,28 @@ func TestRemoveQuarantinedOnlyInsideTheRoot(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A snapshot's name round-trips through CutSnapshotName, and only member's
+// exact names are cut: not member "etcd-2"'s for "etcd", not a name whose
+// stamp is cut short or is not a time, not one without ".db".
+func TestCutSnapshotNameTakesOnlyTheMembersNames(t *testing.T) {
+	t1 := time.Date(2026, 11, 30, 5, 20, 9, 438, time.UTC)
+	name := SnapshotName("etcd", t1.In(time.FixedZone("x", 3600)))
+	at, rest, ok := CutSnapshotName(name, "etcd")
+	if !ok || rest != "" || !at.Equal(t1.Truncate(time.Second)) {
+		t.Fatalf("%s: at %v rest %q ok %v", name, at, rest, ok)
+	}
+	for _, c := range []struct{ name, rest string }{{name + ".part", ".part"}, {name + ".seed.json.tmp-1", ".seed.json.tmp-1"}} {
+		if _, rest, ok := CutSnapshotName(c.name, "etcd"); !ok || rest != c.rest {
+			t.Errorf("%s: rest %q ok %v, want %q", c.name, rest, ok, c.rest)
+		}
+	}
+	for _, n := range []string{
+		SnapshotName("etcd-2", t1), "snapshot-etcd-2026-11-30T05-20.db", "snapshot-etcd-2026-13-30T05-20-09Z.db",
+		"snapshot-etcd-" + t1.Format(SnapshotStampLayout), "snapshot-etcd-" + t1.Format(SnapshotStampLayout) + ".d", "seed-etcd-x.db",
+	} {
+		if _, _, ok := CutSnapshotName(n, "etcd"); ok {
+			t.Errorf("%s was cut as member etcd's snapshot", n)
+		}
+	}
+}
