@@ -329,6 +329,18 @@ func (h *Healer) begin(ctx context.Context, res memberstate.Result, req *plan.Re
 	next := *j // the record once the Lease is ours: a take that fails changes nothing
 	if !resumed {
 		next = h.newRecord(res, req, *j, claim)
+	} else if next.BackupSeeds {
+		// The Lease may have been another agent's since the backup: its
+		// changes may be in the log the learner would replay. Cleared on
+		// disk before the take: no hold runs on a journal that says the
+		// backup may still seed (a flag only ever cleared, so a take that
+		// then fails loses nothing).
+		next.BackupSeeds = false
+		if err := journal.Save(h.cfg.StateDir, next); err != nil {
+			return fmt.Errorf("the pre-change backup's seeding cannot be turned off before the resume: %w", err)
+		}
+		j.BackupSeeds = false
+		h.log.Info("the pre-change backup no longer seeds the learner (the recovery resumes): a seed is streamed after the add")
 	}
 	info := lease.Info{Target: h.cfg.Member, Phase: string(next.Phase), StartedAt: next.StartedAt}
 	if info.Phase == "" {
@@ -342,15 +354,6 @@ func (h *Healer) begin(ctx context.Context, res memberstate.Result, req *plan.Re
 	h.metrics.LeaseHeld.WithLabelValues(h.cfg.Member).Set(1)
 	if resumed {
 		h.log.Info("recovery resumed", zap.String("id", j.ID), zap.String("phase", string(j.Phase)))
-		if j.BackupSeeds {
-			// The Lease may have been another agent's since the backup:
-			// its changes may be in the log the learner would replay.
-			j.BackupSeeds = false
-			if err := journal.Save(h.cfg.StateDir, *j); err != nil {
-				return err
-			}
-			h.log.Info("the pre-change backup no longer seeds the learner (the recovery resumed): a seed is streamed after the add")
-		}
 		return h.holdAt(ctx, HoldLeaseAcquired)
 	}
 	if err := h.advance(ctx, j, journal.PhaseStarted); err != nil {

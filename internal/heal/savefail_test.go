@@ -78,6 +78,33 @@ func TestAResumedHoldWhoseSaveFailsNeverSeedsFromItsBackup(t *testing.T) {
 	}
 }
 
+// A resumed hold clears BackupSeeds on disk before it takes the Lease: a
+// flag that cannot be cleared (a full disk) means no take, so no hold ever
+// runs on a journal whose saved flag says the backup may still seed (it
+// took the Lease on every try, and relied on the re-read's guard).
+func TestAResumeWhoseBackupSeedsCannotBeClearedTakesNoLease(t *testing.T) {
+	gone := cluster3(memberstate.Lost, 2, 3)
+	gone.Observation.Members = gone.Observation.Members[1:] // the old member is removed
+	r := newRig(t, gone)
+	r.journalAt(t, "auto", journal.PhaseRemoved, 0xa1, 0)
+	j := r.journal(t)
+	j.BackupSeeds, j.SnapshotPath, j.SnapshotSHA256, j.SnapshotClusterID = true, filepath.Join(r.dir, "snapshot-m1-2026-12-03T21-00-00Z.db"), "ab", 0xc1
+	if err := journal.Save(r.dir, j); err != nil {
+		t.Fatal(err)
+	}
+	lift := writesFail(t)
+	r.h.Consider(context.Background(), gone, nil)
+	lift()
+	if got := r.journal(t); r.lease.acquires != 0 || len(r.cluster.calls) != 0 || !got.BackupSeeds {
+		t.Errorf("Lease taken %d times, changes %v, journal backupSeeds %v: want no take while the flag cannot be cleared",
+			r.lease.acquires, r.cluster.calls, got.BackupSeeds)
+	}
+	r.h.Consider(context.Background(), gone, nil)
+	if got := r.journal(t); got.BackupSeeds || len(r.cluster.calls) == 0 {
+		t.Errorf("once the disk has room: backupSeeds %v, changes %v; want the add made with the backup no longer seeding", got.BackupSeeds, r.cluster.calls)
+	}
+}
+
 // Review (helper 57): a backup streamed, and its record (phase snapshotted)
 // could not be saved. The attempt streamed again on the journal read back
 // and left the first backup, whole and verified, named by no journal (and
