@@ -179,11 +179,7 @@ func (h *Healer) recover(parent context.Context, first memberstate.Result, req *
 						zap.String("id", j.ID), zap.Bool("found", ok), zap.String("foundID", saved.ID), zap.Error(lerr))
 					return Outcome{Decision: d, Err: fmt.Errorf("%w; the journal, read back: found %v, id %q, %v", err, ok, saved.ID, lerr)}
 				}
-				// A flag this hold cleared stays cleared (a resume's
-				// BackupSeeds): re-reading never puts back what the
-				// Lease's own history ruled out.
-				saved.BackupSeeds = saved.BackupSeeds && j.BackupSeeds
-				j = saved
+				j = saved // (BackupSeeds is off on disk before it is in memory)
 			}
 		default:
 			stepErrors = 0
@@ -218,8 +214,20 @@ func takeNotMade(err error) plan.Reason {
 		return plan.ReasonAPIUnavailable
 	case errors.Is(err, errEarlierStreamLingers):
 		return plan.ReasonRecoveryInProgress
+	case errors.Is(err, errResumeNotSaved) && outOfSpace(err):
+		return plan.ReasonDiskFull
 	}
 	return ""
+}
+
+// errResumeNotSaved: a resume's journal could not be saved before the
+// take (the Lease was not taken).
+var errResumeNotSaved = errors.New("the resumed recovery's journal could not be saved; the Lease was not taken")
+
+// outOfSpace: err is a write that found no room (a full disk, a quota, a
+// file size limit).
+func outOfSpace(err error) bool {
+	return errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT) || errors.Is(err, syscall.EFBIG)
 }
 
 // shutdown: the agent stops (SIGTERM, a rolling update). Not a failure:
@@ -326,21 +334,21 @@ func (h *Healer) begin(ctx context.Context, res memberstate.Result, req *plan.Re
 	}
 	h.backupCopy = backupCopy{}
 	resumed := j.Active()
-	next := *j // the record once the Lease is ours: a take that fails changes nothing
+	next := *j // the record once the Lease is ours: a take that fails changes nothing (but the flag below)
+	seedsOff := false
 	if !resumed {
 		next = h.newRecord(res, req, *j, claim)
 	} else if next.BackupSeeds {
 		// The Lease may have been another agent's since the backup: its
-		// changes may be in the log the learner would replay. Cleared on
-		// disk before the take: no hold runs on a journal that says the
-		// backup may still seed (a flag only ever cleared, so a take that
-		// then fails loses nothing).
+		// changes may be in the log the learner would replay. Off on disk
+		// before the take: no hold runs on a journal that says the backup
+		// may still seed (a flag only ever turned off, so a take that then
+		// fails loses nothing).
 		next.BackupSeeds = false
 		if err := journal.Save(h.cfg.StateDir, next); err != nil {
-			return fmt.Errorf("the pre-change backup's seeding cannot be turned off before the resume: %w", err)
+			return fmt.Errorf("%w: turning the pre-change backup's seeding off: %w", errResumeNotSaved, err)
 		}
-		j.BackupSeeds = false
-		h.log.Info("the pre-change backup no longer seeds the learner (the recovery resumes): a seed is streamed after the add")
+		j.BackupSeeds, seedsOff = false, true
 	}
 	info := lease.Info{Target: h.cfg.Member, Phase: string(next.Phase), StartedAt: next.StartedAt}
 	if info.Phase == "" {
@@ -354,6 +362,9 @@ func (h *Healer) begin(ctx context.Context, res memberstate.Result, req *plan.Re
 	h.metrics.LeaseHeld.WithLabelValues(h.cfg.Member).Set(1)
 	if resumed {
 		h.log.Info("recovery resumed", zap.String("id", j.ID), zap.String("phase", string(j.Phase)))
+		if seedsOff {
+			h.log.Info("the pre-change backup no longer seeds the learner (the recovery resumed): a seed is streamed after the add")
+		}
 		return h.holdAt(ctx, HoldLeaseAcquired)
 	}
 	if err := h.advance(ctx, j, journal.PhaseStarted); err != nil {

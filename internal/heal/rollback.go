@@ -54,11 +54,15 @@ func (h *Healer) removeStranded(ctx context.Context, res memberstate.Result, j *
 		return h.timed(j, journal.PhaseRemoved, func() error { return h.removeMember(ctx, res, d.MemberID) })
 	}
 	if j.BackupSeeds {
-		// Another's learner was in the cluster after our backup.
-		j.BackupSeeds = false
-		if err := journal.Save(h.cfg.StateDir, *j); err != nil {
+		// Another's learner was in the cluster after our backup. Off on
+		// disk before the removal, and in memory only once it is: a save
+		// that fails leaves the flag on, so the retry saves it again.
+		next := *j
+		next.BackupSeeds = false
+		if err := journal.Save(h.cfg.StateDir, next); err != nil {
 			return err
 		}
+		j.BackupSeeds = false
 	}
 	if err := h.removeMember(ctx, res, d.MemberID); err != nil {
 		return err

@@ -4,13 +4,18 @@ import (
 	"context"
 	"crypto/tls"
 	"path/filepath"
+	"slices"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/etcd-agent/etcd-agent/internal/journal"
 	"github.com/etcd-agent/etcd-agent/internal/lease"
 	"github.com/etcd-agent/etcd-agent/internal/memberstate"
+	"github.com/etcd-agent/etcd-agent/internal/nodereport"
+	"github.com/etcd-agent/etcd-agent/internal/observation"
 	"github.com/etcd-agent/etcd-agent/internal/peerseed"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
 // writesFail makes every file write of this process fail (RLIMIT_FSIZE:
@@ -54,10 +59,11 @@ func (l saveFailsAfterTake) TryAcquire(ctx context.Context, i lease.Info) error 
 }
 
 // Review (helper 57): a resumed hold clears BackupSeeds (the Lease may have
-// been another agent's since the backup), and that save failed once. The
-// attempt re-read the journal after the failed step and got the flag back,
-// under a Lease it held: the learner could be seeded from a backup older
-// than another agent's changes. A re-read never turns it back on.
+// been another agent's since the backup), and the saves after the take
+// failed. The attempt re-read the journal after the failed step and got the
+// flag back, under a Lease it held: the learner could be seeded from a
+// backup older than another agent's changes. The flag is now off on disk
+// before the take, so the journal read back has it off.
 func TestAResumedHoldWhoseSaveFailsNeverSeedsFromItsBackup(t *testing.T) {
 	gone := cluster3(memberstate.Lost, 2, 3)
 	gone.Observation.Members = gone.Observation.Members[1:] // the old member is removed
@@ -93,11 +99,18 @@ func TestAResumeWhoseBackupSeedsCannotBeClearedTakesNoLease(t *testing.T) {
 		t.Fatal(err)
 	}
 	lift := writesFail(t)
-	r.h.Consider(context.Background(), gone, nil)
+	for range 6 { // more polls than a failing step's tries
+		r.h.Consider(context.Background(), gone, nil)
+	}
 	lift()
-	if got := r.journal(t); r.lease.acquires != 0 || len(r.cluster.calls) != 0 || !got.BackupSeeds {
-		t.Errorf("Lease taken %d times, changes %v, journal backupSeeds %v: want no take while the flag cannot be cleared",
-			r.lease.acquires, r.cluster.calls, got.BackupSeeds)
+	if got := r.journal(t); r.lease.acquires != 0 || len(r.cluster.calls) != 0 || !got.BackupSeeds || !got.Active() {
+		t.Errorf("Lease taken %d times, changes %v, journal backupSeeds %v, open %v: want no take while the flag cannot be cleared, the journal open",
+			r.lease.acquires, r.cluster.calls, got.BackupSeeds, got.Active())
+	}
+	// Never held, so nothing failed: a refusal (disk-full), said once, as
+	// a resume whose take goes unanswered waits.
+	if f, n := testutil.ToFloat64(r.m.RecoveriesTotal.WithLabelValues("m1", journal.ResultFailed)), r.refusals("disk-full"); f != 0 || n != 1 || r.rep.count(nodereport.ReasonRecoveryFailed) != 0 {
+		t.Errorf("recoveries failed %v, disk-full refusals %v, RecoveryFailed Events %d: want 0, 1, 0", f, n, r.rep.count(nodereport.ReasonRecoveryFailed))
 	}
 	r.h.Consider(context.Background(), gone, nil)
 	if got := r.journal(t); got.BackupSeeds || len(r.cluster.calls) == 0 {
@@ -134,5 +147,49 @@ func TestABackupWhoseRecordFailedIsRemovedBeforeTheRetryStreams(t *testing.T) {
 	files, _ := filepath.Glob(filepath.Join(r.h.cfg.QuarantineDir, "snapshot-m1-*.db"))
 	if len(files) != 1 || files[0] != j.SnapshotPath {
 		t.Errorf("backups %v, the journal names %s: want only the journaled one", files, j.SnapshotPath)
+	}
+}
+
+// Review (helper 59): a stranded learner found at our add, after our
+// backup: removeStranded clears BackupSeeds and its save failed (a full
+// disk). The next try found the flag already off in memory and removed the
+// learner while the journal on disk still said the backup may seed. The
+// flag is off on disk before the removal.
+func TestAStrandedLearnersRemovalWaitsForBackupSeedsOffOnDisk(t *testing.T) {
+	lost := cluster3(memberstate.Lost, 2, 3)
+	gone := cluster3(memberstate.Lost, 2, 3)
+	gone.Observation.Members = gone.Observation.Members[1:] // our old member is removed
+	gone.Observation.Local.Match, gone.Observation.Local.ID = observation.MatchNotFound, 0
+	r := newRig(t, lost)
+	fs := newFakeStreams()
+	r.h.streamTo = fs.stream
+	lift, switched := func() {}, false
+	r.obs.onObserve = func(int) {
+		lift()
+		if j, ok, _ := journal.Load(r.dir, "m1"); ok && j.Phase == journal.PhaseRemoved && !switched {
+			switched = true
+			if !j.BackupSeeds {
+				t.Errorf("at the removal: backupSeeds off; this test needs a hold whose backup may seed")
+			}
+			r.obs.res = []memberstate.Result{withStranded(gone, 10*time.Minute)} // until removed
+			lift = writesFail(t)                                                 // the first save of the next step fails
+		}
+	}
+	var onDisk []bool
+	r.cluster.onRemove = func() {
+		j, _, _ := journal.Load(r.dir, "m1")
+		onDisk = append(onDisk, j.BackupSeeds)
+		if switched {
+			r.obs.mu.Lock()
+			r.obs.res = []memberstate.Result{gone}
+			r.obs.mu.Unlock()
+		}
+	}
+	r.h.Consider(context.Background(), lost, nil)
+	if !slices.Contains(r.cluster.removed, strandedID) {
+		t.Fatalf("removed %x, calls %v: want the stranded learner removed", r.cluster.removed, r.cluster.calls)
+	}
+	if len(onDisk) != 2 || onDisk[1] {
+		t.Errorf("journal's backupSeeds on disk at each removal (ours, the stranded learner's): %v; want off at the second", onDisk)
 	}
 }
