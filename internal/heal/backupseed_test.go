@@ -47,15 +47,7 @@ func TestTheBackupSeedsOnlyARejoinThatDidNotResume(t *testing.T) {
 // Lease meanwhile and added and removed a learner, which a fresh member list
 // does not show but a learner seeded from the older backup would replay.
 func TestAResumedRecoveryNoLongerSeedsFromItsBackup(t *testing.T) {
-	gone := cluster3(memberstate.Lost, 2, 3)
-	gone.Observation.Members = gone.Observation.Members[1:] // our old member is removed
-	r := newRig(t, gone)
-	r.journalAt(t, "auto", journal.PhaseRemoved, 0xa1, 0)
-	j := r.journal(t)
-	j.BackupSeeds, j.SnapshotPath, j.SnapshotSHA256, j.SnapshotClusterID = true, "/nowhere/snapshot-m1-2026-12-03T21-00-00Z.db", "ab", 0xc1
-	if err := journal.Save(r.dir, j); err != nil {
-		t.Fatal(err)
-	}
+	r, gone := resumedPastRemoveWithBackupSeeds(t)
 	r.h.Consider(context.Background(), gone, nil)
 	if got := r.journal(t); got.BackupSeeds {
 		t.Fatalf("journal after the resume: backupSeeds still set (phase %s)", got.Phase)
@@ -81,4 +73,21 @@ func TestTheBackupSeedsOnlyUnderALeaseReadFreshAsOurs(t *testing.T) {
 	if _, err := os.Stat(peerseed.SeedSourcePath(backup)); !os.IsNotExist(err) {
 		t.Fatalf("a provenance record was written beside the backup (%v)", err)
 	}
+}
+
+// resumedPastRemoveWithBackupSeeds: a rig whose journal is open past the
+// removal of our old member, its backup (a file that is not there) still
+// flagged to seed the learner, and the cluster as the removal left it.
+func resumedPastRemoveWithBackupSeeds(t *testing.T) (*rig, memberstate.Result) {
+	t.Helper()
+	gone := cluster3(memberstate.Lost, 2, 3)
+	gone.Observation.Members = gone.Observation.Members[1:] // our old member is removed
+	r := newRig(t, gone)
+	r.journalAt(t, "auto", journal.PhaseRemoved, 0xa1, 0)
+	j := r.journal(t)
+	j.BackupSeeds, j.SnapshotPath, j.SnapshotSHA256, j.SnapshotClusterID = true, filepath.Join(r.dir, "snapshot-m1-2026-12-03T21-00-00Z.db"), "ab", 0xc1
+	if err := journal.Save(r.dir, j); err != nil {
+		t.Fatal(err)
+	}
+	return r, gone
 }

@@ -65,15 +65,7 @@ func (l saveFailsAfterTake) TryAcquire(ctx context.Context, i lease.Info) error 
 // backup older than another agent's changes. The flag is now off on disk
 // before the take, so the journal read back has it off.
 func TestAResumedHoldWhoseSaveFailsNeverSeedsFromItsBackup(t *testing.T) {
-	gone := cluster3(memberstate.Lost, 2, 3)
-	gone.Observation.Members = gone.Observation.Members[1:] // the old member is removed
-	r := newRig(t, gone)
-	r.journalAt(t, "auto", journal.PhaseRemoved, 0xa1, 0)
-	j := r.journal(t)
-	j.BackupSeeds, j.SnapshotPath, j.SnapshotSHA256, j.SnapshotClusterID = true, filepath.Join(r.dir, "snapshot-m1-2026-12-03T21-00-00Z.db"), "ab", 0xc1
-	if err := journal.Save(r.dir, j); err != nil {
-		t.Fatal(err)
-	}
+	r, gone := resumedPastRemoveWithBackupSeeds(t)
 	lift := func() {}
 	r.h.newLease = func(uint64) (Lease, error) { return saveFailsAfterTake{r.lease, t, &lift}, nil }
 	r.obs.onObserve = func(int) { lift() } // the disk has room again at the next observation
@@ -89,15 +81,7 @@ func TestAResumedHoldWhoseSaveFailsNeverSeedsFromItsBackup(t *testing.T) {
 // runs on a journal whose saved flag says the backup may still seed (it
 // took the Lease on every try, and relied on the re-read's guard).
 func TestAResumeWhoseBackupSeedsCannotBeClearedTakesNoLease(t *testing.T) {
-	gone := cluster3(memberstate.Lost, 2, 3)
-	gone.Observation.Members = gone.Observation.Members[1:] // the old member is removed
-	r := newRig(t, gone)
-	r.journalAt(t, "auto", journal.PhaseRemoved, 0xa1, 0)
-	j := r.journal(t)
-	j.BackupSeeds, j.SnapshotPath, j.SnapshotSHA256, j.SnapshotClusterID = true, filepath.Join(r.dir, "snapshot-m1-2026-12-03T21-00-00Z.db"), "ab", 0xc1
-	if err := journal.Save(r.dir, j); err != nil {
-		t.Fatal(err)
-	}
+	r, gone := resumedPastRemoveWithBackupSeeds(t)
 	lift := writesFail(t)
 	for range 6 { // more polls than a failing step's tries
 		r.h.Consider(context.Background(), gone, nil)
