@@ -335,10 +335,9 @@ func (h *Healer) begin(ctx context.Context, res memberstate.Result, req *plan.Re
 	h.backupCopy = backupCopy{}
 	resumed := j.Active()
 	next := *j // the record once the Lease is ours: a take that fails changes nothing (but the flag below)
-	seedsOff := false
 	if !resumed {
 		next = h.newRecord(res, req, *j, claim)
-	} else if next.BackupSeeds {
+	} else if h.backupSeeds(&next) {
 		// The Lease may have been another agent's since the backup: its
 		// changes may be in the log the learner would replay. Off on disk
 		// before the take: no hold runs on a journal that says the backup
@@ -348,7 +347,8 @@ func (h *Healer) begin(ctx context.Context, res memberstate.Result, req *plan.Re
 		if err := journal.Save(h.cfg.StateDir, next); err != nil {
 			return fmt.Errorf("%w: turning the pre-change backup's seeding off: %w", errResumeNotSaved, err)
 		}
-		j.BackupSeeds, seedsOff = false, true
+		j.BackupSeeds = false
+		h.log.Info("the pre-change backup no longer seeds the learner (the recovery resumes): a seed is streamed after the add")
 	}
 	info := lease.Info{Target: h.cfg.Member, Phase: string(next.Phase), StartedAt: next.StartedAt}
 	if info.Phase == "" {
@@ -362,9 +362,6 @@ func (h *Healer) begin(ctx context.Context, res memberstate.Result, req *plan.Re
 	h.metrics.LeaseHeld.WithLabelValues(h.cfg.Member).Set(1)
 	if resumed {
 		h.log.Info("recovery resumed", zap.String("id", j.ID), zap.String("phase", string(j.Phase)))
-		if seedsOff {
-			h.log.Info("the pre-change backup no longer seeds the learner (the recovery resumed): a seed is streamed after the add")
-		}
 		return h.holdAt(ctx, HoldLeaseAcquired)
 	}
 	if err := h.advance(ctx, j, journal.PhaseStarted); err != nil {

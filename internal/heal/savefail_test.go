@@ -15,6 +15,7 @@ import (
 	"github.com/etcd-agent/etcd-agent/internal/nodereport"
 	"github.com/etcd-agent/etcd-agent/internal/observation"
 	"github.com/etcd-agent/etcd-agent/internal/peerseed"
+	"github.com/etcd-agent/etcd-agent/internal/plan"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
@@ -175,5 +176,24 @@ func TestAStrandedLearnersRemovalWaitsForBackupSeedsOffOnDisk(t *testing.T) {
 	}
 	if len(onDisk) != 2 || onDisk[1] {
 		t.Errorf("journal's backupSeeds on disk at each removal (ours, the stranded learner's): %v; want off at the second", onDisk)
+	}
+}
+
+// Review (helper 60): a move never seeds from its own backup (its seed is
+// the store's), so its flag is never saved before the take: a move's resume
+// on a full disk takes the Lease as before, and a move's snapshot no longer
+// sets the flag at all.
+func TestAMovesResumeSavesNoSeedingFlagBeforeTheTake(t *testing.T) {
+	r, gone := resumedPastRemoveWithBackupSeeds(t)
+	j := r.journal(t)
+	j.Request = plan.ActionMoveAway
+	if err := journal.Save(r.dir, j); err != nil {
+		t.Fatal(err)
+	}
+	lift := writesFail(t)
+	r.h.Consider(context.Background(), gone, nil)
+	lift()
+	if r.lease.acquires == 0 {
+		t.Errorf("the Lease was never taken: a move's resume waited on saving a flag it never uses")
 	}
 }

@@ -183,7 +183,9 @@ func (h *Healer) snapshot(ctx context.Context, res memberstate.Result, j *journa
 	j.SnapshotPath, j.SnapshotBytes, j.SnapshotSHA256, j.SnapshotSource = snap.Path, snap.Size, snap.SHA256, src.Name
 	h.keepBackupCopy(*j, snap)
 	j.SnapshotClusterID = journal.MemberID(res.Observation.ClusterID)
-	j.BackupSeeds = true // taken by backupSeeds for a rejoin only, while this attempt does not resume
+	// A rejoin's backup may seed its learner while this attempt does not
+	// resume (backupSeeds); a move's seed is the store's.
+	j.BackupSeeds = j.Request != plan.ActionMoveIn && j.Request != plan.ActionMoveAway
 	h.log.Info("snapshot streamed and verified", zap.String("source", src.Name), zap.String("why", why),
 		zap.String("path", snap.Path), zap.Int64("bytes", snap.Size), zap.Duration("took", snap.Took))
 	memberID := uint64(j.OldMemberID)
