@@ -14,7 +14,6 @@ import (
 	"github.com/etcd-agent/etcd-agent/internal/journal"
 	"github.com/etcd-agent/etcd-agent/internal/localdisk"
 	"github.com/etcd-agent/etcd-agent/internal/peerseed"
-	"github.com/etcd-agent/etcd-agent/internal/plan"
 	"go.uber.org/zap"
 )
 
@@ -29,7 +28,7 @@ type backupCopy struct {
 // data dir on the quarantine's filesystem). A copy nothing takes would
 // only hold the room the store's fetch needs.
 func (h *Healer) copyForSeed(j journal.Record) []peerseed.StreamOption {
-	if h.cfg.RejoinMode != RejoinSeed || h.cfg.NoBackupSeed || h.cfg.NoCopyDuringStream || j.Request == plan.ActionMoveIn || j.Request == plan.ActionMoveAway {
+	if h.cfg.RejoinMode != RejoinSeed || h.cfg.NoBackupSeed || h.cfg.NoCopyDuringStream || isMove(j) {
 		return nil
 	}
 	if _, stored := h.storedSeed(&j); stored {

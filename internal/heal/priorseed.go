@@ -90,8 +90,14 @@ func (h *Healer) seedPredatingTheAdd(ctx context.Context, res memberstate.Result
 // mode unless --seed-from-backup=false, and only while j.BackupSeeds holds
 // (this attempt streamed it and has not resumed since).
 func (h *Healer) backupSeeds(j *journal.Record) bool {
-	return !h.cfg.NoBackupSeed && j.BackupSeeds && j.SnapshotPath != "" && j.SnapshotSHA256 != "" && j.SnapshotClusterID != 0 &&
-		j.Request != plan.ActionMoveIn && j.Request != plan.ActionMoveAway
+	return !h.cfg.NoBackupSeed && j.BackupSeeds && j.SnapshotPath != "" && j.SnapshotSHA256 != "" && j.SnapshotClusterID != 0 && !isMove(*j)
+}
+
+// isMove: j moves a member (UC3, in or away): its backup goes to the
+// snapshot store, and the learner is seeded from there, never from j's
+// own backup.
+func isMove(j journal.Record) bool {
+	return j.Request == plan.ActionMoveIn || j.Request == plan.ActionMoveAway
 }
 
 // seedFromBackup builds the learner's data dir from a copy of this

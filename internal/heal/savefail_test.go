@@ -17,6 +17,8 @@ import (
 	"github.com/etcd-agent/etcd-agent/internal/peerseed"
 	"github.com/etcd-agent/etcd-agent/internal/plan"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
 )
 
 // writesFail makes every file write of this process fail (RLIMIT_FSIZE:
@@ -138,8 +140,11 @@ func TestABackupWhoseRecordFailedIsRemovedBeforeTheRetryStreams(t *testing.T) {
 // Review (helper 59): a stranded learner found at our add, after our
 // backup: removeStranded clears BackupSeeds and its save failed (a full
 // disk). The next try found the flag already off in memory and removed the
-// learner while the journal on disk still said the backup may seed. The
-// flag is off on disk before the removal.
+// learner while the journal on disk still said the backup may seed (the
+// re-read kept the flag off in memory). The flag is off on disk before the
+// removal: removeStranded saves it first, and the re-read after its failed
+// step takes the disk's word (either alone keeps this test green; with
+// neither, it fails as above).
 func TestAStrandedLearnersRemovalWaitsForBackupSeedsOffOnDisk(t *testing.T) {
 	lost := cluster3(memberstate.Lost, 2, 3)
 	gone := cluster3(memberstate.Lost, 2, 3)
@@ -170,7 +175,13 @@ func TestAStrandedLearnersRemovalWaitsForBackupSeedsOffOnDisk(t *testing.T) {
 			r.obs.mu.Unlock()
 		}
 	}
+	core, logs := observer.New(zap.WarnLevel)
+	r.h.log = zap.New(core)
 	r.h.Consider(context.Background(), lost, nil)
+	failed := logs.FilterMessage("recovery step failed").FilterField(zap.String("action", string(plan.RemoveStrandedLearner))).Len()
+	if failed == 0 {
+		t.Fatalf("the stranded learner's step never failed: this test did not make its save fail")
+	}
 	if !slices.Contains(r.cluster.removed, strandedID) {
 		t.Fatalf("removed %x, calls %v: want the stranded learner removed", r.cluster.removed, r.cluster.calls)
 	}
@@ -181,8 +192,9 @@ func TestAStrandedLearnersRemovalWaitsForBackupSeedsOffOnDisk(t *testing.T) {
 
 // Review (helper 60): a move never seeds from its own backup (its seed is
 // the store's), so its flag is never saved before the take: a move's resume
-// on a full disk takes the Lease as before, and a move's snapshot no longer
-// sets the flag at all.
+// on a full disk takes the Lease as before. (A move's snapshot no longer
+// sets the flag either; that is not observable: backupSeeds never lets a
+// move seed from its backup.)
 func TestAMovesResumeSavesNoSeedingFlagBeforeTheTake(t *testing.T) {
 	r, gone := resumedPastRemoveWithBackupSeeds(t)
 	j := r.journal(t)
