@@ -105,7 +105,10 @@ func (h *Healer) takeEarlyBackup(ctx context.Context, j *journal.Record, source 
 	if e.source != source {
 		// The core chose another source: this one ends first (no two
 		// streams of the whole db at once, none writing on through the
-		// membership changes).
+		// membership changes). Each retry of this step waits for it again
+		// (bounded, logged): the "waited once" mark is for a new hold's
+		// take, which must not hold up the agent's loop on every poll.
+		e.lingers = false
 		if !h.dropEarlyBackup(ctx) {
 			return peerseed.Snapshot{}, true, fmt.Errorf("the backup streaming from %s since the stop has not ended after its cancel", e.name)
 		}

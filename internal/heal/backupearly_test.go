@@ -432,3 +432,35 @@ func TestABackupOfAnEarlierHoldThatLingersRefusesTheTakeInsteadOfFailing(t *test
 		t.Fatalf("%d takes, phase %q: want the recovery begun once the stream ended", r.lease.acquires, r.journal(t).Phase)
 	}
 }
+
+// Review (helper 61): an early stream from a source no longer chosen that
+// ends late after its cancel (a slow disk) is waited for on each retry of
+// the snapshot step, as before: the "waited once" mark is for the take of
+// a new hold, not for the retries inside one (it failed the attempt after
+// one wait: the later retries only looked, 5 ms apart).
+func TestARetryInsideAHoldWaitsAgainForAnEarlyStreamThatEndsLate(t *testing.T) {
+	r := newRig(t, cluster5(memberstate.Lost, 2, 3, 4, 5))
+	r.h.earlyDropWait = 100 * time.Millisecond
+	var calls atomic.Int32
+	started := make(chan struct{})
+	r.h.streamTo = func(ctx context.Context, endpoint string, _ *tls.Config, dest string, _ uint64, _ func(int64), _ ...peerseed.StreamOption) (peerseed.Snapshot, error) {
+		if calls.Add(1) == 1 {
+			close(started)
+			<-ctx.Done()
+			time.Sleep(150 * time.Millisecond) // ends late after its cancel, past one drop's wait
+			return peerseed.Snapshot{}, ctx.Err()
+		}
+		if err := writeNew(dest, []byte("db")); err != nil {
+			return peerseed.Snapshot{}, err
+		}
+		return peerseed.Snapshot{Path: dest, Size: 2, SHA256: "ab", Source: endpoint}, nil
+	}
+	r.rt.onStop = func(ctx context.Context) error { <-started; return nil }
+	r.obs.res = []memberstate.Result{cluster5(memberstate.Lost, 2, 3, 4, 5), cluster5(memberstate.Lost, 2, 4, 5)} // m3 missed a check
+	r.cluster.removeErr = errBoom // the attempt ends at the removal: what matters is the backup before it
+	r.h.Consider(context.Background(), cluster5(memberstate.Lost, 2, 3, 4, 5), nil)
+	if j := r.journal(t); j.SnapshotPath == "" || calls.Load() != 2 || !slices.Contains(r.cluster.calls, "remove") {
+		t.Fatalf("journal %s (%s), backup %q after %d streams, changes %v: want the backup streamed anew once the early stream ended, then the removal tried",
+			j.Result, j.Message, j.SnapshotPath, calls.Load(), r.cluster.calls)
+	}
+}

@@ -53,7 +53,7 @@ func (h *Healer) removeStranded(ctx context.Context, res memberstate.Result, j *
 	if j.Kind == journal.KindRollbackLearner {
 		return h.timed(j, journal.PhaseRemoved, func() error { return h.removeMember(ctx, res, d.MemberID) })
 	}
-	if j.BackupSeeds {
+	if h.backupSeeds(j) {
 		// Another's learner was in the cluster after our backup. Off on
 		// disk before the removal, and in memory only once it is: a save
 		// that fails leaves the flag on, so the retry saves it again.

@@ -293,9 +293,6 @@ func bareRejoin(ctx context.Context, l *lab.Lab, cli *clientv3.Client, node stri
 	if err := os.Rename(n.DataDir, aside); err != nil {
 		return 0, err
 	}
-	// The bench's own copy, not a heal's quarantine: at 4 GiB three of
-	// them would not fit beside the members and the agent's backups.
-	defer os.RemoveAll(aside)
 	start := time.Now()
 	if _, err := cli.MemberRemove(ctx, oldID); err != nil {
 		return 0, err
@@ -341,7 +338,14 @@ func bareRejoin(ctx context.Context, l *lab.Lab, cli *clientv3.Client, node stri
 	if err != nil {
 		return 0, fmt.Errorf("learner not promoted and serving after 10 minutes: %w", err)
 	}
-	return time.Since(start), nil
+	took := time.Since(start)
+	// The bench's own copy, not a heal's quarantine, deleted only once the
+	// member serves again (a failed rejoin keeps it): at 4 GiB three of
+	// them would not fit beside the members and the agent's backups.
+	if err := os.RemoveAll(aside); err != nil {
+		return 0, err
+	}
+	return took, nil
 }
 
 // waitLearnerKnown waits (up to a minute) until every other member's own
