@@ -457,7 +457,7 @@ func TestARetryInsideAHoldWaitsAgainForAnEarlyStreamThatEndsLate(t *testing.T) {
 	}
 	r.rt.onStop = func(ctx context.Context) error { <-started; return nil }
 	r.obs.res = []memberstate.Result{cluster5(memberstate.Lost, 2, 3, 4, 5), cluster5(memberstate.Lost, 2, 4, 5)} // m3 missed a check
-	r.cluster.removeErr = errBoom // the attempt ends at the removal: what matters is the backup before it
+	r.cluster.removeErr = errBoom                                                                                 // the attempt ends at the removal: what matters is the backup before it
 	r.h.Consider(context.Background(), cluster5(memberstate.Lost, 2, 3, 4, 5), nil)
 	if j := r.journal(t); j.SnapshotPath == "" || calls.Load() != 2 || !slices.Contains(r.cluster.calls, "remove") {
 		t.Fatalf("journal %s (%s), backup %q after %d streams, changes %v: want the backup streamed anew once the early stream ended, then the removal tried",
