@@ -15,6 +15,7 @@ func addMemberFlags(fs *pflag.FlagSet, c *agent.Config) {
 	fs.StringVar(&c.StaticPodManifest, "static-pod-manifest", "/etc/kubernetes/manifests/etcd.yaml", "the etcd static-pod manifest the member's identity is read from")
 	fs.StringVar(&c.MemberName, "member-name", "", "override: the etcd member name")
 	fs.StringVar(&c.DataDir, "data-dir", "", "override: the member's data dir on this node")
+	fs.StringVar(&c.WALDir, "wal-dir", "", "override: the member's dedicated WAL dir (etcd's --wal-dir) on this node")
 	fs.StringVar(&c.ClientURL, "client-url", "", "override: the member's client URL")
 	fs.StringSliceVar(&c.PeerURLs, "peer-urls", nil, "override: the member's peer URLs")
 	fs.StringSliceVar(&c.Endpoints, "endpoints", nil, "other members' client URLs, to reach the cluster while the local member is down (learned ones are added)")

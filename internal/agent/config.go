@@ -34,8 +34,10 @@ type Config struct {
 	// Overrides of what the manifest says; empty means "from the manifest".
 	MemberName string
 	DataDir    string
-	ClientURL  string
-	PeerURLs   []string
+	// WALDir: the dedicated --wal-dir on this node.
+	WALDir    string
+	ClientURL string
+	PeerURLs  []string
 	// Endpoints are other members' client URLs, to reach the cluster while
 	// the local member is down.
 	Endpoints    []string
@@ -220,7 +222,7 @@ func (c Config) Validate() error {
 // then applies the overrides. With every override given, no manifest is
 // needed. The data dir is mapped to its host path through the pod's mounts.
 func ResolveIdentity(c Config) (watchdog.Identity, error) {
-	id := watchdog.Identity{Name: c.MemberName, DataDir: c.DataDir, ClientURL: c.ClientURL, PeerURLs: c.PeerURLs}
+	id := watchdog.Identity{Name: c.MemberName, DataDir: c.DataDir, WALDir: c.WALDir, ClientURL: c.ClientURL, PeerURLs: c.PeerURLs}
 	if id.Name != "" && id.DataDir != "" && id.ClientURL != "" && len(id.PeerURLs) > 0 {
 		return id, nil
 	}
@@ -250,6 +252,15 @@ func ResolveIdentity(c Config) (watchdog.Identity, error) {
 			return id, fmt.Errorf("member identity: the data dir %s of %s is not on a hostPath mount; give --data-dir", m.DataDir, c.StaticPodManifest)
 		}
 		id.DataDir = host
+	}
+	if id.WALDir == "" && m.WALDir != "" {
+		// Never guessed: a WAL dir looked for in the wrong place is missing,
+		// which reads as a wiped member (docs/recovery.md, layouts).
+		host, ok := m.HostPath(m.WALDir)
+		if !ok {
+			return id, fmt.Errorf("member identity: the WAL dir %s (--wal-dir) of %s is not on a hostPath mount; give --wal-dir", m.WALDir, c.StaticPodManifest)
+		}
+		id.WALDir = host
 	}
 	if id.ClientURL == "" && len(m.ClientURLs) > 0 {
 		id.ClientURL = m.ClientURLs[0]

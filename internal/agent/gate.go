@@ -161,7 +161,7 @@ func gateWaitFlags(ctx context.Context, c Config, timeout time.Duration, etcdArg
 		} else if err != nil && (last.Reason == "" || time.Since(lastLogged) >= gateStillHoldingEvery) {
 			log.Warn("start gate: the start flags file cannot be used; etcd's own flags are judged", zap.Error(err))
 		}
-		r := localdisk.Classify(ctx, id.DataDir, localdisk.Expect{ClusterID: uint64(p.ClusterID), HighWater: highWaterOf(p)})
+		r := localdisk.Classify(ctx, id.Dirs(), localdisk.Expect{ClusterID: uint64(p.ClusterID), HighWater: highWaterOf(p)})
 		if ctx.Err() != nil {
 			// An interrupted check proves nothing: never open on it.
 			return plan.GateVerdict{}, nil, boot, fmt.Errorf("start gate: stopped while checking the data dir (still closed: %s: %s): %w", last.Reason, last.Detail, ctx.Err())
@@ -244,7 +244,7 @@ func gateIdentity(c Config, etcdArgv []string) (watchdog.Identity, bootstrapFlag
 	if err != nil {
 		return watchdog.Identity{}, bootstrapFlags{}, fmt.Errorf("start gate: the etcd command line it wraps: %w", err)
 	}
-	id := watchdog.Identity{Name: m.Name, DataDir: m.DataDir, PeerURLs: m.PeerURLs}
+	id := watchdog.Identity{Name: m.Name, DataDir: m.DataDir, WALDir: m.WALDir, PeerURLs: m.PeerURLs}
 	if len(m.ClientURLs) > 0 {
 		id.ClientURL = m.ClientURLs[0]
 	}
@@ -253,6 +253,9 @@ func gateIdentity(c Config, etcdArgv []string) (watchdog.Identity, bootstrapFlag
 	}
 	if c.DataDir != "" {
 		id.DataDir = c.DataDir
+	}
+	if c.WALDir != "" {
+		id.WALDir = c.WALDir
 	}
 	if c.ClientURL != "" {
 		id.ClientURL = c.ClientURL

@@ -110,7 +110,7 @@ func (h *Healer) quarantineDataDir(ctx context.Context) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("is data dir %s a mount point: %w", h.cfg.DataDir, err)
 	}
-	switch disp, why := plan.DataDirDisposal(mount, string(localdisk.ClassifyLayout(h.cfg.DataDir).Class)); disp {
+	switch disp, why := plan.DataDirDisposal(mount, string(localdisk.ClassifyLayout(localdisk.DataDirOnly(h.cfg.DataDir)).Class)); disp {
 	case plan.DisposeKeep:
 		h.log.Info("data dir left in place", zap.String("dataDir", h.cfg.DataDir), zap.String("why", why))
 		return "", nil

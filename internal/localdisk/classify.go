@@ -23,8 +23,9 @@ import (
 // on a damaged db. If ctx ends first, or the child cannot be run, Classify
 // returns the layout verdict with a Detail saying the contents are
 // unverified, and Verified false.
-func Classify(ctx context.Context, dataDir string, expect Expect) Result {
-	layout := ClassifyLayout(dataDir)
+func Classify(ctx context.Context, d Dirs, expect Expect) Result {
+	dataDir := d.Data
+	layout := ClassifyLayout(d)
 	if layout.Class == ClassMissing || layout.Class == ClassEmpty {
 		return verified(layout) // nothing more to read
 	}
@@ -36,14 +37,14 @@ func Classify(ctx context.Context, dataDir string, expect Expect) Result {
 		// A bootstrapping member has its db before its WAL: a broken layout
 		// whose db a process holds is in use, not (yet) corrupt.
 		if dbLocked(dbPath) {
-			return verified(inUse(dbPath, filepath.Join(dataDir, walRelPath)))
+			return verified(inUse(dbPath, d.WALDir()))
 		}
 		return verified(layout)
 	}
 
 	db, err := openDBGuarded(dbPath, lockTimeout(ctx))
 	if errors.Is(err, errDBLocked) {
-		return verified(inUse(dbPath, filepath.Join(dataDir, walRelPath)))
+		return verified(inUse(dbPath, d.WALDir()))
 	}
 	if err != nil {
 		return verified(corruptf("open %s: %v", dbPath, err))
@@ -54,6 +55,7 @@ func Classify(ctx context.Context, dataDir string, expect Expect) Result {
 
 	r, err := runInspection(ctx, inspectRequest{
 		DataDir:     dataDir,
+		WALDir:      d.WAL,
 		Expect:      expect,
 		LockTimeout: lockTimeout(ctx),
 	})

@@ -16,9 +16,14 @@ import (
 
 func classifyNow(t testing.TB, dataDir string, expect Expect) Result {
 	t.Helper()
+	return classifyDirsNow(t, DataDirOnly(dataDir), expect)
+}
+
+func classifyDirsNow(t testing.TB, d Dirs, expect Expect) Result {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	return Classify(ctx, dataDir, expect)
+	return Classify(ctx, d, expect)
 }
 
 func requireClass(t testing.TB, r Result, want Class, detailParts ...string) {
@@ -51,7 +56,7 @@ func TestClassifyReportsOKWithIdentityOfStoppedMember(t *testing.T) {
 
 	// The golden member snapshots every 25 entries, so the WAL must have been
 	// read from a real .snap rather than from its start.
-	ws, err := readWAL(m.dataDir)
+	ws, err := readWAL(m.dataDir, DataDirOnly(m.dataDir).WALDir())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -73,14 +78,14 @@ func TestClassifyReportsInUseWhileMemberRuns(t *testing.T) {
 	}
 
 	t.Run("layout check sees an ok layout", func(t *testing.T) {
-		requireClass(t, ClassifyLayout(dataDir), ClassOK)
+		requireClass(t, ClassifyLayout(DataDirOnly(dataDir)), ClassOK)
 	})
 
 	t.Run("a short deadline still yields in-use promptly", func(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 150*time.Millisecond)
 		defer cancel()
 		start := time.Now()
-		requireClass(t, Classify(ctx, dataDir, Expect{}), ClassInUse)
+		requireClass(t, Classify(ctx, DataDirOnly(dataDir), Expect{}), ClassInUse)
 		if elapsed := time.Since(start); elapsed > time.Second {
 			t.Fatalf("Classify took %s with a 150ms deadline", elapsed)
 		}
@@ -95,7 +100,7 @@ func TestClassifyReportsInUseWhileMemberRuns(t *testing.T) {
 func TestClassifyReportsMissingForAbsentDataDir(t *testing.T) {
 	dataDir := filepath.Join(t.TempDir(), "never-created")
 	requireClass(t, classifyNow(t, dataDir, Expect{}), ClassMissing, dataDir)
-	requireClass(t, ClassifyLayout(dataDir), ClassMissing)
+	requireClass(t, ClassifyLayout(DataDirOnly(dataDir)), ClassMissing)
 }
 
 func TestClassifyReportsEmptyWhenNoMemberData(t *testing.T) {
@@ -114,7 +119,7 @@ func TestClassifyReportsEmptyWhenNoMemberData(t *testing.T) {
 			if err := setup(dir); err != nil {
 				t.Fatal(err)
 			}
-			requireClass(t, ClassifyLayout(dir), ClassEmpty)
+			requireClass(t, ClassifyLayout(DataDirOnly(dir)), ClassEmpty)
 			requireClass(t, classifyNow(t, dir, Expect{}), ClassEmpty)
 		})
 	}
@@ -154,7 +159,7 @@ func TestClassifyReportsCorruptWhenLayoutIsBroken(t *testing.T) {
 			if err := tc.damage(m.dataDir); err != nil {
 				t.Fatal(err)
 			}
-			requireClass(t, ClassifyLayout(m.dataDir), ClassCorrupt, tc.mention)
+			requireClass(t, ClassifyLayout(DataDirOnly(m.dataDir)), ClassCorrupt, tc.mention)
 			requireClass(t, classifyNow(t, m.dataDir, Expect{}), ClassCorrupt, tc.mention)
 		})
 	}
@@ -350,7 +355,7 @@ func TestClassifyFallsBackToLayoutWhenContextAlreadyDone(t *testing.T) {
 	m := copyOfGolden(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	requireClass(t, Classify(ctx, m.dataDir, Expect{}), ClassOK, "deep check not finished", context.Canceled.Error())
+	requireClass(t, Classify(ctx, DataDirOnly(m.dataDir), Expect{}), ClassOK, "deep check not finished", context.Canceled.Error())
 }
 
 func TestAllClassesListsEachClassOnce(t *testing.T) {
@@ -364,7 +369,7 @@ func BenchmarkClassify(b *testing.B) {
 	m := copyOfGolden(b)
 	ctx := context.Background()
 	for b.Loop() {
-		if r := Classify(ctx, m.dataDir, Expect{MemberID: m.id.memberID}); r.Class != ClassOK {
+		if r := Classify(ctx, DataDirOnly(m.dataDir), Expect{MemberID: m.id.memberID}); r.Class != ClassOK {
 			b.Fatalf("class %q: %s", r.Class, r.Detail)
 		}
 	}

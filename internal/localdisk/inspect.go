@@ -9,7 +9,9 @@ import (
 
 // inspectRequest is what the parent asks the inspection child to check.
 type inspectRequest struct {
-	DataDir     string
+	DataDir string
+	// WALDir is the dedicated --wal-dir ("" when in member/wal).
+	WALDir      string
 	Expect      Expect
 	LockTimeout time.Duration
 }
@@ -20,7 +22,7 @@ type inspectRequest struct {
 // so the parent can say where it crashed and keep the IDs already read.
 func inspect(req inspectRequest, stage func(step string, partial Result)) Result {
 	dbPath := filepath.Join(req.DataDir, dbRelPath)
-	walDir := filepath.Join(req.DataDir, walRelPath)
+	walDir := Dirs{Data: req.DataDir, WAL: req.WALDir}.WALDir()
 
 	stage("open "+dbPath, Result{})
 	// The parent holds a shared flock too, so a member cannot hold (or take)
@@ -35,7 +37,7 @@ func inspect(req inspectRequest, stage func(step string, partial Result)) Result
 	defer db.Close()
 
 	stage("read WAL "+walDir, Result{})
-	ws, err := readWAL(req.DataDir)
+	ws, err := readWAL(req.DataDir, walDir)
 	if err != nil {
 		return corruptf("%s: %v", walDir, err)
 	}

@@ -10,7 +10,7 @@ import (
 )
 
 // Paths inside a data dir, as laid out by etcd (member/wal, member/snap/db).
-// A dedicated --wal-dir is not supported: the WAL must live in member/wal.
+// With a dedicated --wal-dir the WAL lives there instead (Dirs.WAL).
 const (
 	memberDirName = "member"
 	walRelPath    = "member/wal"
@@ -27,7 +27,31 @@ const (
 // bootstraps, etcd creates member/snap/db before member/wal, so a layout
 // verdict of corrupt can be transient in that window; confirm with Classify
 // (which then reports in-use) before acting on it.
-func ClassifyLayout(dataDir string) Result {
+//
+// With a dedicated WAL dir (d.WAL) both dirs are read: a missing or empty
+// data dir is only missing or empty when the WAL dir holds no .wal file
+// either (the WAL alone is the member's state, half gone: corrupt, never a
+// dir a new member may start in), and member data needs its WAL there.
+func ClassifyLayout(d Dirs) Result {
+	r := classifyDataDirLayout(d)
+	if !d.DedicatedWAL() || (r.Class != ClassMissing && r.Class != ClassEmpty) {
+		return r
+	}
+	switch segs, err := walSegments(d.WAL); {
+	case err != nil && !errors.Is(err, fs.ErrNotExist):
+		return corruptf("%s; list the WAL dir %s: %v", r.Detail, d.WAL, err)
+	case len(segs) > 0:
+		return corruptf("%s, but the WAL dir %s holds .wal files (%s): the member's state is half gone",
+			r.Detail, d.WAL, strings.Join(segs[:min(len(segs), 3)], ", "))
+	}
+	r.Detail += fmt.Sprintf("; WAL dir %s holds no .wal file", d.WAL)
+	return r
+}
+
+// classifyDataDirLayout is ClassifyLayout's check of the data dir, whose
+// member data's WAL is d.WALDir().
+func classifyDataDirLayout(d Dirs) Result {
+	dataDir := d.Data
 	fi, err := os.Stat(dataDir)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
@@ -69,7 +93,7 @@ func ClassifyLayout(dataDir string) Result {
 		return Result{Class: ClassEmpty, Detail: fmt.Sprintf("data dir %s has only an empty %s dir", dataDir, memberDirName)}
 	}
 
-	if r, ok := checkWALDirLayout(filepath.Join(dataDir, walRelPath)); !ok {
+	if r, ok := checkWALDirLayout(d.WALDir()); !ok {
 		return r
 	}
 	if r, ok := checkDBLayout(filepath.Join(dataDir, dbRelPath)); !ok {
@@ -81,19 +105,32 @@ func ClassifyLayout(dataDir string) Result {
 // checkWALDirLayout requires member/wal to be a directory holding at least
 // one .wal segment; ok is false with a corrupt Result otherwise.
 func checkWALDirLayout(walDir string) (Result, bool) {
-	entries, err := os.ReadDir(walDir)
+	segs, err := walSegments(walDir)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 		return corruptf("%s is missing while the member dir exists", walDir), false
 	case err != nil:
 		return corruptf("list %s: %v", walDir, err), false
+	case len(segs) == 0:
+		return corruptf("%s has no .wal files", walDir), false
 	}
+	return Result{}, true
+}
+
+// walSegments lists the regular .wal files in walDir (etcd's wal.Exist
+// looks for the same).
+func walSegments(walDir string) ([]string, error) {
+	entries, err := os.ReadDir(walDir)
+	if err != nil {
+		return nil, err
+	}
+	var segs []string
 	for _, e := range entries {
 		if strings.HasSuffix(e.Name(), ".wal") && e.Type().IsRegular() {
-			return Result{}, true
+			segs = append(segs, e.Name())
 		}
 	}
-	return corruptf("%s has no .wal files", walDir), false
+	return segs, nil
 }
 
 // checkDBLayout requires member/snap/db to be a regular file.

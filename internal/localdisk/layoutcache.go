@@ -24,7 +24,7 @@ const layoutSettle = time.Second
 type LayoutCache struct {
 	mu  sync.Mutex
 	now func() time.Time // tests move the clock
-	dir string
+	dir Dirs
 	key layoutKey
 	res Result
 	// listed counts full checks (tests).
@@ -44,22 +44,22 @@ type layoutKey [4]statKey
 // reuse is set and nothing it rests on changed. Without reuse it always
 // lists (and remembers): a verdict is reused at most until the caller's
 // next full check, however coarse or remote the file system's clock.
-func (c *LayoutCache) Classify(dataDir string, reuse bool) Result {
+func (c *LayoutCache) Classify(d Dirs, reuse bool) Result {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	now := time.Now
 	if c.now != nil {
 		now = c.now
 	}
-	key, settled, err := keyOf(dataDir, now())
-	if reuse && err == nil && c.dir == dataDir && key == c.key {
+	key, settled, err := keyOf(d, now())
+	if reuse && err == nil && c.dir == d && key == c.key {
 		return c.res
 	}
-	c.dir = ""
+	c.dir = Dirs{}
 	c.listed++
-	r := ClassifyLayout(dataDir)
+	r := ClassifyLayout(d)
 	if err == nil && settled && r.Class == ClassOK {
-		c.dir, c.key, c.res = dataDir, key, r
+		c.dir, c.key, c.res = d, key, r
 	}
 	return r
 }

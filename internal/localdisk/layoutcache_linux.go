@@ -11,10 +11,10 @@ import (
 
 // keyOf stats what a layout verdict rests on; settled: no directory
 // changed within layoutSettle of now.
-func keyOf(dataDir string, now time.Time) (layoutKey, bool, error) {
+func keyOf(d Dirs, now time.Time) (layoutKey, bool, error) {
 	var k layoutKey
 	settled := true
-	for i, p := range []string{dataDir, filepath.Join(dataDir, memberDirName), filepath.Join(dataDir, walRelPath), filepath.Join(dataDir, dbRelPath)} {
+	for i, p := range []string{d.Data, filepath.Join(d.Data, memberDirName), d.WALDir(), filepath.Join(d.Data, dbRelPath)} {
 		fi, err := os.Stat(p)
 		if err != nil {
 			return k, false, err

@@ -8,6 +8,6 @@ import (
 )
 
 // keyOf: without Linux's stat fields every poll lists.
-func keyOf(string, time.Time) (layoutKey, bool, error) {
+func keyOf(Dirs, time.Time) (layoutKey, bool, error) {
 	return layoutKey{}, false, errors.ErrUnsupported
 }

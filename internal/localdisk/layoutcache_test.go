@@ -37,8 +37,8 @@ func TestLayoutCacheFollowsEveryChangeAndListsOnlyAfterOne(t *testing.T) {
 	check := func(what string, want Class, listed bool) {
 		t.Helper()
 		before := c.listed
-		got := c.Classify(dataDir, true)
-		if full := ClassifyLayout(dataDir); got.Class != full.Class || got.Class != want {
+		got := c.Classify(DataDirOnly(dataDir), true)
+		if full := ClassifyLayout(DataDirOnly(dataDir)); got.Class != full.Class || got.Class != want {
 			t.Fatalf("%s: cached %q, full check %q, want %q", what, got.Class, full.Class, want)
 		}
 		if did := c.listed > before; did != listed {
@@ -51,7 +51,7 @@ func TestLayoutCacheFollowsEveryChangeAndListsOnlyAfterOne(t *testing.T) {
 	check("settled, first time", ClassOK, true)
 	check("nothing changed", ClassOK, false)
 	check("nothing changed, again", ClassOK, false)
-	if c.Classify(dataDir, false); c.listed != 4 {
+	if c.Classify(DataDirOnly(dataDir), false); c.listed != 4 {
 		t.Fatalf("a check without reuse did not list (%d listings)", c.listed)
 	}
 	check("nothing changed after a full check", ClassOK, false)

@@ -18,7 +18,7 @@ func TestClassifyReportsInUseForLayoutCorruptDirWhoseDBIsLocked(t *testing.T) {
 	if err := os.RemoveAll(filepath.Join(m.dataDir, walRelPath)); err != nil {
 		t.Fatal(err)
 	}
-	layout := ClassifyLayout(m.dataDir)
+	layout := ClassifyLayout(DataDirOnly(m.dataDir))
 	requireClass(t, layout, ClassCorrupt, walRelPath)
 	if layout.Verified {
 		t.Fatal("the layout check claims a verified verdict")
@@ -51,12 +51,12 @@ func TestClassifyMarksVerifiedVerdicts(t *testing.T) {
 	if r := classifyNow(t, m.dataDir, Expect{}); r.Class != ClassOK || !r.Verified {
 		t.Fatalf("deep check of a good dir: %s verified=%v (%s)", r.Class, r.Verified, r.Detail)
 	}
-	if r := ClassifyLayout(m.dataDir); r.Verified {
+	if r := ClassifyLayout(DataDirOnly(m.dataDir)); r.Verified {
 		t.Fatalf("layout check marked verified: %s", r.Detail)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	if r := Classify(ctx, m.dataDir, Expect{}); r.Verified {
+	if r := Classify(ctx, DataDirOnly(m.dataDir), Expect{}); r.Verified {
 		t.Fatalf("unfinished deep check marked verified: %s", r.Detail)
 	}
 	missing := filepath.Join(t.TempDir(), "none")

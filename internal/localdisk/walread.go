@@ -38,9 +38,8 @@ type walState struct {
 //     mode ReadAll neither zeroes a torn tail nor repairs anything.
 //   - snapshots are read with snap.Read; Snapshotter.LoadNewestAvailable
 //     would rename unreadable .snap files to .broken and delete db.tmp files.
-func readWAL(dataDir string) (walState, error) {
+func readWAL(dataDir, walDir string) (walState, error) {
 	lg := zap.NewNop()
-	walDir := filepath.Join(dataDir, walRelPath)
 
 	walSnaps, err := wal.ValidSnapshotEntries(lg, walDir)
 	if err != nil {

@@ -47,6 +47,9 @@ var ErrIncompleteIdentity = errors.New("incomplete member identity")
 type Member struct {
 	Name    string
 	DataDir string
+	// WALDir is --wal-dir (ETCD_WAL_DIR): a dedicated WAL dir, "" when the
+	// WAL lives in DataDir's member/wal.
+	WALDir string
 
 	ClientURLs       []string // --advertise-client-urls
 	PeerURLs         []string // --initial-advertise-peer-urls
@@ -188,6 +191,7 @@ func memberOf(c corev1.Container, mounts []HostMount) (Member, error) {
 	m := Member{
 		Name:                 get("name"),
 		DataDir:              get("data-dir"),
+		WALDir:               get("wal-dir"),
 		ClientURLs:           SplitURLs(get("advertise-client-urls")),
 		PeerURLs:             SplitURLs(get("initial-advertise-peer-urls")),
 		ListenClientURLs:     SplitURLs(get("listen-client-urls")),

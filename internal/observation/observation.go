@@ -46,6 +46,8 @@ type Local struct {
 	PeerURLs  []string `json:"peerURLs"`
 	ClientURL string   `json:"clientURL"`
 	DataDir   string   `json:"dataDir"`
+	// WALDir is the dedicated --wal-dir, "" when the WAL is in the data dir.
+	WALDir string `json:"walDir,omitempty"`
 	// DataDirClass is a localdisk class: ok, missing, empty, corrupt, foreign, in-use, stale.
 	DataDirClass  string `json:"dataDirClass"`
 	DataDirDetail string `json:"dataDirDetail,omitempty"`

@@ -241,7 +241,7 @@ func TestBuildDataDirRemovesItsLeftoverTempDirAndCopiesTheDB(t *testing.T) {
 	if st, err := os.Stat(dataDir); err != nil || st.Mode().Perm() != 0o700 {
 		t.Errorf("data dir mode %v (%v), want 0700 as etcd wants it", st.Mode().Perm(), err)
 	}
-	r := localdisk.Classify(ctxWithTimeout(t, 30*time.Second), dataDir, localdisk.Expect{MemberID: fx.learner, ClusterID: fx.cluster})
+	r := localdisk.Classify(ctxWithTimeout(t, 30*time.Second), localdisk.DataDirOnly(dataDir), localdisk.Expect{MemberID: fx.learner, ClusterID: fx.cluster})
 	if r.Class != localdisk.ClassOK {
 		t.Errorf("seeded data dir classifies %s: %s", r.Class, r.Detail)
 	}
@@ -333,7 +333,7 @@ func TestBuildDataDirMoveDBMovesAndStillChecksTheHash(t *testing.T) {
 	if info.DBSHA256 != fx.src.SHA256 || info.DBBytes != fx.src.Size {
 		t.Errorf("moved db %d bytes sha256 %s, the stream had %d bytes %s", info.DBBytes, info.DBSHA256, fx.src.Size, fx.src.SHA256)
 	}
-	r := localdisk.Classify(ctxWithTimeout(t, 30*time.Second), dataDir, localdisk.Expect{MemberID: fx.learner, ClusterID: fx.cluster})
+	r := localdisk.Classify(ctxWithTimeout(t, 30*time.Second), localdisk.DataDirOnly(dataDir), localdisk.Expect{MemberID: fx.learner, ClusterID: fx.cluster})
 	if r.Class != localdisk.ClassOK {
 		t.Errorf("seeded data dir classifies %s: %s", r.Class, r.Detail)
 	}

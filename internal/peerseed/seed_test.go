@@ -240,7 +240,7 @@ func TestSeededLearnerJoinsWithoutARaftSnapshot(t *testing.T) {
 	if got := fileSHA256(t, dbPath); got != snap.SHA256 {
 		t.Errorf("the streamed db changed (sha256 %s, was %s): it must be copied, not moved or opened", got, snap.SHA256)
 	}
-	r := localdisk.Classify(ctxWithTimeout(t, 30*time.Second), dataDir, localdisk.Expect{MemberID: newID, ClusterID: clusterID})
+	r := localdisk.Classify(ctxWithTimeout(t, 30*time.Second), localdisk.DataDirOnly(dataDir), localdisk.Expect{MemberID: newID, ClusterID: clusterID})
 	if r.Class != localdisk.ClassOK {
 		t.Fatalf("seeded data dir classifies %s: %s", r.Class, r.Detail)
 	}

@@ -19,7 +19,7 @@ type deepCache struct {
 	result localdisk.Result
 }
 
-func (c *deepCache) classify(ctx context.Context, dir string, exp localdisk.Expect) localdisk.Result {
+func (c *deepCache) classify(ctx context.Context, dir localdisk.Dirs, exp localdisk.Expect) localdisk.Result {
 	files := fingerprint(dir)
 	key := files + fmt.Sprintf("|%x|%x|%+v", exp.MemberID, exp.ClusterID, exp.HighWater)
 	c.mu.Lock()
@@ -46,10 +46,10 @@ func (c *deepCache) classify(ctx context.Context, dir string, exp localdisk.Expe
 }
 
 // fingerprint names the db and WAL files by size and mtime.
-func fingerprint(dir string) string {
-	files, _ := filepath.Glob(filepath.Join(dir, "member", "wal", "*.wal"))
-	files = append(files, filepath.Join(dir, "member", "snap", "db"))
-	snaps, _ := filepath.Glob(filepath.Join(dir, "member", "snap", "*.snap"))
+func fingerprint(dir localdisk.Dirs) string {
+	files, _ := filepath.Glob(filepath.Join(dir.WALDir(), "*.wal"))
+	files = append(files, filepath.Join(dir.Data, "member", "snap", "db"))
+	snaps, _ := filepath.Glob(filepath.Join(dir.Data, "member", "snap", "*.snap"))
 	files = append(files, snaps...)
 	out := ""
 	for _, f := range files {

@@ -31,7 +31,13 @@ type Identity struct {
 	// DataDir is the data dir's path on this node (the host side of the
 	// static pod's mount).
 	DataDir string
+	// WALDir is the dedicated --wal-dir's path on this node, "" when the
+	// WAL is in the data dir's member/wal.
+	WALDir string
 }
+
+// Dirs is where the member's data dir and WAL are on this node.
+func (id Identity) Dirs() localdisk.Dirs { return localdisk.Dirs{Data: id.DataDir, WAL: id.WALDir} }
 
 // Config configures a Watchdog.
 type Config struct {
@@ -191,7 +197,7 @@ func (w *Watchdog) observe(ctx context.Context, now time.Time, routine bool) obs
 	}
 	id := w.cfg.Identity
 	obs := observation.Observation{At: now, Local: observation.Local{Name: id.Name, PeerURLs: id.PeerURLs,
-		ClientURL: id.ClientURL, DataDir: id.DataDir}}
+		ClientURL: id.ClientURL, DataDir: id.DataDir, WALDir: id.WALDir}}
 	w.mu.Lock()
 	eps := slices.Clone(w.endpoints)
 	w.mu.Unlock()
@@ -353,7 +359,7 @@ func (w *Watchdog) alarms(ctx context.Context, eps []string, id, cluster uint64,
 // member bootstrapping has its db before its WAL (then in-use), and only a
 // confirmed corrupt dir makes a stopped member lost at once.
 func (w *Watchdog) classifyDataDir(ctx context.Context, obs *observation.Observation, reuse bool) {
-	dir := obs.Local.DataDir
+	dir := localdisk.Dirs{Data: obs.Local.DataDir, WAL: obs.Local.WALDir}
 	r := w.layout.Classify(dir, reuse)
 	if (r.Class == localdisk.ClassOK || r.Class == localdisk.ClassCorrupt) && !obs.Local.Serving {
 		exp := localdisk.Expect{ClusterID: obs.ClusterID}

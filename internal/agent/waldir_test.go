@@ -1,0 +1,92 @@
+package agent
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// walDirManifest is a kubeadm-style etcd static pod whose WAL is on a disk
+// of its own (etcd's tuning guide): --wal-dir on a second hostPath volume,
+// or ETCD_WAL_DIR when env is set.
+func walDirManifest(t *testing.T, env bool) string {
+	t.Helper()
+	walFlag := "    - --wal-dir=/var/lib/etcd-wal/wal\n"
+	walEnv := ""
+	if env {
+		walFlag, walEnv = "", "    env:\n    - name: ETCD_WAL_DIR\n      value: /var/lib/etcd-wal/wal\n"
+	}
+	m := `apiVersion: v1
+kind: Pod
+metadata:
+  name: etcd
+  namespace: kube-system
+spec:
+  containers:
+  - name: etcd
+    command:
+    - etcd
+    - --name=cp-1
+    - --data-dir=/var/lib/etcd
+` + walFlag + `    - --advertise-client-urls=https://10.0.0.11:2379
+    - --initial-advertise-peer-urls=https://10.0.0.11:2380
+` + walEnv + `    volumeMounts:
+    - {name: etcd-data, mountPath: /var/lib/etcd}
+    - {name: etcd-wal, mountPath: /var/lib/etcd-wal}
+  volumes:
+  - {name: etcd-data, hostPath: {path: /mnt/data/etcd}}
+  - {name: etcd-wal, hostPath: {path: /mnt/wal-disk}}
+`
+	path := filepath.Join(t.TempDir(), "etcd.yaml")
+	if err := os.WriteFile(path, []byte(m), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// Issue 38: the identity never carried --wal-dir, so the watchdog and the
+// gate looked for the WAL in member/wal and judged a healthy member corrupt.
+func TestTheIdentityCarriesTheDedicatedWALDirOnTheNode(t *testing.T) {
+	for _, env := range []bool{false, true} {
+		c := Config{StaticPodManifest: walDirManifest(t, env)}
+		id, err := ResolveIdentity(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if id.DataDir != "/mnt/data/etcd" || id.WALDir != "/mnt/wal-disk/wal" {
+			t.Fatalf("env %v: data dir %q, WAL dir %q; want /mnt/data/etcd and /mnt/wal-disk/wal", env, id.DataDir, id.WALDir)
+		}
+		c.WALDir = "/override/wal"
+		if id, err := ResolveIdentity(c); err != nil || id.WALDir != "/override/wal" {
+			t.Fatalf("--wal-dir override: %q, %v", id.WALDir, err)
+		}
+	}
+}
+
+// A WAL dir the agent cannot find on the node is never guessed: it would
+// look missing, which reads as a wiped member.
+func TestAWALDirOffAnyHostPathMountIsAnIdentityError(t *testing.T) {
+	path := walDirManifest(t, false)
+	b, _ := os.ReadFile(path)
+	b = []byte(strings.Replace(string(b), "--wal-dir=/var/lib/etcd-wal/wal", "--wal-dir=/elsewhere/wal", 1))
+	if err := os.WriteFile(path, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, err := ResolveIdentity(Config{StaticPodManifest: path})
+	if err == nil || !strings.Contains(err.Error(), "/elsewhere/wal") {
+		t.Fatalf("err = %v, want one naming the WAL dir", err)
+	}
+}
+
+func TestTheGateGuardsTheDedicatedWALDirItsEtcdIsGiven(t *testing.T) {
+	argv := []string{"etcd", "--name=cp-1", "--data-dir=/var/lib/etcd", "--wal-dir=/var/lib/etcd-wal/wal",
+		"--advertise-client-urls=https://10.0.0.11:2379", "--initial-advertise-peer-urls=https://10.0.0.11:2380"}
+	id, _, err := gateIdentity(Config{}, argv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if id.WALDir != "/var/lib/etcd-wal/wal" {
+		t.Fatalf("the gate guards WAL dir %q, want /var/lib/etcd-wal/wal", id.WALDir)
+	}
+}
