@@ -58,6 +58,9 @@ type Config struct {
 	Node     string
 	PeerURLs []string
 	DataDir  string
+	// WALDir is the dedicated --wal-dir on the node ("" when the WAL is in
+	// the data dir): set aside with the data dir (WALDirDisposal).
+	WALDir   string
 	StateDir string
 	// QuarantineDir holds replaced data dirs and the pre-change snapshots;
 	// it must be on the data dir's filesystem (renames, never copies).
@@ -510,6 +513,11 @@ func (h *Healer) baseInput(res memberstate.Result, req *plan.Request, j journal.
 	if mp, err := h.mountPoint(h.cfg.DataDir); err == nil {
 		in.DataDirMountPoint = mp
 	} // else unknown: the executor looks again before the rename, which refuses a mount point itself
+	if in.WALDirDedicated = h.cfg.WALDir != ""; in.WALDirDedicated {
+		if mp, err := h.mountPoint(h.cfg.WALDir); err == nil {
+			in.WALDirMountPoint = mp
+		} // else unknown: looked at again right before its rename
+	}
 	in.Backups = localdisk.BackupsHint(h.cfg.QuarantineDir)
 	if h.runtime != nil { // nil: a healer that only plans (dry runs, status)
 		_, err := h.runtime.Stopped()

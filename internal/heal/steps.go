@@ -63,6 +63,14 @@ func (h *Healer) stopAndQuarantine(ctx context.Context, res memberstate.Result, 
 		// a move that fails before the removal puts the member back on it.
 		return nil
 	}
+	walDst, err := h.quarantineWALDir(ctx)
+	if err != nil {
+		return err
+	}
+	if walDst != "" {
+		j.WALQuarantinePath = walDst
+		h.log.Info("dedicated WAL dir quarantined (kept, not deleted)", zap.String("from", h.cfg.WALDir), zap.String("to", walDst))
+	}
 	dst, err := h.quarantineDataDir(ctx)
 	if err != nil || dst == "" {
 		return err
@@ -128,6 +136,50 @@ func (h *Healer) quarantineDataDir(ctx context.Context) (string, error) {
 		return "", fmt.Errorf("quarantine %s: %w", h.cfg.DataDir, err)
 	}
 	return dst, nil
+}
+
+// quarantineWALDir renames a dedicated WAL dir (--wal-dir) into a
+// quarantine on its own filesystem, fenced right before the rename, as
+// plan.WALDirDisposal says on a fresh look: "" when there is none or it is
+// missing or empty (etcd creates the learner's). Done before the data dir's:
+// a data dir gone with the WAL left reads as corrupt, never as empty.
+func (h *Healer) quarantineWALDir(ctx context.Context) (string, error) {
+	wal := h.cfg.WALDir
+	if wal == "" {
+		return "", nil
+	}
+	mount, err := h.mountPoint(wal)
+	if err != nil {
+		return "", fmt.Errorf("is the WAL dir %s a mount point: %w", wal, err)
+	}
+	if disp, why := plan.WALDirDisposal(true, mount); disp == plan.DisposeRefuse {
+		return "", fmt.Errorf("%s: %s", plan.ReasonWALDirMountPoint, why)
+	}
+	if entries, err := os.ReadDir(wal); errors.Is(err, os.ErrNotExist) || (err == nil && len(entries) == 0) {
+		return "", nil
+	}
+	if err := os.MkdirAll(h.cfg.QuarantineDir, 0o700); err != nil {
+		return "", err
+	}
+	root := walQuarantineRoot(wal, h.cfg.QuarantineDir)
+	if err := h.fence(ctx, quarantineTimeout); err != nil {
+		return "", err
+	}
+	dst, err := localdisk.QuarantineDataDir(wal, root, time.Now())
+	if err != nil {
+		return "", fmt.Errorf("quarantine the WAL dir %s: %w", wal, err)
+	}
+	return dst, nil
+}
+
+// walQuarantineRoot is where a dedicated WAL dir is set aside: the
+// quarantine when it is on the WAL's filesystem (a rename), else an
+// etcd-agent-quarantine dir beside the WAL dir (a WAL disk of its own).
+func walQuarantineRoot(walDir, quarantineDir string) string {
+	if localdisk.SameFilesystem(filepath.Dir(walDir), quarantineDir) {
+		return quarantineDir
+	}
+	return filepath.Join(filepath.Dir(walDir), "etcd-agent-quarantine")
 }
 
 // handOffLeadership moves leadership away from the local member before it is
@@ -341,6 +393,11 @@ func (h *Healer) addLearner(ctx context.Context, res memberstate.Result, j *jour
 // a snapshot streamed after the add (seedDataDir); on any seeding error it
 // falls back to raft mode and journals why.
 func (h *Healer) prepareDataDir(ctx context.Context, res memberstate.Result, j *journal.Record) error {
+	if dst, err := h.quarantineWALDir(ctx); err != nil {
+		return fmt.Errorf("leftover WAL dir: %w", err)
+	} else if dst != "" {
+		h.log.Info("leftover WAL dir quarantined", zap.String("to", dst))
+	}
 	if entries, err := os.ReadDir(h.cfg.DataDir); err == nil && len(entries) > 0 {
 		dst, err := h.quarantineDataDir(ctx)
 		if err != nil {
@@ -385,6 +442,9 @@ func (h *Healer) prepareDataDir(ctx context.Context, res memberstate.Result, j *
 // db) and whatever is left of it removed afterwards; the pre-change backup
 // (step 3) stays in the quarantine. On error no data dir is left.
 func (h *Healer) seedDataDir(ctx context.Context, res memberstate.Result, j *journal.Record) error {
+	if h.cfg.WALDir != "" {
+		return fmt.Errorf("%w (%s)", peerseed.ErrSeedDedicatedWALDir, h.cfg.WALDir)
+	}
 	if err := plan.SeedSupported(res.Observation); err != nil {
 		return err
 	}

@@ -168,3 +168,14 @@ func BackupsHint(quarantineRoot string) string {
 	}
 	return fmt.Sprintf("newest snapshot kept by the agent: %s (%s), quarantine %s", newest, at.UTC().Format(time.RFC3339), quarantineRoot)
 }
+
+// SameFilesystem reports whether a and b are on one filesystem (a rename
+// between them works); false when either cannot be stat'ed.
+func SameFilesystem(a, b string) bool {
+	ai, err := os.Stat(a)
+	if err != nil {
+		return false
+	}
+	bi, err := os.Stat(b)
+	return err == nil && deviceOf(ai) == deviceOf(bi)
+}

@@ -84,12 +84,15 @@ var (
 	// between the snapshot and the add would be judged differently by the
 	// learner (etcd validates each change again where it applies).
 	ErrSeedMembershipDiffers = errors.New("the snapshot's membership differs from the cluster's")
+	// ErrSeedDedicatedWALDir: etcd runs with --wal-dir; a seeded data dir
+	// carries its WAL in member/wal, which etcd would ignore.
+	ErrSeedDedicatedWALDir = errors.New("the member runs with a dedicated --wal-dir, which seeding does not build")
 )
 
 // SeedReason is a short, stable name for why seeding was refused, for the
 // journal, metrics labels and Events: "learner-absent", "not-learner",
 // "term-zero", "confstate-mismatch", "foreign-cluster", "no-provenance",
-// "corrupt-db", "data-dir-exists", "membership-differs", "disk-full", "snapshot-hash-mismatch",
+// "corrupt-db", "data-dir-exists", "membership-differs", "dedicated-wal-dir", "disk-full", "snapshot-hash-mismatch",
 // "snapshot-truncated", or "error" for anything else (I/O errors, a
 // cancelled wait...). nil gives "".
 func SeedReason(err error) string {
@@ -109,6 +112,7 @@ func SeedReason(err error) string {
 		{ErrSeedCorruptDB, "corrupt-db"},
 		{ErrSeedDataDirExists, "data-dir-exists"},
 		{ErrSeedMembershipDiffers, "membership-differs"},
+		{ErrSeedDedicatedWALDir, "dedicated-wal-dir"},
 		{ErrDiskFull, "disk-full"},
 		{ErrHashMismatch, "snapshot-hash-mismatch"},
 		{ErrTruncated, "snapshot-truncated"},

@@ -161,6 +161,9 @@ func checkBegin(in Input, cfg Config) (Decision, bool) {
 	if disp, why := DataDirDisposal(in.DataDirMountPoint, o.Local.DataDirClass); disp == DisposeRefuse {
 		return refuse(ReasonDataDirMountPoint, why), false
 	}
+	if disp, why := WALDirDisposal(in.WALDirDedicated, in.WALDirMountPoint); disp == DisposeRefuse {
+		return refuse(ReasonWALDirMountPoint, why), false
+	}
 	return checkSpace(in, cfg)
 }
 

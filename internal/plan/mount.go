@@ -39,3 +39,22 @@ func DataDirDisposal(mountPoint bool, class string) (Disposal, string) {
 	return DisposeRefuse, fmt.Sprintf("data dir is a mount point holding etcd data (%s): it cannot be renamed into the quarantine and is never deleted; "+
 		"move its member/ dir aside by hand (on that disk or elsewhere, as space allows), then the agent rejoins the member", class)
 }
+
+// WALDirDisposal decides what the stop step does with a dedicated WAL dir
+// (--wal-dir) besides the data dir: it is renamed into a quarantine on its
+// own filesystem (never deleted), so the learner's WAL dir is empty and its
+// own. A WAL dir that is a mount point is refused: etcd creates a new
+// member's WAL in a temp dir beside it and renames it into place after
+// removing the dir, which a mount point refuses (EBUSY, etcd-io/etcd#20218),
+// so the learner could never start there.
+func WALDirDisposal(dedicated, mountPoint bool) (Disposal, string) {
+	switch {
+	case !dedicated:
+		return DisposeKeep, "the WAL is in the data dir's member/wal"
+	case mountPoint:
+		return DisposeRefuse, "the dedicated WAL dir (--wal-dir) is a mount point: etcd cannot create a new member's WAL at a mount point " +
+			"(it removes the dir to rename its temp WAL dir into place: device or resource busy, etcd-io/etcd#20218), so a rejoined member could not start; " +
+			"point --wal-dir at a subdirectory of that mount (move the .wal files there with the member stopped), then the agent rejoins the member"
+	}
+	return DisposeQuarantine, ""
+}

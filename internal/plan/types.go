@@ -77,6 +77,9 @@ const (
 	// ReasonDataDirMountPoint: the data dir is a mount point holding etcd
 	// data (DataDirDisposal): it cannot be quarantined, never deleted.
 	ReasonDataDirMountPoint Reason = "data-dir-mount-point"
+	// ReasonWALDirMountPoint: the dedicated WAL dir is a mount point
+	// (WALDirDisposal): etcd cannot create a new member's WAL there.
+	ReasonWALDirMountPoint Reason = "wal-dir-mount-point"
 	// ReasonLearnerStranded: a learner no agent heals any more (no live
 	// Lease, no progress for the stall timeout) is to be rolled back.
 	ReasonLearnerStranded Reason = "learner-stranded"
@@ -113,7 +116,7 @@ const (
 func RefusalReasons() []Reason {
 	return []Reason{ReasonMajorityLost, ReasonWouldLoseQuorum, ReasonLearnerPresent, ReasonLeaseHeldByOther,
 		ReasonAPIUnavailable, ReasonAmbiguousIdentity, ReasonMemberHealthy, ReasonDryRun, ReasonDiskFull,
-		ReasonBadRequest, ReasonNoSnapshotSource, ReasonForeignCluster, ReasonDataDirMountPoint,
+		ReasonBadRequest, ReasonNoSnapshotSource, ReasonForeignCluster, ReasonDataDirMountPoint, ReasonWALDirMountPoint,
 		// The steward's (DecideSteward), for a member on a lost node.
 		ReasonNodeReady, ReasonInGracePeriod, ReasonMemberServing, ReasonStewardNotHealthy, ReasonNotGated, ReasonAutoHealDisabled,
 		// A move's (DecideMove, move-in, move-out).
@@ -170,6 +173,9 @@ type Input struct {
 	// DataDirMountPoint: the data dir is a mount point (it cannot be
 	// renamed into the quarantine).
 	DataDirMountPoint bool
+	// WALDirDedicated: etcd runs with --wal-dir; WALDirMountPoint: that
+	// dir is a mount point (WALDirDisposal).
+	WALDirDedicated, WALDirMountPoint bool
 	// DataDirOtherFS: the data dir is on another filesystem than the
 	// quarantine (a dedicated disk mounted at it); DataDirFreeBytes is then
 	// that filesystem's free space (see AttemptBytesNeeded).

@@ -122,10 +122,13 @@ type Record struct {
 	PutBack string `json:"putBack,omitempty"`
 
 	QuarantinePath string `json:"quarantinePath,omitempty"`
-	SnapshotPath   string `json:"snapshotPath,omitempty"`
-	SnapshotBytes  int64  `json:"snapshotBytes,omitempty"`
-	SnapshotSHA256 string `json:"snapshotSHA256,omitempty"`
-	SnapshotSource string `json:"snapshotSource,omitempty"`
+	// WALQuarantinePath is where a dedicated WAL dir was set aside (on its
+	// own filesystem, beside it).
+	WALQuarantinePath string `json:"walQuarantinePath,omitempty"`
+	SnapshotPath      string `json:"snapshotPath,omitempty"`
+	SnapshotBytes     int64  `json:"snapshotBytes,omitempty"`
+	SnapshotSHA256    string `json:"snapshotSHA256,omitempty"`
+	SnapshotSource    string `json:"snapshotSource,omitempty"`
 	// SnapshotClusterID is the cluster the pre-change backup was streamed
 	// from (the observation's, pinned, at that moment).
 	SnapshotClusterID MemberID `json:"snapshotClusterID,omitempty"`
