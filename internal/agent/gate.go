@@ -14,7 +14,6 @@ import (
 	"github.com/etcd-agent/etcd-agent/internal/localdisk"
 	"github.com/etcd-agent/etcd-agent/internal/manifest"
 	"github.com/etcd-agent/etcd-agent/internal/memberruntime"
-	"github.com/etcd-agent/etcd-agent/internal/nodereport"
 	"github.com/etcd-agent/etcd-agent/internal/pin"
 	"github.com/etcd-agent/etcd-agent/internal/plan"
 	"github.com/etcd-agent/etcd-agent/internal/record"
@@ -105,9 +104,7 @@ func gateWaitFlags(ctx context.Context, c Config, timeout time.Duration, etcdArg
 	}
 	start := time.Now()
 	log := c.Log.With(zap.String("member", id.Name), zap.String("dataDir", id.DataDir))
-	var nodePin pin.Pin
-	var nodeErr error
-	nodeAsked := false
+	nodePin := newNodePinReader(c, id.Name, log)
 	var wd *watchdog.Watchdog
 	defer func() {
 		if wd != nil {
@@ -128,11 +125,8 @@ func gateWaitFlags(ctx context.Context, c Config, timeout time.Duration, etcdArg
 		// member's dir aside meanwhile (a new claim: another member).
 		p, ok, pinErr := pin.Load(c.StateDir, id.Name)
 		if pinErr == nil && !ok {
-			if !nodeAsked || nodeErr != nil { // an unreadable one: fixed by hand meanwhile?
-				nodePin, nodeErr = gateNodePin(ctx, c, id.Name, log)
-				nodeAsked = true
-			}
-			p, pinErr = nodePin, nodeErr
+			// Unreadable, the gate holds (pin-unreadable) and asks again.
+			p, pinErr = nodePin.read(ctx, time.Now())
 		}
 		in := plan.GateInput{Pin: p, Bootstrap: boot.bootstrap, InitialClusterPeers: boot.peers}
 		if pinErr != nil {
@@ -267,34 +261,6 @@ func gateIdentity(c Config, etcdArgv []string) (watchdog.Identity, bootstrapFlag
 		return id, bootstrapFlags{}, errors.New("start gate: the etcd command line sets no --initial-advertise-peer-urls or --advertise-client-urls")
 	}
 	return id, bootstrapOf(m), nil
-}
-
-// gateNodePin is what the Node says the agent has seen of member, for a
-// state dir without a pin (a reinstalled node). A pin that cannot be read
-// is an error (the gate then holds); no API means only the state dir is
-// known.
-func gateNodePin(ctx context.Context, c Config, member string, log *zap.Logger) (pin.Pin, error) {
-	if c.NodeName == "" {
-		return pin.Pin{}, nil
-	}
-	kc, err := c.KubeClient()
-	if err != nil {
-		log.Info("start gate: no Kubernetes API to read the Node's pin; only the state dir's counts", zap.Error(err))
-		return pin.Pin{}, nil
-	}
-	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	p, ok, err := nodereport.ReadPin(rctx, kc, c.NodeName, member)
-	switch {
-	case errors.Is(err, nodereport.ErrMalformedPins):
-		return pin.Pin{}, err
-	case err != nil:
-		log.Info("start gate: the Node's pin cannot be read now; only the state dir's counts", zap.Error(err))
-	case ok:
-		log.Info("start gate: the state dir has no pin, the Node has one (a reinstalled node?)", zap.String("pin", p.String()))
-		return p, nil
-	}
-	return pin.Pin{}, nil
 }
 
 // ExecEtcd replaces this process with etcd (the gate as etcd's wrapper):

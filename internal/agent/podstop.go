@@ -22,6 +22,9 @@ import (
 // through the gate on this member's state dir, its controller's template
 // does as well (a changed template re-creates it from that), and its data
 // dir does not move with the pod's UID (a CSI volume: not yet supported).
+// A pod no StatefulSet controls (controllingStatefulSet) is refused
+// (plan.ReasonNotGated, as the steward does), before any delete and any
+// membership change.
 //
 // want, when set, is the member the loop (and its recovery) serves: a pod
 // re-created on another claim meanwhile (a VolumeSnapshot restore to a new
@@ -53,13 +56,15 @@ func (p *podMembers) stoppable(cur membersource.PodMember, stateDir string, want
 			return err
 		}
 	}
-	owner := metav1.GetControllerOf(pod)
-	if owner == nil || owner.Kind != "StatefulSet" {
-		return nil // nothing re-creates it from another template
-	}
-	sts, err := p.kc.AppsV1().StatefulSets(pod.Namespace).Get(ctx, owner.Name, metav1.GetOptions{})
+	sts, why, err := controllingStatefulSet(ctx, p.kc, pod)
 	if err != nil {
-		return fmt.Errorf("read its StatefulSet %s: %w", owner.Name, err)
+		return err
+	}
+	if why != "" {
+		// Nothing would re-create this member held at its gate: a bare
+		// pod never comes back, another controller's comes back under
+		// another name and state dir, unheld.
+		return plan.Refused(plan.ReasonNotGated, fmt.Errorf("%s: not stopped; a deleted pod would not come back as this member, held by its start gate", why))
 	}
 	nm, err := membersource.FromPod(fromTemplate(pod, sts), p.vols, p.c.KubeletPodsDir)
 	if err != nil {

@@ -19,21 +19,9 @@ import (
 // agent checks the path). It reads no claim (gone after the steward's
 // delete-PVC step); err: the StatefulSet could not be read.
 func templateUngated(ctx context.Context, kc kubernetes.Interface, pod *corev1.Pod) (string, error) {
-	owner := metav1.GetControllerOf(pod)
-	switch {
-	case owner == nil:
-		return "no controller re-creates the pod: freeing its place would only shrink the cluster", nil
-	case owner.Kind != "StatefulSet" || owner.APIVersion != appsv1.SchemeGroupVersion.String():
-		return fmt.Sprintf("it is re-created by %s %s (%s), whose template the agent does not read", owner.Kind, owner.Name, owner.APIVersion), nil
-	}
-	sts, err := kc.AppsV1().StatefulSets(pod.Namespace).Get(ctx, owner.Name, metav1.GetOptions{})
-	switch {
-	case apierrors.IsNotFound(err):
-		return fmt.Sprintf("its StatefulSet %s is gone: a new one would re-create it from a template not read", owner.Name), nil
-	case err != nil:
-		return "", fmt.Errorf("read its StatefulSet %s: %w", owner.Name, err)
-	case sts.UID != owner.UID:
-		return fmt.Sprintf("StatefulSet %s (%s) is not the pod's controller (%s)", sts.Name, sts.UID, owner.UID), nil
+	sts, why, err := controllingStatefulSet(ctx, kc, pod)
+	if why != "" || err != nil {
+		return why, err
 	}
 	// A rollout re-creates a pod from the current or the update revision
 	// (a partition): the pod itself shows the current one, the template
@@ -57,4 +45,31 @@ func templateUngated(ctx context.Context, kc kubernetes.Interface, pod *corev1.P
 		}
 	}
 	return "", nil
+}
+
+// controllingStatefulSet is the apps/v1 StatefulSet that controls pod (the
+// one its controller reference names, by name and UID), the only
+// controller that re-creates a deleted pod under its name, claims and
+// state dir. why says why there is none ("": sts is it): no controller, a
+// controller of another kind, a StatefulSet gone, or one of that name that
+// is not the pod's (re-created after an orphaning delete). err: the
+// StatefulSet could not be read.
+func controllingStatefulSet(ctx context.Context, kc kubernetes.Interface, pod *corev1.Pod) (sts *appsv1.StatefulSet, why string, err error) {
+	owner := metav1.GetControllerOf(pod)
+	switch {
+	case owner == nil:
+		return nil, "no controller re-creates the pod: freeing its place would only shrink the cluster", nil
+	case owner.Kind != "StatefulSet" || owner.APIVersion != appsv1.SchemeGroupVersion.String():
+		return nil, fmt.Sprintf("it is re-created by %s %s (%s), whose template the agent does not read", owner.Kind, owner.Name, owner.APIVersion), nil
+	}
+	sts, err = kc.AppsV1().StatefulSets(pod.Namespace).Get(ctx, owner.Name, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		return nil, fmt.Sprintf("its StatefulSet %s is gone: a new one would re-create it from a template not read", owner.Name), nil
+	case err != nil:
+		return nil, "", fmt.Errorf("read its StatefulSet %s: %w", owner.Name, err)
+	case sts.UID != owner.UID:
+		return nil, fmt.Sprintf("StatefulSet %s (%s) is not the pod's controller (%s)", sts.Name, sts.UID, owner.UID), nil
+	}
+	return sts, "", nil
 }

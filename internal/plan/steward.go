@@ -37,7 +37,9 @@ const (
 	// ReasonNotGated: the member pod might come back without the start
 	// gate (for pods, on a node-local state dir), or from a controller
 	// whose template the agent does not read: etcd could start on the new
-	// node before an agent prepared it.
+	// node before an agent prepared it. The pod runtime's stop refuses
+	// with it too (a StepRefusal) a pod no StatefulSet controls: nothing
+	// would re-create it as this member, held by its gate.
 	ReasonNotGated Reason = "not-gated"
 )
 
