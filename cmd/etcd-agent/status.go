@@ -116,7 +116,11 @@ func printReport(out io.Writer, r agent.Report) {
 	if r.Detail != "" {
 		fmt.Fprintf(out, "  %s\n", r.Detail)
 	}
-	fmt.Fprintf(out, "data dir %s: %s", l.DataDir, l.DataDirClass)
+	fmt.Fprintf(out, "data dir %s", l.DataDir)
+	if l.WALDir != "" {
+		fmt.Fprintf(out, " with WAL dir %s", l.WALDir)
+	}
+	fmt.Fprintf(out, ": %s", l.DataDirClass)
 	if l.DataDirDetail != "" {
 		fmt.Fprintf(out, " (%s)", l.DataDirDetail)
 	}

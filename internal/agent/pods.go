@@ -326,7 +326,7 @@ func (p *podMembers) start(ctx context.Context, member membersource.PodMember) {
 	c.StateDir = stateDir
 	c.QuarantineDir = "" // beside the data dir: on the PV's own filesystem
 	c.StaticPodManifest = ""
-	c.MemberName, c.DataDir, c.ClientURL, c.PeerURLs = member.Identity.Name, member.Identity.DataDir, member.Identity.ClientURL, member.Identity.PeerURLs
+	c.MemberName, c.DataDir, c.WALDir, c.ClientURL, c.PeerURLs = member.Identity.Name, member.Identity.DataDir, member.Identity.WALDir, member.Identity.ClientURL, member.Identity.PeerURLs
 	c.Endpoints = member.Endpoints
 	c.Log = p.log.With(zap.String("pod", member.Key), zap.String("cluster", member.Cluster))
 	urls := append([]string{member.Identity.ClientURL}, member.Identity.PeerURLs...)

@@ -50,6 +50,12 @@ func etcdPodManifest(spec *Spec, n Node, initialCluster, state, token string, ga
 			Path: n.DataDir, Type: ptr(corev1.HostPathDirectoryOrCreate),
 		}},
 	}}
+	if n.WALDir != "" {
+		args = append(args, "--wal-dir="+n.WALDir)
+		mounts = append(mounts, corev1.VolumeMount{Name: "etcd-wal", MountPath: n.WALDir})
+		volumes = append(volumes, corev1.Volume{Name: "etcd-wal", VolumeSource: corev1.VolumeSource{
+			HostPath: &corev1.HostPathVolumeSource{Path: n.WALDir, Type: ptr(corev1.HostPathDirectoryOrCreate)}}})
+	}
 	if t != nil {
 		args = append(args, t.memberFlags()...)
 		mounts = append(mounts, corev1.VolumeMount{Name: "etcd-certs", MountPath: t.Dir, ReadOnly: true})

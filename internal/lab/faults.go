@@ -76,7 +76,14 @@ func (l *Lab) WipeDataDir(node string) error {
 	l.wipesMu.Lock()
 	l.wipes = append(l.wipes, Wipe{Node: node, At: time.Now()})
 	l.wipesMu.Unlock()
-	return os.RemoveAll(n.DataDir)
+	if err := os.RemoveAll(n.DataDir); err != nil {
+		return err
+	}
+	if n.WALDir != "" {
+		// A dedicated WAL dir goes with it: the member's whole state.
+		return os.RemoveAll(n.WALDir)
+	}
+	return nil
 }
 
 // Wipe is one WipeDataDir: which node's data dir, and when it began.

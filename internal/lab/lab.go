@@ -39,6 +39,10 @@ type Options struct {
 	// running member's data dir is wiped, does not run (a test that needs
 	// a wiped member serving for longer than that).
 	EtcdNoPurge bool
+	// EtcdWALDir runs every member with a dedicated --wal-dir
+	// (<disk>/etcd-wal, a hostPath volume of its own), as etcd's tuning
+	// guide lays out a WAL on its own disk.
+	EtcdWALDir bool
 	// AgentBinary is the etcd-agent binary; the lab runs its `lab supervise`
 	// as each node's supervisor (and `run` as the agent, with Agents).
 	AgentBinary string
@@ -145,7 +149,7 @@ func Up(ctx context.Context, o Options) (_ *Lab, err error) {
 	}
 	tok := make([]byte, 4)
 	_, _ = rand.Read(tok)
-	spec := &Spec{Dir: dir, ClusterToken: "lab-" + hex.EncodeToString(tok), BinDir: o.BinDir, EtcdBinary: o.EtcdBinary, EtcdQuotaBytes: o.EtcdQuotaBytes, EtcdNoPurge: o.EtcdNoPurge,
+	spec := &Spec{Dir: dir, ClusterToken: "lab-" + hex.EncodeToString(tok), BinDir: o.BinDir, EtcdBinary: o.EtcdBinary, EtcdQuotaBytes: o.EtcdQuotaBytes, EtcdNoPurge: o.EtcdNoPurge, EtcdWALDir: o.EtcdWALDir,
 		AgentBinary: o.AgentBinary, AgentArgs: o.AgentArgs, Agents: o.Agents, CreatedAt: time.Now().UTC(),
 		PeerProxy: o.PeerProxy, DiskLimit: o.DiskLimit}
 	l := &Lab{Spec: spec, log: o.Log}
@@ -324,6 +328,9 @@ func (l *Lab) newNamedNode(name, ip string, withMember bool) (Node, error) {
 			n.PeerURL = fmt.Sprintf("%s://%s:%d", scheme, n.IP, ports[3])
 		}
 		n.DataDir = filepath.Join(n.DiskDir, "etcd")
+		if l.Spec.EtcdWALDir {
+			n.WALDir = filepath.Join(n.DiskDir, "etcd-wal")
+		}
 	}
 	return n, nil
 }

@@ -39,6 +39,8 @@ type Spec struct {
 	EtcdQuotaBytes int64 `json:"etcdQuotaBytes,omitempty"`
 	// EtcdNoPurge: the members run with --max-snapshots=0 --max-wals=0.
 	EtcdNoPurge bool `json:"etcdNoPurge,omitempty"`
+	// EtcdWALDir: the members run with a dedicated --wal-dir (Node.WALDir).
+	EtcdWALDir bool `json:"etcdWALDir,omitempty"`
 	// PeerProxy: each member advertises a peer URL served by a proxy in the
 	// process that ran Up (see peerproxy.go), which Partition can cut.
 	PeerProxy bool `json:"peerProxy,omitempty"`
@@ -71,10 +73,12 @@ type Node struct {
 	PeerListenURL string `json:"peerListenURL,omitempty"`
 	// MetricsURL is etcd's --listen-metrics-urls (the gate's stop watch
 	// counts requests in flight there).
-	MetricsURL      string `json:"metricsURL,omitempty"`
-	NodeDir         string `json:"nodeDir"`
-	DiskDir         string `json:"diskDir"`
-	DataDir         string `json:"dataDir,omitempty"`
+	MetricsURL string `json:"metricsURL,omitempty"`
+	NodeDir    string `json:"nodeDir"`
+	DiskDir    string `json:"diskDir"`
+	DataDir    string `json:"dataDir,omitempty"`
+	// WALDir is the member's dedicated --wal-dir ("" when in the data dir).
+	WALDir          string `json:"walDir,omitempty"`
 	ManifestsDir    string `json:"manifestsDir"`
 	LogsDir         string `json:"logsDir"`
 	StateDir        string `json:"stateDir"`

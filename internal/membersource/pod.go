@@ -105,6 +105,19 @@ func FromPod(pod *corev1.Pod, vols Volumes, kubeletPodsDir string) (PodMember, e
 	}
 	pm.PVC, pm.PV, pm.PVCUID, pm.DataDirPerPod, pm.MoveSeed = vol.pvc, vol.pv, vol.pvcUID, vol.perPod, vol.moveSeed
 	pm.Identity = watchdog.Identity{Name: m.Name, DataDir: dataDir, ClientURL: m.ClientURLs[0], PeerURLs: m.PeerURLs}
+	if m.WALDir != "" {
+		walDir, walVol, err := r.hostPath(m.WALDir)
+		if err != nil {
+			return pm, fmt.Errorf("pod %s: the WAL dir %s (--wal-dir): %w", pm.Key, m.WALDir, err)
+		}
+		if walVol.pvc != vol.pvc || walVol.perPod != vol.perPod {
+			// The pod runtime, the steward and a move follow one claim per
+			// member: a WAL on a claim of its own would be left behind.
+			return pm, fmt.Errorf("pod %s: the WAL dir %s is on claim %q, the data dir on claim %q: a member's WAL on a claim of its own is not supported; "+
+				"keep --wal-dir on the data dir's volume", pm.Key, m.WALDir, walVol.pvc, vol.pvc)
+		}
+		pm.Identity.WALDir = walDir
+	}
 	if eps, ok := manifest.GateFlag(argv, "endpoints"); ok {
 		pm.Endpoints = manifest.SplitURLs(eps)
 	}
