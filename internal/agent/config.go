@@ -35,9 +35,11 @@ type Config struct {
 	MemberName string
 	DataDir    string
 	// WALDir: the dedicated --wal-dir on this node.
-	WALDir    string
-	ClientURL string
-	PeerURLs  []string
+	WALDir string
+	// DataDirVolumeRoot: the data dir is a PV's path (a pod member).
+	DataDirVolumeRoot bool
+	ClientURL         string
+	PeerURLs          []string
 	// Endpoints are other members' client URLs, to reach the cluster while
 	// the local member is down.
 	Endpoints    []string

@@ -60,8 +60,11 @@ type Config struct {
 	DataDir  string
 	// WALDir is the dedicated --wal-dir on the node ("" when the WAL is in
 	// the data dir): set aside with the data dir (WALDirDisposal).
-	WALDir   string
-	StateDir string
+	WALDir string
+	// DataDirVolumeRoot: the data dir is a PV's path (a pod member's claim
+	// mounted at etcd's --data-dir): never renamed, like a mount point.
+	DataDirVolumeRoot bool
+	StateDir          string
 	// QuarantineDir holds replaced data dirs and the pre-change snapshots;
 	// it must be on the data dir's filesystem (renames, never copies).
 	QuarantineDir  string
@@ -252,6 +255,10 @@ func New(cfg Config, obs Observer, newLease func(uint64) (Lease, error), rt memb
 	}
 	if cfg.QuarantineDir == "" {
 		cfg.QuarantineDir = filepath.Join(filepath.Dir(cfg.DataDir), "etcd-agent-quarantine")
+		if cfg.DataDirVolumeRoot {
+			// Beside it would be off the volume (another PV's folder).
+			cfg.QuarantineDir = filepath.Join(cfg.DataDir, localdisk.VolumeQuarantineDirName)
+		}
 	}
 	h := &Healer{cfg: cfg, cluster: cfg.Cluster, now: cfg.Now, obs: obs, newLease: newLease, runtime: rt, reporter: rep, metrics: m,
 		log: cfg.Log.With(zap.String("member", cfg.Member))}
@@ -511,13 +518,14 @@ func (h *Healer) baseInput(res memberstate.Result, req *plan.Request, j journal.
 	sp := localdisk.SpaceFor(h.cfg.DataDir, h.cfg.QuarantineDir)
 	in.FreeBytes, in.DataDirFreeBytes, in.DataDirOtherFS = sp.QuarantineFree, sp.DataDirFree, sp.DataDirOtherFS
 	if mp, err := h.mountPoint(h.cfg.DataDir); err == nil {
-		in.DataDirMountPoint = mp
+		in.DataDirVolumeRoot = mp
 	} // else unknown: the executor looks again before the rename, which refuses a mount point itself
 	if in.WALDirDedicated = h.cfg.WALDir != ""; in.WALDirDedicated {
 		if mp, err := h.mountPoint(h.cfg.WALDir); err == nil {
 			in.WALDirMountPoint = mp
 		} // else unknown: looked at again right before its rename
 	}
+	in.DataDirVolumeRoot = in.DataDirVolumeRoot || h.cfg.DataDirVolumeRoot
 	in.Backups = localdisk.BackupsHint(h.cfg.QuarantineDir)
 	if h.runtime != nil { // nil: a healer that only plans (dry runs, status)
 		_, err := h.runtime.Stopped()

@@ -8,7 +8,6 @@ import (
 
 	"github.com/etcd-agent/etcd-agent/internal/journal"
 	"github.com/etcd-agent/etcd-agent/internal/memberstate"
-	"github.com/etcd-agent/etcd-agent/internal/plan"
 )
 
 // lostWith: member 1 lost (not serving) with its data dir of class.
@@ -56,17 +55,55 @@ func TestEmptyMountPointDataDirIsLeftInPlace(t *testing.T) {
 	}
 }
 
-// A mount point holding etcd data is refused before the Lease and the
-// stop, with its own reason.
-func TestMountPointWithEtcdDataIsRefusedBeforeTheStop(t *testing.T) {
-	res := lostWith("corrupt")
-	r := newRig(t, res)
-	mountedDataDir(t, r, "member/wal")
-	out := r.h.Consider(context.Background(), res, nil)
-	if out.Decision.Reason != plan.ReasonDataDirMountPoint || r.rt.stops != 0 {
-		t.Fatalf("decision %+v, %d stops; want refused %s, no stop", out.Decision, r.rt.stops, plan.ReasonDataDirMountPoint)
-	}
-	if _, err := os.Stat(filepath.Join(r.h.cfg.DataDir, "member", "wal")); err != nil {
-		t.Fatalf("the data moved: %v", err)
+// Issue 38: a data dir at a volume's root (a mount point, or a PV's path)
+// holding etcd data was refused (before: data-dir-mount-point), and a PV
+// root that is no mount point was renamed away, which a local PV cannot
+// mount again. Its contents are set aside instead: member/ moves into an
+// etcd-agent-quarantine dir inside it (the same volume, never deleted), the
+// data dir stays where it is and the learner starts in it.
+func TestAVolumeRootsEtcdDataIsSetAsideInsideIt(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		set  func(r *rig)
+	}{
+		{"mount point", func(r *rig) { mountedDataDir(t, r, "member/wal", "lost+found") }},
+		{"a PV's root", func(r *rig) {
+			mountedDataDir(t, r, "member/wal", "lost+found")
+			r.h.mountPoint = func(string) (bool, error) { return false, nil }
+			r.h.cfg.DataDirVolumeRoot = true
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			res := lostWith("corrupt")
+			r := newRig(t, res)
+			c.set(r)
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			r.obs.onObserve = func(int) {
+				if j := r.journal(t); j.Phase.AtLeast(journal.PhaseStopped) {
+					cancel()
+				}
+			}
+			r.h.Consider(ctx, res, nil)
+			j := r.journal(t)
+			if !j.Phase.AtLeast(journal.PhaseStopped) {
+				t.Fatalf("journal phase %s (%s), want stopped", j.Phase, j.Message)
+			}
+			want := filepath.Join(r.h.cfg.DataDir, "etcd-agent-quarantine")
+			if filepath.Dir(j.QuarantinePath) != want {
+				t.Fatalf("member data set aside at %q, want inside %s", j.QuarantinePath, want)
+			}
+			if _, err := os.Stat(filepath.Join(j.QuarantinePath, "wal")); err != nil {
+				t.Fatalf("member/wal not kept in the quarantine: %v", err)
+			}
+			for _, gone := range []string{"member"} {
+				if _, err := os.Stat(filepath.Join(r.h.cfg.DataDir, gone)); !os.IsNotExist(err) {
+					t.Fatalf("%s still in the data dir: %v", gone, err)
+				}
+			}
+			if _, err := os.Stat(filepath.Join(r.h.cfg.DataDir, "lost+found")); err != nil {
+				t.Fatalf("what etcd does not read moved too: %v", err)
+			}
+		})
 	}
 }

@@ -110,20 +110,28 @@ func (h *Healer) stopFenced(ctx context.Context) error {
 
 // quarantineDataDir renames the data dir into the quarantine, fenced right
 // before the rename, as plan.DataDirDisposal says on a fresh look: nothing
-// to do for a missing data dir or an empty mount point (""), an error for
-// a mount point holding etcd data (refused before the stop; here only if
-// it changed since).
+// to do for a missing data dir or an empty volume root (""); a volume root
+// holding etcd data keeps its path and has its member/ set aside inside it.
 func (h *Healer) quarantineDataDir(ctx context.Context) (string, error) {
-	mount, err := h.mountPoint(h.cfg.DataDir)
+	root, err := h.dataDirVolumeRoot()
 	if err != nil {
-		return "", fmt.Errorf("is data dir %s a mount point: %w", h.cfg.DataDir, err)
+		return "", err
 	}
-	switch disp, why := plan.DataDirDisposal(mount, string(localdisk.ClassifyLayout(localdisk.DataDirOnly(h.cfg.DataDir)).Class)); disp {
+	disp, why := plan.DataDirDisposal(root, string(localdisk.ClassifyLayout(localdisk.DataDirOnly(h.cfg.DataDir)).Class))
+	switch disp {
 	case plan.DisposeKeep:
 		h.log.Info("data dir left in place", zap.String("dataDir", h.cfg.DataDir), zap.String("why", why))
 		return "", nil
-	case plan.DisposeRefuse:
-		return "", fmt.Errorf("%s: %s", plan.ReasonDataDirMountPoint, why)
+	case plan.DisposeQuarantineContents:
+		if err := h.fence(ctx, quarantineTimeout); err != nil {
+			return "", err
+		}
+		dst, err := localdisk.QuarantineMemberDir(h.cfg.DataDir, time.Now())
+		if err != nil {
+			return "", fmt.Errorf("set aside the member data of %s: %w", h.cfg.DataDir, err)
+		}
+		h.log.Info("data dir is a volume's root: its member data set aside inside it", zap.String("why", why), zap.String("to", dst))
+		return dst, nil
 	}
 	if err := os.MkdirAll(h.cfg.QuarantineDir, 0o700); err != nil {
 		return "", err
@@ -136,6 +144,16 @@ func (h *Healer) quarantineDataDir(ctx context.Context) (string, error) {
 		return "", fmt.Errorf("quarantine %s: %w", h.cfg.DataDir, err)
 	}
 	return dst, nil
+}
+
+// dataDirVolumeRoot: the data dir is a mount point now (the mount table) or
+// a PV's path (the identity).
+func (h *Healer) dataDirVolumeRoot() (bool, error) {
+	mount, err := h.mountPoint(h.cfg.DataDir)
+	if err != nil {
+		return false, fmt.Errorf("is data dir %s a mount point: %w", h.cfg.DataDir, err)
+	}
+	return mount || h.cfg.DataDirVolumeRoot, nil
 }
 
 // quarantineWALDir renames a dedicated WAL dir (--wal-dir) into a
@@ -398,7 +416,11 @@ func (h *Healer) prepareDataDir(ctx context.Context, res memberstate.Result, j *
 	} else if dst != "" {
 		h.log.Info("leftover WAL dir quarantined", zap.String("to", dst))
 	}
-	if entries, err := os.ReadDir(h.cfg.DataDir); err == nil && len(entries) > 0 {
+	root, err := h.dataDirVolumeRoot()
+	if err != nil {
+		return err
+	}
+	if entries, err := os.ReadDir(h.cfg.DataDir); err == nil && len(entries) > 0 && (!root || localdisk.HasMemberDir(h.cfg.DataDir)) {
 		dst, err := h.quarantineDataDir(ctx)
 		if err != nil {
 			return fmt.Errorf("leftover data dir: %w", err)
@@ -452,7 +474,10 @@ func (h *Healer) seedDataDir(ctx context.Context, res memberstate.Result, j *jou
 		return fmt.Errorf("learner ID (%x) or cluster ID (%x) unknown", uint64(j.NewMemberID), res.Observation.ClusterID)
 	}
 	// BuildDataDir never replaces a data dir: an empty one is dropped (a
-	// non-empty one was quarantined). A mount point cannot be: raft mode.
+	// non-empty one was quarantined). A volume's root never is: raft mode.
+	if root, err := h.dataDirVolumeRoot(); err != nil || root {
+		return fmt.Errorf("%w (%s): %v", peerseed.ErrSeedVolumeRoot, h.cfg.DataDir, err)
+	}
 	if err := os.Remove(h.cfg.DataDir); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("remove the empty data dir %s: %w", h.cfg.DataDir, err)
 	}

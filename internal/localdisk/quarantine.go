@@ -179,3 +179,23 @@ func SameFilesystem(a, b string) bool {
 	bi, err := os.Stat(b)
 	return err == nil && deviceOf(ai) == deviceOf(bi)
 }
+
+// VolumeQuarantineDirName is the quarantine inside a data dir that is a
+// volume's root (QuarantineMemberDir).
+const VolumeQuarantineDirName = "etcd-agent-quarantine"
+
+// QuarantineMemberDir sets aside the member data of a data dir that is a
+// volume's root (a mount point or a PV's path), which is never renamed: its
+// member/ dir, all etcd reads of it, is renamed into
+// <dataDir>/etcd-agent-quarantine/member-<UTC stamp>, on the same volume.
+// Other entries (lost+found) stay. Nothing is deleted.
+func QuarantineMemberDir(dataDir string, now time.Time) (string, error) {
+	return QuarantineDataDir(filepath.Join(dataDir, memberDirName), filepath.Join(dataDir, VolumeQuarantineDirName), now)
+}
+
+// HasMemberDir reports whether dataDir holds a member/ entry: the etcd data
+// a volume root's quarantine sets aside.
+func HasMemberDir(dataDir string) bool {
+	_, err := os.Lstat(filepath.Join(dataDir, memberDirName))
+	return err == nil
+}

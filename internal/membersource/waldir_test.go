@@ -48,3 +48,20 @@ func TestFromPodRefusesAWALDirOnAnotherClaim(t *testing.T) {
 		t.Fatalf("err = %v, want a refusal naming the WAL's claim", err)
 	}
 }
+
+// Issue 38: a claim mounted at etcd's --data-dir makes the data dir the
+// PV's own path, which the heal must never rename.
+func TestFromPodSaysWhenTheDataDirIsThePVsRoot(t *testing.T) {
+	v := vols{pvcs: map[string]*corev1.PersistentVolumeClaim{"clusters-b/data-etcd-2": bound("clusters-b", "data-etcd-2", "node2-pv3")},
+		pvs: map[string]*corev1.PersistentVolume{"node2-pv3": localPV("node2-pv3", "/mnt/disks/pv3")}}
+	sub, err := FromPod(memberPod(claim), v, "")
+	if err != nil || sub.DataDirVolumeRoot {
+		t.Fatalf("data dir a subdir of the claim: volume root %v (%v)", sub.DataDirVolumeRoot, err)
+	}
+	pod := memberPod(claim)
+	pod.Spec.Containers[0].Args[1] = "--data-dir=/var/lib/etcd"
+	root, err := FromPod(pod, v, "")
+	if err != nil || !root.DataDirVolumeRoot || root.Identity.DataDir != "/mnt/disks/pv3" {
+		t.Fatalf("data dir at the claim's mount: volume root %v, data dir %q (%v)", root.DataDirVolumeRoot, root.Identity.DataDir, err)
+	}
+}

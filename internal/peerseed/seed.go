@@ -87,12 +87,16 @@ var (
 	// ErrSeedDedicatedWALDir: etcd runs with --wal-dir; a seeded data dir
 	// carries its WAL in member/wal, which etcd would ignore.
 	ErrSeedDedicatedWALDir = errors.New("the member runs with a dedicated --wal-dir, which seeding does not build")
+	// ErrSeedVolumeRoot: the data dir is a volume's root (a mount point or
+	// a PV's path); a seeded data dir is renamed into place, which a volume
+	// root never is.
+	ErrSeedVolumeRoot = errors.New("the data dir is a volume's root, which seeding does not rename into place")
 )
 
 // SeedReason is a short, stable name for why seeding was refused, for the
 // journal, metrics labels and Events: "learner-absent", "not-learner",
 // "term-zero", "confstate-mismatch", "foreign-cluster", "no-provenance",
-// "corrupt-db", "data-dir-exists", "membership-differs", "dedicated-wal-dir", "disk-full", "snapshot-hash-mismatch",
+// "corrupt-db", "data-dir-exists", "membership-differs", "dedicated-wal-dir", "data-dir-volume-root", "disk-full", "snapshot-hash-mismatch",
 // "snapshot-truncated", or "error" for anything else (I/O errors, a
 // cancelled wait...). nil gives "".
 func SeedReason(err error) string {
@@ -113,6 +117,7 @@ func SeedReason(err error) string {
 		{ErrSeedDataDirExists, "data-dir-exists"},
 		{ErrSeedMembershipDiffers, "membership-differs"},
 		{ErrSeedDedicatedWALDir, "dedicated-wal-dir"},
+		{ErrSeedVolumeRoot, "data-dir-volume-root"},
 		{ErrDiskFull, "disk-full"},
 		{ErrHashMismatch, "snapshot-hash-mismatch"},
 		{ErrTruncated, "snapshot-truncated"},

@@ -11,33 +11,37 @@ type Disposal string
 const (
 	// DisposeQuarantine: rename the data dir into the quarantine.
 	DisposeQuarantine Disposal = "quarantine"
-	// DisposeKeep: nothing of etcd's to keep (missing, or an empty mount
-	// point: etcd reads only member/, and other entries such as a fresh
+	// DisposeQuarantineContents: the data dir is a volume's root (a mount
+	// point, or a PV's path): it is never renamed or removed (a local PV
+	// whose path is gone cannot be mounted again; a bind mount follows the
+	// rename). Its member/ dir, all etcd reads of it, is renamed into an
+	// etcd-agent-quarantine dir inside it, on the same volume; the learner
+	// starts in the same path.
+	DisposeQuarantineContents Disposal = "quarantine-contents"
+	// DisposeKeep: nothing of etcd's to keep (missing, or an empty volume
+	// root: etcd reads only member/, and other entries such as a fresh
 	// filesystem's lost+found are left where they are).
 	DisposeKeep Disposal = "keep"
-	// DisposeRefuse: a mount point holding etcd data. It cannot be renamed
-	// (EBUSY), its contents could only stay on the same disk, next to the
-	// new member's data (a dedicated disk too small for both fills up), and
-	// nothing is ever deleted: where the old data goes is a person's call.
+	// DisposeRefuse: the dir cannot be set aside where the learner could
+	// start (WALDirDisposal).
 	DisposeRefuse Disposal = "refuse"
 )
 
 // DataDirDisposal decides what happens to the data dir given whether it is
-// a mount point and its class (localdisk: missing, empty, ok, in-use,
-// corrupt, foreign). Decided before the stop (checkBegin refuses with
-// ReasonDataDirMountPoint), and again by the executor right before the
-// rename, on a fresh look.
-func DataDirDisposal(mountPoint bool, class string) (Disposal, string) {
+// a volume's root (mount table or PV) and its class (localdisk: missing,
+// empty, ok, in-use, corrupt, foreign, stale). Decided before the stop, and
+// again by the executor right before the rename, on a fresh look.
+func DataDirDisposal(volumeRoot bool, class string) (Disposal, string) {
 	switch {
 	case class == "missing":
 		return DisposeKeep, "data dir missing: nothing to quarantine"
-	case !mountPoint:
+	case !volumeRoot:
 		return DisposeQuarantine, ""
 	case class == "empty":
-		return DisposeKeep, "data dir is an empty mount point (no member/ dir): nothing to quarantine, the learner starts in it"
+		return DisposeKeep, "data dir is an empty volume root (no member/ dir): nothing to quarantine, the learner starts in it"
 	}
-	return DisposeRefuse, fmt.Sprintf("data dir is a mount point holding etcd data (%s): it cannot be renamed into the quarantine and is never deleted; "+
-		"move its member/ dir aside by hand (on that disk or elsewhere, as space allows), then the agent rejoins the member", class)
+	return DisposeQuarantineContents, fmt.Sprintf("data dir is a volume's root (a mount point or a PV's path) holding etcd data (%s): it is never renamed; "+
+		"its member/ dir is set aside inside it, on the same volume, and the learner starts in the same path", class)
 }
 
 // WALDirDisposal decides what the stop step does with a dedicated WAL dir

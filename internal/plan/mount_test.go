@@ -7,11 +7,11 @@ import (
 	"github.com/etcd-agent/etcd-agent/internal/record"
 )
 
-// Issue 10 item 4: a data dir that is a mount point cannot be renamed into
-// the quarantine. Empty (nothing of etcd's in it: UC1 on a dedicated disk)
-// it needs none; holding etcd data it is refused before the stop, since the
-// data is never deleted and the agent does not choose where a whole disk's
-// worth of it goes.
+// Issue 10 item 4, issue 38: a data dir at a volume's root cannot be
+// renamed into the quarantine. Empty (nothing of etcd's in it: UC1 on a
+// dedicated disk) it needs none; holding etcd data its member/ is set aside
+// inside it, on the same volume (the attempt's space check counts the
+// learner's data on that volume).
 func TestDataDirDisposal(t *testing.T) {
 	for _, c := range []struct {
 		mount bool
@@ -24,13 +24,13 @@ func TestDataDirDisposal(t *testing.T) {
 		{false, "corrupt", DisposeQuarantine, ""},
 		{false, "ok", DisposeQuarantine, ""},
 		{true, "missing", DisposeKeep, "missing"},
-		{true, "empty", DisposeKeep, "mount point"},
-		{true, "ok", DisposeRefuse, "mount point"},
-		{true, "in-use", DisposeRefuse, "mount point"},
-		{true, "corrupt", DisposeRefuse, "never deleted"},
-		{true, "foreign", DisposeRefuse, "mount point"},
+		{true, "empty", DisposeKeep, "empty volume root"},
+		{true, "ok", DisposeQuarantineContents, "volume's root"},
+		{true, "in-use", DisposeQuarantineContents, "volume's root"},
+		{true, "corrupt", DisposeQuarantineContents, "same volume"},
+		{true, "foreign", DisposeQuarantineContents, "volume's root"},
 		{false, "stale", DisposeQuarantine, ""},
-		{true, "stale", DisposeRefuse, "mount point"},
+		{true, "stale", DisposeQuarantineContents, "volume's root"},
 	} {
 		got, why := DataDirDisposal(c.mount, c.class)
 		if got != c.want || !strings.Contains(why, c.says) {
@@ -39,7 +39,7 @@ func TestDataDirDisposal(t *testing.T) {
 	}
 }
 
-func mountPoint() opt { return func(s *spec) { s.in.DataDirMountPoint = true } }
+func mountPoint() opt { return func(s *spec) { s.in.DataDirVolumeRoot = true } }
 
 // The refusal comes before the Lease and the stop, and again on the re-check
 // after the Lease; an empty mount point goes ahead.
@@ -50,9 +50,9 @@ func TestMountPointDataDirDecidedBeforeTheStop(t *testing.T) {
 		action Action
 		reason Reason
 	}{
-		{"lost, corrupt data on a mount point: refused", []opt{dataDir("corrupt"), mountPoint()}, Refuse, ReasonDataDirMountPoint},
+		{"lost, corrupt data on a mount point: begin (its contents are set aside)", []opt{dataDir("corrupt"), mountPoint()}, Begin, ReasonNone},
 		{"lost, empty mount point (UC1, dedicated disk): begin", []opt{dataDir("empty"), mountPoint()}, Begin, ReasonNone},
-		{"Lease held, corrupt on a mount point: finish before the stop", []opt{dataDir("corrupt"), mountPoint(), held(record.PhaseStarted)}, Finish, ReasonDataDirMountPoint},
+		{"Lease held, corrupt on a mount point: stop", []opt{dataDir("corrupt"), mountPoint(), held(record.PhaseStarted)}, StopMember, ReasonNone},
 		{"Lease held, empty mount point: stop", []opt{dataDir("empty"), mountPoint(), held(record.PhaseStarted)}, StopMember, ReasonNone},
 	} {
 		t.Run(c.name, func(t *testing.T) {

@@ -74,9 +74,6 @@ const (
 	// ReasonHashMismatch: verify found comparable voters with different
 	// HashKV (JudgeHashes); the attempt fails, a divergent voter serves.
 	ReasonHashMismatch Reason = "hash-mismatch"
-	// ReasonDataDirMountPoint: the data dir is a mount point holding etcd
-	// data (DataDirDisposal): it cannot be quarantined, never deleted.
-	ReasonDataDirMountPoint Reason = "data-dir-mount-point"
 	// ReasonWALDirMountPoint: the dedicated WAL dir is a mount point
 	// (WALDirDisposal): etcd cannot create a new member's WAL there.
 	ReasonWALDirMountPoint Reason = "wal-dir-mount-point"
@@ -116,7 +113,7 @@ const (
 func RefusalReasons() []Reason {
 	return []Reason{ReasonMajorityLost, ReasonWouldLoseQuorum, ReasonLearnerPresent, ReasonLeaseHeldByOther,
 		ReasonAPIUnavailable, ReasonAmbiguousIdentity, ReasonMemberHealthy, ReasonDryRun, ReasonDiskFull,
-		ReasonBadRequest, ReasonNoSnapshotSource, ReasonForeignCluster, ReasonDataDirMountPoint, ReasonWALDirMountPoint,
+		ReasonBadRequest, ReasonNoSnapshotSource, ReasonForeignCluster, ReasonWALDirMountPoint,
 		// The steward's (DecideSteward), for a member on a lost node.
 		ReasonNodeReady, ReasonInGracePeriod, ReasonMemberServing, ReasonStewardNotHealthy, ReasonNotGated, ReasonAutoHealDisabled,
 		// A move's (DecideMove, move-in, move-out).
@@ -170,9 +167,9 @@ type Input struct {
 	NeverAMember bool
 	// FreeBytes is the free space where the snapshot and quarantine go.
 	FreeBytes uint64
-	// DataDirMountPoint: the data dir is a mount point (it cannot be
-	// renamed into the quarantine).
-	DataDirMountPoint bool
+	// DataDirVolumeRoot: the data dir is a volume's root, a mount point
+	// or a PV's path (DataDirDisposal: never renamed).
+	DataDirVolumeRoot bool
 	// WALDirDedicated: etcd runs with --wal-dir; WALDirMountPoint: that
 	// dir is a mount point (WALDirDisposal).
 	WALDirDedicated, WALDirMountPoint bool
