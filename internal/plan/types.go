@@ -234,6 +234,8 @@ type Decision struct {
 	// on StopMember, the member the pre-change backup may stream from
 	// while the stop runs (0: none).
 	SourceID uint64 `json:"sourceID,omitempty"`
+	// Claim is the PVC a steward step (retain its PV, delete it) is about.
+	Claim string `json:"claim,omitempty"`
 }
 
 // Refused reports whether d refuses a wanted recovery.
