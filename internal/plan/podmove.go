@@ -47,6 +47,10 @@ const (
 // ReasonNoFreePV: the target node has no free PV the member's claim binds.
 const ReasonNoFreePV Reason = "no-free-pv"
 
+// ReasonTargetPVUnusable: the target's PVs the claim would bind are no
+// place for the member (affinity against the Node's labels, no path).
+const ReasonTargetPVUnusable Reason = "target-pv-unusable"
+
 // ClaimFacts is what the API shows of a pod member's move: the target node,
 // the member's claim and PVs, its pod. Filled by the agent for a move-away.
 type ClaimFacts struct {
@@ -86,6 +90,11 @@ type ClaimFacts struct {
 	// move reserved ("" none).
 	FreePV     string
 	ReservedPV string
+	// PVUnusable says why the PVs on the target the claim would bind are
+	// no place for the member ("" none was turned away): their node
+	// affinity does not match the target Node's labels, or their spec
+	// names no path the target's agent finds.
+	PVUnusable string
 	// The member's claim as the move found it: still there (ClaimBound:
 	// bound to the old PV on this node), being deleted; the old PV kept.
 	ClaimBound    bool
@@ -125,6 +134,8 @@ func checkMoveAway(in Input, cfg Config) (Decision, bool) {
 		return refuse(ReasonNoSnapshotStore, "a move needs --snapshot-store: the member's snapshot goes there before it is removed"), false
 	case c.StoreError != "":
 		return refuse(ReasonSnapshotStoreUnreached, "the snapshot store did not answer: "+c.StoreError), false
+	case c.FreePV == "" && c.PVUnusable != "":
+		return refuse(ReasonTargetPVUnusable, fmt.Sprintf("node %s has no PV the member can use: %s", r.Target, c.PVUnusable)), false
 	case c.FreePV == "":
 		return refuse(ReasonNoFreePV, fmt.Sprintf("node %s has no free PV the member's claim can bind (Available, unclaimed, its class, size and access modes)", r.Target)), false
 	}

@@ -56,6 +56,7 @@ func TestMoveAwayRefusesEachUnsafeOrUnclearStart(t *testing.T) {
 		{"no store", []opt{local(localHealthy), podMove(), cfg(func(c *Config) { c.SnapshotStore = false })}, ReasonNoSnapshotStore},
 		{"store unreachable", []opt{local(localHealthy), podMove(func(c *ClaimFacts) { c.StoreError = "connection refused" })}, ReasonSnapshotStoreUnreached},
 		{"no free PV", []opt{local(localHealthy), podMove(func(c *ClaimFacts) { c.FreePV = "" })}, ReasonNoFreePV},
+		{"the target's PVs are no place for the member (issue 38)", []opt{local(localHealthy), podMove(func(c *ClaimFacts) { c.FreePV, c.PVUnusable = "", "PV p: no path" })}, ReasonTargetPVUnusable},
 		{"local member not in the list", []opt{local(localGone), podMove()}, ReasonMemberNotHealthy},
 		{"local data dir gone", []opt{local(localHealthy), dataDir("missing"), podMove()}, ReasonMemberNotHealthy},
 		{"another learner", []opt{local(localHealthy), otherLearner(), podMove()}, ReasonLearnerPresent},

@@ -121,7 +121,7 @@ func RefusalReasons() []Reason {
 		ReasonNodeReady, ReasonInGracePeriod, ReasonMemberServing, ReasonStewardNotHealthy, ReasonNotGated, ReasonAutoHealDisabled,
 		// A move's (DecideMove, move-in, move-out).
 		ReasonTargetNotReady, ReasonTargetHasMember, ReasonNoSnapshotStore, ReasonSnapshotStoreUnreached,
-		ReasonMemberNotHealthy, ReasonMoveFailed, ReasonMoveTimedOut, ReasonNoFreePV,
+		ReasonMemberNotHealthy, ReasonMoveFailed, ReasonMoveTimedOut, ReasonNoFreePV, ReasonTargetPVUnusable,
 		// A static pod whose manifest is gone (deleted by hand).
 		ReasonManifestMissing,
 		// A step's shell, right before it acts (StepRefusal).
