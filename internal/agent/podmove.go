@@ -134,6 +134,10 @@ func (p podClaims) read(ctx context.Context, f *plan.ClaimFacts, j journal.Recor
 			f.ReservedPV = pv.Name
 		}
 		if f.FreePV == "" && node != nil && pvc != nil && freeFor(pv, pvc, f.Target) {
+			if why := unusableOn(pv, node); why != "" {
+				f.PVUnusable = strings.TrimPrefix(f.PVUnusable+"; ", "; ") + "PV " + pv.Name + ": " + why
+				continue
+			}
 			f.FreePV = pv.Name
 		}
 	}
@@ -245,6 +249,22 @@ func freeFor(pv *corev1.PersistentVolume, claim *corev1.PersistentVolumeClaim, t
 		return *m
 	}
 	return mode(claim.Spec.VolumeMode) == mode(pv.Spec.VolumeMode)
+}
+
+// unusableOn says why pv, free on node by name, is no PV for the moved
+// member there ("" it is): its node affinity, matched against the Node's
+// labels as the scheduler does, must hold (a hostname label that is not
+// the node's name fails it), and the target's agent must find its files (a
+// local or hostPath path in the spec, or a CSI volume it reads per pod).
+func unusableOn(pv *corev1.PersistentVolume, node *corev1.Node) string {
+	if ok, err := nodeaffinity.NewLazyErrorNodeSelector(pv.Spec.NodeAffinity.Required).Match(node); err != nil || !ok {
+		return fmt.Sprintf("its node affinity does not match node %s's labels (%v)", node.Name, err)
+	}
+	switch src := pv.Spec.PersistentVolumeSource; {
+	case src.Local != nil && src.Local.Path != "", src.HostPath != nil && src.HostPath.Path != "", src.CSI != nil:
+		return ""
+	}
+	return "no local or hostPath path in its spec (nor a CSI volume): the target's agent would not find its files"
 }
 
 // pvOnlyOn: every term of pv's node affinity pins it to node by hostname

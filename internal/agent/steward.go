@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/etcd-agent/etcd-agent/internal/lease"
@@ -36,9 +37,9 @@ const nodeLeaseNamespace = "kube-node-lease"
 // removal); the Lease is confirmed for it first.
 const stewardStepTimeout = 10 * time.Second
 
-// stewardMaxSteps bounds one stewardship: remove, retain, delete the claim,
-// delete the pod, and a spare look.
-const stewardMaxSteps = 6
+// stewardMaxSteps bounds one stewardship: remove, retain each node-local
+// PV, delete each claim, delete the pod, and a spare look.
+func stewardMaxSteps(claims int) int { return 3 + 2*claims }
 
 // steward acts, from one healthy pod member, for the members of its
 // cluster whose node is lost (plan.DecideSteward): UC1 on management nodes.
@@ -152,7 +153,7 @@ func (s *steward) steward(ctx context.Context, r memberstate.Result, p *corev1.P
 		_ = l.Release(rctx)
 	}()
 	s.log.Info("steward: acting for a member on a lost node", zap.String("target", key), zap.String("node", p.Spec.NodeName))
-	for range stewardMaxSteps {
+	for step := 0; step < stewardMaxSteps(len(in.Claims)); step++ {
 		fresh := s.observe(ctx)
 		cur, err := s.kc.CoreV1().Pods(p.Namespace).Get(ctx, p.Name, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) || (err == nil && cur.UID != p.UID) {
@@ -180,7 +181,9 @@ func (s *steward) steward(ctx context.Context, r memberstate.Result, p *corev1.P
 			s.log.Warn("steward: the Lease is no longer ours; stopping", zap.String("target", key), zap.Error(err))
 			return
 		}
-		_ = l.SetPhase(sctx, string(d.Action))
+		// The journal on the Lease names the step and its claim: whoever
+		// resumes re-judges from the objects, this says where it was.
+		_ = l.SetPhase(sctx, strings.TrimSpace(string(d.Action)+" "+d.Claim))
 		err = s.do(sctx, d, fresh, cur, in)
 		cancel()
 		if err != nil {
@@ -302,9 +305,10 @@ func (s *steward) facts(ctx context.Context, r memberstate.Result, p *corev1.Pod
 		if !pvOnNode(pv, p.Spec.NodeName, node) {
 			continue // not node-local: the pod takes it along when it moves
 		}
-		in.PVCBoundToNode, in.PVCDeleting = true, pvc.DeletionTimestamp != nil
-		in.PVExists, in.PVRetained = true, pv.Spec.PersistentVolumeReclaimPolicy == corev1.PersistentVolumeReclaimRetain
-		return in, nil
+		// Every one of them: a second local claim (a WAL volume) pins
+		// the re-created pod to the dead node as much as the first.
+		in.Claims = append(in.Claims, plan.StewardClaim{PVC: pvc.Name, PV: pv.Name, PVExists: true, Deleting: pvc.DeletionTimestamp != nil,
+			PVRetained: pv.Spec.PersistentVolumeReclaimPolicy == corev1.PersistentVolumeReclaimRetain})
 	}
 	return in, nil
 }
@@ -322,14 +326,24 @@ func (s *steward) do(ctx context.Context, d plan.Decision, r memberstate.Result,
 		}
 		return s.removeMember(ctx, r, d.MemberID)
 	case plan.StewardRetainPV, plan.StewardDeletePVC:
-		pvc, pv, err := s.nodeLocalClaim(ctx, p)
+		// The claim the decision names, as judged: the PV it was bound to
+		// then, the claim's UID now (a successor is never deleted).
+		i := slices.IndexFunc(in.Claims, func(c plan.StewardClaim) bool { return c.PVC == d.Claim })
+		if d.Claim == "" || i < 0 {
+			return fmt.Errorf("%s: claim %q is not one the steward judged", d.Action, d.Claim)
+		}
+		c := in.Claims[i]
+		if d.Action == plan.StewardRetainPV {
+			patch := []byte(`{"spec":{"persistentVolumeReclaimPolicy":"Retain"}}`)
+			_, err := s.kc.CoreV1().PersistentVolumes().Patch(ctx, c.PV, types.MergePatchType, patch, metav1.PatchOptions{})
+			return err
+		}
+		pvc, err := s.kc.CoreV1().PersistentVolumeClaims(p.Namespace).Get(ctx, c.PVC, metav1.GetOptions{})
 		if err != nil {
 			return err
 		}
-		if d.Action == plan.StewardRetainPV {
-			patch := []byte(`{"spec":{"persistentVolumeReclaimPolicy":"Retain"}}`)
-			_, err = s.kc.CoreV1().PersistentVolumes().Patch(ctx, pv.Name, types.MergePatchType, patch, metav1.PatchOptions{})
-			return err
+		if pvc.Spec.VolumeName != c.PV {
+			return fmt.Errorf("claim %s is bound to %q now, not PV %s on %s: not deleted", c.PVC, pvc.Spec.VolumeName, c.PV, p.Spec.NodeName)
 		}
 		uid := pvc.UID
 		return s.kc.CoreV1().PersistentVolumeClaims(p.Namespace).Delete(ctx, pvc.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
@@ -338,24 +352,6 @@ func (s *steward) do(ctx context.Context, d plan.Decision, r memberstate.Result,
 		return s.kc.CoreV1().Pods(p.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{GracePeriodSeconds: &zero, Preconditions: &metav1.Preconditions{UID: &uid}})
 	}
 	return fmt.Errorf("not a steward step: %s", d.Action)
-}
-
-// nodeLocalClaim is the pod's PVC bound to a PV on the pod's node.
-func (s *steward) nodeLocalClaim(ctx context.Context, p *corev1.Pod) (*corev1.PersistentVolumeClaim, *corev1.PersistentVolume, error) {
-	for _, v := range p.Spec.Volumes {
-		if v.PersistentVolumeClaim == nil {
-			continue
-		}
-		pvc, err := s.kc.CoreV1().PersistentVolumeClaims(p.Namespace).Get(ctx, v.PersistentVolumeClaim.ClaimName, metav1.GetOptions{})
-		if err != nil || pvc.Spec.VolumeName == "" {
-			continue
-		}
-		pv, err := s.kc.CoreV1().PersistentVolumes().Get(ctx, pvc.Spec.VolumeName, metav1.GetOptions{})
-		if err == nil && pvOnNode(pv, p.Spec.NodeName, s.nodeOrNil(ctx, p.Spec.NodeName)) {
-			return pvc, pv, nil
-		}
-	}
-	return nil, nil, errors.New("no claim of the pod is bound to a PV on its node any more")
 }
 
 // removeMember removes id through the members that serve.
@@ -419,14 +415,6 @@ func pvOnNode(pv *corev1.PersistentVolume, nodeName string, node *corev1.Node) b
 		}
 	}
 	return false
-}
-
-func (s *steward) nodeOrNil(ctx context.Context, name string) *corev1.Node {
-	n, err := s.kc.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
-	if err != nil {
-		return nil
-	}
-	return n
 }
 
 // memberByPeerURL finds the listed member with one of peerURLs.

@@ -87,16 +87,25 @@ type StewardInput struct {
 	// the list are freed only when a steward of this cluster removed it.
 	ClusterID   uint64
 	RemovedMark string
-	// PVC: the target's PVC, while bound to a PV on PodNode (the old one).
-	PVCBoundToNode bool
-	PVCDeleting    bool
-	// PV: the old PV; PVRetained: its reclaim policy is Retain.
-	PVExists   bool
-	PVRetained bool
+	// Claims: every claim of the pod still bound to a PV on PodNode (a
+	// data volume, a dedicated WAL volume, any other claim template), in
+	// the pod's volume order. Each one pins the re-created pod to the dead
+	// node, so each is freed; a claim on a volume that is not node-local
+	// goes with the pod and is not listed.
+	Claims []StewardClaim
 	// TemplateUngated says why the pod might come back on a live node
 	// without the start gate ("" when its StatefulSet re-creates it
 	// through the gate).
 	TemplateUngated string
+}
+
+// StewardClaim is one node-local claim of the target's pod: its PVC, the
+// PV on the lost node it is bound to, whether that PV is still there and
+// kept (reclaim policy Retain), whether the claim is being deleted.
+type StewardClaim struct {
+	PVC, PV              string
+	PVExists, PVRetained bool
+	Deleting             bool
 }
 
 // DecideSteward says which step frees the target member's place now, or
@@ -185,15 +194,21 @@ func decideSteward(in StewardInput, cfg StewardConfig) Decision {
 	} else if _, listed := o.Member(id); listed {
 		return refuse(ReasonAmbiguousIdentity, fmt.Sprintf("the pod says member %x was removed, but it is listed", id))
 	}
-	if in.PVExists && !in.PVRetained && in.PVCBoundToNode {
-		return Decision{Action: StewardRetainPV, Detail: "keep the old data on " + in.PodNode + " whatever happens to its claim"}
+	// Every PV kept before any claim goes: a claim deleted while another
+	// PV may still be recycled would leave that data to its provisioner.
+	for _, c := range in.Claims {
+		if c.PVExists && !c.PVRetained {
+			return Decision{Action: StewardRetainPV, Claim: c.PVC, Detail: fmt.Sprintf("keep the old data of claim %s (PV %s) on %s whatever happens to the claim", c.PVC, c.PV, in.PodNode)}
+		}
 	}
-	if in.PVCBoundToNode && !in.PVCDeleting {
-		// First the claim, then the pod: the claim stays (Terminating,
-		// protected) while the stuck pod exists, and goes with it; the
-		// other order lets the StatefulSet re-create the pod on the old
-		// claim, bound to the dead node.
-		return Decision{Action: StewardDeletePVC, Detail: "the claim binds the member to the PV on " + in.PodNode}
+	for _, c := range in.Claims {
+		if !c.Deleting {
+			// First the claims, then the pod: a claim stays (Terminating,
+			// protected) while the stuck pod exists, and goes with it; the
+			// other order lets the StatefulSet re-create the pod on the
+			// old claim, bound to the dead node.
+			return Decision{Action: StewardDeletePVC, Claim: c.PVC, Detail: fmt.Sprintf("claim %s binds the member to PV %s on %s", c.PVC, c.PV, in.PodNode)}
+		}
 	}
 	return Decision{Action: StewardForceDeletePod, Detail: "the pod is stuck on " + in.PodNode + ", whose kubelet will never confirm its end"}
 }

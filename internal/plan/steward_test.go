@@ -24,11 +24,20 @@ func TestStewardFreesALostNodesMemberStepByStepAndRefusesOtherwise(t *testing.T)
 	lostOne := obs(voter(1, "etcd-0", true), voter(2, "etcd-1", true), voter(3, "etcd-2", false))
 	removed := obs(voter(1, "etcd-0", true), voter(2, "etcd-1", true))
 	healthy := memberstate.Verdict{State: memberstate.Healthy}
+	// claims: the data claim and PV on the lost node, and, given a second
+	// pair of flags, a dedicated WAL claim on it too.
+	claims := func(flags ...bool) []StewardClaim {
+		var cs []StewardClaim
+		for i, name := range []string{"data", "wal"}[:len(flags)/2] {
+			cs = append(cs, StewardClaim{PVC: name + "-etcd-2", PV: "pv-" + name, PVExists: true, PVRetained: flags[2*i], Deleting: flags[2*i+1]})
+		}
+		return cs
+	}
 	// The base case: etcd-2's node has been NotReady with a stale node
 	// Lease for longer than the grace, the member does not answer.
 	base := StewardInput{Now: now, Obs: lostOne, Local: healthy, TargetName: "etcd-2", TargetPeerURLs: []string{"http://etcd-2:2380"},
 		PodExists: true, PodNode: "node3", NodeExists: true, NodeReady: false, NodeLeaseStaleFor: grace + time.Second, TargetSilentFor: time.Minute,
-		PVCBoundToNode: true, PVExists: true, ClusterID: 0xc1}
+		Claims: claims(false, false), ClusterID: 0xc1}
 	marked := "c1/3"
 	with := func(f func(*StewardInput)) StewardInput { in := base; f(&in); return in }
 	for _, tc := range []struct {
@@ -39,14 +48,27 @@ func TestStewardFreesALostNodesMemberStepByStepAndRefusesOtherwise(t *testing.T)
 	}{
 		{"lost node, member silent: remove the member first", base, RemoveMember, ReasonNone},
 		{"member removed by a steward: keep the old PV's data (Retain)", with(func(in *StewardInput) { in.Obs = removed; in.RemovedMark = marked }), StewardRetainPV, ReasonNone},
-		{"PV retained: delete the claim (it waits on the pod)", with(func(in *StewardInput) { in.Obs = removed; in.RemovedMark = marked; in.PVRetained = true }), StewardDeletePVC, ReasonNone},
+		{"PV retained: delete the claim (it waits on the pod)", with(func(in *StewardInput) { in.Obs = removed; in.RemovedMark = marked; in.Claims = claims(true, false) }), StewardDeletePVC, ReasonNone},
 		{"claim deleting: force-delete the stuck pod", with(func(in *StewardInput) {
 			in.Obs = removed
 			in.RemovedMark = marked
-			in.PVRetained = true
-			in.PVCDeleting = true
+			in.Claims = claims(true, true)
 		}), StewardForceDeletePod, ReasonNone},
-		{"claim gone: force-delete the stuck pod", with(func(in *StewardInput) { in.Obs = removed; in.RemovedMark = marked; in.PVCBoundToNode = false }), StewardForceDeletePod, ReasonNone},
+		{"claim gone: force-delete the stuck pod", with(func(in *StewardInput) { in.Obs = removed; in.RemovedMark = marked; in.Claims = nil }), StewardForceDeletePod, ReasonNone},
+		// From issue 38: every node-local claim, each PV kept before any
+		// claim goes, each claim before the pod.
+		{"two local claims: the WAL claim's PV is kept too", with(func(in *StewardInput) {
+			in.Obs, in.RemovedMark, in.Claims = removed, marked, claims(true, false, false, false)
+		}), StewardRetainPV, ReasonNone},
+		{"two local claims, both PVs kept: the data claim first", with(func(in *StewardInput) {
+			in.Obs, in.RemovedMark, in.Claims = removed, marked, claims(true, false, true, false)
+		}), StewardDeletePVC, ReasonNone},
+		{"two local claims, the data claim deleting: the WAL claim next, not the pod", with(func(in *StewardInput) {
+			in.Obs, in.RemovedMark, in.Claims = removed, marked, claims(true, true, true, false)
+		}), StewardDeletePVC, ReasonNone},
+		{"two local claims, both deleting: the pod", with(func(in *StewardInput) {
+			in.Obs, in.RemovedMark, in.Claims = removed, marked, claims(true, true, true, true)
+		}), StewardForceDeletePod, ReasonNone},
 		{"pod gone (re-created, not bound yet): nothing left", with(func(in *StewardInput) { in.Obs = removed; in.PodNode = "" }), Nothing, ReasonNotNeeded},
 		// From the review: "not in the list" is not "removed".
 		{"not in the list and not marked (another cluster's pod, or gone otherwise): not ours", with(func(in *StewardInput) { in.Obs = removed }), Refuse, ReasonAmbiguousIdentity},
@@ -65,14 +87,13 @@ func TestStewardFreesALostNodesMemberStepByStepAndRefusesOtherwise(t *testing.T)
 		{"removed, but its StatefulSet lost the gate since: claim and pod stay", with(func(in *StewardInput) {
 			in.Obs = removed
 			in.RemovedMark = marked
-			in.PVRetained = true
+			in.Claims = claims(true, false)
 			in.TemplateUngated = "no gate"
 		}), Refuse, ReasonNotGated},
 		{"claim deleting, but the pod might come back ungated: the pod stays", with(func(in *StewardInput) {
 			in.Obs = removed
 			in.RemovedMark = marked
-			in.PVRetained = true
-			in.PVCDeleting = true
+			in.Claims = claims(true, true)
 			in.TemplateUngated = "rolling out"
 		}), Refuse, ReasonNotGated},
 		{"the steward's own member is not healthy", with(func(in *StewardInput) { in.Local = memberstate.Verdict{State: memberstate.Degraded} }), Refuse, ReasonStewardNotHealthy},
@@ -106,6 +127,9 @@ func TestStewardFreesALostNodesMemberStepByStepAndRefusesOtherwise(t *testing.T)
 		if d.Action != tc.action || d.Reason != tc.reason {
 			t.Errorf("%s: got %s/%s (%s), want %s/%s", tc.name, d.Action, d.Reason, d.Detail, tc.action, tc.reason)
 		}
+		if want := wantClaim(tc.in, tc.action); d.Claim != want {
+			t.Errorf("%s: step on claim %q, want %q", tc.name, d.Claim, want)
+		}
 		if tc.action == RemoveMember && d.MemberID != 3 {
 			t.Errorf("%s: removes %x, want 3", tc.name, d.MemberID)
 		}
@@ -129,7 +153,7 @@ func TestStewardRemovalKeepsAQuorumOfTheSmallerCluster(t *testing.T) {
 	o := observation.Observation{ClusterID: 1, LeaderID: 1, Members: []observation.Member{m(1, "a", true), m(2, "b", true), m(3, "c", true), m(4, "d", false)},
 		Local: observation.Local{Match: observation.MatchOK, ID: 1, DataDirClass: "missing"}}
 	in := StewardInput{Now: now, Obs: o, Local: memberstate.Verdict{State: memberstate.Healthy}, TargetName: "d", TargetPeerURLs: []string{"http://d:2380"},
-		PodExists: true, PodNode: "n4", NodeExists: true, NodeLeaseStaleFor: time.Hour, TargetSilentFor: time.Hour, PVCBoundToNode: true, PVExists: true}
+		PodExists: true, PodNode: "n4", NodeExists: true, NodeLeaseStaleFor: time.Hour, TargetSilentFor: time.Hour, Claims: []StewardClaim{{PVC: "data-etcd-3", PV: "pv-3", PVExists: true}}}
 	if d := DecideSteward(in, StewardConfig{NodeLostGrace: time.Minute}); d.Action != RemoveMember {
 		t.Fatalf("2 healthy of 3 left, quorum 2: %s/%s %s", d.Action, d.Reason, d.Detail)
 	}
@@ -161,7 +185,7 @@ func TestStewardNeverActsWithAutoHealOffOrInADryRun(t *testing.T) {
 	removed := o
 	removed.Members = o.Members[:2]
 	in := StewardInput{Obs: o, Local: memberstate.Verdict{State: memberstate.Healthy}, TargetName: "etcd-2", TargetPeerURLs: []string{"http://etcd-2:2380"},
-		PodExists: true, PodNode: "node3", NodeExists: true, NodeLeaseStaleFor: time.Hour, TargetSilentFor: time.Hour, PVCBoundToNode: true, PVExists: true, ClusterID: 0xc1}
+		PodExists: true, PodNode: "node3", NodeExists: true, NodeLeaseStaleFor: time.Hour, TargetSilentFor: time.Hour, Claims: []StewardClaim{{PVC: "data-etcd-2", PV: "pv-2", PVExists: true}}, ClusterID: 0xc1}
 	afterRemoval := in
 	afterRemoval.Obs, afterRemoval.RemovedMark = removed, "c1/3"
 	for _, step := range []StewardInput{in, afterRemoval} {
@@ -179,4 +203,24 @@ func TestStewardNeverActsWithAutoHealOffOrInADryRun(t *testing.T) {
 			}
 		}
 	}
+}
+
+// wantClaim is the claim a retain or delete step is about: the first whose
+// PV is not kept, else the first not deleting.
+func wantClaim(in StewardInput, a Action) string {
+	for _, c := range in.Claims {
+		if a == StewardRetainPV && !c.PVRetained || a == StewardDeletePVC && c.PVRetained && !c.Deleting && allKept(in.Claims) {
+			return c.PVC
+		}
+	}
+	return ""
+}
+
+func allKept(cs []StewardClaim) bool {
+	for _, c := range cs {
+		if !c.PVRetained {
+			return false
+		}
+	}
+	return true
 }

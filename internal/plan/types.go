@@ -118,7 +118,7 @@ func RefusalReasons() []Reason {
 		ReasonNodeReady, ReasonInGracePeriod, ReasonMemberServing, ReasonStewardNotHealthy, ReasonNotGated, ReasonAutoHealDisabled,
 		// A move's (DecideMove, move-in, move-out).
 		ReasonTargetNotReady, ReasonTargetHasMember, ReasonNoSnapshotStore, ReasonSnapshotStoreUnreached,
-		ReasonMemberNotHealthy, ReasonMoveFailed, ReasonMoveTimedOut, ReasonNoFreePV,
+		ReasonMemberNotHealthy, ReasonMoveFailed, ReasonMoveTimedOut, ReasonNoFreePV, ReasonTargetPVUnusable,
 		// A static pod whose manifest is gone (deleted by hand).
 		ReasonManifestMissing,
 		// A step's shell, right before it acts (StepRefusal).
@@ -209,6 +209,10 @@ type Config struct {
 	DryRun              bool
 	MaxLearnerLag       uint64
 	LearnerStallTimeout time.Duration
+	// MoveDeadline bounds a pod move from the release of its claim to its
+	// member serving as a voter on the target (--recovery-timeout; 0: 30
+	// minutes): past it the move closes failed.
+	MoveDeadline time.Duration
 	// RetryBackoff is the wait after a failed attempt, doubled per
 	// consecutive failure up to MaxRetryBackoff.
 	RetryBackoff    time.Duration
@@ -231,6 +235,8 @@ type Decision struct {
 	// on StopMember, the member the pre-change backup may stream from
 	// while the stop runs (0: none).
 	SourceID uint64 `json:"sourceID,omitempty"`
+	// Claim is the PVC a steward step (retain its PV, delete it) is about.
+	Claim string `json:"claim,omitempty"`
 }
 
 // Refused reports whether d refuses a wanted recovery.
