@@ -25,7 +25,7 @@ import (
 // unverified, and Verified false.
 func Classify(ctx context.Context, dataDir string, expect Expect) Result {
 	layout := ClassifyLayout(dataDir)
-	if layout.Class == ClassMissing || layout.Class == ClassEmpty {
+	if layout.Class == ClassMissing || layout.Class == ClassEmpty || layout.Class == ClassNotADirectory {
 		return verified(layout) // nothing more to read
 	}
 	if err := ctx.Err(); err != nil {

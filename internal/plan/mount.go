@@ -1,6 +1,10 @@
 package plan
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/etcd-agent/etcd-agent/internal/observation"
+)
 
 // Disposal is what the stop step does with the member's data dir before the
 // rejoin (rule 8: replaced data is renamed into the quarantine, never
@@ -24,9 +28,9 @@ const (
 
 // DataDirDisposal decides what happens to the data dir given whether it is
 // a mount point and its class (localdisk: missing, empty, ok, in-use,
-// corrupt, foreign). Decided before the stop (checkBegin refuses with
-// ReasonDataDirMountPoint), and again by the executor right before the
-// rename, on a fresh look.
+// corrupt, foreign, stale, not-a-directory: a file is renamed like a dir).
+// Decided before the stop (checkBegin refuses with ReasonDataDirMountPoint),
+// and again by the executor right before the rename, on a fresh look.
 func DataDirDisposal(mountPoint bool, class string) (Disposal, string) {
 	switch {
 	case class == "missing":
@@ -35,6 +39,9 @@ func DataDirDisposal(mountPoint bool, class string) (Disposal, string) {
 		return DisposeQuarantine, ""
 	case class == "empty":
 		return DisposeKeep, "data dir is an empty mount point (no member/ dir): nothing to quarantine, the learner starts in it"
+	case class == observation.DataDirNotADirectory:
+		return DisposeRefuse, "data dir is a mount point that is not a directory (a file mounted over its path): it cannot be renamed into the quarantine " +
+			"and is never deleted; unmount it and move it aside by hand, then the agent rejoins the member"
 	}
 	return DisposeRefuse, fmt.Sprintf("data dir is a mount point holding etcd data (%s): it cannot be renamed into the quarantine and is never deleted; "+
 		"move its member/ dir aside by hand (on that disk or elsewhere, as space allows), then the agent rejoins the member", class)
