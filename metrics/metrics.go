@@ -142,7 +142,7 @@ func New() *Metrics {
 	b := &vectors{
 		registry:             prometheus.NewRegistry(),
 		memberState:          g("member_state", "The local member's state, one-hot: healthy, degraded, down, lost, recovering, learner.", "member", "state"),
-		dataDirStatus:        g("data_dir_status", "The local data dir's class, one-hot: ok, missing, empty, corrupt, foreign, in-use, stale (behind the member's high-water mark: a restored volume).", "member", "status"),
+		dataDirStatus:        g("data_dir_status", "The local data dir's class, one-hot: ok, missing, empty, corrupt, foreign, in-use, stale (behind the member's high-water mark: a restored volume), not-a-directory (a file in its place).", "member", "status"),
 		votingMembers:        g("cluster_voting_members", "Voting members in the cluster's member list.", "member"),
 		healthyVotingMembers: g("cluster_healthy_voting_members", "Voting members that answered a linearizable read (the local one only with a usable data dir).", "member"),
 		quorumMargin:         g("cluster_quorum_margin", "Healthy voting members minus quorum: 0 means one more failure loses the API; < 0 means the majority is lost.", "member"),

@@ -17,6 +17,10 @@ func newLabFaultCmds(open func() (*lab.Lab, error)) []*cobra.Command {
 	var removeDisk bool
 	verbs := []verb{
 		{"wipe", "Remove the node's etcd data dir (etcd keeps running on open files)", func(_ *cobra.Command, l *lab.Lab, n string) error { return l.WipeDataDir(n) }},
+		{"replace-with-file", "Remove the node's etcd data dir and put a regular file at its path (etcd keeps running on open files)", func(_ *cobra.Command, l *lab.Lab, n string) error {
+			_, err := l.ReplaceDataDirWithFile(n)
+			return err
+		}},
 		{"corrupt", "Overwrite bytes of the node's member/snap/db", func(_ *cobra.Command, l *lab.Lab, n string) error { return l.CorruptDB(n) }},
 		{"corrupt-wal", "Overwrite bytes of the node's newest WAL file", func(_ *cobra.Command, l *lab.Lab, n string) error { return l.CorruptWAL(n) }},
 		{"kill-member", "SIGKILL the node's etcd (its supervisor restarts it)", func(c *cobra.Command, l *lab.Lab, n string) error {

@@ -122,6 +122,8 @@ func (h *Healer) quarantineDataDir(ctx context.Context) (string, error) {
 	case plan.DisposeKeep:
 		h.log.Info("data dir left in place", zap.String("dataDir", h.cfg.DataDir), zap.String("why", why))
 		return "", nil
+	case plan.DisposeRefuse:
+		return "", fmt.Errorf("%s: %s", plan.ReasonDataDirMountPoint, why)
 	case plan.DisposeQuarantineContents:
 		if err := h.fence(ctx, quarantineTimeout); err != nil {
 			return "", err

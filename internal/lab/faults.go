@@ -86,6 +86,29 @@ func (l *Lab) WipeDataDir(node string) error {
 	return nil
 }
 
+// ReplaceDataDirWithFile removes the node's etcd data dir while etcd may be
+// running and puts a regular file at its path (a bad restore, a mistyped
+// cp). etcd keeps running on its open files; the file is what the agent
+// must quarantine. Recorded as a wipe: etcd's purge loop ends it the same way.
+func (l *Lab) ReplaceDataDirWithFile(node string) (string, error) {
+	n, err := l.Spec.Node(node)
+	if err != nil {
+		return "", err
+	}
+	if n.DataDir == "" {
+		return "", fmt.Errorf("node %s has no etcd data dir", node)
+	}
+	content := fmt.Sprintf("not an etcd data dir: the lab's fault put this file here at %s\n", time.Now().UTC().Format(time.RFC3339Nano))
+	l.log.Info("fault: replace data dir by a regular file", zap.String("node", node), zap.String("dir", n.DataDir))
+	l.wipesMu.Lock()
+	l.wipes = append(l.wipes, Wipe{Node: node, At: time.Now()})
+	l.wipesMu.Unlock()
+	if err := os.RemoveAll(n.DataDir); err != nil {
+		return "", err
+	}
+	return content, os.WriteFile(n.DataDir, []byte(content), 0o600)
+}
+
 // Wipe is one WipeDataDir: which node's data dir, and when it began.
 type Wipe struct {
 	Node string

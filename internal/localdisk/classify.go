@@ -26,7 +26,7 @@ import (
 func Classify(ctx context.Context, d Dirs, expect Expect) Result {
 	dataDir := d.Data
 	layout := ClassifyLayout(d)
-	if layout.Class == ClassMissing || layout.Class == ClassEmpty {
+	if layout.Class == ClassMissing || layout.Class == ClassEmpty || layout.Class == ClassNotADirectory {
 		return verified(layout) // nothing more to read
 	}
 	if err := ctx.Err(); err != nil {

@@ -163,14 +163,21 @@ func TestClassifyReportsCorruptWhenLayoutIsBroken(t *testing.T) {
 			requireClass(t, classifyNow(t, m.dataDir, Expect{}), ClassCorrupt, tc.mention)
 		})
 	}
+}
 
-	t.Run("data dir is a file", func(t *testing.T) {
-		path := filepath.Join(t.TempDir(), "data")
-		if err := os.WriteFile(path, []byte("x"), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		requireClass(t, classifyNow(t, path, Expect{}), ClassCorrupt, "not a directory")
-	})
+// Issue 38: a data dir replaced by a file is a class of its own, not
+// corrupt: it holds no member data, and no db lock tells whether etcd runs.
+func TestClassifyReportsNotADirectoryWhenDataDirIsAFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "data")
+	if err := os.WriteFile(path, []byte("x"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	requireClass(t, ClassifyLayout(path), ClassNotADirectory, path, "not a directory")
+	r := classifyNow(t, path, Expect{})
+	requireClass(t, r, ClassNotADirectory, path, "not a directory")
+	if !r.Verified {
+		t.Fatal("not verified: the path's type is the whole answer, no deep check can add to it")
+	}
 }
 
 func TestClassifyReportsCorruptWhenDBMetaPagesGarbled(t *testing.T) {
@@ -359,7 +366,7 @@ func TestClassifyFallsBackToLayoutWhenContextAlreadyDone(t *testing.T) {
 }
 
 func TestAllClassesListsEachClassOnce(t *testing.T) {
-	want := []Class{ClassOK, ClassMissing, ClassEmpty, ClassCorrupt, ClassForeign, ClassInUse, ClassStale}
+	want := []Class{ClassOK, ClassMissing, ClassEmpty, ClassCorrupt, ClassForeign, ClassInUse, ClassStale, ClassNotADirectory}
 	if got := AllClasses(); !slices.Equal(got, want) {
 		t.Fatalf("AllClasses() = %v, want %v", got, want)
 	}

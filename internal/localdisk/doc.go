@@ -39,11 +39,14 @@ const (
 	// ClassStale: the member's own data, intact, but behind the progress
 	// the member was seen to keep (Expect.HighWater): it went back in time.
 	ClassStale Class = observation.DataDirStale
+	// ClassNotADirectory: the data dir path is a file or another
+	// non-directory; it holds no member data and is quarantined as it is.
+	ClassNotADirectory Class = observation.DataDirNotADirectory
 )
 
 // AllClasses lists every class in a stable order (used for one-hot metrics).
 func AllClasses() []Class {
-	return []Class{ClassOK, ClassMissing, ClassEmpty, ClassCorrupt, ClassForeign, ClassInUse, ClassStale}
+	return []Class{ClassOK, ClassMissing, ClassEmpty, ClassCorrupt, ClassForeign, ClassInUse, ClassStale, ClassNotADirectory}
 }
 
 // Expect says what identity the data dir must carry; zero values mean

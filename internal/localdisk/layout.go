@@ -60,7 +60,8 @@ func classifyDataDirLayout(d Dirs) Result {
 		// Unreadable counts as corrupt: etcd could not start from it either.
 		return corruptf("stat data dir: %v", err)
 	case !fi.IsDir():
-		return corruptf("data dir %s is not a directory (mode %s)", dataDir, fi.Mode())
+		// No member data, and no db lock to check: a class of its own (issue 38).
+		return Result{Class: ClassNotADirectory, Detail: fmt.Sprintf("data dir %s is not a directory (mode %s)", dataDir, fi.Mode())}
 	}
 
 	entries, err := os.ReadDir(dataDir)

@@ -32,6 +32,26 @@ func TestQuarantineDataDirMovesARealDataDirIntact(t *testing.T) {
 	requireClass(t, r, ClassOK)
 }
 
+// Issue 38: a data dir replaced by a file is renamed into the quarantine
+// as it is, content kept, like a directory.
+func TestQuarantineDataDirMovesAFileInPlaceOfTheDataDir(t *testing.T) {
+	base := t.TempDir()
+	dataDir, root := filepath.Join(base, "etcd"), filepath.Join(base, "quarantine")
+	if err := os.WriteFile(dataDir, []byte("not a data dir"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	dst, err := QuarantineDataDir(dataDir, root, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := os.ReadFile(dst); err != nil || string(got) != "not a data dir" {
+		t.Fatalf("quarantined %s: %q, %v; want the file's content", dst, got, err)
+	}
+	if _, err := os.Lstat(dataDir); !os.IsNotExist(err) {
+		t.Fatalf("data dir path after the quarantine: %v, want it gone (renamed)", err)
+	}
+}
+
 func TestQuarantineDataDirNeverOverwritesAnEarlierQuarantine(t *testing.T) {
 	base := t.TempDir()
 	root := filepath.Join(base, "quarantine")

@@ -183,6 +183,7 @@ func (p *pod) waitPodGone(ctx context.Context, uid types.UID) error {
 	start := time.Now()
 	var logged time.Time
 	var last string
+	dataDir := p.dataDir
 	err := wait.PollUntilContextTimeout(ctx, pollInterval, p.stopWait.timeout, true, func(ctx context.Context) (bool, error) {
 		if uid != "" {
 			gone, err := p.deleter.PodGone(ctx, uid)
@@ -190,8 +191,15 @@ func (p *pod) waitPodGone(ctx context.Context, uid types.UID) error {
 				last = fmt.Sprintf("pod %s (uid %s) still in the API (%v)", p.key, uid, err)
 				return p.still(start, &logged, last), nil
 			}
+			// A file in place of the data dir has no db lock to check
+			// (issue 38): the API's word is the answer there is.
+			if fi, err := os.Stat(dataDir); dataDir != "" && err == nil && !fi.IsDir() {
+				p.log.Info("data dir is not a directory: its db lock cannot be checked; the API's word that the pod is gone decides",
+					zap.String("dataDir", dataDir), zap.String("uid", string(uid)))
+				dataDir = ""
+			}
 		}
-		st, err := probeProcess(nil, p.dataDir)
+		st, err := probeProcess(nil, dataDir)
 		if err != nil {
 			return false, err
 		}

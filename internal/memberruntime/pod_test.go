@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/etcd-agent/etcd-agent/internal/plan"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
 	"k8s.io/apimachinery/pkg/types"
 )
 
@@ -145,5 +147,21 @@ func TestPodStopRemovesItsHoldWhenTheDeleterRefuses(t *testing.T) {
 	}
 	if _, held, _ := ReadHold(dir); !held {
 		t.Fatal("an earlier hold was removed")
+	}
+}
+
+// Issue 38: a data dir replaced by a file has no db lock to look at; the
+// API's word that the pod is gone (its kubelet confirmed the end of its
+// containers) decides, and the log says so.
+func TestPodStopWithADataDirThatIsNotADirectoryTakesTheAPIsWord(t *testing.T) {
+	dir := t.TempDir()
+	core, logs := observer.New(zap.InfoLevel)
+	rt := NewPod("ns/etcd-0", deleterFunc(func(context.Context) error { return nil }), dir, func() error { return nil }, nil, dataDirFile(t),
+		zap.New(core), StopTimeout(10*time.Second))
+	if err := stopWithin(t, rt, 10*time.Second); err != nil {
+		t.Fatalf("Stop: %v, want stopped: the API says the pod is gone", err)
+	}
+	if n := logs.FilterMessageSnippet("the API's word that the pod is gone decides").Len(); n != 1 {
+		t.Errorf("%d log lines saying the API decides, want 1", n)
 	}
 }

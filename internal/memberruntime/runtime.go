@@ -69,7 +69,10 @@ var dbRelPath = filepath.Join("member", "snap", "db")
 type processState struct {
 	listening bool // something accepted a connection on the client URL
 	dbLocked  bool // someone holds the db's flock
-	detail    string
+	// lockUnknown: the data dir is not a directory, so its db lock cannot
+	// be checked; the listen URLs alone decide.
+	lockUnknown bool
+	detail      string
 }
 
 func (s processState) gone() bool { return !s.listening && !s.dbLocked }
@@ -79,7 +82,9 @@ func (s processState) gone() bool { return !s.listening && !s.dbLocked }
 // first on shutdown and keeps talking raft to its peers for seconds after,
 // and with a wiped data dir there is no db lock left to tell. The error is
 // a question that can never be answered (a URL that cannot be probed, a
-// data dir that is not a directory): waiting longer would not help.
+// data dir that is not a directory with no URL to ask): waiting longer
+// would not help. A data dir that is not a directory leaves the URLs to
+// decide (issue 38): etcd keeps its peer listener open until it has ended.
 func probeProcess(urls []string, dataDir string) (processState, error) {
 	var st processState
 	for _, u := range urls {
@@ -100,7 +105,13 @@ func probeProcess(urls []string, dataDir string) (processState, error) {
 		return st, nil
 	}
 	if fi, err := os.Stat(dataDir); err == nil && !fi.IsDir() {
-		return st, &unprobeableError{fmt.Errorf("data dir %s is not a directory (%s): its db lock cannot be checked", dataDir, fi.Mode().Type())}
+		why := fmt.Sprintf("data dir %s is not a directory (%s): its db lock cannot be checked", dataDir, fi.Mode().Type())
+		if len(urls) == 0 {
+			return st, &unprobeableError{fmt.Errorf("%s, and there is no listen URL to ask", why)}
+		}
+		st.lockUnknown = true
+		st.detail = joinDetail(st.detail, why)
+		return st, nil
 	}
 	dbPath := filepath.Join(dataDir, dbRelPath)
 	locked, err := dbLocked(dbPath)
@@ -200,6 +211,7 @@ func waitGone(ctx context.Context, log *zap.Logger, lim waitLimits, urls []strin
 	start := time.Now()
 	var goneSince, logged time.Time
 	var last processState
+	saidURLsDecide := false
 	log.Info("waiting for etcd to stop", zap.Strings("urls", urls), zap.String("dataDir", dataDir),
 		zap.Duration("timeout", lim.timeout))
 	err := wait.PollUntilContextTimeout(ctx, pollInterval, lim.timeout, true, func(context.Context) (bool, error) {
@@ -208,6 +220,11 @@ func waitGone(ctx context.Context, log *zap.Logger, lim waitLimits, urls []strin
 			return false, err
 		}
 		last = st
+		if st.lockUnknown && !saidURLsDecide {
+			saidURLsDecide = true
+			log.Info("data dir is not a directory: its db lock cannot be checked; the listen URLs decide whether etcd stopped",
+				zap.Strings("urls", urls), zap.String("dataDir", dataDir), zap.Bool("listening", st.listening), zap.String("detail", st.detail))
+		}
 		switch {
 		case !st.gone():
 			goneSince = time.Time{}

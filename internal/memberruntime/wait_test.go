@@ -75,19 +75,47 @@ func TestStopWaitHasItsOwnDeadlineAndLogsWhileItLasts(t *testing.T) {
 	}
 }
 
-// Issue 10 item 8: a condition that cannot come true is an error at once:
-// a data dir that is a file can never show a free db lock.
-func TestStopWaitFailsAtOnceWhenTheDataDirIsNotADirectory(t *testing.T) {
-	withStopWait(t, time.Minute, time.Second)
+// dataDirFile puts a regular file where the data dir should be.
+func dataDirFile(t *testing.T) string {
+	t.Helper()
 	file := filepath.Join(t.TempDir(), "etcd")
 	if err := os.WriteFile(file, []byte("not a data dir"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	rt := NewExec("true", "true", []string{"http://" + closedAddr(t)}, file, zap.NewNop())
-	err := stopWithin(t, rt, 10*time.Second)
-	if err == nil || !strings.Contains(err.Error(), "not a directory") {
-		t.Fatalf("Stop: got %v, want an immediate error naming the data dir that is not a directory", err)
-	}
+	return file
+}
+
+// Issue 38: a data dir replaced by a file has no db lock to look at; the
+// listen URLs decide. Nothing listening: stopped, promptly, and the log
+// says why. Still listening: the wait goes on to its deadline.
+func TestStopWaitDecidesByTheURLsWhenTheDataDirIsNotADirectory(t *testing.T) {
+	t.Run("nothing listens: stopped", func(t *testing.T) {
+		withStopWait(t, time.Minute, time.Second)
+		core, logs := observer.New(zap.InfoLevel)
+		rt := NewExec("true", "true", []string{"http://" + closedAddr(t)}, dataDirFile(t), zap.New(core))
+		if err := stopWithin(t, rt, 10*time.Second); err != nil {
+			t.Fatalf("Stop: %v, want stopped: nothing listens on the member's URLs", err)
+		}
+		if n := logs.FilterMessageSnippet("the listen URLs decide").Len(); n != 1 {
+			t.Errorf("%d log lines saying the listen URLs decide, want 1", n)
+		}
+	})
+	t.Run("a URL still listens: waits to its deadline", func(t *testing.T) {
+		withStopWait(t, 600*time.Millisecond, 150*time.Millisecond)
+		rt := NewExec("true", "true", []string{"http://" + listening(t)}, dataDirFile(t), zap.NewNop())
+		err := stopWithin(t, rt, 10*time.Second)
+		if err == nil || !strings.Contains(err.Error(), "did not stop within") || !strings.Contains(err.Error(), "accepts connections") {
+			t.Fatalf("Stop: got %v, want the deadline's error naming the URL that still accepts", err)
+		}
+	})
+	t.Run("no URL to ask: an error at once", func(t *testing.T) {
+		withStopWait(t, time.Minute, time.Second)
+		rt := NewExec("true", "true", nil, dataDirFile(t), zap.NewNop())
+		err := stopWithin(t, rt, 10*time.Second)
+		if err == nil || !strings.Contains(err.Error(), "not a directory") {
+			t.Fatalf("Stop: got %v, want an immediate error: neither a db lock nor a URL can tell", err)
+		}
+	})
 }
 
 // Issue 10 item 8: a client URL that cannot be probed is an error at once,

@@ -51,6 +51,8 @@ const (
 	dataDirCorrupt = observation.DataDirCorrupt
 	dataDirForeign = observation.DataDirForeign
 	dataDirStale   = observation.DataDirStale
+	// A file in place of the data dir: proof by the layout check alone.
+	dataDirNotADirectory = observation.DataDirNotADirectory
 )
 
 // Sample is one poll's observation of the local member and its cluster.
@@ -58,7 +60,7 @@ type Sample struct {
 	At        time.Time // when the poll ran; the only clock the tracker knows
 	Serving   bool      // local member answered a linearizable health check / Status in this poll
 	IsLearner bool      // local member is a learner in the member list
-	DataDir   string    // class from localdisk: "ok", "missing", "empty", "corrupt", "foreign", "in-use", "stale"
+	DataDir   string    // class from localdisk: "ok", "missing", "empty", "corrupt", "foreign", "in-use", "stale", "not-a-directory"
 	// DataDirVerified: the deep check confirmed DataDir (localdisk.Classify
 	// finished). Corrupt and foreign are lost at once only when confirmed.
 	DataDirVerified bool
@@ -87,7 +89,7 @@ type Verdict struct {
 	State State
 	// Reason is a short machine-friendly cause: "healthy", "learner",
 	// "not-serving", "not-a-member", "alarm:NOSPACE", "data-dir-missing",
-	// "data-dir-empty", "data-dir-corrupt", "data-dir-foreign",
+	// "data-dir-empty", "data-dir-corrupt", "data-dir-foreign", "data-dir-not-a-directory",
 	// "data-dir-unknown". It names the cause even when the state is Lost.
 	Reason string
 	Detail string // for people: every problem seen, and the grace period's progress
@@ -185,7 +187,7 @@ func assess(s Sample) assessment {
 	dataDirGone, dataDirKnown, dataDirSure := false, true, true
 	switch s.DataDir {
 	case dataDirOK, dataDirInUse:
-	case dataDirMissing, dataDirEmpty:
+	case dataDirMissing, dataDirEmpty, dataDirNotADirectory:
 		dataDirGone = true
 		problems = append(problems, problem{"data-dir-" + s.DataDir, "data dir is " + s.DataDir})
 	case dataDirCorrupt, dataDirForeign, dataDirStale:

@@ -148,6 +148,17 @@ func TestStateTransitions(t *testing.T) {
 			},
 		},
 		{
+			// Issue 38: a file in place of the data dir is proof by the layout
+			// check alone (no bootstrap window makes the path a file); serving,
+			// it is degraded like a wiped one, the grace period applies.
+			name: "a data dir that is not a directory is lost at once when not serving, unconfirmed too",
+			cfg:  Config{GracePeriod: grace},
+			steps: []step{
+				{sample(0, dataDir("not-a-directory")), Degraded, "data-dir-not-a-directory", 0},
+				{sample(time.Second, notServing, dataDir("not-a-directory")), Lost, "data-dir-not-a-directory", 0},
+			},
+		},
+		{
 			// The layout check's corrupt can be a member bootstrapping (db
 			// before WAL): without the deep check's word the grace applies.
 			name: "corrupt or foreign data dirs the deep check did not confirm wait out the grace",

@@ -175,6 +175,9 @@ const (
 	DataDirForeign = "foreign" // intact, but another member's or cluster's
 	DataDirInUse   = "in-use"  // a running process holds the db lock
 	DataDirStale   = "stale"   // intact and its own, but behind what the member was seen to keep
+	// DataDirNotADirectory: the path is a file (or other non-directory):
+	// no member data, and no db lock to tell whether etcd still runs.
+	DataDirNotADirectory = "not-a-directory"
 )
 
 // MatchLocal sets obs.Local.Match: the local member is found by name AND

@@ -101,6 +101,7 @@ func TestPreStopReverification(t *testing.T) {
 			{"manual, restarting in grace", n - 1, []opt{local(localDown), request()}, StopMember, ReasonNone},
 			{"wiped but serving, lost, no spare", q(n) - 1, []opt{local(localWiped), verdict(memberstate.Lost)}, Finish, ReasonWouldLoseQuorum},
 			{"wiped but serving, lost, spare", q(n), []opt{local(localWiped), verdict(memberstate.Lost)}, StopMember, ReasonNone},
+			{"a file in place of the data dir, serving, lost, spare", q(n), []opt{local(localWiped), dataDir("not-a-directory"), verdict(memberstate.Lost)}, StopMember, ReasonNone},
 			{"majority lost", q(n) - 1, nil, Finish, ReasonMajorityLost},
 			{"no leader", n - 1, []opt{noLeader()}, Finish, ReasonMajorityLost},
 			{"another learner", n - 1, []opt{otherLearner()}, Finish, ReasonLearnerPresent},

@@ -158,6 +158,9 @@ func checkBegin(in Input, cfg Config) (Decision, bool) {
 	if ls := o.Learners(); len(ls) > 0 {
 		return refuse(ReasonLearnerPresent, fmt.Sprintf("learner %x (%s) is present; one learner at a time", ls[0].ID, ls[0].Name)), false
 	}
+	if disp, why := DataDirDisposal(in.DataDirVolumeRoot, o.Local.DataDirClass); disp == DisposeRefuse {
+		return refuse(ReasonDataDirMountPoint, why), false
+	}
 	if disp, why := WALDirDisposal(in.WALDirDedicated, in.WALDirMountPoint); disp == DisposeRefuse {
 		return refuse(ReasonWALDirMountPoint, why), false
 	}

@@ -99,6 +99,8 @@ func TestStartGate(t *testing.T) {
 		{"prepared, but the learner already published (agent killed before recording the start): holds", GateInput{DataDirClass: "missing", Pin: seen, Journal: prepared, Obs: learnerStarted}, false, GateMemberExisted},
 		{"corrupt data dir holds even when not a member", GateInput{DataDirClass: "corrupt", Obs: notMember}, false, GateDataDirUnusable},
 		{"foreign data dir holds", GateInput{DataDirClass: "foreign", Obs: notMember}, false, GateDataDirUnusable},
+		{"a file in place of the data dir holds, never bootstraps (issue 38)", GateInput{DataDirClass: "not-a-directory", DataDirVerified: true, Obs: unreachable, Bootstrap: true}, false, GateDataDirUnusable},
+		{"a file in place of the data dir holds for a never-started member", GateInput{DataDirClass: "not-a-directory", Obs: notMember}, false, GateDataDirUnusable},
 		{"stale (restored) data dir holds", GateInput{DataDirClass: "stale", DataDirVerified: true, Obs: notMember}, false, GateDataDirUnusable},
 		{"data dir in use holds", GateInput{DataDirClass: "in-use", Pin: seen, Obs: started}, false, GateDataDirUnusable},
 		{"unreadable pin holds", GateInput{DataDirClass: "missing", PinError: "bad json", Obs: notMember, Bootstrap: true}, false, GatePinUnreadable},

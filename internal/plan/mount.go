@@ -1,6 +1,10 @@
 package plan
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/etcd-agent/etcd-agent/internal/observation"
+)
 
 // Disposal is what the stop step does with the member's data dir before the
 // rejoin (rule 8: replaced data is renamed into the quarantine, never
@@ -29,8 +33,10 @@ const (
 
 // DataDirDisposal decides what happens to the data dir given whether it is
 // a volume's root (mount table or PV) and its class (localdisk: missing,
-// empty, ok, in-use, corrupt, foreign, stale). Decided before the stop, and
-// again by the executor right before the rename, on a fresh look.
+// empty, ok, in-use, corrupt, foreign, stale, not-a-directory: a file is
+// renamed like a dir). Decided before the stop (checkBegin refuses with
+// ReasonDataDirMountPoint), and again by the executor right before the
+// rename, on a fresh look.
 func DataDirDisposal(volumeRoot bool, class string) (Disposal, string) {
 	switch {
 	case class == "missing":
@@ -39,6 +45,9 @@ func DataDirDisposal(volumeRoot bool, class string) (Disposal, string) {
 		return DisposeQuarantine, ""
 	case class == "empty":
 		return DisposeKeep, "data dir is an empty volume root (no member/ dir): nothing to quarantine, the learner starts in it"
+	case class == observation.DataDirNotADirectory:
+		return DisposeRefuse, "data dir is a mount point that is not a directory (a file mounted over its path): it cannot be renamed into the quarantine " +
+			"and is never deleted; unmount it and move it aside by hand, then the agent rejoins the member"
 	}
 	return DisposeQuarantineContents, fmt.Sprintf("data dir is a volume's root (a mount point or a PV's path) holding etcd data (%s): it is never renamed; "+
 		"its member/ dir is set aside inside it, on the same volume, and the learner starts in the same path", class)

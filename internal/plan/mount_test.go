@@ -31,6 +31,10 @@ func TestDataDirDisposal(t *testing.T) {
 		{true, "foreign", DisposeQuarantineContents, "volume's root"},
 		{false, "stale", DisposeQuarantine, ""},
 		{true, "stale", DisposeQuarantineContents, "volume's root"},
+		// Issue 38: the file is renamed into the quarantine like a dir; one
+		// mounted over the path cannot be, and holds no etcd data.
+		{false, "not-a-directory", DisposeQuarantine, ""},
+		{true, "not-a-directory", DisposeRefuse, "not a directory"},
 	} {
 		got, why := DataDirDisposal(c.mount, c.class)
 		if got != c.want || !strings.Contains(why, c.says) {

@@ -219,9 +219,10 @@ func checkMoveIn(in Input, cfg Config) (Decision, bool) {
 		return refuse(ReasonTargetHasMember, fmt.Sprintf("member %x (%s) already has this node's peer URLs", m.ID, m.Name)), false
 	}
 	switch c := o.Local.DataDirClass; c {
-	case "missing", "empty", "corrupt":
+	case "missing", "empty", "corrupt", observation.DataDirNotADirectory:
 		// Corrupt: what etcd leaves when it refuses to join as a
-		// non-member (a member dir, no WAL). The stop quarantines it.
+		// non-member (a member dir, no WAL). The stop quarantines it, and
+		// a file in place of the data dir as it is.
 	default:
 		return refuse(ReasonTargetHasMember, fmt.Sprintf("the data dir %s is %s: it holds etcd data; a move adds a new member only where there is none (look at it, move it aside)", o.Local.DataDir, c)), false
 	}

@@ -200,6 +200,11 @@ func TestMoveInBeginsOnlyForANewMemberWithEveryVoterHealthy(t *testing.T) {
 			}
 		})
 	}
+	// Issue 38: a file in place of the data dir holds no etcd data; the stop
+	// quarantines it as it is.
+	if d := Decide(cluster(3, 3, local(localGone), dataDir("not-a-directory"), moveInRequest, cfg(withStore))); d.Action != Begin {
+		t.Fatalf("a file in place of the data dir: %s/%s (%s), want begin", d.Action, d.Reason, d.Detail)
+	}
 	// Another voter down (not the replaced one): every voter must be healthy.
 	in, c := cluster(3, 3, local(localGone), moveInRequest, cfg(withStore))
 	in.Obs.Members[2].Serving = false

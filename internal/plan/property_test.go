@@ -346,7 +346,7 @@ func randomInput(r *rand.Rand) (Input, Config) {
 		o.MemberListError = "etcdserver: no leader"
 	}
 	r.Shuffle(len(o.Members), func(a, b int) { o.Members[a], o.Members[b] = o.Members[b], o.Members[a] })
-	classes := []string{"ok", "in-use", "missing", "empty", "corrupt", "foreign", "stale", ""}
+	classes := []string{"ok", "in-use", "missing", "empty", "corrupt", "foreign", "stale", "not-a-directory", ""}
 	o.Local = observation.Local{Name: localName, PeerURLs: []string{localPeer}, DataDir: "/var/lib/etcd",
 		DataDirClass: classes[r.IntN(len(classes))]}
 	matchLocal(&o)

@@ -74,6 +74,9 @@ const (
 	// ReasonHashMismatch: verify found comparable voters with different
 	// HashKV (JudgeHashes); the attempt fails, a divergent voter serves.
 	ReasonHashMismatch Reason = "hash-mismatch"
+	// ReasonDataDirMountPoint: the data dir is a volume's root that cannot
+	// be set aside (DataDirDisposal: a file mounted over its path).
+	ReasonDataDirMountPoint Reason = "data-dir-mount-point"
 	// ReasonWALDirMountPoint: the dedicated WAL dir is a mount point
 	// (WALDirDisposal): etcd cannot create a new member's WAL there.
 	ReasonWALDirMountPoint Reason = "wal-dir-mount-point"
@@ -113,7 +116,7 @@ const (
 func RefusalReasons() []Reason {
 	return []Reason{ReasonMajorityLost, ReasonWouldLoseQuorum, ReasonLearnerPresent, ReasonLeaseHeldByOther,
 		ReasonAPIUnavailable, ReasonAmbiguousIdentity, ReasonMemberHealthy, ReasonDryRun, ReasonDiskFull,
-		ReasonBadRequest, ReasonNoSnapshotSource, ReasonForeignCluster, ReasonWALDirMountPoint,
+		ReasonBadRequest, ReasonNoSnapshotSource, ReasonForeignCluster, ReasonDataDirMountPoint, ReasonWALDirMountPoint,
 		// The steward's (DecideSteward), for a member on a lost node.
 		ReasonNodeReady, ReasonInGracePeriod, ReasonMemberServing, ReasonStewardNotHealthy, ReasonNotGated, ReasonAutoHealDisabled,
 		// A move's (DecideMove, move-in, move-out).
