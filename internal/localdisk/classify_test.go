@@ -172,7 +172,7 @@ func TestClassifyReportsNotADirectoryWhenDataDirIsAFile(t *testing.T) {
 	if err := os.WriteFile(path, []byte("x"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	requireClass(t, ClassifyLayout(path), ClassNotADirectory, path, "not a directory")
+	requireClass(t, ClassifyLayout(DataDirOnly(path)), ClassNotADirectory, path, "not a directory")
 	r := classifyNow(t, path, Expect{})
 	requireClass(t, r, ClassNotADirectory, path, "not a directory")
 	if !r.Verified {
