@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"path"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -38,8 +39,11 @@ type Config struct {
 	WALDir string
 	// DataDirVolumeRoot: the data dir is a PV's path (a pod member).
 	DataDirVolumeRoot bool
-	ClientURL         string
-	PeerURLs          []string
+	// WALDirMountRoot: a volume is mounted right at the WAL dir in etcd's
+	// container (a pod member).
+	WALDirMountRoot bool
+	ClientURL       string
+	PeerURLs        []string
 	// Endpoints are other members' client URLs, to reach the cluster while
 	// the local member is down.
 	Endpoints    []string
@@ -226,6 +230,11 @@ func (c Config) Validate() error {
 func ResolveIdentity(c Config) (watchdog.Identity, error) {
 	id := watchdog.Identity{Name: c.MemberName, DataDir: c.DataDir, WALDir: c.WALDir, ClientURL: c.ClientURL, PeerURLs: c.PeerURLs}
 	if id.Name != "" && id.DataDir != "" && id.ClientURL != "" && len(id.PeerURLs) > 0 {
+		// The WAL dir still comes from the manifest when it says one: a
+		// member/wal looked for in a data dir without one reads as corrupt.
+		if m, err := manifest.LoadMember(c.StaticPodManifest); err == nil && id.WALDir == "" && m.WALDir != "" {
+			return withWALDir(id, m, c.StaticPodManifest)
+		}
 		return id, nil
 	}
 	m, err := manifest.LoadMember(c.StaticPodManifest)
@@ -256,13 +265,9 @@ func ResolveIdentity(c Config) (watchdog.Identity, error) {
 		id.DataDir = host
 	}
 	if id.WALDir == "" && m.WALDir != "" {
-		// Never guessed: a WAL dir looked for in the wrong place is missing,
-		// which reads as a wiped member (docs/recovery.md, layouts).
-		host, ok := m.HostPath(m.WALDir)
-		if !ok {
-			return id, fmt.Errorf("member identity: the WAL dir %s (--wal-dir) of %s is not on a hostPath mount; give --wal-dir", m.WALDir, c.StaticPodManifest)
+		if id, err = withWALDir(id, m, c.StaticPodManifest); err != nil {
+			return id, err
 		}
-		id.WALDir = host
 	}
 	if id.ClientURL == "" && len(m.ClientURLs) > 0 {
 		id.ClientURL = m.ClientURLs[0]
@@ -357,4 +362,19 @@ func highWaterOf(p pin.Pin) localdisk.HighWater {
 		return localdisk.HighWater{}
 	}
 	return localdisk.HighWater{MemberID: uint64(p.MemberID), Term: p.HighWater.Term, Index: p.HighWater.Index}
+}
+
+// withWALDir sets the identity's WAL dir from the manifest's --wal-dir, on
+// the node. Never guessed: a WAL dir looked for in the wrong place is
+// missing, which reads as a wiped member (docs/recovery.md, "Supported
+// layouts"). A volume mounted right at it is a mount point in etcd's
+// container, where etcd cannot create a new member's WAL.
+func withWALDir(id watchdog.Identity, m manifest.Member, manifestPath string) (watchdog.Identity, error) {
+	host, ok := m.HostPath(m.WALDir)
+	if !ok {
+		return id, fmt.Errorf("member identity: the WAL dir %s (--wal-dir) of %s is not on a hostPath mount; give --wal-dir", m.WALDir, manifestPath)
+	}
+	id.WALDir = host
+	id.WALDirMountRoot = slices.ContainsFunc(m.HostMounts, func(hm manifest.HostMount) bool { return hm.ContainerPath == path.Clean(m.WALDir) })
+	return id, nil
 }

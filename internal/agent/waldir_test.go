@@ -90,3 +90,35 @@ func TestTheGateGuardsTheDedicatedWALDirItsEtcdIsGiven(t *testing.T) {
 		t.Fatalf("the gate guards WAL dir %q, want /var/lib/etcd-wal/wal", id.WALDir)
 	}
 }
+
+// Review (helper 4): a volume mounted right at --wal-dir is a mount point
+// inside etcd's container though not on the host; etcd cannot create a new
+// member's WAL there (etcd-io/etcd#20218). The identity says so, so the
+// heal refuses before the Lease.
+func TestAWALDirThatIsAContainerMountRootIsKnownAsOne(t *testing.T) {
+	path := walDirManifest(t, false)
+	b, _ := os.ReadFile(path)
+	b = []byte(strings.Replace(string(b), "--wal-dir=/var/lib/etcd-wal/wal", "--wal-dir=/var/lib/etcd-wal", 1))
+	if err := os.WriteFile(path, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	id, err := ResolveIdentity(Config{StaticPodManifest: path})
+	if err != nil || !id.WALDirMountRoot {
+		t.Fatalf("WAL dir %q at the etcd-wal volume's mount path: mount root %v (%v), want true", id.WALDir, id.WALDirMountRoot, err)
+	}
+	if id, err := ResolveIdentity(Config{StaticPodManifest: walDirManifest(t, false)}); err != nil || id.WALDirMountRoot {
+		t.Fatalf("WAL dir a subdir of its volume: mount root %v (%v), want false", id.WALDirMountRoot, err)
+	}
+}
+
+// Review (helper 4): with every identity override given, the manifest's
+// --wal-dir was never read: a healthy member's data dir (member/snap, no
+// member/wal) read as corrupt.
+func TestTheManifestsWALDirCountsWhenEveryOverrideIsGiven(t *testing.T) {
+	c := Config{StaticPodManifest: walDirManifest(t, false), MemberName: "cp-1", DataDir: "/mnt/data/etcd",
+		ClientURL: "https://10.0.0.11:2379", PeerURLs: []string{"https://10.0.0.11:2380"}}
+	id, err := ResolveIdentity(c)
+	if err != nil || id.WALDir != "/mnt/wal-disk/wal" {
+		t.Fatalf("WAL dir %q (%v), want the manifest's /mnt/wal-disk/wal", id.WALDir, err)
+	}
+}

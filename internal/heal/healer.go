@@ -64,7 +64,10 @@ type Config struct {
 	// DataDirVolumeRoot: the data dir is a PV's path (a pod member's claim
 	// mounted at etcd's --data-dir): never renamed, like a mount point.
 	DataDirVolumeRoot bool
-	StateDir          string
+	// WALDirMountRoot: a volume is mounted right at the WAL dir in etcd's
+	// container: a mount point there, whatever the host shows.
+	WALDirMountRoot bool
+	StateDir        string
 	// QuarantineDir holds replaced data dirs and the pre-change snapshots;
 	// it must be on the data dir's filesystem (renames, never copies).
 	QuarantineDir  string
@@ -529,6 +532,7 @@ func (h *Healer) baseInput(res memberstate.Result, req *plan.Request, j journal.
 		if mp, err := h.mountPoint(h.cfg.WALDir); err == nil {
 			in.WALDirMountPoint = mp
 		} // else unknown: looked at again right before its rename
+		in.WALDirMountPoint = in.WALDirMountPoint || h.cfg.WALDirMountRoot
 	}
 	in.DataDirVolumeRoot = in.DataDirVolumeRoot || h.cfg.DataDirVolumeRoot
 	in.Backups = localdisk.BackupsHint(h.cfg.QuarantineDir)

@@ -54,7 +54,7 @@ func (h *Healer) Housekeep(res memberstate.Result) {
 		since = j.FinishedAt
 	}
 	st := localdisk.PruneState{Keep: h.cfg.QuarantineKeep, RecoveryOpen: j.Active(), HealthySince: since,
-		Now: h.now(), MinHealthy: h.cfg.QuarantinePruneAfter, Protect: []string{j.QuarantinePath, j.SnapshotPath}}
+		Now: h.now(), MinHealthy: h.cfg.QuarantinePruneAfter, Protect: []string{j.QuarantinePath, j.WALQuarantinePath, j.SnapshotPath}}
 	if st.RecoveryOpen || st.Now.Sub(since) < st.MinHealthy {
 		return // no need to list the quarantine
 	}

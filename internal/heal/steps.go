@@ -172,7 +172,7 @@ func (h *Healer) quarantineWALDir(ctx context.Context) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("is the WAL dir %s a mount point: %w", wal, err)
 	}
-	if disp, why := plan.WALDirDisposal(true, mount); disp == plan.DisposeRefuse {
+	if disp, why := plan.WALDirDisposal(true, mount || h.cfg.WALDirMountRoot); disp == plan.DisposeRefuse {
 		return "", fmt.Errorf("%s: %s", plan.ReasonWALDirMountPoint, why)
 	}
 	if entries, err := os.ReadDir(wal); errors.Is(err, os.ErrNotExist) || (err == nil && len(entries) == 0) {
@@ -185,7 +185,10 @@ func (h *Healer) quarantineWALDir(ctx context.Context) (string, error) {
 	if err := h.fence(ctx, quarantineTimeout); err != nil {
 		return "", err
 	}
-	dst, err := localdisk.QuarantineDataDir(wal, root, time.Now())
+	// Named apart from the data dir's copies (wal-<name>), which
+	// --quarantine-keep prunes: a WAL dir whose name is the data dir's
+	// would be counted as one (review, helper 4).
+	dst, err := localdisk.QuarantineAs(wal, root, "wal-"+filepath.Base(filepath.Clean(wal)), time.Now())
 	if err != nil {
 		return "", fmt.Errorf("quarantine the WAL dir %s: %w", wal, err)
 	}

@@ -94,3 +94,19 @@ func TestSeedModeFallsBackToRaftWithADedicatedWALDir(t *testing.T) {
 		t.Fatalf("seedDataDir = %v (%s), want %v", err, peerseed.SeedReason(err), peerseed.ErrSeedDedicatedWALDir)
 	}
 }
+
+// Review (helper 4): a volume mounted at --wal-dir in etcd's container is a
+// mount point there though not on the host: refused the same way.
+func TestAWALDirThatIsAContainerMountRootIsRefusedAndNothingStops(t *testing.T) {
+	res := lostWith("corrupt")
+	r := newRig(t, res)
+	wal := withWALDir(t, r)
+	r.h.cfg.WALDirMountRoot = true
+	out := r.h.Consider(context.Background(), res, nil)
+	if out.Decision.Reason != plan.ReasonWALDirMountPoint || r.rt.stops != 0 {
+		t.Fatalf("decision %+v, %d stops; want refused %s, no stop", out.Decision, r.rt.stops, plan.ReasonWALDirMountPoint)
+	}
+	if _, err := os.Stat(wal); err != nil {
+		t.Fatalf("the WAL dir moved: %v", err)
+	}
+}

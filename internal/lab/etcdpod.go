@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 
@@ -52,9 +53,10 @@ func etcdPodManifest(spec *Spec, n Node, initialCluster, state, token string, ga
 	}}
 	if n.WALDir != "" {
 		args = append(args, "--wal-dir="+n.WALDir)
-		mounts = append(mounts, corev1.VolumeMount{Name: "etcd-wal", MountPath: n.WALDir})
+		walVolume := filepath.Dir(n.WALDir)
+		mounts = append(mounts, corev1.VolumeMount{Name: "etcd-wal", MountPath: walVolume})
 		volumes = append(volumes, corev1.Volume{Name: "etcd-wal", VolumeSource: corev1.VolumeSource{
-			HostPath: &corev1.HostPathVolumeSource{Path: n.WALDir, Type: ptr(corev1.HostPathDirectoryOrCreate)}}})
+			HostPath: &corev1.HostPathVolumeSource{Path: walVolume, Type: ptr(corev1.HostPathDirectoryOrCreate)}}})
 	}
 	if t != nil {
 		args = append(args, t.memberFlags()...)

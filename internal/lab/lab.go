@@ -40,8 +40,8 @@ type Options struct {
 	// a wiped member serving for longer than that).
 	EtcdNoPurge bool
 	// EtcdWALDir runs every member with a dedicated --wal-dir
-	// (<disk>/etcd-wal, a hostPath volume of its own), as etcd's tuning
-	// guide lays out a WAL on its own disk.
+	// (<disk>/wal/etcd, on a hostPath volume of its own at <disk>/wal), as
+	// etcd's tuning guide lays out a WAL on its own disk.
 	EtcdWALDir bool
 	// AgentBinary is the etcd-agent binary; the lab runs its `lab supervise`
 	// as each node's supervisor (and `run` as the agent, with Agents).
@@ -329,7 +329,9 @@ func (l *Lab) newNamedNode(name, ip string, withMember bool) (Node, error) {
 		}
 		n.DataDir = filepath.Join(n.DiskDir, "etcd")
 		if l.Spec.EtcdWALDir {
-			n.WALDir = filepath.Join(n.DiskDir, "etcd-wal")
+			// A subdir of the WAL volume: etcd cannot create a WAL at a
+			// mount point (plan.WALDirDisposal).
+			n.WALDir = filepath.Join(n.DiskDir, "wal", "etcd")
 		}
 	}
 	return n, nil

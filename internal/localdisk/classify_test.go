@@ -109,6 +109,14 @@ func TestClassifyReportsEmptyWhenNoMemberData(t *testing.T) {
 		"only an empty member dir": func(dir string) error {
 			return os.Mkdir(filepath.Join(dir, memberDirName), 0o700)
 		},
+		// Review (helper 4): a volume root holds its quarantine beside an
+		// empty member/ a learner left; etcd starts a new member there.
+		"an empty member dir beside other entries": func(dir string) error {
+			if err := os.Mkdir(filepath.Join(dir, memberDirName), 0o700); err != nil {
+				return err
+			}
+			return os.Mkdir(filepath.Join(dir, VolumeQuarantineDirName), 0o700)
+		},
 		"unrelated entries but no member dir": func(dir string) error {
 			return os.Mkdir(filepath.Join(dir, "lost+found"), 0o700)
 		},

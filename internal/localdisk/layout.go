@@ -90,8 +90,10 @@ func classifyDataDirLayout(d Dirs) Result {
 	if err != nil {
 		return corruptf("list %s: %v", memberDir, err)
 	}
-	if len(memberEntries) == 0 && len(entries) == 1 {
-		return Result{Class: ClassEmpty, Detail: fmt.Sprintf("data dir %s has only an empty %s dir", dataDir, memberDirName)}
+	if len(memberEntries) == 0 {
+		// etcd starts a new member in it, whatever else the dir holds (a
+		// volume root's quarantine, lost+found).
+		return Result{Class: ClassEmpty, Detail: fmt.Sprintf("data dir %s has an empty %s dir; ignoring other entries", dataDir, memberDirName)}
 	}
 
 	if r, ok := checkWALDirLayout(d.WALDir()); !ok {

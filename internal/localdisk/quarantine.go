@@ -27,6 +27,11 @@ const quarantineStampLayout = "2006-01-02T15-04-05.000000000Z"
 // created if missing. Parent directories are fsynced so the move survives a
 // crash.
 func QuarantineDataDir(dataDir, quarantineRoot string, now time.Time) (string, error) {
+	return QuarantineAs(dataDir, quarantineRoot, filepath.Base(filepath.Clean(dataDir)), now)
+}
+
+// QuarantineAs is QuarantineDataDir naming the copy <name>-<UTC stamp>.
+func QuarantineAs(dataDir, quarantineRoot, name string, now time.Time) (string, error) {
 	src, err := filepath.Abs(dataDir)
 	if err != nil {
 		return "", err
@@ -63,7 +68,7 @@ func QuarantineDataDir(dataDir, quarantineRoot string, now time.Time) (string, e
 			root, deviceOf(rootInfo), src, deviceOf(srcInfo))
 	}
 
-	dst := filepath.Join(root, filepath.Base(src)+"-"+now.UTC().Format(quarantineStampLayout))
+	dst := filepath.Join(root, name+"-"+now.UTC().Format(quarantineStampLayout))
 	// rename(2) silently replaces an empty directory; never clobber anything.
 	if _, err := os.Lstat(dst); err == nil {
 		return "", fmt.Errorf("quarantine target %s already exists", dst)

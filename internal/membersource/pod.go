@@ -121,7 +121,7 @@ func FromPod(pod *corev1.Pod, vols Volumes, kubeletPodsDir string) (PodMember, e
 			return pm, fmt.Errorf("pod %s: the WAL dir %s is on claim %q, the data dir on claim %q: a member's WAL on a claim of its own is not supported; "+
 				"keep --wal-dir on the data dir's volume", pm.Key, m.WALDir, walVol.pvc, vol.pvc)
 		}
-		pm.Identity.WALDir = walDir
+		pm.Identity.WALDir, pm.Identity.WALDirMountRoot = walDir, walVol.atRoot
 	}
 	if eps, ok := manifest.GateFlag(argv, "endpoints"); ok {
 		pm.Endpoints = manifest.SplitURLs(eps)

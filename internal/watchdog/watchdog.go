@@ -34,6 +34,9 @@ type Identity struct {
 	// WALDir is the dedicated --wal-dir's path on this node, "" when the
 	// WAL is in the data dir's member/wal.
 	WALDir string
+	// WALDirMountRoot: a volume is mounted right at the WAL dir in etcd's
+	// container (a mount point there, whatever the host shows).
+	WALDirMountRoot bool
 }
 
 // Dirs is where the member's data dir and WAL are on this node.
