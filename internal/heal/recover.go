@@ -81,12 +81,6 @@ func (h *Healer) recover(parent context.Context, first memberstate.Result, req *
 				zap.String("holder", in.LeaseHolder), zap.String("phase", string(j.Phase)))
 			return Outcome{Decision: plan.Decision{Action: plan.Nothing, Reason: plan.ReasonLeaseLost, Detail: d.Detail}, Err: lease.ErrHeldByOther}
 		}
-		if d.Action == plan.Nothing && d.Reason == plan.ReasonAwaitingMoveTarget {
-			// The rest is the target agent's, under the Lease: this
-			// attempt ends and gives it up; each poll looks again.
-			h.log.Info("pod move released: waiting for its member on the target, without the Lease", zap.String("detail", d.Detail))
-			return Outcome{Decision: d}
-		}
 		if d.Action == plan.Finish {
 			return h.finish(ctx, &j, d)
 		}

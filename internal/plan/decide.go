@@ -192,10 +192,6 @@ func resumedRequest(j record.Record, now *Request) *Request {
 // resumed (or taken-over) recovery never repeats an add or a remove.
 func decideActive(in Input, cfg Config) Decision {
 	o, j := in.Obs, in.Journal
-	if awaitingMoveTarget(in) {
-		// Before the Lease: the target's agent holds it to add the member.
-		return awaitMoveTarget(in, cfg)
-	}
 	if !in.LeaseHeld {
 		switch {
 		case !in.APIAvailable:
@@ -259,7 +255,7 @@ func decideActive(in Input, cfg Config) Decision {
 	case ActionMoveOut:
 		return decideMoveOut(in)
 	case ActionMoveAway:
-		return decideMoveAway(in, cfg)
+		return decideMoveAway(in)
 	}
 	if foreignOnly(o) {
 		return wait(ReasonForeignCluster, fmt.Sprintf("only %v answer, for another cluster than %x; waiting, nothing destructive",

@@ -2,7 +2,6 @@ package plan
 
 import (
 	"fmt"
-	"time"
 
 	"github.com/etcd-agent/etcd-agent/internal/memberstate"
 	"github.com/etcd-agent/etcd-agent/internal/observation"
@@ -47,14 +46,6 @@ const (
 
 // ReasonNoFreePV: the target node has no free PV the member's claim binds.
 const ReasonNoFreePV Reason = "no-free-pv"
-
-// ReasonAwaitingMoveTarget: a released pod move waits, without the Lease
-// (the target's agent takes it to add the learner), for its member to
-// serve as a voter on the target; not a refusal.
-const ReasonAwaitingMoveTarget Reason = "awaiting-move-target"
-
-// defaultMoveDeadline is MoveDeadline when none is configured.
-const defaultMoveDeadline = 30 * time.Minute
 
 // ReasonTargetPVUnusable: the target's PVs the claim would bind are no
 // place for the member (affinity against the Node's labels, no path).
@@ -209,7 +200,7 @@ func movePlanText(o observation.Observation, c *ClaimFacts, target string) strin
 
 // decideMoveAway: the member is stopped (and its data dir quarantined):
 // snapshot into the store, remove, then free the claim for the target.
-func decideMoveAway(in Input, cfg Config) Decision {
+func decideMoveAway(in Input) Decision {
 	o, j, c := in.Obs, in.Journal, in.Claim
 	if foreignOnly(o) || quorumLost(o) || o.MemberListError != "" {
 		return wait(ReasonMajorityLost, "no fresh member list with a quorum: the move waits, nothing destructive")
@@ -276,45 +267,8 @@ func decideMoveAway(in Input, cfg Config) Decision {
 	case c.PodOnNode:
 		return Decision{Action: ReleasePod, Detail: fmt.Sprintf("delete the held pod: its StatefulSet re-creates it on PV %s of %s", c.ReservedPV, j.MoveTarget)}
 	}
-	return awaitMoveTarget(in, cfg)
-}
-
-// awaitingMoveTarget: a pod move whose claim and held pod are gone (the
-// member removed): all that is left is its member serving on the target,
-// the target agent's work, which needs the Lease; this one waits without it.
-func awaitingMoveTarget(in Input) bool {
-	j, c := in.Journal, in.Claim
-	if !j.Active() || j.Request != ActionMoveAway || j.ClaimReleasedAt.IsZero() || c == nil || c.Err != "" {
-		return false
-	}
-	if _, listed := in.Obs.Member(uint64(j.OldMemberID)); listed || j.OldMemberID == 0 {
-		return false
-	}
-	return (!c.ClaimBound || c.ClaimDeleting) && !c.PodOnNode && c.ReservedPV != ""
-}
-
-// awaitMoveTarget closes a released pod move succeeded once its member (its
-// name, a new ID) is a voter that answers, failed at the deadline (nothing
-// is deleted: the old PV stays Retain), and waits in between.
-func awaitMoveTarget(in Input, cfg Config) Decision {
-	o, j := in.Obs, in.Journal
-	for _, m := range o.Members {
-		if m.Name == j.Member && m.ID != uint64(j.OldMemberID) && !m.IsLearner && m.Serving {
-			return Decision{Action: Finish, Detail: fmt.Sprintf("member %s serves as voter %x on %s (was %x), seeded from %s: the move is done",
-				j.Member, m.ID, j.MoveTarget, uint64(j.OldMemberID), j.StoreKey)}
-		}
-	}
-	deadline := cfg.MoveDeadline
-	if deadline <= 0 {
-		deadline = defaultMoveDeadline
-	}
-	waited := in.Now.Sub(j.ClaimReleasedAt)
-	if waited >= deadline {
-		return Decision{Action: Finish, Reason: ReasonMoveTimedOut, Detail: fmt.Sprintf("member %s has not served as a voter on %s within %s of its claim's release: the move failed (its old PV is kept, Retain; nothing deleted; the StatefulSet's pod on %s is a person's to look at)",
-			j.Member, j.MoveTarget, deadline, j.MoveTarget)}
-	}
-	return wait(ReasonAwaitingMoveTarget, fmt.Sprintf("waiting for member %s to serve as a voter on %s (its agent adds it as a learner seeded from %s on PV %s and promotes it): %s of %s",
-		j.Member, j.MoveTarget, j.StoreKey, in.Claim.ReservedPV, waited.Round(time.Second), deadline))
+	return Decision{Action: Finish, Detail: fmt.Sprintf("member %x removed and its claim freed: the StatefulSet re-creates its pod on %s (PV %s), whose agent adds it as a learner seeded from %s",
+		uint64(j.OldMemberID), j.MoveTarget, c.ReservedPV, j.StoreKey)}
 }
 
 // Settle is what a failed pod move leaves (SettleMoveAway): whether its

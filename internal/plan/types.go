@@ -212,10 +212,6 @@ type Config struct {
 	DryRun              bool
 	MaxLearnerLag       uint64
 	LearnerStallTimeout time.Duration
-	// MoveDeadline bounds a pod move from the release of its claim to its
-	// member serving as a voter on the target (--recovery-timeout; 0: 30
-	// minutes): past it the move closes failed.
-	MoveDeadline time.Duration
 	// RetryBackoff is the wait after a failed attempt, doubled per
 	// consecutive failure up to MaxRetryBackoff.
 	RetryBackoff    time.Duration
