@@ -77,18 +77,7 @@ func TestAVolumeRootsEtcdDataIsSetAsideInsideIt(t *testing.T) {
 			res := lostWith("corrupt")
 			r := newRig(t, res)
 			c.set(r)
-			ctx, cancel := context.WithCancel(context.Background())
-			defer cancel()
-			r.obs.onObserve = func(int) {
-				if j := r.journal(t); j.Phase.AtLeast(journal.PhaseStopped) {
-					cancel()
-				}
-			}
-			r.h.Consider(ctx, res, nil)
-			j := r.journal(t)
-			if !j.Phase.AtLeast(journal.PhaseStopped) {
-				t.Fatalf("journal phase %s (%s), want stopped", j.Phase, j.Message)
-			}
+			j := r.runUntilStopped(t, res)
 			want := filepath.Join(r.h.cfg.DataDir, "etcd-agent-quarantine")
 			if filepath.Dir(j.QuarantinePath) != want {
 				t.Fatalf("member data set aside at %q, want inside %s", j.QuarantinePath, want)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/etcd-agent/etcd-agent/internal/journal"
 	"github.com/etcd-agent/etcd-agent/internal/localdisk"
+	"github.com/etcd-agent/etcd-agent/internal/memberstate"
 	"github.com/etcd-agent/etcd-agent/internal/peerseed"
 	"github.com/etcd-agent/etcd-agent/internal/plan"
 )
@@ -40,18 +41,7 @@ func TestTheStopQuarantinesADedicatedWALDirWithTheDataDir(t *testing.T) {
 	res := lostWith("corrupt")
 	r := newRig(t, res)
 	wal := withWALDir(t, r)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	r.obs.onObserve = func(int) {
-		if j := r.journal(t); j.Phase.AtLeast(journal.PhaseStopped) {
-			cancel()
-		}
-	}
-	r.h.Consider(ctx, res, nil)
-	j := r.journal(t)
-	if !j.Phase.AtLeast(journal.PhaseStopped) {
-		t.Fatalf("journal phase %s (%s), want stopped", j.Phase, j.Message)
-	}
+	j := r.runUntilStopped(t, res)
 	if _, err := os.Stat(wal); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("the old member's WAL dir %s is still in place (%v): the learner would start on it", wal, err)
 	}
@@ -109,4 +99,23 @@ func TestAWALDirThatIsAContainerMountRootIsRefusedAndNothingStops(t *testing.T) 
 	if _, err := os.Stat(wal); err != nil {
 		t.Fatalf("the WAL dir moved: %v", err)
 	}
+}
+
+// runUntilStopped runs a recovery of res until its journal says stopped
+// (the stop step, quarantine included, is done) and returns that journal.
+func (r *rig) runUntilStopped(t *testing.T, res memberstate.Result) journal.Record {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	r.obs.onObserve = func(int) {
+		if j := r.journal(t); j.Phase.AtLeast(journal.PhaseStopped) {
+			cancel()
+		}
+	}
+	r.h.Consider(ctx, res, nil)
+	j := r.journal(t)
+	if !j.Phase.AtLeast(journal.PhaseStopped) {
+		t.Fatalf("journal phase %s (%s), want stopped", j.Phase, j.Message)
+	}
+	return j
 }
