@@ -523,11 +523,13 @@ func (h *Healer) baseInput(res memberstate.Result, req *plan.Request, j journal.
 	if mp, err := h.mountPoint(h.cfg.DataDir); err == nil {
 		in.DataDirVolumeRoot = mp
 	} // else unknown: the executor looks again before the rename, which refuses a mount point itself
+	in.DataDirSymlink, _ = localdisk.IsSymlink(h.cfg.DataDir) // likewise
 	if in.WALDirDedicated = h.cfg.WALDir != ""; in.WALDirDedicated {
 		if mp, err := h.mountPoint(h.cfg.WALDir); err == nil {
 			in.WALDirMountPoint = mp
 		} // else unknown: looked at again right before its rename
 		in.WALDirMountPoint = in.WALDirMountPoint || h.cfg.WALDirMountRoot
+		in.WALDirSymlink, _ = localdisk.IsSymlink(h.cfg.WALDir)
 	}
 	in.DataDirVolumeRoot = in.DataDirVolumeRoot || h.cfg.DataDirVolumeRoot
 	in.Backups = localdisk.BackupsHint(h.cfg.QuarantineDir)

@@ -18,17 +18,17 @@ import (
 // to do for a missing data dir or an empty volume root (""); a volume root
 // holding etcd data keeps its path and has its member/ set aside inside it.
 func (h *Healer) quarantineDataDir(ctx context.Context) (string, error) {
-	root, err := h.dataDirVolumeRoot()
+	at, err := h.dataDirAt()
 	if err != nil {
 		return "", err
 	}
-	disp, why := plan.DataDirDisposal(root, string(localdisk.ClassifyLayout(localdisk.DataDirOnly(h.cfg.DataDir)).Class))
+	disp, reason, why := plan.DataDirDisposal(at, string(localdisk.ClassifyLayout(localdisk.DataDirOnly(h.cfg.DataDir)).Class))
 	switch disp {
 	case plan.DisposeKeep:
 		h.log.Info("data dir left in place", zap.String("dataDir", h.cfg.DataDir), zap.String("why", why))
 		return "", nil
 	case plan.DisposeRefuse:
-		return "", fmt.Errorf("%s: %s", plan.ReasonDataDirMountPoint, why)
+		return "", fmt.Errorf("%s: %s", reason, why)
 	case plan.DisposeQuarantineContents:
 		if err := h.fence(ctx, quarantineTimeout); err != nil {
 			return "", err
@@ -37,7 +37,7 @@ func (h *Healer) quarantineDataDir(ctx context.Context) (string, error) {
 		if err != nil {
 			return "", fmt.Errorf("set aside the member data of %s: %w", h.cfg.DataDir, err)
 		}
-		h.log.Info("data dir is a volume's root: its member data set aside inside it", zap.String("why", why), zap.String("to", dst))
+		h.log.Info("data dir kept in place: its member data set aside inside it", zap.String("why", why), zap.String("to", dst))
 		return dst, nil
 	}
 	if err := os.MkdirAll(h.cfg.QuarantineDir, 0o700); err != nil {
@@ -53,14 +53,18 @@ func (h *Healer) quarantineDataDir(ctx context.Context) (string, error) {
 	return dst, nil
 }
 
-// dataDirVolumeRoot: the data dir is a mount point now (the mount table) or
-// a PV's path (the identity).
-func (h *Healer) dataDirVolumeRoot() (bool, error) {
+// dataDirAt: the data dir is a mount point now (the mount table) or a PV's
+// path (the identity), and whether its path is a symlink now.
+func (h *Healer) dataDirAt() (plan.DataDirAt, error) {
 	mount, err := h.mountPoint(h.cfg.DataDir)
 	if err != nil {
-		return false, fmt.Errorf("is data dir %s a mount point: %w", h.cfg.DataDir, err)
+		return plan.DataDirAt{}, fmt.Errorf("is data dir %s a mount point: %w", h.cfg.DataDir, err)
 	}
-	return mount || h.cfg.DataDirVolumeRoot, nil
+	link, err := localdisk.IsSymlink(h.cfg.DataDir)
+	if err != nil {
+		return plan.DataDirAt{}, fmt.Errorf("is data dir %s a symlink: %w", h.cfg.DataDir, err)
+	}
+	return plan.DataDirAt{VolumeRoot: mount || h.cfg.DataDirVolumeRoot, Symlink: link}, nil
 }
 
 // quarantineWALDir renames a dedicated WAL dir (--wal-dir) into a
@@ -77,8 +81,12 @@ func (h *Healer) quarantineWALDir(ctx context.Context) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("is the WAL dir %s a mount point: %w", wal, err)
 	}
-	if disp, why := plan.WALDirDisposal(true, mount || h.cfg.WALDirMountRoot); disp == plan.DisposeRefuse {
-		return "", fmt.Errorf("%s: %s", plan.ReasonWALDirMountPoint, why)
+	link, err := localdisk.IsSymlink(wal)
+	if err != nil {
+		return "", fmt.Errorf("is the WAL dir %s a symlink: %w", wal, err)
+	}
+	if disp, reason, why := plan.WALDirDisposal(true, mount || h.cfg.WALDirMountRoot, link); disp == plan.DisposeRefuse {
+		return "", fmt.Errorf("%s: %s", reason, why)
 	}
 	if entries, err := os.ReadDir(wal); errors.Is(err, os.ErrNotExist) || (err == nil && len(entries) == 0) {
 		return "", nil

@@ -324,11 +324,12 @@ func (h *Healer) prepareDataDir(ctx context.Context, res memberstate.Result, j *
 	} else if dst != "" {
 		h.log.Info("leftover WAL dir quarantined", zap.String("to", dst))
 	}
-	root, err := h.dataDirVolumeRoot()
+	at, err := h.dataDirAt()
 	if err != nil {
 		return err
 	}
-	if entries, err := os.ReadDir(h.cfg.DataDir); err == nil && len(entries) > 0 && (!root || localdisk.HasMemberDir(h.cfg.DataDir)) {
+	kept := at.VolumeRoot || at.Symlink // only its member/ is set aside
+	if entries, err := os.ReadDir(h.cfg.DataDir); err == nil && len(entries) > 0 && (!kept || localdisk.HasMemberDir(h.cfg.DataDir)) {
 		dst, err := h.quarantineDataDir(ctx)
 		if err != nil {
 			return fmt.Errorf("leftover data dir: %w", err)
@@ -382,9 +383,13 @@ func (h *Healer) seedDataDir(ctx context.Context, res memberstate.Result, j *jou
 		return fmt.Errorf("learner ID (%x) or cluster ID (%x) unknown", uint64(j.NewMemberID), res.Observation.ClusterID)
 	}
 	// BuildDataDir never replaces a data dir: an empty one is dropped (a
-	// non-empty one was quarantined). A volume's root never is: raft mode.
-	if root, err := h.dataDirVolumeRoot(); err != nil || root {
+	// non-empty one was quarantined). A volume's root or a symlink never
+	// is: raft mode.
+	switch at, err := h.dataDirAt(); {
+	case err != nil || at.VolumeRoot:
 		return fmt.Errorf("%w (%s): %v", peerseed.ErrSeedVolumeRoot, h.cfg.DataDir, err)
+	case at.Symlink:
+		return fmt.Errorf("%w (%s)", peerseed.ErrSeedDataDirSymlink, h.cfg.DataDir)
 	}
 	if err := os.Remove(h.cfg.DataDir); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("remove the empty data dir %s: %w", h.cfg.DataDir, err)

@@ -56,3 +56,17 @@ func devInoOf(fi os.FileInfo) devIno {
 // mountPointByDevice: another filesystem is mounted at self when its device
 // differs from its parent's; the root is its own parent.
 func mountPointByDevice(self, parent devIno) bool { return self.dev != parent.dev || self == parent }
+
+// IsSymlink reports whether path's last element is a symlink (false, nil
+// when it does not exist). A symlinked data dir is kept with its target
+// (plan.DataDirDisposal); a symlinked WAL dir is refused (WALDirDisposal).
+func IsSymlink(path string) (bool, error) {
+	fi, err := os.Lstat(path)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return false, nil
+	case err != nil:
+		return false, err
+	}
+	return fi.Mode()&fs.ModeSymlink != 0, nil
+}

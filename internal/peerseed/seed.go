@@ -91,12 +91,15 @@ var (
 	// a PV's path); a seeded data dir is renamed into place, which a volume
 	// root never is.
 	ErrSeedVolumeRoot = errors.New("the data dir is a volume's root, which seeding does not rename into place")
+	// ErrSeedDataDirSymlink: the data dir is a symlink, which a seeded data
+	// dir renamed into place would replace (and the disk it points to).
+	ErrSeedDataDirSymlink = errors.New("the data dir is a symlink, which seeding does not rename into place")
 )
 
 // SeedReason is a short, stable name for why seeding was refused, for the
 // journal, metrics labels and Events: "learner-absent", "not-learner",
 // "term-zero", "confstate-mismatch", "foreign-cluster", "no-provenance",
-// "corrupt-db", "data-dir-exists", "membership-differs", "dedicated-wal-dir", "data-dir-volume-root", "disk-full", "snapshot-hash-mismatch",
+// "corrupt-db", "data-dir-exists", "membership-differs", "dedicated-wal-dir", "data-dir-volume-root", "data-dir-symlink", "disk-full", "snapshot-hash-mismatch",
 // "snapshot-truncated", or "error" for anything else (I/O errors, a
 // cancelled wait...). nil gives "".
 func SeedReason(err error) string {
@@ -118,6 +121,7 @@ func SeedReason(err error) string {
 		{ErrSeedMembershipDiffers, "membership-differs"},
 		{ErrSeedDedicatedWALDir, "dedicated-wal-dir"},
 		{ErrSeedVolumeRoot, "data-dir-volume-root"},
+		{ErrSeedDataDirSymlink, "data-dir-symlink"},
 		{ErrDiskFull, "disk-full"},
 		{ErrHashMismatch, "snapshot-hash-mismatch"},
 		{ErrTruncated, "snapshot-truncated"},

@@ -158,11 +158,11 @@ func checkBegin(in Input, cfg Config) (Decision, bool) {
 	if ls := o.Learners(); len(ls) > 0 {
 		return refuse(ReasonLearnerPresent, fmt.Sprintf("learner %x (%s) is present; one learner at a time", ls[0].ID, ls[0].Name)), false
 	}
-	if disp, why := DataDirDisposal(in.DataDirVolumeRoot, o.Local.DataDirClass); disp == DisposeRefuse {
-		return refuse(ReasonDataDirMountPoint, why), false
+	if disp, reason, why := DataDirDisposal(DataDirAt{VolumeRoot: in.DataDirVolumeRoot, Symlink: in.DataDirSymlink}, o.Local.DataDirClass); disp == DisposeRefuse {
+		return refuse(reason, why), false
 	}
-	if disp, why := WALDirDisposal(in.WALDirDedicated, in.WALDirMountPoint); disp == DisposeRefuse {
-		return refuse(ReasonWALDirMountPoint, why), false
+	if disp, reason, why := WALDirDisposal(in.WALDirDedicated, in.WALDirMountPoint, in.WALDirSymlink); disp == DisposeRefuse {
+		return refuse(reason, why), false
 	}
 	return checkSpace(in, cfg)
 }

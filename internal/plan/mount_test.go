@@ -36,11 +36,39 @@ func TestDataDirDisposal(t *testing.T) {
 		{false, "not-a-directory", DisposeQuarantine, ""},
 		{true, "not-a-directory", DisposeRefuse, "not a directory"},
 	} {
-		got, why := DataDirDisposal(c.mount, c.class)
+		got, _, why := DataDirDisposal(DataDirAt{VolumeRoot: c.mount}, c.class)
 		if got != c.want || !strings.Contains(why, c.says) {
 			t.Errorf("DataDirDisposal(mount=%v, %s) = %s (%q), want %s saying %q", c.mount, c.class, got, why, c.want, c.says)
 		}
 	}
+}
+
+// Issue 38: a data dir that is a symlink (to a dedicated disk's dir) is
+// kept with its target, its member/ set aside inside it; a dangling one (the
+// disk not mounted) is refused with its own reason.
+func TestSymlinkedDataDirDisposal(t *testing.T) {
+	for _, c := range []struct {
+		at     DataDirAt
+		class  string
+		want   Disposal
+		reason Reason
+		says   string
+	}{
+		{DataDirAt{Symlink: true}, "missing", DisposeRefuse, ReasonDataDirLinkDangling, "dangling"},
+		{DataDirAt{Symlink: true, VolumeRoot: true}, "missing", DisposeRefuse, ReasonDataDirLinkDangling, "not mounted"},
+		{DataDirAt{Symlink: true}, "empty", DisposeKeep, "", "empty"},
+		{DataDirAt{Symlink: true}, "corrupt", DisposeQuarantineContents, "", "symlink"},
+		{DataDirAt{Symlink: true}, "ok", DisposeQuarantineContents, "", "symlink"},
+		{DataDirAt{Symlink: true}, "foreign", DisposeQuarantineContents, "", "same path"},
+		{DataDirAt{Symlink: true}, "not-a-directory", DisposeQuarantine, "", ""},
+	} {
+		got, reason, why := DataDirDisposal(c.at, c.class)
+		if got != c.want || reason != c.reason || !strings.Contains(why, c.says) {
+			t.Errorf("DataDirDisposal(%+v, %s) = %s %q (%q), want %s %q saying %q", c.at, c.class, got, reason, why, c.want, c.reason, c.says)
+		}
+	}
+	want(t, Decide(cluster(3, 2, dataDir("missing"), func(s *spec) { s.in.DataDirSymlink = true })), Refuse, ReasonDataDirLinkDangling)
+	want(t, Decide(cluster(3, 2, dataDir("corrupt"), func(s *spec) { s.in.DataDirSymlink = true })), Begin, ReasonNone)
 }
 
 func mountPoint() opt { return func(s *spec) { s.in.DataDirVolumeRoot = true } }

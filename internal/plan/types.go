@@ -80,6 +80,12 @@ const (
 	// ReasonWALDirMountPoint: the dedicated WAL dir is a mount point
 	// (WALDirDisposal): etcd cannot create a new member's WAL there.
 	ReasonWALDirMountPoint Reason = "wal-dir-mount-point"
+	// ReasonWALDirSymlink: the dedicated WAL dir is a symlink
+	// (WALDirDisposal): etcd would replace the link by a dir of its own.
+	ReasonWALDirSymlink Reason = "wal-dir-symlink"
+	// ReasonDataDirLinkDangling: the data dir is a symlink whose target is
+	// missing (DataDirDisposal): an unmounted disk holds the member's data.
+	ReasonDataDirLinkDangling Reason = "data-dir-link-dangling"
 	// ReasonLearnerStranded: a learner no agent heals any more (no live
 	// Lease, no progress for the stall timeout) is to be rolled back.
 	ReasonLearnerStranded Reason = "learner-stranded"
@@ -116,7 +122,7 @@ const (
 func RefusalReasons() []Reason {
 	return []Reason{ReasonMajorityLost, ReasonWouldLoseQuorum, ReasonLearnerPresent, ReasonLeaseHeldByOther,
 		ReasonAPIUnavailable, ReasonAmbiguousIdentity, ReasonMemberHealthy, ReasonDryRun, ReasonDiskFull,
-		ReasonBadRequest, ReasonNoSnapshotSource, ReasonForeignCluster, ReasonDataDirMountPoint, ReasonWALDirMountPoint,
+		ReasonBadRequest, ReasonNoSnapshotSource, ReasonForeignCluster, ReasonDataDirMountPoint, ReasonWALDirMountPoint, ReasonWALDirSymlink, ReasonDataDirLinkDangling,
 		// The steward's (DecideSteward), for a member on a lost node.
 		ReasonNodeReady, ReasonInGracePeriod, ReasonMemberServing, ReasonStewardNotHealthy, ReasonNotGated, ReasonAutoHealDisabled,
 		// A move's (DecideMove, move-in, move-out).
@@ -173,9 +179,12 @@ type Input struct {
 	// DataDirVolumeRoot: the data dir is a volume's root, a mount point
 	// or a PV's path (DataDirDisposal: never renamed).
 	DataDirVolumeRoot bool
-	// WALDirDedicated: etcd runs with --wal-dir; WALDirMountPoint: that
-	// dir is a mount point (WALDirDisposal).
-	WALDirDedicated, WALDirMountPoint bool
+	// DataDirSymlink: the data dir's path is a symlink (DataDirDisposal:
+	// kept, with its target).
+	DataDirSymlink bool
+	// WALDirDedicated: etcd runs with --wal-dir; WALDirMountPoint,
+	// WALDirSymlink: that dir is a mount point, a symlink (WALDirDisposal).
+	WALDirDedicated, WALDirMountPoint, WALDirSymlink bool
 	// DataDirOtherFS: the data dir is on another filesystem than the
 	// quarantine (a dedicated disk mounted at it); DataDirFreeBytes is then
 	// that filesystem's free space (see AttemptBytesNeeded).

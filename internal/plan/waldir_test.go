@@ -13,18 +13,22 @@ import (
 // learner would never start. Refused before the Lease and the stop.
 func TestWALDirDisposal(t *testing.T) {
 	for _, c := range []struct {
-		dedicated, mount bool
-		want             Disposal
-		says             string
+		dedicated, mount, link bool
+		want                   Disposal
+		reason                 Reason
+		says                   string
 	}{
-		{false, false, DisposeKeep, "member/wal"},
-		{false, true, DisposeKeep, "member/wal"},
-		{true, false, DisposeQuarantine, ""},
-		{true, true, DisposeRefuse, "subdirectory"},
+		{false, false, false, DisposeKeep, "", "member/wal"},
+		{false, true, true, DisposeKeep, "", "member/wal"},
+		{true, false, false, DisposeQuarantine, "", ""},
+		{true, true, false, DisposeRefuse, ReasonWALDirMountPoint, "subdirectory"},
+		// Issue 38: etcd's wal.Create removes the link and renames its temp
+		// dir into its place, beside the link, off the disk it pointed to.
+		{true, false, true, DisposeRefuse, ReasonWALDirSymlink, "link's target"},
 	} {
-		got, why := WALDirDisposal(c.dedicated, c.mount)
-		if got != c.want || !strings.Contains(why, c.says) {
-			t.Errorf("WALDirDisposal(dedicated=%v, mount=%v) = %s (%q), want %s saying %q", c.dedicated, c.mount, got, why, c.want, c.says)
+		got, reason, why := WALDirDisposal(c.dedicated, c.mount, c.link)
+		if got != c.want || reason != c.reason || !strings.Contains(why, c.says) {
+			t.Errorf("WALDirDisposal(dedicated=%v, mount=%v, link=%v) = %s %q (%q), want %s %q saying %q", c.dedicated, c.mount, c.link, got, reason, why, c.want, c.reason, c.says)
 		}
 	}
 }
