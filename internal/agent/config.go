@@ -232,7 +232,7 @@ func ResolveIdentity(c Config) (watchdog.Identity, error) {
 	if id.Name != "" && id.DataDir != "" && id.ClientURL != "" && len(id.PeerURLs) > 0 {
 		// The WAL dir still comes from the manifest when it says one: a
 		// member/wal looked for in a data dir without one reads as corrupt.
-		if m, err := manifest.LoadMember(c.StaticPodManifest); err == nil && id.WALDir == "" && m.WALDir != "" {
+		if m, err := manifest.LoadMember(c.StaticPodManifest); err == nil {
 			return withWALDir(id, m, c.StaticPodManifest)
 		}
 		return id, nil
@@ -264,10 +264,8 @@ func ResolveIdentity(c Config) (watchdog.Identity, error) {
 		}
 		id.DataDir = host
 	}
-	if id.WALDir == "" && m.WALDir != "" {
-		if id, err = withWALDir(id, m, c.StaticPodManifest); err != nil {
-			return id, err
-		}
+	if id, err = withWALDir(id, m, c.StaticPodManifest); err != nil {
+		return id, err
 	}
 	if id.ClientURL == "" && len(m.ClientURLs) > 0 {
 		id.ClientURL = m.ClientURLs[0]
@@ -369,10 +367,27 @@ func highWaterOf(p pin.Pin) localdisk.HighWater {
 // missing, which reads as a wiped member (docs/recovery.md, "Supported
 // layouts"). A volume mounted right at it is a mount point in etcd's
 // container, where etcd cannot create a new member's WAL.
+//
+// The agent's --wal-dir (id.WALDir) must agree with the manifest's: one
+// that differs, or names a WAL dir etcd does not run with, is an error (the
+// heal would set aside one dir while the learner's etcd starts on the
+// other). Only a manifest's WAL dir the agent cannot map takes the flag.
 func withWALDir(id watchdog.Identity, m manifest.Member, manifestPath string) (watchdog.Identity, error) {
+	flag := id.WALDir
+	if m.WALDir == "" {
+		if flag != "" {
+			return id, fmt.Errorf("member identity: the agent's --wal-dir=%s, but etcd in %s runs with its WAL in the data dir (no --wal-dir, no ETCD_WAL_DIR); drop the agent's --wal-dir", flag, manifestPath)
+		}
+		return id, nil
+	}
 	host, ok := m.HostPath(m.WALDir)
-	if !ok {
+	switch {
+	case !ok && flag == "":
 		return id, fmt.Errorf("member identity: the WAL dir %s (--wal-dir) of %s is not on a hostPath mount; give --wal-dir", m.WALDir, manifestPath)
+	case !ok:
+		return id, nil // the flag says where it is on the node
+	case flag != "" && filepath.Clean(flag) != host:
+		return id, fmt.Errorf("member identity: the agent's --wal-dir=%s differs from the WAL dir etcd runs with, %s (%s on the node, %s); drop the agent's --wal-dir or make them agree", flag, m.WALDir, host, manifestPath)
 	}
 	id.WALDir = host
 	id.WALDirMountRoot = slices.ContainsFunc(m.HostMounts, func(hm manifest.HostMount) bool { return hm.ContainerPath == path.Clean(m.WALDir) })

@@ -57,11 +57,69 @@ func TestTheIdentityCarriesTheDedicatedWALDirOnTheNode(t *testing.T) {
 		if id.DataDir != "/mnt/data/etcd" || id.WALDir != "/mnt/wal-disk/wal" {
 			t.Fatalf("env %v: data dir %q, WAL dir %q; want /mnt/data/etcd and /mnt/wal-disk/wal", env, id.DataDir, id.WALDir)
 		}
-		c.WALDir = "/override/wal"
-		if id, err := ResolveIdentity(c); err != nil || id.WALDir != "/override/wal" {
-			t.Fatalf("--wal-dir override: %q, %v", id.WALDir, err)
+		c.WALDir = "/mnt/wal-disk/wal" // the same dir, said twice: fine
+		if id, err := ResolveIdentity(c); err != nil || id.WALDir != "/mnt/wal-disk/wal" {
+			t.Fatalf("--wal-dir as the manifest says: %q, %v", id.WALDir, err)
 		}
 	}
+}
+
+// Review (issue 38): the agent's --wal-dir silently won over the
+// manifest's. The heal then set aside one dir while the learner's etcd
+// started on the other, the removed member's WAL. A conflict is an identity
+// error naming both; a manifest whose WAL dir the agent cannot map (not on
+// a hostPath) takes the flag.
+func TestTheAgentsWALDirMustAgreeWithTheManifests(t *testing.T) {
+	all := Config{MemberName: "cp-1", DataDir: "/mnt/data/etcd", ClientURL: "https://10.0.0.11:2379", PeerURLs: []string{"https://10.0.0.11:2380"}}
+	for _, c := range []struct {
+		name     string
+		manifest string
+		flag     string
+		overall  bool
+		want     string // "" an error
+	}{
+		{"another dir than the manifest's", walDirManifest(t, false), "/override/wal", false, ""},
+		{"another dir, every override given", walDirManifest(t, true), "/override/wal", true, ""},
+		{"a WAL dir etcd does not run with", plainManifest(t), "/override/wal", false, ""},
+		{"a WAL dir etcd does not run with, every override given", plainManifest(t), "/override/wal", true, ""},
+		{"the manifest's WAL dir off any hostPath", offHostPathWAL(t), "/host/wal", false, "/host/wal"},
+	} {
+		cfg := Config{StaticPodManifest: c.manifest, WALDir: c.flag}
+		if c.overall {
+			cfg.MemberName, cfg.DataDir, cfg.ClientURL, cfg.PeerURLs = all.MemberName, all.DataDir, all.ClientURL, all.PeerURLs
+		}
+		id, err := ResolveIdentity(cfg)
+		switch {
+		case c.want == "" && (err == nil || !strings.Contains(err.Error(), c.flag)):
+			t.Errorf("%s: WAL dir %q, err %v; want an error naming %s", c.name, id.WALDir, err, c.flag)
+		case c.want != "" && (err != nil || id.WALDir != c.want):
+			t.Errorf("%s: WAL dir %q, err %v; want %s", c.name, id.WALDir, err, c.want)
+		}
+	}
+}
+
+// plainManifest is walDirManifest without any WAL dir.
+func plainManifest(t *testing.T) string {
+	t.Helper()
+	path := walDirManifest(t, false)
+	b, _ := os.ReadFile(path)
+	return rewrite(t, path, strings.Replace(string(b), "    - --wal-dir=/var/lib/etcd-wal/wal\n", "", 1))
+}
+
+// offHostPathWAL is walDirManifest with a WAL dir on no hostPath volume.
+func offHostPathWAL(t *testing.T) string {
+	t.Helper()
+	path := walDirManifest(t, false)
+	b, _ := os.ReadFile(path)
+	return rewrite(t, path, strings.Replace(string(b), "--wal-dir=/var/lib/etcd-wal/wal", "--wal-dir=/elsewhere/wal", 1))
+}
+
+func rewrite(t *testing.T, path, content string) string {
+	t.Helper()
+	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
 }
 
 // A WAL dir the agent cannot find on the node is never guessed: it would
