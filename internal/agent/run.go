@@ -73,7 +73,7 @@ func Run(ctx context.Context, c Config) error {
 			return err
 		}
 		err = runMember(ctx, c, id, memberEnv{metrics: m, ready: &ready, kc: kc, metricsAddr: srv.Addr, node: true})
-		if !errors.Is(err, errMemberRetired) {
+		if !errors.Is(err, errMemberRetired) && !errors.Is(err, errIdentityChanged) {
 			return err
 		}
 	}
@@ -208,7 +208,19 @@ func runMember(ctx context.Context, c Config, id watchdog.Identity, env memberEn
 		log.Info("the member moved to another node: this agent no longer acts for it; waiting for a member on this node")
 		stopRun()
 	}
+	identityChanged := false
 	err = wd.Run(runCtx, func(o observation.Observation) {
+		if env.node {
+			// Before anything is judged on it: an observation made with
+			// an identity the manifest no longer says (a --wal-dir added
+			// by an operator) would read a healthy member as corrupt.
+			if why := identityDrift(c, id); why != "" {
+				log.Info("the member's manifest says another identity: reading it again", zap.String("change", why))
+				identityChanged = true
+				stopRun()
+				return
+			}
+		}
 		r := pipe.assess(o)
 		pipe.exportAll(ctx, r, false)
 		if v := r.Verdict; v.InGracePeriod() {
@@ -275,6 +287,9 @@ func runMember(ctx context.Context, c Config, id watchdog.Identity, env memberEn
 	if retired && ctx.Err() == nil {
 		return errMemberRetired
 	}
+	if identityChanged && ctx.Err() == nil {
+		return errIdentityChanged
+	}
 	return err
 }
 
@@ -313,6 +328,10 @@ const movePace = 3 * time.Second
 // errMemberRetired: the member moved to another node; the agent waits for
 // a member on this node again.
 var errMemberRetired = errors.New("the member moved to another node")
+
+// errIdentityChanged: the manifest says another identity than the one the
+// member's loop runs with (identityDrift); the agent reads it again.
+var errIdentityChanged = errors.New("the member's identity changed")
 
 // What a poll's result is good for: the healer, the quarantine prune and
 // the steward see full observations only. A routine poll that reused the
