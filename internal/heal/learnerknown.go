@@ -3,7 +3,7 @@ package heal
 import (
 	"context"
 	"fmt"
-	"path/filepath"
+	"github.com/etcd-agent/etcd-agent/internal/localdisk"
 	"time"
 
 	"github.com/etcd-agent/etcd-agent/internal/journal"
@@ -34,7 +34,7 @@ var (
 // (Left: a member that restarts between this check and etcd's request may
 // answer from its db before it re-applies the remove; a narrow window.)
 func (h *Healer) waitLearnerKnown(ctx context.Context, res memberstate.Result, j *journal.Record) error {
-	if wal.Exist(filepath.Join(h.cfg.DataDir, "member", "wal")) { // etcd's own test at start
+	if wal.Exist(localdisk.Dirs{Data: h.cfg.DataDir, WAL: h.cfg.WALDir}.WALDir()) { // etcd's own test at start, where etcd reads its WAL
 		return nil
 	}
 	type peer struct {

@@ -122,4 +122,21 @@ func TestALearnerIsNotStartedWhileAVoterStillListsItsOldID(t *testing.T) {
 			t.Fatalf("started %d times (%v)", r.rt.starts, err)
 		}
 	})
+	// Review (issue 38): with --wal-dir etcd reads its WAL there and ignores
+	// a member/wal left in the data dir, so that one pins nothing: the wait
+	// is not skipped for it.
+	t.Run("a member/wal etcd ignores does not skip the wait", func(t *testing.T) {
+		r := m3StaysBehind(t)
+		r.h.cfg.WALDir = filepath.Join(t.TempDir(), "wal")
+		wal := filepath.Join(r.h.cfg.DataDir, "member", "wal")
+		if err := os.MkdirAll(wal, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(wal, "0000000000000000-0000000000000000.wal"), []byte("x"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := startMember(t, r); err == nil || r.rt.starts != 0 {
+			t.Fatalf("started %d times (%v) while m3 still listed the old ID: a member/wal etcd ignores skipped the wait", r.rt.starts, err)
+		}
+	})
 }

@@ -74,9 +74,11 @@ type PodMember struct {
 	// CSI volume, mounted under the kubelet's pods dir): it moves when the
 	// pod is re-created.
 	DataDirPerPod bool
-	// DataDirVolumeRoot: the claim is mounted at etcd's --data-dir: the
-	// data dir is the PV's path, which is never renamed (the PV could not
-	// be mounted again), only its member/ set aside inside it.
+	// DataDirVolumeRoot: a volume (a claim or a hostPath, with or without
+	// a subPath) is mounted right at etcd's --data-dir: the data dir is
+	// never renamed (a PV's path could not be mounted again; a held pod's
+	// bind mount would follow the rename), only its member/ set aside
+	// inside it.
 	DataDirVolumeRoot bool
 	// MoveSeed is the PV's etcd-agent.io/move-seed: a pod move reserved it
 	// and names the stored snapshot its learner is seeded from.
@@ -108,7 +110,7 @@ func FromPod(pod *corev1.Pod, vols Volumes, kubeletPodsDir string) (PodMember, e
 		return pm, fmt.Errorf("pod %s: the data dir %s: %w", pm.Key, m.DataDir, err)
 	}
 	pm.PVC, pm.PV, pm.PVCUID, pm.DataDirPerPod, pm.MoveSeed = vol.pvc, vol.pv, vol.pvcUID, vol.perPod, vol.moveSeed
-	pm.DataDirVolumeRoot = vol.atRoot && vol.pvc != ""
+	pm.DataDirVolumeRoot = vol.atRoot // a claim's or a hostPath's: a held pod's bind mount would follow a rename
 	pm.Identity = watchdog.Identity{Name: m.Name, DataDir: dataDir, ClientURL: m.ClientURLs[0], PeerURLs: m.PeerURLs}
 	if m.WALDir != "" {
 		walDir, walVol, err := r.hostPath(m.WALDir)
@@ -207,7 +209,8 @@ type volumeRef struct {
 	pvc, pv string
 	pvcUID  types.UID
 	perPod  bool // under the kubelet's pods dir, by pod UID
-	// atRoot: the path is the volume's own root (hostPath's).
+	// atRoot: the path is a volume mount's own root in the container
+	// (with or without a subPath).
 	atRoot bool
 	// moveSeed: the PV's nodereport.AnnotationMoveSeed (a pod move
 	// reserved it).
@@ -243,7 +246,9 @@ func (r resolver) hostPath(containerPath string) (string, volumeRef, error) {
 		return "", ref, err
 	}
 	rel := p[len(path.Clean(best.MountPath)):]
-	ref.atRoot = rel == "" && path.Clean("/"+best.SubPath) == "/"
+	// Right at the mount, with or without a subPath: the container's mount
+	// root (a bind mount of <volume>/<subPath> itself).
+	ref.atRoot = rel == ""
 	return filepath.Join(root, best.SubPath, rel), ref, nil
 }
 

@@ -65,3 +65,33 @@ func TestFromPodSaysWhenTheDataDirIsThePVsRoot(t *testing.T) {
 		t.Fatalf("data dir at the claim's mount: volume root %v, data dir %q (%v)", root.DataDirVolumeRoot, root.Identity.DataDir, err)
 	}
 }
+
+// Review (issue 38): a claim mounted at --data-dir or --wal-dir through a
+// subPath, or a hostPath volume mounted at --data-dir, is a mount root in
+// etcd's container too (the bind mount is of <volume>/<subPath> itself):
+// renaming it on the node drags a held pod's mount along, and etcd cannot
+// create a new WAL there. Before, only a claim's mount without a subPath
+// counted.
+func TestAVolumeMountedRightAtTheDirIsItsRootWhateverItsSubPath(t *testing.T) {
+	v := vols{pvcs: map[string]*corev1.PersistentVolumeClaim{"clusters-b/data-etcd-2": bound("clusters-b", "data-etcd-2", "node2-pv3")},
+		pvs: map[string]*corev1.PersistentVolume{"node2-pv3": localPV("node2-pv3", "/mnt/disks/pv3")}}
+	sub := memberPod(claim)
+	c := &sub.Spec.Containers[0]
+	c.Args[1] = "--data-dir=/var/lib/etcd-data"
+	c.Args = append(c.Args, "--wal-dir=/var/lib/etcd-wal")
+	c.VolumeMounts = append(c.VolumeMounts,
+		corev1.VolumeMount{Name: c.VolumeMounts[0].Name, MountPath: "/var/lib/etcd-data", SubPath: "data"},
+		corev1.VolumeMount{Name: c.VolumeMounts[0].Name, MountPath: "/var/lib/etcd-wal", SubPath: "wal"})
+	pm, err := FromPod(sub, v, "")
+	if err != nil || !pm.DataDirVolumeRoot || !pm.Identity.WALDirMountRoot || pm.Identity.DataDir != "/mnt/disks/pv3/data" {
+		t.Fatalf("subPath mounts at the dirs: data dir %q volume root %v, WAL dir %q mount root %v (%v); want both roots",
+			pm.Identity.DataDir, pm.DataDirVolumeRoot, pm.Identity.WALDir, pm.Identity.WALDirMountRoot, err)
+	}
+	host := memberPod(claim)
+	host.Spec.Containers[0].Args[1] = "--data-dir=/var/lib/etcd"
+	host.Spec.Volumes[0].VolumeSource = corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/srv/etcd"}}
+	pm, err = FromPod(host, v, "")
+	if err != nil || !pm.DataDirVolumeRoot {
+		t.Fatalf("a hostPath volume at --data-dir: volume root %v (%v), want true", pm.DataDirVolumeRoot, err)
+	}
+}
