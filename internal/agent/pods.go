@@ -186,6 +186,9 @@ func (p *podMembers) reconcile(ctx context.Context) {
 		// (A pod read while its recovery ran and found on a new claim is
 		// read again once the recovery ended, and its loop restarted.)
 		member, err := membersource.FromPod(pod, p.vols, p.c.KubeletPodsDir)
+		if err == nil && !member.DataDirPerPod { // a per-pod dir appears with the pod
+			err = visibleOnNode(member.Identity)
+		}
 		if err != nil {
 			p.sayUnreadable(key, err)
 			continue

@@ -72,6 +72,9 @@ func Run(ctx context.Context, c Config) error {
 		if err != nil {
 			return err
 		}
+		if err := visibleOnNode(id); err != nil {
+			return err
+		}
 		err = runMember(ctx, c, id, memberEnv{metrics: m, ready: &ready, kc: kc, metricsAddr: srv.Addr, node: true})
 		if !errors.Is(err, errMemberRetired) && !errors.Is(err, errIdentityChanged) {
 			return err
