@@ -76,7 +76,9 @@ func (l *Lab) unmountDisk(path string, lazy bool) error {
 // processes survived Down and may hold them).
 func (l *Lab) unmountDisks(lazy bool) error {
 	var errs []error
-	for _, p := range slices.Clone(l.Spec.DiskMounts) {
+	mounts := slices.Clone(l.Spec.DiskMounts)
+	slices.Reverse(mounts) // a data dir's mount inside a node's disk first
+	for _, p := range mounts {
 		errs = append(errs, l.unmountDisk(p, lazy))
 	}
 	return errors.Join(errs...)

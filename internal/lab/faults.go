@@ -76,7 +76,7 @@ func (l *Lab) WipeDataDir(node string) error {
 	l.wipesMu.Lock()
 	l.wipes = append(l.wipes, Wipe{Node: node, At: time.Now()})
 	l.wipesMu.Unlock()
-	if err := os.RemoveAll(n.DataDir); err != nil {
+	if err := wipeDataDir(*n); err != nil {
 		return err
 	}
 	if n.WALDir != "" {

@@ -39,6 +39,9 @@ type Options struct {
 	// running member's data dir is wiped, does not run (a test that needs
 	// a wiped member serving for longer than that).
 	EtcdNoPurge bool
+	// DataDirLayouts lays out node<i>'s data dir as DataDirLayouts[i-1]
+	// (layout.go; missing or "": a plain dir).
+	DataDirLayouts []string
 	// EtcdWALDir runs every member with a dedicated --wal-dir
 	// (<disk>/wal/etcd, on a hostPath volume of its own at <disk>/wal), as
 	// etcd's tuning guide lays out a WAL on its own disk.
@@ -149,7 +152,7 @@ func Up(ctx context.Context, o Options) (_ *Lab, err error) {
 	}
 	tok := make([]byte, 4)
 	_, _ = rand.Read(tok)
-	spec := &Spec{Dir: dir, ClusterToken: "lab-" + hex.EncodeToString(tok), BinDir: o.BinDir, EtcdBinary: o.EtcdBinary, EtcdQuotaBytes: o.EtcdQuotaBytes, EtcdNoPurge: o.EtcdNoPurge, EtcdWALDir: o.EtcdWALDir,
+	spec := &Spec{Dir: dir, ClusterToken: "lab-" + hex.EncodeToString(tok), BinDir: o.BinDir, EtcdBinary: o.EtcdBinary, EtcdQuotaBytes: o.EtcdQuotaBytes, EtcdNoPurge: o.EtcdNoPurge, EtcdWALDir: o.EtcdWALDir, DataDirLayouts: o.DataDirLayouts,
 		AgentBinary: o.AgentBinary, AgentArgs: o.AgentArgs, Agents: o.Agents, CreatedAt: time.Now().UTC(),
 		PeerProxy: o.PeerProxy, DiskLimit: o.DiskLimit}
 	l := &Lab{Spec: spec, log: o.Log}
@@ -332,6 +335,13 @@ func (l *Lab) newNamedNode(name, ip string, withMember bool) (Node, error) {
 			// A subdir of the WAL volume: etcd cannot create a WAL at a
 			// mount point (plan.WALDirDisposal).
 			n.WALDir = filepath.Join(n.DiskDir, "wal", "etcd")
+		}
+		var i int
+		if _, err := fmt.Sscanf(name, "node%d", &i); err == nil && i >= 1 && i <= len(l.Spec.DataDirLayouts) {
+			n.DataDirLayout = l.Spec.DataDirLayouts[i-1]
+		}
+		if err := l.layDataDir(&n); err != nil {
+			return n, err
 		}
 	}
 	return n, nil

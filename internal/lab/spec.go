@@ -41,6 +41,8 @@ type Spec struct {
 	EtcdNoPurge bool `json:"etcdNoPurge,omitempty"`
 	// EtcdWALDir: the members run with a dedicated --wal-dir (Node.WALDir).
 	EtcdWALDir bool `json:"etcdWALDir,omitempty"`
+	// DataDirLayouts: Options.DataDirLayouts.
+	DataDirLayouts []string `json:"dataDirLayouts,omitempty"`
 	// PeerProxy: each member advertises a peer URL served by a proxy in the
 	// process that ran Up (see peerproxy.go), which Partition can cut.
 	PeerProxy bool `json:"peerProxy,omitempty"`
@@ -77,6 +79,9 @@ type Node struct {
 	NodeDir    string `json:"nodeDir"`
 	DiskDir    string `json:"diskDir"`
 	DataDir    string `json:"dataDir,omitempty"`
+	// DataDirLayout is how DataDir is laid out (LayoutSubdir,
+	// LayoutMountPoint, LayoutSymlink).
+	DataDirLayout string `json:"dataDirLayout,omitempty"`
 	// WALDir is the member's dedicated --wal-dir ("" when in the data dir).
 	WALDir          string `json:"walDir,omitempty"`
 	ManifestsDir    string `json:"manifestsDir"`

@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -11,10 +10,6 @@ import (
 	"github.com/etcd-agent/etcd-agent/internal/lab"
 	"github.com/etcd-agent/etcd-agent/internal/lab/invariant"
 )
-
-// walDirQuiet is how long a healthy cluster on dedicated WAL dirs is
-// watched for any heal or hold (issue 38's acceptance: 2 min).
-const walDirQuiet = 2 * time.Minute
 
 // TestAClusterOnDedicatedWALDirs (issue 38): every member runs with
 // --wal-dir on a hostPath volume of its own, as etcd's tuning guide lays a
@@ -29,7 +24,7 @@ const walDirQuiet = 2 * time.Minute
 //     not build a dedicated WAL dir: dedicated-wal-dir), HashKV equal, no
 //     failed write.
 func TestAClusterOnDedicatedWALDirs(t *testing.T) {
-	l := newLab(t, lab.Options{Nodes: 3, Agents: true, EtcdWALDir: true})
+	l := newLab(t, lab.Options{Nodes: 3, Agents: true, EtcdWALDir: true, AgentArgs: []string{"--grace-period=" + killGrace.String()}})
 	for _, n := range []string{"node1", "node2", "node3"} {
 		node := nodeOf(t, l, n)
 		segs, _ := filepath.Glob(filepath.Join(node.WALDir, "*.wal"))
@@ -48,52 +43,9 @@ func TestAClusterOnDedicatedWALDirs(t *testing.T) {
 	ensureNotLeader(t, l, "node1", "node2")
 	before := idsByPeer(mustMembers(t, l))
 	h := startHeal(t, l)
-
-	quietUntil := time.Now().Add(walDirQuiet)
-	for time.Now().Before(quietUntil) {
-		for _, n := range []string{"node1", "node2", "node3"} {
-			assertNoRecovery(t, l, n, n)
-			if s, dd, err := agentState(l, n); err == nil && (dd != "ok" && dd != "in-use" || s != "healthy") {
-				t.Fatalf("%s's agent says %s with its data dir %s; want healthy, ok", n, s, dd)
-			}
-		}
-		if now := idsByPeer(mustMembers(t, l)); !sameIDs(now, before) {
-			t.Fatalf("the membership of a healthy cluster changed: before %v, now %v", before, now)
-		}
-		time.Sleep(2 * time.Second)
-	}
-	t.Logf("healthy on dedicated WAL dirs for %s: no recovery, membership %v", walDirQuiet, before)
-
-	var killed int
-	if err := h.chk.HardFault(func() (err error) { killed, err = l.KillMember("node1"); return err }); err != nil {
-		t.Fatal(err)
-	}
-	killedAt := time.Now()
-	eventually(t, 60*time.Second, "node1 serves again under its own ID after the SIGKILL", func() error {
-		pid, err := l.EtcdPID("node1")
-		if err != nil || pid == killed {
-			return fmt.Errorf("etcd pid %d (killed %d): %v", pid, killed, err)
-		}
-		if s, _, err := agentState(l, "node1"); err != nil || s != "healthy" {
-			return fmt.Errorf("node1's agent says %s (%v)", s, err)
-		}
-		if now := serializableIDs(t, l, "node1"); !sameIDs(now, before) {
-			return fmt.Errorf("node1 sees %v, want %v", now, before)
-		}
-		return nil
-	})
-	assertNoRecovery(t, l, "node1", "node1")
-	t.Logf("node1: SIGKILLed, back under its own ID %x in %s", before[peerOf(t, l, "node1")], time.Since(killedAt).Round(time.Millisecond))
-
-	// An election meanwhile (a loaded machine) may have made node2 the
-	// leader: moved off again, the hand-off excused as such.
-	ml, err := h.cli.MemberList(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	steerFrom := time.Now()
-	ensureNotLeader(t, l, "node2")
-	steered := invariant.LeaderHandOff{ClusterID: ml.Header.ClusterId, From: steerFrom, To: time.Now()}
+	leftAlone(t, l, layoutQuiet, before)
+	killedComesBack(t, l, h, "node1", before)
+	steered := steerOff(t, l, h, "node2")
 	waitStopWatchConnected(t, l, "node2")
 	h.fault()
 	if err := l.WipeDataDir("node2"); err != nil { // its data dir and its WAL dir
@@ -116,4 +68,38 @@ func TestAClusterOnDedicatedWALDirs(t *testing.T) {
 	}
 	rep := h.finish(invariant.Options{LeaderHandOffs: []invariant.LeaderHandOff{steered}})
 	t.Logf("node2: wiped with its WAL dir, healed in %s (raft mode), api writes failed %d", j.FinishedAt.Sub(h.faultAt).Round(time.Millisecond), rep.Writes.APIFailed)
+}
+
+// TestMovingAMembersWALToADedicatedDirUnderARunningAgent (issue 38, review):
+// the operator's migration to a dedicated --wal-dir, done while the agents
+// run: node3's member is stopped (its manifest moved out), member/wal moved
+// to a dir of its own, --wal-dir added to the manifest, the manifest put
+// back. Its agent must read the new identity: before, it kept looking for
+// member/wal, judged the healthy voter's data dir corrupt and replaced it.
+func TestMovingAMembersWALToADedicatedDirUnderARunningAgent(t *testing.T) {
+	l := newLab(t, lab.Options{Nodes: 3, Agents: true})
+	ensureNotLeader(t, l, "node3")
+	before := idsByPeer(mustMembers(t, l))
+	h := startHeal(t, l)
+	if err := l.StopMember("node3"); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.MoveWALToDedicatedDir("node3"); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.StartMember("node3"); err != nil {
+		t.Fatal(err)
+	}
+	node3 := nodeOf(t, l, "node3")
+	eventually(t, 60*time.Second, "node3 serves on its dedicated WAL dir", func() error {
+		if now := serializableIDs(t, l, "node3"); !sameIDs(now, before) {
+			return fmt.Errorf("node3 sees %v, want %v", now, before)
+		}
+		return nil
+	})
+	if segs, _ := filepath.Glob(filepath.Join(node3.WALDir, "*.wal")); len(segs) == 0 {
+		t.Fatalf("no WAL segment in node3's --wal-dir %s", node3.WALDir)
+	}
+	leftAlone(t, l, 45*time.Second, before)
+	h.finish(invariant.Options{})
 }
