@@ -70,6 +70,12 @@ func (h *Healer) stopAndQuarantine(ctx context.Context, res memberstate.Result, 
 	if walDst != "" {
 		j.WALQuarantinePath = walDst
 		h.log.Info("dedicated WAL dir quarantined (kept, not deleted)", zap.String("from", h.cfg.WALDir), zap.String("to", walDst))
+		// Journaled at once: the data dir's rename may fail or the agent
+		// die before the step's own save; a repeated stop finds the WAL
+		// dir gone and keeps this path.
+		if err := journal.Save(h.cfg.StateDir, *j); err != nil {
+			h.log.Warn("could not journal where the WAL dir went; it is journaled with the step", zap.String("to", walDst), zap.Error(err))
+		}
 	}
 	dst, err := h.quarantineDataDir(ctx)
 	if err != nil || dst == "" {

@@ -119,3 +119,31 @@ func (r *rig) runUntilStopped(t *testing.T, res memberstate.Result) journal.Reco
 	}
 	return j
 }
+
+// Review (issue 38): where the WAL dir went was journaled only once the
+// whole stop step was done; an agent that died, or a data dir rename that
+// failed, right after the WAL's rename left no record of it (rule 8: say
+// where the copies are). It is journaled as soon as it is made.
+func TestTheWALDirsQuarantineIsJournaledAtOnce(t *testing.T) {
+	res := lostWith("corrupt")
+	r := newRig(t, res)
+	withWALDir(t, r)
+	r.lease.held, r.lease.renewing = true, true
+	r.h.lease = r.lease
+	// The data dir's rename then fails: its quarantine lies inside it.
+	r.h.cfg.QuarantineDir = filepath.Join(r.h.cfg.DataDir, "q")
+	j := journal.Record{ID: "j1", Member: "m1", Node: "node1", Request: "auto", OldMemberID: 0xa1}
+	if err := journal.Save(r.h.cfg.StateDir, j); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.h.stopAndQuarantine(context.Background(), res, &j); err == nil {
+		t.Fatal("the data dir's rename into a quarantine inside it succeeded")
+	}
+	saved, _, err := journal.Load(r.h.cfg.StateDir, "m1")
+	if err != nil || saved.WALQuarantinePath == "" {
+		t.Fatalf("journal on disk: WAL quarantine %q (%v); want the WAL dir's copy named", saved.WALQuarantinePath, err)
+	}
+	if _, err := os.Stat(saved.WALQuarantinePath); err != nil {
+		t.Fatalf("the journaled WAL copy: %v", err)
+	}
+}
