@@ -58,7 +58,7 @@ func (h *Healer) Housekeep(res memberstate.Result) {
 	if st.RecoveryOpen || st.Now.Sub(since) < st.MinHealthy {
 		return // no need to list the quarantine
 	}
-	entries, err := localdisk.ListQuarantine(h.cfg.QuarantineDir, filepath.Base(h.cfg.DataDir), h.cfg.Member)
+	entries, err := h.quarantinedCopies()
 	if err != nil {
 		h.pruneError("list the quarantine", err)
 		return
@@ -77,7 +77,7 @@ func (h *Healer) Housekeep(res memberstate.Result) {
 		return
 	}
 	for _, e := range prunable {
-		if err := localdisk.RemoveQuarantined(h.cfg.QuarantineDir, e); err != nil {
+		if err := localdisk.RemoveQuarantined(filepath.Dir(e.Path), e); err != nil {
 			h.pruneError("prune "+e.Path, err)
 			continue
 		}
@@ -101,4 +101,32 @@ func (h *Healer) pruneError(what string, err error) {
 		h.lastPruneErr = msg
 		h.log.Warn("quarantine pruning failed; copies are kept", zap.String("what", what), zap.Error(err))
 	}
+}
+
+// quarantinedCopies lists every copy of the member's data the agent made:
+// in the quarantine, data dirs, snapshots and WAL dirs; beside a dedicated
+// WAL dir on its own filesystem, WAL dirs; inside a data dir kept in place,
+// member/ dirs (the roots quarantineWALDir and QuarantineMemberDir use).
+func (h *Healer) quarantinedCopies() ([]localdisk.QuarantineEntry, error) {
+	entries, err := localdisk.ListQuarantine(h.cfg.QuarantineDir, filepath.Base(h.cfg.DataDir), h.cfg.Member)
+	if err != nil {
+		return nil, err
+	}
+	type source struct{ root, prefix, kind string }
+	sources := []source{{filepath.Join(h.cfg.DataDir, localdisk.VolumeQuarantineDirName), "member", localdisk.KindMemberDir}}
+	if wal := h.cfg.WALDir; wal != "" {
+		prefix := "wal-" + filepath.Base(filepath.Clean(wal))
+		sources = append(sources, source{h.cfg.QuarantineDir, prefix, localdisk.KindWALDir})
+		if beside := filepath.Join(filepath.Dir(wal), localdisk.VolumeQuarantineDirName); filepath.Clean(beside) != filepath.Clean(h.cfg.QuarantineDir) {
+			sources = append(sources, source{beside, prefix, localdisk.KindWALDir})
+		}
+	}
+	for _, src := range sources {
+		es, err := localdisk.ListCopies(src.root, src.prefix, src.kind)
+		if err != nil {
+			return nil, err
+		}
+		entries = append(entries, es...)
+	}
+	return entries, nil
 }

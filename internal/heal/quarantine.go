@@ -115,5 +115,5 @@ func walQuarantineRoot(walDir, quarantineDir string) string {
 	if localdisk.SameFilesystem(filepath.Dir(walDir), quarantineDir) {
 		return quarantineDir
 	}
-	return filepath.Join(filepath.Dir(walDir), "etcd-agent-quarantine")
+	return filepath.Join(filepath.Dir(walDir), localdisk.VolumeQuarantineDirName)
 }

@@ -20,6 +20,14 @@ const (
 	// KindSnapshot: a pre-change backup snapshot,
 	// snapshot-<member>-<snapshotStampLayout>.db.
 	KindSnapshot = "snapshot"
+	// KindWALDir: a dedicated WAL dir set aside by the stop,
+	// wal-<its basename>-<quarantineStampLayout> (in the quarantine, or
+	// beside the WAL dir on a filesystem of its own).
+	KindWALDir = "wal-dir"
+	// KindMemberDir: the member/ of a data dir kept in place (a volume's
+	// root, a symlink), member-<quarantineStampLayout> in
+	// <data dir>/etcd-agent-quarantine (QuarantineMemberDir).
+	KindMemberDir = "member-dir"
 )
 
 // SnapshotStampLayout is the time in a pre-change snapshot's name (UTC).
@@ -64,6 +72,35 @@ func ListQuarantine(root, dataDirBase, member string) ([]QuarantineEntry, error)
 			at = fi.ModTime()
 		}
 		out = append(out, QuarantineEntry{Path: filepath.Join(root, name), Kind: kind, At: at.UTC()})
+	}
+	return out, nil
+}
+
+// ListCopies lists the dirs in root named exactly <prefix>-<stamp> (the
+// names QuarantineAs gives), as entries of kind. Anything else is not
+// listed, so never pruned. A missing root lists nothing.
+func ListCopies(root, prefix, kind string) ([]QuarantineEntry, error) {
+	des, err := os.ReadDir(root)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var out []QuarantineEntry
+	for _, de := range des {
+		rest, found := strings.CutPrefix(de.Name(), prefix+"-")
+		if !found || !de.IsDir() {
+			continue
+		}
+		at, ok := parseStamp(quarantineStampLayout, rest)
+		if !ok {
+			continue
+		}
+		if fi, err := de.Info(); err == nil && fi.ModTime().After(at) {
+			at = fi.ModTime()
+		}
+		out = append(out, QuarantineEntry{Path: filepath.Join(root, de.Name()), Kind: kind, At: at.UTC()})
 	}
 	return out, nil
 }
