@@ -520,18 +520,7 @@ func (h *Healer) baseInput(res memberstate.Result, req *plan.Request, j journal.
 		Learners: res.Learners}
 	sp := localdisk.SpaceFor(h.cfg.DataDir, h.cfg.QuarantineDir)
 	in.FreeBytes, in.DataDirFreeBytes, in.DataDirOtherFS = sp.QuarantineFree, sp.DataDirFree, sp.DataDirOtherFS
-	if mp, err := h.mountPoint(h.cfg.DataDir); err == nil {
-		in.DataDirVolumeRoot = mp
-	} // else unknown: the executor looks again before the rename, which refuses a mount point itself
-	in.DataDirSymlink, _ = localdisk.IsSymlink(h.cfg.DataDir) // likewise
-	if in.WALDirDedicated = h.cfg.WALDir != ""; in.WALDirDedicated {
-		if mp, err := h.mountPoint(h.cfg.WALDir); err == nil {
-			in.WALDirMountPoint = mp
-		} // else unknown: looked at again right before its rename
-		in.WALDirMountPoint = in.WALDirMountPoint || h.cfg.WALDirMountRoot
-		in.WALDirSymlink, _ = localdisk.IsSymlink(h.cfg.WALDir)
-	}
-	in.DataDirVolumeRoot = in.DataDirVolumeRoot || h.cfg.DataDirVolumeRoot
+	h.layoutInput(&in)
 	in.Backups = localdisk.BackupsHint(h.cfg.QuarantineDir)
 	if h.runtime != nil { // nil: a healer that only plans (dry runs, status)
 		_, err := h.runtime.Stopped()

@@ -77,15 +77,11 @@ func (h *Healer) quarantineWALDir(ctx context.Context) (string, error) {
 	if wal == "" {
 		return "", nil
 	}
-	mount, err := h.mountPoint(wal)
+	mount, link, err := h.walDirAt()
 	if err != nil {
-		return "", fmt.Errorf("is the WAL dir %s a mount point: %w", wal, err)
+		return "", err
 	}
-	link, err := localdisk.IsSymlink(wal)
-	if err != nil {
-		return "", fmt.Errorf("is the WAL dir %s a symlink: %w", wal, err)
-	}
-	if disp, reason, why := plan.WALDirDisposal(true, mount || h.cfg.WALDirMountRoot, link); disp == plan.DisposeRefuse {
+	if disp, reason, why := plan.WALDirDisposal(true, mount, link); disp == plan.DisposeRefuse {
 		return "", fmt.Errorf("%s: %s", reason, why)
 	}
 	if entries, err := os.ReadDir(wal); errors.Is(err, os.ErrNotExist) || (err == nil && len(entries) == 0) {
@@ -116,4 +112,38 @@ func walQuarantineRoot(walDir, quarantineDir string) string {
 		return quarantineDir
 	}
 	return filepath.Join(filepath.Dir(walDir), localdisk.VolumeQuarantineDirName)
+}
+
+// walDirAt: the dedicated WAL dir is a mount point now (the mount table) or
+// a mount root in etcd's container (the identity), and whether its path is
+// a symlink now.
+func (h *Healer) walDirAt() (mount, link bool, err error) {
+	wal := h.cfg.WALDir
+	if mount, err = h.mountPoint(wal); err != nil {
+		return false, false, fmt.Errorf("is the WAL dir %s a mount point: %w", wal, err)
+	}
+	if link, err = localdisk.IsSymlink(wal); err != nil {
+		return false, false, fmt.Errorf("is the WAL dir %s a symlink: %w", wal, err)
+	}
+	return mount || h.cfg.WALDirMountRoot, link, nil
+}
+
+// layoutInput sets what the decision needs to know about where the data
+// dir and the WAL dir lie (plan.DataDirDisposal, WALDirDisposal, and the
+// WAL disk's free space): the looks the executor takes again right before
+// its renames. A look that fails leaves the fact unknown here; the
+// executor's own look then refuses.
+func (h *Healer) layoutInput(in *plan.Input) {
+	in.DataDirVolumeRoot = h.cfg.DataDirVolumeRoot
+	if at, err := h.dataDirAt(); err == nil {
+		in.DataDirVolumeRoot, in.DataDirSymlink = at.VolumeRoot, at.Symlink
+	}
+	if in.WALDirDedicated = h.cfg.WALDir != ""; !in.WALDirDedicated {
+		return
+	}
+	in.WALDirMountPoint = h.cfg.WALDirMountRoot
+	if mount, link, err := h.walDirAt(); err == nil {
+		in.WALDirMountPoint, in.WALDirSymlink = mount, link
+	}
+	in.WALDirFreeBytes, in.WALDirOtherFS = localdisk.WALSpace(h.cfg.WALDir, h.cfg.DataDir, h.cfg.QuarantineDir)
 }

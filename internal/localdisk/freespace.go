@@ -62,3 +62,16 @@ func deviceUnder(path string) (uint64, bool) {
 		}
 	}
 }
+
+// WALSpace is the free space where a dedicated WAL dir is or will be, and
+// whether that filesystem is neither the data dir's nor the quarantine's
+// (then the attempt's other checks do not cover it: plan.WALDirBytesNeeded).
+func WALSpace(walDir, dataDir, quarantineDir string) (free uint64, ownFS bool) {
+	wd, ok := deviceUnder(walDir)
+	if !ok {
+		return 0, false
+	}
+	dd, ok1 := deviceUnder(dataDir)
+	qd, ok2 := deviceUnder(quarantineDir)
+	return FreeBytesUnder(walDir), ok1 && ok2 && wd != dd && wd != qd
+}

@@ -98,5 +98,14 @@ func checkSpace(in Input, cfg Config) (Decision, bool) {
 		return refuse(ReasonDiskFull, fmt.Sprintf("%d bytes free on the data dir's filesystem (raft snapshot or seeded db, WAL), need %d",
 			in.DataDirFreeBytes, need.DataDir)), false
 	}
+	if in.WALDirDedicated && in.WALDirOtherFS && in.WALDirFreeBytes < WALDirBytesNeeded {
+		return refuse(ReasonDiskFull, fmt.Sprintf("%d bytes free on the dedicated WAL dir's filesystem (the learner's first, preallocated WAL segment), need %d",
+			in.WALDirFreeBytes, WALDirBytesNeeded)), false
+	}
 	return Decision{}, true
 }
+
+// WALDirBytesNeeded is what a dedicated WAL dir on a filesystem of its own
+// needs free for one attempt: the learner's first WAL segment, which etcd
+// preallocates, and the slack every filesystem keeps.
+const WALDirBytesNeeded = walBytes + slackBytes

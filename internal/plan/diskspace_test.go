@@ -1,6 +1,9 @@
 package plan
 
-import "testing"
+import (
+	"strings"
+	"testing"
+)
 
 // An attempt writes more than the backup snapshot: with the data dir and
 // the quarantine on one filesystem, the raft snapshot the leader sends (or
@@ -68,4 +71,28 @@ func TestStreamBytesNeededLeavesHeadroom(t *testing.T) {
 	if got := StreamBytesNeeded(-1); got != 64<<20 {
 		t.Fatalf("StreamBytesNeeded(-1) = %d, want 64 MiB", got)
 	}
+}
+
+// Review (issue 38): a dedicated --wal-dir on a filesystem of its own was
+// never checked: a learner that cannot preallocate its first 64 MiB WAL
+// segment there stalls after its add, and the voter is lost. Its free space
+// must hold that segment and the slack, like every filesystem an attempt
+// writes to.
+func TestDiskFullOnADedicatedWALDisk(t *testing.T) {
+	const db = 1 << 30
+	need := AttemptBytesNeeded(db, false, true)
+	walDisk := func(free uint64) opt {
+		return func(s *spec) {
+			s.in.FreeBytes = need.Quarantine
+			s.in.WALDirDedicated, s.in.WALDirOtherFS, s.in.WALDirFreeBytes = true, true, free
+		}
+	}
+	want(t, Decide(cluster(3, 2, dbSize(db), walDisk(WALDirBytesNeeded))), Begin, ReasonNone)
+	d := Decide(cluster(3, 2, dbSize(db), walDisk(WALDirBytesNeeded-1)))
+	want(t, d, Refuse, ReasonDiskFull)
+	if !strings.Contains(d.Detail, "WAL dir") {
+		t.Fatalf("detail %q, want it to name the WAL dir's filesystem", d.Detail)
+	}
+	// On the data dir's or the quarantine's filesystem: counted there.
+	want(t, Decide(cluster(3, 2, dbSize(db), walDisk(0), func(s *spec) { s.in.WALDirOtherFS = false })), Begin, ReasonNone)
 }

@@ -185,6 +185,10 @@ type Input struct {
 	// WALDirDedicated: etcd runs with --wal-dir; WALDirMountPoint,
 	// WALDirSymlink: that dir is a mount point, a symlink (WALDirDisposal).
 	WALDirDedicated, WALDirMountPoint, WALDirSymlink bool
+	// WALDirOtherFS: that dir is on a filesystem of neither the data dir
+	// nor the quarantine; WALDirFreeBytes is then its free space.
+	WALDirOtherFS   bool
+	WALDirFreeBytes uint64
 	// DataDirOtherFS: the data dir is on another filesystem than the
 	// quarantine (a dedicated disk mounted at it); DataDirFreeBytes is then
 	// that filesystem's free space (see AttemptBytesNeeded).
