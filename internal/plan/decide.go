@@ -58,6 +58,14 @@ func decideIdle(in Input, cfg Config) Decision {
 		// move asks for it), never an automatic heal's.
 		return Decision{Action: Nothing, Reason: ReasonNotAMember, Detail: "the local member was never seen in this cluster (not in the list, nothing pinned, no node's record names it): it is added only on request (etcd-agent move, or etcd-agent recover)"}
 	}
+	if local, inList := localMember(o); in.Request == nil && inList && !local.IsLearner && neverStarted(local) &&
+		(o.Local.DataDirClass == observation.DataDirMissing || o.Local.DataDirClass == observation.DataDirEmpty) {
+		// A bootstrap held at its gate, or a member added and not yet
+		// started: it never ran, so it has lost nothing and would only be
+		// replaced by another member that never ran.
+		return Decision{Action: Nothing, Reason: ReasonNeverStarted, Detail: fmt.Sprintf("member %x has never started (no client URLs published) and its data dir is %s: nothing to heal; it joins when it starts (etcd-agent recover replaces it on request)",
+			local.ID, o.Local.DataDirClass)}
+	}
 	if in.Request == nil {
 		switch {
 		case v.State != memberstate.Lost && (v.State == memberstate.Degraded || v.State == memberstate.Down):

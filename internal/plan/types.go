@@ -95,6 +95,11 @@ const (
 	// ReasonNotAMember: the local member was never a member of the cluster
 	// (nothing pinned, not in the list): only a move adds it.
 	ReasonNotAMember Reason = "not-a-member"
+	// ReasonNeverStarted: the local member is in the list but has never
+	// started (it never published its client URLs) and its data dir is
+	// missing or empty: nothing is lost, it is waited for (a bootstrap held
+	// at its gate), never replaced unasked.
+	ReasonNeverStarted Reason = "never-started"
 	// ReasonMovedAway: the member was moved to another node (a move-out
 	// succeeded): never healed here again unasked.
 	ReasonMovedAway Reason = "moved-away"
