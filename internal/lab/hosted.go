@@ -88,7 +88,11 @@ func (l *Lab) CreateHostedCluster(ctx context.Context, ns string) error {
 			return fmt.Errorf("create service %s/%s: %w", ns, svc.Name, err)
 		}
 	}
-	if _, err := kc.AppsV1().StatefulSets(ns).Create(ctx, l.hostedStatefulSet(ns), metav1.CreateOptions{}); ignoreExists(err) != nil {
+	sts, err := l.hostedStatefulSet(ns)
+	if err != nil {
+		return err
+	}
+	if _, err := kc.AppsV1().StatefulSets(ns).Create(ctx, sts, metav1.CreateOptions{}); ignoreExists(err) != nil {
 		return fmt.Errorf("create statefulset %s/%s: %w", ns, HostedEtcdName, err)
 	}
 	l.Spec.Management.HostedClusters = append(l.Spec.Management.HostedClusters, ns)
@@ -96,7 +100,7 @@ func (l *Lab) CreateHostedCluster(ctx context.Context, ns string) error {
 	return l.Spec.save()
 }
 
-func (l *Lab) hostedStatefulSet(ns string) *appsv1.StatefulSet {
+func (l *Lab) hostedStatefulSet(ns string) (*appsv1.StatefulSet, error) {
 	var peers []string
 	for i := range l.HostedReplicas() {
 		name := fmt.Sprintf("%s-%d", HostedEtcdName, i)
@@ -105,7 +109,6 @@ func (l *Lab) hostedStatefulSet(ns string) *appsv1.StatefulSet {
 	labels := map[string]string{"app": HostedEtcdName}
 	args := []string{
 		"--name=$(POD_NAME)",
-		"--data-dir=" + hostedDataMountPath + "/data",
 		fmt.Sprintf("--listen-client-urls=http://$(POD_IP):%d", hostedClientPort),
 		fmt.Sprintf("--advertise-client-urls=http://$(POD_IP):%d", hostedClientPort),
 		fmt.Sprintf("--listen-peer-urls=http://$(POD_IP):%d", hostedPeerPort),
@@ -122,6 +125,10 @@ func (l *Lab) hostedStatefulSet(ns string) *appsv1.StatefulSet {
 	command := []string{l.Spec.etcdBinary()}
 	env := []corev1.EnvVar{fieldEnv("POD_NAME", "metadata.name"), fieldEnv("POD_IP", "status.podIP")}
 	mounts := []corev1.VolumeMount{{Name: "data", MountPath: hostedDataMountPath}}
+	args, mounts, err := layHostedPod(l.hostedLayout(ns), args, mounts)
+	if err != nil {
+		return nil, err
+	}
 	var volumes []corev1.Volume
 	if l.Spec.Agents {
 		// etcd runs through the start gate, which reads the member's state
@@ -174,7 +181,7 @@ func (l *Lab) hostedStatefulSet(ns string) *appsv1.StatefulSet {
 				},
 			},
 		},
-	}
+	}, nil
 }
 
 // HostedEtcdClient is a client for a hosted cluster's members.

@@ -75,6 +75,9 @@ type Options struct {
 	Management     bool
 	HostedClusters int
 	PVsPerNode     int
+	// HostedLayouts lays out hosted cluster i's data dir as
+	// HostedLayouts[i] (hostedlayout.go; missing or "": a subdir of the claim).
+	HostedLayouts []string
 	// HostedReplicas: members per hosted cluster (0: HostedEtcdReplicas).
 	HostedReplicas int
 	// SnapshotStore gives the agents a --snapshot-store: SnapshotStoreFile

@@ -27,6 +27,9 @@ type Management struct {
 	PodIPSalt         string   `json:"podIPSalt"`
 	HostedClusters    []string `json:"hostedClusters,omitempty"` // namespaces
 	HostedReplicas    int      `json:"hostedReplicas,omitempty"` // members per hosted cluster (0: 3)
+	// HostedLayouts: each hosted cluster's data dir layout (hostedlayout.go;
+	// missing: HostedLayoutSubdir), by namespace.
+	HostedLayouts map[string]string `json:"hostedLayouts,omitempty"`
 	// Kubeconfigs by identity: the controller-manager's, the scheduler's,
 	// and one per possible worker (system:node:node1..9; the API server
 	// reads its token file once, so every node's is made up front).
@@ -138,6 +141,12 @@ func (l *Lab) upManagement(ctx context.Context, o Options) error {
 		return err
 	}
 	for i := range o.HostedClusters {
+		if i < len(o.HostedLayouts) && o.HostedLayouts[i] != HostedLayoutSubdir {
+			if spec.Management.HostedLayouts == nil {
+				spec.Management.HostedLayouts = map[string]string{}
+			}
+			spec.Management.HostedLayouts[hostedNamespace(i)] = o.HostedLayouts[i]
+		}
 		if err := l.CreateHostedCluster(ctx, hostedNamespace(i)); err != nil {
 			return err
 		}

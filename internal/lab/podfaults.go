@@ -68,8 +68,19 @@ func (l *Lab) Cordon(ctx context.Context, node string, unschedulable bool) error
 func HostedDataPVC(pod string) string { return "data-" + pod }
 
 // PodDataDir is the node folder of a hosted etcd pod's data dir: the path
-// of the local PV bound to its PVC, plus the data dir inside the volume.
+// of the local PV bound to its PVC, plus the data dir inside the volume
+// (its cluster's layout: the PV's path itself for HostedLayoutVolumeRoot).
 func (l *Lab) PodDataDir(ctx context.Context, ns, pod string) (string, error) {
+	pv, err := l.PodPVDir(ctx, ns, pod)
+	if err != nil {
+		return "", err
+	}
+	data, _ := podDirsIn(l.hostedLayout(ns), pv)
+	return data, nil
+}
+
+// PodPVDir is the path of the local PV bound to a hosted etcd pod's PVC.
+func (l *Lab) PodPVDir(ctx context.Context, ns, pod string) (string, error) {
 	kc, err := l.KubeClient()
 	if err != nil {
 		return "", err
@@ -88,18 +99,18 @@ func (l *Lab) PodDataDir(ctx context.Context, ns, pod string) (string, error) {
 	if pv.Spec.Local == nil {
 		return "", fmt.Errorf("PV %s is not a local PV", pv.Name)
 	}
-	return filepath.Join(pv.Spec.Local.Path, "data"), nil
+	return pv.Spec.Local.Path, nil
 }
 
 // WipePodData removes a hosted etcd pod's data dir from its PV while etcd
 // may run (the PV's data lost).
 func (l *Lab) WipePodData(ctx context.Context, ns, pod string) error {
-	dir, err := l.PodDataDir(ctx, ns, pod)
+	pv, err := l.PodPVDir(ctx, ns, pod)
 	if err != nil {
 		return err
 	}
-	l.log.Info("fault: wipe pod data", zap.String("pod", ns+"/"+pod), zap.String("dir", dir))
-	return os.RemoveAll(dir)
+	l.log.Info("fault: wipe pod data", zap.String("pod", ns+"/"+pod), zap.String("pv", pv), zap.String("layout", l.hostedLayout(ns)))
+	return wipePodDirs(l.hostedLayout(ns), pv)
 }
 
 // CorruptPodDB and CorruptPodWAL are CorruptDB and CorruptWAL for a pod.
