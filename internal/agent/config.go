@@ -232,7 +232,12 @@ func ResolveIdentity(c Config) (watchdog.Identity, error) {
 	if id.Name != "" && id.DataDir != "" && id.ClientURL != "" && len(id.PeerURLs) > 0 {
 		// The WAL dir still comes from the manifest when it says one: a
 		// member/wal looked for in a data dir without one reads as corrupt.
-		if m, err := manifest.LoadMember(c.StaticPodManifest); err == nil && id.WALDir == "" && m.WALDir != "" {
+		m, err := manifest.LoadMember(c.StaticPodManifest)
+		if err != nil {
+			return id, nil
+		}
+		id.DataDirMountRoot = dataDirMountRoot(m, id.DataDir)
+		if id.WALDir == "" && m.WALDir != "" {
 			return withWALDir(id, m, c.StaticPodManifest)
 		}
 		return id, nil
@@ -264,6 +269,7 @@ func ResolveIdentity(c Config) (watchdog.Identity, error) {
 		}
 		id.DataDir = host
 	}
+	id.DataDirMountRoot = dataDirMountRoot(m, id.DataDir)
 	if id.WALDir == "" && m.WALDir != "" {
 		if id, err = withWALDir(id, m, c.StaticPodManifest); err != nil {
 			return id, err
@@ -377,4 +383,13 @@ func withWALDir(id watchdog.Identity, m manifest.Member, manifestPath string) (w
 	id.WALDir = host
 	id.WALDirMountRoot = slices.ContainsFunc(m.HostMounts, func(hm manifest.HostMount) bool { return hm.ContainerPath == path.Clean(m.WALDir) })
 	return id, nil
+}
+
+// dataDirMountRoot: the manifest mounts a hostPath right at etcd's
+// --data-dir, which is the node's dataDir (kubeadm's layout): a removed
+// data dir stays what etcd's container sees (watchdog.Identity).
+func dataDirMountRoot(m manifest.Member, dataDir string) bool {
+	host, ok := m.HostPath(m.DataDir)
+	return ok && path.Clean(host) == path.Clean(dataDir) &&
+		slices.ContainsFunc(m.HostMounts, func(hm manifest.HostMount) bool { return hm.ContainerPath == path.Clean(m.DataDir) })
 }

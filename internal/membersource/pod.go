@@ -109,7 +109,7 @@ func FromPod(pod *corev1.Pod, vols Volumes, kubeletPodsDir string) (PodMember, e
 	}
 	pm.PVC, pm.PV, pm.PVCUID, pm.DataDirPerPod, pm.MoveSeed = vol.pvc, vol.pv, vol.pvcUID, vol.perPod, vol.moveSeed
 	pm.DataDirVolumeRoot = vol.atRoot && vol.pvc != ""
-	pm.Identity = watchdog.Identity{Name: m.Name, DataDir: dataDir, ClientURL: m.ClientURLs[0], PeerURLs: m.PeerURLs}
+	pm.Identity = watchdog.Identity{Name: m.Name, DataDir: dataDir, ClientURL: m.ClientURLs[0], PeerURLs: m.PeerURLs, DataDirMountRoot: vol.mountRoot}
 	if m.WALDir != "" {
 		walDir, walVol, err := r.hostPath(m.WALDir)
 		if err != nil {
@@ -209,6 +209,10 @@ type volumeRef struct {
 	perPod  bool // under the kubelet's pods dir, by pod UID
 	// atRoot: the path is the volume's own root (hostPath's).
 	atRoot bool
+	// mountRoot: the path is where the volume is mounted in the container
+	// (its root, or its subPath): the container keeps that dir if it is
+	// removed on the node.
+	mountRoot bool
 	// moveSeed: the PV's nodereport.AnnotationMoveSeed (a pod move
 	// reserved it).
 	moveSeed string
@@ -244,6 +248,7 @@ func (r resolver) hostPath(containerPath string) (string, volumeRef, error) {
 	}
 	rel := p[len(path.Clean(best.MountPath)):]
 	ref.atRoot = rel == "" && path.Clean("/"+best.SubPath) == "/"
+	ref.mountRoot = rel == ""
 	return filepath.Join(root, best.SubPath, rel), ref, nil
 }
 
