@@ -1,11 +1,13 @@
 package agent
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"go.uber.org/zap"
@@ -14,6 +16,7 @@ import (
 	"github.com/etcd-agent/etcd-agent/internal/journal"
 	"github.com/etcd-agent/etcd-agent/internal/localdisk"
 	"github.com/etcd-agent/etcd-agent/internal/observation"
+	"github.com/etcd-agent/etcd-agent/internal/plan"
 	"github.com/etcd-agent/etcd-agent/internal/watchdog"
 	"github.com/etcd-agent/etcd-agent/metrics"
 )
@@ -189,5 +192,24 @@ func TestTheIdentitySaysWhetherTheDataDirIsEtcdsMountRoot(t *testing.T) {
 	must(t, os.MkdirAll(k.dirs.Data, 0o700))
 	if !k.k.consider(serving(observation.DataDirEmpty)) {
 		t.Fatal("the member/ of a mount root's data dir was not put back")
+	}
+}
+
+// The start gate runs the same data dir check: etcd never starts on a
+// marked skeleton, whatever the cluster would say (it is not asked).
+func TestTheGateHoldsAMarkedSkeleton(t *testing.T) {
+	k := newSkeletonCase(t, false)
+	must(t, os.RemoveAll(k.dirs.Data))
+	if !k.k.consider(serving(observation.DataDirMissing)) {
+		t.Fatal("no skeleton made")
+	}
+	argv := []string{"/bin/etcd", "--name=m2", "--data-dir=" + k.dirs.Data, "--initial-advertise-peer-urls=" + closedEndpoint(t),
+		"--advertise-client-urls=" + closedEndpoint(t), "--initial-cluster-state=existing"}
+	c := Config{StateDir: k.k.stateDir, Endpoints: []string{closedEndpoint(t)}, PollInterval: 20 * time.Millisecond, Log: zap.NewNop()}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	v, err := gateWait(ctx, c, time.Second, argv)
+	if err == nil || !strings.Contains(err.Error(), string(plan.GateDataDirUnusable)) || !strings.Contains(err.Error(), "skeleton") {
+		t.Fatalf("the gate on a marked skeleton: %+v, %v; want it held, %s, naming the skeleton", v, err, plan.GateDataDirUnusable)
 	}
 }
