@@ -57,6 +57,9 @@ type Metrics struct {
 	// back.
 	ManifestMissing       *prometheus.GaugeVec
 	ManifestRestoresTotal *prometheus.CounterVec
+	// SkeletonRestoresTotal counts the empty directory skeletons put back
+	// into a data dir wiped while its member serves (plan.DecideSkeleton).
+	SkeletonRestoresTotal *prometheus.CounterVec
 	// ForeignEndpointResponses counts, per endpoint, the observations in
 	// which it answered for another cluster than the pinned one.
 	ForeignEndpointResponses *prometheus.CounterVec
@@ -122,7 +125,7 @@ type vectors struct {
 	recoveriesTotal, refusalsTotal, snapshotBytesTotal, seedFallbacksTotal *prometheus.CounterVec
 	foreignEndpointResponses, hashMismatchTotal, learnerRollbacksTotal     *prometheus.CounterVec
 	quarantinePrunedTotal, quarantinePruneErrors, endpointsFileErrors      *prometheus.CounterVec
-	snapshotStoreUploads, manifestRestoresTotal                            *prometheus.CounterVec
+	snapshotStoreUploads, manifestRestoresTotal, skeletonRestoresTotal     *prometheus.CounterVec
 	recoveryDuration, phaseDuration, observationDuration                   *prometheus.HistogramVec
 }
 
@@ -180,6 +183,8 @@ func New() *Metrics {
 			"1 while the member's etcd static-pod manifest is gone and the agent did not park it (deleted by hand or by accident); the agent puts its checkpoint back after --manifest-restore-delay unless the member was removed or the Node decommissioned.", "member"),
 		manifestRestoresTotal: c("manifest_restores_total",
 			"Vanished etcd static-pod manifests this agent put back from its checkpoint of the member's last good manifest.", "member"),
+		skeletonRestoresTotal: c("data_dir_skeleton_restores_total",
+			"Empty, marked directory skeletons (data dir, member/, member/snap, the WAL dir) put back into a data dir wiped while its member serves, so that etcd's purge does not end the member before it is replaced; the marked dir is never started on.", "member"),
 		snapshotStoreUploads: c("snapshot_store_uploads_total",
 			"Pre-change backups sent to the snapshot store (--snapshot-store), by result: uploaded, failed, dropped (the upload queue was full; the backup stays in the quarantine).", "member", "result"),
 	}
@@ -188,7 +193,7 @@ func New() *Metrics {
 		b.leaseHeld, b.recoveriesTotal, b.refusalsTotal, b.refusedSince, b.recoveryDuration, b.phaseDuration, b.learnerLag,
 		b.snapshotBytesTotal, b.seedFallbacksTotal, b.lastRecovery, b.observationDuration, b.startGateWrapped, b.foreignEndpointResponses,
 		b.hashMismatchTotal, b.stepStarted, b.stepExpected, b.quarantinePrunedTotal, b.quarantinePruneErrors, b.endpointsFileErrors,
-		b.manifestMissing, b.manifestRestoresTotal,
+		b.manifestMissing, b.manifestRestoresTotal, b.skeletonRestoresTotal,
 		b.learnerRollbacksTotal, b.snapshotStoreUploads)
 	return b.forCluster("")
 }
@@ -237,6 +242,7 @@ func (b *vectors) forCluster(cluster string) *Metrics {
 		SnapshotStoreUploads:     c(b.snapshotStoreUploads),
 		ManifestMissing:          g(b.manifestMissing),
 		ManifestRestoresTotal:    c(b.manifestRestoresTotal),
+		SkeletonRestoresTotal:    c(b.skeletonRestoresTotal),
 		base:                     b,
 	}
 }
@@ -265,6 +271,7 @@ func (m *Metrics) Init(member string, reasons []string) {
 	m.QuarantinePruneErrors.WithLabelValues(member)
 	m.EndpointsFileErrors.WithLabelValues(member)
 	m.LearnerRollbacksTotal.WithLabelValues(member)
+	m.SkeletonRestoresTotal.WithLabelValues(member)
 	for _, r := range []string{"uploaded", "failed", "dropped"} { // snapshotstore.Uploaded, ...
 		m.SnapshotStoreUploads.WithLabelValues(member, r)
 	}

@@ -232,10 +232,12 @@ func ResolveIdentity(c Config) (watchdog.Identity, error) {
 	if id.Name != "" && id.DataDir != "" && id.ClientURL != "" && len(id.PeerURLs) > 0 {
 		// The WAL dir still comes from the manifest when it says one: a
 		// member/wal looked for in a data dir without one reads as corrupt.
-		if m, err := manifest.LoadMember(c.StaticPodManifest); err == nil {
-			return withWALDir(id, m, c.StaticPodManifest)
+		m, err := manifest.LoadMember(c.StaticPodManifest)
+		if err != nil {
+			return id, nil
 		}
-		return id, nil
+		id.DataDirMountRoot = dataDirMountRoot(m, id.DataDir)
+		return withWALDir(id, m, c.StaticPodManifest)
 	}
 	m, err := manifest.LoadMember(c.StaticPodManifest)
 	if errors.Is(err, fs.ErrNotExist) && c.StateDir != "" && c.MemberRuntime != "exec" {
@@ -264,6 +266,7 @@ func ResolveIdentity(c Config) (watchdog.Identity, error) {
 		}
 		id.DataDir = host
 	}
+	id.DataDirMountRoot = dataDirMountRoot(m, id.DataDir)
 	if id, err = withWALDir(id, m, c.StaticPodManifest); err != nil {
 		return id, err
 	}
@@ -392,4 +395,13 @@ func withWALDir(id watchdog.Identity, m manifest.Member, manifestPath string) (w
 	id.WALDir = host
 	id.WALDirMountRoot = slices.ContainsFunc(m.HostMounts, func(hm manifest.HostMount) bool { return hm.ContainerPath == path.Clean(m.WALDir) })
 	return id, nil
+}
+
+// dataDirMountRoot: the manifest mounts a hostPath right at etcd's
+// --data-dir, which is the node's dataDir (kubeadm's layout): a removed
+// data dir stays what etcd's container sees (watchdog.Identity).
+func dataDirMountRoot(m manifest.Member, dataDir string) bool {
+	host, ok := m.HostPath(m.DataDir)
+	return ok && path.Clean(host) == path.Clean(dataDir) &&
+		slices.ContainsFunc(m.HostMounts, func(hm manifest.HostMount) bool { return hm.ContainerPath == path.Clean(m.DataDir) })
 }

@@ -187,6 +187,11 @@ func runMember(ctx context.Context, c Config, id watchdog.Identity, env memberEn
 		return err
 	}
 	gate := gateCheck{c: c, log: log, m: m, member: id.Name, wrapped: env.gateWrapped}
+	var skelRep eventer
+	if nodeRep != nil {
+		skelRep = nodeRep
+	}
+	skeleton := c.newSkeletonKeeper(id, m, skelRep, log)
 	if env.steward != nil {
 		env.steward.observe = func(ctx context.Context) memberstate.Result {
 			r := pipe.assess(pipe.wd.Observe(ctx, time.Now()))
@@ -248,6 +253,11 @@ func runMember(ctx context.Context, c Config, id watchdog.Identity, env memberEn
 			r = pipe.assess(pipe.wd.Observe(ctx, time.Now()))
 			pipe.exportAll(ctx, r, false)
 		}
+		// Before the healer: a member whose data dir was wiped while it
+		// serves is kept from etcd's purge at once (the purge is at most
+		// 30 s away); the healer may then replace it, which quarantines
+		// the marked skeleton with the rest.
+		skeleton.consider(r.Observation)
 		out := h.Consider(ctx, r, req)
 		rep.decided(r, out.Decision)
 		if out.Retired {

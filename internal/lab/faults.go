@@ -86,6 +86,38 @@ func (l *Lab) WipeDataDir(node string) error {
 	return nil
 }
 
+// WipeDataDirContents removes everything inside the node's etcd data dir
+// (its member/), and a dedicated WAL dir, while etcd may be running, but
+// leaves the data dir itself: on a kubeadm node the data dir is the root of
+// etcd's hostPath volume, and `rm -rf /var/lib/etcd/*` (or a disk that lost
+// its contents) is what a wipe looks like there. Recorded as a wipe.
+func (l *Lab) WipeDataDirContents(node string) error {
+	n, err := l.Spec.Node(node)
+	if err != nil {
+		return err
+	}
+	if n.DataDir == "" {
+		return fmt.Errorf("node %s has no etcd data dir", node)
+	}
+	l.log.Info("fault: wipe data dir contents", zap.String("node", node), zap.String("dir", n.DataDir))
+	l.wipesMu.Lock()
+	l.wipes = append(l.wipes, Wipe{Node: node, At: time.Now()})
+	l.wipesMu.Unlock()
+	entries, err := os.ReadDir(n.DataDir)
+	if err != nil {
+		return err
+	}
+	for _, e := range entries {
+		if err := os.RemoveAll(filepath.Join(n.DataDir, e.Name())); err != nil {
+			return err
+		}
+	}
+	if n.WALDir != "" {
+		return os.RemoveAll(n.WALDir)
+	}
+	return nil
+}
+
 // ReplaceDataDirWithFile removes the node's etcd data dir while etcd may be
 // running and puts a regular file at its path (a bad restore, a mistyped
 // cp). etcd keeps running on its open files; the file is what the agent
@@ -109,7 +141,8 @@ func (l *Lab) ReplaceDataDirWithFile(node string) (string, error) {
 	return content, os.WriteFile(n.DataDir, []byte(content), 0o600)
 }
 
-// Wipe is one WipeDataDir: which node's data dir, and when it began.
+// Wipe is one WipeDataDir (or WipeDataDirContents, ReplaceDataDirWithFile):
+// which node's data dir, and when it began.
 type Wipe struct {
 	Node string
 	At   time.Time

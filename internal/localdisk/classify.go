@@ -12,7 +12,8 @@ import (
 
 // Classify inspects dataDir without modifying it.
 //
-// Problems are reported in this order, first one wins: in-use (db flock
+// Problems are reported in this order, first one wins: the agent's marked
+// skeleton (corrupt, confirmed: SkeletonMarkerName), in-use (db flock
 // held by another process, also when the layout is broken: a member
 // bootstrapping has its db before its WAL), layout (see ClassifyLayout), WAL
 // unreadable, identity mismatch with expect (foreign), db integrity, and
@@ -33,6 +34,12 @@ func Classify(ctx context.Context, d Dirs, expect Expect) Result {
 		return unverified(layout, err)
 	}
 	dbPath := filepath.Join(dataDir, dbRelPath)
+	if layout.Class != ClassOK && skeletonMarked(dataDir) {
+		// The agent's skeleton: corrupt for sure, also while the etcd that
+		// serves from the wiped files holds a db it renamed into it (a
+		// defrag, a received snapshot), which is not in-use (usable).
+		return verified(layout)
+	}
 	if layout.Class != ClassOK {
 		// A bootstrapping member has its db before its WAL: a broken layout
 		// whose db a process holds is in use, not (yet) corrupt.

@@ -22,7 +22,8 @@ const (
 // directories, never opening the db or WAL files, so it is safe to call while
 // the member runs (e.g. on every fsnotify event).
 //
-// It returns ClassMissing, ClassEmpty, ClassCorrupt (layout broken) or
+// It returns ClassMissing, ClassEmpty, ClassCorrupt (layout broken, or the
+// agent's marked skeleton of a wiped member: SkeletonMarkerName) or
 // ClassOK (layout only; contents unverified). While a brand-new member
 // bootstraps, etcd creates member/snap/db before member/wal, so a layout
 // verdict of corrupt can be transient in that window; confirm with Classify
@@ -84,6 +85,11 @@ func classifyDataDirLayout(d Dirs) Result {
 		return corruptf("stat %s: %v", memberDir, err)
 	case !fi.IsDir():
 		return corruptf("%s is not a directory", memberDir)
+	}
+	if skeletonMarked(dataDir) {
+		// The agent's skeleton of a wiped member: never a member's state,
+		// whatever etcd wrote into it since (plan.DecideSkeleton).
+		return skeletonResult(dataDir)
 	}
 
 	memberEntries, err := os.ReadDir(memberDir)

@@ -111,7 +111,7 @@ func FromPod(pod *corev1.Pod, vols Volumes, kubeletPodsDir string) (PodMember, e
 	}
 	pm.PVC, pm.PV, pm.PVCUID, pm.DataDirPerPod, pm.MoveSeed = vol.pvc, vol.pv, vol.pvcUID, vol.perPod, vol.moveSeed
 	pm.DataDirVolumeRoot = vol.atRoot // a claim's or a hostPath's: a held pod's bind mount would follow a rename
-	pm.Identity = watchdog.Identity{Name: m.Name, DataDir: dataDir, ClientURL: m.ClientURLs[0], PeerURLs: m.PeerURLs}
+	pm.Identity = watchdog.Identity{Name: m.Name, DataDir: dataDir, ClientURL: m.ClientURLs[0], PeerURLs: m.PeerURLs, DataDirMountRoot: vol.atRoot}
 	if m.WALDir != "" {
 		walDir, walVol, err := r.hostPath(m.WALDir)
 		if err != nil {
@@ -247,7 +247,8 @@ func (r resolver) hostPath(containerPath string) (string, volumeRef, error) {
 	}
 	rel := p[len(path.Clean(best.MountPath)):]
 	// Right at the mount, with or without a subPath: the container's mount
-	// root (a bind mount of <volume>/<subPath> itself).
+	// root (a bind mount of <volume>/<subPath> itself), which the container
+	// keeps if the dir is removed on the node.
 	ref.atRoot = rel == ""
 	return filepath.Join(root, best.SubPath, rel), ref, nil
 }

@@ -67,6 +67,11 @@ const (
 	// ReasonSeedFallback: seed mode was refused and the rejoin goes on in
 	// raft mode (the message names the seeding reason).
 	ReasonSeedFallback = "SeedFallback"
+	// ReasonDataDirSkeletonRestored: the data dir was wiped while its
+	// member serves; the agent put its empty, marked directory skeleton
+	// back so that etcd's purge does not end the member
+	// (plan.DecideSkeleton).
+	ReasonDataDirSkeletonRestored = "DataDirSkeletonRestored"
 	// ReasonQuarantinePruned: a quarantined copy beyond --quarantine-keep
 	// was deleted (the message names it and why it was redundant).
 	ReasonQuarantinePruned = "QuarantinePruned"

@@ -45,12 +45,15 @@ func (c *deepCache) classify(ctx context.Context, dir localdisk.Dirs, exp locald
 	return r
 }
 
-// fingerprint names the db and WAL files by size and mtime.
+// fingerprint names the db, WAL and snapshot files (and the skeleton
+// marker) by size and mtime.
 func fingerprint(dir localdisk.Dirs) string {
 	files, _ := filepath.Glob(filepath.Join(dir.WALDir(), "*.wal"))
 	files = append(files, filepath.Join(dir.Data, "member", "snap", "db"))
 	snaps, _ := filepath.Glob(filepath.Join(dir.Data, "member", "snap", "*.snap"))
 	files = append(files, snaps...)
+	// The agent's skeleton marker turns the same files into another class.
+	files = append(files, localdisk.SkeletonMarker(dir.Data))
 	out := ""
 	for _, f := range files {
 		if st, err := os.Stat(f); err == nil {

@@ -20,10 +20,15 @@ func (w *Watchdog) Run(ctx context.Context, onObservation func(observation.Obser
 		return err
 	}
 	defer fsw.Close()
-	dir := w.cfg.Identity.DataDir
+	dir, walDir := w.cfg.Identity.DataDir, w.cfg.Identity.WALDir
 	// The parent survives the data dir being removed and re-created; the dir
-	// and its member/ subdir report a wipe of the member's files.
+	// and its member/ subdir report a wipe of the member's files. A
+	// dedicated WAL dir is watched the same way: a wipe of it is as urgent
+	// (etcd's purge lists it every 30 s and ends the member when it is gone).
 	watched := []string{filepath.Dir(dir), dir, filepath.Join(dir, "member")}
+	if walDir != "" {
+		watched = append(watched, filepath.Dir(walDir), walDir)
+	}
 	addWatches := func() {
 		for _, p := range watched {
 			_ = fsw.Add(p) // fails while p does not exist; re-added on the next event
@@ -40,7 +45,7 @@ func (w *Watchdog) Run(ctx context.Context, onObservation func(observation.Obser
 				if !ok {
 					return
 				}
-				if !relevant(ev.Name, dir) {
+				if !relevant(ev.Name, dir) && (walDir == "" || !relevant(ev.Name, walDir)) {
 					continue
 				}
 				w.cfg.Log.Debug("data dir event", zap.String("path", ev.Name), zap.String("op", ev.Op.String()))

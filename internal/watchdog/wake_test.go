@@ -2,6 +2,8 @@ package watchdog
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -39,5 +41,36 @@ func TestRunObservesAtTheWakeItWasAskedFor(t *testing.T) {
 		}
 	case <-ctx.Done():
 		t.Fatal("no observation at the wake asked for (the next poll is an hour away)")
+	}
+}
+
+// A dedicated WAL dir removed under a running member is as urgent as its
+// data dir (etcd's purge lists it every 30 s and ends the member when it
+// is gone): it is observed at once, not at the next poll.
+func TestRunObservesAWipedDedicatedWALDirAtOnce(t *testing.T) {
+	root := t.TempDir()
+	walDir := filepath.Join(root, "wal-disk", "wal")
+	if err := os.MkdirAll(walDir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	w, err := New(Config{Identity: Identity{Name: "b", PeerURLs: []string{"http://127.0.0.1:1"}, ClientURL: "http://127.0.0.1:1",
+		DataDir: filepath.Join(root, "data"), WALDir: walDir}, PollInterval: time.Hour, ProbeTimeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	w.nextTick = func(time.Time) time.Duration { return time.Hour }
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	seen := make(chan struct{}, 4)
+	go func() { _ = w.Run(ctx, func(observation.Observation) { seen <- struct{}{} }) }()
+	<-seen
+	if err := os.RemoveAll(walDir); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-seen:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the WAL dir's removal was not observed within 5 s (the next poll is an hour away)")
 	}
 }

@@ -37,6 +37,11 @@ type Identity struct {
 	// WALDirMountRoot: a volume is mounted right at the WAL dir in etcd's
 	// container (a mount point there, whatever the host shows).
 	WALDirMountRoot bool
+	// DataDirMountRoot: a volume is mounted right at the data dir in etcd's
+	// container (kubeadm's hostPath at --data-dir, a claim mounted at it):
+	// once that dir is removed on the node, etcd's container keeps the
+	// removed dir, and a dir made again at its path is not what etcd sees.
+	DataDirMountRoot bool
 }
 
 // Dirs is where the member's data dir and WAL are on this node.
