@@ -144,6 +144,10 @@ func (p podClaims) read(ctx context.Context, f *plan.ClaimFacts, j journal.Recor
 	// The held pod is the one on the old claim: once that claim is gone, a
 	// pod of that name here is a successor, never this move's to delete.
 	f.PodOnNode = pod != nil && pod.Spec.NodeName == p.node && pvc != nil
+	if pod != nil {
+		f.PodNode = pod.Spec.NodeName
+	}
+	f.TargetAnswer = targetAnswer(pod, pm, p.node, f.Target)
 	if checkStore {
 		f.StoreError = p.checkStore(ctx)
 	}

@@ -51,6 +51,11 @@ const ReasonNoFreePV Reason = "no-free-pv"
 // place for the member (affinity against the Node's labels, no path).
 const ReasonTargetPVUnusable Reason = "target-pv-unusable"
 
+// ReasonAwaitingMoveTarget: a released pod move waits, without the Lease
+// (the target's agent takes it to add the learner), for its member to
+// serve on the target and that agent's verified answer; not a refusal.
+const ReasonAwaitingMoveTarget Reason = "awaiting-move-target"
+
 // ClaimFacts is what the API shows of a pod member's move: the target node,
 // the member's claim and PVs, its pod. Filled by the agent for a move-away.
 type ClaimFacts struct {
@@ -103,6 +108,13 @@ type ClaimFacts struct {
 	// PodOnNode: the member's pod on its old claim (the held one) is bound
 	// to this node.
 	PodOnNode bool
+	// PodNode is the node the member's pod (of its name) is bound to now
+	// ("" not bound, or no pod).
+	PodNode string
+	// TargetAnswer is the target agent's last-recovery on the member's
+	// pod there, when it answers this move (its moveFrom names this
+	// node's pod); nil: none yet.
+	TargetAnswer *MoveAnswer
 }
 
 // checkMoveAway: a pod member's move may begin (and, before its stop, go
@@ -200,7 +212,7 @@ func movePlanText(o observation.Observation, c *ClaimFacts, target string) strin
 
 // decideMoveAway: the member is stopped (and its data dir quarantined):
 // snapshot into the store, remove, then free the claim for the target.
-func decideMoveAway(in Input) Decision {
+func decideMoveAway(in Input, cfg Config) Decision {
 	o, j, c := in.Obs, in.Journal, in.Claim
 	if foreignOnly(o) || quorumLost(o) || o.MemberListError != "" {
 		return wait(ReasonMajorityLost, "no fresh member list with a quorum: the move waits, nothing destructive")
@@ -267,8 +279,8 @@ func decideMoveAway(in Input) Decision {
 	case c.PodOnNode:
 		return Decision{Action: ReleasePod, Detail: fmt.Sprintf("delete the held pod: its StatefulSet re-creates it on PV %s of %s", c.ReservedPV, j.MoveTarget)}
 	}
-	return Decision{Action: Finish, Detail: fmt.Sprintf("member %x removed and its claim freed: the StatefulSet re-creates its pod on %s (PV %s), whose agent adds it as a learner seeded from %s",
-		uint64(j.OldMemberID), j.MoveTarget, c.ReservedPV, j.StoreKey)}
+	// Released: the rest is the target's (podmove_wait.go).
+	return awaitMoveTarget(in, cfg)
 }
 
 // Settle is what a failed pod move leaves (SettleMoveAway): whether its

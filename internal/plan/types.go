@@ -221,6 +221,10 @@ type Config struct {
 	RejoinSeed bool
 	// SnapshotStore: --snapshot-store is set (a move needs it).
 	SnapshotStore bool
+	// MoveDeadline bounds a pod move's wait for its member on the target,
+	// from the release of its claim (--recovery-timeout; 0: 30 minutes):
+	// past it the move closes failed, move-timed-out.
+	MoveDeadline time.Duration
 }
 
 // Decision is Decide's answer.
