@@ -147,6 +147,12 @@ func (p podClaims) read(ctx context.Context, f *plan.ClaimFacts, j journal.Recor
 	if pod != nil {
 		f.PodNode = pod.Spec.NodeName
 	}
+	if template != nil && node != nil && pod.Spec.NodeName == p.node {
+		// Judged while the member's pod is here, before it is released.
+		if err := p.fitOnTarget(ctx, f, template, node); err != nil {
+			return err
+		}
+	}
 	f.TargetAnswer = targetAnswer(pod, pm, p.node, f.Target)
 	if checkStore {
 		f.StoreError = p.checkStore(ctx)

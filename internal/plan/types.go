@@ -122,6 +122,7 @@ func RefusalReasons() []Reason {
 		// A move's (DecideMove, move-in, move-out).
 		ReasonTargetNotReady, ReasonTargetHasMember, ReasonNoSnapshotStore, ReasonSnapshotStoreUnreached,
 		ReasonMemberNotHealthy, ReasonMoveFailed, ReasonMoveTimedOut, ReasonNoFreePV, ReasonTargetPVUnusable,
+		ReasonTargetInsufficientResources, ReasonTargetViolatesSpread,
 		// A static pod whose manifest is gone (deleted by hand).
 		ReasonManifestMissing,
 		// A step's shell, right before it acts (StepRefusal).
