@@ -144,6 +144,16 @@ func (p podClaims) read(ctx context.Context, f *plan.ClaimFacts, j journal.Recor
 	// The held pod is the one on the old claim: once that claim is gone, a
 	// pod of that name here is a successor, never this move's to delete.
 	f.PodOnNode = pod != nil && pod.Spec.NodeName == p.node && pvc != nil
+	if pod != nil {
+		f.PodNode = pod.Spec.NodeName
+	}
+	if template != nil && node != nil && pod.Spec.NodeName == p.node {
+		// Judged while the member's pod is here, before it is released.
+		if err := p.fitOnTarget(ctx, f, template, node); err != nil {
+			return err
+		}
+	}
+	f.TargetAnswer = targetAnswer(pod, pm, p.node, f.Target)
 	if checkStore {
 		f.StoreError = p.checkStore(ctx)
 	}

@@ -44,7 +44,7 @@ func (c Config) KubeClient() (kubernetes.Interface, error) {
 
 // PlanConfig is the decision core's configuration.
 func (c Config) PlanConfig() plan.Config {
-	return plan.Config{AutoHeal: c.AutoHeal, DryRun: c.DryRun, MaxLearnerLag: c.MaxLearnerLag,
+	return plan.Config{AutoHeal: c.AutoHeal, DryRun: c.DryRun, MaxLearnerLag: c.MaxLearnerLag, MoveDeadline: c.RecoveryTimeout,
 		LearnerStallTimeout: c.LearnerStallTimeout, RetryBackoff: c.RetryBackoff, MaxRetryBackoff: c.MaxRetryBackoff,
 		RejoinSeed: c.RejoinMode == heal.RejoinSeed, SnapshotStore: c.SnapshotStore != ""}
 }

@@ -45,7 +45,8 @@ func (c tracedClaims) Do(_ context.Context, a plan.Action, _ journal.Record, _ p
 // A pod move after its member's removal: the old PV kept, the target's PV
 // reserved, the claim deleted, the held pod released, in that order, each
 // fenced on the Lease for the step's own timeout right before it; then the
-// move closes as succeeded.
+// move waits for its member on the target (podmove_wait_test.go) and
+// closes succeeded once it serves there, verified.
 func TestEveryPodMoveStepOnTheAPIIsFencedInOrder(t *testing.T) {
 	res := cluster3(memberstate.Lost, 2, 3)
 	res.Observation.Members = res.Observation.Members[1:] // m1 removed
@@ -59,9 +60,12 @@ func TestEveryPodMoveStepOnTheAPIIsFencedInOrder(t *testing.T) {
 	f := &plan.ClaimFacts{Node: "node1", Target: "node9", TargetFound: true, TargetReady: true, FreePV: "pv-9", ClaimBound: true, PodOnNode: true}
 	r.h.cfg.Claims = tracedClaims{tr: tr, f: f}
 	_ = r.lease.TryAcquire(context.Background(), lease.Info{})
-	out := r.h.Consider(context.Background(), res, nil)
-	if out.Result != journal.ResultSucceeded {
-		t.Fatalf("outcome %+v", out)
+	if out := r.h.Consider(context.Background(), res, nil); out.Result != "" || out.Decision.Reason != plan.ReasonAwaitingMoveTarget {
+		t.Fatalf("released: outcome %+v, want the wait for the target", out)
+	}
+	moved := servesOnTheTarget(res, f, 0xa9)
+	if out := r.h.Consider(context.Background(), moved, nil); out.Result != journal.ResultSucceeded {
+		t.Fatalf("the member serves verified on the target: outcome %+v", out)
 	}
 	var steps []string
 	ev := tr.events()
@@ -80,7 +84,7 @@ func TestEveryPodMoveStepOnTheAPIIsFencedInOrder(t *testing.T) {
 		t.Fatalf("steps %v, want %v", steps, want)
 	}
 	// Done: the member is not healed on this node unasked.
-	if d := r.h.Plan(context.Background(), res, nil); d.Action != plan.Nothing || d.Reason != plan.ReasonMovedAway {
+	if d := r.h.Plan(context.Background(), moved, nil); d.Action != plan.Nothing || d.Reason != plan.ReasonMovedAway {
 		t.Fatalf("after the move: %s/%s (%s)", d.Action, d.Reason, d.Detail)
 	}
 }

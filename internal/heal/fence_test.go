@@ -35,6 +35,13 @@ func (t *trace) add(s string, destructive bool) {
 	}
 }
 
+// reset forgets the events so far.
+func (t *trace) reset() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.ev = nil
+}
+
 func (t *trace) events() []string {
 	t.mu.Lock()
 	defer t.mu.Unlock()

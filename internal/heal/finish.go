@@ -216,7 +216,7 @@ func (h *Healer) close(ctx context.Context, j *journal.Record, d plan.Decision, 
 			h.cfg.Member, result, took.Round(time.Millisecond), phase, d.Detail, j.QuarantinePath, j.SnapshotPath)
 		_ = nodereport.WriteLastRecovery(ctx, h.reporter, h.log, nodereport.LastRecovery{Request: j.Request, Result: result, Reason: string(d.Reason),
 			Phase: string(phase), StartedAt: j.StartedAt, FinishedAt: now, Message: d.Detail,
-			RejoinMode: j.RejoinMode, SeedFallback: j.SeedFallback, MoveFrom: j.MoveFrom, MemberID: moveInMember(j, result)})
+			RejoinMode: j.RejoinMode, SeedFallback: j.SeedFallback, MoveFrom: j.MoveFrom, MemberID: answeredMember(j, result)})
 	}
 	out := Outcome{Decision: d, Result: result, Err: cause}
 	if result == journal.ResultSucceeded && j.Request == plan.ActionMoveOut {
@@ -245,9 +245,11 @@ func (h *Healer) retireParked(j *journal.Record) bool {
 	return true
 }
 
-// moveInMember is the member a succeeded move-in added ("" otherwise).
-func moveInMember(j *journal.Record, result string) string {
-	if j.Request != plan.ActionMoveIn || result != journal.ResultSucceeded {
+// answeredMember is the member a succeeded move-in added, or a rejoin
+// seeded from a pod move (MoveFrom: the target's side) rejoined: the move's
+// source closes on that very member ("" otherwise).
+func answeredMember(j *journal.Record, result string) string {
+	if (j.Request != plan.ActionMoveIn && j.MoveFrom == "") || result != journal.ResultSucceeded || j.NewMemberID == 0 {
 		return ""
 	}
 	return fmtID(uint64(j.NewMemberID))

@@ -348,6 +348,11 @@ func (h *Healer) consider(ctx context.Context, res memberstate.Result, req *plan
 			h.lastRefusal = ""
 		}
 	}
+	if d.Reason == plan.ReasonAwaitingMoveTarget {
+		// Bounded (plan.Config.MoveDeadline) and said at every poll: what
+		// it waits for, and how much of the deadline is left.
+		h.log.Info("pod move: waiting for its member on the target", zap.String("id", j.ID), zap.String("detail", d.Detail))
+	}
 	if out, ended := h.putBackAfterUnreadLeases(ctx, &j, d, res); ended {
 		return out
 	}

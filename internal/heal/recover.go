@@ -81,6 +81,15 @@ func (h *Healer) recover(parent context.Context, first memberstate.Result, req *
 				zap.String("holder", in.LeaseHolder), zap.String("phase", string(j.Phase)))
 			return Outcome{Decision: plan.Decision{Action: plan.Nothing, Reason: plan.ReasonLeaseLost, Detail: d.Detail}, Err: lease.ErrHeldByOther}
 		}
+		if d.Action == plan.Nothing && d.Reason == plan.ReasonAwaitingMoveTarget {
+			// A pod move released to its target: the rest is the target
+			// agent's, under the Lease, which this attempt gives up now
+			// (deferred). Each poll looks again (consider) without it;
+			// the journal closes the move. The request is in hand, not
+			// refused: its answer is the move's end.
+			h.log.Info("pod move released: waiting for its member on the target, without the Lease", zap.String("detail", d.Detail))
+			return Outcome{Decision: d, Answered: req != nil}
+		}
 		if d.Action == plan.Finish {
 			return h.finish(ctx, &j, d)
 		}

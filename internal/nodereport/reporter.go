@@ -3,6 +3,7 @@ package nodereport
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -143,12 +144,12 @@ func (r *Reporter) SetLastRecovery(ctx context.Context, lr LastRecovery) error {
 	if err != nil {
 		return err
 	}
-	return r.patchAnnotations(ctx, "", map[string]any{AnnotationLastRecovery: string(b)})
+	return r.annotate(ctx, map[string]any{AnnotationLastRecovery: string(b)})
 }
 
 // SetStatus writes the agent's one-line status to AnnotationStatus.
 func (r *Reporter) SetStatus(ctx context.Context, status string) error {
-	return r.patchAnnotations(ctx, "", map[string]any{AnnotationStatus: status})
+	return r.annotate(ctx, map[string]any{AnnotationStatus: status})
 }
 
 // ClearRequest removes the trigger annotations once the request is handled,
@@ -172,6 +173,9 @@ func (r *Reporter) ClearMoveRequest(ctx context.Context) error {
 func (r *Reporter) clear(ctx context.Context, keys ...string) error {
 	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		obj, err := r.get(ctx)
+		if errors.Is(err, errPodElsewhere) {
+			return nil // another node's agent's request now
+		}
 		if err != nil {
 			return err
 		}
@@ -188,12 +192,20 @@ func (r *Reporter) clear(ctx context.Context, keys ...string) error {
 	})
 }
 
-// get reads the reported object.
+// errPodElsewhere: the member's pod of that name is bound to another node
+// (a move re-created it there): its annotations are that node's agent's.
+var errPodElsewhere = errors.New("the pod is bound to another node")
+
+// get reads the reported object: a pod only while it is bound to this
+// reporter's node, or to none yet (errPodElsewhere otherwise).
 func (r *Reporter) get(ctx context.Context) (metav1.Object, error) {
 	if r.pod != "" {
 		p, err := r.kc.CoreV1().Pods(r.podNamespace).Get(ctx, r.pod, metav1.GetOptions{})
 		if err != nil {
 			return nil, fmt.Errorf("read pod %s/%s: %w", r.podNamespace, r.pod, err)
+		}
+		if on := p.Spec.NodeName; on != "" && r.node != "" && on != r.node {
+			return nil, fmt.Errorf("pod %s/%s is on node %s, not %s: %w", r.podNamespace, r.pod, on, r.node, errPodElsewhere)
 		}
 		return p, nil
 	}
@@ -226,6 +238,31 @@ func (r *Reporter) patchAnnotations(ctx context.Context, resourceVersion string,
 		return fmt.Errorf("annotate node %s: %w", r.node, err)
 	}
 	return nil
+}
+
+// annotate writes annotations on the reported object. A pod is read
+// first and written only while it is bound to this reporter's node (or to
+// none yet), conditional on the version read, so that a pod re-created on
+// another node meanwhile is never written: after a move, the pod of that
+// name and its last-recovery (the move's answer) are the target agent's.
+// Left alone, that is no error: logged, the answer stays in this agent's
+// log, journal and Events.
+func (r *Reporter) annotate(ctx context.Context, annotations map[string]any) error {
+	if r.pod == "" {
+		return r.patchAnnotations(ctx, "", annotations)
+	}
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		obj, err := r.get(ctx)
+		if errors.Is(err, errPodElsewhere) {
+			r.log.Info("the member's pod is bound to another node now: its annotations are that node's agent's; not written",
+				zap.Error(err), zap.Any("annotations", annotations))
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		return r.patchAnnotations(ctx, obj.GetResourceVersion(), annotations)
+	})
 }
 
 // Shutdown waits (up to flushTimeout) for queued Events to reach the API

@@ -200,6 +200,11 @@ func resumedRequest(j record.Record, now *Request) *Request {
 // resumed (or taken-over) recovery never repeats an add or a remove.
 func decideActive(in Input, cfg Config) Decision {
 	o, j := in.Obs, in.Journal
+	if awaitingMoveTarget(in) {
+		// Before the Lease, which the target's agent needs to add the
+		// member: a released pod move only waits (podmove_wait.go).
+		return awaitMoveTarget(in, cfg)
+	}
 	if !in.LeaseHeld {
 		switch {
 		case !in.APIAvailable:
@@ -263,7 +268,7 @@ func decideActive(in Input, cfg Config) Decision {
 	case ActionMoveOut:
 		return decideMoveOut(in)
 	case ActionMoveAway:
-		return decideMoveAway(in)
+		return decideMoveAway(in, cfg)
 	}
 	if foreignOnly(o) {
 		return wait(ReasonForeignCluster, fmt.Sprintf("only %v answer, for another cluster than %x; waiting, nothing destructive",

@@ -51,6 +51,20 @@ const ReasonNoFreePV Reason = "no-free-pv"
 // place for the member (affinity against the Node's labels, no path).
 const ReasonTargetPVUnusable Reason = "target-pv-unusable"
 
+// ReasonTargetInsufficientResources: the target node's allocatable, less
+// what the pods bound to it request, does not cover the member pod's
+// requests (the scheduler's resource fit).
+const ReasonTargetInsufficientResources Reason = "target-insufficient-resources"
+
+// ReasonTargetViolatesSpread: the member pod on the target would break a
+// DoNotSchedule topology spread constraint of its StatefulSet's template.
+const ReasonTargetViolatesSpread Reason = "target-violates-topology-spread"
+
+// ReasonAwaitingMoveTarget: a released pod move waits, without the Lease
+// (the target's agent takes it to add the learner), for its member to
+// serve on the target and that agent's verified answer; not a refusal.
+const ReasonAwaitingMoveTarget Reason = "awaiting-move-target"
+
 // ClaimFacts is what the API shows of a pod member's move: the target node,
 // the member's claim and PVs, its pod. Filled by the agent for a move-away.
 type ClaimFacts struct {
@@ -103,6 +117,20 @@ type ClaimFacts struct {
 	// PodOnNode: the member's pod on its old claim (the held one) is bound
 	// to this node.
 	PodOnNode bool
+	// TargetShort says which of the member pod's requests the target's
+	// free allocatable does not cover ("" = it fits; the scheduler's
+	// resource fit, pods bound there counted).
+	TargetShort string
+	// TargetSpread says which DoNotSchedule topology spread constraint of
+	// the template the pod on the target would break ("" = none).
+	TargetSpread string
+	// PodNode is the node the member's pod (of its name) is bound to now
+	// ("" not bound, or no pod).
+	PodNode string
+	// TargetAnswer is the target agent's last-recovery on the member's
+	// pod there, when it answers this move (its moveFrom names this
+	// node's pod); nil: none yet.
+	TargetAnswer *MoveAnswer
 }
 
 // checkMoveAway: a pod member's move may begin (and, before its stop, go
@@ -128,6 +156,10 @@ func checkMoveAway(in Input, cfg Config) (Decision, bool) {
 		return refuse(ReasonTargetNotReady, fmt.Sprintf("the member's pod would not be scheduled on %s: %s", r.Target, c.TargetUnschedulable)), false
 	case c.TargetHasMember != "":
 		return refuse(ReasonTargetHasMember, fmt.Sprintf("node %s already runs %s of this cluster", r.Target, c.TargetHasMember)), false
+	case c.TargetShort != "":
+		return refuse(ReasonTargetInsufficientResources, fmt.Sprintf("node %s has no room for the member's pod: %s", r.Target, c.TargetShort)), false
+	case c.TargetSpread != "":
+		return refuse(ReasonTargetViolatesSpread, fmt.Sprintf("the member's pod on %s would break its StatefulSet's topology spread: %s", r.Target, c.TargetSpread)), false
 	case c.Ungated != "":
 		return refuse(ReasonNotGated, "the pod might come back without the start gate holding etcd: "+c.Ungated), false
 	case !cfg.SnapshotStore:
@@ -200,7 +232,7 @@ func movePlanText(o observation.Observation, c *ClaimFacts, target string) strin
 
 // decideMoveAway: the member is stopped (and its data dir quarantined):
 // snapshot into the store, remove, then free the claim for the target.
-func decideMoveAway(in Input) Decision {
+func decideMoveAway(in Input, cfg Config) Decision {
 	o, j, c := in.Obs, in.Journal, in.Claim
 	if foreignOnly(o) || quorumLost(o) || o.MemberListError != "" {
 		return wait(ReasonMajorityLost, "no fresh member list with a quorum: the move waits, nothing destructive")
@@ -217,14 +249,13 @@ func decideMoveAway(in Input) Decision {
 	if old, ok := o.Member(uint64(j.OldMemberID)); ok && j.OldMemberID != 0 {
 		// The target is judged again before the removal: a move that can
 		// no longer go there ends now, and the member is put back.
-		switch {
-		case c == nil || c.Err != "":
+		if c == nil || c.Err != "" {
 			return wait(ReasonAPIUnavailable, "the move's objects must be read again before the removal")
-		case !c.TargetFound || !c.TargetReady || c.TargetUnschedulable != "":
-			return Decision{Action: Finish, Reason: ReasonTargetNotReady, Detail: fmt.Sprintf("node %s can no longer take the member (Ready %v, %s): the member is put back", j.MoveTarget, c.TargetReady, c.TargetUnschedulable)}
-		case c.TargetHasMember != "":
-			return Decision{Action: Finish, Reason: ReasonTargetHasMember, Detail: fmt.Sprintf("node %s runs %s of this cluster now: the member is put back", j.MoveTarget, c.TargetHasMember)}
-		case c.FreePV == "" && c.ReservedPV == "":
+		}
+		if r, why := targetNoLonger(c, j.MoveTarget); r != ReasonNone {
+			return Decision{Action: Finish, Reason: r, Detail: why + ": the member is put back"}
+		}
+		if c.FreePV == "" && c.ReservedPV == "" {
 			return Decision{Action: Finish, Reason: ReasonNoFreePV, Detail: fmt.Sprintf("node %s has no free PV for the claim now: the member is put back", j.MoveTarget)}
 		}
 		return decideRemove(o, old)
@@ -237,7 +268,8 @@ func decideMoveAway(in Input) Decision {
 		return wait(ReasonAPIUnavailable, "member removed; its claim is freed once the API answers: "+detail)
 	}
 	released := !c.ClaimBound || c.ClaimDeleting // the claim goes: forward only
-	targetOK := c.TargetFound && c.TargetReady && c.TargetUnschedulable == "" && c.TargetHasMember == ""
+	lost, why := targetNoLonger(c, j.MoveTarget)
+	targetOK := lost == ReasonNone
 	switch {
 	case !c.OldPVRetained && !released:
 		return Decision{Action: StewardRetainPV, Detail: "keep the old data on " + c.Node + " whatever happens to its claim"}
@@ -246,10 +278,9 @@ func decideMoveAway(in Input) Decision {
 		// reservation taken back first) and the member is rejoined on
 		// this node as after any removal.
 		if c.ReservedPV != "" {
-			return Decision{Action: UnreservePV, Detail: fmt.Sprintf("node %s can no longer take the member (Ready %v, %s): take back the reservation of PV %s", j.MoveTarget, c.TargetReady, c.TargetUnschedulable, c.ReservedPV)}
+			return Decision{Action: UnreservePV, Detail: fmt.Sprintf("%s: take back the reservation of PV %s", why, c.ReservedPV)}
 		}
-		return Decision{Action: Finish, Reason: ReasonTargetNotReady, Detail: fmt.Sprintf("node %s can no longer take the member (Ready %v, %s): member %x stays here, removed, and is rejoined here",
-			j.MoveTarget, c.TargetReady, c.TargetUnschedulable, uint64(j.OldMemberID))}
+		return Decision{Action: Finish, Reason: lost, Detail: fmt.Sprintf("%s: member %x stays here, removed, and is rejoined here", why, uint64(j.OldMemberID))}
 	case c.ReservedPV == "" && !released && c.FreePV != "":
 		return Decision{Action: ReservePV, Detail: fmt.Sprintf("reserve PV %s on %s for the member's claim, with the stored snapshot %s", c.FreePV, j.MoveTarget, j.StoreKey)}
 	case c.ReservedPV == "" && !released:
@@ -267,8 +298,25 @@ func decideMoveAway(in Input) Decision {
 	case c.PodOnNode:
 		return Decision{Action: ReleasePod, Detail: fmt.Sprintf("delete the held pod: its StatefulSet re-creates it on PV %s of %s", c.ReservedPV, j.MoveTarget)}
 	}
-	return Decision{Action: Finish, Detail: fmt.Sprintf("member %x removed and its claim freed: the StatefulSet re-creates its pod on %s (PV %s), whose agent adds it as a learner seeded from %s",
-		uint64(j.OldMemberID), j.MoveTarget, c.ReservedPV, j.StoreKey)}
+	// Released: the rest is the target's (podmove_wait.go).
+	return awaitMoveTarget(in, cfg)
+}
+
+// targetNoLonger says why the move's target can no longer take the member
+// (judged again before the removal, and after it until the claim is
+// released), as the scheduler would judge it; ReasonNone: it still can.
+func targetNoLonger(c *ClaimFacts, target string) (Reason, string) {
+	switch {
+	case !c.TargetFound || !c.TargetReady || c.TargetUnschedulable != "":
+		return ReasonTargetNotReady, fmt.Sprintf("node %s can no longer take the member (Ready %v, %s)", target, c.TargetReady, c.TargetUnschedulable)
+	case c.TargetHasMember != "":
+		return ReasonTargetHasMember, fmt.Sprintf("node %s runs %s of this cluster now", target, c.TargetHasMember)
+	case c.TargetShort != "":
+		return ReasonTargetInsufficientResources, fmt.Sprintf("node %s has no room for the member's pod now: %s", target, c.TargetShort)
+	case c.TargetSpread != "":
+		return ReasonTargetViolatesSpread, fmt.Sprintf("the member's pod on %s would break its StatefulSet's topology spread now: %s", target, c.TargetSpread)
+	}
+	return ReasonNone, ""
 }
 
 // Settle is what a failed pod move leaves (SettleMoveAway): whether its

@@ -65,6 +65,9 @@ func TestMoveAwayRefusesEachUnsafeOrUnclearStart(t *testing.T) {
 		{"no StatefulSet re-creates the pod", []opt{local(localHealthy), podMove(func(c *ClaimFacts) { c.NotMovable = "no StatefulSet" })}, ReasonBadRequest},
 		{"the pod would not be scheduled on the target", []opt{local(localHealthy), podMove(func(c *ClaimFacts) { c.TargetUnschedulable = "taint x" })}, ReasonTargetNotReady},
 		{"a member away (replicas > members)", []opt{local(localHealthy), podMove(func(c *ClaimFacts) { c.Replicas = 4 })}, ReasonWouldLoseQuorum},
+		// Issue 38: what the scheduler checks besides the node itself.
+		{"no room on the target for the pod's requests", []opt{local(localHealthy), podMove(func(c *ClaimFacts) { c.TargetShort = "cpu: requests 2, free 1" })}, ReasonTargetInsufficientResources},
+		{"the target breaks the template's topology spread", []opt{local(localHealthy), podMove(func(c *ClaimFacts) { c.TargetSpread = "zone: skew 2 > maxSkew 1" })}, ReasonTargetViolatesSpread},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -113,8 +116,8 @@ func TestMoveAwayStepsFromTheStateAfterEach(t *testing.T) {
 			podMove(retained, func(c *ClaimFacts) { c.ReservedPV = "pv-9" })}, StewardDeletePVC},
 		{"release the held pod", 2, 2, []opt{local(localGone), awayJournal(record.PhaseRemoved, oldID(id(1))), leaseHeld(),
 			podMove(retained, func(c *ClaimFacts) { c.ReservedPV, c.ClaimDeleting = "pv-9", true })}, ReleasePod},
-		{"done", 2, 2, []opt{local(localGone), awayJournal(record.PhaseRemoved, oldID(id(1))), leaseHeld(),
-			podMove(func(c *ClaimFacts) { c.ReservedPV, c.ClaimBound, c.PodOnNode = "pv-9", false, false })}, Finish},
+		// Released: done only once the member serves verified on the
+		// target (TestAReleasedPodMoveSucceedsOnlyWhenItsMemberServesVerifiedOnTheTarget).
 	}
 	for _, s := range steps {
 		t.Run(s.name, func(t *testing.T) {
@@ -136,6 +139,9 @@ func TestMoveAwayStepsFromTheStateAfterEach(t *testing.T) {
 		{"no free PV after the removal", func(c *ClaimFacts) { c.FreePV = "" }, Finish, ReasonNoFreePV},
 		{"the target NotReady after the removal", func(c *ClaimFacts) { c.TargetReady = false }, Finish, ReasonTargetNotReady},
 		{"the target tainted after the reservation", func(c *ClaimFacts) { c.ReservedPV, c.TargetUnschedulable = "pv-9", "taint x" }, UnreservePV, ReasonNone},
+		{"no room on the target after the removal", func(c *ClaimFacts) { c.TargetShort = "cpu" }, Finish, ReasonTargetInsufficientResources},
+		{"no room after the reservation", func(c *ClaimFacts) { c.ReservedPV, c.TargetShort = "pv-9", "cpu" }, UnreservePV, ReasonNone},
+		{"the spread broken after the removal", func(c *ClaimFacts) { c.TargetSpread = "zone" }, Finish, ReasonTargetViolatesSpread},
 		// Once the claim goes, only forward: the pod lands on the target.
 		{"the target NotReady after the claim's deletion", func(c *ClaimFacts) { c.ReservedPV, c.ClaimDeleting, c.TargetReady = "pv-9", true, false }, ReleasePod, ReasonNone},
 		{"the claim deleted by someone else", func(c *ClaimFacts) { c.ClaimBound, c.PodOnNode = false, false }, Finish, ReasonMoveFailed},
@@ -195,6 +201,8 @@ func TestMoveAwayJudgesTheTargetAgainBeforeTheRemoval(t *testing.T) {
 		{"the target tainted", func(c *ClaimFacts) { c.TargetUnschedulable = "taint x" }, Finish, ReasonTargetNotReady},
 		{"a member of the cluster on the target", func(c *ClaimFacts) { c.TargetHasMember = "ns/etcd-0" }, Finish, ReasonTargetHasMember},
 		{"the free PV gone", func(c *ClaimFacts) { c.FreePV = "" }, Finish, ReasonNoFreePV},
+		{"no room for the pod any more", func(c *ClaimFacts) { c.TargetShort = "memory" }, Finish, ReasonTargetInsufficientResources},
+		{"the spread broken now", func(c *ClaimFacts) { c.TargetSpread = "zone" }, Finish, ReasonTargetViolatesSpread},
 		{"the objects unreadable", func(c *ClaimFacts) { c.Err = "timeout" }, Nothing, ReasonAPIUnavailable},
 		{"all good", func(*ClaimFacts) {}, RemoveMember, ReasonNone},
 	} {

@@ -133,6 +133,7 @@ func RefusalReasons() []Reason {
 		// A move's (DecideMove, move-in, move-out).
 		ReasonTargetNotReady, ReasonTargetHasMember, ReasonNoSnapshotStore, ReasonSnapshotStoreUnreached,
 		ReasonMemberNotHealthy, ReasonMoveFailed, ReasonMoveTimedOut, ReasonNoFreePV, ReasonTargetPVUnusable,
+		ReasonTargetInsufficientResources, ReasonTargetViolatesSpread,
 		// A static pod whose manifest is gone (deleted by hand).
 		ReasonManifestMissing,
 		// A step's shell, right before it acts (StepRefusal).
@@ -239,6 +240,10 @@ type Config struct {
 	RejoinSeed bool
 	// SnapshotStore: --snapshot-store is set (a move needs it).
 	SnapshotStore bool
+	// MoveDeadline bounds a pod move's wait for its member on the target,
+	// from the release of its claim (--recovery-timeout; 0: 30 minutes):
+	// past it the move closes failed, move-timed-out.
+	MoveDeadline time.Duration
 }
 
 // Decision is Decide's answer.

@@ -158,12 +158,34 @@ func testMoveStatefulSetMember(t *testing.T, store string, e etcdUnderTest) {
 		t.Fatalf("%s's seed did not take the moved member out of the stored snapshot: %v", n4.Name, es)
 	}
 	wantRemovalThenAddAsChangesItHad(t, filepath.Join(n4.LogsDir, ns+"_"+pod+"_etcd.log"))
-	// The source's journal: the move, its snapshot in the store.
-	sj, ok, err := journal.Load(lab.HostedMemberStateDir(*mustNode(t, l, source), ns, pod), pod)
-	if err != nil || !ok || sj.Request != plan.ActionMoveAway || sj.Result != journal.ResultSucceeded || "store:"+sj.StoreKey != tj.SeedSource {
-		t.Fatalf("the source's journal: %+v ok=%v %v (target seeded from %s)", sj, ok, err, tj.SeedSource)
+	// The source's journal: the move, its snapshot in the store. It
+	// closes succeeded once the member serves on the target and that
+	// agent answered it verified (issue 38), at its next poll after that
+	// answer; until then it waited without the Lease, saying so at every
+	// poll with the deadline left.
+	var sj journal.Record
+	eventually(t, 30*time.Second, "the source's journal closed", func() error {
+		j, ok, err := journal.Load(lab.HostedMemberStateDir(*mustNode(t, l, source), ns, pod), pod)
+		if err != nil || !ok || j.Active() {
+			return fmt.Errorf("journal %+v ok=%v %v", j, ok, err)
+		}
+		sj = j
+		return nil
+	})
+	if sj.Request != plan.ActionMoveAway || sj.Result != journal.ResultSucceeded || "store:"+sj.StoreKey != tj.SeedSource || !strings.Contains(sj.Message, "verified") {
+		t.Fatalf("the source's journal: %+v (target seeded from %s)", sj, tj.SeedSource)
 	}
 	logPhases(t, sj)
+	if es := logEntries(t, agentLog(t, l, source), "pod move released: waiting for its member on the target, without the Lease"); len(es) != 1 {
+		t.Fatalf("%s said %d times that the released move waits without the Lease, want once", source, len(es))
+	}
+	waits := logEntries(t, agentLog(t, l, source), "pod move: waiting for its member on the target")
+	for _, e := range waits {
+		if d, _ := e["detail"].(string); !strings.Contains(d, " left") {
+			t.Fatalf("a wait's log line does not say how much of the deadline is left: %v", e)
+		}
+	}
+	t.Logf("the source waited %d polls for its member on %s, then: %s", len(waits), n4.Name, sj.Message)
 	// Nothing deleted: the old PV is kept, its data quarantined inside it.
 	pv, err := kc.CoreV1().PersistentVolumes().Get(ctx, oldPV, metav1.GetOptions{})
 	if err != nil {
