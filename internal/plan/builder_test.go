@@ -42,17 +42,18 @@ const (
 )
 
 type spec struct {
-	n, healthy int
-	local      localKind
-	dataDir    string
-	verdict    memberstate.State
-	match      observation.Match
-	extra      []observation.Member
-	noLeader   bool
-	listErr    string
-	dbSize     int64
-	in         Input
-	cfg        Config
+	n, healthy   int
+	local        localKind
+	dataDir      string
+	verdict      memberstate.State
+	verdictSince time.Time // the verdict's TroubleSince (zero: none)
+	match        observation.Match
+	extra        []observation.Member
+	noLeader     bool
+	listErr      string
+	dbSize       int64
+	in           Input
+	cfg          Config
 }
 
 type opt func(*spec)
@@ -130,7 +131,7 @@ func (s *spec) build() Input {
 	if s.verdict != "" {
 		verdict = s.verdict
 	}
-	in.Verdict = memberstate.Verdict{State: verdict, Reason: string(verdict), Detail: "verdict " + string(verdict)}
+	in.Verdict = memberstate.Verdict{State: verdict, Reason: string(verdict), Detail: "verdict " + string(verdict), TroubleSince: s.verdictSince}
 	return in
 }
 

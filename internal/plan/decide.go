@@ -58,13 +58,8 @@ func decideIdle(in Input, cfg Config) Decision {
 		// move asks for it), never an automatic heal's.
 		return Decision{Action: Nothing, Reason: ReasonNotAMember, Detail: "the local member was never seen in this cluster (not in the list, nothing pinned, no node's record names it): it is added only on request (etcd-agent move, or etcd-agent recover)"}
 	}
-	if local, inList := localMember(o); in.Request == nil && inList && !local.IsLearner && neverStarted(local) &&
-		(o.Local.DataDirClass == observation.DataDirMissing || o.Local.DataDirClass == observation.DataDirEmpty) {
-		// A bootstrap held at its gate, or a member added and not yet
-		// started: it never ran, so it has lost nothing and would only be
-		// replaced by another member that never ran.
-		return Decision{Action: Nothing, Reason: ReasonNeverStarted, Detail: fmt.Sprintf("member %x has never started (no client URLs published) and its data dir is %s: nothing to heal; it joins when it starts (etcd-agent recover replaces it on request)",
-			local.ID, o.Local.DataDirClass)}
+	if d, wait := waitForFirstStart(in); wait {
+		return d
 	}
 	if in.Request == nil {
 		switch {
@@ -526,4 +521,34 @@ func refuse(r Reason, detail string) Decision {
 }
 func wait(r Reason, detail string) Decision {
 	return Decision{Action: Nothing, Reason: r, Detail: detail}
+}
+
+// neverStartedPatience is how long a member that has never started, with
+// member data in its data dir, is left to finish its first start (its db
+// is written before its WAL: a look in between reads corrupt) before it is
+// healed as any lost member.
+const neverStartedPatience = 2 * time.Minute
+
+// waitForFirstStart: the local member is in the list but has never started
+// (no client URLs published, as etcd does at its first start), so it has
+// lost nothing. A bootstrap held at its gate, or a member added and not yet
+// started, is waited for, never replaced unasked: with a missing or empty
+// data dir for as long as it takes; with member data (a first start under
+// way, or one that failed) for neverStartedPatience of trouble.
+func waitForFirstStart(in Input) (Decision, bool) {
+	o := in.Obs
+	local, inList := localMember(o)
+	if in.Request != nil || !inList || local.IsLearner || !neverStarted(local) {
+		return Decision{}, false
+	}
+	class := o.Local.DataDirClass
+	if class == observation.DataDirMissing || class == observation.DataDirEmpty {
+		return Decision{Action: Nothing, Reason: ReasonNeverStarted, Detail: fmt.Sprintf("member %x has never started (no client URLs published) and its data dir is %s: nothing to heal; it joins when it starts (etcd-agent recover replaces it on request)",
+			local.ID, class)}, true
+	}
+	if since := in.Verdict.TroubleSince; !since.IsZero() && in.Now.Sub(since) < neverStartedPatience {
+		return Decision{Action: Nothing, Reason: ReasonNeverStarted, Detail: fmt.Sprintf("member %x has never started (no client URLs published) and its data dir is %s: its first start may be under way; healed if it has not started %s after its trouble began (%s)",
+			local.ID, class, neverStartedPatience, since.UTC().Format(time.RFC3339))}, true
+	}
+	return Decision{}, false
 }
