@@ -48,6 +48,10 @@ type QuarantineEntry struct {
 // seed streams, partial files, a person's files) is not listed, so never
 // pruned. A missing root lists nothing.
 func ListQuarantine(root, dataDirBase, member string) ([]QuarantineEntry, error) {
+	out, err := ListCopies(root, dataDirBase, KindDataDir)
+	if err != nil {
+		return nil, err
+	}
 	des, err := os.ReadDir(root)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
@@ -55,25 +59,23 @@ func ListQuarantine(root, dataDirBase, member string) ([]QuarantineEntry, error)
 	if err != nil {
 		return nil, err
 	}
-	var out []QuarantineEntry
 	for _, de := range des {
-		name := de.Name()
-		kind, at, ok := "", time.Time{}, false
-		if rest, found := strings.CutPrefix(name, dataDirBase+"-"); found && de.IsDir() {
-			at, ok = parseStamp(quarantineStampLayout, rest)
-			kind = KindDataDir
-		} else if stamp, rest, found := CutSnapshotName(name, member); found && rest == "" && de.Type().IsRegular() {
-			at, ok, kind = stamp, true, KindSnapshot
-		}
-		if !ok {
+		at, rest, found := CutSnapshotName(de.Name(), member)
+		if !found || rest != "" || !de.Type().IsRegular() {
 			continue
 		}
-		if fi, err := de.Info(); err == nil && fi.ModTime().After(at) {
-			at = fi.ModTime()
-		}
-		out = append(out, QuarantineEntry{Path: filepath.Join(root, name), Kind: kind, At: at.UTC()})
+		out = append(out, entryOf(root, de, KindSnapshot, at))
 	}
 	return out, nil
+}
+
+// entryOf is the entry of de in root, made at the later of at and its
+// modification time (a stream finishes after its name was stamped).
+func entryOf(root string, de os.DirEntry, kind string, at time.Time) QuarantineEntry {
+	if fi, err := de.Info(); err == nil && fi.ModTime().After(at) {
+		at = fi.ModTime()
+	}
+	return QuarantineEntry{Path: filepath.Join(root, de.Name()), Kind: kind, At: at.UTC()}
 }
 
 // ListCopies lists the dirs in root named exactly <prefix>-<stamp> (the
@@ -93,14 +95,9 @@ func ListCopies(root, prefix, kind string) ([]QuarantineEntry, error) {
 		if !found || !de.IsDir() {
 			continue
 		}
-		at, ok := parseStamp(quarantineStampLayout, rest)
-		if !ok {
-			continue
+		if at, ok := parseStamp(quarantineStampLayout, rest); ok {
+			out = append(out, entryOf(root, de, kind, at))
 		}
-		if fi, err := de.Info(); err == nil && fi.ModTime().After(at) {
-			at = fi.ModTime()
-		}
-		out = append(out, QuarantineEntry{Path: filepath.Join(root, de.Name()), Kind: kind, At: at.UTC()})
 	}
 	return out, nil
 }
