@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/etcd-agent/etcd-agent/internal/heal"
 	"github.com/etcd-agent/etcd-agent/internal/journal"
 	"github.com/etcd-agent/etcd-agent/internal/localdisk"
 	"github.com/etcd-agent/etcd-agent/internal/memberstate"
@@ -114,9 +115,13 @@ func Status(ctx context.Context, c Config) (Report, error) {
 		qdir = filepath.Join(filepath.Dir(id.DataDir), "etcd-agent-quarantine")
 	}
 	sp := localdisk.SpaceFor(id.DataDir, qdir)
-	d := plan.Decide(plan.Input{Now: res.Observation.At, Obs: res.Observation, Verdict: res.Verdict, Journal: j,
+	in := plan.Input{Now: res.Observation.At, Obs: res.Observation, Verdict: res.Verdict, Journal: j,
 		APIAvailable: true, FreeBytes: sp.QuarantineFree, DataDirFreeBytes: sp.DataDirFree, DataDirOtherFS: sp.DataDirOtherFS,
-		Backups: localdisk.BackupsHint(qdir), ManifestMissing: c.manifestMissing()}, c.PlanConfig())
+		Backups: localdisk.BackupsHint(qdir), ManifestMissing: c.manifestMissing()}
+	// Where the dirs lie, as the running agent sees it (before, status said
+	// "begin" where the agent refused a WAL dir at a mount point).
+	heal.LayoutFacts(&in, heal.Config{DataDir: id.DataDir, WALDir: id.WALDir, QuarantineDir: qdir, WALDirMountRoot: id.WALDirMountRoot})
+	d := plan.Decide(in, c.PlanConfig())
 	rep.Decision = &d
 	return rep, nil
 }

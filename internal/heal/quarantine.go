@@ -128,6 +128,14 @@ func (h *Healer) walDirAt() (mount, link bool, err error) {
 	return mount || h.cfg.WALDirMountRoot, link, nil
 }
 
+// LayoutFacts sets in what the decision needs to know about where the
+// member's data dir and WAL dir lie (cfg's DataDir, WALDir, QuarantineDir,
+// DataDirVolumeRoot, WALDirMountRoot), as a healer of cfg would: for a
+// decision made without one (`etcd-agent status`).
+func LayoutFacts(in *plan.Input, cfg Config) {
+	(&Healer{cfg: cfg, mountPoint: localdisk.IsMountPoint}).layoutInput(in)
+}
+
 // layoutInput sets what the decision needs to know about where the data
 // dir and the WAL dir lie (plan.DataDirDisposal, WALDirDisposal, and the
 // WAL disk's free space): the looks the executor takes again right before

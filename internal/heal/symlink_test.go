@@ -119,3 +119,33 @@ func TestSeedModeFallsBackToRaftWithASymlinkedDataDir(t *testing.T) {
 		t.Fatalf("the data dir's link is gone: %v", err)
 	}
 }
+
+// Review (issue 38): `etcd-agent status` decided without the layout facts
+// (a WAL dir at a mount point or a symlink, a symlinked data dir) and said
+// "begin" where the agent refuses. LayoutFacts gives a decision made
+// without a healer the same facts.
+func TestLayoutFactsAreTheHealersFacts(t *testing.T) {
+	res := lostWith("corrupt")
+	r := newRig(t, res)
+	wal := withWALDir(t, r)
+	target := wal + "-disk"
+	if err := os.Rename(wal, target); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(target, wal); err != nil {
+		t.Fatal(err)
+	}
+	linkedDataDir(t, r, "member/snap")
+	var in plan.Input
+	LayoutFacts(&in, r.h.cfg)
+	if !in.WALDirDedicated || !in.WALDirSymlink || !in.DataDirSymlink {
+		t.Fatalf("facts %+v: want a dedicated, symlinked WAL dir and a symlinked data dir", in)
+	}
+	cfg := r.h.cfg
+	cfg.WALDirMountRoot = true
+	in = plan.Input{}
+	LayoutFacts(&in, cfg)
+	if !in.WALDirMountPoint {
+		t.Fatal("a WAL dir at etcd's container mount root is not a mount point to the decision")
+	}
+}
