@@ -45,7 +45,7 @@ func (w *Watchdog) Run(ctx context.Context, onObservation func(observation.Obser
 				if !ok {
 					return
 				}
-				if !relevant(ev.Name, dir) && (walDir == "" || !relevant(ev.Name, walDir)) {
+				if !relevant(ev.Name, dir) && (walDir == "" || !relevant(ev.Name, walDir) || !changesEntries(ev, walDir)) {
 					continue
 				}
 				w.cfg.Log.Debug("data dir event", zap.String("path", ev.Name), zap.String("op", ev.Op.String()))
@@ -129,6 +129,13 @@ func untilNextTick(now time.Time, every time.Duration) time.Duration {
 
 // relevant: events on the data dir itself or anything inside it (the parent
 // may hold other things, e.g. the quarantine).
+// changesEntries: ev adds, removes or renames an entry of walDir or the
+// dir itself. etcd appends to its WAL segments all the time; only a cut (a
+// new file) or a wipe changes what the agent reads there.
+func changesEntries(ev fsnotify.Event, walDir string) bool {
+	return ev.Op&(fsnotify.Create|fsnotify.Remove|fsnotify.Rename) != 0 || filepath.Clean(ev.Name) == filepath.Clean(walDir)
+}
+
 func relevant(path, dir string) bool {
 	rel, err := filepath.Rel(dir, path)
 	return err == nil && rel != ".." && !strings.HasPrefix(rel, "../")

@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -72,5 +73,55 @@ func TestRunObservesAWipedDedicatedWALDirAtOnce(t *testing.T) {
 	case <-seen:
 	case <-time.After(5 * time.Second):
 		t.Fatal("the WAL dir's removal was not observed within 5 s (the next poll is an hour away)")
+	}
+}
+
+// Review (issue 38): every append etcd makes to its WAL in a dedicated WAL
+// dir woke an observation (50 appends: 51 observations), so under write
+// load the agent observed without pause. Only what changes the dir's
+// entries (a segment cut, a wipe) wakes it.
+func TestWALAppendsInADedicatedWALDirDoNotWakeTheWatchdog(t *testing.T) {
+	root := t.TempDir()
+	walDir := filepath.Join(root, "wal-disk", "wal")
+	if err := os.MkdirAll(walDir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	seg, err := os.Create(filepath.Join(walDir, "0000000000000000-0000000000000000.wal"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer seg.Close()
+	w, err := New(Config{Identity: Identity{Name: "b", PeerURLs: []string{"http://127.0.0.1:1"}, ClientURL: "http://127.0.0.1:1",
+		DataDir: filepath.Join(root, "data"), WALDir: walDir}, PollInterval: time.Hour, ProbeTimeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	w.nextTick = func(time.Time) time.Duration { return time.Hour }
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	var n atomic.Int32
+	seen := make(chan struct{}, 100)
+	go func() { _ = w.Run(ctx, func(observation.Observation) { n.Add(1); seen <- struct{}{} }) }()
+	<-seen
+	for range 50 {
+		if _, err := seg.Write([]byte("entry")); err != nil {
+			t.Fatal(err)
+		}
+		if err := seg.Sync(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A segment cut (a new file) still wakes it: then nothing is pending.
+	if err := os.WriteFile(filepath.Join(walDir, "0.tmp"), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-seen:
+	case <-time.After(5 * time.Second):
+		t.Fatal("a new file in the WAL dir was not observed within 5 s")
+	}
+	if got := n.Load(); got > 3 {
+		t.Fatalf("%d observations for 50 WAL appends and one new file, want at most 3", got)
 	}
 }
