@@ -5,6 +5,7 @@ import (
 	"slices"
 
 	"github.com/etcd-agent/etcd-agent/internal/journal"
+	"github.com/etcd-agent/etcd-agent/internal/manifest"
 	"github.com/etcd-agent/etcd-agent/internal/watchdog"
 )
 
@@ -17,14 +18,33 @@ import (
 // recovery of the member is open: its journal and Lease work on the
 // identity they began with, and the heal's own manifest changes (parked,
 // restored) are not an operator's.
-func identityDrift(c Config, id watchdog.Identity) string {
+//
+// A manifest that reads but gives no identity (a --wal-dir that disagrees
+// with the agent's, one off any hostPath) is an error: the loop must not go
+// on judging the member by the old identity (review: a healthy member
+// replaced), and the agent ends as it does on that error at its start.
+func identityDrift(c Config, id watchdog.Identity) (string, error) {
 	if j, _, err := journal.Load(c.StateDir, id.Name); err != nil || j.Active() {
-		return ""
+		return "", nil
 	}
 	now, err := ResolveIdentity(c)
-	if err != nil {
-		return "" // unreadable now (being rewritten, parked): looked at again at the next observation
+	switch {
+	case err != nil && manifestReads(c):
+		return "", fmt.Errorf("the member's manifest changed and gives no identity the agent can act on: %w", err)
+	case err != nil:
+		return "", nil // unreadable now (being rewritten, parked): looked at again at the next observation
 	}
+	return identityChange(now, id), nil
+}
+
+// manifestReads: the static-pod manifest is there and parses.
+func manifestReads(c Config) bool {
+	_, err := manifest.LoadMember(c.StaticPodManifest)
+	return err == nil
+}
+
+// identityChange says how now differs from id ("" when it does not).
+func identityChange(now, id watchdog.Identity) string {
 	switch {
 	case now.Name != id.Name:
 		return fmt.Sprintf("member name %q, was %q", now.Name, id.Name)

@@ -216,13 +216,20 @@ func runMember(ctx context.Context, c Config, id watchdog.Identity, env memberEn
 		log.Info("the member moved to another node: this agent no longer acts for it; waiting for a member on this node")
 		stopRun()
 	}
-	identityChanged := false
+	identityChanged, identityErr := false, error(nil)
 	err = wd.Run(runCtx, func(o observation.Observation) {
 		if env.node {
 			// Before anything is judged on it: an observation made with
 			// an identity the manifest no longer says (a --wal-dir added
 			// by an operator) would read a healthy member as corrupt.
-			if why := identityDrift(c, id); why != "" {
+			why, err := identityDrift(c, id)
+			if err != nil {
+				log.Error("stopping: no action is taken on an identity the manifest no longer gives", zap.Error(err))
+				identityErr = err
+				stopRun()
+				return
+			}
+			if why != "" {
 				log.Info("the member's manifest says another identity: reading it again", zap.String("change", why))
 				identityChanged = true
 				stopRun()
@@ -299,6 +306,9 @@ func runMember(ctx context.Context, c Config, id watchdog.Identity, env memberEn
 	})
 	if retired && ctx.Err() == nil {
 		return errMemberRetired
+	}
+	if identityErr != nil && ctx.Err() == nil {
+		return identityErr
 	}
 	if identityChanged && ctx.Err() == nil {
 		return errIdentityChanged
