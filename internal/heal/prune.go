@@ -115,7 +115,7 @@ func (h *Healer) quarantinedCopies() ([]localdisk.QuarantineEntry, error) {
 	type source struct{ root, prefix, kind string }
 	sources := []source{{filepath.Join(h.cfg.DataDir, localdisk.VolumeQuarantineDirName), "member", localdisk.KindMemberDir}}
 	if wal := h.cfg.WALDir; wal != "" {
-		prefix := "wal-" + filepath.Base(filepath.Clean(wal))
+		prefix := walCopyName(h.cfg.Member, wal)
 		sources = append(sources, source{h.cfg.QuarantineDir, prefix, localdisk.KindWALDir})
 		if beside := filepath.Join(filepath.Dir(wal), localdisk.VolumeQuarantineDirName); filepath.Clean(beside) != filepath.Clean(h.cfg.QuarantineDir) {
 			sources = append(sources, source{beside, prefix, localdisk.KindWALDir})

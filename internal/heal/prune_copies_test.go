@@ -31,7 +31,7 @@ func copiesNamed(t *testing.T, root, prefix string, n int, before time.Time) []s
 
 // Review (issue 38): --quarantine-keep pruned only data dirs named after
 // the data dir and snapshots. The copies of a dedicated WAL dir
-// (wal-<name>-<stamp>, in the quarantine or beside the WAL dir on its own
+// (wal-<member>-<name>-<stamp>, in the quarantine or beside the WAL dir on its own
 // disk) and the member/ copies of a data dir kept in place (a volume's
 // root, a symlink: <data dir>/etcd-agent-quarantine/member-<stamp>) piled
 // up until the disk was full. They are pruned by the same rule, each kind
@@ -45,18 +45,22 @@ func TestQuarantineKeepPrunesWALAndMemberCopiesToo(t *testing.T) {
 	wal := filepath.Join(r.dir, "wal-disk", "etcd-wal")
 	r.h.cfg.WALDir = wal
 	beside := filepath.Join(filepath.Dir(wal), localdisk.VolumeQuarantineDirName)
-	walHere := copiesNamed(t, r.h.cfg.QuarantineDir, "wal-etcd-wal", 2, t0)
-	walBeside := copiesNamed(t, beside, "wal-etcd-wal", 2, t0.Add(-10*time.Hour))
+	walHere := copiesNamed(t, r.h.cfg.QuarantineDir, "wal-m1-etcd-wal", 2, t0)
+	walBeside := copiesNamed(t, beside, "wal-m1-etcd-wal", 2, t0.Add(-10*time.Hour))
+	// Review (session 26): pod members whose data dirs share a parent share
+	// the quarantine; another member's WAL dir of the same basename must
+	// keep its copies (before, its only one was pruned as ours).
+	theirs := copiesNamed(t, r.h.cfg.QuarantineDir, "wal-m2-etcd-wal", 1, t0.Add(-20*time.Hour))
 	members := copiesNamed(t, filepath.Join(r.h.cfg.DataDir, localdisk.VolumeQuarantineDirName), "member", 3, t0)
 	other := copiesNamed(t, beside, "wal-another", 2, t0) // another WAL dir's: never
-	all := slices.Concat(walHere, walBeside, members, other)
+	all := slices.Concat(theirs, walHere, walBeside, members, other)
 	for _, when := range []time.Duration{0, time.Minute + r.h.cfg.QuarantinePruneAfter} {
 		clock = t0.Add(when)
 		res := cluster3(memberstate.Healthy, 1, 2, 3)
 		res.Observation.At = clock
 		r.h.Housekeep(res)
 	}
-	want := slices.Concat([]string{walHere[1]}, []string{members[2]}, other)
+	want := slices.Concat(theirs, []string{walHere[1]}, []string{members[2]}, other)
 	if got := present(all); !slices.Equal(got, want) {
 		t.Fatalf("left %v,\nwant %v (the newest WAL copy and member copy, another WAL dir's copies)", got, want)
 	}

@@ -94,10 +94,10 @@ func (h *Healer) quarantineWALDir(ctx context.Context) (string, error) {
 	if err := h.fence(ctx, quarantineTimeout); err != nil {
 		return "", err
 	}
-	// Named apart from the data dir's copies (wal-<name>), which
-	// --quarantine-keep prunes: a WAL dir whose name is the data dir's
-	// would be counted as one (review, helper 4).
-	dst, err := localdisk.QuarantineAs(wal, root, "wal-"+filepath.Base(filepath.Clean(wal)), time.Now())
+	// Named apart from the data dir's copies, which --quarantine-keep
+	// prunes by their own name, and from other members' WAL copies in a
+	// shared quarantine (review: one member's prune took another's).
+	dst, err := localdisk.QuarantineAs(wal, root, walCopyName(h.cfg.Member, wal), time.Now())
 	if err != nil {
 		return "", fmt.Errorf("quarantine the WAL dir %s: %w", wal, err)
 	}
@@ -154,4 +154,10 @@ func (h *Healer) layoutInput(in *plan.Input) {
 		in.WALDirMountPoint, in.WALDirSymlink = mount, link
 	}
 	in.WALDirFreeBytes, in.WALDirOtherFS = localdisk.WALSpace(h.cfg.WALDir, h.cfg.DataDir, h.cfg.QuarantineDir)
+}
+
+// walCopyName is the name (before its stamp) of member's WAL dir copies:
+// wal-<member>-<the WAL dir's basename>.
+func walCopyName(member, walDir string) string {
+	return "wal-" + member + "-" + filepath.Base(filepath.Clean(walDir))
 }
