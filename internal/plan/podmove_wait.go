@@ -52,7 +52,13 @@ func awaitMoveTarget(in Input, cfg Config) Decision {
 	if deadline <= 0 {
 		deadline = defaultMoveDeadline
 	}
-	waited := max(in.Now.Sub(j.ClaimReleasedAt), 0)
+	var waited time.Duration
+	if !j.ClaimReleasedAt.IsZero() {
+		// Else released by another hand (a PVC retention policy, a
+		// person): waited for nothing yet. The attempt's own timeout
+		// bounds it, and settleMoveAway then journals the release.
+		waited = max(in.Now.Sub(j.ClaimReleasedAt), 0)
+	}
 	m, found := movedMember(in.Obs, j)
 	var answer *MoveAnswer
 	if c != nil && c.Err == "" {

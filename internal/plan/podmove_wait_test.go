@@ -76,3 +76,20 @@ func TestAReleasedPodMoveSucceedsOnlyWhenItsMemberServesVerifiedOnTheTarget(t *t
 		t.Errorf("no deadline configured, %s after the release: %s/%s (%s), want finish/move-timed-out", defaultMoveDeadline, d.Action, d.Reason, d.Detail)
 	}
 }
+
+// Review (session 26): a claim released by someone else (a StatefulSet's
+// PVC retention policy, a person) leaves ClaimReleasedAt unjournaled (only
+// our own StewardDeletePVC stamps it), and a zero time made the move look
+// waited for since year 1: failed move-timed-out at once. Without a
+// journaled release it has waited for nothing yet; the attempt's own
+// timeout bounds it and the settle then journals the release.
+func TestAMoveReleasedByAnotherHandIsNotTimedOutAtOnce(t *testing.T) {
+	released := podMove(func(c *ClaimFacts) {
+		c.ReservedPV, c.ClaimBound, c.ClaimDeleting, c.PodOnNode, c.OldPVRetained, c.PodNode = "pv-9", true, true, false, true, "node9"
+	})
+	d := Decide(cluster(2, 2, local(localGone), leaseHeld(), awayJournal(record.PhaseRemoved, oldID(id(1))), released,
+		cfg(func(c *Config) { c.MoveDeadline = 30 * time.Minute }), func(s *spec) { s.in.Now = t0.Add(time.Minute) }))
+	if d.Reason == ReasonMoveTimedOut {
+		t.Fatalf("%s/%s (%s): a move released by another hand timed out at once", d.Action, d.Reason, d.Detail)
+	}
+}
