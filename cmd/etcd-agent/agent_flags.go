@@ -26,6 +26,7 @@ func addMemberFlags(fs *pflag.FlagSet, c *agent.Config) {
 	fs.DurationVar(&c.GracePeriod, "grace-period", 60*time.Second, "how long a member must be continuously unhealthy before it is lost")
 	fs.StringVar(&c.Kubeconfig, "kubeconfig", "", "kubeconfig for the Kubernetes API (default: in-cluster config)")
 	fs.StringVar(&c.StateDir, "state-dir", "/var/lib/etcd-agent", "the agent's own state (journal, learned endpoints, status)")
+	fs.StringSliceVar(&c.NodePaths, "node-paths", nil, "node dirs mounted into the agent's container at their own paths (its hostPath volumes); a member's data dir or WAL dir outside them is an error, never read as wiped (empty: the agent sees the node's filesystem)")
 }
 
 // addHealFlags are the flags of the recovery itself (run and recover).

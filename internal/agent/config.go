@@ -39,6 +39,11 @@ type Config struct {
 	WALDir string
 	// DataDirVolumeRoot: the data dir is a PV's path (a pod member).
 	DataDirVolumeRoot bool
+	// NodePaths are the node dirs mounted into the agent's container at
+	// their own paths (its hostPath volumes): a member's data dir or WAL
+	// dir outside them is not the node's (visibleOnNode). Empty: the agent
+	// sees the node's filesystem (the lab; a host process).
+	NodePaths []string
 	// WALDirMountRoot: a volume is mounted right at the WAL dir in etcd's
 	// container (a pod member).
 	WALDirMountRoot bool

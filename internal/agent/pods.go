@@ -187,7 +187,7 @@ func (p *podMembers) reconcile(ctx context.Context) {
 		// read again once the recovery ended, and its loop restarted.)
 		member, err := membersource.FromPod(pod, p.vols, p.c.KubeletPodsDir)
 		if err == nil && !member.DataDirPerPod { // a per-pod dir appears with the pod
-			err = visibleOnNode(member.Identity)
+			err = visibleOnNode(member.Identity, p.c.NodePaths)
 		}
 		if err != nil {
 			p.sayUnreadable(key, err)

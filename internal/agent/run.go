@@ -72,7 +72,7 @@ func Run(ctx context.Context, c Config) error {
 		if err != nil {
 			return err
 		}
-		if err := visibleOnNode(id); err != nil {
+		if err := visibleOnNode(id, c.NodePaths); err != nil {
 			return err
 		}
 		err = runMember(ctx, c, id, memberEnv{metrics: m, ready: &ready, kc: kc, metricsAddr: srv.Addr, node: true})

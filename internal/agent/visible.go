@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 
 	"github.com/etcd-agent/etcd-agent/internal/watchdog"
 )
@@ -15,10 +17,20 @@ import (
 // reads them (review of issue 38: a --wal-dir under a host path the
 // DaemonSet does not mount). The dirs themselves may be missing: that is
 // what a wipe looks like, and etcd's kubelet creates them.
-func visibleOnNode(id watchdog.Identity) error {
+//
+// The parent's existence does not prove it is the node's (review: /var
+// exists in every container; a --wal-dir=/var/etcd-wal with only /var/lib
+// mounted passed): with nodePaths (--node-paths, the container's hostPath
+// mounts) each dir must also lie under one of them.
+func visibleOnNode(id watchdog.Identity, nodePaths []string) error {
 	for _, d := range []struct{ what, path string }{{"data dir", id.DataDir}, {"WAL dir (--wal-dir)", id.WALDir}} {
 		if d.path == "" {
 			continue
+		}
+		if len(nodePaths) > 0 && !slices.ContainsFunc(nodePaths, func(np string) bool { return isUnder(d.path, np) }) {
+			return fmt.Errorf("member %s: the %s %s is under none of the node dirs mounted into the agent (--node-paths %s): mount the host dir that holds it "+
+				"into the agent's container at the same path (a hostPath volume of its parent or above) and add it to --node-paths (see deploy/README.md)",
+				id.Name, d.what, d.path, strings.Join(nodePaths, ","))
 		}
 		parent := filepath.Dir(filepath.Clean(d.path))
 		fi, err := os.Stat(parent)
@@ -33,4 +45,10 @@ func visibleOnNode(id watchdog.Identity) error {
 			"at the same path (a hostPath volume of its parent or above, never of the dir itself: see deploy/README.md)", id.Name, d.what, d.path, parent, why)
 	}
 	return nil
+}
+
+// isUnder: path is dir or inside it.
+func isUnder(path, dir string) bool {
+	rel, err := filepath.Rel(filepath.Clean(dir), filepath.Clean(path))
+	return err == nil && rel != ".." && !strings.HasPrefix(rel, "../")
 }
