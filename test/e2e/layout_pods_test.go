@@ -66,6 +66,11 @@ func TestStatefulSetMembersInRealWorldLayouts(t *testing.T) {
 		}
 	}
 	wantLaidOut()
+	// etcd-0 leads: etcd-1 is SIGKILLed and etcd-2 wiped below, and a
+	// killed leader's writes fail until etcd's election (not the agent's).
+	for _, ns := range clusters {
+		moveHostedLeaderTo(t, l, ns, placement[ns], "etcd-0")
+	}
 	checkers := startHostedCheckers(t, l, clusters)
 
 	noJournal := func(ns string) {
@@ -112,6 +117,9 @@ func TestStatefulSetMembersInRealWorldLayouts(t *testing.T) {
 	oldIDs := map[string]string{}
 	for _, ns := range clusters {
 		oldIDs[ns] = hostedMemberID(t, l, ns, "etcd-2")
+	}
+	for _, ns := range clusters { // an election meanwhile: a hand-off, excused
+		moveHostedLeaderTo(t, l, ns, placement[ns], "etcd-0")
 	}
 	faultAt := time.Now()
 	for _, ns := range clusters {
