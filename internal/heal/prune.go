@@ -77,7 +77,7 @@ func (h *Healer) Housekeep(res memberstate.Result) {
 		return
 	}
 	for _, e := range prunable {
-		if err := localdisk.RemoveQuarantined(filepath.Dir(e.Path), e); err != nil {
+		if err := localdisk.RemoveQuarantined(e.Root, e); err != nil {
 			h.pruneError("prune "+e.Path, err)
 			continue
 		}

@@ -36,6 +36,8 @@ const SnapshotStampLayout = "2006-01-02T15-04-05Z"
 // QuarantineEntry is one quarantined copy of a member's data.
 type QuarantineEntry struct {
 	Path string
+	// Root is the quarantine it was listed in (RemoveQuarantined's guard).
+	Root string
 	Kind string
 	// At is when the copy was made: the later of its name's stamp and its
 	// modification time (a stream finishes after its name was stamped).
@@ -75,7 +77,7 @@ func entryOf(root string, de os.DirEntry, kind string, at time.Time) QuarantineE
 	if fi, err := de.Info(); err == nil && fi.ModTime().After(at) {
 		at = fi.ModTime()
 	}
-	return QuarantineEntry{Path: filepath.Join(root, de.Name()), Kind: kind, At: at.UTC()}
+	return QuarantineEntry{Path: filepath.Join(root, de.Name()), Root: root, Kind: kind, At: at.UTC()}
 }
 
 // ListCopies lists the dirs in root named exactly <prefix>-<stamp> (the

@@ -129,6 +129,11 @@ func RestoreSkeleton(d Dirs, mk SkeletonMake, mark SkeletonMark) (made []string,
 		}
 		switch err := os.Mkdir(dir, 0o700); {
 		case errors.Is(err, fs.ErrExist):
+			// Appeared meanwhile: fine if a dir; a file or a dangling link
+			// there is not a skeleton made (review: "restored" was said).
+			if fi, serr := os.Stat(dir); serr != nil || !fi.IsDir() {
+				return fmt.Errorf("%s exists and is not a directory", dir)
+			}
 			return nil
 		case err != nil:
 			return err

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -165,4 +166,20 @@ func TestASkeletonUnderARealRunningEtcd(t *testing.T) {
 	}
 	p.stop(t)
 	requireClass(t, classifyNow(t, dataDir, Expect{}), ClassCorrupt, "skeleton")
+}
+
+// Review (session 26): a file (or a dangling link) where a skeleton dir
+// goes counted as made: "restored" was logged, an Event sent and counted at
+// every observation while nothing was made. It is an error.
+func TestASkeletonPartThatIsAFileIsNotMade(t *testing.T) {
+	data := filepath.Join(t.TempDir(), "etcd")
+	if err := os.MkdirAll(filepath.Join(data, "member"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(data, "member", "snap"), []byte("not a dir"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := RestoreSkeleton(DataDirOnly(data), SkeletonMake{SnapDir: true}, SkeletonMark{}); err == nil || !strings.Contains(err.Error(), "not a directory") {
+		t.Fatalf("RestoreSkeleton over a file: %v, want an error", err)
+	}
 }
