@@ -83,14 +83,7 @@ func TestADanglingDataDirLinkIsRefused(t *testing.T) {
 func TestASymlinkedWALDirIsRefusedAndNothingStops(t *testing.T) {
 	res := lostWith("corrupt")
 	r := newRig(t, res)
-	wal := withWALDir(t, r)
-	target := wal + "-disk"
-	if err := os.Rename(wal, target); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Symlink(target, wal); err != nil {
-		t.Fatal(err)
-	}
+	wal, target := linkedWALDir(t, r)
 	out := r.h.Consider(context.Background(), res, nil)
 	if out.Decision.Reason != plan.ReasonWALDirSymlink || r.rt.stops != 0 {
 		t.Fatalf("decision %+v, %d stops; want refused %s, no stop", out.Decision, r.rt.stops, plan.ReasonWALDirSymlink)
@@ -127,14 +120,7 @@ func TestSeedModeFallsBackToRaftWithASymlinkedDataDir(t *testing.T) {
 func TestLayoutFactsAreTheHealersFacts(t *testing.T) {
 	res := lostWith("corrupt")
 	r := newRig(t, res)
-	wal := withWALDir(t, r)
-	target := wal + "-disk"
-	if err := os.Rename(wal, target); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Symlink(target, wal); err != nil {
-		t.Fatal(err)
-	}
+	linkedWALDir(t, r)
 	linkedDataDir(t, r, "member/snap")
 	var in plan.Input
 	LayoutFacts(&in, r.h.cfg)
@@ -148,4 +134,19 @@ func TestLayoutFactsAreTheHealersFacts(t *testing.T) {
 	if !in.WALDirMountPoint {
 		t.Fatal("a WAL dir at etcd's container mount root is not a mount point to the decision")
 	}
+}
+
+// linkedWALDir gives the rig a dedicated WAL dir that is a symlink to the
+// dir holding the WAL, and returns both.
+func linkedWALDir(t *testing.T, r *rig) (link, target string) {
+	t.Helper()
+	link = withWALDir(t, r)
+	target = link + "-disk"
+	if err := os.Rename(link, target); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(target, link); err != nil {
+		t.Fatal(err)
+	}
+	return link, target
 }

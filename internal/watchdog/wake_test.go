@@ -49,18 +49,7 @@ func TestRunObservesAtTheWakeItWasAskedFor(t *testing.T) {
 // data dir (etcd's purge lists it every 30 s and ends the member when it
 // is gone): it is observed at once, not at the next poll.
 func TestRunObservesAWipedDedicatedWALDirAtOnce(t *testing.T) {
-	root := t.TempDir()
-	walDir := filepath.Join(root, "wal-disk", "wal")
-	if err := os.MkdirAll(walDir, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	w, err := New(Config{Identity: Identity{Name: "b", PeerURLs: []string{"http://127.0.0.1:1"}, ClientURL: "http://127.0.0.1:1",
-		DataDir: filepath.Join(root, "data"), WALDir: walDir}, PollInterval: time.Hour, ProbeTimeout: time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer w.Close()
-	w.nextTick = func(time.Time) time.Duration { return time.Hour }
+	w, walDir := walDirWatchdog(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	seen := make(chan struct{}, 4)
@@ -81,23 +70,12 @@ func TestRunObservesAWipedDedicatedWALDirAtOnce(t *testing.T) {
 // load the agent observed without pause. Only what changes the dir's
 // entries (a segment cut, a wipe) wakes it.
 func TestWALAppendsInADedicatedWALDirDoNotWakeTheWatchdog(t *testing.T) {
-	root := t.TempDir()
-	walDir := filepath.Join(root, "wal-disk", "wal")
-	if err := os.MkdirAll(walDir, 0o700); err != nil {
-		t.Fatal(err)
-	}
+	w, walDir := walDirWatchdog(t)
 	seg, err := os.Create(filepath.Join(walDir, "0000000000000000-0000000000000000.wal"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer seg.Close()
-	w, err := New(Config{Identity: Identity{Name: "b", PeerURLs: []string{"http://127.0.0.1:1"}, ClientURL: "http://127.0.0.1:1",
-		DataDir: filepath.Join(root, "data"), WALDir: walDir}, PollInterval: time.Hour, ProbeTimeout: time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer w.Close()
-	w.nextTick = func(time.Time) time.Duration { return time.Hour }
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	var n atomic.Int32
@@ -124,4 +102,23 @@ func TestWALAppendsInADedicatedWALDirDoNotWakeTheWatchdog(t *testing.T) {
 	if got := n.Load(); got > 3 {
 		t.Fatalf("%d observations for 50 WAL appends and one new file, want at most 3", got)
 	}
+}
+
+// walDirWatchdog is a watchdog of a member with a dedicated WAL dir (made,
+// empty) that polls only hourly: what wakes it is its watch.
+func walDirWatchdog(t *testing.T) (*Watchdog, string) {
+	t.Helper()
+	root := t.TempDir()
+	walDir := filepath.Join(root, "wal-disk", "wal")
+	if err := os.MkdirAll(walDir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	w, err := New(Config{Identity: Identity{Name: "b", PeerURLs: []string{"http://127.0.0.1:1"}, ClientURL: "http://127.0.0.1:1",
+		DataDir: filepath.Join(root, "data"), WALDir: walDir}, PollInterval: time.Hour, ProbeTimeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { w.Close() })
+	w.nextTick = func(time.Time) time.Duration { return time.Hour }
+	return w, walDir
 }
