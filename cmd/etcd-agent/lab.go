@@ -43,7 +43,7 @@ func newLabCmd(g *globalFlags) *cobra.Command {
 		}
 		return lab.Open(dir, log)
 	}
-	cmd.AddCommand(newLabUpCmd(g, &dir), newLabDownCmd(open), newLabStatusCmd(open), newLabSuperviseCmd(g), newLabDemoCmd(g, &dir), newLabBenchCmd(g, &dir), newLabBenchScaleCmd(g, &dir))
+	cmd.AddCommand(newLabUpCmd(g, &dir), newLabDownCmd(open), newLabStatusCmd(open), newLabSuperviseCmd(g), newLabRealNodeCmd(g), newLabDemoCmd(g, &dir), newLabBenchCmd(g, &dir), newLabBenchScaleCmd(g, &dir))
 	cmd.AddCommand(newLabFaultCmds(open)...)
 	return cmd
 }
@@ -107,6 +107,7 @@ func newLabUpCmd(g *globalFlags, dir *string) *cobra.Command {
 	c.Flags().BoolVar(&o.Agents, "agents", false, "run `etcd-agent run` on every node")
 	c.Flags().StringVar(&o.EtcdBinary, "etcd-binary", "", "etcd binary for the members (default: <bin-dir>/etcd; make tools also builds bin/etcd-3.7)")
 	c.Flags().BoolVar(&o.EtcdTLS, "etcd-tls", false, "etcd serves client and peer TLS with client cert auth, as on kubeadm (certs in <dir>/pki/etcd)")
+	c.Flags().BoolVar(&o.RealNode, "real-node", false, "the last node is a real one: the real kubelet, containerd and runc in namespaces of its own (needs root, --etcd-tls, `make tools images`)")
 	c.Flags().BoolVar(&o.EtcdWALDir, "etcd-wal-dir", false, "members run with a dedicated --wal-dir (<node>/disk/wal/etcd), as a WAL on its own disk")
 	c.Flags().StringArrayVar(&o.AgentArgs, "agent-arg", nil, "extra flag for every agent (repeatable)")
 	c.Flags().StringVar(&o.SnapshotStore, "snapshot-store", "", "give the agents a --snapshot-store: file (a lab folder, as a shared filesystem) or s3 (a real S3 server: SeaweedFS weed mini, built by make tools); the URL and credentials are in <dir>/lab.json")

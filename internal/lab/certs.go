@@ -35,7 +35,9 @@ func writePKI(dir string) (apiserverPKI, error) {
 		return p, err
 	}
 	serving, err := ca.issue("kube-apiserver", []string{"localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc"},
-		[]net.IP{net.ParseIP("127.0.0.1")}, []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth})
+		// and the `kubernetes` Service's ClusterIP, which a real node's
+		// in-cluster clients dial (realnode.go).
+		[]net.IP{net.ParseIP("127.0.0.1"), net.ParseIP(realNodeServiceIP)}, []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth})
 	if err != nil {
 		return p, err
 	}

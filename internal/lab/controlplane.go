@@ -17,14 +17,14 @@ import (
 // kubeadm sets it up: the bootstrap roles of system:kube-controller-manager
 // and system:kube-scheduler, controllers under their own service accounts),
 // and waits until both answer /healthz.
-func (l *Lab) startControlPlane(ctx context.Context) error {
-	m, a := l.Spec.Management, l.Spec.APIServer
+func (l *Lab) startControlPlane(ctx context.Context, kubeconfigs map[string]string, kcmDst, schedDst **Process) error {
+	a := l.Spec.APIServer
 	ports, err := freePorts("127.0.0.1", 2)
 	if err != nil {
 		return err
 	}
 	pki := filepath.Join(a.Dir, "pki")
-	kcmKC, schedKC := m.Kubeconfigs["system:kube-controller-manager"], m.Kubeconfigs["system:kube-scheduler"]
+	kcmKC, schedKC := kubeconfigs["system:kube-controller-manager"], kubeconfigs["system:kube-scheduler"]
 	kcm := []string{filepath.Join(l.Spec.BinDir, "kube-controller-manager"),
 		"--kubeconfig=" + kcmKC, "--authentication-kubeconfig=" + kcmKC, "--authorization-kubeconfig=" + kcmKC,
 		"--bind-address=127.0.0.1", "--secure-port=" + strconv.Itoa(ports[0]),
@@ -47,8 +47,8 @@ func (l *Lab) startControlPlane(ctx context.Context) error {
 		port int
 		dst  **Process
 	}{
-		{kcm, filepath.Join(a.Dir, "kube-controller-manager.log"), ports[0], &m.ControllerManager},
-		{sched, filepath.Join(a.Dir, "kube-scheduler.log"), ports[1], &m.Scheduler},
+		{kcm, filepath.Join(a.Dir, "kube-controller-manager.log"), ports[0], kcmDst},
+		{sched, filepath.Join(a.Dir, "kube-scheduler.log"), ports[1], schedDst},
 	} {
 		proc, err := startDetached(p.argv, p.log)
 		if err != nil {

@@ -29,7 +29,8 @@ type EtcdTLS struct {
 }
 
 // writeEtcdPKI generates the etcd PKI in dir.
-func writeEtcdPKI(dir string) (*EtcdTLS, error) {
+// extraIPs are more serving IPs (a real node's).
+func writeEtcdPKI(dir string, extraIPs ...string) (*EtcdTLS, error) {
 	t := &EtcdTLS{Dir: dir, CAFile: filepath.Join(dir, "ca.crt"),
 		ServerCert: filepath.Join(dir, "server.crt"), ServerKey: filepath.Join(dir, "server.key"),
 		ClientCert: filepath.Join(dir, "client.crt"), ClientKey: filepath.Join(dir, "client.key")}
@@ -44,6 +45,9 @@ func writeEtcdPKI(dir string) (*EtcdTLS, error) {
 	ips := []net.IP{net.ParseIP("127.0.0.1")}
 	for i := 1; i <= 9; i++ {
 		ips = append(ips, net.ParseIP(fmt.Sprintf("127.0.0.%d", 10+i)))
+	}
+	for _, ip := range extraIPs {
+		ips = append(ips, net.ParseIP(ip))
 	}
 	server, err := ca.issue("etcd-server", []string{"localhost"}, ips,
 		[]x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth})

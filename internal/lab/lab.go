@@ -75,6 +75,11 @@ type Options struct {
 	Management     bool
 	HostedClusters int
 	PVsPerNode     int
+	// RealNode makes the last node a real one (realnode.go): the real
+	// kubelet, containerd and runc in namespaces of its own, running a
+	// kubeadm-style etcd static pod and, with Agents, the shipped
+	// DaemonSet. It needs root, EtcdTLS, `make tools images`.
+	RealNode bool
 	// HostedLayouts lays out hosted cluster i's data dir as
 	// HostedLayouts[i] (hostedlayout.go; missing or "": a subdir of the claim).
 	HostedLayouts []string
@@ -165,7 +170,7 @@ func Up(ctx context.Context, o Options) (_ *Lab, err error) {
 	// An Up that fails leaves no mount and no proxy behind: with either,
 	// it stops what it started (a lab without them is left for Down, as before).
 	defer func() {
-		if err != nil && (len(spec.DiskMounts) > 0 || l.peers != nil) {
+		if err != nil && (len(spec.DiskMounts) > 0 || l.peers != nil || spec.RealNode != nil) {
 			if derr := l.Down(context.WithoutCancel(ctx)); derr != nil {
 				err = errors.Join(err, derr)
 			}
@@ -182,6 +187,9 @@ func Up(ctx context.Context, o Options) (_ *Lab, err error) {
 	}
 	if o.Management {
 		return l, l.upManagement(ctx, o)
+	}
+	if o.RealNode {
+		return l, l.upWithRealNode(ctx, o)
 	}
 	if o.EtcdTLS {
 		if spec.EtcdTLS, err = writeEtcdPKI(filepath.Join(dir, "pki", "etcd")); err != nil {
@@ -422,6 +430,9 @@ func (l *Lab) bootstrapObjects(ctx context.Context) error {
 		return fmt.Errorf("create namespace %s: %w", AgentNamespace, err)
 	}
 	for _, n := range l.Spec.Nodes {
+		if n.Real {
+			continue // its kubelet registers it
+		}
 		if err := l.createNodeObject(ctx, kc, n); err != nil {
 			return err
 		}
@@ -477,13 +488,21 @@ func (l *Lab) KubeClient() (kubernetes.Interface, error) {
 // process is still running afterwards.
 func (l *Lab) Down(ctx context.Context) error {
 	var errs []error
+	var controlPlane []*Process
 	if m := l.Spec.Management; m != nil {
-		for _, p := range []*Process{m.ControllerManager, m.Scheduler} {
-			if p != nil {
-				errs = append(errs, stopPID(p.PID, l.Spec.Dir, 15*time.Second))
-			}
+		controlPlane = append(controlPlane, m.ControllerManager, m.Scheduler)
+	}
+	if r := l.Spec.RealNode; r != nil {
+		controlPlane = append(controlPlane, r.ControllerManager, r.Scheduler)
+	}
+	for _, p := range controlPlane {
+		if p != nil {
+			errs = append(errs, stopPID(p.PID, l.Spec.Dir, 15*time.Second))
 		}
 	}
+	// The real node before the API server: its kubelet would otherwise
+	// spend its stop retrying the API.
+	errs = append(errs, l.downRealNode())
 	if a := l.Spec.APIServer; a != nil {
 		errs = append(errs, stopPID(a.PID, a.Dir, 15*time.Second))
 	}

@@ -115,7 +115,7 @@ func (l *Lab) upManagement(ctx context.Context, o Options) error {
 		return err
 	}
 	l.log.Info("kube-apiserver ready", zap.String("url", a.URL), zap.Duration("took", time.Since(start)))
-	if err := l.startControlPlane(ctx); err != nil {
+	if err := l.startControlPlane(ctx, m.Kubeconfigs, &m.ControllerManager, &m.Scheduler); err != nil {
 		return err
 	}
 	for i := 1; i <= o.Nodes; i++ {

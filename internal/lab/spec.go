@@ -56,6 +56,8 @@ type Spec struct {
 	// node, worker nodes run by lab kubelets, real controllers, local PVs
 	// and hosted etcd clusters as StatefulSets.
 	Management *Management `json:"management,omitempty"`
+	// RealNode is the node the real kubelet runs (Options.RealNode).
+	RealNode *RealNode `json:"realNode,omitempty"`
 	// SnapshotStore is the agents' --snapshot-store (snapshotstore.go).
 	SnapshotStore *SnapshotStore `json:"snapshotStore,omitempty"`
 }
@@ -95,6 +97,9 @@ type Node struct {
 	// Worker: a management lab's worker node, whose supervisor is also its
 	// lab kubelet (it registers the Node and runs the API pods bound to it).
 	Worker bool `json:"worker,omitempty"`
+	// Real: the real kubelet runs this node (Spec.RealNode), not `lab
+	// supervise`; its paths above are the lab's view of the node's own.
+	Real bool `json:"real,omitempty"`
 }
 
 // PVDir is the folder under which the node's local PVs live.
