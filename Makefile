@@ -10,7 +10,7 @@ E2E_TIMEOUT ?= 45m
 E2E_PARALLEL ?= 2
 BENCH_MEMBERS ?= 1,10,30
 
-.PHONY: all tools build unit e2e e2e-full e2e-chaos test demo demo-down bench vet fmt clean deploy-test dashboard-png
+.PHONY: all tools build unit e2e e2e-full e2e-chaos test demo demo-down bench vet fmt clean deploy-test dashboard-png images
 
 all: build
 
@@ -23,10 +23,16 @@ build:
 	@mkdir -p $(BIN)
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(BIN)/etcd-agent ./cmd/etcd-agent
 
+## images: the real lab node's images (etcd-agent, etcd, pause) as docker-save
+## archives in bin/images, no registry, no Docker (hack/images, docs/plans/real-node.md section 2)
+images: tools build
+	cd hack/images && GO=$(GO) $(GO) run . -bin $(BIN) -out $(BIN)/images
+
 vet:
 	$(GO) vet ./...
 	cd hack/render-dashboard && $(GO) vet ./...
-	@out=$$(gofmt -l cmd internal metrics test hack/render-dashboard 2>/dev/null); if [ -n "$$out" ]; then echo "gofmt needed: $$out"; exit 1; fi
+	cd hack/images && $(GO) vet ./...
+	@out=$$(gofmt -l cmd internal metrics test hack/render-dashboard hack/images 2>/dev/null); if [ -n "$$out" ]; then echo "gofmt needed: $$out"; exit 1; fi
 
 ## unit: tests that need no running lab (some start a real etcd from bin/)
 unit: tools build
@@ -46,6 +52,7 @@ e2e: tools build
 test: tools build vet
 	@CHAOS_SEED=$${CHAOS_SEED:-251} hack/gotest.sh -p 1 -parallel $(E2E_PARALLEL) -count=1 -timeout $(E2E_TIMEOUT) ./cmd/... ./internal/... ./metrics/... ./test/...
 	cd hack/render-dashboard && $(GO) test -count=1 ./...
+	cd hack/images && $(GO) test -count=1 ./...
 
 ## e2e-full: the long scenarios kept out of make test (10 seed-mode heals in a row)
 e2e-full: tools build
