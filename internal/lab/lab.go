@@ -19,6 +19,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 )
 
@@ -377,6 +378,12 @@ func (l *Lab) startAgents(ctx context.Context) error {
 		return nil
 	}
 	for i := range l.Spec.Nodes {
+		if l.Spec.Nodes[i].Real {
+			if err := l.applyShippedDaemonSet(ctx, l.Spec.Nodes[i]); err != nil {
+				return err
+			}
+			continue
+		}
 		if err := l.writeAgentManifest(&l.Spec.Nodes[i]); err != nil {
 			return err
 		}
@@ -472,6 +479,15 @@ func (l *Lab) EtcdClientFor(endpoints ...string) (*clientv3.Client, error) {
 
 // KubeClient returns a client-go clientset for the lab's API server.
 func (l *Lab) KubeClient() (kubernetes.Interface, error) {
+	cfg, err := l.RESTConfig()
+	if err != nil {
+		return nil, err
+	}
+	return kubernetes.NewForConfig(cfg)
+}
+
+// RESTConfig is the lab admin's client config.
+func (l *Lab) RESTConfig() (*rest.Config, error) {
 	if l.Spec.APIServer == nil {
 		return nil, errors.New("this lab has no kube-apiserver")
 	}
@@ -480,7 +496,7 @@ func (l *Lab) KubeClient() (kubernetes.Interface, error) {
 		return nil, err
 	}
 	cfg.QPS, cfg.Burst = 200, 400
-	return kubernetes.NewForConfig(cfg)
+	return cfg, nil
 }
 
 // Down stops every process the lab started, by PID (supervisors stop their

@@ -309,8 +309,11 @@ func (l *Lab) downRealNode() error {
 		errs = append(errs, removeCgroupTree(r.CgroupDirs[i]))
 	}
 	if r.HostLink != "" {
+		// It goes with the node's namespace, unless something holds that.
 		if _, err := net.InterfaceByName(r.HostLink); err == nil {
-			errs = append(errs, runIP("link", "del", r.HostLink))
+			if err := runIP("link", "del", r.HostLink); err != nil && !strings.Contains(err.Error(), "Cannot find device") {
+				errs = append(errs, err)
+			}
 		}
 	}
 	for k, v := range r.Sysctls {

@@ -140,6 +140,7 @@ func realNodeEtcdManifest(n Node, initialCluster, token string) ([]byte, error) 
 // containerdConfig is containerd 2.x's config (version 3) for the node:
 // runc from bin/, cgroupfs (kubelet's driver on cgroup v1), the lab's
 // loopback CNI plugin, and the lab's pause image as the sandbox.
+// restrict_oom_score_adj: see docs/management-lab.md, "The real node".
 func containerdConfig(binDir string) string {
 	return fmt.Sprintf(`version = 3
 root = "/var/lib/containerd"
@@ -147,6 +148,11 @@ state = "/run/containerd"
 
 [grpc]
   address = "/run/containerd/containerd.sock"
+
+# This machine gives root no CAP_SYS_RESOURCE: an OOM score below
+# containerd's own (kubelet asks -997/-998 for critical pods) is refused.
+[plugins.'io.containerd.cri.v1.runtime']
+  restrict_oom_score_adj = true
 
 [plugins.'io.containerd.cri.v1.runtime'.containerd]
   default_runtime_name = "runc"
