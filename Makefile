@@ -39,7 +39,7 @@ unit: tools build
 	@hack/gotest.sh -count=1 ./cmd/... ./internal/...
 
 ## e2e: scenarios against the real lab (etcd + kube-apiserver processes)
-e2e: tools build
+e2e: tools build images
 	@hack/gotest.sh -count=1 -parallel $(E2E_PARALLEL) -timeout $(E2E_TIMEOUT) ./test/e2e/...
 
 ## test: everything CI runs. -p 1: one package at a time (the lab-based ones
@@ -49,7 +49,7 @@ e2e: tools build
 ## The chaos smoke run plays seed 251 (a lost node, a full disk, a torn WAL,
 ## corrupt and wiped members with agents killed and the API stopped mid-heal)
 ## unless CHAOS_SEED says otherwise; make e2e-chaos draws a random one.
-test: tools build vet
+test: tools build images vet
 	@CHAOS_SEED=$${CHAOS_SEED:-251} hack/gotest.sh -p 1 -parallel $(E2E_PARALLEL) -count=1 -timeout $(E2E_TIMEOUT) ./cmd/... ./internal/... ./metrics/... ./test/...
 	cd hack/render-dashboard && $(GO) test -count=1 ./...
 	cd hack/images && $(GO) test -count=1 ./...

@@ -23,6 +23,15 @@ func (l *Lab) containerPID(node, manifest, container string) (int, error) {
 	if err != nil {
 		return 0, err
 	}
+	if n.Real {
+		switch container {
+		case "etcd": // after the gate's exec
+			return l.realContainerPID("etcd", "--name="+n.Member)
+		case "etcd-agent":
+			return l.realContainerPID("/usr/local/bin/etcd-agent", "run")
+		}
+		return 0, fmt.Errorf("node %s is real: no lab container %s", node, container)
+	}
 	st, err := readSupervisorState(*n)
 	if err != nil {
 		return 0, fmt.Errorf("node %s supervisor state: %w", node, err)

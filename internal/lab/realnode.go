@@ -378,3 +378,43 @@ func removeCgroupTree(d string) error {
 	}
 	return errors.Join(errs...)
 }
+
+// RealNodeLeftovers lists what of the real node is still on the machine:
+// a process in its namespaces or cgroups, a cgroup dir, the veth, a mount
+// of the lab dir, a sysctl not restored. Empty after a clean Down.
+func (l *Lab) RealNodeLeftovers() []string {
+	r := l.Spec.RealNode
+	if r == nil {
+		return nil
+	}
+	var out []string
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		for _, ns := range []struct{ kind, id string }{{"mnt", r.MountNS}, {"net", r.NetNS}} {
+			if got, err := os.Readlink("/proc/" + e.Name() + "/ns/" + ns.kind); err == nil && ns.id != "" && got == ns.id {
+				out = append(out, fmt.Sprintf("process %s in the node's %s namespace", e.Name(), ns.kind))
+			}
+		}
+	}
+	for _, d := range r.CgroupDirs {
+		if _, err := os.Stat(d); err == nil {
+			out = append(out, "cgroup "+d)
+		}
+	}
+	if _, err := net.InterfaceByName(r.HostLink); err == nil {
+		out = append(out, "link "+r.HostLink)
+	}
+	if b, err := os.ReadFile("/proc/self/mountinfo"); err == nil {
+		for _, line := range strings.Split(string(b), "\n") {
+			if strings.Contains(line, " "+l.Spec.Dir+"/") {
+				out = append(out, "mount "+line)
+			}
+		}
+	}
+	for k, v := range r.Sysctls {
+		if b, err := os.ReadFile(filepath.Join("/proc/sys", k)); err == nil && strings.TrimSpace(string(b)) != v {
+			out = append(out, fmt.Sprintf("sysctl %s=%s, was %s", k, strings.TrimSpace(string(b)), v))
+		}
+	}
+	return out
+}

@@ -1,0 +1,215 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/etcd-agent/etcd-agent/internal/lab/invariant"
+	"github.com/etcd-agent/etcd-agent/internal/lab"
+	"github.com/etcd-agent/etcd-agent/internal/nodereport"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// TestShippedDaemonSetRunsUnderARealKubelet runs node3 as a real node
+// (docs/management-lab.md, "The real node"): the real kubelet, containerd
+// and runc in namespaces of its own, a kubeadm etcd static pod whose etcd
+// runs through the gate (installed by an init container, as
+// docs/recovery.md tells users), and the agent as the shipped
+// deploy/daemonset with only its image and node selector set. Then:
+// (a) the node, the DaemonSet and the securityContext are what a real
+// cluster gets; (b) a wiped running member heals with no API write failed;
+// (c) a rejoin asked by annotating the Node, during which the agent's pod
+// is deleted, resumes in the DaemonSet's next pod and succeeds; (d) lab
+// down leaves nothing of the node on the machine.
+func TestShippedDaemonSetRunsUnderARealKubelet(t *testing.T) {
+	if why := lab.RealNodeUnavailable(binDir); why != "" {
+		t.Fatalf("this machine cannot run the real node: %s (make test builds its parts; run as root)", why)
+	}
+	l := newLab(t, lab.Options{Nodes: 3, EtcdTLS: true, RealNode: true, Agents: true,
+		AgentArgs: []string{"--grace-period=" + killGrace.String()}})
+	ctx := context.Background()
+	kc, err := l.KubeClient()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			_ = l.CollectRealNodeLogs()
+		}
+	})
+
+	// (a) What the real kubelet reports and runs.
+	node, err := kc.CoreV1().Nodes().Get(ctx, "node3", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	info := node.Status.NodeInfo
+	if !strings.HasPrefix(info.KubeletVersion, "v1.37.") || !strings.HasPrefix(info.ContainerRuntimeVersion, "containerd://2.") {
+		t.Fatalf("node3 reports kubelet %q runtime %q: not the real kubelet and containerd", info.KubeletVersion, info.ContainerRuntimeVersion)
+	}
+	lease, err := kc.CoordinationV1().Leases("kube-node-lease").Get(ctx, "node3", metav1.GetOptions{})
+	if err != nil || lease.Spec.HolderIdentity == nil || *lease.Spec.HolderIdentity != "node3" {
+		t.Fatalf("node3's node Lease: %v %v (the kubelet renews it as system:node:node3)", lease, err)
+	}
+	t.Logf("node3: kubelet %s, %s, %s", info.KubeletVersion, info.ContainerRuntimeVersion, info.OSImage)
+	etcdPod, err := kc.CoreV1().Pods("kube-system").Get(ctx, "etcd-node3", metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("the etcd static pod's mirror pod: %v", err)
+	}
+	if s := etcdPod.Status.InitContainerStatuses; len(s) != 1 || s[0].State.Terminated == nil || s[0].State.Terminated.ExitCode != 0 {
+		t.Fatalf("etcd pod's install-gate init container: %+v, want exited 0", s)
+	}
+	agentPod := shippedAgentPod(t, l)
+	if agentPod.Spec.Containers[0].Image != lab.AgentImage || agentPod.Status.ContainerStatuses[0].RestartCount != 0 {
+		t.Fatalf("agent pod %s: image %s, restarts %d", agentPod.Name, agentPod.Spec.Containers[0].Image, agentPod.Status.ContainerStatuses[0].RestartCount)
+	}
+	wantAgentConfined(t, l)
+	waitAgentState(t, l, "node3", "healthy", "ok", 30*time.Second)
+	if v, err := metricValue(l, "node3", "etcd_agent_member_state", map[string]string{"state": "healthy"}); err != nil || v != 1 {
+		t.Fatalf("node3's agent over the veth: member_state healthy %v (%v)", v, err)
+	}
+	if st := node.Annotations[nodereport.AnnotationStatus]; st == "" {
+		eventually(t, 30*time.Second, "node3's status annotation, written through the in-cluster config", func() error {
+			n, err := kc.CoreV1().Nodes().Get(ctx, "node3", metav1.GetOptions{})
+			if err != nil || n.Annotations[nodereport.AnnotationStatus] == "" {
+				return fmt.Errorf("no %s (%v)", nodereport.AnnotationStatus, err)
+			}
+			return nil
+		})
+	}
+
+	// (b) node3's data dir emptied while its etcd runs (rm -rf
+	// /var/lib/etcd/*: the hostPath's root stays).
+	before := idsByPeer(mustMembers(t, l))
+	handOffs := []invariant.LeaderHandOff{}
+	h := startHeal(t, l)
+	handOffs = append(handOffs, steerOff(t, l, h, "node3"))
+	h.fault()
+	if err := l.WipeDataDirContents("node3"); err != nil {
+		t.Fatal(err)
+	}
+	j := h.waitHealed("node3", "node3", 3, 3*time.Minute)
+	if uint64(j.OldMemberID) != before[peerOf(t, l, "node3")] || j.NewMemberID == 0 {
+		t.Fatalf("(b) journal old %x new %x, want %x replaced", uint64(j.OldMemberID), uint64(j.NewMemberID), before[peerOf(t, l, "node3")])
+	}
+	t.Logf("(b) wiped node3 healed by the DaemonSet's agent: TTR %s, mode %s", j.FinishedAt.Sub(h.faultAt).Round(time.Millisecond), j.RejoinMode)
+
+	// (c) A rejoin asked on the Node; the agent's pod is deleted as soon
+	// as the recovery is journaled, and the next pod finishes it.
+	healed := idsByPeer(mustMembers(t, l))
+	handOffs = append(handOffs, steerOff(t, l, h, "node3"))
+	first := shippedAgentPod(t, l)
+	h.fault()
+	annotate(t, kc, "node3", map[string]any{nodereport.AnnotationRecover: "rejoin"})
+	eventually(t, 60*time.Second, "node3's agent journals the rejoin", func() error {
+		if j, ok := loadJournal(t, l, "node3", "node3"); !ok || !j.StartedAt.After(h.faultAt) {
+			return fmt.Errorf("no new journal")
+		}
+		return nil
+	})
+	if err := kc.CoreV1().Pods(lab.AgentNamespace).Delete(ctx, first.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	j = h.waitHealed("node3", "node3", 3, 3*time.Minute)
+	if j.Request != "rejoin" || uint64(j.OldMemberID) != healed[peerOf(t, l, "node3")] {
+		t.Fatalf("(c) journal request %q old %x, want rejoin of %x", j.Request, uint64(j.OldMemberID), healed[peerOf(t, l, "node3")])
+	}
+	second := shippedAgentPod(t, l)
+	if second.UID == first.UID {
+		t.Fatalf("(c) the agent pod %s was not replaced", first.Name)
+	}
+	_ = l.CollectRealNodeLogs()
+	if resumed := logEntries(t, agentLog(t, l, "node3"), "recovery resumed"); len(resumed) == 0 {
+		t.Fatalf("(c) no agent pod logged %q: the deleted pod's recovery was not resumed", "recovery resumed")
+	}
+	t.Logf("(c) rejoin by annotation across an agent pod replacement (%s -> %s): took %s", first.Name, second.Name, j.FinishedAt.Sub(h.faultAt).Round(time.Millisecond))
+	rep := h.finish(invariant.Options{LeaderHandOffs: handOffs})
+	if rep.Writes.APIFailed != 0 {
+		t.Fatalf("API writes failed: %d of %d", rep.Writes.APIFailed, rep.Writes.APIAttempted)
+	}
+
+	// (d) Down leaves nothing of the node behind.
+	if err := l.Down(ctx); err != nil {
+		t.Fatalf("lab down: %v", err)
+	}
+	if left := l.RealNodeLeftovers(); len(left) > 0 {
+		t.Fatalf("lab down left the real node's parts behind:\n%s", strings.Join(left, "\n"))
+	}
+}
+
+// shippedAgentPod is the DaemonSet's running, ready pod on node3.
+func shippedAgentPod(t *testing.T, l *lab.Lab) corev1.Pod {
+	t.Helper()
+	kc, err := l.KubeClient()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pod corev1.Pod
+	eventually(t, 90*time.Second, "the shipped DaemonSet's pod ready on node3", func() error {
+		pods, err := kc.CoreV1().Pods(lab.AgentNamespace).List(context.Background(), metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=etcd-agent"})
+		if err != nil {
+			return err
+		}
+		for _, p := range pods.Items {
+			if p.Spec.NodeName != "node3" || p.DeletionTimestamp != nil {
+				continue
+			}
+			for _, c := range p.Status.Conditions {
+				if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue {
+					pod = p
+					return nil
+				}
+			}
+		}
+		return fmt.Errorf("%d pods, none ready on node3", len(pods.Items))
+	})
+	return pod
+}
+
+// wantAgentConfined checks the shipped securityContext in the agent's
+// process as runc applied it: no capabilities, no privilege escalation, the
+// runtime's seccomp filter, a read-only root, /var/lib a slave mount
+// (HostToContainer).
+func wantAgentConfined(t *testing.T, l *lab.Lab) {
+	t.Helper()
+	pid, err := l.AgentPID("node3")
+	if err != nil {
+		t.Fatal(err)
+	}
+	status := readFile(t, fmt.Sprintf("/proc/%d/status", pid))
+	for _, want := range []string{"CapEff:\t0000000000000000", "NoNewPrivs:\t1", "Seccomp:\t2"} {
+		if !strings.Contains(status, want) {
+			t.Fatalf("agent process %d: no %q in its status", pid, want)
+		}
+	}
+	var root, varLib string
+	for _, line := range strings.Split(readFile(t, fmt.Sprintf("/proc/%d/mountinfo", pid)), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 7 {
+			continue
+		}
+		switch f[4] {
+		case "/":
+			root = line
+		case "/var/lib":
+			varLib = line
+		}
+	}
+	if !strings.Contains(root, " ro,") || !strings.Contains(varLib, " master:") {
+		t.Fatalf("agent mounts: root %q (want ro), /var/lib %q (want a slave: HostToContainer)", root, varLib)
+	}
+}
+
+func readFile(t *testing.T, path string) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
