@@ -129,6 +129,7 @@ func (l *Lab) hostedStatefulSet(ns string) (*appsv1.StatefulSet, error) {
 	if err != nil {
 		return nil, err
 	}
+	initContainers := hostedInitContainers(l.hostedLayout(ns), mounts)
 	var volumes []corev1.Volume
 	if l.Spec.Agents {
 		// etcd runs through the start gate, which reads the member's state
@@ -165,6 +166,7 @@ func (l *Lab) hostedStatefulSet(ns string) (*appsv1.StatefulSet, error) {
 					// projected service-account tokens).
 					AutomountServiceAccountToken: ptr(false),
 					Volumes:                      volumes,
+					InitContainers:               initContainers,
 					Affinity: &corev1.Affinity{PodAntiAffinity: &corev1.PodAntiAffinity{RequiredDuringSchedulingIgnoredDuringExecution: []corev1.PodAffinityTerm{{
 						LabelSelector: &metav1.LabelSelector{MatchLabels: labels}, TopologyKey: "kubernetes.io/hostname"}}}},
 					Containers: []corev1.Container{{
