@@ -23,7 +23,7 @@ import (
 // charts do); clusters-b mounts the claim twice, with subPath data right at
 // --data-dir and a dedicated --wal-dir in the same claim; clusters-c's
 // --data-dir is a symlink to another dir of the claim (data -> data-v1, as
-// a chart's migration leaves it).
+// a chart's migration leaves it); clusters-d serves TLS (a subdir).
 //   - The clusters are left alone for 2 min: no journal, members unchanged.
 //   - A SIGKILLed member of each is restarted by its kubelet through the
 //     gate and serves again under its own ID.
@@ -39,13 +39,20 @@ func TestStatefulSetMembersInRealWorldLayouts(t *testing.T) {
 				return globs(filepath.Join(pv, "data", "member", "snap", "db"), filepath.Join(pv, "wal", "*.wal"))
 			}},
 		{layout: lab.HostedLayoutSymlink, fallback: "data-dir-symlink", laidOut: symlinkLaidOut},
+		// TLS on (client and peer, client cert auth, a CA of the cluster's
+		// own, certs from a Secret): the agent reaches the member with the
+		// client cert its pod's start gate uses. The data dir a plain subdir:
+		// renamed aside, the learner seeded.
+		{layout: lab.HostedLayoutSubdir, tls: true, rejoin: "seed",
+			laidOut: func(pv string) error { return globs(filepath.Join(pv, "data", "member", "wal", "*.wal")) }},
 	}
 	var opts []string
+	var tls []bool
 	for _, c := range layouts {
-		opts = append(opts, c.layout)
+		opts, tls = append(opts, c.layout), append(tls, c.tls)
 	}
 	l := newLab(t, lab.Options{Management: true, Nodes: 3, HostedClusters: len(layouts), Agents: true,
-		AgentArgs: []string{"--grace-period=" + killGrace.String()}, HostedLayouts: opts})
+		AgentArgs: []string{"--grace-period=" + killGrace.String()}, HostedLayouts: opts, HostedTLS: tls})
 	clusters := l.Spec.Management.HostedClusters
 	for i := range layouts {
 		layouts[i].ns = clusters[i]
@@ -53,11 +60,12 @@ func TestStatefulSetMembersInRealWorldLayouts(t *testing.T) {
 	runHostedLayoutMatrix(t, l, layouts)
 }
 
-// hostedLayoutCase is one hosted cluster of the layout matrix: its layout,
-// the rejoin mode ("": raft) and seed fallback its heal must
+// hostedLayoutCase is one hosted cluster of the layout matrix: its layout
+// (and TLS), the rejoin mode ("": raft) and seed fallback its heal must
 // journal, and how its member's files lie in its PV.
 type hostedLayoutCase struct {
 	ns, layout, rejoin, fallback string
+	tls                          bool
 	laidOut                      func(pv string) error
 }
 
