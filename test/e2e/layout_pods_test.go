@@ -69,6 +69,14 @@ type hostedLayoutCase struct {
 	laidOut                      func(pv string) error
 }
 
+func (c hostedLayoutCase) name() string {
+	n := cmp.Or(c.layout, "subdir")
+	if c.tls {
+		n += ", TLS"
+	}
+	return n
+}
+
 // globs: each glob matches a file.
 func globs(patterns ...string) error {
 	for _, g := range patterns {
@@ -118,7 +126,7 @@ func runHostedLayoutMatrix(t *testing.T, l *lab.Lab, layouts []hostedLayoutCase)
 		for _, c := range layouts {
 			for _, pod := range []string{"etcd-0", "etcd-1", "etcd-2"} {
 				if err := c.laidOut(pv(c.ns, pod)); err != nil {
-					t.Fatalf("%s/%s (%s): %v: the lab did not lay the member out", c.ns, pod, c.layout, err)
+					t.Fatalf("%s/%s (%s): %v: the lab did not lay the member out", c.ns, pod, c.name(), err)
 				}
 			}
 		}
@@ -222,7 +230,7 @@ func runHostedLayoutMatrix(t *testing.T, l *lab.Lab, layouts []hostedLayoutCase)
 		if _, err := os.Stat(j.SnapshotPath); err != nil {
 			t.Fatalf("%s: %v", c.ns, err)
 		}
-		t.Logf("%s/etcd-2 on %s (%s): wiped, healed in %s", c.ns, node, c.layout, j.FinishedAt.Sub(faultAt).Round(100*time.Millisecond))
+		t.Logf("%s/etcd-2 on %s (%s): wiped, healed in %s", c.ns, node, c.name(), j.FinishedAt.Sub(faultAt).Round(100*time.Millisecond))
 	}
 	wantLaidOut() // the learners in the same layouts
 	for _, ns := range clusters {
