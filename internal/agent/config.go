@@ -127,6 +127,9 @@ type Config struct {
 
 	// podRuntime is a pod member's runtime (set per member by runPods).
 	podRuntime memberruntime.Runtime
+	// memberTLS, when set, is the pod member's client TLS (podClientTLS),
+	// in place of --cacert/--cert/--key.
+	memberTLS *tls.Config
 	// probeSlots bounds how many members are probed at once (runPods).
 	probeSlots chan struct{}
 	// claims frees a pod member's claim for its move; storeSeed is the
@@ -318,8 +321,12 @@ func (c Config) parkedManifest() string {
 }
 
 // TLSConfig builds the etcd client TLS config from --cacert/--cert/--key
-// (nil when none is given: plain HTTP, as in the lab).
+// (nil when none is given: plain HTTP, as in the lab), or is a pod
+// member's own (memberTLS).
 func (c Config) TLSConfig() (*tls.Config, error) {
+	if c.memberTLS != nil {
+		return c.memberTLS, nil
+	}
 	if c.CACert == "" && c.Cert == "" {
 		return nil, nil
 	}

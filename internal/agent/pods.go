@@ -317,13 +317,20 @@ func (p *podMembers) midRecovery(w *podWorker) bool {
 
 func (p *podMembers) start(ctx context.Context, member membersource.PodMember) {
 	stateDir := MemberStateDir(p.c.StateDir, member.Namespace, member.Name)
-	if err := claimStateDir(stateDir, member, member.Identity.Name, p.log); err != nil {
+	var w *podWorker
+	memberTLS, err := podClientTLS(member.ClientTLS, func() membersource.PodMember { return w.current() })
+	if err != nil {
+		err = fmt.Errorf("pod %s: the client cert its start gate uses, which the agent reaches the member with: %w", member.Key, err)
+	} else {
+		err = claimStateDir(stateDir, member, member.Identity.Name, p.log)
+	}
+	if err != nil {
 		p.sayUnreadable(member.Key, err)
 		delete(p.readRV, member.Key) // looked at again at the next tick
 		return
 	}
 	wctx, cancel := context.WithCancel(ctx)
-	w := &podWorker{member: member, stateDir: stateDir, cancel: cancel, done: make(chan struct{}), cur: member, requests: make(chan request, 1)}
+	w = &podWorker{member: member, stateDir: stateDir, cancel: cancel, done: make(chan struct{}), cur: member, requests: make(chan request, 1)}
 	p.workers[member.Key] = w
 	c := p.c
 	c.StateDir = stateDir
@@ -332,6 +339,9 @@ func (p *podMembers) start(ctx context.Context, member membersource.PodMember) {
 	c.StaticPodManifest = ""
 	c.MemberName, c.DataDir, c.WALDir, c.ClientURL, c.PeerURLs = member.Identity.Name, member.Identity.DataDir, member.Identity.WALDir, member.Identity.ClientURL, member.Identity.PeerURLs
 	c.Endpoints = member.Endpoints
+	if memberTLS != nil {
+		c.memberTLS = memberTLS
+	}
 	c.Log = p.log.With(zap.String("pod", member.Key), zap.String("cluster", member.Cluster))
 	urls := append([]string{member.Identity.ClientURL}, member.Identity.PeerURLs...)
 	c.podRuntime = memberruntime.NewPod(member.Key, podDeleter{kc: p.kc, ns: member.Namespace, name: member.Name, node: p.c.NodeName,

@@ -62,8 +62,10 @@ func (l *Lab) agentArgs(n *Node) ([]string, error) {
 	if n.Worker {
 		// A management lab worker's agent serves the hosted etcd pods
 		// bound to its node.
+		// --kubelet-pods-dir: the lab kubelet's, where it writes the
+		// pods' Secret volumes (hostedtls.go's certs).
 		args = append(args, "--member-source=pods", "--pod-selector=app="+HostedEtcdName, "--node-lost-grace="+LabNodeLostGrace,
-			"--peer-probe-interval="+LabPeerProbeInterval)
+			"--peer-probe-interval="+LabPeerProbeInterval, "--kubelet-pods-dir="+filepath.Join(n.NodeDir, "pods"))
 	} else {
 		args = append(args, "--static-pod-manifest="+n.EtcdManifest(), "--endpoints="+strings.Join(l.Spec.ClientURLs(), ","))
 	}

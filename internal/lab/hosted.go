@@ -63,9 +63,14 @@ func (l *Lab) HostedPodIP(namespace, pod string) string {
 func (l *Lab) HostedClientURLs(namespace string) []string {
 	var urls []string
 	for i := range l.HostedReplicas() {
-		urls = append(urls, fmt.Sprintf("http://%s:%d", l.HostedPodIP(namespace, fmt.Sprintf("%s-%d", HostedEtcdName, i)), hostedClientPort))
+		urls = append(urls, l.HostedClientURL(namespace, fmt.Sprintf("%s-%d", HostedEtcdName, i)))
 	}
 	return urls
+}
+
+// HostedClientURL is the client URL of a hosted member's pod.
+func (l *Lab) HostedClientURL(namespace, pod string) string {
+	return fmt.Sprintf("%s://%s:%d", l.hostedScheme(namespace), l.HostedPodIP(namespace, pod), hostedClientPort)
 }
 
 // CreateHostedCluster creates namespace ns with its etcd StatefulSet and
@@ -88,6 +93,11 @@ func (l *Lab) CreateHostedCluster(ctx context.Context, ns string) error {
 			return fmt.Errorf("create service %s/%s: %w", ns, svc.Name, err)
 		}
 	}
+	if l.hostedTLS(ns) {
+		if err := l.createHostedTLSSecret(ctx, ns); err != nil {
+			return err
+		}
+	}
 	sts, err := l.hostedStatefulSet(ns)
 	if err != nil {
 		return err
@@ -104,15 +114,16 @@ func (l *Lab) hostedStatefulSet(ns string) (*appsv1.StatefulSet, error) {
 	var peers []string
 	for i := range l.HostedReplicas() {
 		name := fmt.Sprintf("%s-%d", HostedEtcdName, i)
-		peers = append(peers, fmt.Sprintf("%s=http://%s:%d", name, l.HostedPodIP(ns, name), hostedPeerPort))
+		peers = append(peers, fmt.Sprintf("%s=%s://%s:%d", name, l.hostedScheme(ns), l.HostedPodIP(ns, name), hostedPeerPort))
 	}
+	scheme := l.hostedScheme(ns)
 	labels := map[string]string{"app": HostedEtcdName}
 	args := []string{
 		"--name=$(POD_NAME)",
-		fmt.Sprintf("--listen-client-urls=http://$(POD_IP):%d", hostedClientPort),
-		fmt.Sprintf("--advertise-client-urls=http://$(POD_IP):%d", hostedClientPort),
-		fmt.Sprintf("--listen-peer-urls=http://$(POD_IP):%d", hostedPeerPort),
-		fmt.Sprintf("--initial-advertise-peer-urls=http://$(POD_IP):%d", hostedPeerPort),
+		fmt.Sprintf("--listen-client-urls=%s://$(POD_IP):%d", scheme, hostedClientPort),
+		fmt.Sprintf("--advertise-client-urls=%s://$(POD_IP):%d", scheme, hostedClientPort),
+		fmt.Sprintf("--listen-peer-urls=%s://$(POD_IP):%d", scheme, hostedPeerPort),
+		fmt.Sprintf("--initial-advertise-peer-urls=%s://$(POD_IP):%d", scheme, hostedPeerPort),
 		fmt.Sprintf("--listen-metrics-urls=http://$(POD_IP):%d", hostedMetricsPort),
 		"--initial-cluster=" + strings.Join(peers, ","),
 		"--initial-cluster-state=new",
@@ -129,15 +140,21 @@ func (l *Lab) hostedStatefulSet(ns string) (*appsv1.StatefulSet, error) {
 	if err != nil {
 		return nil, err
 	}
+	initContainers := hostedInitContainers(l.hostedLayout(ns), mounts)
 	var volumes []corev1.Volume
+	var gateTLS []string
+	if l.hostedTLS(ns) {
+		args, gateTLS, mounts, volumes = hostedTLSPod(args, nil, mounts, volumes)
+	}
 	if l.Spec.Agents {
 		// etcd runs through the start gate, which reads the member's state
 		// dir kept by the agent of the node the pod runs on (a hostPath: on
 		// a real node /var/lib/etcd-agent; the lab's nodes share one
 		// filesystem, so the node's name picks its folder).
-		command = append([]string{l.Spec.AgentBinary, "gate", "--member-source=pods",
+		gate := append([]string{l.Spec.AgentBinary, "gate", "--member-source=pods",
 			"--state-dir=" + hostedAgentMount + "/$(NODE_NAME)/agent-state/members/$(POD_NAMESPACE)_$(POD_NAME)",
-			"--endpoints=" + strings.Join(l.HostedClientURLs(ns), ","), "--poll-interval=500ms", "--log-format=json", "--"}, command...)
+			"--endpoints=" + strings.Join(l.HostedClientURLs(ns), ","), "--poll-interval=500ms", "--log-format=json"}, gateTLS...)
+		command = append(append(gate, "--"), command...)
 		env = append([]corev1.EnvVar{fieldEnv("NODE_NAME", "spec.nodeName"), fieldEnv("POD_NAMESPACE", "metadata.namespace")}, env...)
 		mounts = append(mounts, corev1.VolumeMount{Name: "agent-state", MountPath: hostedAgentMount})
 		volumes = append(volumes, corev1.Volume{Name: "agent-state", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: l.Spec.Dir}}})
@@ -165,6 +182,7 @@ func (l *Lab) hostedStatefulSet(ns string) (*appsv1.StatefulSet, error) {
 					// projected service-account tokens).
 					AutomountServiceAccountToken: ptr(false),
 					Volumes:                      volumes,
+					InitContainers:               initContainers,
 					Affinity: &corev1.Affinity{PodAntiAffinity: &corev1.PodAntiAffinity{RequiredDuringSchedulingIgnoredDuringExecution: []corev1.PodAffinityTerm{{
 						LabelSelector: &metav1.LabelSelector{MatchLabels: labels}, TopologyKey: "kubernetes.io/hostname"}}}},
 					Containers: []corev1.Container{{
@@ -186,7 +204,11 @@ func (l *Lab) hostedStatefulSet(ns string) (*appsv1.StatefulSet, error) {
 
 // HostedEtcdClient is a client for a hosted cluster's members.
 func (l *Lab) HostedEtcdClient(namespace string) (*clientv3.Client, error) {
-	return clientv3.New(clientv3.Config{Endpoints: l.HostedClientURLs(namespace), DialTimeout: 3 * time.Second, Logger: zap.NewNop()})
+	t, err := l.HostedTLSConfig(namespace)
+	if err != nil {
+		return nil, err
+	}
+	return clientv3.New(clientv3.Config{Endpoints: l.HostedClientURLs(namespace), DialTimeout: 3 * time.Second, TLS: t, Logger: zap.NewNop()})
 }
 
 // HostedHealth says how a hosted cluster stands: its members as etcd lists

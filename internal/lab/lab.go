@@ -84,6 +84,9 @@ type Options struct {
 	// HostedLayouts lays out hosted cluster i's data dir as
 	// HostedLayouts[i] (hostedlayout.go; missing or "": a subdir of the claim).
 	HostedLayouts []string
+	// HostedTLS: hosted cluster i serves TLS when HostedTLS[i]
+	// (hostedtls.go: client and peer, a CA of its own, certs from a Secret).
+	HostedTLS []bool
 	// HostedReplicas: members per hosted cluster (0: HostedEtcdReplicas).
 	HostedReplicas int
 	// SnapshotStore gives the agents a --snapshot-store: SnapshotStoreFile

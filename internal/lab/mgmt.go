@@ -30,6 +30,9 @@ type Management struct {
 	// HostedLayouts: each hosted cluster's data dir layout (hostedlayout.go;
 	// missing: HostedLayoutSubdir), by namespace.
 	HostedLayouts map[string]string `json:"hostedLayouts,omitempty"`
+	// HostedTLS: the hosted clusters that serve TLS (hostedtls.go), by
+	// namespace.
+	HostedTLS map[string]bool `json:"hostedTLS,omitempty"`
 	// Kubeconfigs by identity: the controller-manager's, the scheduler's,
 	// and one per possible worker (system:node:node1..9; the API server
 	// reads its token file once, so every node's is made up front).
@@ -146,6 +149,12 @@ func (l *Lab) upManagement(ctx context.Context, o Options) error {
 				spec.Management.HostedLayouts = map[string]string{}
 			}
 			spec.Management.HostedLayouts[hostedNamespace(i)] = o.HostedLayouts[i]
+		}
+		if i < len(o.HostedTLS) && o.HostedTLS[i] {
+			if spec.Management.HostedTLS == nil {
+				spec.Management.HostedTLS = map[string]bool{}
+			}
+			spec.Management.HostedTLS[hostedNamespace(i)] = true
 		}
 		if err := l.CreateHostedCluster(ctx, hostedNamespace(i)); err != nil {
 			return err

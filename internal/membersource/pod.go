@@ -83,6 +83,19 @@ type PodMember struct {
 	// MoveSeed is the PV's etcd-agent.io/move-seed: a pod move reserved it
 	// and names the stored snapshot its learner is seeded from.
 	MoveSeed string
+	// ClientTLS is the client cert the pod's start gate reaches the
+	// cluster with (its --cacert, --cert, --key), as node paths: the agent
+	// reaches this member with it (each cluster may have a CA of its own).
+	// Zero when the gate has none: the agent's own flags then.
+	ClientTLS ClientTLS
+}
+
+// ClientTLS are the node paths of a client cert, its key, and the CA
+// bundle that verifies etcd's serving certs. A file in a Secret volume is
+// where the kubelet writes it, under the pod's UID: it moves when the pod
+// is re-created.
+type ClientTLS struct {
+	CACert, Cert, Key string
 }
 
 // FromPod reads pod as a member. kubeletPodsDir "" is DefaultKubeletPodsDir.
@@ -133,7 +146,31 @@ func FromPod(pod *corev1.Pod, vols Volumes, kubeletPodsDir string) (PodMember, e
 		return pm, err
 	}
 	pm.GateWrapped, pm.GateStateDir, pm.GateMemberSource = g.Wrapped, g.StateDir, g.MemberSource
+	if pm.ClientTLS, err = gateClientTLS(r, argv, pm.Key); err != nil {
+		return pm, err
+	}
 	return pm, nil
+}
+
+// gateClientTLS finds the start gate's --cacert, --cert and --key on the
+// node.
+func gateClientTLS(r resolver, argv []string, key string) (ClientTLS, error) {
+	var t ClientTLS
+	for _, f := range []struct {
+		flag string
+		dst  *string
+	}{{"cacert", &t.CACert}, {"cert", &t.Cert}, {"key", &t.Key}} {
+		v, ok := manifest.GateFlag(argv, f.flag)
+		if !ok || v == "" {
+			continue
+		}
+		host, _, err := r.hostPath(v)
+		if err != nil {
+			return ClientTLS{}, fmt.Errorf("pod %s: the start gate's --%s %s, which the agent reaches this member with: %w", key, f.flag, v, err)
+		}
+		*f.dst = host
+	}
+	return t, nil
 }
 
 // Gate is how a member pod starts etcd: through the agent's start gate
@@ -255,14 +292,17 @@ func (r resolver) hostPath(containerPath string) (string, volumeRef, error) {
 
 // volumeRoot is the node folder behind a volume: a hostPath as is; a PVC
 // through its bound PV (local or hostPath: the PV's path; CSI, e.g. an LVM
-// local volume: the folder the kubelet mounts it on for this pod).
+// local volume: the folder the kubelet mounts it on for this pod); a
+// Secret (certs) where the kubelet writes it for this pod.
 func (r resolver) volumeRoot(v corev1.Volume) (string, volumeRef, error) {
 	switch {
 	case v.HostPath != nil:
 		return v.HostPath.Path, volumeRef{}, nil
+	case v.Secret != nil:
+		return filepath.Join(r.podsDir, string(r.pod.UID), "volumes", "kubernetes.io~secret", v.Name), volumeRef{perPod: true}, nil
 	case v.PersistentVolumeClaim != nil:
 	default:
-		return "", volumeRef{}, fmt.Errorf("volume %s is neither hostPath nor a PVC", v.Name)
+		return "", volumeRef{}, fmt.Errorf("volume %s is neither hostPath, a Secret nor a PVC", v.Name)
 	}
 	ref := volumeRef{pvc: v.PersistentVolumeClaim.ClaimName}
 	pvc, err := r.vols.PVC(r.pod.Namespace, ref.pvc)

@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"os"
@@ -20,30 +21,99 @@ import (
 // StatefulSet members on local PVs): clusters-a runs with the claim
 // mounted right at --data-dir (the data dir is the PV's path, as some
 // charts do); clusters-b mounts the claim twice, with subPath data right at
-// --data-dir and a dedicated --wal-dir in the same claim.
-//   - Both clusters are left alone for 2 min: no journal, members unchanged.
+// --data-dir and a dedicated --wal-dir in the same claim; clusters-c's
+// --data-dir is a symlink to another dir of the claim (data -> data-v1, as
+// a chart's migration leaves it); clusters-d serves TLS (a subdir).
+//   - The clusters are left alone for 2 min: no journal, members unchanged.
 //   - A SIGKILLed member of each is restarted by its kubelet through the
 //     gate and serves again under its own ID.
 //   - A wiped member of each heals: the PV's path and the subPath dir are
-//     never renamed (a held pod's bind mount would follow), raft mode,
-//     HashKV equal, no failed write.
+//     never renamed (a held pod's bind mount would follow), the link and
+//     its target stay, raft mode, HashKV equal, no failed write.
 func TestStatefulSetMembersInRealWorldLayouts(t *testing.T) {
-	l := newLab(t, lab.Options{Management: true, Nodes: 3, HostedClusters: 2, Agents: true,
-		AgentArgs:     []string{"--grace-period=" + killGrace.String()},
-		HostedLayouts: []string{lab.HostedLayoutVolumeRoot, lab.HostedLayoutSubPathWALDir}})
+	layouts := []hostedLayoutCase{
+		{layout: lab.HostedLayoutVolumeRoot, fallback: "data-dir-volume-root",
+			laidOut: func(pv string) error { return globs(filepath.Join(pv, "member", "wal", "*.wal")) }},
+		{layout: lab.HostedLayoutSubPathWALDir, fallback: "dedicated-wal-dir",
+			laidOut: func(pv string) error {
+				return globs(filepath.Join(pv, "data", "member", "snap", "db"), filepath.Join(pv, "wal", "*.wal"))
+			}},
+		{layout: lab.HostedLayoutSymlink, fallback: "data-dir-symlink", laidOut: symlinkLaidOut},
+		// TLS on (client and peer, client cert auth, a CA of the cluster's
+		// own, certs from a Secret): the agent reaches the member with the
+		// client cert its pod's start gate uses. The data dir a plain subdir:
+		// renamed aside, the learner seeded.
+		{layout: lab.HostedLayoutSubdir, tls: true, rejoin: "seed",
+			laidOut: func(pv string) error { return globs(filepath.Join(pv, "data", "member", "wal", "*.wal")) }},
+	}
+	var opts []string
+	var tls []bool
+	for _, c := range layouts {
+		opts, tls = append(opts, c.layout), append(tls, c.tls)
+	}
+	l := newLab(t, lab.Options{Management: true, Nodes: 3, HostedClusters: len(layouts), Agents: true,
+		AgentArgs: []string{"--grace-period=" + killGrace.String()}, HostedLayouts: opts, HostedTLS: tls})
+	clusters := l.Spec.Management.HostedClusters
+	for i := range layouts {
+		layouts[i].ns = clusters[i]
+	}
+	runHostedLayoutMatrix(t, l, layouts)
+}
+
+// hostedLayoutCase is one hosted cluster of the layout matrix: its layout
+// (and TLS), the rejoin mode ("": raft) and seed fallback its heal must
+// journal, and how its member's files lie in its PV.
+type hostedLayoutCase struct {
+	ns, layout, rejoin, fallback string
+	tls                          bool
+	laidOut                      func(pv string) error
+}
+
+func (c hostedLayoutCase) name() string {
+	n := cmp.Or(c.layout, "subdir")
+	if c.tls {
+		n += ", TLS"
+	}
+	return n
+}
+
+// globs: each glob matches a file.
+func globs(patterns ...string) error {
+	for _, g := range patterns {
+		if m, _ := filepath.Glob(g); len(m) == 0 {
+			return fmt.Errorf("no %s", g)
+		}
+	}
+	return nil
+}
+
+// symlinkLaidOut: the PV's data is a link to data-v1, which holds the
+// member.
+func symlinkLaidOut(pv string) error {
+	target := lab.HostedSymlinkTarget(pv)
+	if got, err := os.Readlink(filepath.Join(pv, "data")); err != nil || filepath.Join(pv, got) != target {
+		return fmt.Errorf("%s/data links to %q (%v), want %s", pv, got, err, target)
+	}
+	return globs(filepath.Join(target, "member", "wal", "*.wal"), filepath.Join(target, "member", "snap", "db"))
+}
+
+// runHostedLayoutMatrix runs the layout matrix's three checks on each
+// hosted cluster: left alone for 2 min, a SIGKILLed member back under its
+// own ID, a wiped member healed in raft mode with its layout kept.
+func runHostedLayoutMatrix(t *testing.T, l *lab.Lab, layouts []hostedLayoutCase) {
 	ctx := context.Background()
 	kc, err := l.KubeClient()
 	if err != nil {
 		t.Fatal(err)
 	}
-	clusters := l.Spec.Management.HostedClusters
+	var clusters []string
 	placement := map[string]map[string]string{}
 	ids := map[string][]string{}
-	for _, ns := range clusters {
-		placement[ns] = checkHostedPlacement(t, l, kc, ns)
-		ids[ns] = hostedMemberIDs(t, l, ns)
+	for _, c := range layouts {
+		clusters = append(clusters, c.ns)
+		placement[c.ns] = checkHostedPlacement(t, l, kc, c.ns)
+		ids[c.ns] = hostedMemberIDs(t, l, c.ns)
 	}
-	volumeRoot, subPathWAL := clusters[0], clusters[1]
 	pv := func(ns, pod string) string {
 		d, err := l.PodPVDir(ctx, ns, pod)
 		if err != nil {
@@ -53,14 +123,10 @@ func TestStatefulSetMembersInRealWorldLayouts(t *testing.T) {
 	}
 	wantLaidOut := func() {
 		t.Helper()
-		for _, pod := range []string{"etcd-0", "etcd-1", "etcd-2"} {
-			for _, glob := range []string{
-				filepath.Join(pv(volumeRoot, pod), "member", "wal", "*.wal"),
-				filepath.Join(pv(subPathWAL, pod), "data", "member", "snap", "db"),
-				filepath.Join(pv(subPathWAL, pod), "wal", "*.wal"),
-			} {
-				if m, _ := filepath.Glob(glob); len(m) == 0 {
-					t.Fatalf("no %s: the lab did not lay the member out", glob)
+		for _, c := range layouts {
+			for _, pod := range []string{"etcd-0", "etcd-1", "etcd-2"} {
+				if err := c.laidOut(pv(c.ns, pod)); err != nil {
+					t.Fatalf("%s/%s (%s): %v: the lab did not lay the member out", c.ns, pod, c.name(), err)
 				}
 			}
 		}
@@ -89,7 +155,7 @@ func TestStatefulSetMembersInRealWorldLayouts(t *testing.T) {
 			}
 		}
 	}
-	t.Logf("both clusters left alone for %s", layoutQuiet)
+	t.Logf("%d clusters left alone for %s", len(clusters), layoutQuiet)
 
 	for _, ns := range clusters {
 		var killed int
@@ -127,7 +193,7 @@ func TestStatefulSetMembersInRealWorldLayouts(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	for _, c := range []struct{ ns, fallback string }{{volumeRoot, "data-dir-volume-root"}, {subPathWAL, "dedicated-wal-dir"}} {
+	for _, c := range layouts {
 		node := placement[c.ns]["etcd-2"]
 		old := oldIDs[c.ns]
 		var j journal.Record
@@ -145,22 +211,26 @@ func TestStatefulSetMembersInRealWorldLayouts(t *testing.T) {
 			return hostedVotersHealthy(ctx, l, c.ns)
 		})
 		logPhases(t, j)
-		if j.RejoinMode != "raft" || j.SeedFallback != c.fallback {
-			t.Fatalf("%s: rejoin mode %q fallback %q, want raft for %s", c.ns, j.RejoinMode, j.SeedFallback, c.fallback)
+		if want := cmp.Or(c.rejoin, "raft"); j.RejoinMode != want || j.SeedFallback != c.fallback {
+			t.Fatalf("%s: rejoin mode %q fallback %q, want %s (fallback %q)", c.ns, j.RejoinMode, j.SeedFallback, want, c.fallback)
 		}
-		// The data dir is a mount root in etcd's container either way: the
-		// pre-change backup is kept inside it, on the PV.
-		data, err := l.PodDataDir(ctx, c.ns, "etcd-2")
+		// A data dir at a mount root in etcd's container keeps the
+		// pre-change backup inside it; a plain subdir or a link has it
+		// beside it, in the PV's root. Either way on the PV.
+		qdir, err := l.PodDataDir(ctx, c.ns, "etcd-2")
 		if err != nil {
 			t.Fatal(err)
 		}
-		if filepath.Dir(j.SnapshotPath) != filepath.Join(data, localdisk.VolumeQuarantineDirName) {
-			t.Fatalf("%s: pre-change backup at %q, want inside the data dir %s", c.ns, j.SnapshotPath, data)
+		if c.layout == lab.HostedLayoutSubdir || c.layout == lab.HostedLayoutSymlink {
+			qdir = filepath.Dir(qdir)
+		}
+		if filepath.Dir(j.SnapshotPath) != filepath.Join(qdir, localdisk.VolumeQuarantineDirName) {
+			t.Fatalf("%s: pre-change backup at %q, want in %s", c.ns, j.SnapshotPath, filepath.Join(qdir, localdisk.VolumeQuarantineDirName))
 		}
 		if _, err := os.Stat(j.SnapshotPath); err != nil {
 			t.Fatalf("%s: %v", c.ns, err)
 		}
-		t.Logf("%s/etcd-2 on %s: wiped, healed in %s", c.ns, node, j.FinishedAt.Sub(faultAt).Round(100*time.Millisecond))
+		t.Logf("%s/etcd-2 on %s (%s): wiped, healed in %s", c.ns, node, c.name(), j.FinishedAt.Sub(faultAt).Round(100*time.Millisecond))
 	}
 	wantLaidOut() // the learners in the same layouts
 	for _, ns := range clusters {

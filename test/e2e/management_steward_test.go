@@ -234,9 +234,13 @@ func steerHostedLeader(t *testing.T, l *lab.Lab, ns string, placement map[string
 	eventually(t, 30*time.Second, ns+"'s leader "+what, func() error {
 		var leaderURL string
 		var target uint64
+		tlsCfg, err := l.HostedTLSConfig(ns)
+		if err != nil {
+			return err
+		}
 		for pod := range placement {
-			url := fmt.Sprintf("http://%s:%d", l.HostedPodIP(ns, pod), 2379)
-			cli, err := clientv3.New(clientv3.Config{Endpoints: []string{url}, DialTimeout: 2 * time.Second, Logger: zap.NewNop()})
+			url := l.HostedClientURL(ns, pod)
+			cli, err := clientv3.New(clientv3.Config{Endpoints: []string{url}, DialTimeout: 2 * time.Second, TLS: tlsCfg, Logger: zap.NewNop()})
 			if err != nil {
 				return err
 			}
@@ -259,7 +263,7 @@ func steerHostedLeader(t *testing.T, l *lab.Lab, ns string, placement map[string
 		if leaderURL == "" || target == 0 {
 			return fmt.Errorf("no leader, or no member %s, seen", what)
 		}
-		cli, err := clientv3.New(clientv3.Config{Endpoints: []string{leaderURL}, DialTimeout: 2 * time.Second, Logger: zap.NewNop()})
+		cli, err := clientv3.New(clientv3.Config{Endpoints: []string{leaderURL}, DialTimeout: 2 * time.Second, TLS: tlsCfg, Logger: zap.NewNop()})
 		if err != nil {
 			return err
 		}

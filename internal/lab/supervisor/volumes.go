@@ -50,11 +50,62 @@ func (k *kubelet) volumes(ctx context.Context, pod *corev1.Pod) (map[string]stri
 				return nil, fmt.Errorf("volume %s: %w", v.Name, err)
 			}
 			dirs[v.Name] = p
+		case v.Secret != nil:
+			d, err := k.secretVolume(ctx, pod, v.Name, v.Secret)
+			if err != nil {
+				return nil, fmt.Errorf("volume %s: %w", v.Name, err)
+			}
+			dirs[v.Name] = d
 		default:
-			return nil, fmt.Errorf("volume %s: only hostPath, emptyDir and PVCs on local PVs run in the lab", v.Name)
+			return nil, fmt.Errorf("volume %s: only hostPath, emptyDir, secret and PVCs on local PVs run in the lab", v.Name)
 		}
 	}
 	return dirs, nil
+}
+
+// SecretVolumeDir is where a pod's Secret volume's files are on the node:
+// as a real kubelet lays them out, <pods dir>/<pod UID>/volumes/
+// kubernetes.io~secret/<volume>.
+func SecretVolumeDir(podsDir string, pod *corev1.Pod, volume string) string {
+	return filepath.Join(podsDir, string(pod.UID), "volumes", "kubernetes.io~secret", volume)
+}
+
+// secretVolume writes the Secret's keys (or its items, at their paths)
+// into the pod's Secret volume dir, each file written whole and renamed
+// into place (a container restarted meanwhile never reads half a key).
+func (k *kubelet) secretVolume(ctx context.Context, pod *corev1.Pod, volume string, src *corev1.SecretVolumeSource) (string, error) {
+	s, err := k.cfg.Client.CoreV1().Secrets(pod.Namespace).Get(ctx, src.SecretName, metav1.GetOptions{})
+	if err != nil {
+		return "", err
+	}
+	files := map[string][]byte{}
+	for key, data := range s.Data {
+		files[key] = data
+	}
+	if len(src.Items) > 0 {
+		files = map[string][]byte{}
+		for _, it := range src.Items {
+			data, ok := s.Data[it.Key]
+			if !ok {
+				return "", fmt.Errorf("secret %s/%s has no key %s", pod.Namespace, src.SecretName, it.Key)
+			}
+			files[it.Path] = data
+		}
+	}
+	d := SecretVolumeDir(k.cfg.PodsDir, pod, volume)
+	for name, data := range files {
+		p := filepath.Join(d, filepath.Clean("/"+name))
+		if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
+			return "", err
+		}
+		if err := os.WriteFile(p+".tmp", data, 0o600); err != nil {
+			return "", err
+		}
+		if err := os.Rename(p+".tmp", p); err != nil {
+			return "", err
+		}
+	}
+	return d, nil
 }
 
 // localPVPath is the node folder of the local PV bound to claim; it must be
