@@ -53,7 +53,17 @@ func (l *Lab) KillMember(node string) (int, error) {
 		return 0, err
 	}
 	l.log.Info("fault: kill member", zap.String("node", node), zap.Int("pid", pid))
-	return pid, signalOurs(pid, l.Spec.Dir, syscall.SIGKILL)
+	return pid, signalOurs(pid, l.etcdMarker(node), syscall.SIGKILL)
+}
+
+// etcdMarker is what node's etcd command line holds that no stranger's
+// does: the lab dir, or on the real node (paths of its own) the lab's
+// cluster token.
+func (l *Lab) etcdMarker(node string) string {
+	if n, err := l.Spec.Node(node); err == nil && n.Real {
+		return "--initial-cluster-token=" + l.Spec.ClusterToken
+	}
+	return l.Spec.Dir
 }
 
 // Pause SIGSTOPs the node's etcd process (a hung member); Resume undoes it.
@@ -68,7 +78,7 @@ func (l *Lab) signalEtcd(node string, sig syscall.Signal) error {
 		return err
 	}
 	l.log.Info("fault: signal member", zap.String("node", node), zap.Int("pid", pid), zap.Stringer("signal", sig))
-	return signalOurs(pid, l.Spec.Dir, sig)
+	return signalOurs(pid, l.etcdMarker(node), sig)
 }
 
 // WipeDataDir removes the node's etcd data dir while etcd may be running

@@ -81,6 +81,9 @@ type Options struct {
 	// kubeadm-style etcd static pod and, with Agents, the shipped
 	// DaemonSet. It needs root, EtcdTLS, `make tools images`.
 	RealNode bool
+	// RealNodeAgentEnv are ETCD_AGENT_* settings of the real node's agent,
+	// merged into the shipped DaemonSet's env (AgentArgs are the stand-ins').
+	RealNodeAgentEnv map[string]string
 	// HostedLayouts lays out hosted cluster i's data dir as
 	// HostedLayouts[i] (hostedlayout.go; missing or "": a subdir of the claim).
 	HostedLayouts []string

@@ -41,8 +41,10 @@ type RealNode struct {
 	Sysctls map[string]string `json:"sysctls,omitempty"`
 	// ControllerManager and Scheduler run the DaemonSet controller and
 	// scheduling for the shipped DaemonSet.
-	ControllerManager *Process `json:"controllerManager,omitempty"`
-	Scheduler         *Process `json:"scheduler,omitempty"`
+	// AgentEnv: Options.RealNodeAgentEnv.
+	AgentEnv          map[string]string `json:"agentEnv,omitempty"`
+	ControllerManager *Process          `json:"controllerManager,omitempty"`
+	Scheduler         *Process          `json:"scheduler,omitempty"`
 }
 
 // realNodeNet is the /30 of TEST-NET-2 (198.51.100.0/24, RFC 5737) a real

@@ -3,8 +3,10 @@ package lab
 import (
 	"context"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"time"
 
 	"go.uber.org/zap"
@@ -29,7 +31,26 @@ const ShippedDaemonSet = "etcd-agent"
 // deploy/daemonset (`kustomize edit set image`, a node selector): only the
 // image and the node selector change. The stand-ins are control-plane
 // Nodes too, but no kubelet of theirs would run the pod.
-func realNodeOverlay(deployDir, node string) string {
+// env (Options.RealNodeAgentEnv) are ETCD_AGENT_* settings, merged by name
+// into the container's env as the DaemonSet's comments tell users to.
+func realNodeOverlay(deployDir, node string, env map[string]string) string {
+	envPatch := ""
+	for _, k := range slices.Sorted(maps.Keys(env)) {
+		envPatch += fmt.Sprintf("                - {name: %s, value: %q}\n", k, env[k])
+	}
+	if envPatch != "" {
+		envPatch = fmt.Sprintf(`- patch: |-
+    apiVersion: apps/v1
+    kind: DaemonSet
+    metadata: {name: %s, namespace: %s}
+    spec:
+      template:
+        spec:
+          containers:
+          - name: etcd-agent
+            env:
+%s`, ShippedDaemonSet, AgentNamespace, envPatch)
+	}
 	return fmt.Sprintf(`apiVersion: kustomize.config.k8s.io/v1beta1
 kind: Kustomization
 resources:
@@ -44,12 +65,12 @@ patches:
     - op: add
       path: /spec/template/spec/nodeSelector/kubernetes.io~1hostname
       value: %s
-`, deployDir, ShippedDaemonSet, node)
+%s`, deployDir, ShippedDaemonSet, node, envPatch)
 }
 
 // renderShippedDaemonSet builds the overlay over deployDir with kustomize
 // itself (krusty, the options `kubectl apply -k` uses).
-func renderShippedDaemonSet(deployDir, overlayDir, node string) ([]*unstructured.Unstructured, error) {
+func renderShippedDaemonSet(deployDir, overlayDir, node string, env map[string]string) ([]*unstructured.Unstructured, error) {
 	if err := os.MkdirAll(overlayDir, 0o755); err != nil {
 		return nil, err
 	}
@@ -57,12 +78,17 @@ func renderShippedDaemonSet(deployDir, overlayDir, node string) ([]*unstructured
 	if err != nil {
 		return nil, err
 	}
-	if err := os.WriteFile(filepath.Join(overlayDir, "kustomization.yaml"), []byte(realNodeOverlay(rel, node)), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(overlayDir, "kustomization.yaml"), []byte(realNodeOverlay(rel, node, env)), 0o644); err != nil {
 		return nil, err
 	}
-	m, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(filesys.MakeFsOnDisk(), overlayDir)
+	return renderKustomization(overlayDir)
+}
+
+// renderKustomization is `kustomize build dir`.
+func renderKustomization(dir string) ([]*unstructured.Unstructured, error) {
+	m, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(filesys.MakeFsOnDisk(), dir)
 	if err != nil {
-		return nil, fmt.Errorf("kustomize build %s: %w", overlayDir, err)
+		return nil, fmt.Errorf("kustomize build %s: %w", dir, err)
 	}
 	var objs []*unstructured.Unstructured
 	for _, r := range m.Resources() {
@@ -93,7 +119,7 @@ func (l *Lab) applyShippedDaemonSet(ctx context.Context, n Node) error {
 	if _, err := kc.CoreV1().Nodes().Patch(ctx, n.Name, types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
 		return fmt.Errorf("label node %s as control plane: %w", n.Name, err)
 	}
-	objs, err := renderShippedDaemonSet(l.Spec.deployDir(), filepath.Join(l.Spec.Dir, "deploy"), n.Name)
+	objs, err := renderShippedDaemonSet(l.Spec.deployDir(), filepath.Join(l.Spec.Dir, "deploy"), n.Name, l.Spec.RealNode.AgentEnv)
 	if err != nil {
 		return err
 	}

@@ -31,7 +31,7 @@ func (l *Lab) upWithRealNode(ctx context.Context, o Options) error {
 	}
 	name := fmt.Sprintf("node%d", o.Nodes)
 	r := &RealNode{Name: name, HostLink: "eal" + spec.ClusterToken[len(spec.ClusterToken)-6:],
-		CgroupRoot: "etcd-agent-" + spec.ClusterToken}
+		CgroupRoot: "etcd-agent-" + spec.ClusterToken, AgentEnv: o.RealNodeAgentEnv}
 	spec.RealNode = r
 	var err error
 	if r.HostIP, r.NodeIP, err = pickRealNodeNet(r.HostLink); err != nil {

@@ -22,7 +22,10 @@ import (
 // docs/recovery.md tells users), and the agent as the shipped
 // deploy/daemonset with only its image and node selector set. Then:
 // (a) the node, the DaemonSet and the securityContext are what a real
-// cluster gets; (b) a wiped running member heals with no API write failed;
+// cluster gets; (f) the etcd manifest deleted by hand is put back, the same
+// member serves; (e) a member wiped and SIGKILLed inside the grace is held
+// by the gate in the container the kubelet restarts, and healed; (b) a
+// wiped running member heals; all with no API write failed;
 // (c) a rejoin asked by annotating the Node, during which the agent's pod
 // is deleted, resumes in the DaemonSet's next pod and succeeds; (d) lab
 // down leaves nothing of the node on the machine.
@@ -30,8 +33,11 @@ func TestShippedDaemonSetRunsUnderARealKubelet(t *testing.T) {
 	if why := lab.RealNodeUnavailable(binDir); why != "" {
 		t.Fatalf("this machine cannot run the real node: %s (make test builds its parts; run as root)", why)
 	}
+	// The real node's agent keeps the shipped settings (a 60 s grace)
+	// but for the manifest restore delay (3 min shipped).
 	l := newLab(t, lab.Options{Nodes: 3, EtcdTLS: true, RealNode: true, Agents: true,
-		AgentArgs: []string{"--grace-period=" + killGrace.String()}})
+		AgentArgs:        []string{"--grace-period=" + killGrace.String()},
+		RealNodeAgentEnv: map[string]string{"ETCD_AGENT_MANIFEST_RESTORE_DELAY": restoreDelay.String()}})
 	ctx := context.Background()
 	kc, err := l.KubeClient()
 	if err != nil {
@@ -83,17 +89,80 @@ func TestShippedDaemonSetRunsUnderARealKubelet(t *testing.T) {
 		})
 	}
 
-	// (b) node3's data dir emptied while its etcd runs (rm -rf
-	// /var/lib/etcd/*: the hostPath's root stays).
+	// (f) The etcd manifest deleted by hand: the real kubelet stops the
+	// pod; the agent puts its checkpoint back after the delay, and the same
+	// member serves again (the init container runs again, the gate passes).
+	waitCheckpoint(t, l, "node3")
 	before := idsByPeer(mustMembers(t, l))
 	handOffs := []invariant.LeaderHandOff{}
 	h := startHeal(t, l)
+	handOffs = append(handOffs, steerOff(t, l, h, "node3"))
+	removed := removeManifest(t, l, "node3")
+	eventually(t, 60*time.Second, "the real kubelet stops node3's etcd", func() error {
+		if pid, err := l.EtcdPID("node3"); err == nil {
+			return fmt.Errorf("etcd still runs as pid %d", pid)
+		}
+		return nil
+	})
+	back := waitManifestBack(t, l, "node3", removed)
+	if err := l.WaitHealthy(ctx, 3, 90*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if now := idsByPeer(mustMembers(t, l)); !sameIDs(now, before) {
+		t.Fatalf("(f) membership changed: before %v, now %v", before, now)
+	}
+	assertNoRecovery(t, l, "node3", "node3")
+	t.Logf("(f) node3's manifest deleted, put back after %s, the member serving again %s after the deletion",
+		back.Sub(removed).Round(time.Millisecond), time.Since(removed).Round(time.Millisecond))
+
+	// (e) node3 wiped and its etcd SIGKILLed at once, well inside the
+	// grace: the real kubelet restarts the etcd container (not the init
+	// container), the gate in its command holds it, and the member never
+	// comes back under its old ID: it is healed.
 	handOffs = append(handOffs, steerOff(t, l, h, "node3"))
 	h.fault()
 	if err := l.WipeDataDirContents("node3"); err != nil {
 		t.Fatal(err)
 	}
+	if _, err := l.KillMember("node3"); err != nil {
+		t.Fatal(err)
+	}
 	j := h.waitHealed("node3", "node3", 3, 3*time.Minute)
+	if uint64(j.OldMemberID) != before[peerOf(t, l, "node3")] || j.NewMemberID == 0 {
+		t.Fatalf("(e) journal old %x new %x, want %x replaced", uint64(j.OldMemberID), uint64(j.NewMemberID), before[peerOf(t, l, "node3")])
+	}
+	if err := l.CollectRealNodeLogs(); err != nil {
+		t.Fatal(err)
+	}
+	// Whoever is first, the kubelet restarting the container (its gate
+	// holds) or the agent parking the manifest, the old ID never serves
+	// again after the fault.
+	oldID := fmt.Sprintf("%x", before[peerOf(t, l, "node3")])
+	for _, e := range logEntries(t, etcdLog(t, l, "node3"), "published local member to cluster") {
+		if entryTime(t, e).After(h.faultAt) && e["local-member-id"] == oldID {
+			t.Fatalf("(e) the wiped member came back under its old ID %s: %v", oldID, e)
+		}
+	}
+	var verdicts []string
+	for _, msg := range []string{"start gate holds etcd back", "start gate open"} {
+		for _, e := range logEntries(t, etcdLog(t, l, "node3"), msg) {
+			if entryTime(t, e).After(h.faultAt) {
+				verdicts = append(verdicts, fmt.Sprintf("%s: %v", msg, e["reason"]))
+			}
+		}
+	}
+	t.Logf("(e) the gate's verdicts after the fault: %v", verdicts)
+	t.Logf("(e) wiped and SIGKILLed node3 never back under its old ID, healed: TTR %s", j.FinishedAt.Sub(h.faultAt).Round(time.Millisecond))
+
+	// (b) node3's data dir emptied while its etcd runs (rm -rf
+	// /var/lib/etcd/*: the hostPath's root stays).
+	before = idsByPeer(mustMembers(t, l))
+	handOffs = append(handOffs, steerOff(t, l, h, "node3"))
+	h.fault()
+	if err := l.WipeDataDirContents("node3"); err != nil {
+		t.Fatal(err)
+	}
+	j = h.waitHealed("node3", "node3", 3, 3*time.Minute)
 	if uint64(j.OldMemberID) != before[peerOf(t, l, "node3")] || j.NewMemberID == 0 {
 		t.Fatalf("(b) journal old %x new %x, want %x replaced", uint64(j.OldMemberID), uint64(j.NewMemberID), before[peerOf(t, l, "node3")])
 	}
