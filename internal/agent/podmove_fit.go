@@ -20,29 +20,44 @@ import (
 // What a pod move checks of its target besides the node itself (Ready,
 // cordon, taints, selector and required affinity: unschedulable) and its
 // PVs (freeFor, unusableOn), as the scheduler would judge the member's pod
-// there: room for its requests, and the template's topology spread.
+// there: room for its requests, its host ports free, its required pod
+// affinity and anti-affinity (podmove_podfit.go), and the template's
+// topology spread.
 
-// fitOnTarget fills f.TargetShort and f.TargetSpread for template (the pod
-// as its StatefulSet re-creates it) on node: read only while the member's
-// pod is still here (before the release), when the move is judged.
+// fitOnTarget fills f.TargetShort, f.TargetPortsTaken, f.TargetPodAffinity
+// and f.TargetSpread for template (the pod as its StatefulSet re-creates
+// it) on node: read only while the member's pod is still here (before the
+// release), when the move is judged. Pod affinity is judged over every pod
+// bound to a node (a zone's domain spans nodes, and any workload's
+// anti-affinity may name the member's pod), so every pod is listed once,
+// as the scheduler sees them; this is read only while a move is judged.
 func (p podClaims) fitOnTarget(ctx context.Context, f *plan.ClaimFacts, template *corev1.Pod, node *corev1.Node) error {
-	onTarget, err := p.kc.CoreV1().Pods("").List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + node.Name})
+	pods, err := p.kc.CoreV1().Pods("").List(ctx, metav1.ListOptions{})
 	if err != nil {
-		return fmt.Errorf("the pods on %s: %w", node.Name, err)
-	}
-	f.TargetShort = resourceShort(template, node, onTarget.Items)
-	if len(doNotSchedule(template)) == 0 {
-		return nil
+		return fmt.Errorf("the pods (to judge %s): %w", node.Name, err)
 	}
 	nodes, err := p.kc.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
 	if err != nil {
-		return fmt.Errorf("the nodes (topology spread): %w", err)
+		return fmt.Errorf("the nodes (to judge %s): %w", node.Name, err)
 	}
-	pods, err := p.kc.CoreV1().Pods(template.Namespace).List(ctx, metav1.ListOptions{})
-	if err != nil {
-		return fmt.Errorf("the pods of %s (topology spread): %w", template.Namespace, err)
+	onTarget := slices.DeleteFunc(slices.Clone(pods.Items), func(o corev1.Pod) bool { return o.Spec.NodeName != node.Name })
+	f.TargetShort = resourceShort(template, node, onTarget)
+	f.TargetPortsTaken = hostPortsTaken(template, node.Name, onTarget)
+	var nsLabels map[string]labels.Set
+	if selectsNamespacesByLabel(template, pods.Items) {
+		namespaces, err := p.kc.CoreV1().Namespaces().List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return fmt.Errorf("the namespaces (pod affinity): %w", err)
+		}
+		nsLabels = map[string]labels.Set{}
+		for _, ns := range namespaces.Items {
+			nsLabels[ns.Name] = ns.Labels
+		}
 	}
-	f.TargetSpread = spreadBroken(template, node, nodes.Items, pods.Items)
+	f.TargetPodAffinity = podAffinityBroken(template, node, nodes.Items, pods.Items, nsLabels)
+	if len(doNotSchedule(template)) > 0 {
+		f.TargetSpread = spreadBroken(template, node, nodes.Items, pods.Items)
+	}
 	return nil
 }
 

@@ -60,6 +60,18 @@ const ReasonTargetInsufficientResources Reason = "target-insufficient-resources"
 // DoNotSchedule topology spread constraint of its StatefulSet's template.
 const ReasonTargetViolatesSpread Reason = "target-violates-topology-spread"
 
+// ReasonTargetHostPortInUse: a host port the member pod asks for (every
+// container port of a hostNetwork pod is one) is taken on the target by a
+// pod bound there, for the same protocol and an overlapping IP (the
+// scheduler's NodePorts filter).
+const ReasonTargetHostPortInUse Reason = "target-host-port-in-use"
+
+// ReasonTargetViolatesPodAffinity: the member pod on the target would break
+// a required inter-pod affinity or anti-affinity, its own or (anti-affinity)
+// that of a pod already in the target's topology domain (the scheduler's
+// InterPodAffinity filter).
+const ReasonTargetViolatesPodAffinity Reason = "target-violates-pod-affinity"
+
 // ReasonAwaitingMoveTarget: a released pod move waits, without the Lease
 // (the target's agent takes it to add the learner), for its member to
 // serve on the target and that agent's verified answer; not a refusal.
@@ -124,6 +136,16 @@ type ClaimFacts struct {
 	// TargetSpread says which DoNotSchedule topology spread constraint of
 	// the template the pod on the target would break ("" = none).
 	TargetSpread string
+	// TargetPortsTaken says which of the member pod's host ports (on a
+	// hostNetwork pod, every container port) a pod bound to the target
+	// already uses, for the same protocol and an overlapping IP ("" = none).
+	TargetPortsTaken string
+	// TargetPodAffinity says which required inter-pod affinity or
+	// anti-affinity the member pod on the target would break ("" = none):
+	// a term of its own affinity that no pod in the target's topology
+	// domain meets, a pod there its anti-affinity names, or a pod there
+	// whose anti-affinity names the member pod.
+	TargetPodAffinity string
 	// PodNode is the node the member's pod (of its name) is bound to now
 	// ("" not bound, or no pod).
 	PodNode string
@@ -134,9 +156,11 @@ type ClaimFacts struct {
 }
 
 // checkMoveAway: a pod member's move may begin (and, before its stop, go
-// on) only to a Ready node with a free PV and no member of the cluster, with
-// the store answering, the template gated, and every voter of a cluster of
-// three or more healthy: the member is removed before its pod moves.
+// on) only to a Ready node with a free PV and no member of the cluster, one
+// the scheduler would put the member's pod on (room for it, its host ports
+// free, its topology spread and required pod affinity kept), with the store
+// answering, the template gated, and every voter of a cluster of three or
+// more healthy: the member is removed before its pod moves.
 func checkMoveAway(in Input, cfg Config) (Decision, bool) {
 	o, r, c := in.Obs, in.Request, in.Claim
 	switch {
@@ -160,6 +184,10 @@ func checkMoveAway(in Input, cfg Config) (Decision, bool) {
 		return refuse(ReasonTargetInsufficientResources, fmt.Sprintf("node %s has no room for the member's pod: %s", r.Target, c.TargetShort)), false
 	case c.TargetSpread != "":
 		return refuse(ReasonTargetViolatesSpread, fmt.Sprintf("the member's pod on %s would break its StatefulSet's topology spread: %s", r.Target, c.TargetSpread)), false
+	case c.TargetPortsTaken != "":
+		return refuse(ReasonTargetHostPortInUse, fmt.Sprintf("the member's pod on %s needs host ports taken there: %s", r.Target, c.TargetPortsTaken)), false
+	case c.TargetPodAffinity != "":
+		return refuse(ReasonTargetViolatesPodAffinity, fmt.Sprintf("the member's pod on %s would break a required pod affinity: %s", r.Target, c.TargetPodAffinity)), false
 	case c.Ungated != "":
 		return refuse(ReasonNotGated, "the pod might come back without the start gate holding etcd: "+c.Ungated), false
 	case !cfg.SnapshotStore:
@@ -315,6 +343,10 @@ func targetNoLonger(c *ClaimFacts, target string) (Reason, string) {
 		return ReasonTargetInsufficientResources, fmt.Sprintf("node %s has no room for the member's pod now: %s", target, c.TargetShort)
 	case c.TargetSpread != "":
 		return ReasonTargetViolatesSpread, fmt.Sprintf("the member's pod on %s would break its StatefulSet's topology spread now: %s", target, c.TargetSpread)
+	case c.TargetPortsTaken != "":
+		return ReasonTargetHostPortInUse, fmt.Sprintf("the member's pod on %s needs host ports taken there now: %s", target, c.TargetPortsTaken)
+	case c.TargetPodAffinity != "":
+		return ReasonTargetViolatesPodAffinity, fmt.Sprintf("the member's pod on %s would break a required pod affinity now: %s", target, c.TargetPodAffinity)
 	}
 	return ReasonNone, ""
 }

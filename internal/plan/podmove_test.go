@@ -68,6 +68,8 @@ func TestMoveAwayRefusesEachUnsafeOrUnclearStart(t *testing.T) {
 		// Issue 38: what the scheduler checks besides the node itself.
 		{"no room on the target for the pod's requests", []opt{local(localHealthy), podMove(func(c *ClaimFacts) { c.TargetShort = "cpu: requests 2, free 1" })}, ReasonTargetInsufficientResources},
 		{"the target breaks the template's topology spread", []opt{local(localHealthy), podMove(func(c *ClaimFacts) { c.TargetSpread = "zone: skew 2 > maxSkew 1" })}, ReasonTargetViolatesSpread},
+		{"a host port of the pod is taken on the target", []opt{local(localHealthy), podMove(func(c *ClaimFacts) { c.TargetPortsTaken = "2379/TCP on 0.0.0.0 by other/proxy" })}, ReasonTargetHostPortInUse},
+		{"the pod's required anti-affinity names a pod on the target", []opt{local(localHealthy), podMove(func(c *ClaimFacts) { c.TargetPodAffinity = "anti-affinity: other/db on node9" })}, ReasonTargetViolatesPodAffinity},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -142,6 +144,10 @@ func TestMoveAwayStepsFromTheStateAfterEach(t *testing.T) {
 		{"no room on the target after the removal", func(c *ClaimFacts) { c.TargetShort = "cpu" }, Finish, ReasonTargetInsufficientResources},
 		{"no room after the reservation", func(c *ClaimFacts) { c.ReservedPV, c.TargetShort = "pv-9", "cpu" }, UnreservePV, ReasonNone},
 		{"the spread broken after the removal", func(c *ClaimFacts) { c.TargetSpread = "zone" }, Finish, ReasonTargetViolatesSpread},
+		{"a host port taken after the removal", func(c *ClaimFacts) { c.TargetPortsTaken = "2380/TCP" }, Finish, ReasonTargetHostPortInUse},
+		{"a host port taken after the reservation", func(c *ClaimFacts) { c.ReservedPV, c.TargetPortsTaken = "pv-9", "2380/TCP" }, UnreservePV, ReasonNone},
+		{"the pod affinity broken after the removal", func(c *ClaimFacts) { c.TargetPodAffinity = "anti-affinity" }, Finish, ReasonTargetViolatesPodAffinity},
+		{"the pod affinity broken after the reservation", func(c *ClaimFacts) { c.ReservedPV, c.TargetPodAffinity = "pv-9", "affinity" }, UnreservePV, ReasonNone},
 		// Once the claim goes, only forward: the pod lands on the target.
 		{"the target NotReady after the claim's deletion", func(c *ClaimFacts) { c.ReservedPV, c.ClaimDeleting, c.TargetReady = "pv-9", true, false }, ReleasePod, ReasonNone},
 		{"the claim deleted by someone else", func(c *ClaimFacts) { c.ClaimBound, c.PodOnNode = false, false }, Finish, ReasonMoveFailed},
@@ -203,6 +209,8 @@ func TestMoveAwayJudgesTheTargetAgainBeforeTheRemoval(t *testing.T) {
 		{"the free PV gone", func(c *ClaimFacts) { c.FreePV = "" }, Finish, ReasonNoFreePV},
 		{"no room for the pod any more", func(c *ClaimFacts) { c.TargetShort = "memory" }, Finish, ReasonTargetInsufficientResources},
 		{"the spread broken now", func(c *ClaimFacts) { c.TargetSpread = "zone" }, Finish, ReasonTargetViolatesSpread},
+		{"a host port taken now", func(c *ClaimFacts) { c.TargetPortsTaken = "2379/TCP" }, Finish, ReasonTargetHostPortInUse},
+		{"the pod affinity broken now", func(c *ClaimFacts) { c.TargetPodAffinity = "symmetry" }, Finish, ReasonTargetViolatesPodAffinity},
 		{"the objects unreadable", func(c *ClaimFacts) { c.Err = "timeout" }, Nothing, ReasonAPIUnavailable},
 		{"all good", func(*ClaimFacts) {}, RemoveMember, ReasonNone},
 	} {

@@ -133,7 +133,7 @@ func RefusalReasons() []Reason {
 		// A move's (DecideMove, move-in, move-out).
 		ReasonTargetNotReady, ReasonTargetHasMember, ReasonNoSnapshotStore, ReasonSnapshotStoreUnreached,
 		ReasonMemberNotHealthy, ReasonMoveFailed, ReasonMoveTimedOut, ReasonNoFreePV, ReasonTargetPVUnusable,
-		ReasonTargetInsufficientResources, ReasonTargetViolatesSpread,
+		ReasonTargetInsufficientResources, ReasonTargetViolatesSpread, ReasonTargetHostPortInUse, ReasonTargetViolatesPodAffinity,
 		// A static pod whose manifest is gone (deleted by hand).
 		ReasonManifestMissing,
 		// A step's shell, right before it acts (StepRefusal).

@@ -100,6 +100,12 @@ func TestManagementOverlay(t *testing.T) {
 			t.Errorf("the cluster-wide role reads %v", r.Resources)
 		}
 	}
+	// A move judges pod affinity terms that pick namespaces by label.
+	if !slices.ContainsFunc(reader.Rules, func(r rbacv1.PolicyRule) bool {
+		return slices.Contains(r.Resources, "namespaces") && slices.Contains(r.Verbs, "list")
+	}) {
+		t.Error("the cluster-wide role does not list namespaces (a pod move's pod affinity terms with a namespace selector)")
+	}
 	for _, r := range writer.Rules {
 		// It creates nothing but the clusters' records of pins (ConfigMaps).
 		creates := slices.Contains(r.Verbs, "create") && !slices.Equal(r.Resources, []string{"configmaps"})
