@@ -45,7 +45,7 @@ func (a *Assessor) Restarted() { a.tracker = Tracker{} }
 // SampleOf turns an observation into the state tracker's input.
 func SampleOf(o observation.Observation) Sample {
 	return Sample{
-		At: o.At, Serving: o.Local.Serving, IsLearner: o.Local.IsLearner, DataDir: o.Local.DataDirClass,
+		At: o.At, Serving: o.Local.Serving, AuthFailed: o.Local.AuthFailed, IsLearner: o.Local.IsLearner, DataDir: o.Local.DataDirClass,
 		DataDirVerified: o.Local.DataDirVerified,
 		Alarms:          o.Local.Alarms, HealthyVoters: o.HealthyVoters(), Voters: o.Voters(),
 		HasLeader: o.LeaderID != 0, InMemberList: o.Local.Match == observation.MatchOK,

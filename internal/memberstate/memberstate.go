@@ -57,10 +57,14 @@ const (
 
 // Sample is one poll's observation of the local member and its cluster.
 type Sample struct {
-	At        time.Time // when the poll ran; the only clock the tracker knows
-	Serving   bool      // local member answered a linearizable health check / Status in this poll
-	IsLearner bool      // local member is a learner in the member list
-	DataDir   string    // class from localdisk: "ok", "missing", "empty", "corrupt", "foreign", "in-use", "stale", "not-a-directory"
+	At      time.Time // when the poll ran; the only clock the tracker knows
+	Serving bool      // local member answered a linearizable health check / Status in this poll
+	// AuthFailed: the local member's TLS handshake failed on trust (a
+	// certificate the agent cannot verify, or its own refused): it may
+	// serve everyone else, the agent cannot tell.
+	AuthFailed bool
+	IsLearner  bool   // local member is a learner in the member list
+	DataDir    string // class from localdisk: "ok", "missing", "empty", "corrupt", "foreign", "in-use", "stale", "not-a-directory"
 	// DataDirVerified: the deep check confirmed DataDir (localdisk.Classify
 	// finished). Corrupt and foreign are lost at once only when confirmed.
 	DataDirVerified bool
@@ -90,7 +94,8 @@ type Verdict struct {
 	// Reason is a short machine-friendly cause: "healthy", "learner",
 	// "not-serving", "not-a-member", "alarm:NOSPACE", "data-dir-missing",
 	// "data-dir-empty", "data-dir-corrupt", "data-dir-foreign", "data-dir-not-a-directory",
-	// "data-dir-unknown". It names the cause even when the state is Lost.
+	// "data-dir-unknown", "tls-auth-failed". It names the cause even when
+	// the state is Lost.
 	Reason string
 	Detail string // for people: every problem seen, and the grace period's progress
 	// TroubleSince is the start of the current continuous unhealthy run
@@ -136,6 +141,13 @@ func (t *Tracker) Observe(s Sample, cfg Config) Verdict {
 	t.seen, t.lastAt = true, s.At
 
 	a := assess(s)
+	if a.neverLost {
+		// Not counted toward the grace period: the run starts afresh
+		// once the agent can see the member again.
+		t.troubleSince, t.troubleCount = time.Time{}, 0
+		return Verdict{State: a.state, Reason: a.reason, Detail: a.detail,
+			MajorityLost: s.HealthyVoters < Quorum(s.Voters) || !s.HasLeader}
+	}
 	v := Verdict{
 		State:        a.state,
 		Reason:       a.reason,
@@ -175,6 +187,9 @@ type assessment struct {
 	detail     string
 	trouble    bool // not healthy: counts toward the grace period
 	lostAtOnce bool
+	// neverLost: nothing this sample shows may end in lost (the member's
+	// TLS handshake fails on trust: it may serve, the agent cannot tell).
+	neverLost bool
 }
 
 type problem struct{ reason, detail string }
@@ -183,6 +198,13 @@ type problem struct{ reason, detail string }
 // gone data dir, then not being a member, which decide how the member must be
 // healed); the first one is the Reason, all of them go in the Detail.
 func assess(s Sample) assessment {
+	if !s.Serving && s.AuthFailed {
+		// Before anything else: what follows judges a member the agent
+		// cannot see (its data dir may be a mid-restart view, its member
+		// list entry another cert's). docs/recovery.md, "TLS".
+		return assessment{state: Degraded, reason: "tls-auth-failed", neverLost: true,
+			detail: "the member's TLS handshake fails on trust (a certificate the agent cannot verify, e.g. mid CA rotation, or the agent's own refused): it may serve, the agent cannot tell; never judged lost while this lasts"}
+	}
 	var problems []problem
 	dataDirGone, dataDirKnown, dataDirSure := false, true, true
 	switch s.DataDir {

@@ -27,6 +27,9 @@ type Member struct {
 	Version      string   `json:"version,omitempty"`
 	Errors       []string `json:"errors,omitempty"` // from Status (e.g. alarms)
 	ProbeError   string   `json:"probeError,omitempty"`
+	// AuthFailed: its TLS handshake failed on trust (a certificate the
+	// agent cannot verify, or the agent's refused): it may serve others.
+	AuthFailed bool `json:"authFailed,omitempty"`
 }
 
 // Match says how the local member was found in the member list (rule 7:
@@ -68,6 +71,8 @@ type Local struct {
 	Serving   bool     `json:"serving"`
 	IsLearner bool     `json:"isLearner"`
 	Alarms    []string `json:"alarms,omitempty"`
+	// AuthFailed: Member.AuthFailed of the local member.
+	AuthFailed bool `json:"authFailed,omitempty"`
 	// AnsweringID and AnsweringClusterID are what the process at ClientURL
 	// reports in its Status header (0 when nothing answers): rule 7 proves
 	// the identity by what answers, not only by name and peer URL.

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -173,6 +174,21 @@ func reachable(endpoint string) bool {
 	return accepted
 }
 
+// checkTrust asks a member whose Status failed for a TLS handshake: gRPC
+// reports a trust failure (a certificate from a CA the agent does not know
+// yet, its own refused) only as its deadline, and such a member may serve
+// everyone else, so it must not read as "not serving" (memberstate never
+// judges it lost; docs/recovery.md, "TLS").
+func (c *clients) checkTrust(m *observation.Member, ep string) {
+	if c.tls == nil || !strings.HasPrefix(ep, "https://") {
+		return
+	}
+	if err := netprobe.Handshake(ep, c.tls, c.timeout); netprobe.TrustFailure(err) {
+		m.AuthFailed = true
+		m.ProbeError += "; TLS trust failure: " + err.Error()
+	}
+}
+
 // answer is who answered a Status request: its header's member and cluster
 // IDs (zero when nothing answered).
 // leader is the leader the member knows (from its Status).
@@ -199,6 +215,7 @@ func (c *clients) probe(ctx context.Context, m *observation.Member, pin uint64) 
 	cl, err := c.get(ep)
 	if err != nil {
 		m.ProbeError = err.Error()
+		c.checkTrust(m, ep)
 		return answer{}
 	}
 	rctx, cancel := context.WithTimeout(ctx, c.timeout)
@@ -207,6 +224,7 @@ func (c *clients) probe(ctx context.Context, m *observation.Member, pin uint64) 
 	if err != nil {
 		m.ProbeError = "status: " + err.Error()
 		c.drop(ep)
+		c.checkTrust(m, ep)
 		return answer{}
 	}
 	ans := answer{member: st.Header.MemberId, cluster: st.Header.ClusterId, leader: st.Leader}

@@ -295,7 +295,7 @@ func (w *Watchdog) observe(ctx context.Context, now time.Time, routine bool) obs
 	observation.MatchLocal(&obs)
 	if obs.Local.Match == observation.MatchOK {
 		m, _ := obs.Member(obs.Local.ID)
-		obs.Local.Serving, obs.Local.IsLearner = m.Serving, m.IsLearner
+		obs.Local.Serving, obs.Local.IsLearner, obs.Local.AuthFailed = m.Serving, m.IsLearner, m.AuthFailed
 		// A member's Status lists every alarm it knows (and "no leader")
 		// as errors: with none, there is no alarm to ask about.
 		if !m.Serving || len(m.Errors) > 0 {
@@ -303,7 +303,7 @@ func (w *Watchdog) observe(ctx context.Context, now time.Time, routine bool) obs
 		}
 	} else {
 		// Not (unambiguously) ours: a process may answer, never ours to stop.
-		obs.Local.Serving = local.Serving
+		obs.Local.Serving, obs.Local.AuthFailed = local.Serving, local.AuthFailed
 	}
 	obs.ForeignEndpoints = uniq(foreign)
 	obs.PeersProbedAt = now
