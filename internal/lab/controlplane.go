@@ -81,3 +81,28 @@ func waitHealthz(ctx context.Context, proc *process, port int, logFile string, t
 	}
 	return nil
 }
+
+// startNodeAuthorizerAPIServer starts the lab's kube-apiserver as a cluster
+// with kubelets runs it (the Node authorizer, NodeRestriction), with token
+// identities for the controller-manager, the scheduler and each of nodes,
+// and waits until it is ready.
+func (l *Lab) startNodeAuthorizerAPIServer(ctx context.Context, etcdTLS *EtcdTLS, start time.Time, nodes ...string) (*APIServer, error) {
+	users := []tokenUser{{Name: "system:kube-controller-manager"}, {Name: "system:kube-scheduler"}}
+	for _, n := range nodes {
+		users = append(users, tokenUser{Name: "system:node:" + n, Groups: []string{"system:nodes"}})
+	}
+	a, proc, err := startAPIServerWith(l.Spec.BinDir, filepath.Join(l.Spec.Dir, "apiserver"), l.Spec.ClientURLs(), etcdTLS, apiExtras{
+		users: users, args: []string{"--authorization-mode=Node,RBAC", "--enable-admission-plugins=NodeRestriction"}})
+	if err != nil {
+		return nil, err
+	}
+	l.Spec.APIServer = a
+	if err := l.Spec.save(); err != nil {
+		return nil, err
+	}
+	if err := waitAPIReady(ctx, a, proc, 120*time.Second); err != nil {
+		return nil, err
+	}
+	l.log.Info("kube-apiserver ready", zap.String("url", a.URL), zap.Duration("took", time.Since(start)))
+	return a, nil
+}

@@ -100,24 +100,18 @@ func (l *Lab) upManagement(ctx context.Context, o Options) error {
 	if err := l.WaitHealthy(ctx, 1, 60*time.Second); err != nil {
 		return err
 	}
-	users := []tokenUser{{Name: "system:kube-controller-manager"}, {Name: "system:kube-scheduler"}}
+	var nodes []string
 	for i := 1; i <= 9; i++ {
-		users = append(users, tokenUser{Name: "system:node:" + fmt.Sprintf("node%d", i), Groups: []string{"system:nodes"}})
+		nodes = append(nodes, fmt.Sprintf("node%d", i))
 	}
-	a, proc, err := startAPIServerWith(o.BinDir, filepath.Join(spec.Dir, "apiserver"), spec.ClientURLs(), nil, apiExtras{
-		users: users, args: []string{"--authorization-mode=Node,RBAC", "--enable-admission-plugins=NodeRestriction"}})
+	a, err := l.startNodeAuthorizerAPIServer(ctx, nil, start, nodes...)
 	if err != nil {
 		return err
 	}
-	spec.APIServer = a
 	m.Kubeconfigs = a.kubeconfigs
 	if err := spec.save(); err != nil {
 		return err
 	}
-	if err := waitAPIReady(ctx, a, proc, 120*time.Second); err != nil {
-		return err
-	}
-	l.log.Info("kube-apiserver ready", zap.String("url", a.URL), zap.Duration("took", time.Since(start)))
 	if err := l.startControlPlane(ctx, m.Kubeconfigs, &m.ControllerManager, &m.Scheduler); err != nil {
 		return err
 	}

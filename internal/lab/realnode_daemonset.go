@@ -81,11 +81,13 @@ func renderShippedDaemonSet(deployDir, overlayDir, node string, env map[string]s
 	if err := os.WriteFile(filepath.Join(overlayDir, "kustomization.yaml"), []byte(realNodeOverlay(rel, node, env)), 0o644); err != nil {
 		return nil, err
 	}
-	return renderKustomization(overlayDir)
+	return RenderKustomization(overlayDir)
 }
 
-// renderKustomization is `kustomize build dir`.
-func renderKustomization(dir string) ([]*unstructured.Unstructured, error) {
+// RenderKustomization is `kustomize build dir` with kustomize itself
+// (krusty, the default options `kubectl apply -k` uses): the objects a
+// cluster would receive.
+func RenderKustomization(dir string) ([]*unstructured.Unstructured, error) {
 	m, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(filesys.MakeFsOnDisk(), dir)
 	if err != nil {
 		return nil, fmt.Errorf("kustomize build %s: %w", dir, err)
@@ -94,7 +96,7 @@ func renderKustomization(dir string) ([]*unstructured.Unstructured, error) {
 	for _, r := range m.Resources() {
 		o, err := r.Map()
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("kustomize build %s: %s: %w", dir, r.CurId(), err)
 		}
 		objs = append(objs, &unstructured.Unstructured{Object: o})
 	}

@@ -22,7 +22,7 @@ func TestTheRealNodesDaemonSetIsTheShippedOneWithImageAndNodeSelector(t *testing
 	if err != nil {
 		t.Fatal(err)
 	}
-	shipped, err := renderKustomization(deploy)
+	shipped, err := RenderKustomization(deploy)
 	if err != nil {
 		t.Fatal(err)
 	}

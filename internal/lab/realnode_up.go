@@ -84,21 +84,11 @@ func (l *Lab) upWithRealNode(ctx context.Context, o Options) error {
 		return err
 	}
 	start := time.Now()
-	users := []tokenUser{{Name: "system:kube-controller-manager"}, {Name: "system:kube-scheduler"},
-		{Name: "system:node:" + name, Groups: []string{"system:nodes"}}}
-	a, proc, err := startAPIServerWith(o.BinDir, filepath.Join(spec.Dir, "apiserver"), spec.ClientURLs(), spec.EtcdTLS, apiExtras{
-		users: users, args: []string{"--authorization-mode=Node,RBAC", "--enable-admission-plugins=NodeRestriction"}})
+	// On the stand-ins' quorum: the real node's member joins later.
+	a, err := l.startNodeAuthorizerAPIServer(ctx, spec.EtcdTLS, start, name)
 	if err != nil {
 		return err
 	}
-	spec.APIServer = a
-	if err := spec.save(); err != nil {
-		return err
-	}
-	if err := waitAPIReady(ctx, a, proc, 120*time.Second); err != nil {
-		return err
-	}
-	l.log.Info("kube-apiserver ready on the stand-ins' quorum", zap.String("url", a.URL), zap.Duration("took", time.Since(start)))
 	if err := l.startControlPlane(ctx, a.kubeconfigs, &r.ControllerManager, &r.Scheduler); err != nil {
 		return err
 	}

@@ -2,60 +2,26 @@ package watchdog
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
-	"math/big"
 	"net"
 	"testing"
 	"time"
 
 	"github.com/etcd-agent/etcd-agent/internal/memberstate"
 	"github.com/etcd-agent/etcd-agent/internal/observation"
+	"github.com/etcd-agent/etcd-agent/internal/tlstest"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
-
-func selfSignedServer(t *testing.T) (addr string, pool *x509.CertPool) {
-	t.Helper()
-	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "etcd"}, IsCA: true, BasicConstraintsValid: true,
-		KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour)}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, _ := x509.ParseCertificate(der)
-	pool = x509.NewCertPool()
-	pool.AddCert(cert)
-	ln, err := tls.Listen("tcp", "127.0.0.1:0", &tls.Config{Certificates: []tls.Certificate{{Certificate: [][]byte{der}, PrivateKey: key}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() { _ = c.(*tls.Conn).Handshake(); time.Sleep(2 * time.Second); c.Close() }()
-		}
-	}()
-	return ln.Addr().String(), pool
-}
 
 // A local member whose serving cert the agent cannot verify (its CA rotated
 // before the agent's bundle) is observed as a TLS trust failure, and the
 // state tracker never judges it lost; one that is simply not there is not
 // a trust failure.
 func TestAMemberWhoseCertTheAgentCannotVerifyIsATrustFailureNotADownMember(t *testing.T) {
-	addr, _ := selfSignedServer(t)
-	_, otherPool := selfSignedServer(t)
-	c := &clients{tls: &tls.Config{RootCAs: otherPool}, timeout: time.Second, byURL: map[string]*clientv3.Client{}}
+	rotated, old := tlstest.NewCA(t, "new"), tlstest.NewCA(t, "old")
+	addr := tlstest.Server(t, &tls.Config{Certificates: []tls.Certificate{rotated.Issue(t, x509.ExtKeyUsageServerAuth)}})
+	c := &clients{tls: &tls.Config{RootCAs: old.Pool}, timeout: time.Second, byURL: map[string]*clientv3.Client{}}
 	defer c.close()
 	m := observation.Member{ID: 1, ClientURLs: []string{"https://" + addr}}
 	c.probe(context.Background(), &m, 0)

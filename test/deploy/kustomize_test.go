@@ -9,32 +9,16 @@ import (
 	"io"
 	"os"
 
+	"github.com/etcd-agent/etcd-agent/internal/lab"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
-	"sigs.k8s.io/kustomize/api/krusty"
-	"sigs.k8s.io/kustomize/kyaml/filesys"
 )
 
 // render builds the kustomization in dir with kustomize itself (its Go API,
 // sigs.k8s.io/kustomize/api/krusty, on the real file system, with the
 // default options `kubectl apply -k` and `kustomize build` use), so the tests
 // check the objects a cluster would receive.
-func render(dir string) ([]*unstructured.Unstructured, error) {
-	k := krusty.MakeKustomizer(krusty.MakeDefaultOptions())
-	m, err := k.Run(filesys.MakeFsOnDisk(), dir)
-	if err != nil {
-		return nil, fmt.Errorf("kustomize build %s: %w", dir, err)
-	}
-	var objs []*unstructured.Unstructured
-	for _, r := range m.Resources() {
-		o, err := r.Map()
-		if err != nil {
-			return nil, fmt.Errorf("kustomize build %s: %s: %w", dir, r.CurId(), err)
-		}
-		objs = append(objs, &unstructured.Unstructured{Object: o})
-	}
-	return objs, nil
-}
+func render(dir string) ([]*unstructured.Unstructured, error) { return lab.RenderKustomization(dir) }
 
 // readObjects reads the YAML documents of a file as objects (empty
 // documents skipped).
