@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/etcd-agent/etcd-agent/internal/membersource"
+	"go.uber.org/zap"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/kubernetes/fake"
 )
@@ -149,7 +150,7 @@ func TestARotatedCABundleIsReadAtTheNextHandshake(t *testing.T) {
 	writeSwapped(t, filepath.Join(dir, "client.crt"), cert)
 	writeSwapped(t, filepath.Join(dir, "client.key"), key)
 	cur := membersource.PodMember{ClientTLS: clientTLSIn(dir)}
-	cfg, err := podClientTLS(cur.ClientTLS, func() membersource.PodMember { return cur })
+	cfg, err := podClientTLS(cur.ClientTLS, func() membersource.PodMember { return cur }, zap.NewNop())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -170,9 +171,10 @@ func TestARotatedCABundleIsReadAtTheNextHandshake(t *testing.T) {
 // is not a new member for reconcile: the loop keeps the tls.Config built
 // when it started, whose CA pool is the old path's.
 func TestAPodWhoseGateCACertChangedIsNotTheSameMember(t *testing.T) {
-	a := membersource.PodMember{ClientTLS: membersource.ClientTLS{CACert: "/s/uid-1/ca.crt", Cert: "/s/uid-1/c.crt", Key: "/s/uid-1/c.key"}}
+	a := membersource.PodMember{ClientTLS: membersource.ClientTLS{CACert: membersource.NodeFile{Root: "/s/uid-1", Rel: "ca.crt"},
+		Cert: membersource.NodeFile{Root: "/s/uid-1", Rel: "c.crt"}, Key: membersource.NodeFile{Root: "/s/uid-1", Rel: "c.key"}}}
 	b := a
-	b.ClientTLS.CACert = "/s/uid-1/other-ca.crt"
+	b.ClientTLS.CACert.Rel = "other-ca.crt"
 	if sameMember(a, b) {
 		t.Fatal("sameMember ignores the gate's CA: the loop keeps a CA pool the pod no longer uses")
 	}
@@ -211,7 +213,7 @@ func TestAGateCertIsNotFollowedOutOfItsVolume(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := podClientTLS(pm.ClientTLS, func() membersource.PodMember { return pm })
+	cfg, err := podClientTLS(pm.ClientTLS, func() membersource.PodMember { return pm }, zap.NewNop())
 	if err != nil {
 		return // refused: fine
 	}
@@ -220,7 +222,7 @@ func TestAGateCertIsNotFollowedOutOfItsVolume(t *testing.T) {
 		return
 	}
 	got, _ := x509.ParseCertificate(c.Certificate[0])
-	t.Fatalf("the agent loaded %q (%s) through a link the pod made on its own claim, outside the volume", got.Subject.CommonName, pm.ClientTLS.Key)
+	t.Fatalf("the agent loaded %q (%s) through a link the pod made on its own claim, outside the volume", got.Subject.CommonName, pm.ClientTLS.Key.Path())
 }
 
 // The kubelet's atomic writer swaps a Secret volume's ..data link while
@@ -256,7 +258,7 @@ func TestHandshakesDuringAtomicWriterSwapsGetWholePairs(t *testing.T) {
 		}
 	}
 	cur := membersource.PodMember{ClientTLS: clientTLSIn(vol)}
-	cfg, err := podClientTLS(cur.ClientTLS, func() membersource.PodMember { return cur })
+	cfg, err := podClientTLS(cur.ClientTLS, func() membersource.PodMember { return cur }, zap.NewNop())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -27,8 +27,8 @@ func TestFromPodFindsAGateCAInAConfigMapVolume(t *testing.T) {
 	if err != nil {
 		t.Fatalf("a HyperShift-style ConfigMap CA: %v", err)
 	}
-	if want := "/host/kubelet/pods/uid-2/volumes/kubernetes.io~configmap/etcd-ca/ca.crt"; pm.ClientTLS.CACert != want {
-		t.Fatalf("CA %s, want %s", pm.ClientTLS.CACert, want)
+	if want := "/host/kubelet/pods/uid-2/volumes/kubernetes.io~configmap/etcd-ca/ca.crt"; pm.ClientTLS.CACert.Path() != want {
+		t.Fatalf("CA %+v, want %s", pm.ClientTLS.CACert, want)
 	}
 }
 
@@ -44,7 +44,7 @@ func TestFromPodRefusesASubPathThatLeavesItsVolume(t *testing.T) {
 		}
 	}
 	pm, err := FromPod(pod, tlsVols(), "/host/kubelet/pods")
-	if err == nil && !strings.HasPrefix(pm.ClientTLS.Key, "/host/kubelet/pods/uid-2/volumes/kubernetes.io~secret/tls/") {
-		t.Fatalf("the gate's --key resolves to %s, outside its Secret volume", pm.ClientTLS.Key)
+	if err == nil && !strings.HasPrefix(pm.ClientTLS.Key.Path(), "/host/kubelet/pods/uid-2/volumes/kubernetes.io~secret/tls/") {
+		t.Fatalf("the gate's --key resolves to %s, outside its Secret volume", pm.ClientTLS.Key.Path())
 	}
 }
