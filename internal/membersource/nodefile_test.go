@@ -3,6 +3,7 @@ package membersource
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -112,5 +113,21 @@ func TestSameFilesIgnoresThePodsUID(t *testing.T) {
 	other.CACert.Rel = "other-ca.crt"
 	if SameFiles(in("uid-1"), "uid-1", other, "uid-2") {
 		t.Fatal("another CA file is the same")
+	}
+}
+
+// A subPath out of its volume is refused, not clamped to the volume.
+func TestFromPodSaysASubPathLeavesItsVolume(t *testing.T) {
+	for _, sub := range []string{"../etcd", "certs/../../etcd", "/etc/kubernetes/pki/etcd"} {
+		pod := tlsPod()
+		c := &pod.Spec.Containers[0]
+		for i := range c.VolumeMounts {
+			if c.VolumeMounts[i].Name == "tls" {
+				c.VolumeMounts[i].SubPath = sub
+			}
+		}
+		if _, err := FromPod(pod, tlsVols(), ""); err == nil || !strings.Contains(err.Error(), "leaves its volume") {
+			t.Errorf("subPath %s: err %v", sub, err)
+		}
 	}
 }
