@@ -226,10 +226,12 @@ func (p *podMembers) reconcile(ctx context.Context) {
 
 // sameMember: b is the member a's loop serves. A new claim or a new
 // controller (a StatefulSet deleted with orphans and created again) starts
-// the loop again: its state dir and record are read anew.
+// the loop again: its state dir and record are read anew. So do other TLS
+// files for the gate (its TLS config is built for them); the same files of
+// a re-created pod, under its new UID, are followed (podClientTLS).
 func sameMember(a, b membersource.PodMember) bool {
 	return reflect.DeepEqual(a.Identity, b.Identity) && a.Cluster == b.Cluster && a.GateStateDir == b.GateStateDir &&
-		a.PVCUID == b.PVCUID && controllerUID(a) == controllerUID(b)
+		a.PVCUID == b.PVCUID && controllerUID(a) == controllerUID(b) && membersource.SameFiles(a.ClientTLS, a.UID, b.ClientTLS, b.UID)
 }
 
 func controllerUID(pm membersource.PodMember) types.UID {
@@ -318,7 +320,8 @@ func (p *podMembers) midRecovery(w *podWorker) bool {
 func (p *podMembers) start(ctx context.Context, member membersource.PodMember) {
 	stateDir := MemberStateDir(p.c.StateDir, member.Namespace, member.Name)
 	var w *podWorker
-	memberTLS, err := podClientTLS(member.ClientTLS, func() membersource.PodMember { return w.current() })
+	log := p.log.With(zap.String("pod", member.Key), zap.String("cluster", member.Cluster))
+	memberTLS, err := podClientTLS(member.ClientTLS, func() membersource.PodMember { return w.current() }, log)
 	if err != nil {
 		err = fmt.Errorf("pod %s: the client cert its start gate uses, which the agent reaches the member with: %w", member.Key, err)
 	} else {
@@ -342,7 +345,7 @@ func (p *podMembers) start(ctx context.Context, member membersource.PodMember) {
 	if memberTLS != nil {
 		c.memberTLS = memberTLS
 	}
-	c.Log = p.log.With(zap.String("pod", member.Key), zap.String("cluster", member.Cluster))
+	c.Log = log
 	urls := append([]string{member.Identity.ClientURL}, member.Identity.PeerURLs...)
 	c.podRuntime = memberruntime.NewPod(member.Key, podDeleter{kc: p.kc, ns: member.Namespace, name: member.Name, node: p.c.NodeName,
 		check: func(ctx context.Context, pod *corev1.Pod) error { return p.onClaim(ctx, pod, member) }}, stateDir,

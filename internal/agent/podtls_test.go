@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/etcd-agent/etcd-agent/internal/membersource"
+	"go.uber.org/zap"
 )
 
 // writeSelfSigned writes a self-signed cert (its own CA) as ca.crt,
@@ -50,7 +51,8 @@ func writeSelfSigned(t *testing.T, dir, cn string) []byte {
 }
 
 func clientTLSIn(dir string) membersource.ClientTLS {
-	return membersource.ClientTLS{CACert: filepath.Join(dir, "ca.crt"), Cert: filepath.Join(dir, "client.crt"), Key: filepath.Join(dir, "client.key")}
+	return membersource.ClientTLS{CACert: membersource.NodeFile{Root: dir, Rel: "ca.crt"}, Cert: membersource.NodeFile{Root: dir, Rel: "client.crt"},
+		Key: membersource.NodeFile{Root: dir, Rel: "client.key"}}
 }
 
 // Issue 38 (TLS on, StatefulSet members): a heal deletes the member's pod,
@@ -62,11 +64,11 @@ func TestAPodMembersClientCertFollowsItsPodsSecretVolume(t *testing.T) {
 	oldPod, newPod := filepath.Join(root, "uid-1"), filepath.Join(root, "uid-2")
 	first := writeSelfSigned(t, oldPod, "first")
 	cur := membersource.PodMember{ClientTLS: clientTLSIn(oldPod)}
-	cfg, err := podClientTLS(cur.ClientTLS, func() membersource.PodMember { return cur })
+	cfg, err := podClientTLS(cur.ClientTLS, func() membersource.PodMember { return cur }, zap.NewNop())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg.RootCAs == nil || cfg.GetClientCertificate == nil {
+	if cfg.VerifyConnection == nil || cfg.GetClientCertificate == nil {
 		t.Fatalf("config %+v: want the gate's CA and client cert", cfg)
 	}
 	leaf := func() []byte {
@@ -97,10 +99,10 @@ func TestAPodMembersClientCertFollowsItsPodsSecretVolume(t *testing.T) {
 // flags; one with --cert but no --key is not served.
 func TestAPodMemberWithoutAGateCertUsesTheAgentsFlags(t *testing.T) {
 	none := func() membersource.PodMember { return membersource.PodMember{} }
-	if cfg, err := podClientTLS(membersource.ClientTLS{}, none); cfg != nil || err != nil {
+	if cfg, err := podClientTLS(membersource.ClientTLS{}, none, zap.NewNop()); cfg != nil || err != nil {
 		t.Fatalf("config %v, err %v: want none (the agent's flags)", cfg, err)
 	}
-	if _, err := podClientTLS(membersource.ClientTLS{Cert: "/x/client.crt"}, none); err == nil {
+	if _, err := podClientTLS(membersource.ClientTLS{Cert: membersource.NodeFile{Root: "/x", Rel: "client.crt"}}, none, zap.NewNop()); err == nil {
 		t.Fatal("a --cert without --key accepted")
 	}
 }

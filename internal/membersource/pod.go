@@ -14,6 +14,7 @@ import (
 	"path"
 	"path/filepath"
 	"slices"
+	"strings"
 
 	"github.com/etcd-agent/etcd-agent/internal/manifest"
 	"github.com/etcd-agent/etcd-agent/internal/watchdog"
@@ -84,18 +85,10 @@ type PodMember struct {
 	// and names the stored snapshot its learner is seeded from.
 	MoveSeed string
 	// ClientTLS is the client cert the pod's start gate reaches the
-	// cluster with (its --cacert, --cert, --key), as node paths: the agent
+	// cluster with (its --cacert, --cert, --key), on the node: the agent
 	// reaches this member with it (each cluster may have a CA of its own).
 	// Zero when the gate has none: the agent's own flags then.
 	ClientTLS ClientTLS
-}
-
-// ClientTLS are the node paths of a client cert, its key, and the CA
-// bundle that verifies etcd's serving certs. A file in a Secret volume is
-// where the kubelet writes it, under the pod's UID: it moves when the pod
-// is re-created.
-type ClientTLS struct {
-	CACert, Cert, Key string
 }
 
 // FromPod reads pod as a member. kubeletPodsDir "" is DefaultKubeletPodsDir.
@@ -158,17 +151,17 @@ func gateClientTLS(r resolver, argv []string, key string) (ClientTLS, error) {
 	var t ClientTLS
 	for _, f := range []struct {
 		flag string
-		dst  *string
+		dst  *NodeFile
 	}{{"cacert", &t.CACert}, {"cert", &t.Cert}, {"key", &t.Key}} {
 		v, ok := manifest.GateFlag(argv, f.flag)
 		if !ok || v == "" {
 			continue
 		}
-		host, _, err := r.hostPath(v)
+		_, vol, err := r.hostPath(v)
 		if err != nil {
 			return ClientTLS{}, fmt.Errorf("pod %s: the start gate's --%s %s, which the agent reaches this member with: %w", key, f.flag, v, err)
 		}
-		*f.dst = host
+		*f.dst = NodeFile{Root: vol.root, Rel: vol.rel}
 	}
 	return t, nil
 }
@@ -252,6 +245,9 @@ type volumeRef struct {
 	// moveSeed: the PV's nodereport.AnnotationMoveSeed (a pod move
 	// reserved it).
 	moveSeed string
+	// root is the volume's node folder, rel the path inside it (its
+	// subPath's and the mount's), for a file read inside the volume only.
+	root, rel string
 }
 
 // hostPath maps a path inside the etcd container to the node through the
@@ -274,6 +270,10 @@ func (r resolver) hostPath(containerPath string) (string, volumeRef, error) {
 	if best.SubPathExpr != "" {
 		return "", volumeRef{}, fmt.Errorf("volume mount %s uses subPathExpr, which the agent does not resolve", best.Name)
 	}
+	if leavesVolume(best.SubPath) {
+		// Defence in depth: the API server refuses it.
+		return "", volumeRef{}, fmt.Errorf("volume mount %s: subPath %q leaves its volume", best.Name, best.SubPath)
+	}
 	i := slices.IndexFunc(r.pod.Spec.Volumes, func(v corev1.Volume) bool { return v.Name == best.Name })
 	if i < 0 {
 		return "", volumeRef{}, fmt.Errorf("volume mount %s: the pod has no such volume", best.Name)
@@ -287,22 +287,39 @@ func (r resolver) hostPath(containerPath string) (string, volumeRef, error) {
 	// root (a bind mount of <volume>/<subPath> itself), which the container
 	// keeps if the dir is removed on the node.
 	ref.atRoot = rel == ""
-	return filepath.Join(root, best.SubPath, rel), ref, nil
+	ref.root, ref.rel = root, strings.TrimPrefix(path.Join("/", best.SubPath, rel), "/")
+	if ref.rel == "" {
+		ref.rel = "."
+	}
+	return filepath.Join(root, ref.rel), ref, nil
+}
+
+// leavesVolume: a subPath that is absolute or has a ".." element.
+func leavesVolume(subPath string) bool {
+	return path.IsAbs(subPath) || slices.Contains(strings.Split(subPath, "/"), "..")
 }
 
 // volumeRoot is the node folder behind a volume: a hostPath as is; a PVC
 // through its bound PV (local or hostPath: the PV's path; CSI, e.g. an LVM
 // local volume: the folder the kubelet mounts it on for this pod); a
-// Secret (certs) where the kubelet writes it for this pod.
+// Secret, a ConfigMap (HyperShift's etcd CA) or a projected volume (certs)
+// where the kubelet writes it for this pod.
 func (r resolver) volumeRoot(v corev1.Volume) (string, volumeRef, error) {
+	perPod := func(plugin string) (string, volumeRef, error) {
+		return filepath.Join(r.podsDir, string(r.pod.UID), "volumes", plugin, v.Name), volumeRef{perPod: true}, nil
+	}
 	switch {
 	case v.HostPath != nil:
 		return v.HostPath.Path, volumeRef{}, nil
 	case v.Secret != nil:
-		return filepath.Join(r.podsDir, string(r.pod.UID), "volumes", "kubernetes.io~secret", v.Name), volumeRef{perPod: true}, nil
+		return perPod("kubernetes.io~secret")
+	case v.ConfigMap != nil:
+		return perPod("kubernetes.io~configmap")
+	case v.Projected != nil:
+		return perPod("kubernetes.io~projected")
 	case v.PersistentVolumeClaim != nil:
 	default:
-		return "", volumeRef{}, fmt.Errorf("volume %s is neither hostPath, a Secret nor a PVC", v.Name)
+		return "", volumeRef{}, fmt.Errorf("volume %s is neither hostPath, a Secret, a ConfigMap, a projected volume nor a PVC", v.Name)
 	}
 	ref := volumeRef{pvc: v.PersistentVolumeClaim.ClaimName}
 	pvc, err := r.vols.PVC(r.pod.Namespace, ref.pvc)

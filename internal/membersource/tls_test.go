@@ -35,8 +35,8 @@ func TestFromPodFindsTheGatesClientCertInTheKubeletsSecretVolume(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dir := "/host/kubelet/pods/uid-2/volumes/kubernetes.io~secret/tls/"
-	if want := (ClientTLS{CACert: dir + "ca.crt", Cert: dir + "client.crt", Key: dir + "client.key"}); pm.ClientTLS != want {
+	dir := "/host/kubelet/pods/uid-2/volumes/kubernetes.io~secret/tls"
+	if want := (ClientTLS{CACert: NodeFile{dir, "ca.crt"}, Cert: NodeFile{dir, "client.crt"}, Key: NodeFile{dir, "client.key"}}); pm.ClientTLS != want {
 		t.Fatalf("client TLS %+v, want %+v", pm.ClientTLS, want)
 	}
 	if pm.Identity.DataDir != "/mnt/disks/pv3/data" || pm.DataDirPerPod {
