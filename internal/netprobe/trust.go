@@ -17,10 +17,19 @@ import (
 // into a status message (the typed error is gone by then): the client did
 // not trust the server's certificate, or the server refused the client's.
 var trustFailureText = []string{
-	"x509: ",                // unknown authority, expired, wrong name
-	"tls: failed to verify", // crypto/tls's wrapper around the x509 error
-	"remote error: tls: ",   // the server's alert: bad/unknown/expired/required certificate
-	"authentication handshake failed: tls: bad certificate",
+	"x509: certificate signed by unknown authority",
+	"x509: certificate has expired or is not yet valid",
+	// The server's certificate alerts (RFC 8446 6.2), not every alert: an
+	// "internal error" is a member that cannot read its own cert (an
+	// --auto-tls member wiped with its data dir), no trust question.
+	"remote error: tls: bad certificate",
+	"remote error: tls: unsupported certificate",
+	"remote error: tls: revoked certificate",
+	"remote error: tls: expired certificate",
+	"remote error: tls: unknown certificate",
+	"remote error: tls: unknown certificate authority",
+	"remote error: tls: certificate required",
+	"remote error: tls: access denied",
 }
 
 // TrustFailure reports whether err is a TLS handshake that failed on trust:
@@ -33,12 +42,12 @@ func TrustFailure(err error) bool {
 	if err == nil {
 		return false
 	}
+	// A wrong name is no rotation: another process of the same PKI
+	// answers there (a reused pod IP). Only an unknown CA or an expired
+	// certificate is a trust question.
 	var unknownCA x509.UnknownAuthorityError
 	var invalid x509.CertificateInvalidError
-	var host x509.HostnameError
-	var verify *tls.CertificateVerificationError
-	var alert tls.AlertError
-	if errors.As(err, &unknownCA) || errors.As(err, &invalid) || errors.As(err, &host) || errors.As(err, &verify) || errors.As(err, &alert) {
+	if errors.As(err, &unknownCA) || errors.As(err, &invalid) && invalid.Reason == x509.Expired {
 		return true
 	}
 	msg := err.Error()

@@ -45,6 +45,14 @@ func TestTrustFailuresAreToldFromAMemberThatIsNotThere(t *testing.T) {
 	if err := statusErr(t, silent.Addr().String(), &tls.Config{RootCAs: oldCA.Pool}); err == nil || TrustFailure(err) {
 		t.Fatalf("no handshake: %v, want an error that is no trust failure", err)
 	}
+	// A member that cannot read its own cert (its files wiped) alerts
+	// "internal error": no trust question, it is judged as usual.
+	broken := tlstest.Server(t, &tls.Config{GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) {
+		return nil, errors.New("open server.crt: no such file or directory")
+	}})
+	if err := statusErr(t, broken, &tls.Config{RootCAs: oldCA.Pool}); err == nil || TrustFailure(err) {
+		t.Fatalf("server without its cert: %v, want an error that is no trust failure", err)
+	}
 	if TrustFailure(errors.New("context deadline exceeded")) || TrustFailure(nil) {
 		t.Fatal("a timeout or no error is no trust failure")
 	}

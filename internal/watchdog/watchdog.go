@@ -295,7 +295,9 @@ func (w *Watchdog) observe(ctx context.Context, now time.Time, routine bool) obs
 	observation.MatchLocal(&obs)
 	if obs.Local.Match == observation.MatchOK {
 		m, _ := obs.Member(obs.Local.ID)
-		obs.Local.Serving, obs.Local.IsLearner, obs.Local.AuthFailed = m.Serving, m.IsLearner, m.AuthFailed
+		// AuthFailed from what answers at our own client URL (the member
+		// list's may be a stale pod IP, now another cluster's).
+		obs.Local.Serving, obs.Local.IsLearner, obs.Local.AuthFailed = m.Serving, m.IsLearner, !m.Serving && local.AuthFailed
 		// A member's Status lists every alarm it knows (and "no leader")
 		// as errors: with none, there is no alarm to ask about.
 		if !m.Serving || len(m.Errors) > 0 {
