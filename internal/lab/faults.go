@@ -161,9 +161,11 @@ func (l *Lab) ReplaceDataDirWithFile(node string) (string, error) {
 }
 
 // Wipe is one WipeDataDir (or WipeDataDirContents, ReplaceDataDirWithFile):
-// which node's data dir, and when it began.
+// which node's data dir, and when it began; or one WipePodData, with Pod
+// (ns/pod) set and Node empty.
 type Wipe struct {
 	Node string
+	Pod  string
 	At   time.Time
 }
 

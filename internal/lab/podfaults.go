@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"syscall"
+	"time"
 
 	"go.uber.org/zap"
 	corev1 "k8s.io/api/core/v1"
@@ -110,6 +111,9 @@ func (l *Lab) WipePodData(ctx context.Context, ns, pod string) error {
 		return err
 	}
 	l.log.Info("fault: wipe pod data", zap.String("pod", ns+"/"+pod), zap.String("pv", pv), zap.String("layout", l.hostedLayout(ns)))
+	l.wipesMu.Lock()
+	l.wipes = append(l.wipes, Wipe{Pod: ns + "/" + pod, At: time.Now()})
+	l.wipesMu.Unlock()
 	return wipePodDirs(l.hostedLayout(ns), pv)
 }
 

@@ -234,7 +234,7 @@ func runHostedLayoutMatrix(t *testing.T, l *lab.Lab, layouts []hostedLayoutCase)
 	}
 	wantLaidOut() // the learners in the same layouts
 	for _, ns := range clusters {
-		r, err := checkers[ns].Finish(ctx, invariant.Options{LeaderHandOffs: leaderHandOffs(t, l)})
+		r, err := checkers[ns].Finish(ctx, invariant.Options{LeaderHandOffs: leaderHandOffs(t, l), PurgeCrashes: podPurgeCrashes(t, l, ns)})
 		if err != nil {
 			t.Fatalf("%s: %v", ns, err)
 		}

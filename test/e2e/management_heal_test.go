@@ -150,7 +150,7 @@ func TestManagementAgentsHealWipedPVs(t *testing.T) {
 			j0.StartedAt.Format(time.TimeOnly), j0.FinishedAt.Format(time.TimeOnly), j1.StartedAt.Format(time.TimeOnly), j1.FinishedAt.Format(time.TimeOnly))
 	}
 	for _, ns := range clusters {
-		r, err := checkers[ns].Finish(ctx, invariant.Options{LeaderHandOffs: leaderHandOffs(t, l)})
+		r, err := checkers[ns].Finish(ctx, invariant.Options{LeaderHandOffs: leaderHandOffs(t, l), PurgeCrashes: podPurgeCrashes(t, l, ns)})
 		if err != nil {
 			t.Fatalf("%s: %v", ns, err)
 		}

@@ -7,7 +7,8 @@ import "time"
 // a tick late on a loaded machine gets 5 s more.
 const PurgeTick = 35 * time.Second
 
-// NodeEvent is something that happened on one lab node at a time.
+// NodeEvent is something that happened on one lab node at a time; for a
+// hosted member, Node names its pod (ns/pod) instead, as a member moves.
 type NodeEvent struct {
 	Node string
 	At   time.Time
