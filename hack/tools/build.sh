@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds the real etcd, etcdctl, etcdutl, etcd-3.7, kube-apiserver,
+# Builds the real etcd, etcdctl, etcdutl, etcd-3.7, etcd-3.5, etcdutl-3.5, kube-apiserver,
 # kube-controller-manager, kube-scheduler, kubectl, promtool and weed (SeaweedFS, the
 # lab's S3-compatible store), and the real node's kubelet, containerd,
 # containerd-shim-runc-v2, ctr, runc and CNI loopback plugin into bin/
@@ -30,6 +30,8 @@ tools=(
   "etcdctl|etcd|go.etcd.io/etcd/etcdctl/v3|go.etcd.io/etcd/etcdctl/v3|0||"
   "etcdutl|etcd|go.etcd.io/etcd/etcdutl/v3|go.etcd.io/etcd/etcdutl/v3|0||"
   "etcd-3.7|etcd37|go.etcd.io/etcd/server/v3|go.etcd.io/etcd/server/v3|0||"
+  "etcd-3.5|etcd35|go.etcd.io/etcd/server/v3|go.etcd.io/etcd/server/v3|0||"
+  "etcdutl-3.5|etcd35|go.etcd.io/etcd/etcdutl/v3|go.etcd.io/etcd/etcdutl/v3|0||"
   "kube-apiserver|kubernetes|k8s.io/kubernetes/cmd/kube-apiserver|k8s.io/kubernetes|0||"
   "kube-controller-manager|kubernetes|k8s.io/kubernetes/cmd/kube-controller-manager|k8s.io/kubernetes|0||"
   "kube-scheduler|kubernetes|k8s.io/kubernetes/cmd/kube-scheduler|k8s.io/kubernetes|0||"

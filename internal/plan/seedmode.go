@@ -10,14 +10,16 @@ import (
 )
 
 // seedMinors are the etcd minor versions the e2e suite proves seed mode
-// against (bin/etcd 3.6, bin/etcd-3.7).
-var seedMinors = []string{"3.6.", "3.7."}
+// against (bin/etcd-3.5, bin/etcd 3.6, bin/etcd-3.7). A 3.5 member reads
+// its membership and cluster version from the .snap's v2 store, which the
+// seed writes as a 3.6 leader's raft snapshot does (docs/plans/etcd-35.md).
+var seedMinors = []string{"3.5.", "3.6.", "3.7."}
 
 // ErrSeedUnsupportedVersion: the data dir layout seed mode writes is proven
 // only against the seedMinors, one at a time; anything else (another
 // version, or a cluster halfway through an upgrade) rejoins in raft mode,
 // which every etcd supports.
-var ErrSeedUnsupportedVersion = errors.New("seed mode is proven against etcd 3.6 and 3.7 clusters only, not mixed")
+var ErrSeedUnsupportedVersion = errors.New("seed mode is proven against etcd 3.5, 3.6 and 3.7 clusters only, not mixed")
 
 // SeedSupported says whether the learner's data dir may be seeded from a
 // snapshot in this cluster: every serving member runs one proven minor.

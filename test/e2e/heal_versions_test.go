@@ -22,6 +22,20 @@ var etcd36 = etcdUnderTest{version: "3.6."}
 // etcd37 is bin/etcd-3.7 (binDir is set in TestMain).
 func etcd37() etcdUnderTest { return etcdUnderTest{filepath.Join(binDir, "etcd-3.7"), "3.7."} }
 
+// etcd35 is bin/etcd-3.5, the etcd most clusters still run (Kubernetes
+// up to 1.33, OpenShift up to 4.19).
+func etcd35() etcdUnderTest { return etcdUnderTest{filepath.Join(binDir, "etcd-3.5"), "3.5."} }
+
+// TestHealSeededOnEtcd35 (experiment)
+func TestHealSeededOnEtcd35(t *testing.T) {
+	e := etcd35()
+	l := newLab(t, lab.Options{Nodes: 3, Agents: true, EtcdBinary: e.binary})
+	requireVersion(t, l, e.version)
+	h, j := seededWipeHeal(t, l)
+	assertQuarantine(t, l, "node2", j)
+	h.finish(invariantDefaults())
+}
+
 // requireVersion fails unless every member of l runs etcd prefix*.
 func requireVersion(t *testing.T, l *lab.Lab, prefix string) {
 	t.Helper()

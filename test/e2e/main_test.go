@@ -51,7 +51,7 @@ func run(m *testing.M) (int, error) {
 		return 1, err
 	}
 	binDir = filepath.Join(repoRoot, "bin")
-	if err := labtest.CheckBinaries(binDir, "etcd", "etcd-3.7", "etcdctl", "kube-apiserver"); err != nil {
+	if err := labtest.CheckBinaries(binDir, "etcd", "etcd-3.7", "etcd-3.5", "etcdutl-3.5", "etcdctl", "kube-apiserver"); err != nil {
 		return 1, err
 	}
 	if tmpRoot, err = os.MkdirTemp("", "etcd-agent-e2e-"); err != nil {
