@@ -127,6 +127,8 @@ type Config struct {
 
 	// podRuntime is a pod member's runtime (set per member by runPods).
 	podRuntime memberruntime.Runtime
+	// podImage is a pod member's etcd image, as its pod shows it now.
+	podImage func() string
 	// memberTLS, when set, is the pod member's client TLS (podClientTLS),
 	// in place of --cacert/--cert/--key.
 	memberTLS *tls.Config

@@ -6,9 +6,11 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/etcd-agent/etcd-agent/internal/etcdversion"
 	"github.com/etcd-agent/etcd-agent/internal/heal"
 	"github.com/etcd-agent/etcd-agent/internal/journal"
 	"github.com/etcd-agent/etcd-agent/internal/lease"
+	"github.com/etcd-agent/etcd-agent/internal/manifest"
 	"github.com/etcd-agent/etcd-agent/internal/memberruntime"
 	"github.com/etcd-agent/etcd-agent/internal/nodereport"
 	"github.com/etcd-agent/etcd-agent/internal/plan"
@@ -86,7 +88,8 @@ func (c Config) newHealer(id watchdog.Identity, obs heal.Observer, kc kubernetes
 		RecoveryTimeout: c.RecoveryTimeout, StepInterval: 250 * time.Millisecond, PollInterval: c.PollInterval, TLS: t, Log: c.Log, CrashBefore: phases(c.CrashBefore),
 		HoldAt: c.HoldAt, StepTimeouts: c.stepTimeouts(), Backups: c.backups, OpenStore: c.openStore(), NoStoreSeed: !c.SeedFromStore,
 		NoBackupSeed: !c.SeedFromBackup, NoCopyDuringStream: !c.SeedCopyDuringStream,
-		PinnedAnywhere: pinnedAnywhere(kc, id.Name, c.podRuntime == nil), Claims: c.claims, StoreSeed: c.storeSeed, MoveSourceGone: moveSourceFor(kc, c.NodeName)},
+		PinnedAnywhere: pinnedAnywhere(kc, id.Name, c.podRuntime == nil), Claims: c.claims, StoreSeed: c.storeSeed, MoveSourceGone: moveSourceFor(kc, c.NodeName),
+		LearnerVersion: c.learnerVersion},
 		obs, newLease, rt, rep, m), nil
 }
 
@@ -155,4 +158,23 @@ func (c *Config) startUploader(ctx context.Context) (stop func()) {
 			c.Log.Warn("snapshot store: the uploader did not stop within 10s (a store call that ignores cancellation); leaving it")
 		}
 	}
+}
+
+// learnerVersion is the etcd version the member will run once started
+// again: the tag of its pod's image, or of its static-pod manifest's
+// (parked while the agent holds it stopped); "" when none names one
+// (plan's version rule, docs/recovery.md "etcd versions").
+func (c Config) learnerVersion() string {
+	if c.podImage != nil {
+		return etcdversion.FromImage(c.podImage())
+	}
+	if c.StaticPodManifest == "" {
+		return "" // an exec runtime: its start command's etcd is not known
+	}
+	for _, path := range []string{c.StaticPodManifest, c.parkedManifest()} {
+		if m, err := manifest.LoadMember(path); err == nil {
+			return etcdversion.FromImage(m.Image)
+		}
+	}
+	return ""
 }

@@ -136,6 +136,9 @@ type Config struct {
 	// move-from value) still asks for it: "" yes, else why not; an error
 	// when it cannot be read (nil: never asked).
 	MoveSourceGone func(ctx context.Context, from string) (string, error)
+	// LearnerVersion, when set, is the etcd version the member runs once
+	// started again: its manifest's or pod's image tag ("" unknown).
+	LearnerVersion func() string
 	// Claims, for a pod member, reads and frees its claim for a move
 	// (plan.ActionMoveAway); nil: no pod moves.
 	Claims ClaimMover
@@ -526,12 +529,21 @@ func (h *Healer) baseInput(res memberstate.Result, req *plan.Request, j journal.
 	sp := localdisk.SpaceFor(h.cfg.DataDir, h.cfg.QuarantineDir)
 	in.FreeBytes, in.DataDirFreeBytes, in.DataDirOtherFS = sp.QuarantineFree, sp.DataDirFree, sp.DataDirOtherFS
 	h.layoutInput(&in)
+	in.LearnerVersion = h.learnerVersion()
 	in.Backups = localdisk.BackupsHint(h.cfg.QuarantineDir)
 	if h.runtime != nil { // nil: a healer that only plans (dry runs, status)
 		_, err := h.runtime.Stopped()
 		in.ManifestMissing = errors.Is(err, memberruntime.ErrNoManifest)
 	}
 	return in
+}
+
+// learnerVersion is Config.LearnerVersion's answer ("" without one).
+func (h *Healer) learnerVersion() string {
+	if h.cfg.LearnerVersion == nil {
+		return ""
+	}
+	return h.cfg.LearnerVersion()
 }
 
 func (h *Healer) holder() string { return h.cfg.Node + "/" + h.cfg.Member }

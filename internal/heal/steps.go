@@ -382,7 +382,7 @@ func (h *Healer) seedDataDir(ctx context.Context, res memberstate.Result, j *jou
 	if h.cfg.WALDir != "" {
 		return fmt.Errorf("%w (%s)", peerseed.ErrSeedDedicatedWALDir, h.cfg.WALDir)
 	}
-	if err := plan.SeedSupported(res.Observation); err != nil {
+	if err := plan.SeedSupported(h.learnerVersion(), res.Observation); err != nil {
 		return err
 	}
 	if j.NewMemberID == 0 || res.Observation.ClusterID == 0 {

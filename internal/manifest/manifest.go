@@ -71,6 +71,9 @@ type Member struct {
 	PeerCertFile, PeerKeyFile, PeerTrustedCAFile string
 
 	ContainerName string
+	// Image is the etcd container's image: its tag names the etcd version a
+	// member started from this manifest runs (etcdversion.FromImage).
+	Image string
 	// GateWrapped: the etcd container runs etcd through the agent's start
 	// gate ("etcd-agent gate ... -- etcd ..."), so every start, container
 	// restarts included, is checked first.
@@ -207,6 +210,7 @@ func memberOf(c corev1.Container, mounts []HostMount) (Member, error) {
 		PeerKeyFile:          get("peer-key-file"),
 		PeerTrustedCAFile:    get("peer-trusted-ca-file"),
 		ContainerName:        c.Name,
+		Image:                c.Image,
 		GateWrapped:          etcdArgvStart(cfg.argv) > 0,
 		HostMounts:           mounts,
 	}

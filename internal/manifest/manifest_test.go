@@ -31,6 +31,7 @@ func TestLoadsKubeadmManifest(t *testing.T) {
 		PeerKeyFile:         "/etc/kubernetes/pki/etcd/peer.key",
 		PeerTrustedCAFile:   "/etc/kubernetes/pki/etcd/ca.crt",
 		ContainerName:       "etcd",
+		Image:               "registry.k8s.io/etcd:3.6.4-0",
 		HostMounts: []HostMount{
 			{ContainerPath: "/var/lib/etcd", HostPath: "/var/lib/etcd"},
 			{ContainerPath: "/etc/kubernetes/pki/etcd", HostPath: "/etc/kubernetes/pki/etcd"},
@@ -62,6 +63,7 @@ func TestLoadsOpenShiftEnvStyleManifest(t *testing.T) {
 		PeerKeyFile:         certs + "secrets/etcd-all-certs/etcd-peer-master-0.key",
 		PeerTrustedCAFile:   certs + "configmaps/etcd-peer-client-ca/ca-bundle.crt",
 		ContainerName:       "etcd",
+		Image:               "quay.io/openshift/etcd:4.18",
 		HostMounts: []HostMount{
 			{ContainerPath: "/etc/kubernetes/static-pod-resources", HostPath: "/etc/kubernetes/static-pod-resources/etcd-pod-7"},
 			{ContainerPath: "/etc/kubernetes/static-pod-certs", HostPath: "/etc/kubernetes/static-pod-resources/etcd-certs"},

@@ -50,6 +50,9 @@ type PodMember struct {
 	Namespace string
 	Name      string
 	UID       types.UID
+	// Image is the etcd container's image: its tag names the etcd version
+	// the member runs once its pod is re-created (etcdversion.FromImage).
+	Image string
 	// Cluster names the member's etcd cluster: the ClusterLabel, else
 	// "<namespace>/<owning controller>".
 	Cluster  string
@@ -104,6 +107,7 @@ func FromPod(pod *corev1.Pod, vols Volumes, kubeletPodsDir string) (PodMember, e
 	if err != nil {
 		return pm, err
 	}
+	pm.Image = c.Image
 	if len(m.PeerURLs) == 0 || len(m.ClientURLs) == 0 {
 		return pm, fmt.Errorf("pod %s: etcd sets no --initial-advertise-peer-urls or --advertise-client-urls", pm.Key)
 	}

@@ -86,6 +86,10 @@ type Observation struct {
 	ClusterID uint64    `json:"clusterID,omitempty"`
 	LeaderID  uint64    `json:"leaderID,omitempty"`
 	Members   []Member  `json:"members"`
+	// ClusterVersion is the cluster version etcd serves at /version
+	// ("3.5.0"): the lowest minor its members ran when it was decided;
+	// "" unknown (plan's version rule).
+	ClusterVersion string `json:"clusterVersion,omitempty"`
 	// MemberListError is set when no endpoint returned the member list
 	// (with require-leader): the cluster has no quorum or is unreachable.
 	// Members are then the last list seen, each still probed directly.

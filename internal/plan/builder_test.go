@@ -54,6 +54,8 @@ type spec struct {
 	dbSize       int64
 	in           Input
 	cfg          Config
+	// post edits the built members (their versions, say).
+	post []func(*observation.Observation)
 }
 
 type opt func(*spec)
@@ -115,6 +117,9 @@ func (s *spec) build() Input {
 	}
 	ms = append(ms, s.extra...)
 	in.Obs.At, in.Obs.ClusterID, in.Obs.Members, in.Obs.MemberListError = in.Now, 0xc1, ms, s.listErr
+	for _, f := range s.post {
+		f(&in.Obs)
+	}
 
 	class := map[localKind]string{localLost: "missing", localHealthy: "ok", localWiped: "empty", localDown: "ok", localGone: "empty"}[s.local]
 	if s.dataDir != "" {

@@ -161,6 +161,9 @@ func checkBegin(in Input, cfg Config) (Decision, bool) {
 	if ls := o.Learners(); len(ls) > 0 {
 		return refuse(ReasonLearnerPresent, fmt.Sprintf("learner %x (%s) is present; one learner at a time", ls[0].ID, ls[0].Name)), false
 	}
+	if d, ok := checkVersions(in); !ok {
+		return d, false
+	}
 	if disp, reason, why := DataDirDisposal(DataDirAt{VolumeRoot: in.DataDirVolumeRoot, Symlink: in.DataDirSymlink}, o.Local.DataDirClass); disp == DisposeRefuse {
 		return refuse(reason, why), false
 	}

@@ -14,7 +14,7 @@ import (
 // pulls os in for Printf; plan and its data packages never call it); and no
 // network or process package is reachable at all.
 func TestPlanImportsNoIOPackages(t *testing.T) {
-	pure := []string{"plan", "observation", "memberstate", "record"}
+	pure := []string{"plan", "observation", "memberstate", "record", "etcdversion"}
 	const module = "github.com/etcd-agent/etcd-agent/internal/"
 	deps := goList(t, "-deps", "-f", "{{.ImportPath}} {{.Standard}}", "./")
 	for _, line := range deps {

@@ -22,9 +22,10 @@ var seedMinors = []string{"3.5.", "3.6.", "3.7."}
 var ErrSeedUnsupportedVersion = errors.New("seed mode is proven against etcd 3.5, 3.6 and 3.7 clusters only, not mixed")
 
 // SeedSupported says whether the learner's data dir may be seeded from a
-// snapshot in this cluster: every serving member runs one proven minor.
+// snapshot in this cluster: every serving member runs one proven minor,
+// and the learner (learnerVersion, from its image; "" unknown) runs it too.
 // Members that do not serve have no say (their version is unknown).
-func SeedSupported(o observation.Observation) error {
+func SeedSupported(learnerVersion string, o observation.Observation) error {
 	minor := ""
 	for _, m := range o.Members {
 		if !m.Serving {
@@ -38,6 +39,18 @@ func SeedSupported(o observation.Observation) error {
 			return fmt.Errorf("%w: member %s runs %q, others %sx", ErrSeedUnsupportedVersion, m.Name, m.Version, minor)
 		}
 		minor = seedMinors[i]
+	}
+	if learnerVersion == "" {
+		return nil
+	}
+	if minor == "" {
+		if !slices.ContainsFunc(seedMinors, func(p string) bool { return strings.HasPrefix(learnerVersion, p) }) {
+			return fmt.Errorf("%w: the learner would run %q", ErrSeedUnsupportedVersion, learnerVersion)
+		}
+		return nil
+	}
+	if !strings.HasPrefix(learnerVersion, minor) {
+		return fmt.Errorf("%w: the learner would run %q, the cluster %sx", ErrSeedUnsupportedVersion, learnerVersion, minor)
 	}
 	return nil
 }

@@ -71,6 +71,11 @@ const (
 	ReasonLeaseLost         Reason = "lease-lost"
 	ReasonNotNeeded         Reason = "not-needed"
 	ReasonForeignCluster    Reason = "foreign-cluster"
+	// The learner's etcd minor would be refused by etcd or break the
+	// cluster's upgrade rule (checkVersions).
+	ReasonLearnerVersionBelowCluster Reason = "learner-version-below-cluster"
+	ReasonVersionSkew                Reason = "version-skew"
+	ReasonLearnerVersionUnknown      Reason = "learner-version-unknown"
 	// ReasonHashMismatch: verify found comparable voters with different
 	// HashKV (JudgeHashes); the attempt fails, a divergent voter serves.
 	ReasonHashMismatch Reason = "hash-mismatch"
@@ -219,6 +224,10 @@ type Input struct {
 	// ManifestMissing: a static pod's manifest is neither in the kubelet's
 	// dir nor parked by the agent: no step could stop or start the member.
 	ManifestMissing bool
+	// LearnerVersion is the etcd version the member will run once added
+	// back: its manifest's (or pod's) image tag ("3.5.36"); "" unknown (a
+	// digest-only image, an exec runtime). See checkVersions.
+	LearnerVersion string
 	// BackupStreamingFrom is the member a pre-change backup of this attempt
 	// streams (or streamed, verified) from, begun during the stop under the
 	// Lease; 0 when there is none or it failed.

@@ -41,7 +41,13 @@ func freeURL(t *testing.T) string {
 // own cluster ID) and waits until it serves.
 func startOneMember(t *testing.T, name string) oneMember {
 	t.Helper()
-	bin, _ := filepath.Abs("../../bin/etcd")
+	return startOneMemberOf(t, name, "etcd")
+}
+
+// startOneMemberOf is startOneMember with bin/<binary> ("etcd-3.5").
+func startOneMemberOf(t *testing.T, name, binary string) oneMember {
+	t.Helper()
+	bin, _ := filepath.Abs("../../bin/" + binary)
 	dir := t.TempDir()
 	client, peer := freeURL(t), freeURL(t)
 	logf, err := os.Create(filepath.Join(dir, "etcd.log"))

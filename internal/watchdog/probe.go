@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"net/http"
 	"slices"
 	"strings"
 	"sync"
@@ -33,6 +34,7 @@ type clients struct {
 	dialOptions []grpc.DialOption
 	mu          sync.Mutex
 	byURL       map[string]*clientv3.Client
+	http        *http.Client // GET /version (clusterVersion)
 	// preferred is the endpoint that last answered the member list: asked
 	// first, so a down local member does not cost a timeout every poll.
 	preferred string
@@ -96,7 +98,14 @@ func (c *clients) forget(keep map[string]bool) {
 	}
 }
 
-func (c *clients) close() { c.forget(nil) }
+func (c *clients) close() {
+	c.forget(nil)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.http != nil {
+		c.http.CloseIdleConnections()
+	}
+}
 
 // drop closes the client of url after a failure: gRPC's reconnect backoff
 // grows while a member is down (to many seconds), and a member that comes

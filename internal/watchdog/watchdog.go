@@ -308,6 +308,7 @@ func (w *Watchdog) observe(ctx context.Context, now time.Time, routine bool) obs
 		obs.Local.Serving, obs.Local.AuthFailed = local.Serving, local.AuthFailed
 	}
 	obs.ForeignEndpoints = uniq(foreign)
+	obs.ClusterVersion = w.clients.clusterVersion(ctx, obs)
 	obs.PeersProbedAt = now
 	w.rememberProbe(now, obs)
 	w.watchLiveness()

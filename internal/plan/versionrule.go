@@ -1,0 +1,91 @@
+package plan
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/etcd-agent/etcd-agent/internal/etcdversion"
+	"github.com/etcd-agent/etcd-agent/internal/observation"
+)
+
+// checkVersions refuses, before any change, a learner whose etcd minor
+// the cluster cannot take (docs/recovery.md, "etcd versions"):
+//
+//   - below the cluster version, or below the lowest minor of the members
+//     that stay (learner-version-below-cluster): etcd refuses to start a
+//     member older than the cluster version, and once the replaced member
+//     is removed the leader raises the cluster version to the lowest minor
+//     left within seconds. A 3.5 learner in a cluster whose other members
+//     run 3.6 would be removed, then never start: one voter short.
+//   - more than one minor above them (version-skew): etcd upgrades one
+//     minor at a time.
+//   - unknown (learner-version-unknown) while the cluster is mid-upgrade:
+//     the members that stay run different minors, or a newer one than the
+//     cluster version. In a cluster of one minor an unknown learner is
+//     taken to run it, as before this rule.
+func checkVersions(in Input) (Decision, bool) {
+	o := in.Obs
+	cluster := etcdversion.Parse(o.ClusterVersion)
+	lowest, highest, staying := stayingMinors(in)
+	floor := lowest
+	if cluster.Known() && (!floor.Known() || floor.Less(cluster)) {
+		floor = cluster
+	}
+	learner := etcdversion.Parse(in.LearnerVersion)
+	facts := fmt.Sprintf("cluster version %s, members that stay run %s", orUnknown(o.ClusterVersion), staying)
+	if !learner.Known() {
+		if lowest != highest || (cluster.Known() && lowest.Known() && cluster != lowest) {
+			return refuse(ReasonLearnerVersionUnknown, fmt.Sprintf("the cluster is mid-upgrade (%s) and the etcd version the member would run is unknown "+
+				"(its image names none): a learner older than the cluster's minor would never start; heal it by hand or give its image a version tag", facts)), false
+		}
+		return Decision{}, true
+	}
+	if floor.Known() && learner.Less(floor) {
+		return refuse(ReasonLearnerVersionBelowCluster, fmt.Sprintf("the member would run etcd %s, the cluster needs %s or newer (%s): etcd would refuse it after its old member is removed; "+
+			"upgrade its manifest's etcd first (docs/recovery.md, \"etcd versions\")", in.LearnerVersion, floor, facts)), false
+	}
+	ceiling := lowest
+	if cluster.Known() && (!ceiling.Known() || cluster.Less(ceiling)) {
+		ceiling = cluster
+	}
+	if ceiling.Known() && ceiling.Next().Less(learner) {
+		return refuse(ReasonVersionSkew, fmt.Sprintf("the member would run etcd %s, more than one minor above %s (%s): etcd upgrades one minor at a time",
+			in.LearnerVersion, ceiling, facts)), false
+	}
+	return Decision{}, true
+}
+
+// stayingMinors are the lowest and highest etcd minors of the serving
+// members that stay in the cluster (not the local member, which is
+// replaced, nor a move's source), and their versions as text.
+func stayingMinors(in Input) (lowest, highest etcdversion.Minor, text string) {
+	o := in.Obs
+	var vs []string
+	for _, m := range o.Members {
+		if !m.Serving || (o.Local.Match == observation.MatchOK && m.ID == o.Local.ID) || (in.Request != nil && in.Request.Replaces != 0 && m.ID == in.Request.Replaces) {
+			continue
+		}
+		v := etcdversion.Parse(m.Version)
+		if !v.Known() {
+			continue
+		}
+		vs = append(vs, m.Name+"="+m.Version)
+		if !lowest.Known() || v.Less(lowest) {
+			lowest = v
+		}
+		if !highest.Known() || highest.Less(v) {
+			highest = v
+		}
+	}
+	if len(vs) == 0 {
+		return lowest, highest, "unknown versions"
+	}
+	return lowest, highest, strings.Join(vs, ", ")
+}
+
+func orUnknown(s string) string {
+	if s == "" {
+		return "unknown"
+	}
+	return s
+}
