@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"text/tabwriter"
 	"time"
@@ -50,7 +51,8 @@ func newLabCmd(g *globalFlags) *cobra.Command {
 
 func newLabUpCmd(g *globalFlags, dir *string) *cobra.Command {
 	o := lab.Options{}
-	var diskLimit, mode string
+	var diskLimit, mode, etcdVersion string
+	var etcdVersions []string
 	c := &cobra.Command{
 		Use:   "up",
 		Short: "Create the lab's nodes, start etcd under each node's supervisor, then kube-apiserver",
@@ -83,6 +85,9 @@ func newLabUpCmd(g *globalFlags, dir *string) *cobra.Command {
 			if o.BinDir, err = filepath.Abs(o.BinDir); err != nil {
 				return err
 			}
+			if err := etcdVersionFlags(&o, etcdVersion, etcdVersions); err != nil {
+				return err
+			}
 			start := time.Now()
 			l, err := lab.Up(cmd.Context(), o)
 			if err != nil {
@@ -106,6 +111,8 @@ func newLabUpCmd(g *globalFlags, dir *string) *cobra.Command {
 	c.Flags().BoolVar(&o.NoAPIServer, "no-apiserver", false, "do not start kube-apiserver")
 	c.Flags().BoolVar(&o.Agents, "agents", false, "run `etcd-agent run` on every node")
 	c.Flags().StringVar(&o.EtcdBinary, "etcd-binary", "", "etcd binary for the members (default: <bin-dir>/etcd; make tools also builds bin/etcd-3.7)")
+	c.Flags().StringVar(&etcdVersion, "etcd-version", "", "etcd minor version of every member: 3.5, 3.6 or 3.7 (<bin-dir>/etcd-3.5, etcd, etcd-3.7); instead of --etcd-binary")
+	c.Flags().StringSliceVar(&etcdVersions, "etcd-versions", nil, "etcd minor version per node, e.g. 3.5,3.5,3.6 (node1 first; a node not listed runs --etcd-version or --etcd-binary): a mixed-version cluster, as during a rolling upgrade")
 	c.Flags().BoolVar(&o.EtcdTLS, "etcd-tls", false, "etcd serves client and peer TLS with client cert auth, as on kubeadm (certs in <dir>/pki/etcd)")
 	c.Flags().BoolVar(&o.RealNode, "real-node", false, "the last node is a real one: the real kubelet, containerd and runc in namespaces of its own (needs root, --etcd-tls, `make tools images`)")
 	c.Flags().BoolVar(&o.EtcdWALDir, "etcd-wal-dir", false, "members run with a dedicated --wal-dir (<node>/disk/wal/etcd), as a WAL on its own disk")
@@ -115,6 +122,32 @@ func newLabUpCmd(g *globalFlags, dir *string) *cobra.Command {
 	// No --peer-proxy: the peer proxies live in the process that brought the
 	// lab up, and this command exits (see internal/lab/peerproxy.go).
 	return c
+}
+
+// etcdVersionFlags turns --etcd-version and --etcd-versions into o's etcd
+// binaries (both after o.BinDir is absolute).
+func etcdVersionFlags(o *lab.Options, version string, perNode []string) error {
+	if version != "" {
+		if o.EtcdBinary != "" {
+			return fmt.Errorf("--etcd-version and --etcd-binary: give one")
+		}
+		b, err := lab.EtcdBinaryForVersion(o.BinDir, version)
+		if err != nil {
+			return fmt.Errorf("--etcd-version: %w", err)
+		}
+		o.EtcdBinary = b
+	}
+	if len(perNode) > o.Nodes {
+		return fmt.Errorf("--etcd-versions lists %d versions for %d nodes", len(perNode), o.Nodes)
+	}
+	for _, v := range perNode {
+		b, err := lab.EtcdBinaryForVersion(o.BinDir, strings.TrimSpace(v))
+		if err != nil {
+			return fmt.Errorf("--etcd-versions: %w", err)
+		}
+		o.EtcdBinaries = append(o.EtcdBinaries, b)
+	}
+	return nil
 }
 
 func printHowToReach(cmd *cobra.Command, l *lab.Lab) {

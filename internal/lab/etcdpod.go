@@ -20,7 +20,11 @@ import (
 // agent's start gate, run as etcd's wrapper ("gate ... -- etcd ..."), so
 // every start of etcd, container restarts included, passes it.
 func etcdPodManifest(spec *Spec, n Node, initialCluster, state, token string, gate []string, t *EtcdTLS) ([]byte, error) {
-	etcdBin := spec.etcdBinary()
+	etcdBin := spec.nodeEtcdBinary(n)
+	image, err := EtcdImageOf(etcdBin)
+	if err != nil {
+		return nil, err
+	}
 	args := []string{
 		"--name=" + n.Member,
 		"--data-dir=" + n.DataDir,
@@ -79,7 +83,7 @@ func etcdPodManifest(spec *Spec, n Node, initialCluster, state, token string, ga
 			PriorityClassName: "system-node-critical",
 			Containers: []corev1.Container{{
 				Name:         "etcd",
-				Image:        "registry.k8s.io/etcd:3.6.16-0",
+				Image:        image,
 				Command:      etcdCommand(gate, etcdBin, args),
 				VolumeMounts: mounts,
 			}},

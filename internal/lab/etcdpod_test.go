@@ -9,8 +9,10 @@ import (
 // etcd's default when it sets none.
 func TestEtcdPodManifestCarriesTheQuota(t *testing.T) {
 	n := Node{Name: "node1", Member: "node1", IP: "127.0.0.11", DataDir: "/d", ClientURL: "http://127.0.0.11:1", PeerURL: "http://127.0.0.11:2"}
+	dir := t.TempDir()
+	fakeEtcd(t, dir, "etcd", "3.6.16")
 	for quota, want := range map[int64]string{0: "", 4 << 30: "--quota-backend-bytes=4294967296"} {
-		m, err := etcdPodManifest(&Spec{BinDir: "/bin", EtcdQuotaBytes: quota}, n, "node1=http://127.0.0.11:2", "new", "tok", nil, nil)
+		m, err := etcdPodManifest(&Spec{BinDir: dir, EtcdQuotaBytes: quota}, n, "node1=http://127.0.0.11:2", "new", "tok", nil, nil)
 		if err != nil {
 			t.Fatal(err)
 		}

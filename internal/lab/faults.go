@@ -423,7 +423,7 @@ func (l *Lab) MoveMember(from, to string) error {
 	// A member behind a peer proxy keeps its advertised (proxy) peer URL
 	// and its listen URL: the proxy forwards to wherever it listens.
 	moved.Member, moved.ClientURL, moved.PeerURL, moved.PeerListenURL = src.Member, src.ClientURL, src.PeerURL, src.PeerListenURL
-	moved.MetricsURL = src.MetricsURL
+	moved.MetricsURL, moved.EtcdBinary = src.MetricsURL, src.EtcdBinary // the member keeps its etcd version
 	moved.DataDir = filepath.Join(dst.DiskDir, "etcd")
 	m, err := etcdPodManifest(l.Spec, moved, initialCluster(l.Spec.Nodes), "existing", l.Spec.ClusterToken, l.gateCommand(moved), l.Spec.EtcdTLS)
 	if err != nil {
@@ -431,7 +431,7 @@ func (l *Lab) MoveMember(from, to string) error {
 	}
 	l.log.Info("move member", zap.String("member", src.Member), zap.String("from", from), zap.String("to", to))
 	dst.Member, dst.ClientURL, dst.PeerURL, dst.PeerListenURL, dst.DataDir = moved.Member, moved.ClientURL, moved.PeerURL, moved.PeerListenURL, moved.DataDir
-	dst.MetricsURL = moved.MetricsURL
+	dst.MetricsURL, dst.EtcdBinary = moved.MetricsURL, moved.EtcdBinary
 	src.ClientURL, src.PeerURL, src.PeerListenURL, src.MetricsURL = "", "", "", ""
 	if l.peers != nil && moved.PeerListenURL != "" {
 		if err := l.peers.retarget(moved.PeerURL, moved.PeerListenURL); err != nil {

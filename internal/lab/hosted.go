@@ -134,13 +134,17 @@ func (l *Lab) hostedStatefulSet(ns string) (*appsv1.StatefulSet, error) {
 		return corev1.EnvVar{Name: name, ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: path}}}
 	}
 	command := []string{l.Spec.etcdBinary()}
-	env := []corev1.EnvVar{fieldEnv("POD_NAME", "metadata.name"), fieldEnv("POD_IP", "status.podIP")}
-	mounts := []corev1.VolumeMount{{Name: "data", MountPath: hostedDataMountPath}}
-	args, mounts, err := layHostedPod(l.hostedLayout(ns), args, mounts)
+	image, err := EtcdImageOf(command[0])
 	if err != nil {
 		return nil, err
 	}
-	initContainers := hostedInitContainers(l.hostedLayout(ns), mounts)
+	env := []corev1.EnvVar{fieldEnv("POD_NAME", "metadata.name"), fieldEnv("POD_IP", "status.podIP")}
+	mounts := []corev1.VolumeMount{{Name: "data", MountPath: hostedDataMountPath}}
+	args, mounts, err = layHostedPod(l.hostedLayout(ns), args, mounts)
+	if err != nil {
+		return nil, err
+	}
+	initContainers := hostedInitContainers(l.hostedLayout(ns), mounts, image)
 	var volumes []corev1.Volume
 	var gateTLS []string
 	if l.hostedTLS(ns) {
@@ -186,7 +190,7 @@ func (l *Lab) hostedStatefulSet(ns string) (*appsv1.StatefulSet, error) {
 					Affinity: &corev1.Affinity{PodAntiAffinity: &corev1.PodAntiAffinity{RequiredDuringSchedulingIgnoredDuringExecution: []corev1.PodAffinityTerm{{
 						LabelSelector: &metav1.LabelSelector{MatchLabels: labels}, TopologyKey: "kubernetes.io/hostname"}}}},
 					Containers: []corev1.Container{{
-						Name: "etcd", Image: "registry.k8s.io/etcd:3.6.16-0",
+						Name: "etcd", Image: image,
 						Command:      command,
 						Args:         args,
 						Env:          env,

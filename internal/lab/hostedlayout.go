@@ -68,12 +68,12 @@ func layHostedPod(layout string, args []string, mounts []corev1.VolumeMount) ([]
 // etcd starts: HostedLayoutSymlink's makes the data link (only when the
 // path is free: a re-created pod keeps what is there). The paths are in
 // env values, which the lab kubelet maps to the node as it maps flags.
-func hostedInitContainers(layout string, mounts []corev1.VolumeMount) []corev1.Container {
+func hostedInitContainers(layout string, mounts []corev1.VolumeMount, image string) []corev1.Container {
 	if layout != HostedLayoutSymlink {
 		return nil
 	}
 	return []corev1.Container{{
-		Name: "data-link", Image: "registry.k8s.io/etcd:3.6.16-0",
+		Name: "data-link", Image: image,
 		Command: []string{"/bin/sh", "-c", `mkdir -p "$TARGET" && { [ -e "$LINK" ] || [ -L "$LINK" ] || ln -s ` + hostedSymlinkTarget + ` "$LINK"; }`},
 		Env: []corev1.EnvVar{{Name: "TARGET", Value: hostedDataMountPath + "/" + hostedSymlinkTarget},
 			{Name: "LINK", Value: hostedDataMountPath + "/data"}},

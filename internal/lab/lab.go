@@ -32,6 +32,9 @@ type Options struct {
 	// EtcdBinary, if set, is the etcd the members run instead of
 	// BinDir/etcd (e.g. bin/etcd-3.7).
 	EtcdBinary string
+	// EtcdBinaries, if set, is node<i>'s etcd at index i-1 (missing or "":
+	// EtcdBinary): a lab whose members run different etcd versions.
+	EtcdBinaries []string
 	// EtcdQuotaBytes sets the members' --quota-backend-bytes (0: etcd's
 	// default of 2 GiB; a bench of larger dbs needs more, etcd allows 8 GiB).
 	EtcdQuotaBytes int64
@@ -208,6 +211,7 @@ func Up(ctx context.Context, o Options) (_ *Lab, err error) {
 		if err != nil {
 			return nil, err
 		}
+		n.EtcdBinary = o.nodeEtcdBinary(i)
 		spec.Nodes = append(spec.Nodes, n)
 	}
 	if err := spec.save(); err != nil { // records the mounts
@@ -274,6 +278,14 @@ func checkBinaries(o Options) error {
 		etcd = filepath.Join(o.BinDir, "etcd")
 	}
 	need := []string{etcd, o.AgentBinary}
+	if len(o.EtcdBinaries) > o.Nodes {
+		return fmt.Errorf("%d etcd binaries for %d nodes", len(o.EtcdBinaries), o.Nodes)
+	}
+	for _, b := range o.EtcdBinaries {
+		if b != "" {
+			need = append(need, b)
+		}
+	}
 	if !o.NoAPIServer {
 		need = append(need, filepath.Join(o.BinDir, "kube-apiserver"))
 	}
@@ -292,6 +304,14 @@ func checkBinaries(o Options) error {
 		return fmt.Errorf("missing binaries %s: run `make tools` (etcd, kube-apiserver, ...) and `make build` (etcd-agent)", strings.Join(missing, ", "))
 	}
 	return nil
+}
+
+// nodeEtcdBinary is node<i>'s own etcd from EtcdBinaries ("": the lab's).
+func (o Options) nodeEtcdBinary(i int) string {
+	if i-1 < len(o.EtcdBinaries) {
+		return o.EtcdBinaries[i-1]
+	}
+	return ""
 }
 
 // newNode lays out node i's folders and picks its loopback IP and ports.

@@ -78,6 +78,10 @@ type Node struct {
 	// MetricsURL is etcd's --listen-metrics-urls (the gate's stop watch
 	// counts requests in flight there).
 	MetricsURL string `json:"metricsURL,omitempty"`
+	// EtcdBinary is the etcd this node's member runs ("": Spec.EtcdBinary,
+	// else binDir/etcd): a lab of mixed etcd versions (Options.EtcdBinaries,
+	// SetMemberVersion).
+	EtcdBinary string `json:"etcdBinary,omitempty"`
 	NodeDir    string `json:"nodeDir"`
 	DiskDir    string `json:"diskDir"`
 	DataDir    string `json:"dataDir,omitempty"`
