@@ -14,7 +14,7 @@ BENCH_MEMBERS ?= 1,10,30
 
 all: build
 
-## tools: build etcd (3.6), etcd-3.7, etcdctl, etcdutl, kube-apiserver, kube-controller-manager, kube-scheduler, promtool into bin/ (once per machine)
+## tools: build etcd (3.6), etcd-3.7, etcd-3.5, etcdutl-3.5, etcdctl, etcdutl, kube-apiserver, kube-controller-manager, kube-scheduler, promtool into bin/ (once per machine)
 tools:
 	@hack/tools/build.sh
 

@@ -133,6 +133,7 @@ func RefusalReasons() []Reason {
 	return []Reason{ReasonMajorityLost, ReasonWouldLoseQuorum, ReasonLearnerPresent, ReasonLeaseHeldByOther,
 		ReasonAPIUnavailable, ReasonAmbiguousIdentity, ReasonMemberHealthy, ReasonDryRun, ReasonDiskFull,
 		ReasonBadRequest, ReasonNoSnapshotSource, ReasonForeignCluster, ReasonDataDirMountPoint, ReasonWALDirMountPoint, ReasonWALDirSymlink, ReasonDataDirLinkDangling,
+		ReasonLearnerVersionBelowCluster, ReasonVersionSkew, ReasonLearnerVersionUnknown,
 		// The steward's (DecideSteward), for a member on a lost node.
 		ReasonNodeReady, ReasonInGracePeriod, ReasonMemberServing, ReasonStewardNotHealthy, ReasonNotGated, ReasonAutoHealDisabled,
 		// A move's (DecideMove, move-in, move-out).
