@@ -93,9 +93,9 @@ type Report struct {
 
 // String summarises the report in one line for test logs.
 func (r Report) String() string {
-	return fmt.Sprintf("api writes %d (failed %d, p50 %s, p99 %s), etcd writes %d (failed %d), failed in flight at a SIGKILL %v, at a leader hand-off %v, probes %d, longest outage %s, max learners %d, hashkv %v, took %s",
+	return fmt.Sprintf("api writes %d (failed %d, p50 %s, p99 %s), etcd writes %d (failed %d, sent again after a learner refused %d), failed in flight at a SIGKILL %v, at a leader hand-off %v, probes %d, longest outage %s, max learners %d, hashkv %v, took %s",
 		r.Writes.APIAttempted, r.Writes.APIFailed, r.APIp50.Round(time.Millisecond), r.APIp99.Round(time.Millisecond),
-		r.Writes.EtcdAttempted, r.Writes.EtcdFailed, r.AtHardFault, r.AtLeaderHandOff, r.Probes, r.QuorumLostFor.Round(time.Millisecond), r.MaxLearners, r.HashKV, r.Duration.Round(time.Millisecond))
+		r.Writes.EtcdAttempted, r.Writes.EtcdFailed, r.Writes.EtcdLearnerRefused, r.AtHardFault, r.AtLeaderHandOff, r.Probes, r.QuorumLostFor.Round(time.Millisecond), r.MaxLearners, r.HashKV, r.Duration.Round(time.Millisecond))
 }
 
 // Start begins writing (kc may be nil for an etcd-only lab) and observing.
