@@ -75,9 +75,10 @@ func FromImage(image string) string {
 		}
 	}
 	v := strings.TrimSuffix(tag[:end], ".")
-	if strings.Count(v, ".") < 1 || Parse(v).Major != 3 {
-		// etcd has been 3.x since 2016; another number is a distribution's
-		// own (OpenShift tags its etcd image with the release, "4.18").
+	if m := Parse(v); strings.Count(v, ".") < 1 || m.Major != 3 || m.Minor < 4 {
+		// etcd has been 3.x since 2016, with learners since 3.4; another
+		// number is not etcd's (OpenShift tags its etcd image with the
+		// release, "4.18"; kops' etcd-manager "v3.0.20240618").
 		return ""
 	}
 	return v

@@ -17,7 +17,11 @@ func TestFromImageReadsTheTagsRealClustersRun(t *testing.T) {
 		"etcd:latest":                 "",
 		"etcd-agent.invalid/etcd:lab": "",
 		"etcd:3":                      "",
-		"":                            "",
+		"quay.io/openshift/etcd:4.18": "", // OpenShift's release, not etcd's
+		"etcd:2.3.8":                  "",
+		"registry.k8s.io/etcd-manager-slim:v3.0.20240618": "", // kops' manager, not etcd
+		"quay.io/coreos/etcd:v3.3.27":                     "", // no learners before 3.4
+		"":                                                "",
 	} {
 		if got := FromImage(image); got != want {
 			t.Errorf("FromImage(%q) = %q, want %q", image, got, want)

@@ -30,6 +30,9 @@ type Member struct {
 	// AuthFailed: its TLS handshake failed on trust (a certificate the
 	// agent cannot verify, or the agent's refused): it may serve others.
 	AuthFailed bool `json:"authFailed,omitempty"`
+	// DowngradeEnabled: the member reports an etcd downgrade in progress
+	// (3.6's Status; 3.5 has none): only etcd's target minor may join.
+	DowngradeEnabled bool `json:"downgradeEnabled,omitempty"`
 }
 
 // Match says how the local member was found in the member list (rule 7:

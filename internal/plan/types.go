@@ -76,6 +76,7 @@ const (
 	ReasonLearnerVersionBelowCluster Reason = "learner-version-below-cluster"
 	ReasonVersionSkew                Reason = "version-skew"
 	ReasonLearnerVersionUnknown      Reason = "learner-version-unknown"
+	ReasonDowngradeInProgress        Reason = "downgrade-in-progress"
 	// ReasonHashMismatch: verify found comparable voters with different
 	// HashKV (JudgeHashes); the attempt fails, a divergent voter serves.
 	ReasonHashMismatch Reason = "hash-mismatch"
@@ -133,7 +134,7 @@ func RefusalReasons() []Reason {
 	return []Reason{ReasonMajorityLost, ReasonWouldLoseQuorum, ReasonLearnerPresent, ReasonLeaseHeldByOther,
 		ReasonAPIUnavailable, ReasonAmbiguousIdentity, ReasonMemberHealthy, ReasonDryRun, ReasonDiskFull,
 		ReasonBadRequest, ReasonNoSnapshotSource, ReasonForeignCluster, ReasonDataDirMountPoint, ReasonWALDirMountPoint, ReasonWALDirSymlink, ReasonDataDirLinkDangling,
-		ReasonLearnerVersionBelowCluster, ReasonVersionSkew, ReasonLearnerVersionUnknown,
+		ReasonLearnerVersionBelowCluster, ReasonVersionSkew, ReasonLearnerVersionUnknown, ReasonDowngradeInProgress,
 		// The steward's (DecideSteward), for a member on a lost node.
 		ReasonNodeReady, ReasonInGracePeriod, ReasonMemberServing, ReasonStewardNotHealthy, ReasonNotGated, ReasonAutoHealDisabled,
 		// A move's (DecideMove, move-in, move-out).

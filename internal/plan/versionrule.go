@@ -25,34 +25,55 @@ import (
 //     taken to run it, as before this rule.
 func checkVersions(in Input) (Decision, bool) {
 	o := in.Obs
+	action := requestAction(in)
+	if action == ActionMoveOut {
+		return Decision{}, true // it retires a member, adds none
+	}
+	for _, m := range o.Members {
+		if m.Serving && m.DowngradeEnabled {
+			return refuse(ReasonDowngradeInProgress, fmt.Sprintf("member %s reports an etcd downgrade in progress: only its target minor may join, and the cluster version moves with it; "+
+				"finish or cancel the downgrade (etcdctl downgrade cancel), then the member is healed", m.Name)), false
+		}
+	}
 	cluster := etcdversion.Parse(o.ClusterVersion)
 	lowest, highest, staying := stayingMinors(in)
-	floor := lowest
-	if cluster.Known() && (!floor.Known() || floor.Less(cluster)) {
+	// A rejoin removes first: the cluster version then rises to the lowest
+	// minor that stays, before the learner is added. A move-in adds
+	// first: the learner itself then holds the cluster version.
+	floor, ceiling := lowest, lowest
+	if action == ActionMoveIn || !floor.Known() || (cluster.Known() && floor.Less(cluster)) {
 		floor = cluster
+	}
+	if action == ActionMoveIn || !ceiling.Known() {
+		ceiling = cluster
 	}
 	learner := etcdversion.Parse(in.LearnerVersion)
 	facts := fmt.Sprintf("cluster version %s, members that stay run %s", orUnknown(o.ClusterVersion), staying)
 	if !learner.Known() {
 		if lowest != highest || (cluster.Known() && lowest.Known() && cluster != lowest) {
 			return refuse(ReasonLearnerVersionUnknown, fmt.Sprintf("the cluster is mid-upgrade (%s) and the etcd version the member would run is unknown "+
-				"(its image names none): a learner older than the cluster's minor would never start; heal it by hand or give its image a version tag", facts)), false
+				"(its image names none): a learner older than the cluster's minor would never start; finish the upgrade of the other members' manifests, give its image a version tag, or heal it by hand", facts)), false
 		}
 		return Decision{}, true
 	}
 	if floor.Known() && learner.Less(floor) {
-		return refuse(ReasonLearnerVersionBelowCluster, fmt.Sprintf("the member would run etcd %s, the cluster needs %s or newer (%s): etcd would refuse it after its old member is removed; "+
+		return refuse(ReasonLearnerVersionBelowCluster, fmt.Sprintf("the member would run etcd %s, the cluster needs %s or newer (%s): etcd would refuse it once its old member is removed; "+
 			"upgrade its manifest's etcd first (docs/recovery.md, \"etcd versions\")", in.LearnerVersion, floor, facts)), false
-	}
-	ceiling := lowest
-	if cluster.Known() && (!ceiling.Known() || cluster.Less(ceiling)) {
-		ceiling = cluster
 	}
 	if ceiling.Known() && ceiling.Next().Less(learner) {
 		return refuse(ReasonVersionSkew, fmt.Sprintf("the member would run etcd %s, more than one minor above %s (%s): etcd upgrades one minor at a time",
 			in.LearnerVersion, ceiling, facts)), false
 	}
 	return Decision{}, true
+}
+
+// requestAction is the request a decision is for: asked now, or the open
+// recovery's ("" for a rejoin).
+func requestAction(in Input) string {
+	if in.Request != nil {
+		return in.Request.Action
+	}
+	return in.Journal.Request
 }
 
 // stayingMinors are the lowest and highest etcd minors of the serving

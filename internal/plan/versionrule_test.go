@@ -44,7 +44,9 @@ func TestVersionRuleRefusesALearnerTheClusterCannotTake(t *testing.T) {
 		{"3.5 learner, cluster version 3.6", "3.6.0", "3.5.36", []string{"", "3.6.16", "3.6.16"}, ReasonLearnerVersionBelowCluster},
 		{"3.5 learner, cluster 3.6, the others' versions unknown", "3.6.0", "3.5.36", []string{"", "", ""}, ReasonLearnerVersionBelowCluster},
 		{"3.7 learner into a 3.5 cluster", "3.5.0", "3.7.3", []string{"", "3.5.36", "3.5.36"}, ReasonVersionSkew},
-		{"3.7 learner, others 3.6 but cluster still 3.5", "3.5.0", "3.7.3", []string{"", "3.6.16", "3.6.16"}, ReasonVersionSkew},
+		// The lost member holds the cluster version at 3.5; once removed it
+		// rises to 3.6, and a 3.7 learner joins a 3.6 cluster.
+		{"3.7 learner, others 3.6 but cluster still 3.5", "3.5.0", "3.7.3", []string{"", "3.6.16", "3.6.16"}, ""},
 		{"3.7 learner into 3.6", "3.6.0", "3.7.3", []string{"", "3.6.16", "3.6.16"}, ""},
 		{"unknown learner, the others mix minors", "3.5.0", "", []string{"", "3.6.16", "3.5.36"}, ReasonLearnerVersionUnknown},
 		{"unknown learner, the others newer than the cluster version", "3.5.0", "", []string{"", "3.6.16", "3.6.16"}, ReasonLearnerVersionUnknown},
@@ -74,5 +76,44 @@ func TestVersionRuleIsCheckedAgainBeforeTheStop(t *testing.T) {
 	d := Decide(in, cfg)
 	if d.Action != Finish || d.Reason != ReasonLearnerVersionBelowCluster {
 		t.Fatalf("got %v, want finish (learner-version-below-cluster)", d)
+	}
+}
+
+// While a downgrade is enabled (etcd 3.6's Status), only the target minor
+// may join and the cluster version moves with the downgrade: no learner
+// of any version is added (the reviewer's case: B already 3.5, C 3.6).
+func TestVersionRuleRefusesDuringADowngrade(t *testing.T) {
+	for _, learnerV := range []string{"3.5.36", "3.6.16", ""} {
+		in, cfg := cluster(3, 2, versions("3.5.0", learnerV, "", "3.5.36", "3.6.16"), func(s *spec) {
+			s.post = append(s.post, func(o *observation.Observation) { o.Members[2].DowngradeEnabled = true })
+		})
+		if d := Decide(in, cfg); d.Action != Refuse || d.Reason != ReasonDowngradeInProgress {
+			t.Fatalf("learner %q: got %v, want a refusal downgrade-in-progress", learnerV, d)
+		}
+	}
+}
+
+// A move-out retires the source and adds no learner: the source's own
+// image has no say. A move-in adds before the source is removed: the
+// learner then holds the cluster version itself, so only the cluster
+// version is its floor (a 3.5 learner replacing a 3.5 source beside two
+// 3.6 members keeps the cluster at 3.5, as etcd allows).
+func TestVersionRuleForMoves(t *testing.T) {
+	in, _ := cluster(3, 2, versions("3.5.0", "3.5.36", "", "3.6.16", "3.6.16"))
+	in.Request = &Request{Action: ActionMoveOut, Target: "node9"}
+	if d, ok := checkVersions(in); !ok {
+		t.Fatalf("move-out refused: %v", d)
+	}
+	in.Request = &Request{Action: ActionMoveIn, Replaces: id(1)}
+	if d, ok := checkVersions(in); !ok {
+		t.Fatalf("move-in of a 3.5 learner into a 3.5-version cluster refused: %v", d)
+	}
+	in.Obs.ClusterVersion = "3.6.0"
+	if d, ok := checkVersions(in); ok || d.Reason != ReasonLearnerVersionBelowCluster {
+		t.Fatalf("move-in of a 3.5 learner into a 3.6-version cluster: %v, want learner-version-below-cluster", d)
+	}
+	in.Request, in.Journal.Request = nil, ActionMoveOut // a move-out resumed from its journal
+	if d, ok := checkVersions(in); !ok {
+		t.Fatalf("resumed move-out refused: %v", d)
 	}
 }

@@ -248,6 +248,7 @@ func (c *clients) probe(ctx context.Context, m *observation.Member, pin uint64) 
 	m.IsLeader = st.Leader == st.Header.MemberId
 	m.RaftTerm, m.RaftIndex, m.AppliedIndex = st.RaftTerm, st.RaftIndex, st.RaftAppliedIndex
 	m.DBSize, m.Version = st.DbSize, st.Version
+	m.DowngradeEnabled = st.DowngradeInfo != nil && st.DowngradeInfo.Enabled
 	m.Errors = st.Errors
 	if st.Leader == 0 {
 		m.ProbeError = "member has no leader"
