@@ -92,11 +92,13 @@ func seededAt(t *testing.T, l *lab.Lab, node string) uint64 {
 // The leader then sends a raft snapshot, which replaces the seed: healed and
 // correct, just without seed mode's gain.
 func TestSeedModeLearnerStartedAfterTheLeaderCompactedGetsASnapshot(t *testing.T) {
-	seedThenCompactedLeaderSendsSnapshot(t, etcd36)
+	_, h := seedThenCompactedLeaderSendsSnapshot(t, etcd36)
+	h.finish(invariantDefaults())
 }
 
-// seedThenCompactedLeaderSendsSnapshot is that scenario on etcd e.
-func seedThenCompactedLeaderSendsSnapshot(t *testing.T, e etcdUnderTest) {
+// seedThenCompactedLeaderSendsSnapshot is that scenario on etcd e; the
+// caller finishes h.
+func seedThenCompactedLeaderSendsSnapshot(t *testing.T, e etcdUnderTest) (*lab.Lab, *healRun) {
 	t.Helper()
 	l, h := wipeHeldAt(t, e, "member-start")
 	ci := seededAt(t, l, "node2")
@@ -120,7 +122,7 @@ func seedThenCompactedLeaderSendsSnapshot(t *testing.T, e etcdUnderTest) {
 	if sent < 1 {
 		t.Fatalf("the leader sent no raft snapshot to a learner %d entries behind its compacted log", st.RaftIndex-ci)
 	}
-	h.finish(invariantDefaults())
+	return l, h
 }
 
 // putMany writes n keys straight to etcd, 8 at a time, and returns n.
