@@ -86,9 +86,9 @@ func seededAt(t *testing.T, l *lab.Lab, node string) uint64 {
 }
 
 // TestSeedModeLearnerStartedAfterTheLeaderCompactedGetsASnapshot: the seed
-// is built, then more than 6,000 entries are written before the learner
-// starts, so the leader has compacted its log past the seed's index (etcd
-// 3.6 keeps 5,000 entries behind its in-memory snapshot, taken every 100).
+// is built, then enough entries are written before the learner starts that
+// the leader has compacted its log past the seed's index (etcdUnderTest.
+// entriesToCompactPast).
 // The leader then sends a raft snapshot, which replaces the seed: healed and
 // correct, just without seed mode's gain.
 func TestSeedModeLearnerStartedAfterTheLeaderCompactedGetsASnapshot(t *testing.T) {
@@ -103,14 +103,15 @@ func seedThenCompactedLeaderSendsSnapshot(t *testing.T, e etcdUnderTest) (*lab.L
 	l, h := wipeHeldAt(t, e, "member-start")
 	ci := seededAt(t, l, "node2")
 	before := snapshotsSent(t, l)
-	written := putMany(t, h.cli, 6500)
+	n := e.entriesToCompactPast()
+	written := putMany(t, h.cli, n)
 	st, err := h.cli.Status(context.Background(), l.Spec.ClientURLs()[0])
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("seeded at index %d; %d entries written while the learner was held, raft index now %d", ci, written, st.RaftIndex)
-	if st.RaftIndex < ci+6000 {
-		t.Fatalf("raft index %d is not 6,000 past the seed's %d", st.RaftIndex, ci)
+	if st.RaftIndex < ci+uint64(n) {
+		t.Fatalf("raft index %d is not %d past the seed's %d", st.RaftIndex, n, ci)
 	}
 	release(t, l, "node2", "member-start")
 	j := h.waitHealed("node2", "node2", 3, 120*time.Second)

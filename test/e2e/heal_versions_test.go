@@ -24,6 +24,20 @@ func (e etcdUnderTest) row() string { return "etcd" + strings.TrimSuffix(e.versi
 
 var etcd36 = etcdUnderTest{version: "3.6."}
 
+// entriesToCompactPast is how many entries past an early index (a new lab's
+// seed, a few hundred) the lab's leader must apply until its raft log no
+// longer holds that index, so a learner that far behind needs a raft
+// snapshot. 3.6 and 3.7 compact every 100 applied entries, keeping 5,000.
+// 3.5 compacts only when it snapshots (server.go triggerSnapshot), after
+// --snapshot-count (10,000 in the lab) applied entries, also keeping 5,000:
+// its first snapshot, past index 10,000, compacts to past 5,000.
+func (e etcdUnderTest) entriesToCompactPast() int {
+	if e.version == "3.5." {
+		return 10500
+	}
+	return 6500
+}
+
 // etcd37 is bin/etcd-3.7 (binDir is set in TestMain).
 func etcd37() etcdUnderTest { return etcdUnderTest{filepath.Join(binDir, "etcd-3.7"), "3.7."} }
 
