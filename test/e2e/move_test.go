@@ -146,6 +146,9 @@ func testMoveStaticPodMemberAddFirst(t *testing.T, kind string, e etcdUnderTest)
 	if sent := snapshotsSent(t, l) - sentBefore; sent != 0 {
 		t.Fatalf("the leader sent %v raft snapshots during the move", sent)
 	}
+	if e.version == etcd35().version {
+		assertV2StoreFromSeed(t, l, n4.Name, h.faultAt, jIn.SeedIndex, false)
+	}
 	rep := h.finish(invariantDefaults())
 	if rep.Writes.APIAttempted == 0 {
 		t.Fatal("no API writes were attempted during the move")
