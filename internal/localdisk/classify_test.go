@@ -40,7 +40,11 @@ func requireClass(t testing.TB, r Result, want Class, detailParts ...string) {
 }
 
 func TestClassifyReportsOKWithIdentityOfStoppedMember(t *testing.T) {
-	m := copyOfGolden(t)
+	onEtcdBinaries(t, classifyReportsOKWithIdentityOfStoppedMember)
+}
+
+func classifyReportsOKWithIdentityOfStoppedMember(t *testing.T, bin string) {
+	m := copyOfGoldenOf(t, bin)
 
 	for _, expect := range []Expect{{}, {MemberID: m.id.memberID, ClusterID: m.id.clusterID}} {
 		r := classifyNow(t, m.dataDir, expect)
@@ -66,8 +70,12 @@ func TestClassifyReportsOKWithIdentityOfStoppedMember(t *testing.T) {
 }
 
 func TestClassifyReportsInUseWhileMemberRuns(t *testing.T) {
+	onEtcdBinaries(t, classifyReportsInUseWhileMemberRuns)
+}
+
+func classifyReportsInUseWhileMemberRuns(t *testing.T, bin string) {
 	dataDir := filepath.Join(t.TempDir(), "data")
-	p := startEtcd(t, dataDir, "running")
+	p := startEtcdWith(t, bin, dataDir, "running")
 	p.writeKeys(t, 5)
 	id := p.identity(t)
 
@@ -131,6 +139,18 @@ func TestClassifyReportsEmptyWhenNoMemberData(t *testing.T) {
 			requireClass(t, classifyNow(t, dir, Expect{}), ClassEmpty)
 		})
 	}
+	// A real member's data wiped while its etcd runs on from open files (the
+	// heal's wipe scenario), on each etcd minor.
+	t.Run("member dir wiped under a running etcd", func(t *testing.T) {
+		onEtcdBinaries(t, func(t *testing.T, bin string) {
+			dataDir := filepath.Join(t.TempDir(), "data")
+			p := startEtcdWith(t, bin, dataDir, "wiped")
+			p.writeKeys(t, 30)
+			must(t, os.RemoveAll(filepath.Join(dataDir, memberDirName)))
+			requireClass(t, ClassifyLayout(DataDirOnly(dataDir)), ClassEmpty)
+			requireClass(t, classifyNow(t, dataDir, Expect{}), ClassEmpty)
+		})
+	})
 }
 
 func TestClassifyReportsCorruptWhenLayoutIsBroken(t *testing.T) {
@@ -286,8 +306,12 @@ func TestClassifyReportsCorruptWhenWALDamaged(t *testing.T) {
 }
 
 func TestClassifyReportsForeignForAnotherClustersDataDir(t *testing.T) {
-	ours := goldenMember(t)
-	theirs := makeStoppedMember(t, t.TempDir(), "other")
+	onEtcdBinaries(t, classifyReportsForeignForAnotherClustersDataDir)
+}
+
+func classifyReportsForeignForAnotherClustersDataDir(t *testing.T, bin string) {
+	ours := goldenMemberOf(t, bin)
+	theirs := makeStoppedMemberWith(t, bin, t.TempDir(), "other")
 	if theirs.id.memberID == ours.id.memberID || theirs.id.clusterID == ours.id.clusterID {
 		t.Fatalf("precondition: two clusters share IDs: %+v vs %+v", theirs.id, ours.id)
 	}

@@ -32,7 +32,13 @@ const (
 // the working directory of `go test`).
 func etcdBinary(t testing.TB) string {
 	t.Helper()
-	p, err := filepath.Abs(filepath.Join("..", "..", "bin", "etcd"))
+	return binaryAt(t, "etcd")
+}
+
+// binaryAt locates ../../bin/<file>; a missing binary fails the test.
+func binaryAt(t testing.TB, file string) string {
+	t.Helper()
+	p, err := filepath.Abs(filepath.Join("..", "..", "bin", file))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -40,6 +46,26 @@ func etcdBinary(t testing.TB) string {
 		t.Fatalf("real etcd binary not found at %s (%v): run `make tools`", p, err)
 	}
 	return p
+}
+
+// etcdBinaries are the etcd minors whose data dirs the classifications
+// are proven on: the format read (WAL metadata, db consistent index, .snap
+// CRC) is the same in 3.5 and 3.6, and 3.5 clusters are still common.
+var etcdBinaries = []struct{ row, file, version string }{{"etcd3.6", "etcd", "3.6."}, {"etcd3.5", "etcd-3.5", "3.5."}}
+
+// onEtcdBinaries runs f once per real etcd binary, a subtest each; a
+// binary of another minor than its row fails.
+func onEtcdBinaries(t *testing.T, f func(t *testing.T, bin string)) {
+	for _, b := range etcdBinaries {
+		t.Run(b.row, func(t *testing.T) {
+			bin := binaryAt(t, b.file)
+			out, err := exec.Command(bin, "--version").Output()
+			if err != nil || !strings.Contains(string(out), "etcd Version: "+b.version) {
+				t.Fatalf("%s --version: %q (%v), want etcd %s*", bin, out, err, b.version)
+			}
+			f(t, bin)
+		})
+	}
 }
 
 func freePort(t testing.TB) int {
@@ -73,6 +99,12 @@ type etcdProcess struct {
 // the test has not stopped it already.
 func startEtcd(t testing.TB, dataDir, name string) *etcdProcess {
 	t.Helper()
+	return startEtcdWith(t, etcdBinary(t), dataDir, name)
+}
+
+// startEtcdWith is startEtcd with the etcd binary bin.
+func startEtcdWith(t testing.TB, bin, dataDir, name string) *etcdProcess {
+	t.Helper()
 	clientURL := fmt.Sprintf("http://127.0.0.1:%d", freePort(t))
 	peerURL := fmt.Sprintf("http://127.0.0.1:%d", freePort(t))
 	logPath := dataDir + ".log"
@@ -82,7 +114,7 @@ func startEtcd(t testing.TB, dataDir, name string) *etcdProcess {
 	}
 	defer logFile.Close()
 
-	cmd := exec.Command(etcdBinary(t),
+	cmd := exec.Command(bin,
 		"--name", name,
 		"--data-dir", dataDir,
 		"--listen-client-urls", clientURL,
@@ -238,18 +270,23 @@ type stoppedMember struct {
 }
 
 var (
-	goldenOnce  sync.Once
-	golden      stoppedMember
-	goldenBuilt bool
-	goldenRoot  string
+	goldenMu   sync.Mutex
+	goldens    = map[string]*stoppedMember{} // by etcd binary; nil: its build failed
+	goldenRoot string
 )
 
 // makeStoppedMember starts etcd in a new dir under root, writes keys, records
 // its identity and stops it.
 func makeStoppedMember(t testing.TB, root, name string) stoppedMember {
 	t.Helper()
+	return makeStoppedMemberWith(t, etcdBinary(t), root, name)
+}
+
+// makeStoppedMemberWith is makeStoppedMember with the etcd binary bin.
+func makeStoppedMemberWith(t testing.TB, bin, root, name string) stoppedMember {
+	t.Helper()
 	dataDir := filepath.Join(root, name)
-	p := startEtcd(t, dataDir, name)
+	p := startEtcdWith(t, bin, dataDir, name)
 	p.writeKeys(t, 100)
 	id := p.identity(t)
 	p.stop(t)
@@ -260,19 +297,31 @@ func makeStoppedMember(t testing.TB, root, name string) stoppedMember {
 // get copies of it via copyOfGolden so they can damage them freely.
 func goldenMember(t testing.TB) stoppedMember {
 	t.Helper()
-	goldenOnce.Do(func() {
-		root, err := os.MkdirTemp("", "localdisk-golden-")
-		if err != nil {
-			t.Fatal(err)
+	return goldenMemberOf(t, etcdBinary(t))
+}
+
+// goldenMemberOf is goldenMember written by the etcd binary bin.
+func goldenMemberOf(t testing.TB, bin string) stoppedMember {
+	t.Helper()
+	goldenMu.Lock()
+	defer goldenMu.Unlock()
+	g, tried := goldens[bin]
+	if !tried {
+		goldens[bin] = nil // a build that fails below is not retried
+		if goldenRoot == "" {
+			root, err := os.MkdirTemp("", "localdisk-golden-")
+			if err != nil {
+				t.Fatal(err)
+			}
+			goldenRoot = root
 		}
-		goldenRoot = root
-		golden = makeStoppedMember(t, root, "golden")
-		goldenBuilt = true
-	})
-	if !goldenBuilt {
-		t.Fatal("golden data dir could not be built; see the first test that failed")
+		m := makeStoppedMemberWith(t, bin, goldenRoot, fmt.Sprintf("golden%d", len(goldens)))
+		g, goldens[bin] = &m, &m
 	}
-	return golden
+	if g == nil {
+		t.Fatalf("golden data dir of %s could not be built; see the first test that failed", bin)
+	}
+	return *g
 }
 
 func TestMain(m *testing.M) {
@@ -287,7 +336,13 @@ func TestMain(m *testing.M) {
 // copyOfGolden returns a private copy of the golden data dir.
 func copyOfGolden(t testing.TB) stoppedMember {
 	t.Helper()
-	g := goldenMember(t)
+	return copyOfGoldenOf(t, etcdBinary(t))
+}
+
+// copyOfGoldenOf is copyOfGolden of the golden data dir bin wrote.
+func copyOfGoldenOf(t testing.TB, bin string) stoppedMember {
+	t.Helper()
+	g := goldenMemberOf(t, bin)
 	dst := filepath.Join(t.TempDir(), "data")
 	if err := copyTree(g.dataDir, dst); err != nil {
 		t.Fatalf("copy golden data dir: %v", err)

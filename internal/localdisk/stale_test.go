@@ -14,13 +14,17 @@ import (
 // member reported (no false stale), and a mark of another member says
 // nothing of the copy.
 func TestClassifyReportsStaleForAnOlderCopyOfTheMembersOwnData(t *testing.T) {
+	onEtcdBinaries(t, classifyReportsStaleForAnOlderCopyOfTheMembersOwnData)
+}
+
+func classifyReportsStaleForAnOlderCopyOfTheMembersOwnData(t *testing.T, bin string) {
 	root := t.TempDir()
-	m := makeStoppedMember(t, root, "uc2")
+	m := makeStoppedMemberWith(t, bin, root, "uc2")
 	old := filepath.Join(root, "uc2-old")
 	if err := copyTree(m.dataDir, old); err != nil {
 		t.Fatal(err)
 	}
-	p := startEtcd(t, m.dataDir, "uc2")
+	p := startEtcdWith(t, bin, m.dataDir, "uc2")
 	p.writeKeys(t, 200)
 	cli := p.client()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

@@ -165,7 +165,13 @@ func preparedAt(t *testing.T, j journal.Record) time.Time {
 // container restart) ran etcd under its old ID on an empty WAL. Now the
 // restarted container waits in the gate; once the agent is back it heals.
 func TestWipedMemberKilledInsideGraceNeverRestartsUnderItsOldID(t *testing.T) {
-	l := newLab(t, lab.Options{Nodes: 3, Agents: true})
+	wipedMemberKilledInsideGrace(t, etcd36)
+}
+
+// wipedMemberKilledInsideGrace is that scenario on etcd e.
+func wipedMemberKilledInsideGrace(t *testing.T, e etcdUnderTest) {
+	l := newLab(t, lab.Options{Nodes: 3, Agents: true, EtcdBinary: e.binary})
+	requireVersion(t, l, e.version)
 	ensureNotLeader(t, l, "node2")
 	old := idsByPeer(mustMembers(t, l))[peerOf(t, l, "node2")]
 	w := watchMemberID(t, l, "node2")

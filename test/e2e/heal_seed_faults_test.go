@@ -86,29 +86,32 @@ func seededAt(t *testing.T, l *lab.Lab, node string) uint64 {
 }
 
 // TestSeedModeLearnerStartedAfterTheLeaderCompactedGetsASnapshot: the seed
-// is built, then more than 6,000 entries are written before the learner
-// starts, so the leader has compacted its log past the seed's index (etcd
-// 3.6 keeps 5,000 entries behind its in-memory snapshot, taken every 100).
+// is built, then enough entries are written before the learner starts that
+// the leader has compacted its log past the seed's index (etcdUnderTest.
+// entriesToCompactPast).
 // The leader then sends a raft snapshot, which replaces the seed: healed and
 // correct, just without seed mode's gain.
 func TestSeedModeLearnerStartedAfterTheLeaderCompactedGetsASnapshot(t *testing.T) {
-	seedThenCompactedLeaderSendsSnapshot(t, etcd36)
+	_, h := seedThenCompactedLeaderSendsSnapshot(t, etcd36)
+	h.finish(invariantDefaults())
 }
 
-// seedThenCompactedLeaderSendsSnapshot is that scenario on etcd e.
-func seedThenCompactedLeaderSendsSnapshot(t *testing.T, e etcdUnderTest) {
+// seedThenCompactedLeaderSendsSnapshot is that scenario on etcd e; the
+// caller finishes h.
+func seedThenCompactedLeaderSendsSnapshot(t *testing.T, e etcdUnderTest) (*lab.Lab, *healRun) {
 	t.Helper()
 	l, h := wipeHeldAt(t, e, "member-start")
 	ci := seededAt(t, l, "node2")
 	before := snapshotsSent(t, l)
-	written := putMany(t, h.cli, 6500)
+	n := e.entriesToCompactPast()
+	written := putMany(t, h.cli, n)
 	st, err := h.cli.Status(context.Background(), l.Spec.ClientURLs()[0])
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("seeded at index %d; %d entries written while the learner was held, raft index now %d", ci, written, st.RaftIndex)
-	if st.RaftIndex < ci+6000 {
-		t.Fatalf("raft index %d is not 6,000 past the seed's %d", st.RaftIndex, ci)
+	if st.RaftIndex < ci+uint64(n) {
+		t.Fatalf("raft index %d is not %d past the seed's %d", st.RaftIndex, n, ci)
 	}
 	release(t, l, "node2", "member-start")
 	j := h.waitHealed("node2", "node2", 3, 120*time.Second)
@@ -120,7 +123,7 @@ func seedThenCompactedLeaderSendsSnapshot(t *testing.T, e etcdUnderTest) {
 	if sent < 1 {
 		t.Fatalf("the leader sent no raft snapshot to a learner %d entries behind its compacted log", st.RaftIndex-ci)
 	}
-	h.finish(invariantDefaults())
+	return l, h
 }
 
 // putMany writes n keys straight to etcd, 8 at a time, and returns n.

@@ -21,7 +21,13 @@ import (
 // failed write. The member comes back under a new ID. In raft mode (seed
 // mode, the default, has its own scenarios): the learner starts empty.
 func TestHealWipedDataDirOfRunningMember(t *testing.T) {
-	l := newLab(t, lab.Options{Nodes: 3, Agents: true, AgentArgs: []string{"--rejoin-mode=raft"}})
+	healWipedDataDirOfRunningMember(t, etcd36)
+}
+
+// healWipedDataDirOfRunningMember is that scenario on etcd e.
+func healWipedDataDirOfRunningMember(t *testing.T, e etcdUnderTest) {
+	l := newLab(t, lab.Options{Nodes: 3, Agents: true, AgentArgs: []string{"--rejoin-mode=raft"}, EtcdBinary: e.binary})
+	requireVersion(t, l, e.version)
 	before := idsByPeer(mustMembers(t, l))
 	h := wipeNode2(t, l)
 	j := h.waitHealed("node2", "node2", 3, 90*time.Second)

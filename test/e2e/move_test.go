@@ -28,10 +28,11 @@ import (
 // node4 are the voters, node2's etcd is gone with its manifest set aside
 // and its data dir quarantined, no API write failed, HashKV is equal, the
 // leader sent no raft snapshot: the learner was seeded from the move's
-// snapshot in the store, taken before its add (etcd 3.6 and 3.7).
+// snapshot in the store, taken before its add (etcd 3.6, 3.5 and 3.7).
 func TestMoveStaticPodMemberAddFirst(t *testing.T) {
 	t.Run("file", func(t *testing.T) { testMoveStaticPodMemberAddFirst(t, lab.SnapshotStoreFile, etcd36) })
 	t.Run("s3", func(t *testing.T) { testMoveStaticPodMemberAddFirst(t, lab.SnapshotStoreS3, etcd36) })
+	t.Run("file-etcd3.5", func(t *testing.T) { testMoveStaticPodMemberAddFirst(t, lab.SnapshotStoreFile, etcd35()) })
 	t.Run("file-etcd3.7", func(t *testing.T) { testMoveStaticPodMemberAddFirst(t, lab.SnapshotStoreFile, etcd37()) })
 }
 
@@ -144,6 +145,9 @@ func testMoveStaticPodMemberAddFirst(t *testing.T, kind string, e etcdUnderTest)
 	}
 	if sent := snapshotsSent(t, l) - sentBefore; sent != 0 {
 		t.Fatalf("the leader sent %v raft snapshots during the move", sent)
+	}
+	if e.version == etcd35().version {
+		assertV2StoreFromSeed(t, l, n4.Name, h.faultAt, jIn.SeedIndex, false)
 	}
 	rep := h.finish(invariantDefaults())
 	if rep.Writes.APIAttempted == 0 {

@@ -26,10 +26,9 @@ import (
 // silently. The gate holds it (stale: behind the member's high-water mark),
 // the agent rejoins it under a new ID at once (the grace period is an hour,
 // so only the at-once rule explains the heal), the restored copy is kept in
-// the quarantine, and no acknowledged write is lost. etcd 3.6 and 3.7.
+// the quarantine, and no acknowledged write is lost. etcd 3.6, 3.5 and 3.7.
 func TestRestoredDataDirNeverStartsUnderItsOldID(t *testing.T) {
-	t.Run("etcd3.6", func(t *testing.T) { testRestoredDataDirNeverStartsUnderItsOldID(t, etcd36) })
-	t.Run("etcd3.7", func(t *testing.T) { testRestoredDataDirNeverStartsUnderItsOldID(t, etcd37()) })
+	onVersions(t, testRestoredDataDirNeverStartsUnderItsOldID, etcd36, etcd35(), etcd37())
 }
 
 func testRestoredDataDirNeverStartsUnderItsOldID(t *testing.T, e etcdUnderTest) {
