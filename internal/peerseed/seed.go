@@ -214,8 +214,11 @@ const seedTmpInfix = ".seed-tmp-"
 // The db is copied, never moved: dbPath stays as it was (it is kept with the
 // quarantine). It refuses, with one of the ErrSeed* reasons, a db whose
 // membership lacks newID or has it as a voter, whose term is 0 or absent, or
-// whose stored ConfState differs from its membership; ErrDiskFull when the
-// filesystem lacks room for the copy (see plan.StreamBytesNeeded).
+// whose stored ConfState differs from its membership, that has no cluster
+// version, whose storage version is newer than the learner's etcd
+// (WithLearnerVersion), or whose written .snap, read back as etcd 3.5's v2
+// store, differs from it; ErrDiskFull when the filesystem lacks room for
+// the copy (see plan.StreamBytesNeeded).
 func BuildDataDir(dbPath, dataDir string, newID, clusterID uint64, lg *zap.Logger, opts ...BuildOption) (info SeedInfo, err error) {
 	begin := time.Now()
 	var o buildOptions
