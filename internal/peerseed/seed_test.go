@@ -324,7 +324,8 @@ func joinSeeded(t *testing.T, e seedEtcd, l *lab.Lab, cli *clientv3.Client, dir,
 		fmt.Sprintf(`"snapshot-index":%d`, info.ConsistentIndex),
 	}
 	if e.v2 {
-		wants = append(wants, `"set cluster version from store"`)
+		// The version the seed's .snap carries, e.g. 3.5 (etcd logs major.minor).
+		wants = append(wants, `"set cluster version from store"`, fmt.Sprintf(`"cluster-version":"%s"`, strings.TrimSuffix(e.version, ".")))
 	}
 	for _, want := range wants {
 		if !bytes.Contains(logs, []byte(want)) {
