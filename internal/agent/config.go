@@ -47,8 +47,11 @@ type Config struct {
 	// WALDirMountRoot: a volume is mounted right at the WAL dir in etcd's
 	// container (a pod member).
 	WALDirMountRoot bool
-	ClientURL       string
-	PeerURLs        []string
+	// EnableV2: the member's pod turns on etcd 3.5's v2 API (a pod member;
+	// a static pod's manifest says it in ResolveIdentity).
+	EnableV2  bool
+	ClientURL string
+	PeerURLs  []string
 	// Endpoints are other members' client URLs, to reach the cluster while
 	// the local member is down.
 	Endpoints    []string
@@ -247,6 +250,7 @@ func ResolveIdentity(c Config) (watchdog.Identity, error) {
 			return id, nil
 		}
 		id.DataDirMountRoot = dataDirMountRoot(m, id.DataDir)
+		id.EnableV2 = m.EnableV2
 		return withWALDir(id, m, c.StaticPodManifest)
 	}
 	m, err := manifest.LoadMember(c.StaticPodManifest)
@@ -277,6 +281,7 @@ func ResolveIdentity(c Config) (watchdog.Identity, error) {
 		id.DataDir = host
 	}
 	id.DataDirMountRoot = dataDirMountRoot(m, id.DataDir)
+	id.EnableV2 = m.EnableV2
 	if id, err = withWALDir(id, m, c.StaticPodManifest); err != nil {
 		return id, err
 	}

@@ -52,6 +52,8 @@ func identityChange(now, id watchdog.Identity) string {
 		return fmt.Sprintf("data dir %s, was %s", now.DataDir, id.DataDir)
 	case now.WALDir != id.WALDir || now.WALDirMountRoot != id.WALDirMountRoot:
 		return fmt.Sprintf("WAL dir %q (a mount root in etcd's container: %v), was %q (%v)", now.WALDir, now.WALDirMountRoot, id.WALDir, id.WALDirMountRoot)
+	case now.EnableV2 != id.EnableV2:
+		return fmt.Sprintf("v2 API (--enable-v2) %v, was %v", now.EnableV2, id.EnableV2)
 	case now.ClientURL != id.ClientURL:
 		return fmt.Sprintf("client URL %s, was %s", now.ClientURL, id.ClientURL)
 	case !slices.Equal(now.PeerURLs, id.PeerURLs):

@@ -45,7 +45,10 @@ func TestLearnerVersionIsTheManifestsImageTag(t *testing.T) {
 	if v := pod.learnerVersion(); v != "3.5.17" {
 		t.Fatalf("pod member: %q, want 3.5.17", v)
 	}
-	if v := (Config{MemberRuntime: "exec"}).learnerVersion(); v != "" {
-		t.Fatalf("exec runtime: %q, want unknown", v)
+	write(c.StaticPodManifest, "registry.k8s.io/etcd:3.6.4-0")
+	exec := c
+	exec.MemberRuntime = "exec"
+	if v := exec.learnerVersion(); v != "" {
+		t.Fatalf("exec runtime beside a tagged manifest: %q, want unknown", v)
 	}
 }

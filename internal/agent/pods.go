@@ -339,6 +339,7 @@ func (p *podMembers) start(ctx context.Context, member membersource.PodMember) {
 	c.StateDir = stateDir
 	c.QuarantineDir = "" // beside the data dir, or inside a PV's root: on the PV's own filesystem
 	c.DataDirVolumeRoot, c.WALDirMountRoot = member.DataDirVolumeRoot, member.Identity.WALDirMountRoot
+	c.EnableV2 = member.Identity.EnableV2
 	c.StaticPodManifest = ""
 	c.MemberName, c.DataDir, c.WALDir, c.ClientURL, c.PeerURLs = member.Identity.Name, member.Identity.DataDir, member.Identity.WALDir, member.Identity.ClientURL, member.Identity.PeerURLs
 	c.Endpoints = member.Endpoints

@@ -117,7 +117,7 @@ func Status(ctx context.Context, c Config) (Report, error) {
 	sp := localdisk.SpaceFor(id.DataDir, qdir)
 	in := plan.Input{Now: res.Observation.At, Obs: res.Observation, Verdict: res.Verdict, Journal: j,
 		APIAvailable: true, FreeBytes: sp.QuarantineFree, DataDirFreeBytes: sp.DataDirFree, DataDirOtherFS: sp.DataDirOtherFS,
-		Backups: localdisk.BackupsHint(qdir), ManifestMissing: c.manifestMissing()}
+		Backups: localdisk.BackupsHint(qdir), ManifestMissing: c.manifestMissing(), LearnerVersion: c.learnerVersion()}
 	// Where the dirs lie, as the running agent sees it (before, status said
 	// "begin" where the agent refused a WAL dir at a mount point).
 	heal.LayoutFacts(&in, heal.Config{DataDir: id.DataDir, WALDir: id.WALDir, QuarantineDir: qdir, WALDirMountRoot: id.WALDirMountRoot})

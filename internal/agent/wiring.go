@@ -84,6 +84,7 @@ func (c Config) newHealer(id watchdog.Identity, obs heal.Observer, kc kubernetes
 		}
 	}
 	return heal.New(heal.Config{Member: id.Name, Node: c.NodeName, PeerURLs: id.PeerURLs, DataDir: id.DataDir, WALDir: id.WALDir, DataDirVolumeRoot: c.DataDirVolumeRoot, WALDirMountRoot: id.WALDirMountRoot || c.WALDirMountRoot,
+		EnableV2: id.EnableV2 || c.EnableV2,
 		StateDir: c.StateDir, QuarantineDir: c.QuarantineDir, QuarantineKeep: c.QuarantineKeep, QuarantinePruneAfter: c.QuarantinePruneAfter, RejoinMode: c.RejoinMode, Plan: c.PlanConfig(),
 		RecoveryTimeout: c.RecoveryTimeout, StepInterval: 250 * time.Millisecond, PollInterval: c.PollInterval, TLS: t, Log: c.Log, CrashBefore: phases(c.CrashBefore),
 		HoldAt: c.HoldAt, StepTimeouts: c.stepTimeouts(), Backups: c.backups, OpenStore: c.openStore(), NoStoreSeed: !c.SeedFromStore,
@@ -168,8 +169,10 @@ func (c Config) learnerVersion() string {
 	if c.podImage != nil {
 		return etcdversion.FromImage(c.podImage())
 	}
-	if c.StaticPodManifest == "" {
-		return "" // an exec runtime: its start command's etcd is not known
+	if c.MemberRuntime == "exec" || c.StaticPodManifest == "" {
+		// An exec runtime may read its identity from a manifest, but its
+		// start command's etcd is not known to be that image's.
+		return ""
 	}
 	for _, path := range []string{c.StaticPodManifest, c.parkedManifest()} {
 		if m, err := manifest.LoadMember(path); err == nil {

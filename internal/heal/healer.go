@@ -67,7 +67,10 @@ type Config struct {
 	// WALDirMountRoot: a volume is mounted right at the WAL dir in etcd's
 	// container: a mount point there, whatever the host shows.
 	WALDirMountRoot bool
-	StateDir        string
+	// EnableV2: the member runs etcd 3.5's v2 API (manifest.Member.EnableV2),
+	// whose data no v3 snapshot carries: never seeded (v2-store-enabled).
+	EnableV2 bool
+	StateDir string
 	// QuarantineDir holds replaced data dirs and the pre-change snapshots;
 	// it must be on the data dir's filesystem (renames, never copies).
 	QuarantineDir  string

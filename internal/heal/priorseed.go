@@ -199,6 +199,7 @@ func (h *Healer) buildPredating(ctx context.Context, res memberstate.Result, j *
 	if move {
 		opts = append(opts, peerseed.MoveDB())
 	}
+	opts = append(opts, seedVersionOptions(h.learnerVersion(), res.Observation)...)
 	info, err := peerseed.BuildDataDir(dest, h.cfg.DataDir, uint64(j.NewMemberID), res.Observation.ClusterID, h.log, opts...)
 	if err != nil {
 		return err

@@ -382,6 +382,12 @@ func (h *Healer) seedDataDir(ctx context.Context, res memberstate.Result, j *jou
 	if h.cfg.WALDir != "" {
 		return fmt.Errorf("%w (%s)", peerseed.ErrSeedDedicatedWALDir, h.cfg.WALDir)
 	}
+	// Whatever the version: only etcd 3.5 has a v2 API (3.6 fails on
+	// --enable-v2 and ignores ETCD_ENABLE_V2, so there a refusal costs a
+	// raft-mode rejoin only), and its v2 data is in no v3 snapshot.
+	if h.cfg.EnableV2 {
+		return fmt.Errorf("%w (member %s)", peerseed.ErrSeedV2StoreEnabled, h.cfg.Member)
+	}
 	if err := plan.SeedSupported(h.learnerVersion(), res.Observation); err != nil {
 		return err
 	}
@@ -424,8 +430,8 @@ func (h *Healer) seedDataDir(ctx context.Context, res memberstate.Result, j *jou
 	if err := h.holdAt(ctx, HoldSeedStreamed); err != nil {
 		return err
 	}
-	info, err := peerseed.BuildDataDir(dest, h.cfg.DataDir, uint64(j.NewMemberID), res.Observation.ClusterID, h.log,
-		peerseed.MoveDB(), peerseed.BeforeRename(func(string) error { return h.holdAt(ctx, HoldSeedRename) }))
+	opts := append(seedVersionOptions(h.learnerVersion(), res.Observation), peerseed.MoveDB(), peerseed.BeforeRename(func(string) error { return h.holdAt(ctx, HoldSeedRename) }))
+	info, err := peerseed.BuildDataDir(dest, h.cfg.DataDir, uint64(j.NewMemberID), res.Observation.ClusterID, h.log, opts...)
 	if err != nil {
 		return err
 	}

@@ -2,6 +2,7 @@ package manifest
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -212,4 +213,30 @@ func (e envVars) expand(s string) (expanded string, unresolved []string) {
 // escapeExpansion makes s survive $(VAR) expansion unchanged.
 func escapeExpansion(s string) string {
 	return strings.ReplaceAll(s, "$", "$$")
+}
+
+// BoolOn says whether etcd sees bool flag on, reading it as etcd does:
+// the last flag wins over ETCD_*, a bare "--flag" is on, "--flag=v" is
+// strconv.ParseBool(v). Where etcd's reading is uncertain it answers on,
+// for flags that make the agent refuse something: "--flag v" (Go's flag
+// package takes no separate value for a bool: on, and etcd then refuses
+// the stray "v"), an unreadable value, a value only known at runtime.
+func (c etcdConfig) BoolOn(flag string) bool {
+	parse := func(v string) bool {
+		b, err := strconv.ParseBool(v)
+		return err != nil || b
+	}
+	if f, ok := lastFlag(c.flags, flag); ok {
+		if f.valueIdx != f.nameIdx {
+			return true
+		}
+		v, unresolved := c.env.expand(f.value)
+		return len(unresolved) > 0 || parse(v)
+	}
+	key := envKey(flag)
+	if c.env.runtimeOnly[key] {
+		return true
+	}
+	v, ok := c.env.values[key]
+	return ok && v != "" && parse(v) // an empty variable is unset
 }

@@ -81,6 +81,11 @@ type Member struct {
 
 	// HostMounts are the etcd container's hostPath mounts.
 	HostMounts []HostMount
+
+	// EnableV2: etcd 3.5's v2 API is on (--enable-v2, ETCD_ENABLE_V2; an
+	// unreadable or runtime-only value counts as on). Its data is not in a
+	// v3 snapshot, so such a member is never seeded from one.
+	EnableV2 bool
 }
 
 // HostMount maps a directory inside the etcd container to the node's
@@ -213,6 +218,7 @@ func memberOf(c corev1.Container, mounts []HostMount) (Member, error) {
 		Image:                c.Image,
 		GateWrapped:          etcdArgvStart(cfg.argv) > 0,
 		HostMounts:           mounts,
+		EnableV2:             cfg.BoolOn("enable-v2"),
 	}
 	if len(errs) > 0 {
 		return Member{}, fmt.Errorf("%w: etcd container %q: %w", ErrIncompleteIdentity, c.Name, errors.Join(errs...))

@@ -121,7 +121,7 @@ func FromPod(pod *corev1.Pod, vols Volumes, kubeletPodsDir string) (PodMember, e
 	}
 	pm.PVC, pm.PV, pm.PVCUID, pm.DataDirPerPod, pm.MoveSeed = vol.pvc, vol.pv, vol.pvcUID, vol.perPod, vol.moveSeed
 	pm.DataDirVolumeRoot = vol.atRoot // a claim's or a hostPath's: a held pod's bind mount would follow a rename
-	pm.Identity = watchdog.Identity{Name: m.Name, DataDir: dataDir, ClientURL: m.ClientURLs[0], PeerURLs: m.PeerURLs, DataDirMountRoot: vol.atRoot}
+	pm.Identity = watchdog.Identity{Name: m.Name, DataDir: dataDir, ClientURL: m.ClientURLs[0], PeerURLs: m.PeerURLs, DataDirMountRoot: vol.atRoot, EnableV2: m.EnableV2}
 	if m.WALDir != "" {
 		walDir, walVol, err := r.hostPath(m.WALDir)
 		if err != nil {

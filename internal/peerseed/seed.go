@@ -22,11 +22,8 @@ package peerseed
 // down when the learner answers, and the learner would never catch up).
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -100,7 +97,8 @@ var (
 // journal, metrics labels and Events: "learner-absent", "not-learner",
 // "term-zero", "confstate-mismatch", "foreign-cluster", "no-provenance",
 // "corrupt-db", "data-dir-exists", "membership-differs", "dedicated-wal-dir", "data-dir-volume-root", "data-dir-symlink", "disk-full", "snapshot-hash-mismatch",
-// "snapshot-truncated", or "error" for anything else (I/O errors, a
+// "snapshot-truncated", "no-cluster-version", "storage-version-newer",
+// "v2-store-enabled", "v2-snapshot-mismatch", or "error" for anything else (I/O errors, a
 // cancelled wait...). nil gives "".
 func SeedReason(err error) string {
 	if err == nil {
@@ -122,6 +120,10 @@ func SeedReason(err error) string {
 		{ErrSeedDedicatedWALDir, "dedicated-wal-dir"},
 		{ErrSeedVolumeRoot, "data-dir-volume-root"},
 		{ErrSeedDataDirSymlink, "data-dir-symlink"},
+		{ErrSeedNoClusterVersion, "no-cluster-version"},
+		{ErrSeedStorageVersionNewer, "storage-version-newer"},
+		{ErrSeedV2StoreEnabled, "v2-store-enabled"},
+		{ErrSeedV2SnapshotMismatch, "v2-snapshot-mismatch"},
 		{ErrDiskFull, "disk-full"},
 		{ErrHashMismatch, "snapshot-hash-mismatch"},
 		{ErrTruncated, "snapshot-truncated"},
@@ -173,6 +175,11 @@ type buildOptions struct {
 	expect []ExpectedMember
 	// removed: WithoutMember's (0: none).
 	removed uint64
+	// learnerVersion, servingVersion: WithLearnerVersion's and
+	// WithServingVersion's ("": unknown).
+	learnerVersion, servingVersion string
+	// alterV2: withV2Data's (tests only).
+	alterV2 func([]byte) []byte
 }
 
 // MoveDB moves the db at dbPath into the data dir instead of copying it,
@@ -207,8 +214,11 @@ const seedTmpInfix = ".seed-tmp-"
 // The db is copied, never moved: dbPath stays as it was (it is kept with the
 // quarantine). It refuses, with one of the ErrSeed* reasons, a db whose
 // membership lacks newID or has it as a voter, whose term is 0 or absent, or
-// whose stored ConfState differs from its membership; ErrDiskFull when the
-// filesystem lacks room for the copy (see plan.StreamBytesNeeded).
+// whose stored ConfState differs from its membership, that has no cluster
+// version, whose storage version is newer than the learner's etcd
+// (WithLearnerVersion), or whose written .snap, read back as etcd 3.5's v2
+// store, differs from it; ErrDiskFull when the filesystem lacks room for
+// the copy (see plan.StreamBytesNeeded).
 func BuildDataDir(dbPath, dataDir string, newID, clusterID uint64, lg *zap.Logger, opts ...BuildOption) (info SeedInfo, err error) {
 	begin := time.Now()
 	var o buildOptions
@@ -336,7 +346,13 @@ func buildInto(dir, dbPath string, src SeedSource, newID, clusterID uint64, o bu
 			return SeedInfo{}, err
 		}
 	}
+	if err := checkVersions(state.view, o); err != nil {
+		return SeedInfo{}, err
+	}
 	ci, term, cs := state.ci, state.term, state.confState
+	if o.alterV2 != nil {
+		state.v2 = o.alterV2(state.v2)
+	}
 
 	// The raft snapshot: etcd recovers its v2 store (membership) from Data
 	// at start, and applies later conf changes (the promote) to it: nil
@@ -365,7 +381,7 @@ func buildInto(dir, dbPath string, src SeedSource, newID, clusterID uint64, o bu
 	if err := w.Close(); err != nil {
 		return SeedInfo{}, fmt.Errorf("close WAL: %w", err)
 	}
-	if err := readBack(snapDir, walDir, newID, clusterID, ci, term, lg); err != nil {
+	if err := readBack(snapDir, walDir, newID, clusterID, ci, term, state.view, lg); err != nil {
 		return SeedInfo{}, fmt.Errorf("read back the seeded data dir: %w", err)
 	}
 	return SeedInfo{MemberID: newID, ClusterID: clusterID, ConsistentIndex: ci, Term: term, ConfState: cs,
@@ -382,6 +398,7 @@ type seedDB struct {
 	learner   membership.Member
 	written   bool // the learner was written into the db (WithLearner)
 	all       []ExpectedMember
+	view      dbView // the db's buckets after the writes
 }
 
 // readSeedDB reads the consistent index, term, ConfState and membership
@@ -456,6 +473,7 @@ func readSeedDB(path string, newID uint64, learnerPeerURLs []string, removed uin
 	if len(s.v2) == 0 {
 		return s, errors.New("the membership rendered an empty v2 store")
 	}
+	s.view = readDBView(be, lg)
 	return s, nil
 }
 
@@ -489,8 +507,10 @@ func fmtConfState(cs raftpb.ConfState) string {
 }
 
 // readBack reads the data dir the way etcd's bootstrap does (newest valid
-// snapshot, WAL from it) and checks that it says what was written.
-func readBack(snapDir, walDir string, newID, clusterID, ci, term uint64, lg *zap.Logger) error {
+// snapshot, WAL from it) and checks that it says what was written, and that
+// the snapshot's v2 store (what etcd 3.5 takes its membership from) says
+// what the db says.
+func readBack(snapDir, walDir string, newID, clusterID, ci, term uint64, db dbView, lg *zap.Logger) error {
 	walSnaps, err := wal.ValidSnapshotEntries(lg, walDir)
 	if err != nil {
 		return err
@@ -501,6 +521,9 @@ func readBack(snapDir, walDir string, newID, clusterID, ci, term uint64, lg *zap
 	}
 	if rs.Metadata.Index != ci || rs.Metadata.Term != term || len(rs.Data) == 0 {
 		return fmt.Errorf("newest snapshot is index %d term %d (%d bytes of data), want %d %d", rs.Metadata.Index, rs.Metadata.Term, len(rs.Data), ci, term)
+	}
+	if err := checkV2Snapshot(rs.Data, db, lg); err != nil {
+		return err
 	}
 	w, err := wal.OpenForRead(lg, walDir, walpb.Snapshot{Index: ci, Term: term})
 	if err != nil {
@@ -518,81 +541,6 @@ func readBack(snapDir, walDir string, newID, clusterID, ci, term uint64, lg *zap
 	if md.NodeID != newID || md.ClusterID != clusterID || hs.Term != term || hs.Commit != ci || hs.Vote != 0 || len(ents) != 0 {
 		return fmt.Errorf("WAL says node %x cluster %x, hard state %s, %d entries; want %x %x, term %d commit %d, none",
 			md.NodeID, md.ClusterID, hs.String(), len(ents), newID, clusterID, term, ci)
-	}
-	return nil
-}
-
-// placeDB puts the db at src into the new file dst: a rename when move is
-// set and both are on one filesystem, else a copy. It returns dst's size
-// and hex sha256, read back from dst either way.
-func placeDB(src, dst string, move bool) (int64, string, error) {
-	if !move {
-		return copyFile(src, dst)
-	}
-	if err := os.Rename(src, dst); err != nil {
-		if errors.Is(err, syscall.EXDEV) {
-			return copyFile(src, dst)
-		}
-		return 0, "", fmt.Errorf("move %s to %s: %w", src, dst, err)
-	}
-	return hashFile(dst)
-}
-
-// hashFile returns the size and hex sha256 of the file at path.
-func hashFile(path string) (int64, string, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return 0, "", err
-	}
-	defer f.Close()
-	h := sha256.New()
-	n, err := io.CopyBuffer(h, f, make([]byte, writeBuffer))
-	if err != nil {
-		return 0, "", fmt.Errorf("hash %s: %w", path, err)
-	}
-	return n, hex.EncodeToString(h.Sum(nil)), nil
-}
-
-// copyFile copies src to the new file dst (0600), fsynced, and returns its
-// size and hex sha256.
-func copyFile(src, dst string) (int64, string, error) {
-	in, err := os.Open(src)
-	if err != nil {
-		return 0, "", err
-	}
-	defer in.Close()
-	out, err := os.OpenFile(dst, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
-	if err != nil {
-		return 0, "", err
-	}
-	h := sha256.New()
-	n, err := io.CopyBuffer(io.MultiWriter(out, h), in, make([]byte, writeBuffer))
-	if err == nil {
-		err = out.Sync()
-	}
-	if cerr := out.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return 0, "", fmt.Errorf("copy %s to %s: %w", src, dst, err)
-	}
-	return n, hex.EncodeToString(h.Sum(nil)), nil
-}
-
-// removeSeedTemps removes the temp dirs an earlier, killed BuildDataDir
-// for dataDir left behind (only ours: <dataDir>.seed-tmp-*).
-func removeSeedTemps(dataDir string) error {
-	parent, prefix := filepath.Dir(dataDir), filepath.Base(dataDir)+seedTmpInfix
-	entries, err := os.ReadDir(parent)
-	if err != nil {
-		return err
-	}
-	for _, e := range entries {
-		if e.IsDir() && strings.HasPrefix(e.Name(), prefix) {
-			if err := os.RemoveAll(filepath.Join(parent, e.Name())); err != nil {
-				return fmt.Errorf("remove leftover seed temp dir: %w", err)
-			}
-		}
 	}
 	return nil
 }

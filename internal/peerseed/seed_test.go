@@ -197,17 +197,24 @@ func fileSHA256(t testing.TB, path string) string {
 }
 
 // TestSeededLearnerJoinsWithoutARaftSnapshot is the whole seed path against
-// the real cluster: add a learner, stream a snapshot after the add, build
-// the data dir, start a real etcd on it, promote it, compare HashKV.
+// the real cluster, on each etcd of seedEtcds: add a learner, stream a
+// snapshot after the add, build the data dir, start a real etcd on it,
+// promote it, compare HashKV.
 func TestSeededLearnerJoinsWithoutARaftSnapshot(t *testing.T) {
-	l := realLab(t)
+	for _, e := range seedEtcds {
+		t.Run(e.name, func(t *testing.T) { seededLearnerJoins(t, e) })
+	}
+}
+
+func seededLearnerJoins(t *testing.T, e seedEtcd) {
+	l := e.up(t)
 	cli := labClient(t, l)
 	putKeys(t, l, "seed-before", 100, 256)
 	urls := freeURLs(t, 2)
 	peerURL, clientURL := urls[0], urls[1]
 	newID, clusterID := addLearner(t, cli, peerURL)
 
-	endpoint, _ := followerEndpoint(t)
+	endpoint, _ := followerEndpointOf(t, l)
 	dir := t.TempDir()
 	dbPath := filepath.Join(dir, "seed.db")
 	t0 := time.Now()
@@ -224,7 +231,9 @@ func TestSeededLearnerJoinsWithoutARaftSnapshot(t *testing.T) {
 	putKeys(t, l, "seed-after", 50, 256)
 
 	dataDir := filepath.Join(dir, "etcd")
-	info, err := BuildDataDir(dbPath, dataDir, newID, clusterID, zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel)))
+	// The learner runs the lab's minor: the db's storage version (3.6's
+	// key; absent on 3.5) is no newer.
+	info, err := BuildDataDir(dbPath, dataDir, newID, clusterID, zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel)), WithLearnerVersion(e.version+"0"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -246,35 +255,40 @@ func TestSeededLearnerJoinsWithoutARaftSnapshot(t *testing.T) {
 	}
 	mustHaveNoSeedTemps(t, dataDir)
 
-	joinSeeded(t, l, cli, dir, dataDir, peerURL, clientURL, newID, info)
+	joinSeeded(t, e, l, cli, dir, dataDir, peerURL, clientURL, newID, info)
 }
 
 // joinSeeded starts a real etcd on the seeded dataDir (as the member
 // runtime would), waits until the learner serves, promotes it, compares
 // HashKV across the members, and checks etcd's own log: restarted at the
-// seed's index, its initial corruption check passed, no raft snapshot
-// applied. It returns the log.
-func joinSeeded(t *testing.T, l *lab.Lab, cli *clientv3.Client, dir, dataDir, peerURL, clientURL string, newID uint64, info SeedInfo) []byte {
+// seed's index from the .snap's v2 store, its initial corruption check
+// passed, no raft snapshot applied; on etcd 3.5 the cluster version set
+// from that store. The promoted learner lists every member by name. It
+// returns the log.
+func joinSeeded(t *testing.T, e seedEtcd, l *lab.Lab, cli *clientv3.Client, dir, dataDir, peerURL, clientURL string, newID uint64, info SeedInfo) []byte {
 	t.Helper()
 	ml, err := cli.MemberList(ctxWithTimeout(t, 5*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
-	var ic []string
+	var ic, names []string
 	for _, m := range ml.Members {
 		if m.ID != newID {
 			ic = append(ic, m.Name+"="+m.PeerURLs[0])
+			names = append(names, m.Name)
 		}
 	}
+	names = append(names, "seeded")
+	sort.Strings(names)
 	ic = append(ic, "seeded="+peerURL)
 	sort.Strings(ic)
 	logPath := filepath.Join(dir, "etcd.log")
 	startedAt := time.Now()
-	stop := startEtcd(t, l.Spec.BinDir, logPath, "--name=seeded", "--data-dir="+dataDir,
+	stop := startEtcd(t, etcdPath(l), logPath, "--name=seeded", "--data-dir="+dataDir,
 		"--listen-client-urls="+clientURL, "--advertise-client-urls="+clientURL,
 		"--listen-peer-urls="+peerURL, "--initial-advertise-peer-urls="+peerURL,
 		"--initial-cluster="+strings.Join(ic, ","), "--initial-cluster-state=existing",
-		"--initial-cluster-token="+l.Spec.ClusterToken, "--feature-gates=InitialCorruptCheck=true",
+		"--initial-cluster-token="+l.Spec.ClusterToken, e.corruptCheck,
 		"--logger=zap", "--log-outputs=stderr")
 	// Remove first (the member then stops itself), then make sure it is gone.
 	t.Cleanup(func() {
@@ -292,16 +306,28 @@ func joinSeeded(t *testing.T, l *lab.Lab, cli *clientv3.Client, dir, dataDir, pe
 
 	hashes := hashKVAll(t, cli)
 	t.Logf("HashKV at revision %d: %v", hashes.rev, hashes.byMember)
+	// The names come from the seed's membership (the .snap's v2 store on
+	// 3.5), the learner's own from its publish.
+	if got := memberNamesAt(t, clientURL); !slices.Equal(got, names) {
+		t.Errorf("the seeded member lists members %v, want %v", got, names)
+	}
 
 	logs, err := os.ReadFile(logPath)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{
+	wants := []string{
 		`"restarting local member"`,
 		fmt.Sprintf(`"commit-index":%d`, info.ConsistentIndex),
 		`"initial corruption checking passed; no corruption"`,
-	} {
+		`"recovered v2 store from snapshot"`,
+		fmt.Sprintf(`"snapshot-index":%d`, info.ConsistentIndex),
+	}
+	if e.v2 {
+		// The version the seed's .snap carries, e.g. 3.5 (etcd logs major.minor).
+		wants = append(wants, `"set cluster version from store"`, fmt.Sprintf(`"cluster-version":"%s"`, strings.TrimSuffix(e.version, ".")))
+	}
+	for _, want := range wants {
 		if !bytes.Contains(logs, []byte(want)) {
 			t.Errorf("etcd log lacks %s (log kept at %s)", want, logPath)
 		}
@@ -311,7 +337,7 @@ func joinSeeded(t *testing.T, l *lab.Lab, cli *clientv3.Client, dir, dataDir, pe
 		t.Errorf("the seeded learner applied a raft snapshot from the leader (log %s)", logPath)
 	}
 	if t.Failed() {
-		keep := filepath.Join(shared.Dir(), "seeded-etcd.log")
+		keep := filepath.Join(e.lab.Dir(), "seeded-etcd.log")
 		_ = os.WriteFile(keep, logs, 0o644)
 		t.Logf("etcd log copied to %s", keep)
 	}
@@ -325,15 +351,37 @@ func mustHaveNoSeedTemps(t *testing.T, dataDir string) {
 	}
 }
 
-// startEtcd starts bin/etcd with args, its output in logPath, and returns a
-// func that stops exactly that process (SIGTERM, then SIGKILL) and waits.
-func startEtcd(t *testing.T, binDir, logPath string, args ...string) (stop func()) {
+// memberNamesAt is the member names the member at clientURL lists itself
+// (serializable: from its own membership), sorted.
+func memberNamesAt(t *testing.T, clientURL string) []string {
+	t.Helper()
+	c, err := clientv3.New(clientv3.Config{Endpoints: []string{clientURL}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ml, err := c.MemberList(ctxWithTimeout(t, 5*time.Second), clientv3.WithSerializable())
+	if err != nil {
+		t.Fatalf("member list at %s: %v", clientURL, err)
+	}
+	var names []string
+	for _, m := range ml.Members {
+		names = append(names, m.Name)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// startEtcd starts the etcd binary with args, its output in logPath, and
+// returns a func that stops exactly that process (SIGTERM, then SIGKILL)
+// and waits.
+func startEtcd(t *testing.T, binary, logPath string, args ...string) (stop func()) {
 	t.Helper()
 	logf, err := os.Create(logPath)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(filepath.Join(binDir, "etcd"), args...)
+	cmd := exec.Command(binary, args...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	if err := cmd.Start(); err != nil {
 		logf.Close()
@@ -463,10 +511,16 @@ func hashKVAll(t *testing.T, cli *clientv3.Client) hashKVs {
 // check, catches up from the log (no raft snapshot), is promoted, and every
 // member's HashKV is equal.
 func TestALearnerSeededFromASnapshotTakenBeforeItsAdd(t *testing.T) {
-	l := realLab(t)
+	for _, e := range seedEtcds {
+		t.Run(e.name, func(t *testing.T) { learnerSeededBeforeItsAdd(t, e) })
+	}
+}
+
+func learnerSeededBeforeItsAdd(t *testing.T, e seedEtcd) {
+	l := e.up(t)
 	cli := labClient(t, l)
 	putKeys(t, l, "preadd-before", 100, 256)
-	endpoint, _ := followerEndpoint(t)
+	endpoint, _ := followerEndpointOf(t, l)
 	dir := t.TempDir()
 	dbPath := filepath.Join(dir, "stored.db")
 	snap, src, err := StreamForSeed(ctxWithTimeout(t, 30*time.Second), endpoint, nil, dbPath, plan.StreamBytesNeeded(0), nil)
@@ -516,7 +570,7 @@ func TestALearnerSeededFromASnapshotTakenBeforeItsAdd(t *testing.T) {
 	if got := fileSHA256(t, dbPath); got != snap.SHA256 {
 		t.Errorf("the stored db changed (sha256 %s, was %s): only the copy may be written", got, snap.SHA256)
 	}
-	logs := joinSeeded(t, l, cli, dir, dataDir, peerURL, clientURL, newID, info)
+	logs := joinSeeded(t, e, l, cli, dir, dataDir, peerURL, clientURL, newID, info)
 	if !bytes.Contains(logs, []byte(`"Validation on configuration change failed"`)) || !bytes.Contains(logs, []byte("membership: ID exists")) {
 		t.Errorf("etcd's log does not show the add applied as a change it already had")
 	}

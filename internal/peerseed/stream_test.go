@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/etcd-agent/etcd-agent/internal/lab"
 	"github.com/etcd-agent/etcd-agent/internal/plan"
 	bolt "go.etcd.io/bbolt"
 	"google.golang.org/grpc"
@@ -39,7 +40,13 @@ func mustLeaveNothing(t *testing.T, dest string) {
 // followerEndpoint picks the source the agent would pick in the lab.
 func followerEndpoint(t testing.TB) (endpoint, name string) {
 	t.Helper()
-	obs := observe(t, realLab(t))
+	return followerEndpointOf(t, realLab(t))
+}
+
+// followerEndpointOf is followerEndpoint in lab l.
+func followerEndpointOf(t testing.TB, l *lab.Lab) (endpoint, name string) {
+	t.Helper()
+	obs := observe(t, l)
 	m, reason, err := plan.PickSource(obs, 0)
 	if err != nil {
 		t.Fatal(err)

@@ -28,7 +28,9 @@ func (c *clients) clusterVersion(ctx context.Context, o observation.Observation)
 			order = append(order, m)
 		}
 	}
-	for _, m := range order {
+	// The leader and one other at most: each ask may take the probe
+	// timeout, and the observation must stay short.
+	for _, m := range order[:min(len(order), 2)] {
 		if v, err := c.versions(ctx, m.ClientURLs[0]); err == nil && v.Cluster != "" && v.Cluster != "not_decided" {
 			return v.Cluster
 		}

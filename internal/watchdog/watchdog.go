@@ -42,6 +42,8 @@ type Identity struct {
 	// once that dir is removed on the node, etcd's container keeps the
 	// removed dir, and a dir made again at its path is not what etcd sees.
 	DataDirMountRoot bool
+	// EnableV2: the manifest turns on etcd 3.5's v2 API (--enable-v2).
+	EnableV2 bool
 }
 
 // Dirs is where the member's data dir and WAL are on this node.

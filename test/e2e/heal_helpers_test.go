@@ -34,6 +34,23 @@ type healRun struct {
 	cli     *clientv3.Client
 	chk     *invariant.Checker
 	faultAt time.Time
+	// steered are the leadership moves the test made while the checker
+	// ran (steerOff): excused as an agent's hand-off is.
+	steered []invariant.LeaderHandOff
+}
+
+// steerOff moves the leadership off nodes while the checker runs
+// (ensureNotLeader) and records the move: etcd drops the proposals in
+// flight when its leader changes, as at an agent's hand-off.
+func (h *healRun) steerOff(nodes ...string) {
+	h.t.Helper()
+	from := time.Now()
+	ensureNotLeader(h.t, h.l, nodes...)
+	st, err := h.cli.MemberList(context.Background())
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	h.steered = append(h.steered, invariant.LeaderHandOff{ClusterID: st.Header.ClusterId, From: from, To: time.Now()})
 }
 
 // startHeal connects to the lab and starts the invariant checker (writer,
@@ -91,7 +108,7 @@ func (h *healRun) fault() { h.faultAt = time.Now() }
 // finish stops the checker and enforces the invariants; it logs the figures.
 func (h *healRun) finish(o invariant.Options) invariant.Report {
 	h.t.Helper()
-	o.LeaderHandOffs = append(o.LeaderHandOffs, leaderHandOffs(h.t, h.l)...)
+	o.LeaderHandOffs = append(append(o.LeaderHandOffs, leaderHandOffs(h.t, h.l)...), h.steered...)
 	o.PurgeCrashes = append(o.PurgeCrashes, purgeCrashes(h.t, h.l)...)
 	rep, err := h.chk.Finish(context.Background(), o)
 	h.t.Logf("invariants: %s", rep)

@@ -53,7 +53,7 @@ func TestRollingUpgrade35To36WithMemberLost(t *testing.T) {
 
 	// (a) node1 → 3.6: the member restarts on its data dir, keeps its ID.
 	before := idsByPeer(mustMembers(t, l))
-	upgradeMember(t, l, "node1", bin36, "3.6.")
+	upgradeMember(t, h, "node1", bin36, "3.6.")
 	wantClusterVersion(t, l, "3.5.", 0)
 	assertNoRecovery(t, l, "node1", "node1")
 	if now := idsByPeer(mustMembers(t, l)); !sameIDs(now, before) {
@@ -75,7 +75,7 @@ func TestRollingUpgrade35To36WithMemberLost(t *testing.T) {
 	wantClusterVersion(t, l, "3.5.", 0)
 
 	// (c) node2 → 3.6; node3 (3.5 manifest) wiped: refused, nothing changed.
-	upgradeMember(t, l, "node2", bin36, "3.6.")
+	upgradeMember(t, h, "node2", bin36, "3.6.")
 	wantClusterVersion(t, l, "3.5.", 0) // node3 still runs 3.5
 	before3 := mustMembers(t, l)
 	wipeUnder(t, h, "node3")
@@ -143,9 +143,10 @@ func TestUpgradedMemberLostHealsIntoOlderCluster(t *testing.T) {
 // cluster. The member is moved off the leadership first: a leader's stop
 // hands leadership off, which fails the proposals in flight (etcd's own
 // disruption, not the agent's).
-func upgradeMember(t *testing.T, l *lab.Lab, node, binary, prefix string) {
+func upgradeMember(t *testing.T, h *healRun, node, binary, prefix string) {
 	t.Helper()
-	ensureNotLeader(t, l, node)
+	l := h.l
+	h.steerOff(node)
 	start := time.Now()
 	if err := l.SetMemberVersion(node, binary); err != nil {
 		t.Fatal(err)
@@ -171,7 +172,7 @@ func upgradeMember(t *testing.T, l *lab.Lab, node, binary, prefix string) {
 // leadership first), as the heal run's next fault.
 func wipeUnder(t *testing.T, h *healRun, node string) {
 	t.Helper()
-	ensureNotLeader(t, h.l, node)
+	h.steerOff(node)
 	h.fault()
 	if err := h.l.WipeDataDir(node); err != nil {
 		t.Fatal(err)

@@ -122,7 +122,14 @@ func (s *Shared) up() {
 		return
 	}
 	bin := filepath.Join(root, "bin")
+	o := s.opts
 	need := []string{"etcd"}
+	if o.EtcdBinary != "" && !filepath.IsAbs(o.EtcdBinary) {
+		// A name in bin/ (e.g. "etcd-3.5"): checked like bin/etcd, so a
+		// missing one fails the tests, never runs them on another etcd.
+		need = []string{o.EtcdBinary}
+		o.EtcdBinary = filepath.Join(bin, o.EtcdBinary)
+	}
 	if !s.opts.NoAPIServer {
 		need = append(need, "kube-apiserver")
 	}
@@ -135,7 +142,6 @@ func (s *Shared) up() {
 	if s.err = CheckFreeDisk(s.tmp, 2<<30); s.err != nil {
 		return
 	}
-	o := s.opts
 	if o.AgentBinary, s.err = BuildAgent(root, s.tmp); s.err != nil {
 		return
 	}
@@ -155,6 +161,22 @@ func (s *Shared) Main(m *testing.M, cleanups ...func()) {
 	for _, c := range cleanups {
 		c()
 	}
+	os.Exit(s.down(code))
+}
+
+// MainAll is Main for a package with several shared labs (e.g. one per
+// etcd version): each is stopped, and its folder kept when it failed.
+func MainAll(m *testing.M, labs ...*Shared) {
+	code := m.Run()
+	for _, s := range labs {
+		code = s.down(code)
+	}
+	os.Exit(code)
+}
+
+// down stops the lab if one was started and removes its folder unless
+// something failed; it returns code, or 1 when the lab would not stop.
+func (s *Shared) down(code int) int {
 	if s.lab != nil {
 		if err := s.lab.Down(context.Background()); err != nil {
 			fmt.Fprintf(os.Stderr, "%s: lab down: %v\n", s.name, err)
@@ -168,7 +190,7 @@ func (s *Shared) Main(m *testing.M, cleanups ...func()) {
 			fmt.Fprintf(os.Stderr, "%s: lab folder kept for inspection in %s\n", s.name, s.tmp)
 		}
 	}
-	os.Exit(code)
+	return code
 }
 
 // Dir is the folder holding the lab (for a test's own files, kept with it
