@@ -9,6 +9,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -110,6 +111,7 @@ func (h *healRun) finish(o invariant.Options) invariant.Report {
 	h.t.Helper()
 	o.LeaderHandOffs = append(append(o.LeaderHandOffs, leaderHandOffs(h.t, h.l)...), h.steered...)
 	o.PurgeCrashes = append(o.PurgeCrashes, purgeCrashes(h.t, h.l)...)
+	o.Etcd35LearnerRefusals = o.Etcd35LearnerRefusals || ranEtcd35(h.l)
 	rep, err := h.chk.Finish(context.Background(), o)
 	h.t.Logf("invariants: %s", rep)
 	h.t.Logf("figures: api writes attempted %d failed %d, p50 %s p99 %s; etcd writes attempted %d failed %d; longest read outage %s",
@@ -654,4 +656,15 @@ func wantRemovalThenAddAsChangesItHad(t *testing.T, etcdLog string) {
 	if len(rejected) != 2 || !strings.Contains(rejected[0], "membership: ID removed") && !strings.Contains(rejected[0], "membership: ID not found") || rejected[1] != "membership: ID exists" {
 		t.Fatalf("the learner's etcd rejected %v, want the removal then the add (changes it had)", rejected)
 	}
+}
+
+// ranEtcd35 says whether any member of l ran etcd 3.5 (bin/etcd-3.5): its
+// learners refuse writes in a way etcd clients do not send elsewhere
+// (invariant.Options.Etcd35LearnerRefusals, an open defect of issue 40).
+func ranEtcd35(l *lab.Lab) bool {
+	bins := []string{l.Spec.EtcdBinary}
+	for _, n := range l.Spec.Nodes {
+		bins = append(bins, n.EtcdBinary)
+	}
+	return slices.ContainsFunc(bins, func(b string) bool { return filepath.Base(b) == "etcd-3.5" })
 }

@@ -89,13 +89,16 @@ type Report struct {
 	// agent moved leadership off a member it was about to stop
 	// (Options.LeaderHandOffs).
 	AtLeaderHandOff []time.Duration
+	// LearnerRefused are the writes a 3.5 learner refused, excused by
+	// Options.Etcd35LearnerRefusals.
+	LearnerRefused []Failure
 }
 
 // String summarises the report in one line for test logs.
 func (r Report) String() string {
-	return fmt.Sprintf("api writes %d (failed %d, p50 %s, p99 %s), etcd writes %d (failed %d, sent again after a learner refused %d), failed in flight at a SIGKILL %v, at a leader hand-off %v, probes %d, longest outage %s, max learners %d, hashkv %v, took %s",
+	return fmt.Sprintf("api writes %d (failed %d, p50 %s, p99 %s), etcd writes %d (failed %d), failed in flight at a SIGKILL %v, at a leader hand-off %v, refused by a 3.5 learner %d, probes %d, longest outage %s, max learners %d, hashkv %v, took %s",
 		r.Writes.APIAttempted, r.Writes.APIFailed, r.APIp50.Round(time.Millisecond), r.APIp99.Round(time.Millisecond),
-		r.Writes.EtcdAttempted, r.Writes.EtcdFailed, r.Writes.EtcdLearnerRefused, r.AtHardFault, r.AtLeaderHandOff, r.Probes, r.QuorumLostFor.Round(time.Millisecond), r.MaxLearners, r.HashKV, r.Duration.Round(time.Millisecond))
+		r.Writes.EtcdAttempted, r.Writes.EtcdFailed, r.AtHardFault, r.AtLeaderHandOff, len(r.LearnerRefused), r.Probes, r.QuorumLostFor.Round(time.Millisecond), r.MaxLearners, r.HashKV, r.Duration.Round(time.Millisecond))
 }
 
 // Start begins writing (kc may be nil for an etcd-only lab) and observing.
@@ -132,6 +135,13 @@ type Options struct {
 	// and is excused as one; nothing else is. WipedPurgeCrashes picks the
 	// ones a wipe explains.
 	PurgeCrashes []time.Time
+	// Etcd35LearnerRefusals excuses, and counts in Report.LearnerRefused,
+	// writes a learner refused ("rpc not supported for learner") in a lab
+	// that runs etcd 3.5: 3.5 answers them Unavailable, which etcd clients
+	// from 3.6 on (kube-apiserver's) do not send elsewhere, while 3.6
+	// answers FailedPrecondition, which they do. An open defect of a heal
+	// on 3.5 (docs/recovery.md, "etcd versions"), not excused on 3.6+.
+	Etcd35LearnerRefusals bool
 }
 
 // HardFault runs kill, a SIGKILL of member processes, and records when. A
@@ -218,7 +228,11 @@ func (c *Checker) Finish(ctx context.Context, o Options) (Report, error) {
 	for _, at := range o.PurgeCrashes {
 		faults = append(faults, hardFault{from: at, to: at})
 	}
-	bad, atKill, atHandOff := unexcused(r.Writes.Failures, faults)
+	failures := r.Writes.Failures
+	if o.Etcd35LearnerRefusals {
+		failures, r.LearnerRefused = splitLearnerRefusals(r.Writes.Failures)
+	}
+	bad, atKill, atHandOff := unexcused(failures, faults)
 	r.AtHardFault, r.AtLeaderHandOff = atKill, atHandOff
 	if !o.AllowFailedWrites && len(bad) > 0 {
 		errs = append(errs, fmt.Errorf("writes failed: api %d/%d, etcd %d/%d (%d of them in flight at a SIGKILL, %d at a leader hand-off): %s", r.Writes.APIFailed, r.Writes.APIAttempted,
@@ -271,4 +285,19 @@ func firstFailures(fs []Failure, n int) string {
 		out = append(out, fmt.Sprintf("%s %s: %s", f.At.Format("15:04:05.000"), f.Via, f.Err))
 	}
 	return strings.Join(out, "; ")
+}
+
+// learnerRefusal is what etcd answers a write sent to a learner.
+const learnerRefusal = "rpc not supported for learner"
+
+// splitLearnerRefusals parts the failures a learner refused from the rest.
+func splitLearnerRefusals(fs []Failure) (rest, refused []Failure) {
+	for _, f := range fs {
+		if strings.Contains(f.Err, learnerRefusal) {
+			refused = append(refused, f)
+		} else {
+			rest = append(rest, f)
+		}
+	}
+	return rest, refused
 }

@@ -32,3 +32,17 @@ func TestOnlyAPurgeFatalOnTheWipedNodeSoonAfterTheWipeIsExcused(t *testing.T) {
 		t.Errorf("no wipe: %v excused", got)
 	}
 }
+
+// Only a learner's refusal is set apart for a 3.5 lab; any other failure
+// (a timeout, a closed connection) still counts.
+func TestOnlyALearnersRefusalIsSetApart(t *testing.T) {
+	rest, refused := splitLearnerRefusals([]Failure{
+		{Via: "api", Err: "etcdserver: rpc not supported for learner"},
+		{Via: "etcd", Err: "rpc error: code = Unavailable desc = etcdserver: rpc not supported for learner"},
+		{Via: "api", Err: "rpc error: code = Unavailable desc = error reading from server: EOF"},
+		{Via: "etcd", Err: "context deadline exceeded"},
+	})
+	if len(refused) != 2 || len(rest) != 2 || rest[0].Err != "rpc error: code = Unavailable desc = error reading from server: EOF" {
+		t.Fatalf("refused %v, rest %v", refused, rest)
+	}
+}

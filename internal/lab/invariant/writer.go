@@ -13,7 +13,6 @@ import (
 	"sync"
 	"time"
 
-	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -35,12 +34,9 @@ type Failure struct {
 type WriterReport struct {
 	APIAttempted, APIFailed   int
 	EtcdAttempted, EtcdFailed int
-	// EtcdLearnerRefused counts the direct writes a learner refused (sent
-	// again to the next member: nothing was proposed).
-	EtcdLearnerRefused  int
-	APILatencies        []time.Duration
-	Failures            []Failure
-	apiAcked, etcdAcked []int
+	APILatencies              []time.Duration
+	Failures                  []Failure
+	apiAcked, etcdAcked       []int
 }
 
 // Writer writes numbered ConfigMaps through the API and numbered keys
@@ -121,18 +117,9 @@ func (w *Writer) writeEtcd(ctx context.Context, i int) {
 	defer cancel()
 	start := time.Now()
 	_, err := w.etcd.Put(rctx, w.etcdKey(i), strconv.Itoa(i))
-	// The client round-robins over every member's URL, a learner's too; a
-	// learner refuses a Put in its gRPC interceptor, before anything is
-	// proposed (clientv3 retries only "no address available"). The Put is
-	// idempotent: sent again, it goes to the next member. Counted.
-	refused := 0
-	for ; err != nil && rpctypes.ErrorDesc(err) == rpctypes.ErrorDesc(rpctypes.ErrGRPCNotSupportedForLearner) && refused < 3; refused++ {
-		_, err = w.etcd.Put(rctx, w.etcdKey(i), strconv.Itoa(i))
-	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.rep.EtcdAttempted++
-	w.rep.EtcdLearnerRefused += refused
 	if err != nil {
 		w.rep.EtcdFailed++
 		w.rep.Failures = append(w.rep.Failures, Failure{At: start, Via: "etcd", Err: err.Error()})
