@@ -349,6 +349,9 @@ func (p *podMembers) start(ctx context.Context, member membersource.PodMember) {
 	c.Log = log
 	urls := append([]string{member.Identity.ClientURL}, member.Identity.PeerURLs...)
 	c.podImage = func() string { return w.current().Image }
+	if p.kc != nil {
+		c.podImage = (&podLearnerImage{kc: p.kc, ns: member.Namespace, pod: member.Name}).get
+	}
 	c.podRuntime = memberruntime.NewPod(member.Key, podDeleter{kc: p.kc, ns: member.Namespace, name: member.Name, node: p.c.NodeName,
 		check: func(ctx context.Context, pod *corev1.Pod) error { return p.onClaim(ctx, pod, member) }}, stateDir,
 		func() error { return p.stoppable(w.current(), stateDir, &member) }, urls, member.Identity.DataDir, c.Log, memberruntime.StopTimeout(c.StopTimeout))
