@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"github.com/etcd-agent/etcd-agent/internal/etcdversion"
 	"slices"
 	"strings"
 	"time"
@@ -280,6 +281,9 @@ func (s *steward) facts(ctx context.Context, r memberstate.Result, p *corev1.Pod
 	// must hold etcd there until that node's agent prepared it.
 	if in.TemplateUngated, err = templateUngated(rctx, s.kc, p); err != nil {
 		return in, err
+	}
+	if sts, why, err := controllingStatefulSet(rctx, s.kc, p); why == "" && err == nil {
+		in.LearnerVersion = etcdversion.FromImage(recreatedImage(p, sts))
 	}
 	for _, v := range p.Spec.Volumes {
 		if v.PersistentVolumeClaim == nil {

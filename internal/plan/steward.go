@@ -97,6 +97,10 @@ type StewardInput struct {
 	// without the start gate ("" when its StatefulSet re-creates it
 	// through the gate).
 	TemplateUngated string
+	// LearnerVersion is the etcd version the re-created pod will run (the
+	// image its StatefulSet re-creates it with; "" unknown): its learner
+	// must be one the cluster takes once the target is removed.
+	LearnerVersion string
 }
 
 // StewardClaim is one node-local claim of the target's pod: its PVC, the
@@ -181,6 +185,11 @@ func decideSteward(in StewardInput, cfg StewardConfig) Decision {
 		if healthy := o.HealthyVoters(); healthy < memberstate.Quorum(n-1) {
 			return refuse(ReasonWouldLoseQuorum, fmt.Sprintf("after removing %s %d healthy of %d voters remain, quorum is %d",
 				in.TargetName, healthy, n-1, memberstate.Quorum(n-1)))
+		}
+		// The re-created pod's learner joins after the removal: the same
+		// version rule as a rejoin's, before the removal (checkVersions).
+		if d, ok := versionsAllow(o, in.LearnerVersion, target.ID, false); !ok {
+			return d
 		}
 		return Decision{Action: RemoveMember, MemberID: target.ID,
 			Detail: fmt.Sprintf("member %s (%x) on lost node %s: mark its pod, then remove the member so that it can rejoin elsewhere", in.TargetName, target.ID, in.PodNode)}

@@ -224,3 +224,26 @@ func allKept(cs []StewardClaim) bool {
 	}
 	return true
 }
+
+// The steward removes a lost node's member only if the pod its StatefulSet
+// re-creates runs an etcd the cluster takes after the removal (review: a
+// node lost mid-rollout, its member on 3.5, the others on 3.6: removing it
+// raises the cluster version to 3.6 and the re-created 3.5 learner never
+// starts). Its own steward member stays in the cluster and counts.
+func TestStewardRemovalFollowsTheVersionRule(t *testing.T) {
+	m := func(id uint64, name, v string, serving bool) observation.Member {
+		return observation.Member{ID: id, Name: name, PeerURLs: []string{"http://" + name + ":2380"}, Serving: serving, Version: v}
+	}
+	o := observation.Observation{ClusterID: 1, LeaderID: 1, ClusterVersion: "3.5.0",
+		Members: []observation.Member{m(1, "a", "3.6.16", true), m(2, "b", "3.6.16", true), m(3, "c", "", false)},
+		Local:   observation.Local{Match: observation.MatchOK, ID: 1, DataDirClass: "ok", Serving: true}}
+	in := StewardInput{Now: time.Unix(10_000, 0), Obs: o, Local: memberstate.Verdict{State: memberstate.Healthy}, TargetName: "c", TargetPeerURLs: []string{"http://c:2380"},
+		PodExists: true, PodNode: "n3", NodeExists: true, NodeLeaseStaleFor: time.Hour, TargetSilentFor: time.Hour,
+		Claims: []StewardClaim{{PVC: "data-etcd-2", PV: "pv-2", PVExists: true}}}
+	for v, want := range map[string]Action{"3.5.36": Refuse, "3.6.16": RemoveMember, "": Refuse} {
+		in.LearnerVersion = v
+		if d := DecideSteward(in, StewardConfig{NodeLostGrace: time.Minute}); d.Action != want {
+			t.Fatalf("re-created pod on %q: %s/%s %s, want %s", v, d.Action, d.Reason, d.Detail, want)
+		}
+	}
+}

@@ -24,11 +24,24 @@ import (
 //     cluster version. In a cluster of one minor an unknown learner is
 //     taken to run it, as before this rule.
 func checkVersions(in Input) (Decision, bool) {
-	o := in.Obs
 	action := requestAction(in)
 	if action == ActionMoveOut {
 		return Decision{}, true // it retires a member, adds none
 	}
+	replaced := uint64(0)
+	switch {
+	case action == ActionMoveIn && in.Request != nil:
+		replaced = in.Request.Replaces
+	case in.Obs.Local.Match == observation.MatchOK:
+		replaced = in.Obs.Local.ID
+	}
+	return versionsAllow(in.Obs, in.LearnerVersion, replaced, action == ActionMoveIn)
+}
+
+// versionsAllow is the rule for a learner of learnerVersion replacing
+// member replaced (0: none); addFirst when the learner is added before
+// the replaced member is removed (a move-in).
+func versionsAllow(o observation.Observation, learnerVersion string, replaced uint64, addFirst bool) (Decision, bool) {
 	for _, m := range o.Members {
 		if m.Serving && m.DowngradeEnabled {
 			return refuse(ReasonDowngradeInProgress, fmt.Sprintf("member %s reports an etcd downgrade in progress: only its target minor may join, and the cluster version moves with it; "+
@@ -36,18 +49,18 @@ func checkVersions(in Input) (Decision, bool) {
 		}
 	}
 	cluster := etcdversion.Parse(o.ClusterVersion)
-	lowest, highest, staying := stayingMinors(in)
+	lowest, highest, staying := stayingMinors(o, replaced)
 	// A rejoin removes first: the cluster version then rises to the lowest
 	// minor that stays, before the learner is added. A move-in adds
 	// first: the learner itself then holds the cluster version.
 	floor, ceiling := lowest, lowest
-	if action == ActionMoveIn || !floor.Known() || (cluster.Known() && floor.Less(cluster)) {
+	if addFirst || !floor.Known() || (cluster.Known() && floor.Less(cluster)) {
 		floor = cluster
 	}
-	if action == ActionMoveIn || !ceiling.Known() {
+	if addFirst || !ceiling.Known() {
 		ceiling = cluster
 	}
-	learner := etcdversion.Parse(in.LearnerVersion)
+	learner := etcdversion.Parse(learnerVersion)
 	facts := fmt.Sprintf("cluster version %s, members that stay run %s", orUnknown(o.ClusterVersion), staying)
 	if !learner.Known() {
 		if lowest != highest || (cluster.Known() && lowest.Known() && cluster != lowest) {
@@ -58,11 +71,11 @@ func checkVersions(in Input) (Decision, bool) {
 	}
 	if floor.Known() && learner.Less(floor) {
 		return refuse(ReasonLearnerVersionBelowCluster, fmt.Sprintf("the member would run etcd %s, the cluster needs %s or newer (%s): etcd would refuse it once its old member is removed; "+
-			"upgrade its manifest's etcd first (docs/recovery.md, \"etcd versions\")", in.LearnerVersion, floor, facts)), false
+			"upgrade its manifest's etcd first (docs/recovery.md, \"etcd versions\")", learnerVersion, floor, facts)), false
 	}
 	if ceiling.Known() && ceiling.Next().Less(learner) {
 		return refuse(ReasonVersionSkew, fmt.Sprintf("the member would run etcd %s, more than one minor above %s (%s): etcd upgrades one minor at a time",
-			in.LearnerVersion, ceiling, facts)), false
+			learnerVersion, ceiling, facts)), false
 	}
 	return Decision{}, true
 }
@@ -77,13 +90,12 @@ func requestAction(in Input) string {
 }
 
 // stayingMinors are the lowest and highest etcd minors of the serving
-// members that stay in the cluster (not the local member, which is
-// replaced, nor a move's source), and their versions as text.
-func stayingMinors(in Input) (lowest, highest etcdversion.Minor, text string) {
-	o := in.Obs
+// members that stay in the cluster (all but replaced), and their versions
+// as text.
+func stayingMinors(o observation.Observation, replaced uint64) (lowest, highest etcdversion.Minor, text string) {
 	var vs []string
 	for _, m := range o.Members {
-		if !m.Serving || (o.Local.Match == observation.MatchOK && m.ID == o.Local.ID) || (in.Request != nil && in.Request.Replaces != 0 && m.ID == in.Request.Replaces) {
+		if !m.Serving || m.ID == replaced {
 			continue
 		}
 		v := etcdversion.Parse(m.Version)
