@@ -131,6 +131,17 @@ func initialCluster(nodes []Node) string {
 
 func ptr[T any](v T) *T { return &v }
 
+// readEtcdManifest reads node n's etcd manifest where it is: in the
+// manifests dir, or the copy StopMember moved aside.
+func readEtcdManifest(n Node) (string, []byte, error) {
+	path := n.EtcdManifest()
+	if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {
+		path = stoppedManifest(n)
+	}
+	b, err := os.ReadFile(path)
+	return path, b, err
+}
+
 // KubeadmFirstNodeManifest rewrites node's etcd manifest (in place, or the
 // copy StopMember moved aside) the way kubeadm writes it on the first
 // control-plane node: --initial-cluster names only this member and there is
@@ -140,11 +151,7 @@ func (l *Lab) KubeadmFirstNodeManifest(node string) error {
 	if err != nil {
 		return err
 	}
-	path := n.EtcdManifest()
-	if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {
-		path = stoppedManifest(*n)
-	}
-	b, err := os.ReadFile(path)
+	path, b, err := readEtcdManifest(*n)
 	if err != nil {
 		return err
 	}

@@ -6,9 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"net/http"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
@@ -114,11 +112,7 @@ func (l *Lab) SetMemberVersion(node, binary string) error {
 	if err != nil {
 		return err
 	}
-	path := n.EtcdManifest()
-	if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {
-		path = stoppedManifest(*n)
-	}
-	b, err := os.ReadFile(path)
+	path, b, err := readEtcdManifest(*n)
 	if err != nil {
 		return err
 	}
