@@ -19,6 +19,7 @@ func newLabBenchCmd(g *globalFlags, dir *string) *cobra.Command {
 	var runs int
 	var modes []string
 	var move bool
+	var etcdVersion string
 	c := &cobra.Command{
 		Use:   "bench",
 		Short: "Measure the agent's heal against the bare etcd rejoin on the same db, per db size, and print a table",
@@ -47,6 +48,11 @@ func newLabBenchCmd(g *globalFlags, dir *string) *cobra.Command {
 				Lab:   lab.Options{Dir: *dir, Nodes: 3, BinDir: binDir, AgentBinary: exe, Log: log},
 				Sizes: bytes, Runs: runs, Modes: modes, Out: cmd.OutOrStdout(), Log: log,
 			}
+			if etcdVersion != "" {
+				if o.Lab.EtcdBinary, err = lab.EtcdBinaryForVersion(binDir, etcdVersion); err != nil {
+					return err
+				}
+			}
 			if move {
 				if !cmd.Flags().Changed("modes") {
 					o.Modes = nil // the move's own: seed (from the store), follower, raft
@@ -63,6 +69,7 @@ func newLabBenchCmd(g *globalFlags, dir *string) *cobra.Command {
 	c.Flags().BoolVar(&move, "move", false, "measure `etcd-agent move` (UC3) per mode instead: time, bytes sent to the new member, raft snapshots")
 	c.Flags().StringSliceVar(&modes, "modes", []string{"raft", "seed"}, "agent rejoin modes to measure side by side: raft, seed, follower (seed mode streaming the db a second time off a follower: --seed-from-backup=false; with --move: --seed-from-store=false), seed-copy-after (seed mode copying the backup after the add: --seed-copy-during-stream=false)")
 	c.Flags().StringVar(&binDir, "bin-dir", defaultBinDir(), "folder with etcd and kube-apiserver (from `make tools`)")
+	c.Flags().StringVar(&etcdVersion, "etcd-version", "", "etcd minor the members run: 3.5, 3.6 or 3.7 (default: bin/etcd, 3.6)")
 	return c
 }
 
