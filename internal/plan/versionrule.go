@@ -63,7 +63,13 @@ func versionsAllow(o observation.Observation, learnerVersion string, replaced ui
 	learner := etcdversion.Parse(learnerVersion)
 	facts := fmt.Sprintf("cluster version %s, members that stay run %s", orUnknown(o.ClusterVersion), staying)
 	if !learner.Known() {
-		if lowest != highest || (cluster.Known() && lowest.Known() && cluster != lowest) {
+		// Mid-upgrade: the members that stay mix minors, or run the minor
+		// after the cluster version (the lost member holds it back). A
+		// cluster version further behind is not an upgrade etcd supports:
+		// it is one the leader never raised (it reads every member's
+		// version over the peer URLs; the real-node lab shows 3.0.0 beside
+		// 3.6 members), and says nothing of the learner.
+		if lowest != highest || (cluster.Known() && lowest.Known() && cluster.Next() == lowest) {
 			return refuse(ReasonLearnerVersionUnknown, fmt.Sprintf("the cluster is mid-upgrade (%s) and the etcd version the member would run is unknown "+
 				"(its image names none): a learner older than the cluster's minor would never start; finish the upgrade of the other members' manifests, give its image a version tag, or heal it by hand", facts)), false
 		}

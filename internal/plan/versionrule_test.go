@@ -51,6 +51,9 @@ func TestVersionRuleRefusesALearnerTheClusterCannotTake(t *testing.T) {
 		{"unknown learner, the others mix minors", "3.5.0", "", []string{"", "3.6.16", "3.5.36"}, ReasonLearnerVersionUnknown},
 		{"unknown learner, the others newer than the cluster version", "3.5.0", "", []string{"", "3.6.16", "3.6.16"}, ReasonLearnerVersionUnknown},
 		{"unknown learner, cluster version unknown, others uniform", "", "", []string{"", "3.6.16", "3.6.16"}, ""},
+		// etcd's initial 3.0.0, never raised (CI, the real node's lab):
+		// no upgrade etcd supports, so no sign of one.
+		{"unknown learner, cluster version 3.0 never raised, others uniform", "3.0.0", "", []string{"", "3.6.16", "3.6.16"}, ""},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			in, cfg := cluster(3, 2, versions(c.cluster, c.learner, c.members...))
