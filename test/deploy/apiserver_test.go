@@ -208,7 +208,8 @@ func applyRBAC(t *testing.T, ctx context.Context, a *applier) {
 	t.Helper()
 	for _, o := range renderVariant(t, variants[0]) {
 		switch o.GetKind() {
-		case "Namespace", "ServiceAccount", "Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding":
+		case "Namespace", "ServiceAccount", "Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding",
+			"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding":
 			if err := a.apply(ctx, o, false); err != nil {
 				t.Fatalf("apply: %v", err)
 			}
@@ -235,7 +236,9 @@ func TestRBACEnforced(t *testing.T) {
 
 	sa := rest.CopyConfig(admin)
 	sa.Impersonate = rest.ImpersonationConfig{UserName: agentIdentity,
-		Groups: []string{"system:serviceaccounts", "system:serviceaccounts:etcd-agent", "system:authenticated"}}
+		Groups: []string{"system:serviceaccounts", "system:serviceaccounts:etcd-agent", "system:authenticated"},
+		// As a token bound to a pod on the node says (node-scope-policy.yaml).
+		Extra: map[string][]string{nodeNameExtra: {l.Spec.Nodes[0].Name}}}
 	kc, err := kubernetes.NewForConfig(sa)
 	if err != nil {
 		t.Fatal(err)
