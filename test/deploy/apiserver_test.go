@@ -283,15 +283,6 @@ func TestRBACEnforced(t *testing.T) {
 			created.Spec.HolderIdentity = ptr.To("node2/node2")
 			_, err = leases.Update(ctx, created, metav1.UpdateOptions{})
 			allowed("update Lease", err)
-			_, err = leases.Patch(ctx, created.Name, types.MergePatchType, []byte(`{"metadata":{"annotations":{"etcd-agent.io/phase":"started"}}}`), metav1.PatchOptions{})
-			allowed("patch Lease", err)
-		}
-		_, err = leases.List(ctx, metav1.ListOptions{})
-		allowed("list Leases", err)
-		lw, err := leases.Watch(ctx, metav1.ListOptions{})
-		allowed("watch Leases", err)
-		if lw != nil {
-			lw.Stop()
 		}
 		// Its Node: get, list, watch (the request trigger), patch annotations.
 		_, err = kc.CoreV1().Nodes().List(ctx, metav1.ListOptions{FieldSelector: "metadata.name=" + node})
@@ -326,8 +317,16 @@ func TestRBACEnforced(t *testing.T) {
 			denied("list Leases in "+ns, err)
 		}
 		denied("delete Lease in etcd-agent", leases.Delete(ctx, "rbac-test", metav1.DeleteOptions{}))
+		// resourcelock.LeaseLock gets, creates and updates; nothing lists,
+		// watches or patches the Lease (TestRBACGrantsOnlyWhatCodeUses).
+		_, err := leases.Patch(ctx, "rbac-test", types.MergePatchType, []byte(`{"metadata":{"annotations":{"etcd-agent.io/phase":"started"}}}`), metav1.PatchOptions{})
+		denied("patch Lease", err)
+		_, err = leases.List(ctx, metav1.ListOptions{})
+		denied("list Leases", err)
+		_, err = leases.Watch(ctx, metav1.ListOptions{})
+		denied("watch Leases", err)
 		denied("delete Node", kc.CoreV1().Nodes().Delete(ctx, "rbac-test-absent", metav1.DeleteOptions{}))
-		_, err := kc.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "rbac-test-node"}}, metav1.CreateOptions{})
+		_, err = kc.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "rbac-test-node"}}, metav1.CreateOptions{})
 		denied("create Node", err)
 		n, err := akc.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
 		if err != nil {

@@ -40,7 +40,8 @@ var variants = []variant{
 const agentNamespace = "etcd-agent"
 
 var baseObjects = []string{"Namespace/etcd-agent", "ServiceAccount/etcd-agent", "Role/etcd-agent", "RoleBinding/etcd-agent",
-	"ClusterRole/etcd-agent", "ClusterRoleBinding/etcd-agent", "DaemonSet/etcd-agent", "Service/etcd-agent",
+	"ClusterRole/etcd-agent", "ClusterRoleBinding/etcd-agent", "ValidatingAdmissionPolicy/etcd-agent-node-scope",
+	"ValidatingAdmissionPolicyBinding/etcd-agent-node-scope", "DaemonSet/etcd-agent", "Service/etcd-agent",
 	"ServiceMonitor/etcd-agent", "PrometheusRule/etcd-agent"}
 
 func renderVariant(t *testing.T, v variant) []*unstructured.Unstructured {
@@ -62,7 +63,7 @@ func TestRenderObjects(t *testing.T) {
 			for _, o := range objs {
 				got = append(got, o.GetKind()+"/"+o.GetName())
 				switch o.GetKind() {
-				case "Namespace", "ClusterRole", "ClusterRoleBinding", "SecurityContextConstraints":
+				case "Namespace", "ClusterRole", "ClusterRoleBinding", "SecurityContextConstraints", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding":
 					if o.GetNamespace() != "" {
 						t.Errorf("%s/%s is cluster-scoped but has namespace %q", o.GetKind(), o.GetName(), o.GetNamespace())
 					}
@@ -413,7 +414,7 @@ func TestRBACRules(t *testing.T) {
 		t.Fatal(err)
 	}
 	wantRole := []rbacv1.PolicyRule{{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"},
-		Verbs: []string{"get", "list", "watch", "create", "update", "patch"}}}
+		Verbs: []string{"get", "create", "update"}}}
 	if !reflect.DeepEqual(role.Rules, wantRole) {
 		t.Errorf("Role rules:\n got %+v\nwant %+v", role.Rules, wantRole)
 	}
