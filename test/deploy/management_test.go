@@ -70,7 +70,12 @@ func TestManagementOverlay(t *testing.T) {
 			t.Errorf("mount %s: %+v, want it with HostToContainer propagation", p, m)
 		}
 	}
-	for _, p := range []string{"/etc/kubernetes/manifests", "/etc/kubernetes/pki/etcd", "/var/lib"} {
+	// The kubelet's pods dir holds every pod's Secrets: read (a TLS
+	// member's client cert, a CSI member's files), never written.
+	if m := mounts["/var/lib/kubelet/pods"]; !m.ReadOnly {
+		t.Error("mount /var/lib/kubelet/pods is writable: the agent only reads there")
+	}
+	for _, p := range []string{"/etc/kubernetes/manifests", "/etc/kubernetes/pki/etcd", "/var/lib", "/var/lib/kubelet", "/var/lib/containerd"} {
 		if _, ok := mounts[p]; ok {
 			t.Errorf("mount %s is the static-pod base's; not needed on management nodes", p)
 		}

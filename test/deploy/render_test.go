@@ -39,6 +39,11 @@ var variants = []variant{
 
 const agentNamespace = "etcd-agent"
 
+// hiddenHostDirs hold other components' secrets under /var/lib: the
+// kubelet's (its client certificate, every pod's Secret and token volumes)
+// and the container runtimes' (containerd, Docker, CRI-O).
+var hiddenHostDirs = []string{"/var/lib/kubelet", "/var/lib/kubelet/pods", "/var/lib/kubelet/pki", "/var/lib/containerd", "/var/lib/docker", "/var/lib/containers"}
+
 var baseObjects = []string{"Namespace/etcd-agent", "ServiceAccount/etcd-agent", "Role/etcd-agent", "RoleBinding/etcd-agent",
 	"ClusterRole/etcd-agent", "ClusterRoleBinding/etcd-agent", "ValidatingAdmissionPolicy/etcd-agent-node-scope",
 	"ValidatingAdmissionPolicyBinding/etcd-agent-node-scope", "DaemonSet/etcd-agent", "Service/etcd-agent",
@@ -294,6 +299,16 @@ func checkDaemonSet(t *testing.T, v variant, ds appsv1.DaemonSet, flags map[stri
 	wantHostMount("the agent state dir", stateDir, true, true)
 	if m, _ := mountOf("/tmp"); m.path != "/tmp" {
 		t.Errorf("/tmp needs a writable mount with a read-only root filesystem")
+	}
+
+	// What lies under the data dir's parent but is none of the agent's: the
+	// kubelet's credentials and every pod's Secrets and tokens, the
+	// container runtimes' filesystems. Each is covered by an empty
+	// read-only mount (docs/security.md).
+	for _, secret := range hiddenHostDirs {
+		if m, ok := mountOf(secret); ok && (m.host != "" || !m.readOnly) {
+			t.Errorf("%s is visible to the agent through mount %s (host %q, read-only %v): cover it with an empty read-only mount", secret, m.path, m.host, m.readOnly)
+		}
 	}
 
 	// Only these host folders, nothing broader.

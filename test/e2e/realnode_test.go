@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -124,7 +125,11 @@ func TestShippedDaemonSetRunsUnderARealKubelet(t *testing.T) {
 	if err := l.WipeDataDirContents("node3"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := l.KillMember("node3"); err != nil {
+	// A write in flight through node3 at the SIGKILL fails (EOF): excused
+	// as the SIGKILL's, as in every other test that kills a member (seen
+	// failing: 1 of 2,170 API writes, an unexcused "error reading from
+	// server: EOF" 52 ms after the kill).
+	if err := h.chk.HardFault(func() error { _, err := l.KillMember("node3"); return err }); err != nil {
 		t.Fatal(err)
 	}
 	j := h.waitHealed("node3", "node3", 3, 3*time.Minute)
@@ -271,6 +276,21 @@ func wantAgentConfined(t *testing.T, l *lab.Lab) {
 	}
 	if !strings.Contains(root, " ro,") || !strings.Contains(varLib, " master:") {
 		t.Fatalf("agent mounts: root %q (want ro), /var/lib %q (want a slave: HostToContainer)", root, varLib)
+	}
+	// The node's /var/lib/kubelet (its pods' Secrets and tokens, the
+	// kubelet's own credentials) is covered by an empty dir in the agent
+	// (deploy/daemonset/daemonset.yaml, docs/security.md).
+	n, err := l.Spec.Node("node3")
+	if err != nil {
+		t.Fatal(err)
+	}
+	host, err := os.ReadDir(filepath.Join(n.DiskDir, "kubelet"))
+	if err != nil || len(host) == 0 {
+		t.Fatalf("the node's /var/lib/kubelet: %d entries, %v; want the kubelet's files", len(host), err)
+	}
+	seen, err := os.ReadDir(fmt.Sprintf("/proc/%d/root/var/lib/kubelet", pid))
+	if err != nil || len(seen) != 0 {
+		t.Fatalf("the agent sees /var/lib/kubelet: %d entries (%v); want it covered by an empty dir", len(seen), err)
 	}
 }
 
