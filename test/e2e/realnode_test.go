@@ -76,6 +76,11 @@ func TestShippedDaemonSetRunsUnderARealKubelet(t *testing.T) {
 		t.Fatalf("agent pod %s: image %s, restarts %d", agentPod.Name, agentPod.Spec.Containers[0].Image, agentPod.Status.ContainerStatuses[0].RestartCount)
 	}
 	wantAgentConfined(t, l)
+	// The shipped node-scope policy is in force: the agent's Node writes
+	// below pass it with the token the real kubelet mounted.
+	if _, err := kc.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().Get(ctx, "etcd-agent-node-scope", metav1.GetOptions{}); err != nil {
+		t.Fatalf("the shipped node-scope policy binding was not applied: %v", err)
+	}
 	waitAgentState(t, l, "node3", "healthy", "ok", 30*time.Second)
 	if v, err := metricValue(l, "node3", "etcd_agent_member_state", map[string]string{"state": "healthy"}); err != nil || v != 1 {
 		t.Fatalf("node3's agent over the veth: member_state healthy %v (%v)", v, err)
