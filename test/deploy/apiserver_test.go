@@ -217,15 +217,12 @@ func applyRBAC(t *testing.T, ctx context.Context, a *applier) {
 	}
 }
 
-// agentIdentity is what the DaemonSet's pods authenticate as.
-const agentIdentity = "system:serviceaccount:etcd-agent:etcd-agent"
-
-// TestRBACEnforced binds only the shipped Role and ClusterRole (applied for
-// real) and acts as the agent's ServiceAccount (impersonation from the lab's
-// admin): what the agent needs is allowed, its neighbours are denied.
-func TestRBACEnforced(t *testing.T) {
+// rbacLab is the shared lab with the shipped RBAC and node-scope policy
+// applied for real, its admin config and client.
+func rbacLab(t *testing.T) (*lab.Lab, *rest.Config, kubernetes.Interface) {
+	t.Helper()
 	l := sharedLab(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	admin := adminConfig(t, l)
 	applyRBAC(t, ctx, newApplier(t, admin))
@@ -233,6 +230,19 @@ func TestRBACEnforced(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return l, admin, akc
+}
+
+// agentIdentity is what the DaemonSet's pods authenticate as.
+const agentIdentity = "system:serviceaccount:etcd-agent:etcd-agent"
+
+// TestRBACEnforced binds only the shipped Role and ClusterRole (applied for
+// real) and acts as the agent's ServiceAccount (impersonation from the lab's
+// admin): what the agent needs is allowed, its neighbours are denied.
+func TestRBACEnforced(t *testing.T) {
+	l, admin, akc := rbacLab(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
 
 	sa := rest.CopyConfig(admin)
 	sa.Impersonate = rest.ImpersonationConfig{UserName: agentIdentity,

@@ -37,15 +37,9 @@ func policyDenial(err error) bool {
 // etcd-agent.io annotations and ask B for a move of its member; it may not
 // touch anything else of B, nor its own Node's other fields.
 func TestAgentActsOnlyForItsOwnNode(t *testing.T) {
-	l := sharedLab(t)
+	l, admin, akc := rbacLab(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	admin := adminConfig(t, l)
-	applyRBAC(t, ctx, newApplier(t, admin))
-	akc, err := kubernetes.NewForConfig(admin)
-	if err != nil {
-		t.Fatal(err)
-	}
 	nodeA := l.Spec.Nodes[0].Name
 	nodeB := "node-scope-test-b"
 	if _, err := akc.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: nodeB}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
@@ -63,7 +57,7 @@ func TestAgentActsOnlyForItsOwnNode(t *testing.T) {
 
 	// The policy is in force once the API server has compiled it: until a
 	// write it must deny is denied (bounded).
-	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 60*time.Second, true, func(ctx context.Context) (bool, error) {
+	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 60*time.Second, true, func(ctx context.Context) (bool, error) {
 		return policyDenial(patchNode(agentA, nodeB, ann(`"etcd-agent.io/recover":"rejoin"`))), nil
 	})
 	if err != nil {
