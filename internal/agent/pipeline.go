@@ -19,6 +19,7 @@ type pipeline struct {
 	assessor  *memberstate.Assessor
 	exporters []exporter
 	pins      *pinner
+	watch     *loopWatch // nil: none (tests)
 }
 
 // exporter consumes each assessed result: metrics, the status file, the
@@ -34,6 +35,7 @@ func (p *pipeline) assess(o observation.Observation) memberstate.Result {
 
 // exportAll hands r to every exporter, and the member's identity to the pins.
 func (p *pipeline) exportAll(ctx context.Context, r memberstate.Result, recovering bool) {
+	p.watch.observed(time.Now())
 	for _, e := range p.exporters {
 		e.export(r, recovering)
 	}

@@ -181,7 +181,9 @@ func runMember(ctx context.Context, c Config, id watchdog.Identity, env memberEn
 			keeper.answered = rep.manifestAnswer
 		}
 	}
-	pipe := &pipeline{wd: wd, assessor: memberstate.NewAssessor(c.GracePeriod), exporters: []exporter{rep}, pins: pins}
+	watch := newLoopWatch(log, c.PollInterval, time.Now())
+	step := func(name string) { watch.at(name, time.Now()) }
+	pipe := &pipeline{wd: wd, assessor: memberstate.NewAssessor(c.GracePeriod), exporters: []exporter{rep}, pins: pins, watch: watch}
 	h, err := c.newHealer(id, recoveryObserver{pipe}, kc, healerRep, m)
 	if err != nil {
 		return err
@@ -217,8 +219,11 @@ func runMember(ctx context.Context, c Config, id watchdog.Identity, env memberEn
 		stopRun()
 	}
 	identityChanged, identityErr := false, error(nil)
+	go watch.run(runCtx)
 	err = wd.Run(runCtx, func(o observation.Observation) {
+		defer step(stepObserve)
 		if env.node {
+			step("identity check (the manifest)")
 			// Before anything is judged on it: an observation made with
 			// an identity the manifest no longer says (a --wal-dir added
 			// by an operator) would read a healthy member as corrupt.
@@ -236,6 +241,7 @@ func runMember(ctx context.Context, c Config, id watchdog.Identity, env memberEn
 				return
 			}
 		}
+		step("export (status, Node, pin)")
 		r := pipe.assess(o)
 		pipe.exportAll(ctx, r, false)
 		if v := r.Verdict; v.InGracePeriod() {
@@ -245,6 +251,7 @@ func runMember(ctx context.Context, c Config, id watchdog.Identity, env memberEn
 		gate.check()
 		env.ready.Store(true)
 		var req *plan.Request
+		step("manual request")
 		if pending, ok := nextRequest(ctx, requests, still); ok {
 			if pending.err != nil {
 				badRequest(ctx, log, m, nodeRep, id.Name, pending.err)
@@ -257,6 +264,7 @@ func runMember(ctx context.Context, c Config, id watchdog.Identity, env memberEn
 		case nothingToDecide:
 			return
 		case observeAfresh: // a step may follow: decide on every member probed now
+			step("observing afresh (watchdog)")
 			r = pipe.assess(pipe.wd.Observe(ctx, time.Now()))
 			pipe.exportAll(ctx, r, false)
 		}
@@ -264,6 +272,7 @@ func runMember(ctx context.Context, c Config, id watchdog.Identity, env memberEn
 		// serves is kept from etcd's purge at once (the purge is at most
 		// 30 s away); the healer may then replace it, which quarantines
 		// the marked skeleton with the rest.
+		step("healer")
 		skeleton.consider(r.Observation)
 		out := h.Consider(ctx, r, req)
 		rep.decided(r, out.Decision)
@@ -273,6 +282,7 @@ func runMember(ctx context.Context, c Config, id watchdog.Identity, env memberEn
 		}
 		if mv != nil && req == nil && out.Result == "" && out.Decision.Action == plan.Nothing && time.Since(moveAt) >= movePace {
 			moveAt = time.Now()
+			step("mover")
 			if mv.consider(ctx, r, h) {
 				retire()
 				return
@@ -281,6 +291,7 @@ func runMember(ctx context.Context, c Config, id watchdog.Identity, env memberEn
 		// The keeper looks also while the healer refuses (manifest-missing,
 		// majority-lost for a lone member): that is when it is needed.
 		if keeper != nil && (out.Result == "" || out.Result == journal.ResultRefused) {
+			step("manifest keeper")
 			if d, ok := decommission.Load().(bool); ok {
 				keeper.setDecommissioned(d)
 			}
@@ -289,6 +300,7 @@ func runMember(ctx context.Context, c Config, id watchdog.Identity, env memberEn
 			}
 		}
 		if out.Result == "" {
+			step("housekeeping (quarantine, steward)")
 			h.Housekeep(r) // --quarantine-keep, on an observation no recovery acted on
 			if env.steward != nil && req == nil {
 				env.steward.consider(ctx, r)
@@ -298,6 +310,7 @@ func runMember(ctx context.Context, c Config, id watchdog.Identity, env memberEn
 			// Decide said "nothing to do" to a manual request: say so.
 			// (An attempt stopped by shutdown or a lost Lease is not an
 			// answer: its journal resumes, and answers the request then.)
+			step("answering the request")
 			reportNothing(ctx, log, nodeRep, req, out)
 		}
 		if out.Result != "" {

@@ -21,9 +21,10 @@ import (
 //
 // The in-use check (bbolt's shared flock) runs here; the deep checks run in
 // a child process (see isolate.go) because bbolt can crash the whole process
-// on a damaged db. If ctx ends first, or the child cannot be run, Classify
-// returns the layout verdict with a Detail saying the contents are
-// unverified, and Verified false.
+// on a damaged db. If ctx ends first, the child does not finish within its
+// own deadline (inspectTimeout, whatever ctx allows), or it cannot be run,
+// Classify returns the layout verdict with a Detail saying the contents
+// are unverified, and Verified false.
 func Classify(ctx context.Context, d Dirs, expect Expect) Result {
 	dataDir := d.Data
 	layout := ClassifyLayout(d)

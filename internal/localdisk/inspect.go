@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"path/filepath"
 	"time"
+
+	bolt "go.etcd.io/bbolt"
 )
 
 // inspectRequest is what the parent asks the inspection child to check.
@@ -34,8 +36,17 @@ func inspect(req inspectRequest, stage func(step string, partial Result)) Result
 	if err != nil {
 		return corruptf("open %s: %v", dbPath, err)
 	}
-	defer db.Close()
+	// Closed on a return only, never deferred: bbolt panics in Begin when
+	// both meta pages go bad under the open db (damaged while it is read)
+	// and leaves its locks held, so a deferred Close would wait on them
+	// forever and the child would hang instead of crashing (a verdict).
+	r := inspectOpen(req, db, dbPath, walDir, stage)
+	db.Close()
+	return r
+}
 
+// inspectOpen is inspect's checks of the open db and the WAL.
+func inspectOpen(req inspectRequest, db *bolt.DB, dbPath, walDir string, stage func(step string, partial Result)) Result {
 	stage("read WAL "+walDir, Result{})
 	ws, err := readWAL(req.DataDir, walDir)
 	if err != nil {

@@ -68,14 +68,25 @@ func serveInspection(reqJSON string) int {
 	return 0
 }
 
+// inspectTimeout bounds an inspection child whatever its caller's ctx
+// allows (the agent's loop gives none): a child that does not finish (a
+// hung read, a deadlock in bbolt) is killed then, and the check is
+// unverified. A real check reads the whole db (tx.Check): this is far
+// beyond the largest db's read.
+var inspectTimeout = 10 * time.Minute
+
 // runInspection runs inspect in a child process. A child that crashes
 // yields a corrupt Result; an error means no verdict (ctx ended, the child
-// could not run or was killed from outside).
+// did not finish within inspectTimeout, could not run or was killed from
+// outside).
 func runInspection(ctx context.Context, req inspectRequest) (Result, error) {
 	reqJSON, err := json.Marshal(req)
 	if err != nil {
 		return Result{}, err
 	}
+	parent := ctx
+	ctx, cancel := context.WithTimeout(ctx, inspectTimeout)
+	defer cancel()
 	cmd := exec.CommandContext(ctx, selfExecutable())
 	// -test.run=^$: a test binary that does not serve inspections runs no test.
 	cmd.Args = []string{"localdisk-inspect", "-test.run=^$"}
@@ -87,8 +98,12 @@ func runInspection(ctx context.Context, req inspectRequest) (Result, error) {
 	cmd.WaitDelay = time.Second
 
 	runErr := cmd.Run()
-	if err := ctx.Err(); err != nil {
+	if err := parent.Err(); err != nil {
 		return Result{}, err
+	}
+	if ctx.Err() != nil {
+		return Result{}, fmt.Errorf("the inspection process did not finish within %s (killed; last step: %s)",
+			inspectTimeout, lastStep(stderr.Bytes()))
 	}
 	if runErr == nil {
 		var r Result
@@ -145,6 +160,12 @@ func parseChildStderr(b []byte) (stage childStage, crash string) {
 		}
 	}
 	return stage, crash
+}
+
+// lastStep is the last step a child announced on stderr.
+func lastStep(b []byte) string {
+	stage, _ := parseChildStderr(b)
+	return stage.Step
 }
 
 func lastLine(b []byte) []byte {

@@ -133,7 +133,7 @@ func New(cfg Config) (*Watchdog, error) {
 	if cfg.Log == nil {
 		cfg.Log = zap.NewNop()
 	}
-	w := &Watchdog{cfg: cfg, clients: newClients(cfg.TLS, cfg.ProbeTimeout), live: newLiveness()}
+	w := &Watchdog{cfg: cfg, clients: newClients(cfg.TLS, cfg.ProbeTimeout), live: newLiveness(), deep: newDeepCache(cfg.Log)}
 	if ka := cfg.PeerProbeEvery / 2; ka > w.clients.keepAlive {
 		// Each ping is a wakeup per connection: a member that hangs (or a
 		// path that drops packets) ends its liveness stream within half the
@@ -152,6 +152,7 @@ func New(cfg Config) (*Watchdog, error) {
 
 // Close releases the etcd clients.
 func (w *Watchdog) Close() {
+	w.deep.close()
 	w.live.close()
 	w.clients.close()
 }
@@ -370,7 +371,10 @@ func (w *Watchdog) alarms(ctx context.Context, eps []string, id, cluster uint64,
 // running member holds the db lock, and its open files are not what a
 // restart would read. A broken layout is confirmed by the deep check too: a
 // member bootstrapping has its db before its WAL (then in-use), and only a
-// confirmed corrupt dir makes a stopped member lost at once.
+// confirmed corrupt dir makes a stopped member lost at once. While Run
+// polls, a deep check that takes long goes on in the background and the
+// observation goes on with the layout verdict, unverified (deepCache): the
+// agent keeps observing and reporting.
 func (w *Watchdog) classifyDataDir(ctx context.Context, obs *observation.Observation, reuse bool) {
 	dir := localdisk.Dirs{Data: obs.Local.DataDir, WAL: obs.Local.WALDir}
 	r := w.layout.Classify(dir, reuse)
@@ -382,7 +386,7 @@ func (w *Watchdog) classifyDataDir(ctx context.Context, obs *observation.Observa
 		if w.cfg.PinnedHighWater != nil {
 			exp.HighWater = w.cfg.PinnedHighWater()
 		}
-		r = w.deep.classify(ctx, dir, exp)
+		r = w.deep.classify(ctx, dir, exp, r, w.running.Load())
 	}
 	obs.Local.DataDirClass, obs.Local.DataDirDetail, obs.Local.DataDirVerified = string(r.Class), r.Detail, r.Verified
 	obs.Local.DataDirClusterID, obs.Local.DataDirMemberID = r.ClusterID, r.MemberID
