@@ -10,7 +10,7 @@ E2E_TIMEOUT ?= 45m
 E2E_PARALLEL ?= 2
 BENCH_MEMBERS ?= 1,10,30
 
-.PHONY: all tools build unit e2e e2e-full e2e-chaos test demo demo-down bench vet fmt clean deploy-test dashboard-png images
+.PHONY: all tools build unit e2e e2e-full e2e-chaos test fuzz demo demo-down bench vet fmt clean deploy-test dashboard-png images
 
 all: build
 
@@ -53,6 +53,14 @@ test: tools build images vet
 	@CHAOS_SEED=$${CHAOS_SEED:-251} hack/gotest.sh -p 1 -parallel $(E2E_PARALLEL) -count=1 -timeout $(E2E_TIMEOUT) ./cmd/... ./internal/... ./metrics/... ./test/...
 	cd hack/render-dashboard && $(GO) test -count=1 ./...
 	cd hack/images && $(GO) test -count=1 ./...
+
+## fuzz: every native Go fuzz target (func FuzzXxx: the parsers of what
+## others write), FUZZTIME each, one after the other; a table of targets,
+## executions and execs/sec; a crash fails (hack/fuzz.sh). Plain go test
+## already replays each target's seed corpus.
+FUZZTIME ?= 60s
+fuzz:
+	@FUZZTIME=$(FUZZTIME) GO=$(GO) hack/fuzz.sh
 
 ## e2e-full: the long scenarios kept out of make test (10 seed-mode heals in a row)
 e2e-full: tools build

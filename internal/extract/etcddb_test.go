@@ -110,7 +110,7 @@ func (db *etcdDB) snapshot(t *testing.T) string {
 }
 
 // protobuf encodes obj as the API server stores built-in types.
-func protobuf(t *testing.T, obj runtime.Object) []byte {
+func protobuf(t testing.TB, obj runtime.Object) []byte {
 	t.Helper()
 	info, ok := runtime.SerializerInfoForMediaType(scheme.Codecs.SupportedMediaTypes(), runtime.ContentTypeProtobuf)
 	if !ok {

@@ -2,6 +2,7 @@ package extract
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -48,6 +49,7 @@ type Ref struct {
 	Namespace, Name string
 	// odd: the key has an unusual number of segments, so namespace and name
 	// are a guess; the decoded object's own metadata is the better source.
+	// An empty segment makes a key odd too.
 	odd bool
 }
 
@@ -111,6 +113,11 @@ func ParseKey(prefix, key string) Ref {
 		r.odd = true
 		r.Resource += "/" + strings.Join(rest[:len(rest)-2], "/")
 		r.Namespace, r.Name = rest[len(rest)-2], rest[len(rest)-1]
+	}
+	// An empty segment ("/registry/configmaps//x") is no key the API
+	// server writes: its empty namespace would read as cluster-scoped.
+	if slices.Contains(rest, "") {
+		r.odd = true
 	}
 	return r
 }

@@ -16,11 +16,18 @@ import (
 // revKeyLen and markedRevKeyLen are the two lengths of a key in etcd's "key"
 // bucket: 8-byte main revision, '_', 8-byte sub revision, and for a
 // tombstone one more byte. mvcc.BytesToRev panics on anything else, so keys
-// are checked against them first.
+// are checked with wellFormedRevision first.
 const (
 	revKeyLen       = 8 + 1 + 8
 	markedRevKeyLen = revKeyLen + 1
 )
+
+// wellFormedRevision reports whether mvcc.BytesToRev reads b without a
+// panic: either length, the '_' separator, and neither revision negative
+// (as int64: the top bit of each half clear).
+func wellFormedRevision(b []byte) bool {
+	return (len(b) == revKeyLen || len(b) == markedRevKeyLen) && b[8] == '_' && b[0]&0x80 == 0 && b[9]&0x80 == 0
+}
 
 // Contents is the live state of the keys Read selected.
 type Contents struct {
@@ -72,7 +79,7 @@ func readLatest(tx *bolt.Tx, match func(key string) bool) (*Contents, error) {
 	latest := map[string]*mvccpb.KeyValue{}
 	cur := b.Cursor()
 	for k, v := cur.First(); k != nil; k, v = cur.Next() {
-		if (len(k) != revKeyLen && len(k) != markedRevKeyLen) || k[8] != '_' {
+		if !wellFormedRevision(k) {
 			return nil, fmt.Errorf("%q bucket: malformed revision key %x", schema.Key.Name(), k)
 		}
 		rev := mvcc.BytesToRev(k)
@@ -92,6 +99,9 @@ func readLatest(tx *bolt.Tx, match func(key string) bool) (*Contents, error) {
 		}
 		delete(c.DeletedAt, key)
 		latest[key] = &kv
+	}
+	if v := tx.Bucket(schema.Meta.Name()).Get(schema.FinishedCompactKeyName); v != nil && !wellFormedRevision(v) {
+		return nil, fmt.Errorf("%q bucket: malformed finished compaction %x", schema.Meta.Name(), v)
 	}
 	if compacted, ok := mvcc.UnsafeReadFinishedCompact(localdisk.TxReader{Tx: tx}); ok {
 		c.CompactRevision = compacted

@@ -59,6 +59,12 @@ func Load(stateDir, member string) (r Record, ok bool, err error) {
 	if err := json.Unmarshal(b, &r); err != nil {
 		return Record{}, false, fmt.Errorf("journal %s is unreadable (move it aside to start afresh): %w", Path(stateDir, member), err)
 	}
+	// Save writes a record where its Member says: one naming another
+	// member (or none) would be saved over that member's journal, or
+	// outside the state dir.
+	if r.Member != member {
+		return Record{}, false, fmt.Errorf("journal %s names member %q, not %q (move it aside to start afresh)", Path(stateDir, member), r.Member, member)
+	}
 	return r, true, nil
 }
 

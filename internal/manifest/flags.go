@@ -57,16 +57,29 @@ func scanFlags(argv []string) []flagArg {
 	return flags
 }
 
+// flagsEnd is where etcd's flags end on argv: the index of the "--" that
+// ends them (Go's flag package reads nothing after it), else len(argv). A
+// flag added to the command line goes there, where etcd still sees it.
+func flagsEnd(argv []string) int {
+	for i := etcdArgvStart(argv); i < len(argv); i++ {
+		if argv[i] == "--" {
+			return i
+		}
+	}
+	return len(argv)
+}
+
 // GateSubcommand is the agent's start gate; as a wrapper it runs
 // "<etcd-agent> gate [gate flags] -- <etcd> [etcd flags]", checks, then execs etcd.
 const GateSubcommand = "gate"
 
 // etcdArgvStart is the index of the etcd binary in argv: 0, or the token
 // after the start gate wrapper's "--" (the gate's own flags are not etcd's).
+// That "--" comes after "gate": a "--" before it ends nothing of the gate's.
 func etcdArgvStart(argv []string) int {
 	if len(argv) >= 2 && argv[1] == GateSubcommand {
-		for i, tok := range argv {
-			if tok == "--" && i+1 < len(argv) {
+		for i := 2; i+1 < len(argv); i++ {
+			if argv[i] == "--" {
 				return i + 1
 			}
 		}

@@ -14,7 +14,6 @@
 package manifest
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -22,6 +21,7 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+	kjson "sigs.k8s.io/json"
 	"sigs.k8s.io/yaml"
 )
 
@@ -241,8 +241,12 @@ func decodePod(data []byte) (*corev1.Pod, error) {
 	if s := strings.TrimSpace(string(j)); s == "null" || s == "" {
 		return nil, errors.New("manifest is empty")
 	}
+	// Field names are matched exactly, as the kubelet's decoder does: a
+	// key such as "Env" is no field of a Pod (encoding/json would take it
+	// for "env", and SetFlags's edit, made on the document's exact keys,
+	// would miss it).
 	var pod corev1.Pod
-	if err := json.Unmarshal(j, &pod); err != nil {
+	if err := kjson.UnmarshalCaseSensitivePreserveInts(j, &pod); err != nil {
 		return nil, fmt.Errorf("manifest is not a Pod: %w", err)
 	}
 	if pod.Kind != "Pod" || pod.APIVersion != "v1" {

@@ -29,7 +29,7 @@ func MemberOfPod(pod *corev1.Pod, fields PodFields) (Member, corev1.Container, [
 	if err != nil {
 		return Member{}, c, argv, fmt.Errorf("pod %s/%s: %w", pod.Namespace, pod.Name, err)
 	}
-	m.ContainerName = c.Name
+	m.ContainerName, m.Image = c.Name, c.Image
 	return m, c, argv, nil
 }
 
@@ -102,7 +102,7 @@ func SetArgvFlags(argv, environ []string, flags map[string]string) ([]string, []
 			}
 		}
 		if !inEnv {
-			argv = append(argv, "--"+name+"="+value)
+			argv = slices.Insert(argv, flagsEnd(argv), "--"+name+"="+value)
 		}
 	}
 	return argv, environ, nil

@@ -5,8 +5,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"path"
+	"slices"
 	"sort"
 	"strings"
+	"unicode/utf8"
 
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/yaml"
@@ -35,9 +37,12 @@ func SetFlags(data []byte, flags map[string]string) ([]byte, error) {
 		return nil, err
 	}
 	names := make([]string, 0, len(flags))
-	for name := range flags {
+	for name, value := range flags {
 		if err := checkFlagName(name); err != nil {
 			return nil, err
+		}
+		if !utf8.ValidString(value) {
+			return nil, fmt.Errorf("the value for --%s is not valid UTF-8, which a manifest cannot carry: %q", name, value)
 		}
 		names = append(names, name)
 	}
@@ -62,7 +67,7 @@ func SetFlags(data []byte, flags map[string]string) ([]byte, error) {
 }
 
 func checkFlagName(name string) error {
-	if name == "" || strings.HasPrefix(name, "-") || strings.ContainsAny(name, "= \t\n") {
+	if name == "" || strings.HasPrefix(name, "-") || strings.ContainsAny(name, "= \t\n") || !utf8.ValidString(name) {
 		return fmt.Errorf("invalid etcd flag name %q (want e.g. %q, without dashes or value)", name, "initial-cluster-state")
 	}
 	return nil
@@ -146,12 +151,17 @@ func (e *containerEdit) set(container, name, value string) error {
 	if !direct {
 		return fmt.Errorf("etcd container %q does not run etcd directly (argv %q); cannot add --%s safely: edit the manifest by hand", container, argv, name)
 	}
+	// Appended, or inserted before a "--" that ends etcd's flags.
 	tok := "--" + name + "=" + escaped
-	if len(e.args) > 0 || len(e.command) == 0 {
-		e.args = append(append([]string{}, e.args...), tok)
+	switch end := flagsEnd(argv); {
+	case end < len(e.command):
+		e.command = slices.Insert(slices.Clone(e.command), end, tok)
+		e.commandChanged = true
+	case end < len(argv) || len(e.args) > 0 || len(e.command) == 0:
+		e.args = slices.Insert(slices.Clone(e.args), end-len(e.command), tok)
 		e.argsChanged = true
-	} else {
-		e.command = append(append([]string{}, e.command...), tok)
+	default:
+		e.command = append(slices.Clone(e.command), tok)
 		e.commandChanged = true
 	}
 	return nil
@@ -188,9 +198,12 @@ func applyEdit(data []byte, idx int, e containerEdit) ([]byte, error) {
 	if len(e.envChanged) > 0 {
 		env, _ := container["env"].([]any)
 		for _, i := range e.envChanged {
-			v, ok := env[i].(map[string]any)
-			if !ok {
-				return nil, fmt.Errorf("env #%d of container #%d is not an object", i, idx)
+			var v map[string]any
+			if i < len(env) {
+				v, _ = env[i].(map[string]any)
+			}
+			if v == nil || v["name"] != e.env[i].Name {
+				return nil, fmt.Errorf("env #%d of container #%d is not the variable %s", i, idx, e.env[i].Name)
 			}
 			v["value"] = e.env[i].Value
 		}

@@ -50,7 +50,8 @@ func (s SeedSource) MarshalJSON() ([]byte, error) {
 	}{hexID(s.ClusterID), hexID(s.SourceID), hexID(s.LeaderID), plain(s)})
 }
 
-// UnmarshalJSON reads what MarshalJSON writes.
+// UnmarshalJSON reads what MarshalJSON writes; on an error s is left as
+// it was.
 func (s *SeedSource) UnmarshalJSON(b []byte) error {
 	type plain SeedSource
 	var v struct {
@@ -62,17 +63,18 @@ func (s *SeedSource) UnmarshalJSON(b []byte) error {
 	if err := json.Unmarshal(b, &v); err != nil {
 		return err
 	}
-	*s = SeedSource(v.plain)
+	out := SeedSource(v.plain)
 	var err error
-	if s.ClusterID, err = parseHexID(v.ClusterID); err != nil {
+	if out.ClusterID, err = parseHexID(v.ClusterID); err != nil {
 		return fmt.Errorf("clusterID: %w", err)
 	}
-	if s.SourceID, err = parseHexID(v.SourceID); err != nil {
+	if out.SourceID, err = parseHexID(v.SourceID); err != nil {
 		return fmt.Errorf("sourceID: %w", err)
 	}
-	if s.LeaderID, err = parseHexID(v.LeaderID); err != nil {
+	if out.LeaderID, err = parseHexID(v.LeaderID); err != nil {
 		return fmt.Errorf("leaderID: %w", err)
 	}
+	*s = out
 	return nil
 }
 

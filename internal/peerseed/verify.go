@@ -45,6 +45,14 @@ func VerifyDB(path string) (consistentIndex, term uint64, err error) {
 				return fmt.Errorf("no %q bucket: not an etcd db", b.Name())
 			}
 		}
+		// etcd reads both as 8-byte big-endian numbers (and panics on a
+		// shorter value): say so rather than let the panic guard answer.
+		meta := tx.Bucket(schema.Meta.Name())
+		for _, k := range [][]byte{schema.MetaConsistentIndexKeyName, schema.MetaTermKeyName} {
+			if v := meta.Get(k); v != nil && len(v) < 8 {
+				return fmt.Errorf("malformed %s in the %q bucket: %d bytes, not 8", k, schema.Meta.Name(), len(v))
+			}
+		}
 		consistentIndex, term = schema.UnsafeReadConsistentIndex(localdisk.TxReader{Tx: tx})
 		if consistentIndex == 0 {
 			return errors.New("no consistent index: the db has applied no entries")

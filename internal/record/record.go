@@ -54,7 +54,8 @@ func (id MemberID) MarshalJSON() ([]byte, error) {
 	return json.Marshal(strconv.FormatUint(uint64(id), 16))
 }
 
-// UnmarshalJSON reads a hex string.
+// UnmarshalJSON reads a hex string; on an error the ID is left as it was
+// (strconv's answer for a bad string, 0 or the maximum, is no member's ID).
 func (id *MemberID) UnmarshalJSON(b []byte) error {
 	var s string
 	if err := json.Unmarshal(b, &s); err != nil {
@@ -65,8 +66,11 @@ func (id *MemberID) UnmarshalJSON(b []byte) error {
 		return nil
 	}
 	v, err := strconv.ParseUint(s, 16, 64)
+	if err != nil {
+		return err
+	}
 	*id = MemberID(v)
-	return err
+	return nil
 }
 
 // Results of a closed recovery.
