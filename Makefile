@@ -9,6 +9,8 @@ E2E_TIMEOUT ?= 45m
 # e2e scenarios with a lab of their own run this many at a time (test/e2e newLab)
 E2E_PARALLEL ?= 2
 BENCH_MEMBERS ?= 1,10,30
+# make test fuzzes every target this long (make fuzz: FUZZTIME)
+TEST_FUZZTIME ?= 2s
 
 .PHONY: all tools build unit e2e e2e-full e2e-chaos test fuzz demo demo-down bench vet fmt clean deploy-test dashboard-png images
 
@@ -42,7 +44,7 @@ unit: tools build
 e2e: tools build images
 	@hack/gotest.sh -count=1 -parallel $(E2E_PARALLEL) -timeout $(E2E_TIMEOUT) ./test/e2e/...
 
-## test: everything CI runs. -p 1: one package at a time (the lab-based ones
+## test: everything CI runs (and a short fuzz run: TEST_FUZZTIME per target). -p 1: one package at a time (the lab-based ones
 ## each run real etcd and kube-apiserver processes); inside test/e2e the
 ## scenarios with a lab of their own run E2E_PARALLEL at a time: they mostly
 ## wait (one lab keeps ~25% of the 2 cores busy), and the serial run took 39 min.
@@ -53,6 +55,7 @@ test: tools build images vet
 	@CHAOS_SEED=$${CHAOS_SEED:-251} hack/gotest.sh -p 1 -parallel $(E2E_PARALLEL) -count=1 -timeout $(E2E_TIMEOUT) ./cmd/... ./internal/... ./metrics/... ./test/...
 	cd hack/render-dashboard && $(GO) test -count=1 ./...
 	cd hack/images && $(GO) test -count=1 ./...
+	@FUZZTIME=$(TEST_FUZZTIME) GO=$(GO) hack/fuzz.sh
 
 ## fuzz: every native Go fuzz target (func FuzzXxx: the parsers of what
 ## others write), FUZZTIME each, one after the other; a table of targets,
