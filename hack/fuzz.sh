@@ -39,6 +39,15 @@ seconds() {
 	echo "$s"
 }
 
+# deadline_race: the log is go's fuzzing coordinator failing at the end of
+# its -fuzztime with "context deadline exceeded" alone: no input written, no
+# panic, no error of the target's.
+deadline_race() {
+	local log=$1
+	grep -q '^    context deadline exceeded$' "$log" &&
+		! grep -q -e 'Failing input written' -e 'panic:' -e '_test.go:[0-9]*:' "$log"
+}
+
 # Packages whose tests declare a fuzz target; go test -list then names the
 # targets (only those packages' test binaries are built).
 targets=()
@@ -75,6 +84,18 @@ for t in "${targets[@]}"; do
 	rc=0
 	"$GO" test -run '^$' -fuzz "^${name}\$" -fuzztime "$FUZZTIME" -fuzzminimizetime "$FUZZ_MINIMIZE_TIME" \
 		-parallel "$FUZZ_PARALLEL" "$pkg" >"$log" 2>&1 || rc=$?
+	if [[ $rc -ne 0 ]] && deadline_race "$log"; then
+		# Go before 1.27 can fail a target at the end of a duration
+		# -fuzztime with a bare "context deadline exceeded" and no input
+		# (its coordinator's race, go.dev/issue/75804; seen in CI on a
+		# 2 s run). Not a finding: run the target once more, and fail
+		# loudly if that fails too. A count (-fuzztime Nx) has no deadline.
+		echo "fuzz: ${short} ${name}: a bare \"context deadline exceeded\" with no input (go.dev/issue/75804); running it again" >&2
+		mv "$log" "$log.first"
+		rc=0
+		"$GO" test -run '^$' -fuzz "^${name}\$" -fuzztime "$FUZZTIME" -fuzzminimizetime "$FUZZ_MINIMIZE_TIME" \
+			-parallel "$FUZZ_PARALLEL" "$pkg" >"$log" 2>&1 || rc=$?
+	fi
 
 	# The last progress line has the totals:
 	# fuzz: elapsed: 1m0s, execs: 158412 (0/sec), new interesting: 108 (total: 140)
