@@ -208,8 +208,11 @@ func TestShippedDaemonSetRunsUnderARealKubelet(t *testing.T) {
 	}
 	t.Logf("(c) rejoin by annotation across an agent pod replacement (%s -> %s): took %s", first.Name, second.Name, j.FinishedAt.Sub(h.faultAt).Round(time.Millisecond))
 	rep := h.finish(invariant.Options{LeaderHandOffs: handOffs})
-	if rep.Writes.APIFailed != 0 {
-		t.Fatalf("API writes failed: %d of %d", rep.Writes.APIFailed, rep.Writes.APIAttempted)
+	// The graceful faults (b) and (c) fail no API write; the SIGKILL of (e)
+	// may fail the one write in flight on node3's etcd (Checker.HardFault
+	// excuses at most one per path, Finish fails on any other).
+	if rep.Writes.APIFailed > len(rep.AtHardFault) {
+		t.Fatalf("API writes failed: %d of %d, %d of them in flight at (e)'s SIGKILL", rep.Writes.APIFailed, rep.Writes.APIAttempted, len(rep.AtHardFault))
 	}
 
 	// (d) Down leaves nothing of the node behind.
