@@ -64,6 +64,9 @@ type moveState struct {
 	Target  string    `json:"target"`
 	AskedAt time.Time `json:"askedAt"`
 	From    string    `json:"from"` // the move-from value asked with
+	// Members is the member list when the ask went out: the target's
+	// answer must name a member new since (plan.MoveInput.MembersAtAsk).
+	Members []plan.AskedMember `json:"members,omitempty"`
 }
 
 // consider runs one step of a requested move; retired says the member is
@@ -96,7 +99,7 @@ func (mv *mover) consider(ctx context.Context, r memberstate.Result, h *heal.Hea
 	local := r.Observation.Local.ID
 	in := plan.MoveInput{Now: time.Now(), Obs: r.Observation, Node: mv.node,
 		DryRun:          mv.dryRun || self.Annotations[nodereport.AnnotationRecoverDryRun] == "true",
-		StoreConfigured: mv.store != "", AskedAt: st.AskedAt, Timeout: mv.timeout}
+		StoreConfigured: mv.store != "", AskedAt: st.AskedAt, Timeout: mv.timeout, MembersAtAsk: st.Members}
 	in.Target = mv.targetState(actx, target, local, st)
 	if st.AskedAt.IsZero() && mv.store != "" {
 		in.StoreError = mv.checkStore(actx)
@@ -116,13 +119,13 @@ func (mv *mover) consider(ctx context.Context, r memberstate.Result, h *heal.Hea
 		// Recorded before the ask: an ask this agent forgot would leave a
 		// member on the target that no answer ties to this move.
 		now := time.Now().UTC()
-		st.AskedAt, st.From = now, nodereport.MoveFrom(mv.node, d.MemberID, now)
+		st.AskedAt, st.From, st.Members = now, nodereport.MoveFrom(mv.node, d.MemberID, now), plan.MembersOf(r.Observation)
 		mv.saveState(st)
 		if err := mv.ask(actx, target, st.From); err != nil {
 			mv.say("asking the target's agent failed; asking again at the next look", zap.String("target", target), zap.Error(err))
 			// The write may have been applied (its answer lost): the ask
 			// stays known as ours, to be asked again or withdrawn.
-			mv.saveState(moveState{Target: target, From: st.From})
+			mv.saveState(moveState{Target: target, From: st.From, Members: st.Members})
 			return false
 		}
 		mv.log.Info("move: asked the target's agent to add its member", zap.String("target", target), zap.String("ask", st.From), zap.String("detail", d.Detail))

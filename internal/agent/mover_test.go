@@ -105,6 +105,11 @@ func TestAnAskWhoseAnswerWasLostIsStillTheMoversOwn(t *testing.T) {
 	if st.From == "" || st.AskedAt.IsZero() || n4.Annotations[nodereport.AnnotationMoveFrom] != st.From {
 		t.Fatalf("state %+v, node4 asked with %q: want the ask on node4 to be the one recorded", st, n4.Annotations[nodereport.AnnotationMoveFrom])
 	}
+	// The members at the ask are kept with it: the answer must name a
+	// member new since (plan.MoveInput.MembersAtAsk).
+	if len(st.Members) != len(healthy3().Observation.Members) {
+		t.Fatalf("the ask's members recorded: %+v, want the %d of the observation", st.Members, len(healthy3().Observation.Members))
+	}
 	// The move withdrawn: the ask goes from node4.
 	if _, err := kc.CoreV1().Nodes().Patch(ctx, "node1", types.MergePatchType, []byte(`{"metadata":{"annotations":{"etcd-agent.io/move-to":null}}}`), metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)

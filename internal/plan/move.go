@@ -95,6 +95,25 @@ type MoveInput struct {
 	// for the retire.
 	AskedAt time.Time
 	Timeout time.Duration
+	// MembersAtAsk is the member list when this agent asked (recorded with
+	// the ask): the target's answer counts only for a member that was not
+	// in it, under its ID or its name (docs/security.md, "a forged answer").
+	MembersAtAsk []AskedMember
+}
+
+// AskedMember is one member of the list at the ask.
+type AskedMember struct {
+	ID   uint64 `json:"id,string"`
+	Name string `json:"name"`
+}
+
+// MembersOf is what MoveInput.MembersAtAsk records of an observation.
+func MembersOf(o observation.Observation) []AskedMember {
+	out := make([]AskedMember, 0, len(o.Members))
+	for _, m := range o.Members {
+		out = append(out, AskedMember{ID: m.ID, Name: m.Name})
+	}
+	return out
 }
 
 // DecideMove is the source's side of a move: refuse (with a reason), ask
@@ -121,10 +140,16 @@ func DecideMove(in MoveInput) Decision {
 	if a := t.Answer; a != nil && a.Result == "succeeded" {
 		m, ok := o.Member(a.MemberID)
 		switch {
-		case !ok && in.AskedAt.IsZero():
-			// An old success whose member is gone again: not this move's.
+		case !a.ThisAsk || !ok && in.AskedAt.IsZero():
+			// Not an answer to this agent's ask (an earlier move's, or one
+			// this agent never made), or an old success whose member is
+			// gone again: not this move's.
 			in.Target.Answer = nil
 			return DecideMove(in)
+		case len(in.MembersAtAsk) == 0:
+			return Decision{Action: Finish, Reason: ReasonMoveFailed, Detail: fmt.Sprintf("%s answered that it added member %x, but this agent has no record of the members when it asked: the answer cannot be told from a member that was there before; nothing stopped (check, then remove member %x by hand)", t.Name, a.MemberID, local.ID)}
+		case wasMemberAtAsk(in.MembersAtAsk, a.MemberID, m.Name):
+			return Decision{Action: Finish, Reason: ReasonMoveFailed, Detail: fmt.Sprintf("%s answered that it added member %x (%q), but that member, or one of its name, was in the cluster when this move asked: not a member this move added; nothing stopped", t.Name, a.MemberID, m.Name)}
 		case !ok || m.IsLearner || !m.Serving:
 			return waitMove(in, fmt.Sprintf("%s added member %x, which is not a serving voter now", t.Name, a.MemberID))
 		case o.HealthyVoters() < o.Voters() || len(o.Learners()) > 0:
@@ -173,6 +198,17 @@ func DecideMove(in MoveInput) Decision {
 			t.Name, n+1, memberstate.Quorum(n+1), local.ID, n, memberstate.Quorum(n)))
 	}
 	return Decision{Action: MoveRelay, MemberID: local.ID, Detail: fmt.Sprintf("ask %s to add its member in place of %x", t.Name, local.ID)}
+}
+
+// wasMemberAtAsk: the member id, or a member named name, was in the list at
+// the ask ("" is the name of an unstarted member: it names none).
+func wasMemberAtAsk(at []AskedMember, id uint64, name string) bool {
+	for _, m := range at {
+		if m.ID == id || name != "" && m.Name == name {
+			return true
+		}
+	}
+	return false
 }
 
 // waitMove waits, bounded by the move's timeout from the ask.

@@ -32,7 +32,9 @@ func targetMember(learner, serving bool) func(*MoveInput) {
 	}
 }
 
-func asked(mi *MoveInput) { mi.AskedAt = t0.Add(-time.Minute) }
+// asked: this agent asked a minute ago, with the members of the input so
+// far (mods after it change the list since the ask).
+func asked(mi *MoveInput) { mi.AskedAt, mi.MembersAtAsk = t0.Add(-time.Minute), MembersOf(mi.Obs) }
 
 func TestDecideMoveRefusesEachUnsafeOrUnclearStart(t *testing.T) {
 	cases := []struct {
@@ -97,10 +99,11 @@ func TestDecideMoveAsksThenWaitsThenRetires(t *testing.T) {
 			}
 		}
 		// Answered succeeded, its member a serving voter, every voter
-		// healthy: retire the local member. Also after a restart of the
-		// source's agent (AskedAt lost) for an earlier ask of this member.
+		// healthy: retire the local member. Also when the ask's write did
+		// not answer (AskedAt not recorded, the ask and its members are).
+		askUnanswered := func(mi *MoveInput) { mi.MembersAtAsk = MembersOf(mi.Obs) }
 		for _, mods := range [][]func(*MoveInput){{asked, targetMember(false, true), answered("succeeded", true)},
-			{targetMember(false, true), answered("succeeded", false)}} {
+			{askUnanswered, targetMember(false, true), answered("succeeded", true)}} {
 			if d := DecideMove(moveIn(n, mods...)); d.Action != MoveRetire || d.MemberID != id(1) {
 				t.Fatalf("n=%d: %s/%s (%s), want %s", n, d.Action, d.Reason, d.Detail, MoveRetire)
 			}
@@ -134,7 +137,7 @@ func TestDecideMoveNeverRetiresWhileAVoterIsUnhealthy(t *testing.T) {
 		t.Fatalf("target asked by another move: %s/%s", d.Action, d.Reason)
 	}
 	// The wait for the retire is bounded too.
-	d = DecideMove(moveIn(3, targetMember(false, true), answered("succeeded", true), func(mi *MoveInput) {
+	d = DecideMove(moveIn(3, asked, targetMember(false, true), answered("succeeded", true), func(mi *MoveInput) {
 		mi.AskedAt = t0.Add(-31 * time.Minute)
 		mi.Obs.Members[2].Serving = false
 	}))
@@ -344,5 +347,45 @@ func TestMoveInGoesOnOnlyWhileTheSourceStillAsks(t *testing.T) {
 	d = Decide(cluster(3, 3, local(localGone), cfg(withStore), journalAt(record.PhaseSnapshotted, in), leaseHeld(), unread))
 	if d.Action != Nothing || d.Reason != ReasonAPIUnavailable {
 		t.Fatalf("source unreadable before the add: %s/%s (%s)", d.Action, d.Reason, d.Detail)
+	}
+}
+
+// Review item (issue 41): the target's last-recovery is written on the
+// target Node; whoever can write there must not make the source retire its
+// member for a member the move did not add. A success counts only when it
+// answers this agent's own ask and names a member that was not in the
+// cluster, under its ID or its name, when the ask went out.
+func TestDecideMoveRetiresOnlyForAMemberItsOwnAskAdded(t *testing.T) {
+	names := func(mid uint64) func(*MoveInput) {
+		return func(mi *MoveInput) { mi.Target.Answer.MemberID = mid }
+	}
+	cases := []struct {
+		name string
+		mods []func(*MoveInput)
+	}{
+		{"an answer to no ask of this agent", []func(*MoveInput){targetMember(false, true), answered("succeeded", false)}},
+		{"an answer to an earlier ask while this one waits", []func(*MoveInput){asked, targetMember(false, true), answered("succeeded", false)}},
+		{"this ask's answer names a voter of the ask's time", []func(*MoveInput){asked, answered("succeeded", true), names(id(2))}},
+		{"this ask's answer names the local member", []func(*MoveInput){asked, answered("succeeded", true), names(id(1))}},
+		{"this ask's answer names a replacement of another node's member", []func(*MoveInput){asked, func(mi *MoveInput) {
+			mi.Obs.Members[1].ID = id(39) // node2's member replaced by a rejoin after the ask
+		}, answered("succeeded", true), names(id(39))}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			if d := DecideMove(moveIn(3, c.mods...)); d.Action == MoveRetire {
+				t.Fatalf("retired the local member: %+v", d)
+			}
+		})
+	}
+	// An ask whose answer cannot be checked (no record of the members at
+	// the ask: an agent from before the record) is not retired on.
+	d := DecideMove(moveIn(3, func(mi *MoveInput) { mi.AskedAt = t0.Add(-time.Minute) }, targetMember(false, true), answered("succeeded", true)))
+	if d.Action == MoveRetire {
+		t.Fatalf("retired without a record of the ask's members: %+v", d)
+	}
+	// The one that counts: this ask's answer, a member new since the ask.
+	if d := DecideMove(moveIn(3, asked, targetMember(false, true), answered("succeeded", true))); d.Action != MoveRetire {
+		t.Fatalf("this ask's member: %s/%s (%s), want %s", d.Action, d.Reason, d.Detail, MoveRetire)
 	}
 }
