@@ -74,7 +74,7 @@ func TestAgentActsOnlyForItsOwnNode(t *testing.T) {
 		t.Helper()
 		if !policyDenial(err) {
 			t.Errorf("%s: want denied by the node-scope policy, got %v", what, err)
-		} else if !strings.Contains(err.Error(), "etcd-agent") {
+		} else if !strings.Contains(err.Error(), "'etcd-agent-node-scope'") {
 			t.Errorf("%s: denied, but not with the policy's message: %v", what, err)
 		}
 	}
@@ -87,6 +87,16 @@ func TestAgentActsOnlyForItsOwnNode(t *testing.T) {
 		allowed("last-recovery through the reporter", rep.SetLastRecovery(ctx, nodereport.LastRecovery{Request: "rejoin", Result: "refused",
 			Reason: "dry-run", StartedAt: now, FinishedAt: now, Message: "node scope test"}))
 		rep.Shutdown()
+		allowed("clear the other requests it answered", patchNode(agentA, nodeA,
+			ann(`"etcd-agent.io/move-to":null,"etcd-agent.io/decommission":null,"etcd-agent.io/recover-dry-run":null,"etcd-agent.io/move-from":null`)))
+		// A request is a person's (or, a move-in, the source agent's): the
+		// agent answers and clears it on its own Node, never sets one there.
+		denied("request a rejoin on its own Node", patchNode(agentA, nodeA, ann(`"etcd-agent.io/recover":"rejoin"`)))
+		denied("ask its own Node's member to move", patchNode(agentA, nodeA, ann(`"etcd-agent.io/move-to":"`+nodeB+`"`)))
+		denied("decommission its own Node's member", patchNode(agentA, nodeA, ann(`"etcd-agent.io/decommission":"true"`)))
+		denied("a dry-run flag on its own Node", patchNode(agentA, nodeA, ann(`"etcd-agent.io/recover-dry-run":"true"`)))
+		denied("a move-in ask on its own Node", patchNode(agentA, nodeA,
+			ann(`"etcd-agent.io/recover":"move-in","etcd-agent.io/move-from":"`+nodeA+`/1a2b/ask"`)))
 		denied("a label on its own Node", patchNode(agentA, nodeA, `{"metadata":{"labels":{"node-scope-test":"x"}}}`))
 		denied("another owner's annotation on its own Node", patchNode(agentA, nodeA, ann(`"node.alpha.kubernetes.io/ttl":"5"`)))
 		denied("a taint on its own Node", patchNode(agentA, nodeA, `{"spec":{"taints":[{"key":"node-scope-test","effect":"NoSchedule"}]}}`))
