@@ -179,11 +179,15 @@ func (mv *mover) targetState(ctx context.Context, name string, local uint64, st 
 		return t
 	}
 	t.Found, t.Ready = true, nodeReady(n)
-	if n.Annotations[nodereport.AnnotationRecover] == nodereport.ActionMoveIn {
-		if from := n.Annotations[nodereport.AnnotationMoveFrom]; st.From != "" && from == st.From {
+	if action, ok := n.Annotations[nodereport.AnnotationRecover]; ok {
+		from := n.Annotations[nodereport.AnnotationMoveFrom]
+		switch {
+		case action == nodereport.ActionMoveIn && st.From != "" && from == st.From:
 			t.Asked = true
-		} else {
+		case action == nodereport.ActionMoveIn:
 			t.OtherAsk = from
+		default: // a person's request there: not ours to overwrite
+			t.OtherAsk = nodereport.AnnotationRecover + "=" + action
 		}
 	}
 	lr, ok, _ := nodereport.LastRecoveryFrom(n.Annotations)

@@ -144,3 +144,25 @@ func TestMoveSourceGoneReadsTheSourcesMoveTo(t *testing.T) {
 		t.Error("an unanswered read was taken for an answer")
 	}
 }
+
+// Review item (issue 41): a request already on the target (a person's
+// rejoin, say) is not the mover's to overwrite: the move is refused, the
+// target's request stays (the node-scope policy denies the ask too).
+func TestTheMoverNeverAsksOverAnotherRequestOnTheTarget(t *testing.T) {
+	kc := fake.NewClientset(readyNode("node1", map[string]string{nodereport.AnnotationMoveTo: "node4"}),
+		readyNode("node4", map[string]string{nodereport.AnnotationRecover: nodereport.ActionRejoin}))
+	mv := &mover{kc: kc, node: "node1", stateDir: t.TempDir(), store: "file://" + t.TempDir(), timeout: time.Hour, log: zap.NewNop(),
+		rep: nodereport.NewReporter(kc, "node1", "test", zap.NewNop())}
+	defer mv.rep.Shutdown()
+	ctx := context.Background()
+	mv.consider(ctx, healthy3(), nil)
+	n4, _ := kc.CoreV1().Nodes().Get(ctx, "node4", metav1.GetOptions{})
+	if n4.Annotations[nodereport.AnnotationRecover] != nodereport.ActionRejoin {
+		t.Fatalf("node4's request overwritten: %v", n4.Annotations)
+	}
+	n1, _ := kc.CoreV1().Nodes().Get(ctx, "node1", metav1.GetOptions{})
+	lr, ok, _ := nodereport.LastRecoveryFrom(n1.Annotations)
+	if !ok || lr.Result != nodereport.ResultRefused || !strings.Contains(lr.Message, "recover=rejoin") {
+		t.Fatalf("node1's answer: %+v (found %v), want the move refused naming node4's request", lr, ok)
+	}
+}

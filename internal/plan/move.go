@@ -62,7 +62,8 @@ type TargetNode struct {
 	// Unreadable: the Node could not be read now (the API erred).
 	Unreadable bool
 	// Asked: the target Node carries this agent's move-in request (not yet
-	// taken up by its agent); OtherAsk is another move's request there.
+	// taken up by its agent); OtherAsk is another request there (another
+	// move's, or a person's).
 	Asked    bool
 	OtherAsk string
 	// Answer is the target agent's last move-in outcome for this member
@@ -175,7 +176,7 @@ func DecideMove(in MoveInput) Decision {
 	case !t.Ready:
 		return refuse(ReasonTargetNotReady, fmt.Sprintf("node %s is not Ready", t.Name))
 	case t.OtherAsk != "":
-		return refuse(ReasonTargetHasMember, fmt.Sprintf("node %s is asked for another move (%s)", t.Name, t.OtherAsk))
+		return refuse(ReasonTargetHasMember, fmt.Sprintf("node %s has another request pending (%s): it is answered first", t.Name, t.OtherAsk))
 	case hasMemberNamed(o, t.Name, local.ID):
 		return refuse(ReasonTargetHasMember, fmt.Sprintf("node %s already has a member this move did not add", t.Name))
 	case !local.Serving || !observation.DataDirUsable(o.Local.DataDirClass):

@@ -80,6 +80,13 @@ func TestManagementOverlay(t *testing.T) {
 			t.Errorf("mount %s is the static-pod base's; not needed on management nodes", p)
 		}
 	}
+	// Nor anything of the node's /etc/kubernetes (the base's etcd PKI
+	// files are mounted one by one).
+	for _, v := range pod.Volumes {
+		if v.HostPath != nil && strings.HasPrefix(v.HostPath.Path, "/etc/kubernetes/") {
+			t.Errorf("volume %s mounts the node's %s: the static-pod base's; not needed on management nodes", v.Name, v.HostPath.Path)
+		}
+	}
 	if _, ok := mounts["/var/lib/etcd-agent"]; !ok {
 		t.Error("the agent's state dir (read by the pods' start gates) is not mounted")
 	}

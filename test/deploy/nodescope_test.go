@@ -63,6 +63,10 @@ func TestAgentActsOnlyForItsOwnNode(t *testing.T) {
 	if err != nil {
 		t.Fatalf("the agent on %s may still request a rejoin on %s: the node-scope policy is not in force: %v", nodeA, nodeB, err)
 	}
+	// Writes let through before the policy was in force are undone.
+	if err := patchNode(akc, nodeB, ann(`"etcd-agent.io/recover":null`)); err != nil {
+		t.Fatal(err)
+	}
 
 	allowed := func(what string, err error) {
 		t.Helper()
@@ -122,6 +126,22 @@ func TestAgentActsOnlyForItsOwnNode(t *testing.T) {
 		denied("withdraw another source's ask", patchNode(agentA, nodeB, ann(`"etcd-agent.io/recover":null,"etcd-agent.io/move-from":null`)))
 		allowed("B's agent answers its own Node's ask", patchNode(agentB, nodeB, ann(`"etcd-agent.io/recover":null,"etcd-agent.io/move-from":null`)))
 		allowed("B's agent answers on its own Node", patchNode(agentB, nodeB, ann(`"etcd-agent.io/last-recovery":"{}"`)))
+		// An ask never sets the dry-run flag (it clears it), and never
+		// replaces a request already on B: a person's, or another source's.
+		denied("a move ask that sets the dry-run flag", patchNode(agentA, nodeB,
+			ann(`"etcd-agent.io/recover":"move-in","etcd-agent.io/move-from":"`+nodeA+`/1a2b/ask","etcd-agent.io/recover-dry-run":"true"`)))
+		allowed("a person's rejoin request on B", patchNode(akc, nodeB, ann(`"etcd-agent.io/recover":"rejoin"`)))
+		denied("a move ask over a person's request on B", patchNode(agentA, nodeB,
+			ann(`"etcd-agent.io/recover":"move-in","etcd-agent.io/move-from":"`+nodeA+`/1a2b/ask"`)))
+		allowed("another source's ask on B", patchNode(akc, nodeB, ann(`"etcd-agent.io/recover":"move-in","etcd-agent.io/move-from":"node-c/1a2b/ask"`)))
+		denied("a move ask over another source's ask on B", patchNode(agentA, nodeB,
+			ann(`"etcd-agent.io/recover":"move-in","etcd-agent.io/move-from":"`+nodeA+`/1a2b/ask"`)))
+		allowed("B's agent clears it", patchNode(agentB, nodeB, ann(`"etcd-agent.io/recover":null,"etcd-agent.io/move-from":null`)))
+		allowed("an ask on B again", patchNode(agentA, nodeB,
+			ann(`"etcd-agent.io/recover":"move-in","etcd-agent.io/move-from":"`+nodeA+`/1a2b/ask2","etcd-agent.io/recover-dry-run":null`)))
+		allowed("asked again over its own ask (a retry after a lost answer)", patchNode(agentA, nodeB,
+			ann(`"etcd-agent.io/recover":"move-in","etcd-agent.io/move-from":"`+nodeA+`/1a2b/ask3","etcd-agent.io/recover-dry-run":null`)))
+		allowed("withdraw it", patchNode(agentA, nodeB, ann(`"etcd-agent.io/recover":null,"etcd-agent.io/move-from":null`)))
 	})
 
 	t.Run("not the agent's pod", func(t *testing.T) {

@@ -24,13 +24,18 @@ type variant struct {
 	dataDir      string // the etcd data dir
 	manifest     string // the etcd static-pod manifest
 	certHostDir  string // host folder with etcd's client certificates
+	// certFilesOnly: the CA and the client pair are mounted as single
+	// files, not their folder (kubeadm's holds the CA key and the
+	// members' keys; OpenShift's paths name the node, which a hostPath
+	// cannot).
+	certFilesOnly bool
 	image        string
 	extraObjects []string // kind/name beyond the base's
 }
 
 var variants = []variant{
 	{name: "kubeadm", dir: "daemonset", dataDir: "/var/lib/etcd", manifest: "/etc/kubernetes/manifests/etcd.yaml",
-		certHostDir: "/etc/kubernetes/pki/etcd", image: "ghcr.io/etcd-agent/etcd-agent:latest"},
+		certHostDir: "/etc/kubernetes/pki/etcd", certFilesOnly: true, image: "ghcr.io/etcd-agent/etcd-agent:latest"},
 	{name: "openshift", dir: "overlays/openshift", dataDir: "/var/lib/etcd", manifest: "/etc/kubernetes/manifests/etcd-pod.yaml",
 		certHostDir: "/etc/kubernetes/static-pod-resources/etcd-certs", image: "quay.io/example/etcd-agent:v0.1.0",
 		extraObjects: []string{"SecurityContextConstraints/etcd-agent", "ClusterRole/etcd-agent-scc", "RoleBinding/etcd-agent-scc",
@@ -281,6 +286,7 @@ func checkDaemonSet(t *testing.T, v variant, ds appsv1.DaemonSet, flags map[stri
 	}
 	wantHostMount("the kubelet manifests dir", path.Dir(v.manifest), true, true)
 
+	certHosts := map[string]bool{}
 	for _, name := range []string{"ETCD_AGENT_CACERT", "ETCD_AGENT_CERT", "ETCD_AGENT_KEY"} {
 		p := value(name)
 		if p == "" {
@@ -288,9 +294,15 @@ func checkDaemonSet(t *testing.T, v variant, ds appsv1.DaemonSet, flags map[stri
 			continue
 		}
 		wantHostMount(name, p, false, false)
-		if m, _ := mountOf(p); m.host != v.certHostDir {
+		m, _ := mountOf(p)
+		switch {
+		case v.certFilesOnly && (m.path != p || m.host != path.Join(v.certHostDir, path.Base(p))):
+			t.Errorf("%s %s is on a mount of host %s at %s: want the file alone (%s), not its folder (the CA key, the members' keys)",
+				name, p, m.host, m.path, path.Join(v.certHostDir, path.Base(p)))
+		case !v.certFilesOnly && m.host != v.certHostDir:
 			t.Errorf("%s %s is on a mount of host %s, want %s", name, p, m.host, v.certHostDir)
 		}
+		certHosts[m.host] = true
 	}
 	stateDir := value("ETCD_AGENT_STATE_DIR")
 	if stateDir == "" {
@@ -312,7 +324,10 @@ func checkDaemonSet(t *testing.T, v variant, ds appsv1.DaemonSet, flags map[stri
 	}
 
 	// Only these host folders, nothing broader.
-	allowed := map[string]bool{parent: true, path.Dir(v.manifest): true, v.certHostDir: true, stateDir: true}
+	allowed := map[string]bool{parent: true, path.Dir(v.manifest): true, stateDir: true}
+	for h := range certHosts {
+		allowed[h] = true
+	}
 	for name, hp := range hostPaths {
 		if !allowed[hp] {
 			t.Errorf("volume %s mounts host path %s, which the agent does not need", name, hp)

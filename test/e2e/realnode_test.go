@@ -5,12 +5,14 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/etcd-agent/etcd-agent/internal/lab"
 	"github.com/etcd-agent/etcd-agent/internal/lab/invariant"
+	"github.com/etcd-agent/etcd-agent/internal/lab/realnode"
 	"github.com/etcd-agent/etcd-agent/internal/nodereport"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -300,6 +302,27 @@ func wantAgentConfined(t *testing.T, l *lab.Lab) {
 	if err != nil || len(seen) != 0 {
 		t.Fatalf("the agent sees /var/lib/kubelet: %d entries (%v); want it covered by an empty dir", len(seen), err)
 	}
+	// Of the node's etcd PKI (its members' server key here; kubeadm's
+	// CA key too) the agent sees the CA and its client pair only.
+	if host := dirNames(t, filepath.Join(realnode.Layout{NodeDir: n.NodeDir}.Kubernetes(), "pki", "etcd")); !slices.Contains(host, "server.key") {
+		t.Fatalf("the node's etcd PKI %v: want the member's server.key there", host)
+	}
+	if seen := dirNames(t, fmt.Sprintf("/proc/%d/root/etc/kubernetes/pki/etcd", pid)); !slices.Equal(seen, []string{"ca.crt", "healthcheck-client.crt", "healthcheck-client.key"}) {
+		t.Fatalf("the agent sees the etcd PKI files %v: want only ca.crt and the healthcheck-client pair", seen)
+	}
+}
+
+func dirNames(t *testing.T, dir string) []string {
+	t.Helper()
+	es, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, e := range es {
+		names = append(names, e.Name())
+	}
+	return names
 }
 
 func readFile(t *testing.T, path string) string {
