@@ -113,11 +113,13 @@ func phases(names []string) []journal.Phase {
 
 // pinnedAnywhere asks the Nodes' records whether the member was ever seen
 // (static pods; a pod member's record is its cluster's, nil here).
-func pinnedAnywhere(kc kubernetes.Interface, member string, staticPod bool) func(ctx context.Context) (bool, error) {
+func pinnedAnywhere(kc kubernetes.Interface, member string, staticPod bool) func(ctx context.Context, clusterID uint64) (bool, error) {
 	if kc == nil || !staticPod {
 		return nil
 	}
-	return func(ctx context.Context) (bool, error) { return nodereport.MemberPinnedAnywhere(ctx, kc, member) }
+	return func(ctx context.Context, clusterID uint64) (bool, error) {
+		return nodereport.MemberPinnedAnywhere(ctx, kc, member, clusterID)
+	}
 }
 
 // moveSourceFor is Config.MoveSourceGone with an API (nil without).

@@ -134,7 +134,7 @@ type Config struct {
 	// PinnedAnywhere, when set, tells whether any node's record names the
 	// member (nodereport.MemberPinnedAnywhere); nil: never asked, and a
 	// member not in the list is healed as before.
-	PinnedAnywhere func(ctx context.Context) (bool, error)
+	PinnedAnywhere func(ctx context.Context, clusterID uint64) (bool, error)
 	// MoveSourceGone, when set, says whether a move-in's source (its
 	// move-from value) still asks for it: "" yes, else why not; an error
 	// when it cannot be read (nil: never asked).
@@ -476,7 +476,7 @@ func (h *Healer) neverAMember(ctx context.Context, o observation.Observation) bo
 	}
 	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	seen, err := h.cfg.PinnedAnywhere(cctx)
+	seen, err := h.cfg.PinnedAnywhere(cctx, o.ClusterID)
 	if err != nil {
 		h.log.Debug("could not read the nodes' records of the member; it waits as never a member", zap.Error(err))
 		seen = false // asked again after neverAMemberRecheck, not at every poll

@@ -83,10 +83,12 @@ func ReadPins(ctx context.Context, kc kubernetes.Interface, node string) (map[st
 	return pins, len(pins) > 0, err
 }
 
-// MemberPinnedAnywhere tells whether any Node's pins name member: an agent
-// saw it serve on some node (a new node taking over a lost member's name
-// finds it on the old node's record).
-func MemberPinnedAnywhere(ctx context.Context, kc kubernetes.Interface, member string) (bool, error) {
+// MemberPinnedAnywhere tells whether any Node's pins name member in the
+// cluster clusterID: an agent saw it serve there on some node (a new node
+// taking over a lost member's name finds it on the old node's record). A
+// pin of another cluster (rebuilt, a Node name reused) does not count, nor
+// does any pin while the cluster ID is unknown (0).
+func MemberPinnedAnywhere(ctx context.Context, kc kubernetes.Interface, member string, clusterID uint64) (bool, error) {
 	nodes, err := kc.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return false, err
@@ -96,7 +98,7 @@ func MemberPinnedAnywhere(ctx context.Context, kc kubernetes.Interface, member s
 		if err != nil {
 			continue // another node's malformed record says nothing of ours
 		}
-		if _, ok := pins[member]; ok {
+		if p, ok := pins[member]; ok && clusterID != 0 && uint64(p.ClusterID) == clusterID {
 			return true, nil
 		}
 	}

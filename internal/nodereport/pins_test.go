@@ -41,3 +41,26 @@ func TestNodePinsRoundTripPerMemberAndMalformedIsAnError(t *testing.T) {
 		t.Fatalf("malformed annotation: %v", err)
 	}
 }
+
+// Review item (issue 41): "was it ever a member" counts only pins of this
+// cluster: a node's pin of a member of the same name in another cluster
+// (the cluster rebuilt, a Node name reused) does not make a never-seen
+// member rejoin unasked.
+func TestMemberPinnedAnywhereCountsOnlyThisClustersPins(t *testing.T) {
+	kc := newClient(t)
+	ctx := ctxFor(t, 20*time.Second)
+	n := newNode(t, kc, nil)
+	old := pin.Pin{Member: "pinned-elsewhere", ClusterID: 0xc2, MemberID: 0xb, FirstSeenAt: time.Unix(20, 0).UTC(), SeenAt: time.Unix(20, 0).UTC()}
+	if err := nodereport.WritePin(ctx, kc, n.Name, old); err != nil {
+		t.Fatal(err)
+	}
+	if seen, err := nodereport.MemberPinnedAnywhere(ctx, kc, "pinned-elsewhere", 0xc1); err != nil || seen {
+		t.Fatalf("another cluster's pin: seen %v err %v, want not seen", seen, err)
+	}
+	if seen, err := nodereport.MemberPinnedAnywhere(ctx, kc, "pinned-elsewhere", 0xc2); err != nil || !seen {
+		t.Fatalf("its own cluster's pin: seen %v err %v, want seen", seen, err)
+	}
+	if seen, err := nodereport.MemberPinnedAnywhere(ctx, kc, "pinned-elsewhere", 0); err != nil || seen {
+		t.Fatalf("no cluster ID known: seen %v err %v, want not seen", seen, err)
+	}
+}
