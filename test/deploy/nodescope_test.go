@@ -2,13 +2,14 @@ package deploy
 
 import (
 	"context"
-
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/etcd-agent/etcd-agent/internal/nodereport"
 	authenticationv1 "k8s.io/api/authentication/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -198,4 +199,73 @@ func agentClient(t *testing.T, ctx context.Context, akc kubernetes.Interface, ad
 		t.Fatalf("the token bound to a pod on %s authenticates as %s with %s=%v", node, rev.Status.UserInfo.Username, nodeNameExtra, got)
 	}
 	return kc
+}
+
+// TestAgentHoldsTheRecoveryLeaseOnlyInItsOwnName: the Lease is one per
+// cluster, shared by every node's agent (RBAC cannot scope it to a node).
+// The lease-scope policy lets an agent's token set the holder only to its
+// own node's name and free only its own hold: a leaked token cannot hold
+// in another agent's name, nor free another agent's hold mid-change. (It
+// can still take an expired or live hold in its own name: the holder's
+// fence then stops it before its next step, docs/security.md.)
+func TestAgentHoldsTheRecoveryLeaseOnlyInItsOwnName(t *testing.T) {
+	l, admin, akc := rbacLab(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	nodeA, nodeB := l.Spec.Nodes[0].Name, "lease-scope-test-b"
+	agentA := agentClient(t, ctx, akc, admin, nodeA)
+	agentB := agentClient(t, ctx, akc, admin, nodeB)
+	const ns = "etcd-agent"
+	leaseFor := func(name, holder string) *coordinationv1.Lease {
+		return &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+			Spec: coordinationv1.LeaseSpec{HolderIdentity: &holder, LeaseDurationSeconds: ptr.To[int32](30)}}
+	}
+	create := func(kc kubernetes.Interface, name, holder string) error {
+		_, err := kc.CoordinationV1().Leases(ns).Create(ctx, leaseFor(name, holder), metav1.CreateOptions{})
+		return err
+	}
+	setHolder := func(kc kubernetes.Interface, name, holder string) error {
+		le, err := kc.CoordinationV1().Leases(ns).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		le.Spec.HolderIdentity = &holder
+		_, err = kc.CoordinationV1().Leases(ns).Update(ctx, le, metav1.UpdateOptions{})
+		return err
+	}
+	leaseDenial := func(err error) bool {
+		return apierrors.IsForbidden(err) && strings.Contains(err.Error(), "'etcd-agent-lease-scope'")
+	}
+	// In force once compiled: until a hold in another's name is denied.
+	i := 0
+	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 60*time.Second, true, func(ctx context.Context) (bool, error) {
+		i++
+		return leaseDenial(create(agentA, fmt.Sprintf("lease-scope-probe-%d", i), nodeB+"/m1")), nil
+	})
+	if err != nil {
+		t.Fatalf("the agent on %s may still create a Lease held by %s: the lease-scope policy is not in force: %v", nodeA, nodeB, err)
+	}
+	allowed := func(what string, err error) {
+		t.Helper()
+		if err != nil {
+			t.Errorf("%s: want allowed, got %v", what, err)
+		}
+	}
+	denied := func(what string, err error) {
+		t.Helper()
+		if !leaseDenial(err) {
+			t.Errorf("%s: want denied by the lease-scope policy, got %v", what, err)
+		}
+	}
+	name := "etcd-agent-lease-scope-test"
+	// As internal/lease writes it: holder "<node>/<member>[/steward]".
+	allowed("A holds the Lease", create(agentA, name, nodeA+"/m1"))
+	allowed("A renews its hold", setHolder(agentA, name, nodeA+"/m1"))
+	denied("B holds in A's name", setHolder(agentB, name, nodeA+"/m2"))
+	denied("B frees A's hold", setHolder(agentB, name, ""))
+	allowed("B takes the hold in its own name (an expired one, say)", setHolder(agentB, name, nodeB+"/m2/steward"))
+	denied("A frees B's hold", setHolder(agentA, name, ""))
+	allowed("B frees its own hold", setHolder(agentB, name, ""))
+	denied("a hold in a name that only begins like A's", setHolder(agentA, name, nodeA+"x/m1"))
+	allowed("a person's write is not matched", setHolder(akc, name, "someone"))
 }

@@ -21,16 +21,16 @@ type variant struct {
 	name string
 	dir  string // under deploy/
 	// Where the platform puts etcd's files on the node.
-	dataDir      string // the etcd data dir
-	manifest     string // the etcd static-pod manifest
-	certHostDir  string // host folder with etcd's client certificates
+	dataDir     string // the etcd data dir
+	manifest    string // the etcd static-pod manifest
+	certHostDir string // host folder with etcd's client certificates
 	// certFilesOnly: the CA and the client pair are mounted as single
 	// files, not their folder (kubeadm's holds the CA key and the
 	// members' keys; OpenShift's paths name the node, which a hostPath
 	// cannot).
 	certFilesOnly bool
-	image        string
-	extraObjects []string // kind/name beyond the base's
+	image         string
+	extraObjects  []string // kind/name beyond the base's
 }
 
 var variants = []variant{
@@ -51,7 +51,8 @@ var hiddenHostDirs = []string{"/var/lib/kubelet", "/var/lib/kubelet/pods", "/var
 
 var baseObjects = []string{"Namespace/etcd-agent", "ServiceAccount/etcd-agent", "Role/etcd-agent", "RoleBinding/etcd-agent",
 	"ClusterRole/etcd-agent", "ClusterRoleBinding/etcd-agent", "ValidatingAdmissionPolicy/etcd-agent-node-scope",
-	"ValidatingAdmissionPolicyBinding/etcd-agent-node-scope", "DaemonSet/etcd-agent", "Service/etcd-agent",
+	"ValidatingAdmissionPolicyBinding/etcd-agent-node-scope", "ValidatingAdmissionPolicy/etcd-agent-lease-scope",
+	"ValidatingAdmissionPolicyBinding/etcd-agent-lease-scope", "DaemonSet/etcd-agent", "Service/etcd-agent",
 	"ServiceMonitor/etcd-agent", "PrometheusRule/etcd-agent"}
 
 func renderVariant(t *testing.T, v variant) []*unstructured.Unstructured {
