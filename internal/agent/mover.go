@@ -101,6 +101,15 @@ func (mv *mover) consider(ctx context.Context, r memberstate.Result, h *heal.Hea
 		DryRun:          mv.dryRun || self.Annotations[nodereport.AnnotationRecoverDryRun] == "true",
 		StoreConfigured: mv.store != "", AskedAt: st.AskedAt, Timeout: mv.timeout, MembersAtAsk: st.Members}
 	in.Target = mv.targetState(actx, target, local, st)
+	if st.AskedAt.IsZero() && st.From != "" && (in.Target.Asked || in.Target.Answer != nil && in.Target.Answer.ThisAsk) {
+		// Our ask reached the target though its write's answer was lost:
+		// adopt it, never ask anew (the target's agent may have begun on
+		// it, and its answer names this ask). Bounded from now.
+		st.AskedAt = time.Now().UTC()
+		mv.saveState(st)
+		in.AskedAt = st.AskedAt
+		mv.log.Info("move: the ask found on the target is this agent's; waiting for its answer", zap.String("target", target), zap.String("ask", st.From))
+	}
 	if st.AskedAt.IsZero() && mv.store != "" {
 		in.StoreError = mv.checkStore(actx)
 	}
@@ -121,7 +130,13 @@ func (mv *mover) consider(ctx context.Context, r memberstate.Result, h *heal.Hea
 		now := time.Now().UTC()
 		st.AskedAt, st.From, st.Members = now, nodereport.MoveFrom(mv.node, d.MemberID, now), plan.MembersOf(r.Observation)
 		mv.saveState(st)
-		if err := mv.ask(actx, target, st.From); err != nil {
+		if err := mv.ask(actx, target, st.From); apierrors.IsForbidden(err) || apierrors.IsInvalid(err) {
+			// Denied (the node-scope policy, RBAC): asking again gets the
+			// same answer; the move ends, said on this Node.
+			mv.answer(ctx, moveState{Target: target}, nodereport.LastRecovery{Request: request, Result: nodereport.ResultFailed, Reason: string(plan.ReasonMoveFailed),
+				StartedAt: now, FinishedAt: time.Now().UTC(), Message: "the API denied the ask on " + target + ": " + err.Error()}, "Warning", nodereport.ReasonRecoveryFailed)
+			return false
+		} else if err != nil {
 			mv.say("asking the target's agent failed; asking again at the next look", zap.String("target", target), zap.Error(err))
 			// The write may have been applied (its answer lost): the ask
 			// stays known as ours, to be asked again or withdrawn.
@@ -184,8 +199,10 @@ func (mv *mover) targetState(ctx context.Context, name string, local uint64, st 
 		switch {
 		case action == nodereport.ActionMoveIn && st.From != "" && from == st.From:
 			t.Asked = true
-		case action == nodereport.ActionMoveIn:
+		case action == nodereport.ActionMoveIn && from != "":
 			t.OtherAsk = from
+		case action == nodereport.ActionMoveIn:
+			t.OtherAsk = nodereport.AnnotationRecover + "=" + action + " without " + nodereport.AnnotationMoveFrom
 		default: // a person's request there: not ours to overwrite
 			t.OtherAsk = nodereport.AnnotationRecover + "=" + action
 		}
@@ -262,8 +279,8 @@ func (mv *mover) withdraw(ctx context.Context, st moveState) {
 		return
 	}
 	n, err := mv.kc.CoreV1().Nodes().Get(ctx, st.Target, metav1.GetOptions{})
-	if err != nil || n.Annotations[nodereport.AnnotationMoveFrom] != st.From {
-		return
+	if err != nil || n.Annotations[nodereport.AnnotationMoveFrom] != st.From || n.Annotations[nodereport.AnnotationRecover] != nodereport.ActionMoveIn {
+		return // not our ask (a person's request there now is theirs)
 	}
 	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"resourceVersion": n.ResourceVersion, "annotations": map[string]any{
 		nodereport.AnnotationRecover: nil, nodereport.AnnotationMoveFrom: nil}}})

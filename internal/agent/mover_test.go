@@ -14,6 +14,7 @@ import (
 	"go.uber.org/zap"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
@@ -95,6 +96,7 @@ func TestAnAskWhoseAnswerWasLostIsStillTheMoversOwn(t *testing.T) {
 	if n4.Annotations[nodereport.AnnotationRecover] != nodereport.ActionMoveIn {
 		t.Fatalf("the ask did not reach node4: %v", n4.Annotations)
 	}
+	first := n4.Annotations[nodereport.AnnotationMoveFrom]
 	mv.consider(ctx, healthy3(), nil) // the next look
 	n1, _ := kc.CoreV1().Nodes().Get(ctx, "node1", metav1.GetOptions{})
 	if lr, ok, _ := nodereport.LastRecoveryFrom(n1.Annotations); ok {
@@ -104,6 +106,11 @@ func TestAnAskWhoseAnswerWasLostIsStillTheMoversOwn(t *testing.T) {
 	n4, _ = kc.CoreV1().Nodes().Get(ctx, "node4", metav1.GetOptions{})
 	if st.From == "" || st.AskedAt.IsZero() || n4.Annotations[nodereport.AnnotationMoveFrom] != st.From {
 		t.Fatalf("state %+v, node4 asked with %q: want the ask on node4 to be the one recorded", st, n4.Annotations[nodereport.AnnotationMoveFrom])
+	}
+	// The ask found on node4 is adopted, not asked anew: node4's agent may
+	// have begun on it, and its answer will name that ask.
+	if st.From != first {
+		t.Fatalf("asked anew (%q) over its own ask %q: node4's answer to the first would not count", st.From, first)
 	}
 	// The members at the ask are kept with it: the answer must name a
 	// member new since (plan.MoveInput.MembersAtAsk).
@@ -164,5 +171,44 @@ func TestTheMoverNeverAsksOverAnotherRequestOnTheTarget(t *testing.T) {
 	lr, ok, _ := nodereport.LastRecoveryFrom(n1.Annotations)
 	if !ok || lr.Result != nodereport.ResultRefused || !strings.Contains(lr.Message, "recover=rejoin") {
 		t.Fatalf("node1's answer: %+v (found %v), want the move refused naming node4's request", lr, ok)
+	}
+}
+
+// An ask the API denies (the node-scope policy, RBAC) is not asked again at
+// every look with no end: the move ends, said on this Node. A move-in on
+// the target without a move-from is another request too.
+func TestADeniedAskEndsTheMove(t *testing.T) {
+	kc := fake.NewClientset(readyNode("node1", map[string]string{nodereport.AnnotationMoveTo: "node4"}), readyNode("node4", nil))
+	patches := 0
+	kc.PrependReactor("patch", "nodes", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		if a.(k8stesting.PatchAction).GetName() != "node4" {
+			return false, nil, nil
+		}
+		patches++
+		return true, nil, apierrors.NewForbidden(corev1.Resource("nodes"), "node4", errors.New("denied by the node-scope policy"))
+	})
+	mv := &mover{kc: kc, node: "node1", stateDir: t.TempDir(), store: "file://" + t.TempDir(), timeout: time.Hour, log: zap.NewNop(),
+		rep: nodereport.NewReporter(kc, "node1", "test", zap.NewNop())}
+	defer mv.rep.Shutdown()
+	ctx := context.Background()
+	mv.consider(ctx, healthy3(), nil)
+	mv.consider(ctx, healthy3(), nil)
+	n1, _ := kc.CoreV1().Nodes().Get(ctx, "node1", metav1.GetOptions{})
+	lr, ok, _ := nodereport.LastRecoveryFrom(n1.Annotations)
+	if patches != 1 || !ok || lr.Result != nodereport.ResultFailed || !strings.Contains(lr.Message, "denied") {
+		t.Fatalf("asks %d, answer %+v (found %v): want one ask, the move failed naming the denial", patches, lr, ok)
+	}
+	if _, still := n1.Annotations[nodereport.AnnotationMoveTo]; still {
+		t.Fatalf("the move request stays after its end: %v", n1.Annotations)
+	}
+
+	kc = fake.NewClientset(readyNode("node1", map[string]string{nodereport.AnnotationMoveTo: "node4"}),
+		readyNode("node4", map[string]string{nodereport.AnnotationRecover: nodereport.ActionMoveIn}))
+	mv.kc, mv.rep = kc, nodereport.NewReporter(kc, "node1", "test", zap.NewNop())
+	defer mv.rep.Shutdown()
+	mv.consider(ctx, healthy3(), nil)
+	n4, _ := kc.CoreV1().Nodes().Get(ctx, "node4", metav1.GetOptions{})
+	if _, asked := n4.Annotations[nodereport.AnnotationMoveFrom]; asked {
+		t.Fatalf("asked over a move-in without a move-from: %v", n4.Annotations)
 	}
 }

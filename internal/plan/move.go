@@ -178,7 +178,7 @@ func DecideMove(in MoveInput) Decision {
 	case t.OtherAsk != "":
 		return refuse(ReasonTargetHasMember, fmt.Sprintf("node %s has another request pending (%s): it is answered first", t.Name, t.OtherAsk))
 	case hasMemberNamed(o, t.Name, local.ID):
-		return refuse(ReasonTargetHasMember, fmt.Sprintf("node %s already has a member this move did not add", t.Name))
+		return refuse(ReasonTargetHasMember, fmt.Sprintf("node %s already has a member, and no answer of the target's agent to this agent's ask ties it to this move (an earlier move's, or this agent's record of its ask is gone): look at it; remove the member you do not want by hand", t.Name))
 	case !local.Serving || !observation.DataDirUsable(o.Local.DataDirClass):
 		return refuse(ReasonMemberNotHealthy, fmt.Sprintf("member %x is not healthy (%s): a move takes a healthy member; heal it instead", local.ID, o.Local.DataDirClass))
 	case local.IsLearner:

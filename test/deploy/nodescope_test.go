@@ -142,6 +142,15 @@ func TestAgentActsOnlyForItsOwnNode(t *testing.T) {
 			ann(`"etcd-agent.io/recover":"move-in","etcd-agent.io/move-from":"`+nodeA+`/1a2b/ask2","etcd-agent.io/recover-dry-run":null`)))
 		allowed("asked again over its own ask (a retry after a lost answer)", patchNode(agentA, nodeB,
 			ann(`"etcd-agent.io/recover":"move-in","etcd-agent.io/move-from":"`+nodeA+`/1a2b/ask3","etcd-agent.io/recover-dry-run":null`)))
+		// A person's request set over A's pending ask (move-from left
+		// behind) is not A's to overwrite or withdraw.
+		allowed("a person's rejoin over A's ask", patchNode(akc, nodeB, ann(`"etcd-agent.io/recover":"rejoin"`)))
+		denied("A's ask again over it", patchNode(agentA, nodeB,
+			ann(`"etcd-agent.io/recover":"move-in","etcd-agent.io/move-from":"`+nodeA+`/1a2b/ask4","etcd-agent.io/recover-dry-run":null`)))
+		denied("A withdraws the person's request", patchNode(agentA, nodeB, ann(`"etcd-agent.io/recover":null,"etcd-agent.io/move-from":null`)))
+		allowed("the person's request goes back to A's ask", patchNode(akc, nodeB, ann(`"etcd-agent.io/recover":"move-in"`)))
+		// A person's dry-run flag since does not keep A from withdrawing.
+		allowed("a person's dry-run flag on B", patchNode(akc, nodeB, ann(`"etcd-agent.io/recover-dry-run":"true"`)))
 		allowed("withdraw it", patchNode(agentA, nodeB, ann(`"etcd-agent.io/recover":null,"etcd-agent.io/move-from":null`)))
 	})
 
