@@ -516,3 +516,36 @@ func TestOpenShiftOverlay(t *testing.T) {
 		t.Errorf("etcd-agent-scc rules %+v, want %+v", cr.Rules, want)
 	}
 }
+
+// The admission policies match the agent by its ServiceAccount's user name,
+// written out: in every shipped variant it must be the rendered
+// ServiceAccount's, or the policies match nothing and fail open.
+func TestPoliciesMatchTheRenderedServiceAccount(t *testing.T) {
+	for _, dir := range []string{"daemonset", "overlays/openshift", "overlays/management"} {
+		objs, err := render(repoPath("deploy", dir))
+		if err != nil {
+			t.Fatalf("render %s: %v", dir, err)
+		}
+		var user string
+		for _, o := range objs {
+			if o.GetKind() == "ServiceAccount" {
+				user = "system:serviceaccount:" + o.GetNamespace() + ":" + o.GetName()
+			}
+		}
+		n := 0
+		for _, o := range objs {
+			if o.GetKind() != "ValidatingAdmissionPolicy" {
+				continue
+			}
+			n++
+			conds, _, _ := unstructured.NestedSlice(o.Object, "spec", "matchConditions")
+			want := "request.userInfo.username == '" + user + "'"
+			if len(conds) != 1 || conds[0].(map[string]any)["expression"] != want {
+				t.Errorf("%s: policy %s matches %v, want the one condition %q", dir, o.GetName(), conds, want)
+			}
+		}
+		if n != 2 {
+			t.Errorf("%s: %d admission policies, want the node scope and the lease scope", dir, n)
+		}
+	}
+}
