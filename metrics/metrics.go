@@ -88,6 +88,10 @@ type Metrics struct {
 	// store (--snapshot-store), by result: uploaded, failed, dropped (the
 	// upload queue was full).
 	SnapshotStoreUploads *prometheus.CounterVec
+	// KubeAPIDenied counts the agent's Kubernetes API requests answered
+	// 403 (RBAC, the node-scope and lease-scope policies), by resource and
+	// verb (docs/security.md): agent-wide, cluster "".
+	KubeAPIDenied *prometheus.CounterVec
 
 	base *vectors // the registered vectors, not curried
 }
@@ -126,6 +130,7 @@ type vectors struct {
 	foreignEndpointResponses, hashMismatchTotal, learnerRollbacksTotal     *prometheus.CounterVec
 	quarantinePrunedTotal, quarantinePruneErrors, endpointsFileErrors      *prometheus.CounterVec
 	snapshotStoreUploads, manifestRestoresTotal, skeletonRestoresTotal     *prometheus.CounterVec
+	kubeAPIDenied                                                          *prometheus.CounterVec
 	recoveryDuration, phaseDuration, observationDuration                   *prometheus.HistogramVec
 }
 
@@ -187,6 +192,8 @@ func New() *Metrics {
 			"Empty, marked directory skeletons (data dir, member/, member/snap, the WAL dir) put back into a data dir wiped while its member serves, so that etcd's purge does not end the member before it is replaced; the marked dir is never started on.", "member"),
 		snapshotStoreUploads: c("snapshot_store_uploads_total",
 			"Pre-change backups sent to the snapshot store (--snapshot-store), by result: uploaded, failed, dropped (the upload queue was full; the backup stays in the quarantine).", "member", "result"),
+		kubeAPIDenied: c("kube_api_denied_total",
+			"The agent's Kubernetes API requests answered 403 Forbidden (RBAC, the node-scope or lease-scope admission policy), by resource and verb.", "resource", "verb"),
 	}
 	b.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		b.memberState, b.dataDirStatus, b.votingMembers, b.healthyVotingMembers, b.quorumMargin, b.recoveryInProgress,
@@ -194,7 +201,7 @@ func New() *Metrics {
 		b.snapshotBytesTotal, b.seedFallbacksTotal, b.lastRecovery, b.observationDuration, b.startGateWrapped, b.foreignEndpointResponses,
 		b.hashMismatchTotal, b.stepStarted, b.stepExpected, b.quarantinePrunedTotal, b.quarantinePruneErrors, b.endpointsFileErrors,
 		b.manifestMissing, b.manifestRestoresTotal, b.skeletonRestoresTotal,
-		b.learnerRollbacksTotal, b.snapshotStoreUploads)
+		b.learnerRollbacksTotal, b.snapshotStoreUploads, b.kubeAPIDenied)
 	return b.forCluster("")
 }
 
@@ -243,6 +250,7 @@ func (b *vectors) forCluster(cluster string) *Metrics {
 		ManifestMissing:          g(b.manifestMissing),
 		ManifestRestoresTotal:    c(b.manifestRestoresTotal),
 		SkeletonRestoresTotal:    c(b.skeletonRestoresTotal),
+		KubeAPIDenied:            c(b.kubeAPIDenied),
 		base:                     b,
 	}
 }

@@ -40,7 +40,7 @@ stored snapshot and promotes it. The answer is TARGET's agent's.
 Exit 0 moved (or planned, with --dry-run), 1 failed, 2 refused.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			kc, err := c.KubeClient()
+			kc, err := c.KubeClient(nil)
 			if err != nil {
 				return err
 			}

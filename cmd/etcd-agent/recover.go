@@ -44,7 +44,7 @@ etcd-agent.io/last-recovery and prints it. Exit 0 succeeded (or planned, with
 --dry-run), 1 failed, 2 refused.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			kc, err := c.KubeClient()
+			kc, err := c.KubeClient(nil)
 			if err != nil {
 				return err
 			}

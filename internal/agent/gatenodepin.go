@@ -81,7 +81,7 @@ func gateNodePin(ctx context.Context, c Config, member string, log *zap.Logger) 
 	if c.NodeName == "" {
 		return pin.Pin{}, nil
 	}
-	kc, err := c.KubeClient()
+	kc, err := c.KubeClient(nil)
 	if err != nil {
 		if c.Kubeconfig == "" && errors.Is(err, rest.ErrNotInCluster) {
 			log.Info("start gate: no Kubernetes API to read the Node's pin; only the state dir's counts", zap.Error(err))

@@ -49,7 +49,7 @@ func MemberStateDir(stateDir, namespace, pod string) string {
 // dir per member, all sharing one API client, one pod informer and the
 // metrics registry (each member's series labelled with its cluster).
 func runPods(ctx context.Context, c Config, m *metrics.Metrics, ready *atomic.Bool, metricsAddr string) error {
-	kc, err := c.KubeClient()
+	kc, err := c.KubeClient(m)
 	if err != nil {
 		return fmt.Errorf("--member-source=pods needs the Kubernetes API: %w", err)
 	}

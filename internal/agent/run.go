@@ -62,7 +62,7 @@ func Run(ctx context.Context, c Config) error {
 	if c.MemberSource == MemberSourcePods {
 		return runPods(ctx, c, m, &ready, srv.Addr)
 	}
-	kc, err := c.KubeClient()
+	kc, err := c.KubeClient(m)
 	if err != nil {
 		c.Log.Warn("no Kubernetes API: observing only; every recovery is refused (api-unavailable)", zap.Error(err))
 		kc = nil

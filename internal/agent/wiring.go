@@ -25,7 +25,8 @@ import (
 // KubeClient builds the Kubernetes client from --kubeconfig, else the
 // in-cluster config; nil (and the reason) when neither is available: the
 // agent then observes and reports, and refuses to act (api-unavailable).
-func (c Config) KubeClient() (kubernetes.Interface, error) {
+// m, when not nil, counts the requests the API denies (countDenials).
+func (c Config) KubeClient(m *metrics.Metrics) (kubernetes.Interface, error) {
 	var cfg *rest.Config
 	var err error
 	if c.Kubeconfig != "" {
@@ -41,6 +42,7 @@ func (c Config) KubeClient() (kubernetes.Interface, error) {
 	// client-go's default 5 QPS would queue a recovery's Lease renewals,
 	// phase updates and Events behind each other (200 ms apiece).
 	cfg.QPS, cfg.Burst = 50, 100
+	countDenials(cfg, m, c.Log)
 	return kubernetes.NewForConfig(cfg)
 }
 
