@@ -111,7 +111,7 @@ type Config struct {
 	// MemberSource is "static-pod" (the default: one member, from
 	// StaticPodManifest) or "pods" (every etcd pod bound to NodeName that
 	// matches PodSelector, each with its own state dir under
-	// StateDir/members; DESIGN.md §11).
+	// StateDir/members; docs/design.md §11).
 	MemberSource string
 	PodSelector  string
 	// KubeletPodsDir is where the kubelet mounts pods' volumes (CSI PVs).

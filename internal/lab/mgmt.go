@@ -17,7 +17,7 @@ import (
 )
 
 // Management describes a management lab: etcd clusters as StatefulSet pods
-// on node-local PVs, the setting of the first request (DESIGN §11).
+// on node-local PVs, the setting of the first request (docs/design.md §11).
 type Management struct {
 	// ControlPlaneNode runs the API's own etcd as a static pod; it is no
 	// Node in the API (nothing is scheduled there).

@@ -1,6 +1,6 @@
 // Package lease is the cluster-wide recovery lock: one coordination.k8s.io/v1
 // Lease per etcd cluster, so that at most one agent changes etcd membership
-// at a time (DESIGN.md section 5).
+// at a time (docs/design.md §5).
 //
 // The holder publishes what it is doing as annotations on the Lease, so
 // `kubectl get lease -o yaml` shows who heals which member and how far it

@@ -19,7 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 )
 
-// The pod runtime (DESIGN.md §11) runs a member that is an API pod, e.g.
+// The pod runtime (docs/design.md §11) runs a member that is an API pod, e.g.
 // one of a StatefulSet's: the agent cannot take the pod away (its
 // controller re-creates it at once), so it holds etcd back instead. Its
 // start gate ("etcd-agent gate --state-dir=<member state dir> -- etcd ...")

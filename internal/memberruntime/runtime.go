@@ -1,5 +1,5 @@
 // Package memberruntime stops and starts the local etcd member: the only way
-// the agent touches the member's process. Two runtimes exist (DESIGN.md §6):
+// the agent touches the member's process. Two runtimes exist (docs/design.md §6):
 //
 //   - static-pod: the kubelet runs etcd from a manifest in its manifests dir;
 //     stopping parks that manifest in the agent's state dir, starting puts it

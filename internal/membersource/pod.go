@@ -1,7 +1,7 @@
 // Package membersource finds the etcd members an agent serves on its node:
 // the static-pod manifest (one member), or every etcd pod bound to the node
 // that matches a selector (management nodes: many members of many
-// clusters, DESIGN.md §11). A static-pod manifest is a Pod, so one parser
+// clusters, docs/design.md §11). A static-pod manifest is a Pod, so one parser
 // (package manifest) reads both; this package adds what only an API pod
 // needs: the downward API, and volumes resolved through PVC → PV → host
 // path.

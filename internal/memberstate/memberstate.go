@@ -5,7 +5,7 @@
 // It is pure: no I/O and no clock. Time comes in with each Sample, so every
 // rule is provable with plain function calls (the go.etcd.io/raft model).
 //
-// Hysteresis (DESIGN.md rule 6, the bootkube lesson): a member is lost only
+// Hysteresis (docs/design.md rule 6, the bootkube lesson): a member is lost only
 // after it has been continuously unhealthy for the grace period, or at once
 // when its data dir is missing/empty, or corrupt/foreign as confirmed by the
 // deep check, and it is not serving (nothing is left to wait for). A single healthy or learner sample ends the

@@ -1,5 +1,5 @@
 // Package nodereport is what the agent tells people through its Node object
-// (DESIGN.md section 7): the manual recovery trigger it reads from the Node's
+// (docs/design.md §7): the manual recovery trigger it reads from the Node's
 // annotations, the outcome it writes back (etcd-agent.io/last-recovery), and
 // the Events it records on the Node so that `kubectl describe node` shows
 // what the agent did and why.
@@ -47,7 +47,7 @@ const (
 // Node (never a person: use etcd-agent move).
 const ActionMoveIn = "move-in"
 
-// ActionRejoin re-creates the local member from its peers (DESIGN.md section 6).
+// ActionRejoin re-creates the local member from its peers (docs/design.md §6).
 const ActionRejoin = "rejoin"
 
 // Event reasons.

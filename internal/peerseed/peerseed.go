@@ -1,5 +1,5 @@
 // Package peerseed gets a copy of the cluster's data from a healthy peer
-// for a member that is being rejoined (DESIGN.md §6 step 3): it picks the
+// for a member that is being rejoined (docs/design.md §6 step 3): it picks the
 // peer (chosen by plan.PickSource), streams its Maintenance.Snapshot into local storage,
 // verifying the sha256 that etcd appends to the stream (Stream), and checks
 // that the result is a usable etcd db (VerifyDB).

@@ -1,6 +1,6 @@
 package peerseed
 
-// Seed mode (DESIGN.md §6 step 6): instead of starting the new learner on
+// Seed mode (docs/design.md §6 step 6): instead of starting the new learner on
 // an empty data dir and letting the leader send it a raft snapshot, the agent
 // builds the learner's data dir itself from a snapshot streamed from a
 // follower after the learner was added. The learner then restarts like a

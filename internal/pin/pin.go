@@ -1,6 +1,6 @@
 // Package pin remembers which cluster a member belongs to and which member
 // ID it serves under: the cluster ID and the member ID are pinned the first
-// time the agent sees the member serve (DESIGN.md rule 7), in the agent's
+// time the agent sees the member serve (docs/design.md rule 7), in the agent's
 // state dir and on the Node (so a reinstalled node still knows). A pinned
 // member has existed: its start gate never lets etcd start it on missing or
 // empty data, and the agent ignores answers from any other cluster.

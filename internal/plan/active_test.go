@@ -2,7 +2,7 @@ package plan
 
 // Tables for the active path: a recovery is open (journal phase started ..
 // verified). Steps are judged from the cluster's actual member list, never
-// from the journal's memory alone (DESIGN.md §6).
+// from the journal's memory alone (docs/design.md §6).
 
 import (
 	"fmt"

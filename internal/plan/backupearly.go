@@ -3,7 +3,7 @@ package plan
 // The pre-change backup while the member stops: the backup is a read from a
 // serving peer under the Lease and changes nothing, so it may stream while
 // the local member is being stopped instead of after; TakeSnapshot waits
-// for it, so it still ends before any membership change (DESIGN §6 step 3).
+// for it, so it still ends before any membership change (docs/design.md §6 step 3).
 // The stop of a member that is already down is all settle time (a kubelet
 // noticing a parked manifest), and a real kubelet's is seconds.
 

@@ -86,7 +86,7 @@ type GateVerdict struct {
 	Detail string
 }
 
-// DecideGate is the start gate's rule (DESIGN.md §6, rule 9): etcd may start
+// DecideGate is the start gate's rule (docs/design.md §6, rule 9): etcd may start
 // on a healthy data dir of this member, or on one the agent prepared for a
 // new member ID; never on missing, empty, corrupt, foreign or another
 // member's data under an ID that has served before. "The cluster cannot be

@@ -1,7 +1,7 @@
 package plan
 
 // Tables for the idle path: no recovery is open; is one wanted, and is it
-// safe to begin? (DESIGN.md §4, rules 1-3, 6, 7, 10.)
+// safe to begin? (docs/design.md §4, rules 1-3, 6, 7, 10.)
 
 import (
 	"fmt"

@@ -8,7 +8,7 @@ import (
 	"github.com/etcd-agent/etcd-agent/internal/observation"
 )
 
-// The steward (DESIGN.md §11, UC1): a member pod whose node is lost for
+// The steward (docs/design.md §11, UC1): a member pod whose node is lost for
 // good is stuck (the StatefulSet never replaces a pod it cannot see gone,
 // and its PVC is bound to a PV on the dead node). An agent with a healthy
 // local member of the same cluster, holding that cluster's Lease, frees

@@ -10,7 +10,7 @@ import (
 	"github.com/etcd-agent/etcd-agent/internal/record"
 )
 
-// A stranded learner (issue 10 item 5, DESIGN §5 "the new holder resumes or
+// A stranded learner (issue 10 item 5, docs/design.md §5 "the new holder resumes or
 // rolls back"): the agent that added it died (its node was lost) before it
 // promoted or removed it. Its learner then blocks every other heal with
 // learner-present (rule 3: one learner at a time), for good. The next Lease

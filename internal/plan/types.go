@@ -1,6 +1,6 @@
 // Package plan is the agent's decision core: Decide(Input, Config) says what,
 // if anything, is safe to do next, or refuses with a reason code. It holds
-// every safety rule of the design (DESIGN.md §4) in one place and does no I/O:
+// every safety rule of the design (docs/design.md §4) in one place and does no I/O:
 // time, the observation, the Lease and the journal are inputs, as ticks and
 // messages are for go.etcd.io/raft's state machine. The executor (package
 // heal) does what the Decision says and calls Decide again.
@@ -38,7 +38,7 @@ const (
 	Finish               Action = "finish"         // release the Lease, close the journal with Result
 	// RollbackLearner: no recovery is open and a stranded learner (not
 	// ours, no live Lease, no progress for the stall timeout) blocks ours:
-	// acquire the Lease and open a rollback record for MemberID (DESIGN
+	// acquire the Lease and open a rollback record for MemberID (docs/design.md
 	// §5: the new holder resumes or rolls back).
 	RollbackLearner Action = "rollback-learner"
 	// RemoveStrandedLearner: the rollback record's step, with the Lease

@@ -14,7 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-// TestManualRecover drives the manual trigger (Node annotations, DESIGN §7)
+// TestManualRecover drives the manual trigger (Node annotations, docs/design.md §7)
 // on one lab, with automatic healing off so that only requests act:
 // (a) a rejoin of a healthy member is carried out (rule 2 allows it while
 // quorum survives the stop); (b) a dry run only plans; (c) a value that is

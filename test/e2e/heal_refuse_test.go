@@ -107,7 +107,7 @@ func startAll(t *testing.T, l *lab.Lab, nodes ...string) {
 }
 
 // TestNoMembershipChangeWithoutAPI: without the Kubernetes API there is no
-// Lease, so no action (DESIGN §5): node2's wiped member is lost, its agent
+// Lease, so no action (docs/design.md §5): node2's wiped member is lost, its agent
 // refuses api-unavailable and the membership stays as it is. Once the API
 // is back, the agent heals it.
 func TestNoMembershipChangeWithoutAPI(t *testing.T) {

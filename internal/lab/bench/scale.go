@@ -19,7 +19,7 @@ import (
 )
 
 // ScaleOptions configure `lab bench-scale`: the agent's idle cost with K
-// local members (DESIGN §10, §11), each the only member of its own small
+// local members (docs/design.md §10, §11), each the only member of its own small
 // hosted etcd cluster, on one management node.
 type ScaleOptions struct {
 	Lab     lab.Options // Dir, BinDir, AgentBinary, Log; the rest is set here
