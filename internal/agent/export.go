@@ -137,14 +137,7 @@ type stateGauges struct {
 }
 
 func newStateGauges(obs observation.Observation, state memberstate.State) stateGauges {
-	voters, healthy := obs.Voters(), obs.HealthyVoters()
-	// With no member list the agent cannot count voters; it still knows no
-	// quorum answered, which is what the margin must say.
-	margin := healthy - memberstate.Quorum(voters)
-	if obs.MemberListError != "" {
-		margin = -1
-	}
-	return stateGauges{state: state, dataDir: obs.Local.DataDirClass, voters: voters, healthy: healthy, margin: margin}
+	return stateGauges{state: state, dataDir: obs.Local.DataDirClass, voters: obs.Voters(), healthy: obs.HealthyVoters(), margin: memberstate.QuorumMargin(obs)}
 }
 
 // exportMetrics sets the state gauges from one assessed observation; a

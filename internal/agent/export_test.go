@@ -80,3 +80,31 @@ func TestForeignEndpointResponsesCounted(t *testing.T) {
 		t.Fatalf("etcd_agent_foreign_endpoint_responses_total = %v, want 2", v)
 	}
 }
+
+// Issue 42: the quorum margin was computed twice, differently: `status`
+// (NewReport) and the metric (stateGauges) must say the same for every
+// observation, a member list that did not answer included (the metric's -1:
+// no quorum answered; the report counted the members it still listed).
+func TestStatusAndTheMetricSayTheSameQuorumMargin(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		obs  observation.Observation
+	}{
+		{"three healthy", healthy3().Observation},
+		{"one down", func() observation.Observation {
+			o := healthy3().Observation
+			o.Members[2].Serving = false
+			return o
+		}()},
+		{"the member list did not answer", func() observation.Observation {
+			o := healthy3().Observation
+			o.MemberListError = "context deadline exceeded"
+			return o
+		}()},
+	} {
+		rep := NewReport(memberstate.Result{Observation: c.obs})
+		if g := newStateGauges(c.obs, memberstate.Healthy); rep.QuorumMargin != g.margin {
+			t.Errorf("%s: status says margin %d, the metric %d", c.name, rep.QuorumMargin, g.margin)
+		}
+	}
+}

@@ -55,7 +55,7 @@ func NewReport(r memberstate.Result) Report {
 	q := memberstate.Quorum(voters)
 	return Report{At: o.At, State: r.Verdict.State, Reason: r.Verdict.Reason, Detail: r.Verdict.Detail,
 		MajorityLost: r.Verdict.MajorityLost, Voters: voters, HealthyVoters: healthy, Quorum: q,
-		QuorumMargin: healthy - q, Observation: o}
+		QuorumMargin: memberstate.QuorumMargin(o), Observation: o}
 }
 
 // ExitCode is status's exit code: 0 healthy (or learner), 1 degraded or

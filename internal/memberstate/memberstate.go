@@ -121,6 +121,17 @@ func Quorum(n int) int {
 	return n/2 + 1
 }
 
+// QuorumMargin is healthy voters minus the quorum: 0 means one more failure
+// loses the API, < 0 that the majority is lost. With no member list the
+// voters cannot be counted, but no quorum answered: -1. The one margin
+// `status` and etcd_agent_cluster_quorum_margin both show.
+func QuorumMargin(o observation.Observation) int {
+	if o.MemberListError != "" {
+		return -1
+	}
+	return o.HealthyVoters() - Quorum(o.Voters())
+}
+
 // Tracker remembers the current unhealthy run of one member. The zero value
 // is ready to use. It is not safe for concurrent use.
 type Tracker struct {
