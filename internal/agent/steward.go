@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"encoding/json"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -324,8 +325,12 @@ func (s *steward) do(ctx context.Context, d plan.Decision, r memberstate.Result,
 		// The mark first (with the pod's UID as a precondition): after
 		// it, whoever resumes knows this pod's member was removed by a
 		// steward of this cluster, and only then frees its claim and pod.
-		patch := fmt.Sprintf(`{"metadata":{"uid":%q,"annotations":{%q:%q}}}`, p.UID, AnnotationRemovedMember, plan.RemovedMark(r.Observation.ClusterID, d.MemberID))
-		if _, err := s.kc.CoreV1().Pods(p.Namespace).Patch(ctx, p.Name, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+		patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"uid": p.UID,
+			"annotations": map[string]string{AnnotationRemovedMember: plan.RemovedMark(r.Observation.ClusterID, d.MemberID)}}})
+		if err != nil {
+			return err
+		}
+		if _, err := s.kc.CoreV1().Pods(p.Namespace).Patch(ctx, p.Name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
 			return fmt.Errorf("mark the pod before removing its member: %w", err)
 		}
 		return s.removeMember(ctx, r, d.MemberID)
