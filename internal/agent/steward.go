@@ -1,9 +1,9 @@
 package agent
 
 import (
-	"encoding/json"
 	"context"
 	"crypto/tls"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"github.com/etcd-agent/etcd-agent/internal/etcdversion"
