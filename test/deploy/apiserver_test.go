@@ -265,22 +265,11 @@ func TestRBACEnforced(t *testing.T) {
 		t.Fatalf("the agent's identity cannot get its Node: %v", err)
 	}
 
-	allowed := func(what string, err error) {
-		t.Helper()
-		if err != nil {
-			t.Errorf("%s: want allowed, got %v", what, err)
-		}
-	}
-	denied := func(what string, err error) {
-		t.Helper()
-		if !apierrors.IsForbidden(err) {
-			t.Errorf("%s: want Forbidden, got %v", what, err)
-		}
-	}
+	allowed, denied := verdicts(t, "(Forbidden)", apierrors.IsForbidden)
 	leases := kc.CoordinationV1().Leases(agentNamespace)
 	newLease := func(name string) *coordinationv1.Lease {
 		return &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: name},
-			Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To("node1/node1"), LeaseDurationSeconds: ptr.To[int32](15)}}
+			Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To(node + "/" + node), LeaseDurationSeconds: ptr.To[int32](15)}}
 	}
 
 	t.Run("allowed", func(t *testing.T) {
@@ -290,7 +279,7 @@ func TestRBACEnforced(t *testing.T) {
 		if err == nil {
 			_, err = leases.Get(ctx, created.Name, metav1.GetOptions{})
 			allowed("get Lease", err)
-			created.Spec.HolderIdentity = ptr.To("node2/node2")
+			created.Spec.HolderIdentity = ptr.To(node + "/" + node + "/steward") // its own node's (the lease-scope policy)
 			_, err = leases.Update(ctx, created, metav1.UpdateOptions{})
 			allowed("update Lease", err)
 		}

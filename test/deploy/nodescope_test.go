@@ -69,20 +69,9 @@ func TestAgentActsOnlyForItsOwnNode(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	allowed := func(what string, err error) {
-		t.Helper()
-		if err != nil {
-			t.Errorf("%s: want allowed, got %v", what, err)
-		}
-	}
-	denied := func(what string, err error) {
-		t.Helper()
-		if !policyDenial(err) {
-			t.Errorf("%s: want denied by the node-scope policy, got %v", what, err)
-		} else if !strings.Contains(err.Error(), "'etcd-agent-node-scope'") {
-			t.Errorf("%s: denied, but not with the policy's message: %v", what, err)
-		}
-	}
+	allowed, denied := verdicts(t, "by the node-scope policy", func(err error) bool {
+		return policyDenial(err) && strings.Contains(err.Error(), "'etcd-agent-node-scope'")
+	})
 
 	t.Run("own node", func(t *testing.T) {
 		allowed("status on its own Node", patchNode(agentA, nodeA, ann(`"etcd-agent.io/status":"{\"state\":\"healthy\"}"`)))
@@ -254,18 +243,7 @@ func TestAgentHoldsTheRecoveryLeaseOnlyInItsOwnName(t *testing.T) {
 	if err != nil {
 		t.Fatalf("the agent on %s may still create a Lease held by %s: the lease-scope policy is not in force: %v", nodeA, nodeB, err)
 	}
-	allowed := func(what string, err error) {
-		t.Helper()
-		if err != nil {
-			t.Errorf("%s: want allowed, got %v", what, err)
-		}
-	}
-	denied := func(what string, err error) {
-		t.Helper()
-		if !leaseDenial(err) {
-			t.Errorf("%s: want denied by the lease-scope policy, got %v", what, err)
-		}
-	}
+	allowed, denied := verdicts(t, "by the lease-scope policy", leaseDenial)
 	name := "etcd-agent-lease-scope-test"
 	// As internal/lease writes it: holder "<node>/<member>[/steward]".
 	allowed("A holds the Lease", create(agentA, name, nodeA+"/m1"))
@@ -277,4 +255,22 @@ func TestAgentHoldsTheRecoveryLeaseOnlyInItsOwnName(t *testing.T) {
 	allowed("B frees its own hold", setHolder(agentB, name, ""))
 	denied("a hold in a name that only begins like A's", setHolder(agentA, name, nodeA+"x/m1"))
 	allowed("a person's write is not matched", setHolder(akc, name, "someone"))
+}
+
+// verdicts are a test's checks of a write: allowed (no error), denied
+// (isDenied says it was, by what).
+func verdicts(t *testing.T, by string, isDenied func(error) bool) (allowed, denied func(what string, err error)) {
+	allowed = func(what string, err error) {
+		t.Helper()
+		if err != nil {
+			t.Errorf("%s: want allowed, got %v", what, err)
+		}
+	}
+	denied = func(what string, err error) {
+		t.Helper()
+		if !isDenied(err) {
+			t.Errorf("%s: want denied %s, got %v", what, by, err)
+		}
+	}
+	return allowed, denied
 }
