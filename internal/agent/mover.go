@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -67,6 +68,10 @@ type moveState struct {
 	// Members is the member list when the ask went out: the target's
 	// answer must name a member new since (plan.MoveInput.MembersAtAsk).
 	Members []plan.AskedMember `json:"members,omitempty"`
+	// Denied is the target whose ask the API denied (the policy, RBAC):
+	// not asked again while move-to names it, even when the answer and
+	// the clearing of move-to were denied too.
+	Denied string `json:"denied,omitempty"`
 }
 
 // consider runs one step of a requested move; retired says the member is
@@ -87,6 +92,14 @@ func (mv *mover) consider(ctx context.Context, r memberstate.Result, h *heal.Hea
 	}
 	target, requested := self.Annotations[nodereport.AnnotationMoveTo]
 	st := mv.loadState()
+	if st.Denied != "" {
+		if requested && target == st.Denied {
+			mv.say("move: the API denied the ask; not asked again until move-to changes", zap.String("target", target))
+			return false
+		}
+		st = moveState{}
+		mv.saveState(st)
+	}
 	if st.Target != "" && (!requested || st.Target != target) {
 		mv.withdraw(actx, st) // withdrawn, or changed: the old ask goes
 		st = moveState{}
@@ -101,10 +114,11 @@ func (mv *mover) consider(ctx context.Context, r memberstate.Result, h *heal.Hea
 		DryRun:          mv.dryRun || self.Annotations[nodereport.AnnotationRecoverDryRun] == "true",
 		StoreConfigured: mv.store != "", AskedAt: st.AskedAt, Timeout: mv.timeout, MembersAtAsk: st.Members}
 	in.Target = mv.targetState(actx, target, local, st)
-	if st.AskedAt.IsZero() && st.From != "" && (in.Target.Asked || in.Target.Answer != nil && in.Target.Answer.ThisAsk) {
-		// Our ask reached the target though its write's answer was lost:
-		// adopt it, never ask anew (the target's agent may have begun on
-		// it, and its answer names this ask). Bounded from now.
+	if st.AskedAt.IsZero() && st.From != "" {
+		// An ask whose write may have been applied (an older agent's
+		// record): adopt it, never ask anew: the target's agent may have
+		// begun on it (it clears the ask when it starts) and its answer
+		// names this ask. Bounded from now.
 		st.AskedAt = time.Now().UTC()
 		mv.saveState(st)
 		in.AskedAt = st.AskedAt
@@ -130,17 +144,26 @@ func (mv *mover) consider(ctx context.Context, r memberstate.Result, h *heal.Hea
 		now := time.Now().UTC()
 		st.AskedAt, st.From, st.Members = now, nodereport.MoveFrom(mv.node, d.MemberID, now), plan.MembersOf(r.Observation)
 		mv.saveState(st)
-		if err := mv.ask(actx, target, st.From); apierrors.IsForbidden(err) || apierrors.IsInvalid(err) {
+		err := mv.ask(actx, target, st.From)
+		switch {
+		case apierrors.IsForbidden(err) || apierrors.IsInvalid(err):
 			// Denied (the node-scope policy, RBAC): asking again gets the
-			// same answer; the move ends, said on this Node.
+			// same answer; the move ends, said on this Node, and is not
+			// asked again while move-to names this target.
 			mv.answer(ctx, moveState{Target: target}, nodereport.LastRecovery{Request: request, Result: nodereport.ResultFailed, Reason: string(plan.ReasonMoveFailed),
 				StartedAt: now, FinishedAt: time.Now().UTC(), Message: "the API denied the ask on " + target + ": " + err.Error()}, "Warning", nodereport.ReasonRecoveryFailed)
+			mv.saveState(moveState{Denied: target})
 			return false
-		} else if err != nil {
-			mv.say("asking the target's agent failed; asking again at the next look", zap.String("target", target), zap.Error(err))
-			// The write may have been applied (its answer lost): the ask
-			// stays known as ours, to be asked again or withdrawn.
-			mv.saveState(moveState{Target: target, From: st.From, Members: st.Members})
+		case askNotApplied(err):
+			mv.say("the API refused the ask; asking again at the next look", zap.String("target", target), zap.Error(err))
+			mv.saveState(moveState{Target: target})
+			return false
+		case err != nil:
+			// No answer: the write may have been applied and the target's
+			// agent may begin on it at once. The ask stays ours (recorded
+			// above), waited for, bounded by the move's timeout, withdrawn
+			// at its end; never asked anew under another move-from.
+			mv.say("the ask's write got no answer; waiting for the target's answer to it", zap.String("target", target), zap.String("ask", st.From), zap.Error(err))
 			return false
 		}
 		mv.log.Info("move: asked the target's agent to add its member", zap.String("target", target), zap.String("ask", st.From), zap.String("detail", d.Detail))
@@ -213,6 +236,18 @@ func (mv *mover) targetState(ctx context.Context, name string, local uint64, st 
 		t.Answer = &plan.MoveAnswer{Result: lr.Result, Reason: lr.Reason, Message: lr.Message, MemberID: id, ThisAsk: lr.MoveFrom == st.From}
 	}
 	return t
+}
+
+// askNotApplied: the API answered the ask's write with a client error
+// (a conflict, ...): it was not applied. A timeout or a server error may
+// have been.
+func askNotApplied(err error) bool {
+	var st apierrors.APIStatus
+	if err == nil || !errors.As(err, &st) {
+		return false
+	}
+	code := st.Status().Code
+	return code >= 400 && code < 500 && code != http.StatusRequestTimeout
 }
 
 // checkStore lists the store, bounded: "" when it answered.

@@ -180,12 +180,15 @@ func TestTheMoverNeverAsksOverAnotherRequestOnTheTarget(t *testing.T) {
 func TestADeniedAskEndsTheMove(t *testing.T) {
 	kc := fake.NewClientset(readyNode("node1", map[string]string{nodereport.AnnotationMoveTo: "node4"}), readyNode("node4", nil))
 	patches := 0
+	denyNode1 := false
 	kc.PrependReactor("patch", "nodes", func(a k8stesting.Action) (bool, runtime.Object, error) {
-		if a.(k8stesting.PatchAction).GetName() != "node4" {
+		name := a.(k8stesting.PatchAction).GetName()
+		if name == "node4" {
+			patches++
+		} else if !denyNode1 {
 			return false, nil, nil
 		}
-		patches++
-		return true, nil, apierrors.NewForbidden(corev1.Resource("nodes"), "node4", errors.New("denied by the node-scope policy"))
+		return true, nil, apierrors.NewForbidden(corev1.Resource("nodes"), name, errors.New("denied by the node-scope policy"))
 	})
 	mv := &mover{kc: kc, node: "node1", stateDir: t.TempDir(), store: "file://" + t.TempDir(), timeout: time.Hour, log: zap.NewNop(),
 		rep: nodereport.NewReporter(kc, "node1", "test", zap.NewNop())}
@@ -201,6 +204,19 @@ func TestADeniedAskEndsTheMove(t *testing.T) {
 	if _, still := n1.Annotations[nodereport.AnnotationMoveTo]; still {
 		t.Fatalf("the move request stays after its end: %v", n1.Annotations)
 	}
+	// Its own Node's writes denied too (tokens without a node): the
+	// request stays, and still it is not asked again at every look.
+	denyNode1 = true
+	n1.Annotations[nodereport.AnnotationMoveTo] = "node4" // asked again (an update: the patches are denied)
+	if _, err := kc.CoreV1().Nodes().Update(ctx, n1, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		mv.consider(ctx, healthy3(), nil)
+	}
+	if patches != 2 {
+		t.Fatalf("asks %d after a second denied move with its answer denied too: want the one ask, never again while move-to names the same node", patches)
+	}
 
 	kc = fake.NewClientset(readyNode("node1", map[string]string{nodereport.AnnotationMoveTo: "node4"}),
 		readyNode("node4", map[string]string{nodereport.AnnotationRecover: nodereport.ActionMoveIn}))
@@ -210,5 +226,34 @@ func TestADeniedAskEndsTheMove(t *testing.T) {
 	n4, _ := kc.CoreV1().Nodes().Get(ctx, "node4", metav1.GetOptions{})
 	if _, asked := n4.Annotations[nodereport.AnnotationMoveFrom]; asked {
 		t.Fatalf("asked over a move-in without a move-from: %v", n4.Annotations)
+	}
+}
+
+// An ask the API refused with a client error (a conflict) was not applied:
+// it is asked again at the next look; one that got no answer is not.
+func TestAnAskTheAPIRefusedIsAskedAgain(t *testing.T) {
+	kc := fake.NewClientset(readyNode("node1", map[string]string{nodereport.AnnotationMoveTo: "node4"}), readyNode("node4", nil))
+	asks := 0
+	kc.PrependReactor("patch", "nodes", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		if a.(k8stesting.PatchAction).GetName() != "node4" {
+			return false, nil, nil
+		}
+		if asks++; asks == 1 {
+			return true, nil, apierrors.NewConflict(corev1.Resource("nodes"), "node4", errors.New("the object has been modified"))
+		}
+		return false, nil, nil
+	})
+	mv := &mover{kc: kc, node: "node1", stateDir: t.TempDir(), store: "file://" + t.TempDir(), timeout: time.Hour, log: zap.NewNop(),
+		rep: nodereport.NewReporter(kc, "node1", "test", zap.NewNop())}
+	defer mv.rep.Shutdown()
+	ctx := context.Background()
+	mv.consider(ctx, healthy3(), nil)
+	if st := mv.loadState(); st.From != "" || !st.AskedAt.IsZero() {
+		t.Fatalf("state after a refused ask: %+v, want no ask recorded", st)
+	}
+	mv.consider(ctx, healthy3(), nil)
+	n4, _ := kc.CoreV1().Nodes().Get(ctx, "node4", metav1.GetOptions{})
+	if st := mv.loadState(); asks != 2 || st.From == "" || n4.Annotations[nodereport.AnnotationMoveFrom] != st.From {
+		t.Fatalf("asks %d, state %+v, node4 %v: want the ask made again and recorded", asks, st, n4.Annotations)
 	}
 }
