@@ -14,7 +14,7 @@ BENCH_MEMBERS ?= 1,10,30
 # duration with a bare "context deadline exceeded" (go.dev/issue/75804).
 TEST_FUZZTIME ?= 300x
 
-.PHONY: all tools build unit e2e e2e-full e2e-chaos test fuzz demo demo-down bench vet fmt clean deploy-test dashboard-png images
+.PHONY: all tools demo-tools build unit e2e e2e-full e2e-chaos test fuzz demo demo-down bench vet fmt clean deploy-test dashboard-png images
 
 all: build
 
@@ -93,7 +93,12 @@ dashboard-png:
 ## demo: the heal demo: lab with agents, API load, wipe node2, live timeline, summary
 ## (a previous demo's lab in LAB_DIR is stopped and its files replaced: a lab
 ## reuses no node's data, whose cluster had other ports and another token)
-demo: tools build
+## demo-tools: only what the demo runs (etcd, etcdctl, kube-apiserver), not the
+## test tools (issue 42: a newcomer's cold `make demo` built all of them)
+demo-tools:
+	@hack/tools/build.sh etcd etcdctl kube-apiserver
+
+demo: demo-tools build
 	@if [ -f $(LAB_DIR)/lab.json ]; then $(BIN)/etcd-agent lab down --dir $(LAB_DIR) && rm -rf $(LAB_DIR); fi
 	$(BIN)/etcd-agent lab demo --dir $(LAB_DIR) --log-level warn
 
