@@ -74,10 +74,14 @@ type moveState struct {
 	Denied string `json:"denied,omitempty"`
 }
 
+// pending: a move of ours under way, or a denial to forget once move-to
+// is gone (a request of the same target after it is asked again).
+func (st moveState) pending() bool { return st.Target != "" || st.Denied != "" }
+
 // consider runs one step of a requested move; retired says the member is
 // gone from this node (the move-out succeeded).
 func (mv *mover) consider(ctx context.Context, r memberstate.Result, h *heal.Healer) (retired bool) {
-	if time.Now().Before(mv.notBefore) || mv.requested != nil && !mv.requested() && mv.loadState().Target == "" {
+	if time.Now().Before(mv.notBefore) || mv.requested != nil && !mv.requested() && !mv.loadState().pending() {
 		return false
 	}
 	actx, cancel := context.WithTimeout(ctx, moveCallTimeout)

@@ -257,3 +257,27 @@ func TestAnAskTheAPIRefusedIsAskedAgain(t *testing.T) {
 		t.Fatalf("asks %d, state %+v, node4 %v: want the ask made again and recorded", asks, st, n4.Annotations)
 	}
 }
+
+// A denial is forgotten once move-to is gone, even when the agent's watch
+// says so (requested false): the same move asked again later is asked.
+func TestADeniedMoveIsAskedAgainOnceRequestedAnew(t *testing.T) {
+	kc := fake.NewClientset(readyNode("node1", nil), readyNode("node4", nil))
+	requested := false
+	mv := &mover{kc: kc, node: "node1", stateDir: t.TempDir(), store: "file://" + t.TempDir(), timeout: time.Hour, log: zap.NewNop(),
+		rep: nodereport.NewReporter(kc, "node1", "test", zap.NewNop()), requested: func() bool { return requested }}
+	defer mv.rep.Shutdown()
+	mv.saveState(moveState{Denied: "node4"}) // an earlier move to node4 was denied; move-to since cleared
+	ctx := context.Background()
+	mv.consider(ctx, healthy3(), nil)
+	n1, _ := kc.CoreV1().Nodes().Get(ctx, "node1", metav1.GetOptions{})
+	n1.Annotations = map[string]string{nodereport.AnnotationMoveTo: "node4"}
+	if _, err := kc.CoreV1().Nodes().Update(ctx, n1, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	requested = true
+	mv.consider(ctx, healthy3(), nil)
+	n4, _ := kc.CoreV1().Nodes().Get(ctx, "node4", metav1.GetOptions{})
+	if n4.Annotations[nodereport.AnnotationRecover] != nodereport.ActionMoveIn {
+		t.Fatalf("the move asked anew after the denial was not asked: node4 %v, state %+v", n4.Annotations, mv.loadState())
+	}
+}
