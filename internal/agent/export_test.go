@@ -101,10 +101,32 @@ func TestStatusAndTheMetricSayTheSameQuorumMargin(t *testing.T) {
 			o.MemberListError = "context deadline exceeded"
 			return o
 		}()},
+		{"the majority lost (the last list seen: 3 voters, none serves)", func() observation.Observation {
+			o := healthy3().Observation
+			o.MemberListError = "context deadline exceeded"
+			for i := range o.Members {
+				o.Members[i].Serving = false
+			}
+			return o
+		}()},
 	} {
 		rep := NewReport(memberstate.Result{Observation: c.obs})
 		if g := newStateGauges(c.obs, memberstate.Healthy); rep.QuorumMargin != g.margin {
 			t.Errorf("%s: status says margin %d, the metric %d", c.name, rep.QuorumMargin, g.margin)
 		}
+		t.Logf("%s: margin %d", c.name, rep.QuorumMargin)
+	}
+	// A list that did not answer is no quorum, whatever the last one said;
+	// none serving of 3 is -2 (TestCorruptAndForeignDataDirsAndMajorityLost).
+	o := healthy3().Observation
+	o.MemberListError = "x"
+	if m := memberstate.QuorumMargin(o); m != -1 {
+		t.Errorf("3 serving, the list unanswered: margin %d, want -1", m)
+	}
+	for i := range o.Members {
+		o.Members[i].Serving = false
+	}
+	if m := memberstate.QuorumMargin(o); m != -2 {
+		t.Errorf("none serving of 3, the list unanswered: margin %d, want -2", m)
 	}
 }

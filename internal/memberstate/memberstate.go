@@ -121,15 +121,17 @@ func Quorum(n int) int {
 	return n/2 + 1
 }
 
-// QuorumMargin is healthy voters minus the quorum: 0 means one more failure
-// loses the API, < 0 that the majority is lost. With no member list the
-// voters cannot be counted, but no quorum answered: -1. The one margin
-// `status` and etcd_agent_cluster_quorum_margin both show.
+// QuorumMargin is healthy voters minus the quorum of the last member list
+// seen: 0 means one more failure loses the API, < 0 that the majority is
+// lost. A member list that did not answer means no quorum answered it: at
+// most -1 then. The one margin `status` and etcd_agent_cluster_quorum_margin
+// both show.
 func QuorumMargin(o observation.Observation) int {
+	m := o.HealthyVoters() - Quorum(o.Voters())
 	if o.MemberListError != "" {
-		return -1
+		m = min(m, -1)
 	}
-	return o.HealthyVoters() - Quorum(o.Voters())
+	return m
 }
 
 // Tracker remembers the current unhealthy run of one member. The zero value
