@@ -100,7 +100,7 @@ func (l *Lab) WipeDataDir(node string) error {
 	}
 	if n.WALDir != "" {
 		// A dedicated WAL dir goes with it: the member's whole state.
-		return os.RemoveAll(n.WALDir)
+		return removeAllRacing(n.WALDir)
 	}
 	return nil
 }
@@ -127,12 +127,12 @@ func (l *Lab) WipeDataDirContents(node string) error {
 		return err
 	}
 	for _, e := range entries {
-		if err := os.RemoveAll(filepath.Join(n.DataDir, e.Name())); err != nil {
+		if err := removeAllRacing(filepath.Join(n.DataDir, e.Name())); err != nil {
 			return err
 		}
 	}
 	if n.WALDir != "" {
-		return os.RemoveAll(n.WALDir)
+		return removeAllRacing(n.WALDir)
 	}
 	return nil
 }
@@ -154,7 +154,7 @@ func (l *Lab) ReplaceDataDirWithFile(node string) (string, error) {
 	l.wipesMu.Lock()
 	l.wipes = append(l.wipes, Wipe{Node: node, At: time.Now()})
 	l.wipesMu.Unlock()
-	if err := os.RemoveAll(n.DataDir); err != nil {
+	if err := removeAllRacing(n.DataDir); err != nil {
 		return "", err
 	}
 	return content, os.WriteFile(n.DataDir, []byte(content), 0o600)

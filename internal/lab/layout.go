@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"syscall"
+	"time"
 
 	"go.uber.org/zap"
 	corev1 "k8s.io/api/core/v1"
@@ -66,7 +67,7 @@ func (n Node) DataDirTarget() string { return filepath.Join(n.DiskDir, "etcd-dis
 // unmounted): its entries go.
 func wipeDataDir(n Node) error {
 	if n.DataDirLayout == LayoutSubdir {
-		return os.RemoveAll(n.DataDir)
+		return removeAllRacing(n.DataDir)
 	}
 	entries, err := os.ReadDir(n.DataDir)
 	if err != nil {
@@ -74,9 +75,25 @@ func wipeDataDir(n Node) error {
 	}
 	var errs []error
 	for _, e := range entries {
-		errs = append(errs, os.RemoveAll(filepath.Join(n.DataDir, e.Name())))
+		errs = append(errs, removeAllRacing(filepath.Join(n.DataDir, e.Name())))
 	}
 	return errors.Join(errs...)
+}
+
+// removeAllRacing removes dir while the agent may put an empty skeleton
+// back into it (a wiped serving member's dirs come back at once,
+// plan.DecideSkeleton): a RemoveAll racing that fails with "directory not
+// empty" (seen in CI: TestAClusterOnDedicatedWALDirs). It tries again, a
+// bounded number of times; what the agent puts back after is the agent's.
+func removeAllRacing(dir string) error {
+	var err error
+	for range 50 {
+		if err = os.RemoveAll(dir); err == nil {
+			return nil
+		}
+		time.Sleep(10 * time.Millisecond) // the agent's mkdir is done within a few ms
+	}
+	return fmt.Errorf("remove %s: the agent kept putting it back: %w", dir, err)
 }
 
 // MoveWALToDedicatedDir moves a stopped member's WAL to a dedicated
