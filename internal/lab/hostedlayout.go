@@ -106,7 +106,7 @@ func HostedSymlinkTarget(pvPath string) string {
 func wipePodDirs(layout, pvPath string) error {
 	data, wal := podDirsIn(layout, pvPath)
 	if layout != HostedLayoutVolumeRoot && layout != HostedLayoutSymlink {
-		return errors.Join(os.RemoveAll(data), removeIfSet(wal))
+		return errors.Join(removeAllRacing(data), removeIfSet(wal))
 	}
 	entries, err := os.ReadDir(data)
 	if err != nil {
@@ -114,7 +114,7 @@ func wipePodDirs(layout, pvPath string) error {
 	}
 	var errs []error
 	for _, e := range entries {
-		errs = append(errs, os.RemoveAll(filepath.Join(data, e.Name())))
+		errs = append(errs, removeAllRacing(filepath.Join(data, e.Name())))
 	}
 	return errors.Join(errs...)
 }
@@ -123,5 +123,5 @@ func removeIfSet(path string) error {
 	if path == "" {
 		return nil
 	}
-	return os.RemoveAll(path)
+	return removeAllRacing(path)
 }
