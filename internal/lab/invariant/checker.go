@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -141,6 +142,8 @@ type Options struct {
 	// from 3.6 on (kube-apiserver's) do not send elsewhere, while 3.6
 	// answers FailedPrecondition, which they do. An open defect of a heal
 	// on 3.5 (docs/recovery.md, "etcd versions"), not excused on 3.6+.
+	// Only while the membership watch saw a learner (learnerWindows): a
+	// learner that kept refusing once promoted still fails the row.
 	Etcd35LearnerRefusals bool
 }
 
@@ -230,7 +233,7 @@ func (c *Checker) Finish(ctx context.Context, o Options) (Report, error) {
 	}
 	failures := r.Writes.Failures
 	if o.Etcd35LearnerRefusals {
-		failures, r.LearnerRefused = splitLearnerRefusals(r.Writes.Failures)
+		failures, r.LearnerRefused = splitLearnerRefusals(r.Writes.Failures, c.members.History())
 	}
 	bad, atKill, atHandOff := unexcused(failures, faults)
 	r.AtHardFault, r.AtLeaderHandOff = atKill, atHandOff
@@ -290,14 +293,47 @@ func firstFailures(fs []Failure, n int) string {
 // learnerRefusal is what etcd answers a write sent to a learner.
 const learnerRefusal = "rpc not supported for learner"
 
-// splitLearnerRefusals parts the failures a learner refused from the rest.
-func splitLearnerRefusals(fs []Failure) (rest, refused []Failure) {
+// LearnerRefusalSlack is how long after the membership watch first saw a
+// learner gone a refusal may still be answered: the write was sent while
+// it was a learner, its answer came back through the API server.
+const LearnerRefusalSlack = time.Second
+
+// splitLearnerRefusals parts the failures a learner refused while the
+// membership watch saw one in the cluster (history) from the rest: a
+// refusal outside every learner's window stays a failure.
+func splitLearnerRefusals(fs []Failure, history []Membership) (rest, refused []Failure) {
+	windows := learnerWindows(history)
 	for _, f := range fs {
-		if strings.Contains(f.Err, learnerRefusal) {
+		if strings.Contains(f.Err, learnerRefusal) && slices.ContainsFunc(windows, func(w window) bool { return w.holds(f.At) }) {
 			refused = append(refused, f)
 		} else {
 			rest = append(rest, f)
 		}
 	}
 	return rest, refused
+}
+
+// window is a span of time; a zero to is still open.
+type window struct{ from, to time.Time }
+
+func (w window) holds(t time.Time) bool {
+	return !t.Before(w.from) && (w.to.IsZero() || !t.After(w.to))
+}
+
+// learnerWindows are the spans in which the cluster may have had a
+// learner, widest: from the last poll before one was seen to the first
+// poll that saw none again, plus LearnerRefusalSlack.
+func learnerWindows(history []Membership) []window {
+	var out []window
+	open := false
+	for _, m := range history {
+		learner := slices.ContainsFunc(m.Members, func(x Member) bool { return x.Learner })
+		switch {
+		case learner && !open:
+			out, open = append(out, window{from: m.Since}), true
+		case !learner && open:
+			out[len(out)-1].to, open = m.At.Add(LearnerRefusalSlack), false
+		}
+	}
+	return out
 }
