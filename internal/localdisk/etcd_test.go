@@ -6,76 +6,31 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
+
+	"github.com/etcd-agent/etcd-agent/internal/lab/realetcd"
 )
 
 // Helpers that run the real etcd binary and prepare real data dirs.
 
-const (
-	startTimeout = 30 * time.Second
-	stopTimeout  = 15 * time.Second
-	pollInterval = 20 * time.Millisecond
-)
-
-// etcdBinary locates ../../bin/etcd (relative to this package's dir, which is
-// the working directory of `go test`).
+// etcdBinary is bin/etcd (3.6).
 func etcdBinary(t testing.TB) string {
 	t.Helper()
-	return binaryAt(t, "etcd")
+	return realetcd.Binary(t, "etcd")
 }
 
-// binaryAt locates ../../bin/<file>; a missing binary fails the test.
-func binaryAt(t testing.TB, file string) string {
-	t.Helper()
-	p, err := filepath.Abs(filepath.Join("..", "..", "bin", file))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if fi, err := os.Stat(p); err != nil || fi.IsDir() {
-		t.Fatalf("real etcd binary not found at %s (%v): run `make tools`", p, err)
-	}
-	return p
-}
-
-// etcdBinaries are the etcd minors whose data dirs the classifications
-// are proven on: the format read (WAL metadata, db consistent index, .snap
-// CRC) is the same in 3.5 and 3.6, and 3.5 clusters are still common.
-var etcdBinaries = []struct{ row, file, version string }{{"etcd3.6", "etcd", "3.6."}, {"etcd3.5", "etcd-3.5", "3.5."}}
-
-// onEtcdBinaries runs f once per real etcd binary, a subtest each; a
-// binary of another minor than its row fails.
+// onEtcdBinaries runs f once per real etcd minor (realetcd.Versions): the
+// format read (WAL metadata, db consistent index, .snap CRC) is the same
+// in 3.5 and 3.6, and 3.5 clusters are still common.
 func onEtcdBinaries(t *testing.T, f func(t *testing.T, bin string)) {
-	for _, b := range etcdBinaries {
-		t.Run(b.row, func(t *testing.T) {
-			bin := binaryAt(t, b.file)
-			out, err := exec.Command(bin, "--version").Output()
-			if err != nil || !strings.Contains(string(out), "etcd Version: "+b.version) {
-				t.Fatalf("%s --version: %q (%v), want etcd %s*", bin, out, err, b.version)
-			}
-			f(t, bin)
-		})
-	}
-}
-
-func freePort(t testing.TB) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	realetcd.OnVersions(t, func(t *testing.T, _ realetcd.Version, bin string) { f(t, bin) })
 }
 
 // identity is what the running member reported about itself over the API.
@@ -84,19 +39,10 @@ type identity struct {
 	appliedIndex        uint64
 }
 
-// etcdProcess is a running single-member etcd.
-type etcdProcess struct {
-	dataDir  string
-	endpoint string
-	logPath  string
-	cmd      *exec.Cmd
-	exited   chan struct{} // closed once cmd.Wait returns
-	stopOnce sync.Once
-}
+// etcdProcess is a running one-member etcd.
+type etcdProcess struct{ *realetcd.Process }
 
-// startEtcd starts a single-member cluster whose data dir is dataDir and
-// waits until it serves requests. The member is stopped at test cleanup if
-// the test has not stopped it already.
+// startEtcd starts a one-member cluster of bin/etcd on dataDir.
 func startEtcd(t testing.TB, dataDir, name string) *etcdProcess {
 	t.Helper()
 	return startEtcdWith(t, etcdBinary(t), dataDir, name)
@@ -105,80 +51,12 @@ func startEtcd(t testing.TB, dataDir, name string) *etcdProcess {
 // startEtcdWith is startEtcd with the etcd binary bin.
 func startEtcdWith(t testing.TB, bin, dataDir, name string) *etcdProcess {
 	t.Helper()
-	clientURL := fmt.Sprintf("http://127.0.0.1:%d", freePort(t))
-	peerURL := fmt.Sprintf("http://127.0.0.1:%d", freePort(t))
-	logPath := dataDir + ".log"
-	logFile, err := os.Create(logPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer logFile.Close()
-
-	cmd := exec.Command(bin,
-		"--name", name,
-		"--data-dir", dataDir,
-		"--listen-client-urls", clientURL,
-		"--advertise-client-urls", clientURL,
-		"--listen-peer-urls", peerURL,
-		"--initial-advertise-peer-urls", peerURL,
-		"--initial-cluster", name+"="+peerURL,
-		"--initial-cluster-state", "new",
-		// A unique token makes every test cluster get its own cluster ID.
-		"--initial-cluster-token", fmt.Sprintf("%s-%d", name, time.Now().UnixNano()),
-		// Snapshot often so classification reads the WAL from a real .snap.
-		"--snapshot-count", "25",
-		"--log-level", "warn",
-	)
-	cmd.Env = withoutEtcdEnv(os.Environ())
-	cmd.Stdout, cmd.Stderr = logFile, logFile
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("start etcd: %v", err)
-	}
-	p := &etcdProcess{dataDir: dataDir, endpoint: clientURL, logPath: logPath, cmd: cmd, exited: make(chan struct{})}
-	go func() { _ = cmd.Wait(); close(p.exited) }()
-	t.Cleanup(func() { p.stop(t) })
-
-	if err := p.waitReady(); err != nil {
-		p.stop(t)
-		t.Fatalf("etcd did not become ready: %v\n%s", err, p.logTail())
-	}
-	return p
+	return &etcdProcess{realetcd.Start(t, bin, dataDir, name)}
 }
 
-func (p *etcdProcess) waitReady() error {
-	deadline := time.Now().Add(startTimeout)
-	cli := p.client()
-	defer cli.Close()
-	var lastErr error
-	for time.Now().Before(deadline) {
-		select {
-		case <-p.exited:
-			return fmt.Errorf("etcd exited: %v", p.cmd.ProcessState)
-		default:
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		_, lastErr = cli.Status(ctx, p.endpoint)
-		cancel()
-		if lastErr == nil {
-			return nil
-		}
-		time.Sleep(pollInterval)
-	}
-	return fmt.Errorf("not ready after %s: %v", startTimeout, lastErr)
-}
+func (p *etcdProcess) client() *clientv3.Client { return p.Client() }
 
-func (p *etcdProcess) client() *clientv3.Client {
-	cli, err := clientv3.New(clientv3.Config{
-		Endpoints:   []string{p.endpoint},
-		DialTimeout: 5 * time.Second,
-		Logger:      zap.NewNop(),
-	})
-	if err != nil {
-		// New only fails on bad config, never on an unreachable endpoint.
-		panic(err)
-	}
-	return cli
-}
+func (p *etcdProcess) stop(t testing.TB) { p.Stop(t) }
 
 // writeKeys puts n keys with values large enough that the "key" bucket
 // spills over several bbolt pages.
@@ -211,7 +89,7 @@ func (p *etcdProcess) identity(t testing.TB) identity {
 	if len(members.Members) != 1 {
 		t.Fatalf("want 1 member, got %d", len(members.Members))
 	}
-	status, err := cli.Status(ctx, p.endpoint)
+	status, err := cli.Status(ctx, p.Endpoint)
 	if err != nil {
 		t.Fatalf("status: %v", err)
 	}
@@ -223,43 +101,6 @@ func (p *etcdProcess) identity(t testing.TB) identity {
 		clusterID:    members.Header.ClusterId,
 		appliedIndex: status.RaftAppliedIndex,
 	}
-}
-
-// stop sends SIGTERM to the member's PID and waits (bounded) for it to exit,
-// escalating to SIGKILL. Safe to call more than once.
-func (p *etcdProcess) stop(t testing.TB) {
-	p.stopOnce.Do(func() {
-		_ = p.cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-p.exited:
-			return
-		case <-time.After(stopTimeout):
-		}
-		_ = p.cmd.Process.Kill()
-		select {
-		case <-p.exited:
-		case <-time.After(stopTimeout):
-		}
-		t.Errorf("etcd pid %d did not exit within %s of SIGTERM\n%s", p.cmd.Process.Pid, stopTimeout, p.logTail())
-	})
-}
-
-func (p *etcdProcess) logTail() string {
-	b, _ := os.ReadFile(p.logPath)
-	if len(b) > 4000 {
-		b = b[len(b)-4000:]
-	}
-	return string(b)
-}
-
-func withoutEtcdEnv(env []string) []string {
-	out := env[:0:0]
-	for _, kv := range env {
-		if !strings.HasPrefix(kv, "ETCD_") {
-			out = append(out, kv)
-		}
-	}
-	return out
 }
 
 // stoppedMember is a data dir written by a real etcd that was then stopped

@@ -150,7 +150,7 @@ func TestASkeletonUnderARealRunningEtcd(t *testing.T) {
 	defer cli.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	if _, err := cli.Defragment(ctx, p.endpoint); err != nil {
+	if _, err := cli.Defragment(ctx, p.Endpoint); err != nil {
 		t.Fatalf("defrag: %v", err)
 	}
 	snaps, _ := filepath.Glob(filepath.Join(dataDir, snapRelPath, "*.snap"))

@@ -28,7 +28,7 @@ func classifyReportsStaleForAnOlderCopyOfTheMembersOwnData(t *testing.T, bin str
 	p.writeKeys(t, 200)
 	cli := p.client()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	st, err := cli.Status(ctx, p.endpoint)
+	st, err := cli.Status(ctx, p.Endpoint)
 	cancel()
 	cli.Close()
 	if err != nil {
