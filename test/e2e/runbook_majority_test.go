@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -164,10 +165,18 @@ func TestUC3ByHandRunsAsWritten(t *testing.T) {
 // snapshot for its own member and starts it (snapshot-restore-start), then
 // the check (snapshot-restore-verify). The promise: the cluster serves the
 // snapshot's keys and none written after it, under a new cluster ID, every
-// member healthy with equal HashKV, and node1's old data dir kept.
+// member healthy with equal HashKV, and node1's old data dir kept. On
+// etcd 3.6 and 3.5, each restored with the etcdutl of its own release, as
+// "Reaching etcd" tells (issue 40).
 func TestMajorityLostRestoreFromASnapshotRunsAsWritten(t *testing.T) {
+	onVersions(t, majorityLostRestoreFromASnapshot, etcd36, etcd35())
+}
+
+func majorityLostRestoreFromASnapshot(t *testing.T, e etcdUnderTest) {
 	ctx := context.Background()
-	l := newLab(t, lab.Options{Nodes: 3, EtcdTLS: true})
+	l := newLab(t, lab.Options{Nodes: 3, EtcdTLS: true, EtcdBinary: e.binary})
+	requireVersion(t, l, e.version)
+	etcdutl := etcdutlOf(t, e)
 	n1 := nodeOf(t, l, "node1")
 	cli, err := l.EtcdClientFor(n1.ClientURL)
 	if err != nil {
@@ -216,6 +225,7 @@ func TestMajorityLostRestoreFromASnapshotRunsAsWritten(t *testing.T) {
 		p.subst = []string{"M=cp-1 PEER=https://10.0.0.11:2380", "M=" + n.Member + " PEER=" + n.PeerURL,
 			"IC=cp-1=https://10.0.0.11:2380,cp-2=https://10.0.0.12:2380,cp-3=https://10.0.0.13:2380", "IC=" + strings.Join(ic, ",")}
 		p.onNodeIn(t, l, name, []string{n.ClientURL}, roots[name])
+		p.prelude += "export PATH=" + etcdutl + ":$PATH\n"
 		p.run(t, 3*time.Minute)
 	}
 	verify := loadProcedure(t, "snapshot-restore-verify")
@@ -306,4 +316,23 @@ func copyFile(t *testing.T, from, to string) {
 	if err := os.WriteFile(to, b, 0o600); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// etcdutlOf is a dir whose etcdutl is the one of e's release (bin/etcdutl
+// is 3.6's), first in a procedure's PATH.
+func etcdutlOf(t *testing.T, e etcdUnderTest) string {
+	t.Helper()
+	src := filepath.Join(binDir, "etcdutl")
+	if e.version == "3.5." {
+		src = filepath.Join(binDir, "etcdutl-3.5")
+	}
+	out, err := exec.Command(src, "version").Output()
+	if err != nil || !strings.Contains(string(out), "etcdutl version: "+e.version) {
+		t.Fatalf("%s version: %q (%v), want %s*", src, out, err, e.version)
+	}
+	dir := t.TempDir()
+	if err := os.Symlink(src, filepath.Join(dir, "etcdutl")); err != nil {
+		t.Fatal(err)
+	}
+	return dir
 }
