@@ -255,3 +255,14 @@ func waitGone(ctx context.Context, log *zap.Logger, lim waitLimits, urls []strin
 	}
 	return fmt.Errorf("member process still running: %s: %w", last.detail, err)
 }
+
+// ClientURLsSetter is a Runtime that can start a learner with its client
+// URLs set aside (the static-pod runtime: it owns the member's flags). A
+// 3.5 learner refuses client writes with Unavailable, which clients do not
+// send to another member; set aside, no client reaches it until its
+// promotion, and Start puts the URLs back (docs/recovery.md, "etcd
+// versions").
+type ClientURLsSetter interface {
+	StartAside(ctx context.Context, initialCluster string) (private string, err error)
+	ClientURLsAside() (private string, ok bool, err error)
+}

@@ -5,8 +5,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
+	"net/url"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 
@@ -132,7 +135,61 @@ func (s *staticPod) hostDataDir(path string) string {
 	return dir
 }
 
+// Start starts the member with the rejoin flags; client URLs an earlier
+// start set aside (StartAside) are put back: a member started again (put
+// back after a failed attempt, restarted once promoted) serves where its
+// manifest always said.
 func (s *staticPod) Start(ctx context.Context, initialCluster string) error {
+	return s.start(ctx, initialCluster, func(data []byte) ([]byte, error) {
+		out, _, err := manifest.RestoreClientURLs(data)
+		return out, err
+	})
+}
+
+// StartAside is Start with the member's client URLs set aside: etcd
+// listens for clients only on a free port of its advertised client URL's
+// host, which no client was given (manifest.SetClientURLsAside). It
+// returns that private URL.
+func (s *staticPod) StartAside(ctx context.Context, initialCluster string) (string, error) {
+	var private string
+	err := s.start(ctx, initialCluster, func(data []byte) ([]byte, error) {
+		m, err := manifest.ParseMember(data)
+		if err != nil {
+			return nil, err
+		}
+		if len(m.ClientURLs) == 0 {
+			return nil, errors.New("the manifest advertises no client URL")
+		}
+		if private, err = freeURLOn(m.ClientURLs[0]); err != nil {
+			return nil, err
+		}
+		return manifest.SetClientURLsAside(data, private)
+	})
+	return private, err
+}
+
+// ClientURLsAside says whether the member's manifest (live or parked) has
+// its client URLs set aside, and the private URL it listens on then.
+func (s *staticPod) ClientURLsAside() (string, bool, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	live, parked, err := s.where()
+	if err != nil || !live && !parked {
+		return "", false, err
+	}
+	src := s.manifestPath
+	if !live {
+		src = s.parkedPath
+	}
+	data, err := os.ReadFile(src)
+	if err != nil {
+		return "", false, err
+	}
+	a, ok, err := manifest.ClientURLsAsideOf(data)
+	return a.Private, ok, err
+}
+
+func (s *staticPod) start(ctx context.Context, initialCluster string, edit func([]byte) ([]byte, error)) error {
 	if strings.TrimSpace(initialCluster) == "" {
 		return errors.New("start: empty --initial-cluster")
 	}
@@ -159,6 +216,9 @@ func (s *staticPod) Start(ctx context.Context, initialCluster string) error {
 		return err
 	}
 	out, err := withRejoinFlags(data, initialCluster)
+	if err == nil {
+		out, err = edit(out)
+	}
 	if err != nil {
 		return fmt.Errorf("manifest %s: %w", src, err)
 	}
@@ -178,6 +238,23 @@ func (s *staticPod) Start(ctx context.Context, initialCluster string) error {
 		return fsutil.SyncDir(s.parkDir)
 	}
 	return nil
+}
+
+// freeURLOn is u with a port of its host that nobody listens on now.
+func freeURLOn(u string) (string, error) {
+	pu, err := url.Parse(u)
+	if err != nil || pu.Hostname() == "" {
+		return "", fmt.Errorf("client URL %q: no host (%v)", u, err)
+	}
+	l, err := net.Listen("tcp", net.JoinHostPort(pu.Hostname(), "0"))
+	if err != nil {
+		return "", fmt.Errorf("no free port on %s: %w", pu.Hostname(), err)
+	}
+	port := l.Addr().(*net.TCPAddr).Port
+	l.Close()
+	pu.Host = net.JoinHostPort(pu.Hostname(), strconv.Itoa(port))
+	pu.Path = ""
+	return pu.String(), nil
 }
 
 // withRejoinFlags returns data with --initial-cluster-state=existing and

@@ -303,7 +303,9 @@ func decideActive(in Input, cfg Config) Decision {
 				return Decision{Action: Finish, Reason: ReasonBadRequest, Detail: in.MoveSourceGone + ": no member is added"}
 			}
 		}
-		return decideAdd(in, cfg)
+		d := decideAdd(in, cfg)
+		d.AsideClientURLs = d.Action == AddLearner && asideClientURLs(in)
+		return d
 	}
 	if uint64(j.NewMemberID) != ours.ID {
 		if !ours.IsLearner {
@@ -323,10 +325,13 @@ func decideActive(in Input, cfg Config) Decision {
 		return Decision{Action: PrepareDataDir, MemberID: ours.ID}
 	}
 	if !j.Phase.AtLeast(record.PhaseMemberStarted) {
-		return Decision{Action: StartMember, MemberID: ours.ID}
+		return Decision{Action: StartMember, MemberID: ours.ID, AsideClientURLs: asideClientURLs(in)}
 	}
 	if ours.IsLearner {
 		return decidePromote(in, cfg, ours)
+	}
+	if in.ClientURLsAside {
+		return decideRestoreClientURLs(in.Obs, ours)
 	}
 	if !j.Phase.AtLeast(record.PhaseVerified) {
 		return Decision{Action: Verify, MemberID: ours.ID}

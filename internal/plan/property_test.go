@@ -57,7 +57,7 @@ func TestDecideInvariants(t *testing.T) {
 	// or the invariants above prove little.
 	for _, a := range []Action{Nothing, Refuse, Begin, StopMember, TakeSnapshot, RemoveMember, AddLearner, AdoptLearner,
 		PrepareDataDir, StartMember, WaitCatchUp, Promote, RemoveStalledLearner, Verify, Finish,
-		RollbackLearner, RemoveStrandedLearner} {
+		RollbackLearner, RemoveStrandedLearner, RestoreClientURLs} {
 		if actions[a] == 0 {
 			t.Errorf("no random input led to %s", a)
 		}
@@ -266,7 +266,15 @@ func invariants(in Input, c Config, d Decision) []string {
 			fail("adopts %+v with journal new ID %x", target, uint64(j.NewMemberID))
 		}
 	}
-	if (d.Action == PrepareDataDir || d.Action == StartMember || d.Action == Verify) && (!targetListed || d.MemberID != uint64(j.NewMemberID)) {
+	// A member restarted on its own client URLs: ours, a voter, with the
+	// Lease; while it serves, the other healthy voters keep a quorum.
+	if d.Action == RestoreClientURLs {
+		if !targetListed || target.IsLearner || d.MemberID != uint64(j.NewMemberID) || !in.ClientURLsAside || !in.LeaseHeld ||
+			target.Serving && healthyExcept(o, target.ID) < memberstate.Quorum(o.Voters()) {
+			fail("restores the client URLs of %+v (aside %v, Lease %v, %d other healthy of %d voters)", target, in.ClientURLsAside, in.LeaseHeld, healthyExcept(o, target.ID), o.Voters())
+		}
+	}
+	if (d.Action == PrepareDataDir || d.Action == StartMember || d.Action == Verify || d.Action == RestoreClientURLs) && (!targetListed || d.MemberID != uint64(j.NewMemberID)) {
 		fail("%s for %x, not the listed new member %x", d.Action, d.MemberID, uint64(j.NewMemberID))
 	}
 	return errs
@@ -416,6 +424,8 @@ func randomInput(r *rand.Rand) (Input, Config) {
 		j.Kind, j.LearnerID = record.KindRollbackLearner, record.MemberID([]uint64{id(19), id(18), id(17), id(99)}[r.IntN(4)])
 	}
 	in.Journal = j
+	in.ClientURLsAside = pick(0.3)
+	in.CanSetClientURLsAside = pick(0.5)
 	// The watchdog's learner clocks: most learners have one, from up to
 	// 10 minutes ago (the stall timeout is 5 minutes).
 	for _, m := range o.Learners() {

@@ -44,6 +44,10 @@ const (
 	// RemoveStrandedLearner: the rollback record's step, with the Lease
 	// held and re-checked on a fresh observation: MemberRemove MemberID.
 	RemoveStrandedLearner Action = "remove-stranded-learner"
+	// RestoreClientURLs: the member, promoted, was started with its client
+	// URLs set aside (a 3.5 learner: Decision.AsideClientURLs); its
+	// manifest gets them back, and the kubelet restarts it on them.
+	RestoreClientURLs Action = "restore-client-urls"
 )
 
 // Reason is a refusal or wait code; exported as a metric label, an Event and in status.
@@ -234,6 +238,10 @@ type Input struct {
 	// streams (or streamed, verified) from, begun during the stop under the
 	// Lease; 0 when there is none or it failed.
 	BackupStreamingFrom uint64
+	// CanSetClientURLsAside: the runtime can start the learner with its
+	// client URLs set aside (static pods); ClientURLsAside: the member's
+	// manifest has them aside now (a learner's start did it).
+	CanSetClientURLsAside, ClientURLsAside bool
 }
 
 // Config is the decision's tunables.
@@ -270,6 +278,9 @@ type Decision struct {
 	SourceID uint64 `json:"sourceID,omitempty"`
 	// Claim is the PVC a steward step (retain its PV, delete it) is about.
 	Claim string `json:"claim,omitempty"`
+	// AsideClientURLs (AddLearner, StartMember): start the learner with
+	// its client URLs set aside (asideClientURLs).
+	AsideClientURLs bool `json:"asideClientURLs,omitempty"`
 }
 
 // Refused reports whether d refuses a wanted recovery.

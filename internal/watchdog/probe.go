@@ -183,6 +183,19 @@ func reachable(endpoint string) bool {
 	return accepted
 }
 
+// firstReachable is the first of a member's client URLs that accepts a
+// connection (or is connected already); the first one when none does. A
+// member may advertise a URL it does not listen on: a learner whose
+// client URLs are set aside listens only on the last (plan.asideClientURLs).
+func (c *clients) firstReachable(urls []string) (string, bool) {
+	for _, ep := range urls {
+		if c.connected(ep) || reachable(ep) {
+			return ep, true
+		}
+	}
+	return urls[0], false
+}
+
 // checkTrust asks a member whose Status failed for a TLS handshake: gRPC
 // reports a trust failure (a certificate from a CA the agent does not know
 // yet, its own refused) only as its deadline, and such a member may serve
@@ -215,10 +228,12 @@ func (c *clients) probe(ctx context.Context, m *observation.Member, pin uint64) 
 		m.ProbeError = "no client URL (member not started yet)"
 		return answer{}
 	}
-	ep := m.ClientURLs[0]
-	if !c.connected(ep) && !reachable(ep) {
+	ep, ok := c.firstReachable(m.ClientURLs)
+	if !ok {
 		m.ProbeError = "unreachable: connection refused"
-		c.drop(ep)
+		for _, u := range m.ClientURLs {
+			c.drop(u)
+		}
 		return answer{}
 	}
 	cl, err := c.get(ep)

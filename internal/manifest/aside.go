@@ -1,0 +1,151 @@
+package manifest
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"sigs.k8s.io/yaml"
+)
+
+// ClientURLsAsideAnnotation carries, on a static pod's manifest, the client
+// URLs a learner's start set aside (ClientURLsAside as JSON): the manifest
+// itself says what to put back, whatever happens to the agent or its
+// journal in between (docs/recovery.md, "etcd versions": a 3.5 learner
+// refuses writes sent to its client URL with Unavailable, which clients do
+// not send elsewhere).
+const ClientURLsAsideAnnotation = "etcd-agent.io/client-urls-aside"
+
+// ClientURLsAside is what a set-aside start changed: the member's own
+// --listen-client-urls and --advertise-client-urls, and the private URL it
+// listens on instead.
+type ClientURLsAside struct {
+	Listen    string `json:"listen"`
+	Advertise string `json:"advertise"`
+	Private   string `json:"private"`
+}
+
+// ClientURLsAsideOf reads the annotation of a set-aside manifest.
+func ClientURLsAsideOf(data []byte) (ClientURLsAside, bool, error) {
+	pod, err := decodePod(data)
+	if err != nil {
+		return ClientURLsAside{}, false, err
+	}
+	v, ok := pod.Annotations[ClientURLsAsideAnnotation]
+	if !ok {
+		return ClientURLsAside{}, false, nil
+	}
+	var a ClientURLsAside
+	if err := json.Unmarshal([]byte(v), &a); err != nil || a.Listen == "" || a.Advertise == "" {
+		return a, true, fmt.Errorf("annotation %s is not the agent's (%q): %v", ClientURLsAsideAnnotation, v, err)
+	}
+	return a, true, nil
+}
+
+// SetClientURLsAside returns data with etcd listening for clients only on
+// private, and advertising its own client URLs and private (the member's
+// identity, its first client URL, stays; a probe finds private). The
+// originals go into the annotation; a manifest already set aside keeps
+// the originals it recorded.
+func SetClientURLsAside(data []byte, private string) ([]byte, error) {
+	if private == "" {
+		return nil, errors.New("no private client URL")
+	}
+	a, ok, err := ClientURLsAsideOf(data)
+	if err != nil {
+		return nil, err
+	}
+	if !ok {
+		if a, err = ownClientURLs(data); err != nil {
+			return nil, err
+		}
+	}
+	a.Private = private
+	out, err := SetFlags(data, map[string]string{"listen-client-urls": private, "advertise-client-urls": a.Advertise + "," + private})
+	if err != nil {
+		return nil, err
+	}
+	b, _ := json.Marshal(a)
+	return setAnnotation(out, ClientURLsAsideAnnotation, string(b))
+}
+
+// RestoreClientURLs returns data with the client URLs a set-aside start
+// recorded put back and the annotation gone; data itself (false) when
+// nothing is set aside.
+func RestoreClientURLs(data []byte) ([]byte, bool, error) {
+	a, ok, err := ClientURLsAsideOf(data)
+	if err != nil || !ok {
+		return data, false, err
+	}
+	out, err := SetFlags(data, map[string]string{"listen-client-urls": a.Listen, "advertise-client-urls": a.Advertise})
+	if err != nil {
+		return nil, false, err
+	}
+	out, err = setAnnotation(out, ClientURLsAsideAnnotation, "")
+	return out, err == nil, err
+}
+
+// ownClientURLs are the member's client URLs as etcd sees them; both
+// flags must be set (etcd's defaults are not written back).
+func ownClientURLs(data []byte) (ClientURLsAside, error) {
+	pod, err := decodePod(data)
+	if err != nil {
+		return ClientURLsAside{}, err
+	}
+	idx, err := findEtcdContainer(pod)
+	if err != nil {
+		return ClientURLsAside{}, err
+	}
+	cfg := newEtcdConfig(pod.Spec.Containers[idx])
+	var a ClientURLsAside
+	if a.Listen, err = cfg.Value("listen-client-urls"); err != nil {
+		return a, err
+	}
+	if a.Advertise, err = cfg.Value("advertise-client-urls"); err != nil {
+		return a, err
+	}
+	if a.Listen == "" || a.Advertise == "" {
+		return a, errors.New("the manifest sets no --listen-client-urls or --advertise-client-urls: etcd's defaults could not be put back")
+	}
+	return a, nil
+}
+
+// setAnnotation sets (value "" removes) one annotation, editing the
+// manifest as a generic document as SetFlags does.
+func setAnnotation(data []byte, key, value string) ([]byte, error) {
+	j, err := yaml.YAMLToJSON(data)
+	if err != nil {
+		return nil, fmt.Errorf("parse manifest as YAML: %w", err)
+	}
+	dec := json.NewDecoder(bytes.NewReader(j))
+	dec.UseNumber()
+	var doc map[string]any
+	if err := dec.Decode(&doc); err != nil {
+		return nil, fmt.Errorf("parse manifest: %w", err)
+	}
+	meta, _ := doc["metadata"].(map[string]any)
+	if meta == nil {
+		meta = map[string]any{}
+		doc["metadata"] = meta
+	}
+	ann, _ := meta["annotations"].(map[string]any)
+	if ann == nil {
+		ann = map[string]any{}
+	}
+	if value == "" {
+		delete(ann, key)
+	} else {
+		ann[key] = value
+	}
+	if len(ann) == 0 {
+		delete(meta, "annotations")
+	} else {
+		meta["annotations"] = ann
+	}
+	j, err = json.Marshal(doc)
+	if err != nil {
+		return nil, fmt.Errorf("encode manifest: %w", err)
+	}
+	return yaml.JSONToYAML(j)
+}
