@@ -178,6 +178,11 @@ func (k *manifestKeeper) refresh(o observation.Observation) error {
 	if err := k.describesMember(o); err != nil {
 		return err
 	}
+	if _, aside, err := manifest.ClientURLsAsideOf(data); err != nil || aside {
+		// A learner's start set the client URLs aside (a 3.5 learner): not
+		// the member's own manifest, never put back as it is.
+		return fmt.Errorf("the manifest has its client URLs set aside (%s): not checkpointed until they are back (%v)", manifest.ClientURLsAsideAnnotation, err)
+	}
 	cp := plan.ManifestCheckpoint{Member: o.Local.Name, MemberID: o.Local.ID, ClusterID: o.ClusterID, Voters: o.Voters(),
 		SHA256: hex.EncodeToString(sum[:]), SavedAt: o.At.UTC()}
 	if old, _, err := k.load(); err == nil && old.SHA256 == cp.SHA256 && old.MemberID == cp.MemberID &&

@@ -149,6 +149,10 @@ func TestAManifestThatIsNotTheMembersOwnIsNeverCheckpointed(t *testing.T) {
 		"another data dir":  {"--data-dir=/var/lib/etcd", "--data-dir=/var/lib/etcd-new"},
 		"another name":      {"--name=cp-2", "--name=cp-9"},
 		"force-new-cluster": {"--name=cp-2", "--name=cp-2\n    - --force-new-cluster"},
+		// A 3.5 learner's start (issue 40): serving healthy once promoted,
+		// until it is restarted on its own client URLs.
+		"client URLs set aside": {"  annotations:\n", "  annotations:\n    etcd-agent.io/client-urls-aside: '" +
+			`{"listen":"https://127.0.0.1:2379,https://10.0.0.12:2379","advertise":"https://10.0.0.12:2379","private":"https://10.0.0.12:12379"}` + "'\n"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			kc := newKeeperCase(t)

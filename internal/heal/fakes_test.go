@@ -172,6 +172,10 @@ type fakeRuntime struct {
 	onStart       func() // runs inside Start (e.g. a start that takes long)
 	// onStop, if set, runs inside Stop and its error is Stop's.
 	onStop func(ctx context.Context) error
+	// aside is the private client URL a StartAside set ("" none); a
+	// Start puts the member's own back, as the static-pod runtime does.
+	aside       string
+	asideStarts int
 }
 
 func (f *fakeRuntime) Stop(ctx context.Context) error {
@@ -189,12 +193,19 @@ func (f *fakeRuntime) Stop(ctx context.Context) error {
 }
 func (f *fakeRuntime) Start(context.Context, string) error {
 	f.starts++
+	f.aside = ""
 	if f.onStart != nil {
 		f.onStart()
 	}
 	return nil
 }
-func (f *fakeRuntime) Stopped() (bool, error) { return f.stops > f.starts, nil }
+func (f *fakeRuntime) Stopped() (bool, error) { return f.stops > f.starts+f.asideStarts, nil }
+func (f *fakeRuntime) StartAside(context.Context, string) (string, error) {
+	f.asideStarts++
+	f.aside = "https://10.0.0.1:12379"
+	return f.aside, nil
+}
+func (f *fakeRuntime) ClientURLsAside() (string, bool, error) { return f.aside, f.aside != "", nil }
 func (f *fakeRuntime) Describe() string       { return "fake" }
 
 // fakeCluster answers every call; hash is what HashKV says for every member.

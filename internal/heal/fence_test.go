@@ -77,6 +77,12 @@ func (r tracedRuntime) Stop(ctx context.Context) error {
 	r.tr.add("stop", true)
 	return r.fakeRuntime.Stop(ctx)
 }
+func (r tracedRuntime) Start(ctx context.Context, ic string) error {
+	if r.aside != "" {
+		r.tr.add("restart-on-own-client-urls", true)
+	}
+	return r.fakeRuntime.Start(ctx, ic)
+}
 
 type tracedCluster struct {
 	*fakeCluster
@@ -136,12 +142,22 @@ func rejoined(serving bool) memberstate.Result {
 	return res
 }
 
+// promoted: rejoined, the learner promoted and serving, all 3 voters healthy.
+func promoted() memberstate.Result {
+	res := rejoined(true)
+	o := &res.Observation
+	o.Members[len(o.Members)-1].IsLearner, o.Local.IsLearner = false, false
+	res.Verdict.State = memberstate.Healthy
+	return res
+}
+
 // Issue 10 item 4: every destructive step is fenced right before it, for
 // longer than the step's own timeout: a fence whose hold may end in the
 // middle of the step is no fence. Each case runs one step and stops (the
 // agent shuts down after the first destructive call).
 func TestEveryDestructiveStepIsFencedForItsOwnTimeout(t *testing.T) {
-	timeout := map[string]time.Duration{"stop": stopTimeout, "remove": memberChangeTimeout, "add": memberChangeTimeout, "promote": memberChangeTimeout}
+	timeout := map[string]time.Duration{"stop": stopTimeout, "remove": memberChangeTimeout, "add": memberChangeTimeout, "promote": memberChangeTimeout,
+		"restart-on-own-client-urls": memberChangeTimeout}
 	for _, tc := range []struct {
 		name      string
 		res       memberstate.Result
@@ -150,6 +166,7 @@ func TestEveryDestructiveStepIsFencedForItsOwnTimeout(t *testing.T) {
 		oldID     uint64
 		newID     uint64
 		stalledAt time.Time
+		aside     bool // the member's client URLs are set aside (a 3.5 learner's start)
 		op        string
 	}{
 		{name: "stop", res: localLeader(), req: "rejoin", phase: journal.PhaseStarted, oldID: 0xa1, op: "stop"},
@@ -163,10 +180,15 @@ func TestEveryDestructiveStepIsFencedForItsOwnTimeout(t *testing.T) {
 		{name: "promote", res: rejoined(true), req: "auto", phase: journal.PhaseMemberStarted, oldID: 0xa1, newID: 0xa9, op: "promote"},
 		{name: "stalled-learner", res: rejoined(false), req: "auto", phase: journal.PhaseMemberStarted, oldID: 0xa1, newID: 0xa9,
 			stalledAt: time.Now().Add(-time.Hour), op: "remove"},
+		{name: "restart-on-own-client-urls", res: promoted(), req: "auto", phase: journal.PhasePromoted, oldID: 0xa1, newID: 0xa9,
+			aside: true, op: "restart-on-own-client-urls"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r, tr := tracedRig(t, tc.res)
 			r.journalAt(t, tc.req, tc.phase, tc.oldID, tc.newID)
+			if tc.aside {
+				r.rt.aside = "https://10.0.0.1:12379"
+			}
 			if !tc.stalledAt.IsZero() {
 				j := r.journal(t)
 				j.LearnerProgressAt = tc.stalledAt

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"time"
 
 	"github.com/etcd-agent/etcd-agent/internal/journal"
@@ -27,7 +28,7 @@ func (e *hashMismatchError) Error() string { return e.j.Detail }
 // to verified (its message names the voters not asked), not yet waits for
 // the next round, a mismatch is reported and ends the attempt.
 func (h *Healer) verifyStep(ctx context.Context, res memberstate.Result, j *journal.Record) error {
-	jd, err := h.verify(ctx, res, uint64(j.NewMemberID))
+	jd, err := h.verify(ctx, res, uint64(j.NewMemberID), j.ClientURLsAside)
 	switch {
 	case err != nil || jd.Verdict == plan.HashNotYet:
 		h.log.Info("verify: not yet", zap.String("detail", jd.Detail), zap.Strings("notServing", jd.Dead), zap.Error(err))
@@ -55,11 +56,18 @@ func (h *Healer) verifyStep(ctx context.Context, res memberstate.Result, j *jour
 // plan.JudgeHashes: voters not serving are not asked (reported, not waited
 // for); one compacted past the revision is asked again next round, at a
 // newer one.
-func (h *Healer) verify(ctx context.Context, res memberstate.Result, id uint64) (plan.HashJudgement, error) {
+//
+// aside is the private client URL the learner listened on ("" none): the
+// member is verified once it serves on its own again, not the process the
+// kubelet is about to restart (restoreClientURLs).
+func (h *Healer) verify(ctx context.Context, res memberstate.Result, id uint64, aside string) (plan.HashJudgement, error) {
 	o := res.Observation
 	m, ok := o.Member(id)
 	if !ok || m.IsLearner || !m.Serving {
 		return plan.HashJudgement{Verdict: plan.HashNotYet, Detail: "rejoined member not yet a serving voter"}, nil
+	}
+	if aside != "" && slices.Contains(m.ClientURLs, aside) {
+		return plan.HashJudgement{Verdict: plan.HashNotYet, Detail: "rejoined member still on its set-aside client URL " + aside + ": restarting on its own"}, nil
 	}
 	eps, err := voterEndpoints(o)
 	if err != nil {

@@ -538,6 +538,14 @@ func (h *Healer) baseInput(res memberstate.Result, req *plan.Request, j journal.
 		_, err := h.runtime.Stopped()
 		in.ManifestMissing = errors.Is(err, memberruntime.ErrNoManifest)
 	}
+	if s, ok := h.runtime.(memberruntime.ClientURLsSetter); ok {
+		in.CanSetClientURLsAside = true
+		_, aside, err := s.ClientURLsAside()
+		if err != nil {
+			h.log.Warn("cannot tell whether the member's client URLs are set aside", zap.Error(err))
+		}
+		in.ClientURLsAside = aside
+	}
 	return in
 }
 

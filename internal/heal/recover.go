@@ -306,7 +306,7 @@ func (h *Healer) step(ctx context.Context, res memberstate.Result, req *plan.Req
 		if err := h.timed(j, journal.PhasePrepared, func() error { return h.prepareDataDir(ctx, res, j) }); err != nil {
 			return err
 		}
-		return h.timed(j, journal.PhaseMemberStarted, func() error { return h.startLearner(ctx, res, j) })
+		return h.timed(j, journal.PhaseMemberStarted, func() error { return h.startLearner(ctx, res, j, d) })
 	case plan.AdoptLearner:
 		j.NewMemberID = journal.MemberID(d.MemberID)
 		h.log.Info("adopting the learner an earlier add created", zap.String("id", fmtID(d.MemberID)))
@@ -314,7 +314,9 @@ func (h *Healer) step(ctx context.Context, res memberstate.Result, req *plan.Req
 	case plan.PrepareDataDir:
 		return h.timed(j, journal.PhasePrepared, func() error { return h.prepareDataDir(ctx, res, j) })
 	case plan.StartMember:
-		return h.timed(j, journal.PhaseMemberStarted, func() error { return h.startLearner(ctx, res, j) })
+		return h.timed(j, journal.PhaseMemberStarted, func() error { return h.startLearner(ctx, res, j, d) })
+	case plan.RestoreClientURLs:
+		return h.restoreClientURLs(ctx, res, j, d)
 	case plan.WaitCatchUp:
 		h.trackLearner(j, res, now)
 		return journal.Save(h.cfg.StateDir, *j)

@@ -14,6 +14,7 @@ import (
 	"github.com/etcd-agent/etcd-agent/internal/fsutil"
 	"github.com/etcd-agent/etcd-agent/internal/journal"
 	"github.com/etcd-agent/etcd-agent/internal/localdisk"
+	"github.com/etcd-agent/etcd-agent/internal/memberruntime"
 	"github.com/etcd-agent/etcd-agent/internal/memberstate"
 	"github.com/etcd-agent/etcd-agent/internal/nodereport"
 	"github.com/etcd-agent/etcd-agent/internal/observation"
@@ -498,8 +499,9 @@ func isSeedStreamOf(name, prefix string) bool {
 }
 
 // startMember starts the local member with --initial-cluster = the current
-// members + self, --initial-cluster-state=existing.
-func (h *Healer) startMember(ctx context.Context, res memberstate.Result, j *journal.Record) error {
+// members + self, --initial-cluster-state=existing; with its client URLs
+// set aside when d says so (plan.asideClientURLs).
+func (h *Healer) startMember(ctx context.Context, res memberstate.Result, j *journal.Record, d plan.Decision) error {
 	if err := h.holdAt(ctx, HoldMemberStart); err != nil {
 		return err
 	}
@@ -509,6 +511,16 @@ func (h *Healer) startMember(ctx context.Context, res memberstate.Result, j *jou
 		}
 	}
 	ic := h.initialCluster(res.Observation, j)
+	if s, ok := h.runtime.(memberruntime.ClientURLsSetter); ok && d.AsideClientURLs {
+		private, err := s.StartAside(ctx, ic)
+		if err != nil {
+			return fmt.Errorf("start member with its client URLs set aside (%s): %w", h.runtime.Describe(), err)
+		}
+		j.ClientURLsAside = private
+		h.log.Info("member started as learner, its client URLs set aside until its promotion: no client reaches it meanwhile",
+			zap.String("initialCluster", ic), zap.String("listensOn", private))
+		return nil
+	}
 	if err := h.runtime.Start(ctx, ic); err != nil {
 		return fmt.Errorf("start member (%s): %w", h.runtime.Describe(), err)
 	}
@@ -519,8 +531,8 @@ func (h *Healer) startMember(ctx context.Context, res memberstate.Result, j *jou
 // startLearner starts the member and then starts the learner-stall clock:
 // the stall timeout measures a running learner that makes no progress, not
 // how long its start took (the journal saved with the phase carries it).
-func (h *Healer) startLearner(ctx context.Context, res memberstate.Result, j *journal.Record) error {
-	if err := h.startMember(ctx, res, j); err != nil {
+func (h *Healer) startLearner(ctx context.Context, res memberstate.Result, j *journal.Record, d plan.Decision) error {
+	if err := h.startMember(ctx, res, j, d); err != nil {
 		return err
 	}
 	j.LearnerProgressAt = h.now().UTC()

@@ -48,7 +48,7 @@ func TestTheVoterHashesHaveADeadlineForTheirDBAndOneRunsAtATime(t *testing.T) {
 	r := newRig(t, res)
 	wc := &watchedCluster{fakeCluster: r.cluster}
 	r.h.cluster = wc
-	jd, err := r.h.verify(context.Background(), res, 0xa1)
+	jd, err := r.h.verify(context.Background(), res, 0xa1, "")
 	if err != nil || jd.Verdict != plan.HashEqual {
 		t.Fatalf("verify: %q (%s), %v: want equal", jd.Verdict, jd.Detail, err)
 	}
@@ -88,5 +88,22 @@ func TestTheVerifyStepHasTimeForEveryVotersHashOneAfterTheOther(t *testing.T) {
 	}
 	if got, want := r.h.stepDeadline(plan.Decision{Action: plan.Promote}, res.Observation), r.h.stepTimeout(plan.Promote); got != want {
 		t.Errorf("promote's deadline %s depends on the dbs, want %s", got, want)
+	}
+}
+
+// A member started with its client URLs set aside is verified only once it
+// serves on its own again: before its restart, the process that answers is
+// the one the kubelet is about to replace (issue 40).
+func TestAMemberIsVerifiedOnlyOnceBackOnItsOwnClientURLs(t *testing.T) {
+	const private = "https://10.0.0.1:12379"
+	res := cluster3(memberstate.Healthy, 1, 2, 3)
+	res.Observation.Members[0].ClientURLs = append(res.Observation.Members[0].ClientURLs, private)
+	r := newRig(t, res)
+	if jd, err := r.h.verify(context.Background(), res, 0xa1, private); err != nil || jd.Verdict != plan.HashNotYet {
+		t.Fatalf("still on %s: verify %q (%s), %v; want not yet", private, jd.Verdict, jd.Detail, err)
+	}
+	res.Observation.Members[0].ClientURLs = res.Observation.Members[0].ClientURLs[:1]
+	if jd, err := r.h.verify(context.Background(), res, 0xa1, private); err != nil || jd.Verdict != plan.HashEqual {
+		t.Fatalf("back on its own: verify %q (%s), %v; want equal", jd.Verdict, jd.Detail, err)
 	}
 }

@@ -167,6 +167,12 @@ type Record struct {
 	LearnerApplied    uint64    `json:"learnerApplied,omitempty"`
 	LearnerProgressAt time.Time `json:"learnerProgressAt,omitzero"`
 
+	// ClientURLsAside is the private client URL the learner listened on
+	// (a 3.5 learner, plan.asideClientURLs); ClientURLsRestoredAt when the
+	// member, promoted, was restarted on its own.
+	ClientURLsAside      string    `json:"clientURLsAside,omitempty"`
+	ClientURLsRestoredAt time.Time `json:"clientURLsRestoredAt,omitzero"`
+
 	PhaseTimes map[Phase]time.Time `json:"phaseTimes,omitempty"`
 
 	// RequestClearPending: this recovery succeeded and answered the manual

@@ -5,7 +5,6 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -79,15 +78,4 @@ func podPurgeCrashes(t *testing.T, l *lab.Lab, ns string) []time.Time {
 		t.Logf("%s: purge fatals not explained by a pod wipe of this test (not excused): %v", ns, fatals)
 	}
 	return excused
-}
-
-// ranEtcd35 says whether any member of l ran etcd 3.5 (bin/etcd-3.5): its
-// learners refuse writes in a way etcd clients do not send elsewhere
-// (invariant.Options.Etcd35LearnerRefusals, an open defect of issue 40).
-func ranEtcd35(l *lab.Lab) bool {
-	bins := []string{l.Spec.EtcdBinary}
-	for _, n := range l.Spec.Nodes {
-		bins = append(bins, n.EtcdBinary)
-	}
-	return slices.ContainsFunc(bins, func(b string) bool { return filepath.Base(b) == "etcd-3.5" })
 }

@@ -9,6 +9,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -110,7 +111,6 @@ func (h *healRun) finish(o invariant.Options) invariant.Report {
 	h.t.Helper()
 	o.LeaderHandOffs = append(append(o.LeaderHandOffs, leaderHandOffs(h.t, h.l)...), h.steered...)
 	o.PurgeCrashes = append(o.PurgeCrashes, purgeCrashes(h.t, h.l)...)
-	o.Etcd35LearnerRefusals = o.Etcd35LearnerRefusals || ranEtcd35(h.l)
 	rep, err := h.chk.Finish(context.Background(), o)
 	h.t.Logf("invariants: %s", rep)
 	h.t.Logf("figures: api writes attempted %d failed %d, p50 %s p99 %s; etcd writes attempted %d failed %d; longest read outage %s",
@@ -129,6 +129,7 @@ type member struct {
 	ID      uint64
 	Learner bool
 	Peer    string
+	Clients []string // its advertised client URLs
 }
 
 // memberList reads the member list through a fresh client for the lab's
@@ -147,7 +148,7 @@ func memberList(ctx context.Context, l *lab.Lab) ([]member, error) {
 	}
 	var out []member
 	for _, m := range resp.Members {
-		mm := member{Name: m.Name, ID: m.ID, Learner: m.IsLearner}
+		mm := member{Name: m.Name, ID: m.ID, Learner: m.IsLearner, Clients: m.ClientURLs}
 		if len(m.PeerURLs) > 0 {
 			mm.Peer = m.PeerURLs[0]
 		}
@@ -591,4 +592,9 @@ func wantRemovalThenAddAsChangesItHad(t *testing.T, etcdLog string) {
 	if len(rejected) != 2 || !strings.Contains(rejected[0], "membership: ID removed") && !strings.Contains(rejected[0], "membership: ID not found") || rejected[1] != "membership: ID exists" {
 		t.Fatalf("the learner's etcd rejected %v, want the removal then the add (changes it had)", rejected)
 	}
+}
+
+// sameMember: a and b are the same entry of a member list.
+func sameMember(a, b member) bool {
+	return a.Name == b.Name && a.ID == b.ID && a.Learner == b.Learner && a.Peer == b.Peer && slices.Equal(a.Clients, b.Clients)
 }

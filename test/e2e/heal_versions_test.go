@@ -2,11 +2,13 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/etcd-agent/etcd-agent/internal/journal"
 	"github.com/etcd-agent/etcd-agent/internal/lab"
 )
 
@@ -87,6 +89,7 @@ func TestHealSeededOnEtcdVersions(t *testing.T) {
 		h, j := seededWipeHeal(t, l)
 		if e.version == etcd35().version {
 			assertV2StoreFromSeed(t, l, "node2", h.faultAt, j.SeedIndex, false)
+			assertClientURLsSetAsideAndBack(t, l, "node2", j)
 		}
 		assertQuarantine(t, l, "node2", j)
 		h.finish(invariantDefaults())
@@ -149,4 +152,25 @@ func assertV2StoreFromSeed(t *testing.T, l *lab.Lab, node string, from time.Time
 	if applied := since("applying snapshot"); snapshot != (len(applied) > 0) {
 		t.Fatalf("%s's etcd logged \"applying snapshot\" %d times since the fault, want a leader's snapshot: %v", node, len(applied), snapshot)
 	}
+}
+
+// assertClientURLsSetAsideAndBack: node's 3.5 learner listened on a
+// private client URL until its promotion, then was restarted on its own
+// (issue 40): its journal names both, and the member list gives it its
+// own client URL alone.
+func assertClientURLsSetAsideAndBack(t *testing.T, l *lab.Lab, node string, j journal.Record) {
+	t.Helper()
+	n := nodeOf(t, l, node)
+	if j.ClientURLsAside == "" || j.ClientURLsAside == n.ClientURL || j.ClientURLsRestoredAt.IsZero() {
+		t.Fatalf("%s's journal: client URLs aside %q, restored at %v: want a private URL, then restored", node, j.ClientURLsAside, j.ClientURLsRestoredAt)
+	}
+	eventually(t, 30*time.Second, node+" advertises its own client URL alone", func() error {
+		for _, m := range mustMembers(t, l) {
+			if m.Name == n.Member && (len(m.Clients) != 1 || m.Clients[0] != n.ClientURL) {
+				return fmt.Errorf("%s advertises %v", m.Name, m.Clients)
+			}
+		}
+		return nil
+	})
+	t.Logf("%s: learner on %s until its promotion, restarted on %s at %s", node, j.ClientURLsAside, n.ClientURL, j.ClientURLsRestoredAt.Format("15:04:05.000"))
 }

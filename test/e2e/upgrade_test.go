@@ -196,7 +196,7 @@ func waitRefusedUnchanged(t *testing.T, l *lab.Lab, node, reason string, before 
 		if err != nil {
 			return err
 		}
-		if !slices.Equal(now, before) {
+		if !slices.EqualFunc(now, before, sameMember) {
 			t.Fatalf("member list changed while %s's agent should refuse %s: before %v, now %v", node, reason, before, now)
 		}
 		refused, err := refusedFor(l, node, reason)
