@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -90,16 +89,13 @@ type Report struct {
 	// agent moved leadership off a member it was about to stop
 	// (Options.LeaderHandOffs).
 	AtLeaderHandOff []time.Duration
-	// LearnerRefused are the writes a 3.5 learner refused, excused by
-	// Options.Etcd35LearnerRefusals.
-	LearnerRefused []Failure
 }
 
 // String summarises the report in one line for test logs.
 func (r Report) String() string {
-	return fmt.Sprintf("api writes %d (failed %d, p50 %s, p99 %s), etcd writes %d (failed %d), failed in flight at a SIGKILL %v, at a leader hand-off %v, refused by a 3.5 learner %d, probes %d, longest outage %s, max learners %d, hashkv %v, took %s",
+	return fmt.Sprintf("api writes %d (failed %d, p50 %s, p99 %s), etcd writes %d (failed %d), failed in flight at a SIGKILL %v, at a leader hand-off %v, probes %d, longest outage %s, max learners %d, hashkv %v, took %s",
 		r.Writes.APIAttempted, r.Writes.APIFailed, r.APIp50.Round(time.Millisecond), r.APIp99.Round(time.Millisecond),
-		r.Writes.EtcdAttempted, r.Writes.EtcdFailed, r.AtHardFault, r.AtLeaderHandOff, len(r.LearnerRefused), r.Probes, r.QuorumLostFor.Round(time.Millisecond), r.MaxLearners, r.HashKV, r.Duration.Round(time.Millisecond))
+		r.Writes.EtcdAttempted, r.Writes.EtcdFailed, r.AtHardFault, r.AtLeaderHandOff, r.Probes, r.QuorumLostFor.Round(time.Millisecond), r.MaxLearners, r.HashKV, r.Duration.Round(time.Millisecond))
 }
 
 // Start begins writing (kc may be nil for an etcd-only lab) and observing.
@@ -136,15 +132,6 @@ type Options struct {
 	// and is excused as one; nothing else is. WipedPurgeCrashes picks the
 	// ones a wipe explains.
 	PurgeCrashes []time.Time
-	// Etcd35LearnerRefusals excuses, and counts in Report.LearnerRefused,
-	// writes a learner refused ("rpc not supported for learner") in a lab
-	// that runs etcd 3.5: 3.5 answers them Unavailable, which etcd clients
-	// from 3.6 on (kube-apiserver's) do not send elsewhere, while 3.6
-	// answers FailedPrecondition, which they do. An open defect of a heal
-	// on 3.5 (docs/recovery.md, "etcd versions"), not excused on 3.6+.
-	// Only while the membership watch saw a learner (learnerWindows): a
-	// learner that kept refusing once promoted still fails the row.
-	Etcd35LearnerRefusals bool
 }
 
 // HardFault runs kill, a SIGKILL of member processes, and records when. A
@@ -231,11 +218,7 @@ func (c *Checker) Finish(ctx context.Context, o Options) (Report, error) {
 	for _, at := range o.PurgeCrashes {
 		faults = append(faults, hardFault{from: at, to: at})
 	}
-	failures := r.Writes.Failures
-	if o.Etcd35LearnerRefusals {
-		failures, r.LearnerRefused = splitLearnerRefusals(r.Writes.Failures, c.members.History())
-	}
-	bad, atKill, atHandOff := unexcused(failures, faults)
+	bad, atKill, atHandOff := unexcused(r.Writes.Failures, faults)
 	r.AtHardFault, r.AtLeaderHandOff = atKill, atHandOff
 	if !o.AllowFailedWrites && len(bad) > 0 {
 		errs = append(errs, fmt.Errorf("writes failed: api %d/%d, etcd %d/%d (%d of them in flight at a SIGKILL, %d at a leader hand-off): %s", r.Writes.APIFailed, r.Writes.APIAttempted,
@@ -288,52 +271,4 @@ func firstFailures(fs []Failure, n int) string {
 		out = append(out, fmt.Sprintf("%s %s: %s", f.At.Format("15:04:05.000"), f.Via, f.Err))
 	}
 	return strings.Join(out, "; ")
-}
-
-// learnerRefusal is what etcd answers a write sent to a learner.
-const learnerRefusal = "rpc not supported for learner"
-
-// LearnerRefusalSlack is how long after the membership watch first saw a
-// learner gone a refusal may still be answered: the write was sent while
-// it was a learner, its answer came back through the API server.
-const LearnerRefusalSlack = time.Second
-
-// splitLearnerRefusals parts the failures a learner refused while the
-// membership watch saw one in the cluster (history) from the rest: a
-// refusal outside every learner's window stays a failure.
-func splitLearnerRefusals(fs []Failure, history []Membership) (rest, refused []Failure) {
-	windows := learnerWindows(history)
-	for _, f := range fs {
-		if strings.Contains(f.Err, learnerRefusal) && slices.ContainsFunc(windows, func(w window) bool { return w.holds(f.At) }) {
-			refused = append(refused, f)
-		} else {
-			rest = append(rest, f)
-		}
-	}
-	return rest, refused
-}
-
-// window is a span of time; a zero to is still open.
-type window struct{ from, to time.Time }
-
-func (w window) holds(t time.Time) bool {
-	return !t.Before(w.from) && (w.to.IsZero() || !t.After(w.to))
-}
-
-// learnerWindows are the spans in which the cluster may have had a
-// learner, widest: from the last poll before one was seen to the first
-// poll that saw none again, plus LearnerRefusalSlack.
-func learnerWindows(history []Membership) []window {
-	var out []window
-	open := false
-	for _, m := range history {
-		learner := slices.ContainsFunc(m.Members, func(x Member) bool { return x.Learner })
-		switch {
-		case learner && !open:
-			out, open = append(out, window{from: m.Since}), true
-		case !learner && open:
-			out[len(out)-1].to, open = m.At.Add(LearnerRefusalSlack), false
-		}
-	}
-	return out
 }
