@@ -1,12 +1,9 @@
 package manifest
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
-
-	"sigs.k8s.io/yaml"
 )
 
 // ClientURLsAsideAnnotation carries, on a static pod's manifest, the client
@@ -114,38 +111,26 @@ func ownClientURLs(data []byte) (ClientURLsAside, error) {
 // setAnnotation sets (value "" removes) one annotation, editing the
 // manifest as a generic document as SetFlags does.
 func setAnnotation(data []byte, key, value string) ([]byte, error) {
-	j, err := yaml.YAMLToJSON(data)
-	if err != nil {
-		return nil, fmt.Errorf("parse manifest as YAML: %w", err)
-	}
-	dec := json.NewDecoder(bytes.NewReader(j))
-	dec.UseNumber()
-	var doc map[string]any
-	if err := dec.Decode(&doc); err != nil {
-		return nil, fmt.Errorf("parse manifest: %w", err)
-	}
-	meta, _ := doc["metadata"].(map[string]any)
-	if meta == nil {
-		meta = map[string]any{}
-		doc["metadata"] = meta
-	}
-	ann, _ := meta["annotations"].(map[string]any)
-	if ann == nil {
-		ann = map[string]any{}
-	}
-	if value == "" {
-		delete(ann, key)
-	} else {
-		ann[key] = value
-	}
-	if len(ann) == 0 {
-		delete(meta, "annotations")
-	} else {
-		meta["annotations"] = ann
-	}
-	j, err = json.Marshal(doc)
-	if err != nil {
-		return nil, fmt.Errorf("encode manifest: %w", err)
-	}
-	return yaml.JSONToYAML(j)
+	return editDoc(data, func(doc map[string]any) error {
+		meta, _ := doc["metadata"].(map[string]any)
+		if meta == nil {
+			meta = map[string]any{}
+			doc["metadata"] = meta
+		}
+		ann, _ := meta["annotations"].(map[string]any)
+		if ann == nil {
+			ann = map[string]any{}
+		}
+		if value == "" {
+			delete(ann, key)
+		} else {
+			ann[key] = value
+		}
+		if len(ann) == 0 {
+			delete(meta, "annotations")
+		} else {
+			meta["annotations"] = ann
+		}
+		return nil
+	})
 }

@@ -170,6 +170,12 @@ func (e *containerEdit) set(container, name, value string) error {
 // applyEdit writes the edited command, args and env values of container idx
 // into the manifest, treated as a generic document so nothing else changes.
 func applyEdit(data []byte, idx int, e containerEdit) ([]byte, error) {
+	return editDoc(data, func(doc map[string]any) error { return e.applyTo(doc, idx) })
+}
+
+// editDoc edits the manifest as a generic document: fields unknown to the
+// Pod type survive, integers stay exact; the output is YAML with sorted keys.
+func editDoc(data []byte, edit func(doc map[string]any) error) ([]byte, error) {
 	j, err := yaml.YAMLToJSON(data)
 	if err != nil {
 		return nil, fmt.Errorf("parse manifest as YAML: %w", err)
@@ -180,14 +186,26 @@ func applyEdit(data []byte, idx int, e containerEdit) ([]byte, error) {
 	if err := dec.Decode(&doc); err != nil {
 		return nil, fmt.Errorf("parse manifest: %w", err)
 	}
+	if err := edit(doc); err != nil {
+		return nil, err
+	}
+	j, err = json.Marshal(doc)
+	if err != nil {
+		return nil, fmt.Errorf("encode manifest: %w", err)
+	}
+	return yaml.JSONToYAML(j)
+}
+
+// applyTo writes the edit into container #idx of doc.
+func (e containerEdit) applyTo(doc map[string]any, idx int) error {
 	spec, _ := doc["spec"].(map[string]any)
 	containers, _ := spec["containers"].([]any)
 	if idx >= len(containers) {
-		return nil, fmt.Errorf("manifest has no container #%d", idx)
+		return fmt.Errorf("manifest has no container #%d", idx)
 	}
 	container, ok := containers[idx].(map[string]any)
 	if !ok {
-		return nil, fmt.Errorf("container #%d is not an object", idx)
+		return fmt.Errorf("container #%d is not an object", idx)
 	}
 	if e.commandChanged {
 		container["command"] = e.command
@@ -203,16 +221,12 @@ func applyEdit(data []byte, idx int, e containerEdit) ([]byte, error) {
 				v, _ = env[i].(map[string]any)
 			}
 			if v == nil || v["name"] != e.env[i].Name {
-				return nil, fmt.Errorf("env #%d of container #%d is not the variable %s", i, idx, e.env[i].Name)
+				return fmt.Errorf("env #%d of container #%d is not the variable %s", i, idx, e.env[i].Name)
 			}
 			v["value"] = e.env[i].Value
 		}
 	}
-	j, err = json.Marshal(doc)
-	if err != nil {
-		return nil, fmt.Errorf("encode manifest: %w", err)
-	}
-	return yaml.JSONToYAML(j)
+	return nil
 }
 
 // verifyFlags checks that etcd would see the requested values in the
