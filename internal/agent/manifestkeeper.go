@@ -180,8 +180,10 @@ func (k *manifestKeeper) refresh(o observation.Observation) error {
 	}
 	if _, aside, err := manifest.ClientURLsAsideOf(data); err != nil || aside {
 		// A learner's start set the client URLs aside (a 3.5 learner): not
-		// the member's own manifest, never put back as it is.
-		return fmt.Errorf("the manifest has its client URLs set aside (%s): not checkpointed until they are back (%v)", manifest.ClientURLsAsideAnnotation, err)
+		// the member's own manifest, never put back as it is. The agent
+		// restarts it on its own soon (plan.decideRestoreClientURLs).
+		k.log.Debug("manifest keeper: the client URLs are set aside; not checkpointed until they are back", zap.Error(err))
+		return nil
 	}
 	cp := plan.ManifestCheckpoint{Member: o.Local.Name, MemberID: o.Local.ID, ClusterID: o.ClusterID, Voters: o.Voters(),
 		SHA256: hex.EncodeToString(sum[:]), SavedAt: o.At.UTC()}

@@ -3,10 +3,12 @@ package heal
 import (
 	"context"
 	"fmt"
+	"strconv"
 
 	"go.uber.org/zap"
 
 	"github.com/etcd-agent/etcd-agent/internal/journal"
+	"github.com/etcd-agent/etcd-agent/internal/lease"
 	"github.com/etcd-agent/etcd-agent/internal/memberstate"
 	"github.com/etcd-agent/etcd-agent/internal/plan"
 )
@@ -29,4 +31,28 @@ func (h *Healer) restoreClientURLs(ctx context.Context, res memberstate.Result, 
 	j.ClientURLsRestoredAt = h.now().UTC()
 	h.log.Info("member promoted: restarted on its own client URLs", zap.String("wasOn", j.ClientURLsAside), zap.String("id", fmtID(d.MemberID)))
 	return journal.Save(h.cfg.StateDir, *j)
+}
+
+// beginRestoreClientURLs opens a record of its own for the restart of the
+// member on its own client URLs (plan.decideIdleRestore) once the Lease is
+// ours: the member is a serving voter, only its flags change.
+func (h *Healer) beginRestoreClientURLs(ctx context.Context, res memberstate.Result, j *journal.Record, d plan.Decision) error {
+	l, err := h.leaseOf(res.Observation.ClusterID)
+	if err != nil {
+		return err
+	}
+	now := h.now().UTC()
+	next := journal.Record{ID: strconv.FormatInt(now.UnixNano(), 36), Member: h.cfg.Member, Node: h.cfg.Node,
+		Request: "auto", Kind: journal.KindRestoreClientURLs, NewMemberID: journal.MemberID(d.MemberID),
+		StartedAt: now, PeerURLs: h.cfg.PeerURLs, Failures: j.Failures, LastFailureAt: j.LastFailureAt}
+	info := lease.Info{Target: h.cfg.Member, Phase: journal.KindRestoreClientURLs, StartedAt: now}
+	if err := l.TryAcquire(ctx, info); err != nil {
+		return err
+	}
+	*j = next
+	h.tookLease()
+	h.metrics.LeaseHeld.WithLabelValues(h.cfg.Member).Set(1)
+	h.log.Warn("the member serves with its client URLs set aside by an earlier rejoin: restarting it on its own",
+		zap.String("id", j.ID), zap.String("member", fmtID(d.MemberID)), zap.String("detail", d.Detail))
+	return h.advance(ctx, j, journal.PhaseStarted)
 }

@@ -176,6 +176,8 @@ type fakeRuntime struct {
 	// Start puts the member's own back, as the static-pod runtime does.
 	aside       string
 	asideStarts int
+	cannotAside error // CanSetClientURLsAside's answer
+	failAside   error // StartAside's error
 }
 
 func (f *fakeRuntime) Stop(ctx context.Context) error {
@@ -201,12 +203,16 @@ func (f *fakeRuntime) Start(context.Context, string) error {
 }
 func (f *fakeRuntime) Stopped() (bool, error) { return f.stops > f.starts+f.asideStarts, nil }
 func (f *fakeRuntime) StartAside(context.Context, string) (string, error) {
+	if f.failAside != nil {
+		return "", f.failAside
+	}
 	f.asideStarts++
 	f.aside = "https://10.0.0.1:12379"
 	return f.aside, nil
 }
 func (f *fakeRuntime) ClientURLsAside() (string, bool, error) { return f.aside, f.aside != "", nil }
-func (f *fakeRuntime) Describe() string       { return "fake" }
+func (f *fakeRuntime) CanSetClientURLsAside() error           { return f.cannotAside }
+func (f *fakeRuntime) Describe() string                       { return "fake" }
 
 // fakeCluster answers every call; hash is what HashKV says for every member.
 type fakeCluster struct {

@@ -345,7 +345,7 @@ func (h *Healer) consider(ctx context.Context, res memberstate.Result, req *plan
 	// An open journal waiting on an unreadable Lease is the same outage
 	// as a take that goes unanswered: one refusal, one refused_since.
 	waitsForAPI := d.Reason == plan.ReasonAPIUnavailable
-	if d.Action != plan.Begin && d.Action != plan.RollbackLearner && !waitsForAPI {
+	if d.Action != plan.Begin && d.Action != plan.RollbackLearner && d.Action != plan.BeginRestoreClientURLs && !waitsForAPI {
 		h.takeUnanswered = false
 	}
 	if !h.takeUnanswered { // else still refused until a take is answered
@@ -363,7 +363,7 @@ func (h *Healer) consider(ctx context.Context, res memberstate.Result, req *plan
 		return out
 	}
 	switch {
-	case d.Action == plan.Begin, d.Action == plan.RollbackLearner, j.Active() && d.Action != plan.Nothing && d.Action != plan.Refuse:
+	case d.Action == plan.Begin, d.Action == plan.RollbackLearner, d.Action == plan.BeginRestoreClientURLs, j.Active() && d.Action != plan.Nothing && d.Action != plan.Refuse:
 		// An open journal with the Lease held (a step decided) is
 		// executed too, never left deciding a step on every poll.
 		return h.recover(ctx, res, req, j)
@@ -456,7 +456,7 @@ func (h *Healer) decide(ctx context.Context, res memberstate.Result, req *plan.R
 		in.APIAvailable = true // optimistic; checked below if it matters
 		in.LeaseFreeSince = time.Unix(0, 0)
 		d := plan.Decide(in, h.cfg.Plan)
-		if d.Action != plan.Begin && d.Action != plan.RollbackLearner && !(d.Action == plan.Refuse && d.Reason == plan.ReasonDryRun) {
+		if d.Action != plan.Begin && d.Action != plan.RollbackLearner && d.Action != plan.BeginRestoreClientURLs && !(d.Action == plan.Refuse && d.Reason == plan.ReasonDryRun) {
 			return d
 		}
 	}
@@ -539,7 +539,11 @@ func (h *Healer) baseInput(res memberstate.Result, req *plan.Request, j journal.
 		in.ManifestMissing = errors.Is(err, memberruntime.ErrNoManifest)
 	}
 	if s, ok := h.runtime.(memberruntime.ClientURLsSetter); ok {
-		in.CanSetClientURLsAside = true
+		err := s.CanSetClientURLsAside()
+		in.CanSetClientURLsAside = err == nil
+		if err != nil {
+			h.log.Debug("a learner's client URLs cannot be set aside here", zap.Error(err))
+		}
 		_, aside, err := s.ClientURLsAside()
 		if err != nil {
 			h.log.Warn("cannot tell whether the member's client URLs are set aside", zap.Error(err))

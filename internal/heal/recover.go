@@ -65,7 +65,7 @@ func (h *Healer) recover(parent context.Context, first memberstate.Result, req *
 		}
 		last = d
 		h.track(&clock, d)
-		if !j.Active() && d.Action != plan.Begin && d.Action != plan.RollbackLearner {
+		if !j.Active() && d.Action != plan.Begin && d.Action != plan.RollbackLearner && d.Action != plan.BeginRestoreClientURLs {
 			// Decide changed its mind before we began (e.g. the member came back).
 			if d.Action == plan.Refuse {
 				h.refused(ctx, req, d)
@@ -124,7 +124,7 @@ func (h *Healer) recover(parent context.Context, first memberstate.Result, req *
 			h.log.Warn("recovery step refused", zap.String("action", string(d.Action)), zap.String("reason", string(refusal.Reason)), zap.Error(err))
 			h.countRefusal(refusal.Reason)
 			return h.fail(ctx, h.closing(&j, d, res, req, in.Claim), plan.Decision{Action: plan.Finish, Reason: refusal.Reason, Detail: err.Error()}, err)
-		case (d.Action == plan.Begin || d.Action == plan.RollbackLearner) && !j.Active() && takeNotMade(err) != "":
+		case (d.Action == plan.Begin || d.Action == plan.RollbackLearner || d.Action == plan.BeginRestoreClientURLs) && !j.Active() && takeNotMade(err) != "":
 			// The Lease could not be taken (the API server read it, then
 			// did not answer the take: its etcd client waits on a hung
 			// member; or an earlier hold's backup stream has not ended).
@@ -317,6 +317,8 @@ func (h *Healer) step(ctx context.Context, res memberstate.Result, req *plan.Req
 		return h.timed(j, journal.PhaseMemberStarted, func() error { return h.startLearner(ctx, res, j, d) })
 	case plan.RestoreClientURLs:
 		return h.restoreClientURLs(ctx, res, j, d)
+	case plan.BeginRestoreClientURLs:
+		return h.beginRestoreClientURLs(ctx, res, j, d)
 	case plan.WaitCatchUp:
 		h.trackLearner(j, res, now)
 		return journal.Save(h.cfg.StateDir, *j)

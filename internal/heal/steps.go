@@ -513,13 +513,15 @@ func (h *Healer) startMember(ctx context.Context, res memberstate.Result, j *jou
 	ic := h.initialCluster(res.Observation, j)
 	if s, ok := h.runtime.(memberruntime.ClientURLsSetter); ok && d.AsideClientURLs {
 		private, err := s.StartAside(ctx, ic)
-		if err != nil {
-			return fmt.Errorf("start member with its client URLs set aside (%s): %w", h.runtime.Describe(), err)
+		if err == nil {
+			j.ClientURLsAside = private
+			h.log.Info("member started as learner, its client URLs set aside until its promotion: no client reaches it meanwhile",
+				zap.String("initialCluster", ic), zap.String("listensOn", private))
+			return nil
 		}
-		j.ClientURLsAside = private
-		h.log.Info("member started as learner, its client URLs set aside until its promotion: no client reaches it meanwhile",
-			zap.String("initialCluster", ic), zap.String("listensOn", private))
-		return nil
+		// Not a reason to leave the member out: started as it is, a client
+		// that lists it may see a write refused until its promotion.
+		h.log.Warn("cannot set the learner's client URLs aside; starting it on its own (a 3.5 learner refuses client writes until its promotion)", zap.Error(err))
 	}
 	if err := h.runtime.Start(ctx, ic); err != nil {
 		return fmt.Errorf("start member (%s): %w", h.runtime.Describe(), err)

@@ -40,6 +40,8 @@ const (
 	ResultFailed        = record.ResultFailed
 	ResultRefused       = record.ResultRefused
 	KindRollbackLearner = record.KindRollbackLearner
+	// KindRestoreClientURLs: see record.KindRestoreClientURLs.
+	KindRestoreClientURLs = record.KindRestoreClientURLs
 )
 
 // Path is member's journal file in stateDir.

@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
 )
 
 // ClientURLsAsideAnnotation carries, on a static pod's manifest, the client
@@ -54,7 +56,7 @@ func SetClientURLsAside(data []byte, private string) ([]byte, error) {
 		return nil, err
 	}
 	if !ok {
-		if a, err = ownClientURLs(data); err != nil {
+		if a, err = OwnClientURLs(data); err != nil {
 			return nil, err
 		}
 	}
@@ -83,9 +85,10 @@ func RestoreClientURLs(data []byte) ([]byte, bool, error) {
 	return out, err == nil, err
 }
 
-// ownClientURLs are the member's client URLs as etcd sees them; both
-// flags must be set (etcd's defaults are not written back).
-func ownClientURLs(data []byte) (ClientURLsAside, error) {
+// OwnClientURLs are the member's client URLs as its manifest writes them
+// ($(VAR) references kept, so they come back as they were); both flags
+// must be set (etcd's defaults are not written back).
+func OwnClientURLs(data []byte) (ClientURLsAside, error) {
 	pod, err := decodePod(data)
 	if err != nil {
 		return ClientURLsAside{}, err
@@ -94,12 +97,13 @@ func ownClientURLs(data []byte) (ClientURLsAside, error) {
 	if err != nil {
 		return ClientURLsAside{}, err
 	}
-	cfg := newEtcdConfig(pod.Spec.Containers[idx])
+	c := pod.Spec.Containers[idx]
+	cfg := newEtcdConfig(c)
 	var a ClientURLsAside
-	if a.Listen, err = cfg.Value("listen-client-urls"); err != nil {
+	if a.Listen, err = rawValue(c, cfg, "listen-client-urls"); err != nil {
 		return a, err
 	}
-	if a.Advertise, err = cfg.Value("advertise-client-urls"); err != nil {
+	if a.Advertise, err = rawValue(c, cfg, "advertise-client-urls"); err != nil {
 		return a, err
 	}
 	if a.Listen == "" || a.Advertise == "" {
@@ -133,4 +137,23 @@ func setAnnotation(data []byte, key, value string) ([]byte, error) {
 		}
 		return nil
 	})
+}
+
+// rawValue is --flag's value as the manifest writes it (its last
+// occurrence on the command line, else its ETCD_* variable), checked to
+// resolve (cfg.Value); "" when unset.
+func rawValue(c corev1.Container, cfg etcdConfig, flag string) (string, error) {
+	if _, err := cfg.Value(flag); err != nil {
+		return "", err
+	}
+	if f, ok := lastFlag(cfg.flags, flag); ok {
+		return f.value, nil
+	}
+	raw := ""
+	for _, e := range c.Env {
+		if e.Name == envKey(flag) {
+			raw = e.Value
+		}
+	}
+	return raw, nil
 }

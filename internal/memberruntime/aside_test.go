@@ -61,3 +61,23 @@ func TestStaticPodStartAsideListensPrivatelyUntilTheNextStart(t *testing.T) {
 		t.Fatalf("still set aside after Start: %v %v", ok, err)
 	}
 }
+
+// The private port is the own one + 10000 when free (below the ephemeral
+// range on the usual 2379), and only an IP of this node is ever used: etcd
+// binds no host name, and no address of another host (helper 26's review).
+func TestThePrivateClientURLIsAFreePortOfAnIPOfThisNode(t *testing.T) {
+	got, err := freeURLOn("https://127.0.0.1:2379")
+	if err != nil || got != "https://127.0.0.1:12379" {
+		t.Errorf("own port 2379: %q, %v; want https://127.0.0.1:12379", got, err)
+	}
+	for _, u := range []string{"https://etcd-0.example.com:2379", "https://localhost:2379", "https://192.0.2.10:2379"} {
+		if got, err := freeURLOn(u); err == nil {
+			t.Errorf("%s: private URL %q, want a refusal", u, got)
+		}
+	}
+	f := newPodFixture(t)
+	rt := f.runtime(t).(ClientURLsSetter)
+	if err := rt.CanSetClientURLsAside(); err == nil {
+		t.Error("a manifest that leaves the client URLs to etcd's defaults can be set aside")
+	}
+}

@@ -265,4 +265,7 @@ func waitGone(ctx context.Context, log *zap.Logger, lim waitLimits, urls []strin
 type ClientURLsSetter interface {
 	StartAside(ctx context.Context, initialCluster string) (private string, err error)
 	ClientURLsAside() (private string, ok bool, err error)
+	// CanSetClientURLsAside says why StartAside would fail (nil: it would
+	// not), before any change is made on it.
+	CanSetClientURLsAside() error
 }

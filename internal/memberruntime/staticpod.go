@@ -171,24 +171,16 @@ func (s *staticPod) StartAside(ctx context.Context, initialCluster string) (stri
 // ClientURLsAside says whether the member's manifest (live or parked) has
 // its client URLs set aside, and the private URL it listens on then.
 func (s *staticPod) ClientURLsAside() (string, bool, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	live, parked, err := s.where()
-	if err != nil || !live && !parked {
-		return "", false, err
+	data, err := s.current()
+	if errors.Is(err, ErrNoManifest) {
+		return "", false, nil
 	}
-	src := s.manifestPath
-	if !live {
-		src = s.parkedPath
-	}
-	data, err := os.ReadFile(src)
 	if err != nil {
 		return "", false, err
 	}
 	a, ok, err := manifest.ClientURLsAsideOf(data)
 	return a.Private, ok, err
 }
-
 func (s *staticPod) start(ctx context.Context, initialCluster string, edit func([]byte) ([]byte, error)) error {
 	if strings.TrimSpace(initialCluster) == "" {
 		return errors.New("start: empty --initial-cluster")
@@ -240,21 +232,83 @@ func (s *staticPod) start(ctx context.Context, initialCluster string, edit func(
 	return nil
 }
 
-// freeURLOn is u with a port of its host that nobody listens on now.
+// freeURLOn is u with a port of its host that nobody listens on now: the
+// own port + 10000 or one of the next nine (below the ephemeral range on
+// the usual 2379, so no outgoing connection takes it before etcd binds
+// it), else any free one. The host must be an IP of this node: etcd binds
+// only IPs (and localhost).
 func freeURLOn(u string) (string, error) {
 	pu, err := url.Parse(u)
-	if err != nil || pu.Hostname() == "" {
-		return "", fmt.Errorf("client URL %q: no host (%v)", u, err)
-	}
-	l, err := net.Listen("tcp", net.JoinHostPort(pu.Hostname(), "0"))
 	if err != nil {
-		return "", fmt.Errorf("no free port on %s: %w", pu.Hostname(), err)
+		return "", fmt.Errorf("client URL %q: %w", u, err)
 	}
-	port := l.Addr().(*net.TCPAddr).Port
-	l.Close()
-	pu.Host = net.JoinHostPort(pu.Hostname(), strconv.Itoa(port))
-	pu.Path = ""
-	return pu.String(), nil
+	ip := net.ParseIP(pu.Hostname())
+	if ip == nil {
+		return "", fmt.Errorf("client URL %q: its host is not an IP (etcd binds only IPs)", u)
+	}
+	own, _ := strconv.Atoi(pu.Port())
+	var ports []int
+	if own > 0 && own+10009 <= 65535 {
+		for i := range 10 {
+			ports = append(ports, own+10000+i)
+		}
+	}
+	ports = append(ports, 0)
+	var lerr error
+	for _, port := range ports {
+		l, err := net.Listen("tcp", net.JoinHostPort(ip.String(), strconv.Itoa(port)))
+		if err != nil {
+			lerr = err
+			continue
+		}
+		port = l.Addr().(*net.TCPAddr).Port
+		l.Close()
+		pu.Host, pu.Path = net.JoinHostPort(ip.String(), strconv.Itoa(port)), ""
+		return pu.String(), nil
+	}
+	return "", fmt.Errorf("no free port on %s (not an address of this node?): %w", ip, lerr)
+}
+
+// CanSetClientURLsAside says why the member's client URLs could not be set
+// aside (nil: they can, or are): both flags written in the manifest, the
+// advertised host an IP of this node with a free port.
+func (s *staticPod) CanSetClientURLsAside() error {
+	data, err := s.current()
+	if err != nil {
+		return err
+	}
+	if _, ok, err := manifest.ClientURLsAsideOf(data); ok || err != nil {
+		return err
+	}
+	if _, err := manifest.OwnClientURLs(data); err != nil {
+		return err
+	}
+	m, err := manifest.ParseMember(data)
+	if err != nil {
+		return err
+	}
+	if len(m.ClientURLs) == 0 {
+		return errors.New("the manifest advertises no client URL")
+	}
+	_, err = freeURLOn(m.ClientURLs[0])
+	return err
+}
+
+// current is the member's manifest, live or parked.
+func (s *staticPod) current() ([]byte, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	live, parked, err := s.where()
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case live:
+		return os.ReadFile(s.manifestPath)
+	case parked:
+		return os.ReadFile(s.parkedPath)
+	}
+	return nil, s.errNoManifest()
 }
 
 // withRejoinFlags returns data with --initial-cluster-state=existing and

@@ -3,6 +3,7 @@ package plan
 import (
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/etcd-agent/etcd-agent/internal/memberstate"
 	"github.com/etcd-agent/etcd-agent/internal/observation"
@@ -39,4 +40,57 @@ func decideRestoreClientURLs(o observation.Observation, ours observation.Member)
 	}
 	return Decision{Action: RestoreClientURLs, MemberID: ours.ID,
 		Detail: fmt.Sprintf("%x is a voter: restart it on its own client URLs (set aside while a learner)", ours.ID)}
+}
+
+// decideIdleRestore: no recovery is open and the member's client URLs are
+// still set aside (the rejoin that set them aside timed out waiting for a
+// quorum to restart it, or failed at its restart). A serving voter is
+// restarted on its own URLs under the Lease, as a record of its own, on
+// the same rule; a member that does not serve is not (its own heal's start
+// puts them back). Without this, it would serve on a URL no client has for
+// good, and other members' heals would meet a source on a URL that refuses.
+func decideIdleRestore(in Input, cfg Config) (Decision, bool) {
+	o := in.Obs
+	local, inList := localMember(o)
+	if !inList || local.IsLearner || !local.Serving || in.Verdict.State != memberstate.Healthy {
+		return Decision{}, false
+	}
+	what := fmt.Sprintf("member %x serves with its client URLs set aside by an earlier rejoin", local.ID)
+	switch {
+	case cfg.DryRun:
+		return refuse(ReasonDryRun, what+"; would restart it on its own"), true
+	case !cfg.AutoHeal:
+		return Decision{Action: Nothing, Reason: ReasonAutoHealDisabled, Detail: what + "; automatic healing is off"}, true
+	case quorumLost(o):
+		return refuse(ReasonMajorityLost, what+"; the cluster has no quorum"), true
+	case !in.APIAvailable:
+		return refuse(ReasonAPIUnavailable, what+"; the Kubernetes API is unreachable: no Lease, no restart"), true
+	case in.LeaseHolder != "":
+		return refuse(ReasonLeaseHeldByOther, what+"; the recovery Lease is held by "+in.LeaseHolder), true
+	}
+	if wait := backoffLeft(in, cfg); wait > 0 {
+		return Decision{Action: Nothing, Reason: ReasonBackoff, Detail: fmt.Sprintf("%s; last attempt failed (%s), next in %s", what, in.Journal.Reason, wait.Round(time.Second))}, true
+	}
+	d := decideRestoreClientURLs(o, local)
+	if d.Action != RestoreClientURLs {
+		return d, true
+	}
+	return Decision{Action: BeginRestoreClientURLs, MemberID: local.ID, Detail: what + "; restart it on its own"}, true
+}
+
+// decideRestoreRecord: the record of decideIdleRestore, with the Lease
+// held, re-checked on a fresh observation.
+func decideRestoreRecord(in Input) Decision {
+	o := in.Obs
+	if !in.ClientURLsAside {
+		return Decision{Action: Finish, Detail: "the member's client URLs are its own again"}
+	}
+	local, inList := localMember(o)
+	if !inList || local.IsLearner || uint64(in.Journal.NewMemberID) != local.ID {
+		return Decision{Action: Finish, Reason: ReasonNotNeeded, Detail: "the member is no longer the voter this restart was for: its next start puts its client URLs back"}
+	}
+	if quorumLost(o) {
+		return wait(ReasonMajorityLost, "no quorum: the restart on its own client URLs waits")
+	}
+	return decideRestoreClientURLs(o, local)
 }

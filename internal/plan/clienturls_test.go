@@ -2,6 +2,7 @@ package plan
 
 import (
 	"testing"
+	"time"
 
 	"github.com/etcd-agent/etcd-agent/internal/observation"
 	"github.com/etcd-agent/etcd-agent/internal/record"
@@ -80,4 +81,43 @@ func TestAPromotedMemberGetsItsClientURLsBackWithoutLosingQuorum(t *testing.T) {
 			}
 		})
 	}
+}
+
+func restoreRecord(r *record.Record) { r.Kind = record.KindRestoreClientURLs }
+
+// A member whose rejoin ended before it got its client URLs back (timed
+// out waiting for a quorum to restart it) is restarted on them later,
+// under the Lease, as a record of its own, on the same rule (helper 26's
+// review of issue 40: before, it served on a URL no client has for good).
+func TestAMemberLeftWithItsClientURLsAsideIsRestartedUnderALeaseOfItsOwn(t *testing.T) {
+	healthy := local(localHealthy)
+	for _, c := range []struct {
+		name   string
+		opts   []opt
+		action Action
+		reason Reason
+	}{
+		{"healthy voter, 3 of 3", []opt{healthy, asideNow()}, BeginRestoreClientURLs, ReasonNone},
+		{"another voter down", []opt{healthy, asideNow(), func(s *spec) { s.healthy = 2 }}, Nothing, ReasonWouldLoseQuorum},
+		{"Lease held by another", []opt{healthy, asideNow(), leaseOther("node2/node2")}, Refuse, ReasonLeaseHeldByOther},
+		{"no API", []opt{healthy, asideNow(), noAPI()}, Refuse, ReasonAPIUnavailable},
+		{"dry run", []opt{healthy, asideNow(), cfg(func(c *Config) { c.DryRun = true })}, Refuse, ReasonDryRun},
+		{"auto-heal off", []opt{healthy, asideNow(), cfg(func(c *Config) { c.AutoHeal = false })}, Nothing, ReasonAutoHealDisabled},
+		{"after a failure, in its backoff", []opt{healthy, asideNow(), failed(1, t0.Add(-10*time.Second))}, Nothing, ReasonBackoff},
+		{"lost, not serving: its own heal puts them back", []opt{asideNow(), func(s *spec) { s.healthy = 2 }}, Begin, ReasonNone},
+		{"nothing aside", []opt{healthy}, Nothing, ReasonNone},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			d := Decide(cluster(3, 3, c.opts...))
+			want(t, d, c.action, c.reason)
+			if d.Action == BeginRestoreClientURLs && d.MemberID != id(1) {
+				t.Errorf("restart %x, want the local member %x", d.MemberID, id(1))
+			}
+		})
+	}
+	// The record, with the Lease, on a fresh observation.
+	want(t, Decide(cluster(3, 3, healthy, asideNow(), held(record.PhaseStarted, restoreRecord, newID(1)))), RestoreClientURLs, ReasonNone)
+	want(t, Decide(cluster(3, 3, healthy, held(record.PhaseStarted, restoreRecord, newID(1)))), Finish, ReasonNone)
+	want(t, Decide(cluster(3, 2, healthy, asideNow(), held(record.PhaseStarted, restoreRecord, newID(1)))), Nothing, ReasonWouldLoseQuorum)
+	want(t, Decide(cluster(3, 3, healthy, asideNow(), held(record.PhaseStarted, restoreRecord, newID(7)))), Finish, ReasonNotNeeded)
 }

@@ -48,6 +48,11 @@ func decideIdle(in Input, cfg Config) Decision {
 			return refuse(ReasonBadRequest, fmt.Sprintf("unknown request %q (the only one is \"rejoin\")", in.Request.Action))
 		}
 	}
+	if in.Request == nil && in.ClientURLsAside {
+		if d, ok := decideIdleRestore(in, cfg); ok {
+			return d
+		}
+	}
 	if j := in.Journal; in.Request == nil && movedAway(j) {
 		return Decision{Action: Nothing, Reason: ReasonMovedAway, Detail: fmt.Sprintf("member %x moved to %s (recovery %s); it is not healed here unasked (etcd-agent recover adds it back as a new member)",
 			uint64(j.OldMemberID), j.MoveTarget, j.ID)}
@@ -214,6 +219,9 @@ func decideActive(in Input, cfg Config) Decision {
 	}
 	if j.Kind == record.KindRollbackLearner {
 		return decideRollback(in, cfg)
+	}
+	if j.Kind == record.KindRestoreClientURLs {
+		return decideRestoreRecord(in)
 	}
 	// The journal is the request (also after a restart): a manual
 	// recovery stays manual, a move keeps its own.

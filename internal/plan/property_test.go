@@ -57,7 +57,7 @@ func TestDecideInvariants(t *testing.T) {
 	// or the invariants above prove little.
 	for _, a := range []Action{Nothing, Refuse, Begin, StopMember, TakeSnapshot, RemoveMember, AddLearner, AdoptLearner,
 		PrepareDataDir, StartMember, WaitCatchUp, Promote, RemoveStalledLearner, Verify, Finish,
-		RollbackLearner, RemoveStrandedLearner, RestoreClientURLs} {
+		RollbackLearner, RemoveStrandedLearner, RestoreClientURLs, BeginRestoreClientURLs} {
 		if actions[a] == 0 {
 			t.Errorf("no random input led to %s", a)
 		}
@@ -149,7 +149,7 @@ func invariants(in Input, c Config, d Decision) []string {
 	// (g) only Begin without the Lease, and only with the API up and the Lease free.
 	switch d.Action {
 	case Nothing, Refuse:
-	case Begin, RollbackLearner:
+	case Begin, RollbackLearner, BeginRestoreClientURLs:
 		if !in.APIAvailable || in.LeaseHolder != "" {
 			fail("(g) begins with API %v, Lease held by %q", in.APIAvailable, in.LeaseHolder)
 		}
@@ -264,6 +264,21 @@ func invariants(in Input, c Config, d Decision) []string {
 		if !targetListed || !target.IsLearner || !slices.ContainsFunc(target.PeerURLs, func(u string) bool { return slices.Contains(j.PeerURLs, u) }) ||
 			j.NewMemberID != 0 || target.Name != "" && target.Name != o.Local.Name {
 			fail("adopts %+v with journal new ID %x", target, uint64(j.NewMemberID))
+		}
+	}
+	// A learner's client URLs are set aside only at its add or start, where
+	// the runtime can, and for a 3.5 learner.
+	if d.AsideClientURLs && (d.Action != AddLearner && d.Action != StartMember || !in.CanSetClientURLsAside || !strings.HasPrefix(in.LearnerVersion, "3.5.")) {
+		fail("sets the client URLs aside at %s (runtime can %v, learner %q)", d.Action, in.CanSetClientURLsAside, in.LearnerVersion)
+	}
+	// A restart on its own client URLs begins only with no recovery open,
+	// unasked, for the local member serving healthy as a voter with its
+	// URLs aside, and the other healthy voters a quorum.
+	if d.Action == BeginRestoreClientURLs {
+		if j.Active() || in.Request != nil || !in.ClientURLsAside || !targetListed || target.IsLearner || !target.Serving ||
+			target.ID != o.Local.ID || in.Verdict.State != memberstate.Healthy || healthyExcept(o, target.ID) < memberstate.Quorum(o.Voters()) {
+			fail("begins a restart on its own client URLs of %+v (journal active %v, request %v, aside %v, verdict %s, %d other healthy of %d voters)",
+				target, j.Active(), in.Request != nil, in.ClientURLsAside, in.Verdict.State, healthyExcept(o, target.ID), o.Voters())
 		}
 	}
 	// A member restarted on its own client URLs: ours, a voter, with the
@@ -426,6 +441,7 @@ func randomInput(r *rand.Rand) (Input, Config) {
 	in.Journal = j
 	in.ClientURLsAside = pick(0.3)
 	in.CanSetClientURLsAside = pick(0.5)
+	in.LearnerVersion = []string{"", "3.5.36", "3.6.16"}[r.IntN(3)]
 	// The watchdog's learner clocks: most learners have one, from up to
 	// 10 minutes ago (the stall timeout is 5 minutes).
 	for _, m := range o.Learners() {

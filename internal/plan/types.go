@@ -48,6 +48,11 @@ const (
 	// URLs set aside (a 3.5 learner: Decision.AsideClientURLs); its
 	// manifest gets them back, and the kubelet restarts it on them.
 	RestoreClientURLs Action = "restore-client-urls"
+	// BeginRestoreClientURLs: no recovery is open and the local member, a
+	// serving voter, still has its client URLs set aside (the rejoin that
+	// set them aside ended first): acquire the Lease and open a record of
+	// record.KindRestoreClientURLs for MemberID.
+	BeginRestoreClientURLs Action = "begin-restore-client-urls"
 )
 
 // Reason is a refusal or wait code; exported as a metric label, an Event and in status.

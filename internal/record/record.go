@@ -85,6 +85,12 @@ const (
 // removed, the local member is not touched.
 const KindRollbackLearner = "rollback-learner"
 
+// KindRestoreClientURLs is a Record's Kind for the restart of the local
+// member, a serving voter, on the client URLs a learner's start set aside,
+// when the rejoin that set them aside ended before it could (plan's
+// decideIdleRestore).
+const KindRestoreClientURLs = "restore-client-urls"
+
 // Record is one member's current (or last) recovery.
 type Record struct {
 	ID      string `json:"id"`
@@ -92,7 +98,8 @@ type Record struct {
 	Node    string `json:"node"`
 	Request string `json:"request"` // "auto" or the manual annotation value
 	// Kind is "" for a rejoin of the local member, KindRollbackLearner for
-	// the rollback of the stranded learner LearnerID.
+	// the rollback of the stranded learner LearnerID, KindRestoreClientURLs
+	// for the restart of the member on its own client URLs.
 	Kind      string    `json:"kind,omitempty"`
 	LearnerID MemberID  `json:"learnerID,omitempty"`
 	Phase     Phase     `json:"phase"`
