@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/etcd-agent/etcd-agent/internal/journal"
 	"github.com/etcd-agent/etcd-agent/internal/memberstate"
@@ -63,4 +64,38 @@ func TestALearnerWhoseClientURLsCannotBeSetAsideStartsAsItIs(t *testing.T) {
 	if r.rt.starts != 1 || r.rt.aside != "" || j.ClientURLsAside != "" {
 		t.Fatalf("plain starts %d, aside %q, journal aside %q: want one plain start", r.rt.starts, r.rt.aside, j.ClientURLsAside)
 	}
+}
+
+// The restart record keeps the Lease until the member serves on its own
+// URLs again (released at the manifest's write, another agent could stop
+// its member on an observation that still counts this one), and never
+// waits with it held for a quorum (helper 27's review of issue 40).
+func TestTheRestartRecordHoldsTheLeaseOnlyWhileItActs(t *testing.T) {
+	t.Run("kept until the member serves again", func(t *testing.T) {
+		healthy := cluster3(memberstate.Healthy, 1, 2, 3)
+		restarting := cluster3(memberstate.Down, 2, 3)
+		r := newRig(t, healthy, restarting, restarting, restarting, restarting, restarting, restarting)
+		r.rt.aside = "https://10.0.0.1:12379"
+		start := time.Now()
+		r.h.Consider(context.Background(), healthy, nil) // the recovery timeout (2 s) ends it
+		j := r.journal(t)
+		if r.rt.starts != 1 || j.Result != journal.ResultFailed || time.Since(start) < 2*time.Second {
+			t.Fatalf("restarted %d, journal %s/%s after %s: want the Lease held (no success) while the member does not serve", r.rt.starts, j.Result, j.Reason, time.Since(start))
+		}
+	})
+	t.Run("no quorum to restart: refused, the Lease released", func(t *testing.T) {
+		healthy := cluster3(memberstate.Healthy, 1, 2, 3)
+		twoOfThree := cluster3(memberstate.Healthy, 1, 2)
+		r := newRig(t, twoOfThree, twoOfThree, twoOfThree)
+		r.rt.aside = "https://10.0.0.1:12379"
+		start := time.Now()
+		r.h.Consider(context.Background(), healthy, nil)
+		j := r.journal(t)
+		if r.rt.starts != 0 || j.Result != journal.ResultRefused || j.Reason != string(plan.ReasonWouldLoseQuorum) || r.lease.Holding() || j.Failures != 0 {
+			t.Fatalf("restarts %d, journal %s/%s failures %d, Lease held %v", r.rt.starts, j.Result, j.Reason, j.Failures, r.lease.Holding())
+		}
+		if took := time.Since(start); took > time.Second {
+			t.Errorf("held the Lease %s waiting for a quorum", took)
+		}
+	})
 }

@@ -131,6 +131,9 @@ func (h *Healer) finish(ctx context.Context, j *journal.Record, d plan.Decision)
 	if j.Kind == journal.KindRollbackLearner {
 		return h.closeRollback(ctx, j, d)
 	}
+	if j.Kind == journal.KindRestoreClientURLs {
+		return h.closeRestore(ctx, j, d, false)
+	}
 	result := journal.ResultSucceeded
 	switch {
 	case d.Reason != plan.ReasonNone && !j.Phase.AtLeast(journal.PhaseStopped) && j.StopAttemptedAt.IsZero():
@@ -151,6 +154,9 @@ func (h *Healer) fail(ctx context.Context, j *journal.Record, d plan.Decision, c
 	if j.Kind == journal.KindRollbackLearner {
 		// Not a recovery of the member: no recoveries_total, no backoff.
 		return h.closeRollback(ctx, j, plan.Decision{Action: plan.Finish, Reason: d.Reason, Detail: cause.Error()})
+	}
+	if j.Kind == journal.KindRestoreClientURLs {
+		return h.closeRestore(ctx, j, plan.Decision{Action: plan.Finish, Reason: d.Reason, Detail: cause.Error()}, true)
 	}
 	if d.Action != plan.RemoveStalledLearner { // that one removed it already
 		res := h.obs.Observe(ctx, h.now())

@@ -410,10 +410,20 @@ func (h *Healer) tookLease() {
 // or for a Begin that never took the Lease the record it would have
 // opened (j is the member's last recovery, closed: never rewritten).
 func (h *Healer) closing(j *journal.Record, d plan.Decision, res memberstate.Result, req *plan.Request, claim *plan.ClaimFacts) *journal.Record {
-	if d.Action != plan.Begin || j.Active() {
+	if j.Active() {
 		return j
 	}
-	next := h.newRecord(res, req, *j, claim)
+	var next journal.Record
+	switch d.Action {
+	case plan.Begin:
+		next = h.newRecord(res, req, *j, claim)
+	case plan.RollbackLearner:
+		next = h.rollbackRecord(*j, d)
+	case plan.BeginRestoreClientURLs:
+		next = h.restoreRecord(*j, d)
+	default:
+		return j
+	}
 	return &next
 }
 

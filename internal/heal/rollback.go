@@ -30,10 +30,8 @@ func (h *Healer) beginRollback(ctx context.Context, res memberstate.Result, j *j
 	if err != nil {
 		return err
 	}
-	now := h.now().UTC()
-	*j = journal.Record{ID: strconv.FormatInt(now.UnixNano(), 36), Member: h.cfg.Member, Node: h.cfg.Node,
-		Request: "auto", Kind: journal.KindRollbackLearner, LearnerID: journal.MemberID(d.MemberID),
-		StartedAt: now, PeerURLs: h.cfg.PeerURLs, Failures: j.Failures, LastFailureAt: j.LastFailureAt}
+	*j = h.rollbackRecord(*j, d)
+	now := j.StartedAt
 	info := lease.Info{Target: "learner-" + fmtID(d.MemberID), Phase: journal.KindRollbackLearner, StartedAt: now}
 	if err := l.TryAcquire(ctx, info); err != nil {
 		return err
@@ -43,6 +41,15 @@ func (h *Healer) beginRollback(ctx context.Context, res memberstate.Result, j *j
 	h.log.Warn("rolling back a stranded learner", zap.String("reason", string(d.Reason)), zap.String("learner", fmtID(d.MemberID)),
 		zap.String("detail", d.Detail), zap.String("id", j.ID))
 	return h.advance(ctx, j, journal.PhaseStarted)
+}
+
+// rollbackRecord is the record a rollback of d's learner opens; prev is
+// the member's last (closed) record, whose failure count it keeps.
+func (h *Healer) rollbackRecord(prev journal.Record, d plan.Decision) journal.Record {
+	now := h.now().UTC()
+	return journal.Record{ID: strconv.FormatInt(now.UnixNano(), 36), Member: h.cfg.Member, Node: h.cfg.Node,
+		Request: "auto", Kind: journal.KindRollbackLearner, LearnerID: journal.MemberID(d.MemberID),
+		StartedAt: now, PeerURLs: h.cfg.PeerURLs, Failures: prev.Failures, LastFailureAt: prev.LastFailureAt}
 }
 
 // removeStranded removes a stranded learner (fenced): the step of a

@@ -7,6 +7,7 @@ import (
 
 	"github.com/etcd-agent/etcd-agent/internal/memberstate"
 	"github.com/etcd-agent/etcd-agent/internal/observation"
+	"github.com/etcd-agent/etcd-agent/internal/record"
 )
 
 // asideClientURLs: the learner starts with its client URLs set aside. An
@@ -52,8 +53,12 @@ func decideRestoreClientURLs(o observation.Observation, ours observation.Member)
 func decideIdleRestore(in Input, cfg Config) (Decision, bool) {
 	o := in.Obs
 	local, inList := localMember(o)
-	if !inList || local.IsLearner || !local.Serving || in.Verdict.State != memberstate.Healthy {
+	if !inList || local.IsLearner || !local.Serving || in.Verdict.State != memberstate.Healthy ||
+		!observation.DataDirUsable(o.Local.DataDirClass) || foreignOnly(o) {
 		return Decision{}, false
+	}
+	if l := o.Local; !o.ClusterPinned && l.DataDirClusterID != 0 && o.ClusterID != 0 && l.DataDirClusterID != o.ClusterID {
+		return Decision{}, false // checkBegin's foreign-cluster refusal says why
 	}
 	what := fmt.Sprintf("member %x serves with its client URLs set aside by an earlier rejoin", local.ID)
 	switch {
@@ -79,18 +84,30 @@ func decideIdleRestore(in Input, cfg Config) (Decision, bool) {
 }
 
 // decideRestoreRecord: the record of decideIdleRestore, with the Lease
-// held, re-checked on a fresh observation.
+// held, re-checked on a fresh observation. Nothing waits here with the
+// Lease held: a restart the quorum does not allow now ends the record as
+// refused (the voter it waits for needs the Lease to be healed). Once the
+// manifest has the member's own URLs again, the Lease is kept until it
+// serves on them (Verify): released earlier, another agent could stop its
+// member on an observation that still counts this one.
 func decideRestoreRecord(in Input) Decision {
-	o := in.Obs
-	if !in.ClientURLsAside {
-		return Decision{Action: Finish, Detail: "the member's client URLs are its own again"}
+	o, j := in.Obs, in.Journal
+	if j.Phase.AtLeast(record.PhaseVerified) {
+		return Decision{Action: Finish, Detail: "the member serves on its own client URLs again"}
 	}
 	local, inList := localMember(o)
-	if !inList || local.IsLearner || uint64(in.Journal.NewMemberID) != local.ID {
+	if !inList || local.IsLearner || uint64(j.NewMemberID) != local.ID {
 		return Decision{Action: Finish, Reason: ReasonNotNeeded, Detail: "the member is no longer the voter this restart was for: its next start puts its client URLs back"}
 	}
 	if quorumLost(o) {
-		return wait(ReasonMajorityLost, "no quorum: the restart on its own client URLs waits")
+		return Decision{Action: Finish, Reason: ReasonMajorityLost, Detail: "no quorum: the restart on its own client URLs is not made or not verified"}
 	}
-	return decideRestoreClientURLs(o, local)
+	if !in.ClientURLsAside {
+		return Decision{Action: Verify, MemberID: local.ID}
+	}
+	d := decideRestoreClientURLs(o, local)
+	if d.Action != RestoreClientURLs {
+		d.Action = Finish // refused before any change: the idle path asks again
+	}
+	return d
 }

@@ -117,7 +117,10 @@ func TestAMemberLeftWithItsClientURLsAsideIsRestartedUnderALeaseOfItsOwn(t *test
 	}
 	// The record, with the Lease, on a fresh observation.
 	want(t, Decide(cluster(3, 3, healthy, asideNow(), held(record.PhaseStarted, restoreRecord, newID(1)))), RestoreClientURLs, ReasonNone)
-	want(t, Decide(cluster(3, 3, healthy, held(record.PhaseStarted, restoreRecord, newID(1)))), Finish, ReasonNone)
-	want(t, Decide(cluster(3, 2, healthy, asideNow(), held(record.PhaseStarted, restoreRecord, newID(1)))), Nothing, ReasonWouldLoseQuorum)
+	// Back on its own URLs: the Lease is kept until it serves on them.
+	want(t, Decide(cluster(3, 3, healthy, held(record.PhaseStarted, restoreRecord, newID(1)))), Verify, ReasonNone)
+	want(t, Decide(cluster(3, 3, healthy, held(record.PhaseVerified, restoreRecord, newID(1)))), Finish, ReasonNone)
+	// Nothing waits with the Lease held (the voter it waits for needs it).
+	want(t, Decide(cluster(3, 2, healthy, asideNow(), held(record.PhaseStarted, restoreRecord, newID(1)))), Finish, ReasonWouldLoseQuorum)
 	want(t, Decide(cluster(3, 3, healthy, asideNow(), held(record.PhaseStarted, restoreRecord, newID(7)))), Finish, ReasonNotNeeded)
 }

@@ -118,11 +118,12 @@ func invariants(in Input, c Config, d Decision) []string {
 		switch {
 		case d.Action == Nothing || d.Action == Refuse:
 		case d.Action == Finish && !j.Phase.AtLeast(record.PhaseStopped):
+		case d.Action == Finish && j.Kind == record.KindRestoreClientURLs: // stops nothing; its restart is over or not made
 		case d.Action == Begin && j.Active() && !in.LeaseHeld:
 		default:
 			fail("(d) %s without quorum", d.Action)
 		}
-		if in.LeaseHeld && j.Active() && j.Phase.AtLeast(record.PhaseStopped) && d.Reason != ReasonMajorityLost &&
+		if in.LeaseHeld && j.Active() && j.Phase.AtLeast(record.PhaseStopped) && j.Kind != record.KindRestoreClientURLs && d.Reason != ReasonMajorityLost &&
 			!(dry && strings.Contains(d.Detail, string(ReasonMajorityLost))) {
 			fail("(d) mid-recovery without quorum, reason %q, want majority-lost", d.Reason)
 		}
@@ -437,9 +438,15 @@ func randomInput(r *rand.Rand) (Input, Config) {
 	}
 	if pick(0.1) { // a rollback record of a stranded learner
 		j.Kind, j.LearnerID = record.KindRollbackLearner, record.MemberID([]uint64{id(19), id(18), id(17), id(99)}[r.IntN(4)])
+	} else if pick(0.05) && j.Active() { // a restart of the local member on its own client URLs
+		j.Kind, j.NewMemberID = record.KindRestoreClientURLs, record.MemberID(o.Local.ID)
+		j.Phase = []record.Phase{record.PhaseStarted, record.PhaseVerified}[r.IntN(2)] // its only phases
 	}
 	in.Journal = j
 	in.ClientURLsAside = pick(0.3)
+	if in.ClientURLsAside && pick(0.5) { // a member left aside is mostly healthy: reach the restart's begin
+		in.Obs.Local.DataDirClass = "ok"
+	}
 	in.CanSetClientURLsAside = pick(0.5)
 	in.LearnerVersion = []string{"", "3.5.36", "3.6.16"}[r.IntN(3)]
 	// The watchdog's learner clocks: most learners have one, from up to
