@@ -339,7 +339,14 @@ func decideActive(in Input, cfg Config) Decision {
 		return decidePromote(in, cfg, ours)
 	}
 	if in.ClientURLsAside {
-		return decideRestoreClientURLs(in.Obs, ours)
+		d := decideRestoreClientURLs(in.Obs, ours)
+		if d.Action != RestoreClientURLs {
+			// Never held waiting: the voter it waits for needs the Lease to
+			// be healed. The member serves; its restart on its own URLs is
+			// made later under a record of its own (decideIdleRestore).
+			d.Action = Finish
+		}
+		return d
 	}
 	if !j.Phase.AtLeast(record.PhaseVerified) {
 		return Decision{Action: Verify, MemberID: ours.ID}
