@@ -108,3 +108,22 @@ func (h *Healer) closeRestore(ctx context.Context, j *journal.Record, d plan.Dec
 	}
 	return Outcome{Decision: d, Result: result}
 }
+
+// clientURLsInput tells Decide whether a learner's client URLs can be set
+// aside here, and whether the member's are now.
+func (h *Healer) clientURLsInput(in *plan.Input) {
+	s, ok := h.runtime.(memberruntime.ClientURLsSetter)
+	if !ok {
+		return
+	}
+	err := s.CanSetClientURLsAside()
+	in.CanSetClientURLsAside = err == nil
+	if err != nil {
+		h.log.Debug("a learner's client URLs cannot be set aside here", zap.Error(err))
+	}
+	_, aside, err := s.ClientURLsAside()
+	if err != nil {
+		h.log.Warn("cannot tell whether the member's client URLs are set aside", zap.Error(err))
+	}
+	in.ClientURLsAside = aside
+}

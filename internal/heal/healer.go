@@ -538,18 +538,7 @@ func (h *Healer) baseInput(res memberstate.Result, req *plan.Request, j journal.
 		_, err := h.runtime.Stopped()
 		in.ManifestMissing = errors.Is(err, memberruntime.ErrNoManifest)
 	}
-	if s, ok := h.runtime.(memberruntime.ClientURLsSetter); ok {
-		err := s.CanSetClientURLsAside()
-		in.CanSetClientURLsAside = err == nil
-		if err != nil {
-			h.log.Debug("a learner's client URLs cannot be set aside here", zap.Error(err))
-		}
-		_, aside, err := s.ClientURLsAside()
-		if err != nil {
-			h.log.Warn("cannot tell whether the member's client URLs are set aside", zap.Error(err))
-		}
-		in.ClientURLsAside = aside
-	}
+	h.clientURLsInput(&in)
 	return in
 }
 
