@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"go.uber.org/zap"
+	"golang.org/x/sys/unix"
 )
 
 // containerPID returns the PID of a running container of the node's static
@@ -477,8 +478,21 @@ func (l *Lab) RestoreDataDir(node, src, aside string) error {
 		return err
 	}
 	l.log.Info("fault: restore an older copy of the data dir", zap.String("node", node), zap.String("dir", n.DataDir), zap.String("from", src))
-	if err := os.Rename(n.DataDir, aside); err != nil {
+	return restoreInPlace(src, n.DataDir, aside)
+}
+
+// restoreInPlace puts a copy of src at dir in one step and moves the data
+// dir it replaces to aside: the agent, looking at any moment, finds the old
+// data dir or the restored one, never none or a half copy (seen in CI: a
+// restore read mid-copy as corrupt, not stale). The copy is made beside dir
+// (same filesystem) and exchanged with it (renameat2 RENAME_EXCHANGE).
+func restoreInPlace(src, dir, aside string) error {
+	tmp := dir + ".restoring"
+	if err := copyDir(src, tmp); err != nil {
 		return err
 	}
-	return copyDir(src, n.DataDir)
+	if err := unix.Renameat2(unix.AT_FDCWD, tmp, unix.AT_FDCWD, dir, unix.RENAME_EXCHANGE); err != nil {
+		return fmt.Errorf("exchange %s with its restored copy: %w", dir, err)
+	}
+	return os.Rename(tmp, aside)
 }

@@ -46,3 +46,29 @@ func TestAWipeOutlastsTheAgentPuttingTheSkeletonBack(t *testing.T) {
 		t.Fatalf("wipe failed against a writer that stops within 100ms: %v", err)
 	}
 }
+
+// A restore puts the copy in place in one step and keeps the replaced
+// data dir aside: at no moment is the data dir missing or half copied.
+func TestARestoreSwapsTheDataDirInOneStep(t *testing.T) {
+	root := t.TempDir()
+	src, dir, aside := filepath.Join(root, "backup"), filepath.Join(root, "data"), filepath.Join(root, "aside")
+	for d, content := range map[string]string{src: "old", dir: "current"} {
+		if err := os.MkdirAll(filepath.Join(d, "member"), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(d, "member", "f"), []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := restoreInPlace(src, dir, aside); err != nil {
+		t.Fatal(err)
+	}
+	for d, want := range map[string]string{dir: "old", aside: "current", src: "old"} {
+		if b, err := os.ReadFile(filepath.Join(d, "member", "f")); err != nil || string(b) != want {
+			t.Errorf("%s: %q %v, want %q", d, b, err, want)
+		}
+	}
+	if _, err := os.Stat(dir + ".restoring"); !os.IsNotExist(err) {
+		t.Errorf("the temporary copy is left: %v", err)
+	}
+}

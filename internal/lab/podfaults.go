@@ -3,7 +3,6 @@ package lab
 import (
 	"context"
 	"fmt"
-	"os"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -220,12 +219,8 @@ func (l *Lab) RestorePodData(ctx context.Context, ns, pod, src, aside string) er
 		return err
 	}
 	l.log.Info("fault: restore an older copy of the pod data", zap.String("pod", ns+"/"+pod), zap.String("dir", dir), zap.String("from", src))
-	if err := os.Rename(dir, aside); err != nil {
+	if err := restoreInPlace(src, dir, aside); err != nil {
 		_ = signalOurs(pid, l.Spec.Dir, syscall.SIGCONT)
-		return err
-	}
-	if err := copyDir(src, dir); err != nil {
-		_ = signalOurs(pid, l.Spec.Dir, syscall.SIGKILL)
 		return err
 	}
 	return signalOurs(pid, l.Spec.Dir, syscall.SIGKILL)
