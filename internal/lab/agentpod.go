@@ -171,7 +171,7 @@ func (l *Lab) RestartAgents(ctx context.Context, extra ...string) error {
 	}
 	l.Spec.AgentArgs = append(l.Spec.AgentArgs, extra...)
 	for i := range l.Spec.Nodes {
-		if !l.runsAgent(l.Spec.Nodes[i]) {
+		if !l.RunsAgent(l.Spec.Nodes[i]) {
 			continue
 		}
 		if err := l.writeAgentManifest(&l.Spec.Nodes[i]); err != nil {
@@ -182,7 +182,7 @@ func (l *Lab) RestartAgents(ctx context.Context, extra ...string) error {
 		return err
 	}
 	for _, n := range l.Spec.Nodes {
-		if !l.runsAgent(n) {
+		if !l.RunsAgent(n) {
 			continue
 		}
 		if err := waitAgentRestarted(ctx, n, old[n.Name]); err != nil {
@@ -192,9 +192,9 @@ func (l *Lab) RestartAgents(ctx context.Context, extra ...string) error {
 	return nil
 }
 
-// runsAgent: a node that is not lost and runs an agent (in a management
+// RunsAgent: a node that is not lost and runs an agent (in a management
 // lab, the workers; the API's own etcd node runs none).
-func (l *Lab) runsAgent(n Node) bool {
+func (l *Lab) RunsAgent(n Node) bool {
 	return !n.Lost && (l.Spec.Management == nil || n.Worker)
 }
 

@@ -107,6 +107,20 @@ func (a *applier) apply(ctx context.Context, o *unstructured.Unstructured, dryRu
 	return nil
 }
 
+// delete removes o (as applied by apply).
+func (a *applier) delete(ctx context.Context, o *unstructured.Unstructured) error {
+	gvk := o.GroupVersionKind()
+	m, err := a.mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+	if err != nil {
+		return fmt.Errorf("%s: %w", objectID(o), err)
+	}
+	var ri dynamic.ResourceInterface = a.dyn.Resource(m.Resource)
+	if m.Scope.Name() == meta.RESTScopeNameNamespace {
+		ri = a.dyn.Resource(m.Resource).Namespace(o.GetNamespace())
+	}
+	return ri.Delete(ctx, o.GetName(), metav1.DeleteOptions{})
+}
+
 // installCRDs creates the test CRDs (ServiceMonitor, PrometheusRule, SCC)
 // and waits until they are served.
 func installCRDs(t *testing.T, ctx context.Context, a *applier) {

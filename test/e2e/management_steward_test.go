@@ -126,6 +126,7 @@ func TestManagementAgentsMoveMembersOffALostNode(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	runAgentWithNodeBoundToken(t, l, kc, n4.Name) // as the DaemonSet's pod there would run
 	for range clusters {
 		if _, err := l.AddPV(ctx, n4.Name); err != nil {
 			t.Fatal(err)

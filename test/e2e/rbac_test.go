@@ -14,6 +14,7 @@ import (
 	"github.com/etcd-agent/etcd-agent/internal/journal"
 	"github.com/etcd-agent/etcd-agent/internal/lab"
 	"github.com/etcd-agent/etcd-agent/internal/lab/invariant"
+	admissionv1 "k8s.io/api/admissionregistration/v1"
 	authv1 "k8s.io/api/authentication/v1"
 	coordv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -27,9 +28,11 @@ import (
 )
 
 // TestHealRunsWithOnlyTheShippedRBAC runs the agents as the DaemonSet's
-// ServiceAccount (a real token from the TokenRequest API), bound only to the
-// shipped Role and ClusterRole: the wipe heal must still succeed (the grant is
-// sufficient) and an action outside it must be denied (the grant is tight).
+// ServiceAccount (real tokens from the TokenRequest API, each bound to a pod
+// on its agent's node), bound only to the shipped Role and ClusterRole and
+// judged by the shipped node-scope policies: the wipe heal must still
+// succeed (the grant is sufficient) and an action outside it must be denied
+// (the grant is tight).
 func TestHealRunsWithOnlyTheShippedRBAC(t *testing.T) {
 	l := newLab(t, lab.Options{Nodes: 3, Agents: true})
 	ctx := context.Background()
@@ -37,7 +40,7 @@ func TestHealRunsWithOnlyTheShippedRBAC(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, f := range []string{"serviceaccount.yaml", "rbac.yaml"} {
+	for _, f := range []string{"serviceaccount.yaml", "rbac.yaml", "node-scope-policy.yaml"} {
 		applyShipped(t, kc, filepath.Join(repoRoot, "deploy", "daemonset", f))
 	}
 	saKubeconfig := serviceAccountKubeconfig(t, l, kc)
@@ -50,15 +53,16 @@ func TestHealRunsWithOnlyTheShippedRBAC(t *testing.T) {
 	if err := sa.CoreV1().Nodes().Delete(ctx, "node1", metav1.DeleteOptions{}); !apierrors.IsForbidden(err) {
 		t.Fatalf("deleting a Node: %v, want Forbidden", err)
 	}
-	if err := l.RestartAgents(ctx, "--kubeconfig="+saKubeconfig); err != nil {
-		t.Fatal(err)
-	}
+	// Each agent with a token bound to its own node, the node-scope and
+	// lease-scope policies judging every write.
+	kubeconfigs := runAgentsWithNodeBoundTokens(t, l, kc)
+	waitNodeScopeInForce(t, kc, saClient(t, kubeconfigs["node1"]), "node2")
 	pid, err := l.AgentPID("node2")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cmdline, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid)); !bytes.Contains(cmdline, []byte(saKubeconfig)) {
-		t.Fatalf("node2's agent does not run with the ServiceAccount kubeconfig: %q", cmdline)
+	if cmdline, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid)); !bytes.Contains(cmdline, []byte(kubeconfigs["node2"])) {
+		t.Fatalf("node2's agent does not run with its node-bound ServiceAccount kubeconfig: %q", cmdline)
 	}
 	// Sufficient: the wipe heal succeeds with nothing but the shipped grant.
 	cli, err := l.EtcdClient()
@@ -140,6 +144,10 @@ func applyShipped(t *testing.T, kc kubernetes.Interface, path string) {
 			_, err = kc.RbacV1().ClusterRoles().Create(ctx, o, metav1.CreateOptions{})
 		case *rbacv1.ClusterRoleBinding:
 			_, err = kc.RbacV1().ClusterRoleBindings().Create(ctx, o, metav1.CreateOptions{})
+		case *admissionv1.ValidatingAdmissionPolicy:
+			_, err = kc.AdmissionregistrationV1().ValidatingAdmissionPolicies().Create(ctx, o, metav1.CreateOptions{})
+		case *admissionv1.ValidatingAdmissionPolicyBinding:
+			_, err = kc.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().Create(ctx, o, metav1.CreateOptions{})
 		default:
 			t.Fatalf("%s: unexpected %T", path, obj)
 		}

@@ -1,0 +1,233 @@
+package deploy
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
+)
+
+// TestManagementAgentActsOnlyForItsOwnNodesMembers applies the management
+// overlay's RBAC and its member and PV scope policies to the lab's real
+// kube-apiserver and acts with real tokens bound to agent pods on two nodes:
+// the agent on A writes its own node's member pods (status, answers, a stop)
+// and, of another node's, only what the steward does for a lost node (mark
+// and delete a pod that is not Ready); of PVs only Retain and a move's
+// reservation of a free one. The overlay's objects are removed at the end:
+// the other tests here judge the base's RBAC alone.
+func TestManagementAgentActsOnlyForItsOwnNodesMembers(t *testing.T) {
+	l, admin, akc := rbacLab(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	applyManagementOverlayOnly(t, ctx, newApplier(t, admin))
+	nodeA, nodeB := l.Spec.Nodes[0].Name, "member-scope-test-b"
+	if _, err := akc.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: nodeB}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = akc.CoreV1().Nodes().Delete(context.Background(), nodeB, metav1.DeleteOptions{}) })
+	const ns = "member-scope-test"
+	if _, err := akc.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	// No controller manager runs here to create it.
+	if _, err := akc.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default"}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	// As deploy/overlays/management tells: the writer bound in each hosted namespace.
+	rb := &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "etcd-agent-members", Namespace: ns},
+		RoleRef:  rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: "etcd-agent-member-writer"},
+		Subjects: []rbacv1.Subject{{Kind: "ServiceAccount", Name: "etcd-agent", Namespace: agentNamespace}}}
+	if _, err := akc.RbacV1().RoleBindings(ns).Create(ctx, rb, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	agentA := agentClient(t, ctx, akc, admin, nodeA)
+
+	podA := memberPod(t, ctx, akc, ns, "etcd-a", nodeA, true)
+	podU := memberPod(t, ctx, akc, ns, "etcd-unscheduled", "", false)
+	podB := memberPod(t, ctx, akc, ns, "etcd-b", nodeB, true)
+	podLost := memberPod(t, ctx, akc, ns, "etcd-lost", nodeB, false)
+	patchPod := func(kc kubernetes.Interface, name, patch string) error {
+		_, err := kc.CoreV1().Pods(ns).Patch(ctx, name, types.MergePatchType, []byte(patch), metav1.PatchOptions{})
+		return err
+	}
+	deletePod := func(kc kubernetes.Interface, name string, grace int64) error {
+		return kc.CoreV1().Pods(ns).Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: &grace})
+	}
+	ann := func(kv string) string { return `{"metadata":{"annotations":{` + kv + `}}}` }
+	scopeDenial := func(policy string) func(error) bool {
+		return func(err error) bool { return apierrors.IsForbidden(err) && strings.Contains(err.Error(), "'"+policy+"'") }
+	}
+	// In force once compiled: until a write it must deny is denied.
+	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 60*time.Second, true, func(ctx context.Context) (bool, error) {
+		return scopeDenial("etcd-agent-member-scope")(patchPod(agentA, podB, ann(`"etcd-agent.io/status":"{}"`))), nil
+	})
+	if err != nil {
+		t.Fatalf("the agent on %s may still annotate a Ready pod on %s: the member-scope policy is not in force: %v", nodeA, nodeB, err)
+	}
+
+	t.Run("pods", func(t *testing.T) {
+		allowed, denied := verdicts(t, "by the member-scope policy", scopeDenial("etcd-agent-member-scope"))
+		// Its own node's member, as internal/nodereport writes it.
+		allowed("status on its own node's member pod", patchPod(agentA, podA, ann(`"etcd-agent.io/status":"{\"state\":\"healthy\"}"`)))
+		allowed("status on a pod bound to no node yet", patchPod(agentA, podU, ann(`"etcd-agent.io/status":"{}"`)))
+		if err := patchPod(akc, podA, ann(`"etcd-agent.io/recover":"rejoin","etcd-agent.io/move-to":"`+nodeB+`"`)); err != nil {
+			t.Fatal(err)
+		}
+		allowed("clear the requests it answered", patchPod(agentA, podA, ann(`"etcd-agent.io/recover":null,"etcd-agent.io/move-to":null`)))
+		denied("request a rejoin of its own member", patchPod(agentA, podA, ann(`"etcd-agent.io/recover":"replace"`)))
+		denied("move its own member", patchPod(agentA, podA, ann(`"etcd-agent.io/move-to":"`+nodeB+`"`)))
+		denied("another owner's annotation", patchPod(agentA, podA, ann(`"example.com/x":"y"`)))
+		denied("a label", patchPod(agentA, podA, `{"metadata":{"labels":{"member-scope-test":"x"}}}`))
+		denied("the pod's spec", patchPod(agentA, podA, `{"spec":{"activeDeadlineSeconds":5}}`))
+		// Another node's member that is Ready: nothing.
+		denied("status on a Ready pod of another node", patchPod(agentA, podB, ann(`"etcd-agent.io/status":"{}"`)))
+		denied("the steward's mark on a Ready pod", patchPod(agentA, podB, ann(`"etcd-agent.io/removed-member":"1/2"`)))
+		denied("a request on another node's pod", patchPod(agentA, podB, ann(`"etcd-agent.io/recover":"rejoin"`)))
+		denied("delete a Ready pod of another node", deletePod(agentA, podB, 0))
+		// A lost node's member (not Ready): what the steward does.
+		denied("status on a lost node's pod", patchPod(agentA, podLost, ann(`"etcd-agent.io/status":"{}"`)))
+		denied("the mark with more in it", patchPod(agentA, podLost, ann(`"etcd-agent.io/removed-member":"1/2","etcd-agent.io/recover":"rejoin"`)))
+		denied("a label on a lost node's pod", patchPod(agentA, podLost, `{"metadata":{"labels":{"member-scope-test":"x"}}}`))
+		allowed("the steward's mark on a lost node's pod", patchPod(agentA, podLost,
+			`{"metadata":{"uid":"`+string(podUID(t, ctx, akc, ns, podLost))+`","annotations":{"etcd-agent.io/removed-member":"1/2"}}}`))
+		allowed("the steward force-deletes a lost node's pod", deletePod(agentA, podLost, 0))
+		allowed("stop its own node's member (delete its pod)", deletePod(agentA, podA, 30))
+		// A person is not matched.
+		allowed("a person annotates any pod", patchPod(akc, podB, ann(`"etcd-agent.io/recover":"rejoin"`)))
+	})
+
+	t.Run("persistent volumes", func(t *testing.T) {
+		allowed, denied := verdicts(t, "by the PV scope policy", scopeDenial("etcd-agent-pv-scope"))
+		free := localPV(t, ctx, akc, "member-scope-free", nodeB, corev1.PersistentVolumeReclaimDelete, nil)
+		bound := localPV(t, ctx, akc, "member-scope-bound", nodeA, corev1.PersistentVolumeReclaimRetain,
+			&corev1.ObjectReference{Kind: "PersistentVolumeClaim", Namespace: ns, Name: "data-etcd-a", UID: "0b6c0c2e-0000-4000-8000-000000000001"})
+		patchPV := func(kc kubernetes.Interface, name, patch string) error {
+			_, err := kc.CoreV1().PersistentVolumes().Patch(ctx, name, types.MergePatchType, []byte(patch), metav1.PatchOptions{})
+			return err
+		}
+		const claim = `{"kind":"PersistentVolumeClaim","apiVersion":"v1","namespace":"` + ns + `","name":"data-etcd-b"}`
+		// As internal/agent's steward and pod mover write them.
+		allowed("keep a PV's data (Retain)", patchPV(agentA, free, `{"spec":{"persistentVolumeReclaimPolicy":"Retain"}}`))
+		denied("drop a PV's data (Delete)", patchPV(agentA, bound, `{"spec":{"persistentVolumeReclaimPolicy":"Delete"}}`))
+		denied("a move-seed without a reservation", patchPV(agentA, free, ann(`"etcd-agent.io/move-seed":"x"`)))
+		denied("a reservation without its move-seed", patchPV(agentA, free, `{"spec":{"claimRef":`+claim+`}}`))
+		allowed("reserve a free PV for a move", patchPV(agentA, free,
+			`{"metadata":{"annotations":{"etcd-agent.io/move-seed":"x"}},"spec":{"claimRef":`+claim+`}}`))
+		allowed("take the reservation back", patchPV(agentA, free, `{"metadata":{"annotations":{"etcd-agent.io/move-seed":null}},"spec":{"claimRef":null}}`))
+		denied("take a bound claim off its PV", patchPV(agentA, bound, `{"metadata":{"annotations":{"etcd-agent.io/move-seed":null}},"spec":{"claimRef":null}}`))
+		denied("reserve a PV claimed already", patchPV(agentA, bound,
+			`{"metadata":{"annotations":{"etcd-agent.io/move-seed":"x"}},"spec":{"claimRef":`+claim+`}}`))
+		denied("a PV's label", patchPV(agentA, free, `{"metadata":{"labels":{"member-scope-test":"x"}}}`))
+		denied("a PV's capacity", patchPV(agentA, free, `{"spec":{"capacity":{"storage":"2Gi"}}}`))
+		denied("another annotation of a PV", patchPV(agentA, free, ann(`"example.com/x":"y"`)))
+		allowed("a person changes a PV", patchPV(akc, free, `{"metadata":{"labels":{"member-scope-test":"x"}}}`))
+	})
+}
+
+// applyManagementOverlayOnly applies what the management overlay adds to the
+// base (its RBAC and policies) and removes it when the test ends.
+func applyManagementOverlayOnly(t *testing.T, ctx context.Context, a *applier) {
+	t.Helper()
+	base := map[string]bool{}
+	for _, o := range renderVariant(t, variants[0]) {
+		base[objectID(o)] = true
+	}
+	objs, err := render(repoPath("deploy", "overlays", "management"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var added []*unstructured.Unstructured
+	for _, o := range objs {
+		switch o.GetKind() {
+		case "Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding":
+			if base[objectID(o)] {
+				continue
+			}
+			if err := a.apply(ctx, o, false); err != nil {
+				t.Fatalf("apply: %v", err)
+			}
+			added = append(added, o)
+		}
+	}
+	t.Cleanup(func() {
+		for _, o := range added {
+			if err := a.delete(context.Background(), o); err != nil && !apierrors.IsNotFound(err) {
+				t.Errorf("remove %s: %v", objectID(o), err)
+			}
+		}
+	})
+}
+
+// memberPod creates a member pod bound to node (never run: no kubelet here
+// serves these) with the Ready condition the node-lifecycle controller or
+// the kubelet would have written.
+func memberPod(t *testing.T, ctx context.Context, kc kubernetes.Interface, ns, name, node string, ready bool) string {
+	t.Helper()
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: map[string]string{"app": "etcd"}},
+		Spec: corev1.PodSpec{NodeName: node, AutomountServiceAccountToken: ptr.To(false),
+			Containers: []corev1.Container{{Name: "etcd", Image: "etcd.invalid/none"}}}}
+	p, err := kc.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = kc.CoreV1().Pods(ns).Delete(context.Background(), name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)})
+	})
+	status := corev1.ConditionFalse
+	if ready {
+		status = corev1.ConditionTrue
+	}
+	p.Status.Phase = corev1.PodRunning
+	p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: status, LastTransitionTime: metav1.Now()}}
+	if _, err := kc.CoreV1().Pods(ns).UpdateStatus(ctx, p, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	return name
+}
+
+func podUID(t *testing.T, ctx context.Context, kc kubernetes.Interface, ns, name string) types.UID {
+	t.Helper()
+	p, err := kc.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p.UID
+}
+
+// localPV creates a local PV on node (claimed by claim, or Available).
+func localPV(t *testing.T, ctx context.Context, kc kubernetes.Interface, name, node string, reclaim corev1.PersistentVolumeReclaimPolicy, claim *corev1.ObjectReference) string {
+	t.Helper()
+	pv := &corev1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: corev1.PersistentVolumeSpec{
+			Capacity:                      corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")},
+			AccessModes:                   []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+			PersistentVolumeReclaimPolicy: reclaim, StorageClassName: "member-scope-test", ClaimRef: claim,
+			PersistentVolumeSource: corev1.PersistentVolumeSource{Local: &corev1.LocalVolumeSource{Path: "/mnt/disks/" + name}},
+			NodeAffinity: &corev1.VolumeNodeAffinity{Required: &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{
+				MatchExpressions: []corev1.NodeSelectorRequirement{{Key: "kubernetes.io/hostname", Operator: corev1.NodeSelectorOpIn, Values: []string{node}}}}}}}}}
+	p, err := kc.CoreV1().PersistentVolumes().Create(ctx, pv, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = kc.CoreV1().PersistentVolumes().Delete(context.Background(), name, metav1.DeleteOptions{}) })
+	// The phase the PV controller gives it (none may run here).
+	p.Status.Phase = corev1.VolumeAvailable
+	if claim != nil {
+		p.Status.Phase = corev1.VolumeBound
+	}
+	if _, err := kc.CoreV1().PersistentVolumes().UpdateStatus(ctx, p, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	return name
+}
