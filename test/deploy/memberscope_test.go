@@ -66,7 +66,9 @@ func TestManagementAgentActsOnlyForItsOwnNodesMembers(t *testing.T) {
 	}
 	ann := func(kv string) string { return `{"metadata":{"annotations":{` + kv + `}}}` }
 	scopeDenial := func(policy string) func(error) bool {
-		return func(err error) bool { return apierrors.IsForbidden(err) && strings.Contains(err.Error(), "'"+policy+"'") }
+		return func(err error) bool {
+			return apierrors.IsForbidden(err) && strings.Contains(err.Error(), "'"+policy+"'")
+		}
 	}
 	// In force once compiled: until a write it must deny is denied.
 	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 60*time.Second, true, func(ctx context.Context) (bool, error) {
