@@ -2,7 +2,10 @@ package e2e
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io/fs"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -32,6 +35,9 @@ import (
 func runAgentsWithNodeBoundTokens(t *testing.T, l *lab.Lab, kc kubernetes.Interface) map[string]string {
 	t.Helper()
 	out := map[string]string{}
+	// Sufficient: the scenario's every write passed the policies (a
+	// denied one is retried, so the scenario alone could still pass).
+	t.Cleanup(func() { assertNoAgentWasDenied(t, l) })
 	for _, n := range l.Spec.Nodes {
 		if !l.RunsAgent(n) {
 			continue
@@ -123,4 +129,19 @@ func waitNodeScopeInForce(t *testing.T, kc kubernetes.Interface, agentOfA kubern
 		}
 	}
 	waitPolicyInForce(t, "etcd-agent-node-scope", patch(agentOfA, `"x"`), patch(kc, "null"))
+}
+
+// assertNoAgentWasDenied: no agent of the lab logged a request the API
+// server denied it (internal/agent's apidenied.go: RBAC or a policy).
+func assertNoAgentWasDenied(t *testing.T, l *lab.Lab) {
+	t.Helper()
+	for _, n := range l.Spec.Nodes {
+		path := agentLog(t, l, n.Name)
+		if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		for _, e := range logEntries(t, path, "the Kubernetes API denied the agent a request") {
+			t.Errorf("%s's agent was denied %v %v (%v)", n.Name, e["verb"], e["resource"], e["path"])
+		}
+	}
 }
