@@ -28,7 +28,8 @@ func TestManagementOverlay(t *testing.T) {
 	want := append(slices.Clone(baseObjects), "ClusterRole/etcd-agent-members", "ClusterRoleBinding/etcd-agent-members",
 		"ClusterRole/etcd-agent-member-writer", "Role/etcd-agent-node-leases", "RoleBinding/etcd-agent-node-leases",
 		"ValidatingAdmissionPolicy/etcd-agent-member-scope", "ValidatingAdmissionPolicyBinding/etcd-agent-member-scope",
-		"ValidatingAdmissionPolicy/etcd-agent-pv-scope", "ValidatingAdmissionPolicyBinding/etcd-agent-pv-scope")
+		"ValidatingAdmissionPolicy/etcd-agent-pv-scope", "ValidatingAdmissionPolicyBinding/etcd-agent-pv-scope",
+		"ValidatingAdmissionPolicy/etcd-agent-claim-scope", "ValidatingAdmissionPolicyBinding/etcd-agent-claim-scope")
 	sort.Strings(got)
 	sort.Strings(want)
 	if !slices.Equal(got, want) {

@@ -135,6 +135,38 @@ func TestManagementAgentActsOnlyForItsOwnNodesMembers(t *testing.T) {
 		denied("another annotation of a PV", patchPV(agentA, free, ann(`"example.com/x":"y"`)))
 		allowed("a person changes a PV", patchPV(akc, free, `{"metadata":{"labels":{"member-scope-test":"x"}}}`))
 	})
+
+	t.Run("claims", func(t *testing.T) {
+		allowed, denied := verdicts(t, "by the claim scope policy", scopeDenial("etcd-agent-claim-scope"))
+		kept := localPV(t, ctx, akc, "member-scope-kept", nodeB, corev1.PersistentVolumeReclaimRetain, nil)
+		dropped := localPV(t, ctx, akc, "member-scope-dropped", nodeB, corev1.PersistentVolumeReclaimDelete, nil)
+		claimOn := func(name, pv string) string {
+			pvc := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+				Spec: corev1.PersistentVolumeClaimSpec{VolumeName: pv, StorageClassName: ptr.To("member-scope-test"),
+					AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+					Resources:   corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}}}}
+			if _, err := akc.CoreV1().PersistentVolumeClaims(ns).Create(ctx, pvc, metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = akc.CoreV1().PersistentVolumeClaims(ns).Delete(context.Background(), name, metav1.DeleteOptions{}) })
+			return name
+		}
+		deleteClaim := func(kc kubernetes.Interface, name string) error {
+			return kc.CoreV1().PersistentVolumeClaims(ns).Delete(ctx, name, metav1.DeleteOptions{})
+		}
+		onDropped, onKept, unbound := claimOn("data-dropped", dropped), claimOn("data-kept", kept), claimOn("data-unbound", "")
+		// The policy reads PVs as parameters: in force once it has them.
+		err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 60*time.Second, true, func(ctx context.Context) (bool, error) {
+			return scopeDenial("etcd-agent-claim-scope")(deleteClaim(agentA, onDropped)), nil
+		})
+		if err != nil {
+			t.Fatalf("the agent may delete a claim whose PV drops its data: the claim-scope policy is not in force: %v", err)
+		}
+		denied("delete a claim whose PV drops its data (Delete)", deleteClaim(agentA, onDropped))
+		allowed("delete a claim whose PV keeps its data (as the steward and the mover do)", deleteClaim(agentA, onKept))
+		allowed("delete a claim bound to no PV", deleteClaim(agentA, unbound))
+		allowed("a person deletes any claim", deleteClaim(akc, onDropped))
+	})
 }
 
 // applyManagementOverlayOnly applies what the management overlay adds to the

@@ -546,7 +546,7 @@ func TestPoliciesMatchTheRenderedServiceAccount(t *testing.T) {
 		}
 		want := 2 // the node scope and the lease scope
 		if dir == "overlays/management" {
-			want = 4 // and the member pods' and the PVs' scope
+			want = 5 // and the member pods', the PVs' and the claims' scope
 		}
 		if n != want {
 			t.Errorf("%s: %d admission policies, want %d", dir, n, want)
