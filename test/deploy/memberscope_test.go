@@ -148,7 +148,9 @@ func TestManagementAgentActsOnlyForItsOwnNodesMembers(t *testing.T) {
 			if _, err := akc.CoreV1().PersistentVolumeClaims(ns).Create(ctx, pvc, metav1.CreateOptions{}); err != nil {
 				t.Fatal(err)
 			}
-			t.Cleanup(func() { _ = akc.CoreV1().PersistentVolumeClaims(ns).Delete(context.Background(), name, metav1.DeleteOptions{}) })
+			t.Cleanup(func() {
+				_ = akc.CoreV1().PersistentVolumeClaims(ns).Delete(context.Background(), name, metav1.DeleteOptions{})
+			})
 			return name
 		}
 		deleteClaim := func(kc kubernetes.Interface, name string) error {
