@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/etcd-agent/etcd-agent/internal/agent"
+	"github.com/etcd-agent/etcd-agent/internal/timefmt"
 	"github.com/spf13/cobra"
 )
 
@@ -36,7 +37,7 @@ func newStatusCmd(g *globalFlags) *cobra.Command {
 			}
 			c.Log = log
 			if memberSource == agent.MemberSourcePods {
-				return podsStatus(cmd.OutOrStdout(), c.StateDir, output)
+				return podsStatus(cmd.OutOrStdout(), c.StateDir, output, time.Now())
 			}
 			rep, err := agent.Status(cmd.Context(), c)
 			if err != nil {
@@ -49,7 +50,7 @@ func newStatusCmd(g *globalFlags) *cobra.Command {
 					return err
 				}
 			} else {
-				printReport(cmd.OutOrStdout(), rep)
+				printReport(cmd.OutOrStdout(), rep, time.Now())
 			}
 			if code := rep.ExitCode(); code != 0 {
 				return statusExit(code)
@@ -66,7 +67,7 @@ func newStatusCmd(g *globalFlags) *cobra.Command {
 
 // podsStatus prints the daemon's latest report on each pod member; the
 // exit code is the worst member's.
-func podsStatus(out io.Writer, stateDir, output string) error {
+func podsStatus(out io.Writer, stateDir, output string, now time.Time) error {
 	st, err := agent.PodMembersStatus(stateDir)
 	if err != nil {
 		return err
@@ -91,7 +92,7 @@ func podsStatus(out io.Writer, stateDir, output string) error {
 				decision = fmt.Sprintf("%s %s", r.Decision.Action, r.Decision.Reason)
 			}
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d/%d (margin %d)\t%s\t%s\n", s.Pod, r.Observation.Local.Name, strings.ToUpper(string(r.State)), r.Reason,
-				r.Observation.Local.DataDirClass, r.HealthyVoters, r.Voters, r.QuorumMargin, strings.TrimSpace(decision), r.At.Format(time.RFC3339))
+				r.Observation.Local.DataDirClass, r.HealthyVoters, r.Voters, r.QuorumMargin, strings.TrimSpace(decision), timefmt.At(r.At, now))
 		}
 		if err := tw.Flush(); err != nil {
 			return err
@@ -109,7 +110,7 @@ func podsStatus(out io.Writer, stateDir, output string) error {
 	return nil
 }
 
-func printReport(out io.Writer, r agent.Report) {
+func printReport(out io.Writer, r agent.Report, now time.Time) {
 	o := r.Observation
 	l := o.Local
 	fmt.Fprintf(out, "member %s: %s (%s)\n", l.Name, strings.ToUpper(string(r.State)), r.Reason)
@@ -147,7 +148,7 @@ func printReport(out io.Writer, r agent.Report) {
 	if r.Pin != "" {
 		fmt.Fprintf(out, "\npinned: %s", r.Pin)
 	}
-	if line := lastRecoveryLine(r); line != "" {
+	if line := lastRecoveryLine(r, now); line != "" {
 		fmt.Fprintf(out, "\nlast recovery: %s", line)
 	}
 	fmt.Fprintln(out)
@@ -173,7 +174,7 @@ func printReport(out io.Writer, r agent.Report) {
 }
 
 // lastRecoveryLine summarises the recovery journal for the table output.
-func lastRecoveryLine(r agent.Report) string {
+func lastRecoveryLine(r agent.Report, now time.Time) string {
 	if r.JournalError != "" {
 		return "journal unreadable: " + r.JournalError
 	}
@@ -183,13 +184,13 @@ func lastRecoveryLine(r agent.Report) string {
 	}
 	var b strings.Builder
 	if j.Active() {
-		fmt.Fprintf(&b, "%s IN PROGRESS, phase %s, started %s", j.ID, j.Phase, j.StartedAt.Format(time.RFC3339))
+		fmt.Fprintf(&b, "%s IN PROGRESS, phase %s, started %s", j.ID, j.Phase, timefmt.At(j.StartedAt, now))
 	} else {
 		fmt.Fprintf(&b, "%s %s", j.ID, j.Result)
 		if j.Reason != "" {
 			fmt.Fprintf(&b, " (%s)", j.Reason)
 		}
-		fmt.Fprintf(&b, ", %s to %s", j.StartedAt.Format(time.RFC3339), j.FinishedAt.Format(time.RFC3339))
+		fmt.Fprintf(&b, ", %s to %s (took %s)", j.StartedAt.UTC().Format(time.RFC3339), timefmt.At(j.FinishedAt, now), timefmt.Duration(j.FinishedAt.Sub(j.StartedAt)))
 	}
 	if j.RejoinMode != "" {
 		fmt.Fprintf(&b, ", %s mode", j.RejoinMode)
