@@ -22,6 +22,15 @@ func TestUnexcusedFailuresAreThoseNoKillExplains(t *testing.T) {
 		{"one per path", kill, []Failure{at(-20*time.Millisecond, "api"), at(-10*time.Millisecond, "etcd")}, 0},
 		{"a second api failure at the same kill", kill, []Failure{at(-20*time.Millisecond, "api"), at(50*time.Millisecond, "api")}, 1},
 		{"routed to the dead connection just after", kill, []Failure{at(80*time.Millisecond, "etcd")}, 0},
+		// Seen in the layout matrix on a loaded machine: a Put started
+		// 245 ms after the SIGKILL went to the dead member's connection
+		// before gRPC's reader had seen its EOF.
+		{"on the dead connection, its break not yet read", kill, []Failure{failed(245*time.Millisecond, "etcd",
+			"rpc error: code = Unavailable desc = error reading from server: EOF")}, 0},
+		{"reset on the dead connection", kill, []Failure{failed(600*time.Millisecond, "etcd",
+			"rpc error: code = Unavailable desc = error reading from server: read tcp 127.0.0.1:40000->127.0.0.2:2379: read: connection reset by peer")}, 0},
+		{"another error after the kill", kill, []Failure{failed(245*time.Millisecond, "etcd", "etcdserver: request timed out")}, 1},
+		{"a broken connection long after the kill", kill, []Failure{failed(2*time.Second, "etcd", "rpc error: code = Unavailable desc = error reading from server: EOF")}, 1},
 		{"long after the kill", kill, []Failure{at(2*time.Second, "api")}, 1},
 		{"long before the kill", kill, []Failure{at(-time.Minute, "api")}, 1},
 		{"proposal dropped at a leader hand-off", handOff, []Failure{failed(50*time.Millisecond, "etcd", "rpc error: code = Unknown desc = raft proposal dropped")}, 0},
