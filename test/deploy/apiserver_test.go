@@ -83,15 +83,23 @@ func newApplier(t *testing.T, cfg *rest.Config) *applier {
 	return &applier{dyn: dyn, mapper: restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(dc))}
 }
 
-func (a *applier) apply(ctx context.Context, o *unstructured.Unstructured, dryRun bool) error {
+// resource is the API resource of o's kind, in o's namespace if it has one.
+func (a *applier) resource(o *unstructured.Unstructured) (dynamic.ResourceInterface, error) {
 	gvk := o.GroupVersionKind()
 	m, err := a.mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
 	if err != nil {
-		return fmt.Errorf("%s: %w", objectID(o), err)
+		return nil, fmt.Errorf("%s: %w", objectID(o), err)
 	}
-	var ri dynamic.ResourceInterface = a.dyn.Resource(m.Resource)
 	if m.Scope.Name() == meta.RESTScopeNameNamespace {
-		ri = a.dyn.Resource(m.Resource).Namespace(o.GetNamespace())
+		return a.dyn.Resource(m.Resource).Namespace(o.GetNamespace()), nil
+	}
+	return a.dyn.Resource(m.Resource), nil
+}
+
+func (a *applier) apply(ctx context.Context, o *unstructured.Unstructured, dryRun bool) error {
+	ri, err := a.resource(o)
+	if err != nil {
+		return err
 	}
 	body, err := json.Marshal(o.Object)
 	if err != nil {
@@ -109,14 +117,9 @@ func (a *applier) apply(ctx context.Context, o *unstructured.Unstructured, dryRu
 
 // delete removes o (as applied by apply).
 func (a *applier) delete(ctx context.Context, o *unstructured.Unstructured) error {
-	gvk := o.GroupVersionKind()
-	m, err := a.mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+	ri, err := a.resource(o)
 	if err != nil {
-		return fmt.Errorf("%s: %w", objectID(o), err)
-	}
-	var ri dynamic.ResourceInterface = a.dyn.Resource(m.Resource)
-	if m.Scope.Name() == meta.RESTScopeNameNamespace {
-		ri = a.dyn.Resource(m.Resource).Namespace(o.GetNamespace())
+		return err
 	}
 	return ri.Delete(ctx, o.GetName(), metav1.DeleteOptions{})
 }

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -19,7 +18,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
 )
 
 // The agents as the DaemonSet runs them, for the shipped admission policies
@@ -70,17 +68,7 @@ func runAgentWithNodeBoundToken(t *testing.T, l *lab.Lab, kc kubernetes.Interfac
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := clientcmd.LoadFromFile(l.Spec.APIServer.Kubeconfig)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, ai := range cfg.AuthInfos {
-		ai.Token, ai.ClientCertificateData, ai.ClientKeyData, ai.ClientCertificate, ai.ClientKey = tok.Status.Token, nil, nil, "", ""
-	}
-	path := filepath.Join(l.Spec.Dir, "kubeconfig-agent-"+node)
-	if err := clientcmd.WriteToFile(*cfg, path); err != nil {
-		t.Fatal(err)
-	}
+	path := tokenKubeconfig(t, l, tok.Status.Token, "kubeconfig-agent-"+node)
 	// The API server's own word on who the token is.
 	rev, err := saClient(t, path).AuthenticationV1().SelfSubjectReviews().Create(ctx, &authv1.SelfSubjectReview{}, metav1.CreateOptions{})
 	if err != nil {

@@ -166,14 +166,21 @@ func serviceAccountKubeconfig(t *testing.T, l *lab.Lab, kc kubernetes.Interface)
 	if err != nil {
 		t.Fatal(err)
 	}
+	return tokenKubeconfig(t, l, tok.Status.Token, "kubeconfig-serviceaccount")
+}
+
+// tokenKubeconfig writes the lab API's kubeconfig with token as its only
+// credential to name in the lab's dir.
+func tokenKubeconfig(t *testing.T, l *lab.Lab, token, name string) string {
+	t.Helper()
 	cfg, err := clientcmd.LoadFromFile(l.Spec.APIServer.Kubeconfig)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, ai := range cfg.AuthInfos {
-		ai.Token, ai.ClientCertificateData, ai.ClientKeyData, ai.ClientCertificate, ai.ClientKey = tok.Status.Token, nil, nil, "", ""
+		ai.Token, ai.ClientCertificateData, ai.ClientKeyData, ai.ClientCertificate, ai.ClientKey = token, nil, nil, "", ""
 	}
-	path := filepath.Join(l.Spec.Dir, "kubeconfig-serviceaccount")
+	path := filepath.Join(l.Spec.Dir, name)
 	if err := clientcmd.WriteToFile(*cfg, path); err != nil {
 		t.Fatal(err)
 	}
