@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 )
 
@@ -31,11 +32,10 @@ func TestManagementAgentActsOnlyForItsOwnNodesMembers(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	applyManagementOverlayOnly(t, ctx, newApplier(t, admin))
-	nodeA, nodeB := l.Spec.Nodes[0].Name, "member-scope-test-b"
-	if _, err := akc.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: nodeB}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = akc.CoreV1().Nodes().Delete(context.Background(), nodeB, metav1.DeleteOptions{}) })
+	nodeA := l.Spec.Nodes[0].Name
+	nodeB := testNode(t, ctx, akc, "member-scope-test-b", corev1.ConditionTrue)
+	// Lost: the node-lifecycle controller says Unknown.
+	nodeLost := testNode(t, ctx, akc, "member-scope-test-lost", corev1.ConditionUnknown)
 	const ns = "member-scope-test"
 	if _, err := akc.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatal(err)
@@ -55,8 +55,10 @@ func TestManagementAgentActsOnlyForItsOwnNodesMembers(t *testing.T) {
 
 	podA := memberPod(t, ctx, akc, ns, "etcd-a", nodeA, true)
 	podU := memberPod(t, ctx, akc, ns, "etcd-unscheduled", "", false)
-	podB := memberPod(t, ctx, akc, ns, "etcd-b", nodeB, true)
-	podLost := memberPod(t, ctx, akc, ns, "etcd-lost", nodeB, false)
+	podB := memberPod(t, ctx, akc, ns, "etcd-b", nodeB, false) // not Ready, on a Ready node
+	// Still Ready on a lost node: the node-lifecycle controller does not
+	// mark pods when a NotReady node goes Unknown (kubernetes#112733).
+	podLost := memberPod(t, ctx, akc, ns, "etcd-lost", nodeLost, true)
 	patchPod := func(kc kubernetes.Interface, name, patch string) error {
 		_, err := kc.CoreV1().Pods(ns).Patch(ctx, name, types.MergePatchType, []byte(patch), metav1.PatchOptions{})
 		return err
@@ -75,7 +77,7 @@ func TestManagementAgentActsOnlyForItsOwnNodesMembers(t *testing.T) {
 		return scopeDenial("etcd-agent-member-scope")(patchPod(agentA, podB, ann(`"etcd-agent.io/status":"{}"`))), nil
 	})
 	if err != nil {
-		t.Fatalf("the agent on %s may still annotate a Ready pod on %s: the member-scope policy is not in force: %v", nodeA, nodeB, err)
+		t.Fatalf("the agent on %s may still annotate a pod on Ready node %s: the member-scope policy is not in force: %v", nodeA, nodeB, err)
 	}
 
 	t.Run("pods", func(t *testing.T) {
@@ -92,17 +94,20 @@ func TestManagementAgentActsOnlyForItsOwnNodesMembers(t *testing.T) {
 		denied("another owner's annotation", patchPod(agentA, podA, ann(`"example.com/x":"y"`)))
 		denied("a label", patchPod(agentA, podA, `{"metadata":{"labels":{"member-scope-test":"x"}}}`))
 		denied("the pod's spec", patchPod(agentA, podA, `{"spec":{"activeDeadlineSeconds":5}}`))
-		// Another node's member that is Ready: nothing.
-		denied("status on a Ready pod of another node", patchPod(agentA, podB, ann(`"etcd-agent.io/status":"{}"`)))
-		denied("the steward's mark on a Ready pod", patchPod(agentA, podB, ann(`"etcd-agent.io/removed-member":"1/2"`)))
+		// A member of another node that is Ready (the pod itself not Ready:
+		// down or starting): nothing.
+		denied("status on a pod of another node", patchPod(agentA, podB, ann(`"etcd-agent.io/status":"{}"`)))
+		denied("the steward's mark on a pod of a Ready node", patchPod(agentA, podB, ann(`"etcd-agent.io/removed-member":"1/2"`)))
 		denied("a request on another node's pod", patchPod(agentA, podB, ann(`"etcd-agent.io/recover":"rejoin"`)))
-		denied("delete a Ready pod of another node", deletePod(agentA, podB, 0))
-		// A lost node's member (not Ready): what the steward does.
+		denied("delete a pod of a Ready node", deletePod(agentA, podB, 0))
+		// A lost node's member: what the steward does.
 		denied("status on a lost node's pod", patchPod(agentA, podLost, ann(`"etcd-agent.io/status":"{}"`)))
 		denied("the mark with more in it", patchPod(agentA, podLost, ann(`"etcd-agent.io/removed-member":"1/2","etcd-agent.io/recover":"rejoin"`)))
 		denied("a label on a lost node's pod", patchPod(agentA, podLost, `{"metadata":{"labels":{"member-scope-test":"x"}}}`))
-		allowed("the steward's mark on a lost node's pod", patchPod(agentA, podLost,
-			`{"metadata":{"uid":"`+string(podUID(t, ctx, akc, ns, podLost))+`","annotations":{"etcd-agent.io/removed-member":"1/2"}}}`))
+		mark := `{"metadata":{"uid":"` + string(podUID(t, ctx, akc, ns, podLost)) + `","annotations":{"etcd-agent.io/removed-member":"1/2"}}}`
+		allowed("the steward's mark on a lost node's pod", patchPod(agentA, podLost, mark))
+		// A removal that failed is tried again, mark first (the same mark).
+		allowed("the steward's mark again", patchPod(agentA, podLost, mark))
 		allowed("the steward force-deletes a lost node's pod", deletePod(agentA, podLost, 0))
 		allowed("stop its own node's member (delete its pod)", deletePod(agentA, podA, 30))
 		// A person is not matched.
@@ -127,6 +132,10 @@ func TestManagementAgentActsOnlyForItsOwnNodesMembers(t *testing.T) {
 		allowed("reserve a free PV for a move", patchPV(agentA, free,
 			`{"metadata":{"annotations":{"etcd-agent.io/move-seed":"x"}},"spec":{"claimRef":`+claim+`}}`))
 		allowed("take the reservation back", patchPV(agentA, free, `{"metadata":{"annotations":{"etcd-agent.io/move-seed":null}},"spec":{"claimRef":null}}`))
+		if err := patchPV(akc, free, `{"spec":{"claimRef":`+claim+`}}`); err != nil { // a person's pre-binding
+			t.Fatal(err)
+		}
+		denied("take a person's pre-binding off a PV", patchPV(agentA, free, `{"spec":{"claimRef":null}}`))
 		denied("take a bound claim off its PV", patchPV(agentA, bound, `{"metadata":{"annotations":{"etcd-agent.io/move-seed":null}},"spec":{"claimRef":null}}`))
 		denied("reserve a PV claimed already", patchPV(agentA, bound,
 			`{"metadata":{"annotations":{"etcd-agent.io/move-seed":"x"}},"spec":{"claimRef":`+claim+`}}`))
@@ -134,6 +143,7 @@ func TestManagementAgentActsOnlyForItsOwnNodesMembers(t *testing.T) {
 		denied("a PV's capacity", patchPV(agentA, free, `{"spec":{"capacity":{"storage":"2Gi"}}}`))
 		denied("another annotation of a PV", patchPV(agentA, free, ann(`"example.com/x":"y"`)))
 		allowed("a person changes a PV", patchPV(akc, free, `{"metadata":{"labels":{"member-scope-test":"x"}}}`))
+		denied("Retain with a token bound to no node", patchPV(unboundAgent(t, admin), bound, `{"spec":{"persistentVolumeReclaimPolicy":"Retain"}}`))
 	})
 
 	t.Run("claims", func(t *testing.T) {
@@ -167,6 +177,7 @@ func TestManagementAgentActsOnlyForItsOwnNodesMembers(t *testing.T) {
 		denied("delete a claim whose PV drops its data (Delete)", deleteClaim(agentA, onDropped))
 		allowed("delete a claim whose PV keeps its data (as the steward and the mover do)", deleteClaim(agentA, onKept))
 		allowed("delete a claim bound to no PV", deleteClaim(agentA, unbound))
+		denied("delete a claim with a token bound to no node", deleteClaim(unboundAgent(t, admin), onDropped))
 		allowed("a person deletes any claim", deleteClaim(akc, onDropped))
 	})
 }
@@ -266,4 +277,34 @@ func localPV(t *testing.T, ctx context.Context, kc kubernetes.Interface, name, n
 		t.Fatal(err)
 	}
 	return name
+}
+
+// testNode creates a Node whose Ready condition is ready (the kubelet's or
+// the node-lifecycle controller's word; none runs for it here).
+func testNode(t *testing.T, ctx context.Context, kc kubernetes.Interface, name string, ready corev1.ConditionStatus) string {
+	t.Helper()
+	n, err := kc.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = kc.CoreV1().Nodes().Delete(context.Background(), name, metav1.DeleteOptions{}) })
+	n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: ready, LastHeartbeatTime: metav1.Now(), LastTransitionTime: metav1.Now()}}
+	if _, err := kc.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	return name
+}
+
+// unboundAgent is the agent's ServiceAccount without a node: a token not
+// bound to a pod.
+func unboundAgent(t *testing.T, admin *rest.Config) kubernetes.Interface {
+	t.Helper()
+	cfg := rest.CopyConfig(admin)
+	cfg.Impersonate = rest.ImpersonationConfig{UserName: agentIdentity,
+		Groups: []string{"system:serviceaccounts", "system:serviceaccounts:etcd-agent", "system:authenticated"}}
+	kc, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return kc
 }

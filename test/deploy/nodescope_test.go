@@ -145,13 +145,7 @@ func TestAgentActsOnlyForItsOwnNode(t *testing.T) {
 
 	t.Run("not the agent's pod", func(t *testing.T) {
 		// The same ServiceAccount without a node: a token not bound to a pod.
-		unbound := rest.CopyConfig(admin)
-		unbound.Impersonate = rest.ImpersonationConfig{UserName: agentIdentity,
-			Groups: []string{"system:serviceaccounts", "system:serviceaccounts:etcd-agent", "system:authenticated"}}
-		kc, err := kubernetes.NewForConfig(unbound)
-		if err != nil {
-			t.Fatal(err)
-		}
+		kc := unboundAgent(t, admin)
 		denied("its own Node's status without a node in the token", patchNode(kc, nodeA, ann(`"etcd-agent.io/status":"{}"`)))
 		// A person (the lab's admin) is not matched: requests stay theirs.
 		allowed("a person requests a rejoin on B", patchNode(akc, nodeB, ann(`"etcd-agent.io/recover":"rejoin"`)))
