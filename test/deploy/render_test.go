@@ -538,6 +538,15 @@ func TestPoliciesMatchTheRenderedServiceAccount(t *testing.T) {
 				continue
 			}
 			n++
+			// The API server gathers a policy's parameters for every request
+			// its resources match, before its matchConditions: with Fail, a
+			// parameter cache not synced yet would deny everyone's request.
+			// A policy without parameters denies the agent when in doubt.
+			_, params, _ := unstructured.NestedMap(o.Object, "spec", "paramKind")
+			fp, _, _ := unstructured.NestedString(o.Object, "spec", "failurePolicy")
+			if want := map[bool]string{true: "Ignore", false: "Fail"}[params]; fp != want {
+				t.Errorf("%s: policy %s (parameters %v) has failurePolicy %q, want %q", dir, o.GetName(), params, fp, want)
+			}
 			conds, _, _ := unstructured.NestedSlice(o.Object, "spec", "matchConditions")
 			want := "request.userInfo.username == '" + user + "'"
 			if len(conds) != 1 || conds[0].(map[string]any)["expression"] != want {
