@@ -11,6 +11,7 @@ import (
 	"github.com/etcd-agent/etcd-agent/internal/agent"
 	"github.com/etcd-agent/etcd-agent/internal/timefmt"
 	"github.com/spf13/cobra"
+	"k8s.io/apimachinery/pkg/util/duration"
 )
 
 // statusExit carries status's exit code (0 healthy, 1 degraded/down, 2 lost,
@@ -190,7 +191,7 @@ func lastRecoveryLine(r agent.Report, now time.Time) string {
 		if j.Reason != "" {
 			fmt.Fprintf(&b, " (%s)", j.Reason)
 		}
-		fmt.Fprintf(&b, ", %s to %s (took %s)", j.StartedAt.UTC().Format(time.RFC3339), timefmt.At(j.FinishedAt, now), timefmt.Duration(j.FinishedAt.Sub(j.StartedAt)))
+		fmt.Fprintf(&b, ", %s to %s (took %s)", j.StartedAt.UTC().Format(time.RFC3339), timefmt.At(j.FinishedAt, now), duration.HumanDuration(j.FinishedAt.Sub(j.StartedAt)))
 	}
 	if j.RejoinMode != "" {
 		fmt.Fprintf(&b, ", %s mode", j.RejoinMode)

@@ -23,7 +23,7 @@ func TestStatusTableNamesTheLastRecovery(t *testing.T) {
 		// Times absolute and relative to now (docs/recovery.md).
 		{"closed, fell back", agent.Report{LastRecovery: &done}, []string{"last recovery: abc succeeded",
 			"2026-11-30T06:00:00Z to 2026-11-30T06:00:09Z, 4m51s ago (took 9s)", "raft mode (seed fell back: snapshot-hash-mismatch)", "member b4 -> dd"}},
-		{"in progress", agent.Report{LastRecovery: &open}, []string{"last recovery: def IN PROGRESS, phase learner-added, started 2026-11-30T06:00:00Z, 5m00s ago"}},
+		{"in progress", agent.Report{LastRecovery: &open}, []string{"last recovery: def IN PROGRESS, phase learner-added, started 2026-11-30T06:00:00Z, 5m ago"}},
 		{"unreadable", agent.Report{JournalError: "unexpected end of JSON input"}, []string{"last recovery: journal unreadable: unexpected end of JSON input"}},
 	} {
 		var b strings.Builder

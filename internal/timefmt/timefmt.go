@@ -6,12 +6,14 @@
 package timefmt
 
 import (
-	"fmt"
 	"time"
+
+	"k8s.io/apimachinery/pkg/util/duration"
 )
 
 // At is t, absolute and relative to now ("…, 41s ago", "…, in 12s", "…,
-// now"); "" for the zero time.
+// now"; the relative part as kubectl's AGE column writes it); "" for the
+// zero time.
 func At(t, now time.Time) string {
 	if t.IsZero() {
 		return ""
@@ -20,25 +22,9 @@ func At(t, now time.Time) string {
 	d := now.Sub(t)
 	switch {
 	case d >= time.Second:
-		return abs + ", " + Duration(d) + " ago"
+		return abs + ", " + duration.HumanDuration(d) + " ago"
 	case d <= -time.Second:
-		return abs + ", in " + Duration(-d)
+		return abs + ", in " + duration.HumanDuration(-d)
 	}
 	return abs + ", now"
-}
-
-// Duration is d for a person: whole seconds under a minute ("41s"),
-// minutes and seconds under an hour ("4m12s"), hours and minutes under a
-// day ("3h05m"), then days and hours ("2d03h").
-func Duration(d time.Duration) string {
-	d = d.Round(time.Second)
-	switch {
-	case d < time.Minute:
-		return fmt.Sprintf("%ds", int(d.Seconds()))
-	case d < time.Hour:
-		return fmt.Sprintf("%dm%02ds", int(d.Minutes()), int(d.Seconds())%60)
-	case d < 24*time.Hour:
-		return fmt.Sprintf("%dh%02dm", int(d.Hours()), int(d.Minutes())%60)
-	}
-	return fmt.Sprintf("%dd%02dh", int(d.Hours())/24, int(d.Hours())%24)
 }

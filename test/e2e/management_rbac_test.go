@@ -70,8 +70,8 @@ func runAgentsAsShippedManagementRBAC(t *testing.T, l *lab.Lab, kc kubernetes.In
 	t.Logf("agents run as ServiceAccount %s/etcd-agent with only the shipped RBAC and admission policies, each token bound to its node", lab.AgentNamespace)
 }
 
-// waitMemberScopeInForce: node a's agent may not annotate a Ready member
-// pod on node b.
+// waitMemberScopeInForce: node a's agent may not annotate a member pod on
+// node b, a Ready node (the policy judges by the pod's Node).
 func waitMemberScopeInForce(t *testing.T, l *lab.Lab, kc, agentOfA kubernetes.Interface, b string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
