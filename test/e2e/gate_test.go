@@ -28,7 +28,7 @@ type idWatch struct {
 }
 
 type idAnswer struct {
-	at time.Time
+	at time.Time // when the request was sent
 	id uint64
 }
 
@@ -54,13 +54,13 @@ func watchMemberIDAt(t *testing.T, l *lab.Lab, ep string) *idWatch {
 			if c, err := net.DialTimeout("tcp", u.Host, 100*time.Millisecond); err == nil {
 				c.Close()
 				if cli, err := l.EtcdClientFor(ep); err == nil {
-					rctx, rcancel := context.WithTimeout(ctx, 500*time.Millisecond)
-					if st, err := cli.Status(rctx, ep); err == nil {
-						w.mu.Lock()
-						w.answers = append(w.answers, idAnswer{time.Now(), st.Header.MemberId})
-						w.mu.Unlock()
-					}
-					rcancel()
+					w.probe(ctx, func(ctx context.Context) (uint64, error) {
+						st, err := cli.Status(ctx, ep)
+						if err != nil {
+							return 0, err
+						}
+						return st.Header.MemberId, nil
+					})
 					cli.Close()
 				}
 			}
@@ -72,6 +72,23 @@ func watchMemberIDAt(t *testing.T, l *lab.Lab, ep string) *idWatch {
 	}()
 	t.Cleanup(w.close)
 	return w
+}
+
+// probe asks status for the member ID once and records the answer at the
+// time the request was sent: an answer read after a kill may have been
+// written before it, so only a request sent after a time proves the member
+// served after it.
+func (w *idWatch) probe(ctx context.Context, status func(context.Context) (uint64, error)) {
+	rctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+	defer cancel()
+	sent := time.Now()
+	id, err := status(rctx)
+	if err != nil {
+		return
+	}
+	w.mu.Lock()
+	w.answers = append(w.answers, idAnswer{sent, id})
+	w.mu.Unlock()
 }
 
 func (w *idWatch) close() {
