@@ -59,6 +59,10 @@ func TestManagementAgentActsOnlyForItsOwnNodesMembers(t *testing.T) {
 	// Still Ready on a lost node: the node-lifecycle controller does not
 	// mark pods when a NotReady node goes Unknown (kubernetes#112733).
 	podLost := memberPod(t, ctx, akc, ns, "etcd-lost", nodeLost, true)
+	// Pods in the same namespace that are no etcd members (no app=etcd,
+	// the DaemonSet's ETCD_AGENT_POD_SELECTOR).
+	otherA := namespacePod(t, ctx, akc, ns, "other-a", nodeA, map[string]string{"app": "backup"}, true)
+	otherLost := namespacePod(t, ctx, akc, ns, "other-lost", nodeLost, nil, true)
 	patchPod := func(kc kubernetes.Interface, name, patch string) error {
 		_, err := kc.CoreV1().Pods(ns).Patch(ctx, name, types.MergePatchType, []byte(patch), metav1.PatchOptions{})
 		return err
@@ -110,6 +114,16 @@ func TestManagementAgentActsOnlyForItsOwnNodesMembers(t *testing.T) {
 		allowed("the steward's mark again", patchPod(agentA, podLost, mark))
 		allowed("the steward force-deletes a lost node's pod", deletePod(agentA, podLost, 0))
 		allowed("stop its own node's member (delete its pod)", deletePod(agentA, podA, 30))
+		// Pods that are not members: nothing, on any node.
+		err := patchPod(agentA, otherA, ann(`"etcd-agent.io/status":"{}"`))
+		denied("status on its own node's pod that is no member", err)
+		if want := "acts only on etcd member pods (labels app=etcd, its --pod-selector): pod other-a is none"; err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("the denial says %v, want it to say %q", err, want)
+		}
+		denied("delete its own node's pod that is no member", deletePod(agentA, otherA, 30))
+		otherMark := `{"metadata":{"uid":"` + string(podUID(t, ctx, akc, ns, otherLost)) + `","annotations":{"etcd-agent.io/removed-member":"1/2"}}}`
+		denied("the steward's mark on a lost node's pod that is no member", patchPod(agentA, otherLost, otherMark))
+		denied("force-delete a lost node's pod that is no member", deletePod(agentA, otherLost, 0))
 		// A person is not matched.
 		allowed("a person annotates any pod", patchPod(akc, podB, ann(`"etcd-agent.io/recover":"rejoin"`)))
 	})
@@ -150,8 +164,9 @@ func TestManagementAgentActsOnlyForItsOwnNodesMembers(t *testing.T) {
 		allowed, denied := verdicts(t, "by the claim scope policy", scopeDenial("etcd-agent-claim-scope"))
 		kept := localPV(t, ctx, akc, "member-scope-kept", nodeB, corev1.PersistentVolumeReclaimRetain, nil)
 		dropped := localPV(t, ctx, akc, "member-scope-dropped", nodeB, corev1.PersistentVolumeReclaimDelete, nil)
-		claimOn := func(name, pv string) string {
-			pvc := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+		// A StatefulSet's claims carry its selector's labels (app=etcd here).
+		claimOn := func(name, pv string, labels map[string]string) string {
+			pvc := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: labels},
 				Spec: corev1.PersistentVolumeClaimSpec{VolumeName: pv, StorageClassName: ptr.To("member-scope-test"),
 					AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
 					Resources:   corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}}}}
@@ -166,7 +181,10 @@ func TestManagementAgentActsOnlyForItsOwnNodesMembers(t *testing.T) {
 		deleteClaim := func(kc kubernetes.Interface, name string) error {
 			return kc.CoreV1().PersistentVolumeClaims(ns).Delete(ctx, name, metav1.DeleteOptions{})
 		}
-		onDropped, onKept, unbound := claimOn("data-dropped", dropped), claimOn("data-kept", kept), claimOn("data-unbound", "")
+		member := map[string]string{"app": "etcd"}
+		onDropped, onKept, unbound := claimOn("data-dropped", dropped, member), claimOn("data-kept", kept, member), claimOn("data-unbound", "", member)
+		keptOther := localPV(t, ctx, akc, "member-scope-kept-other", nodeB, corev1.PersistentVolumeReclaimRetain, nil)
+		other := claimOn("backup-kept", keptOther, map[string]string{"app": "backup"})
 		// The policy reads PVs as parameters: in force once it has them.
 		err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 60*time.Second, true, func(ctx context.Context) (bool, error) {
 			return scopeDenial("etcd-agent-claim-scope")(deleteClaim(agentA, onDropped)), nil
@@ -177,6 +195,11 @@ func TestManagementAgentActsOnlyForItsOwnNodesMembers(t *testing.T) {
 		denied("delete a claim whose PV drops its data (Delete)", deleteClaim(agentA, onDropped))
 		allowed("delete a claim whose PV keeps its data (as the steward and the mover do)", deleteClaim(agentA, onKept))
 		allowed("delete a claim bound to no PV", deleteClaim(agentA, unbound))
+		err = deleteClaim(agentA, other)
+		denied("delete a claim that is no member's, its PV kept", err)
+		if want := "deletes only an etcd member's claim (labels app=etcd, which a StatefulSet puts on its claims from its selector): claim backup-kept is none"; err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("the denial says %v, want it to say %q", err, want)
+		}
 		denied("delete a claim with a token bound to no node", deleteClaim(unboundAgent(t, admin), onDropped))
 		allowed("a person deletes any claim", deleteClaim(akc, onDropped))
 	})
@@ -216,12 +239,18 @@ func applyManagementOverlayOnly(t *testing.T, ctx context.Context, a *applier) {
 	})
 }
 
-// memberPod creates a member pod bound to node (never run: no kubelet here
-// serves these) with the Ready condition the node-lifecycle controller or
-// the kubelet would have written.
+// memberPod creates a member pod (app=etcd) bound to node (never run: no
+// kubelet here serves these) with the Ready condition the node-lifecycle
+// controller or the kubelet would have written.
 func memberPod(t *testing.T, ctx context.Context, kc kubernetes.Interface, ns, name, node string, ready bool) string {
 	t.Helper()
-	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: map[string]string{"app": "etcd"}},
+	return namespacePod(t, ctx, kc, ns, name, node, map[string]string{"app": "etcd"}, ready)
+}
+
+// namespacePod is memberPod with the given labels.
+func namespacePod(t *testing.T, ctx context.Context, kc kubernetes.Interface, ns, name, node string, labels map[string]string, ready bool) string {
+	t.Helper()
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: labels},
 		Spec: corev1.PodSpec{NodeName: node, AutomountServiceAccountToken: ptr.To(false),
 			Containers: []corev1.Container{{Name: "etcd", Image: "etcd.invalid/none"}}}}
 	p, err := kc.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{})
