@@ -1,0 +1,92 @@
+package progress
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+var t0 = time.Date(2026, 12, 6, 19, 30, 0, 0, time.UTC)
+
+func TestAStreamAtASteadyRateEndsWhenItsETASays(t *testing.T) {
+	const total = 1 << 30
+	m := NewMeter("stream", Bytes, total, t0)
+	// 64 MiB/s, observed every second.
+	for s := 0; s <= 6; s++ {
+		m.Observe(t0.Add(time.Duration(s)*time.Second), total-int64(s)*64<<20)
+	}
+	e := m.Estimate(t0.Add(6 * time.Second))
+	if want := 10 * time.Second; e.ETA != want { // 640 MiB left at 64 MiB/s
+		t.Fatalf("ETA %s, want %s (%+v)", e.ETA, want, e)
+	}
+	if got, want := e.String(), "stream: 384 MiB of 1.0 GiB (38%), 64 MiB/s, about 10s left"; got != want {
+		t.Fatalf("String %q, want %q", got, want)
+	}
+}
+
+func TestTheRateFollowsTheLastWindowOnly(t *testing.T) {
+	m := NewMeter("stream", Bytes, 1000<<20, t0)
+	left := int64(1000 << 20)
+	// 20 s at 10 MiB/s, then 10 s at 40 MiB/s: the rate is the new one.
+	for s := 1; s <= 30; s++ {
+		if s <= 20 {
+			left -= 10 << 20
+		} else {
+			left -= 40 << 20
+		}
+		m.Observe(t0.Add(time.Duration(s)*time.Second), left)
+	}
+	e := m.Estimate(t0.Add(30 * time.Second))
+	if e.Rate != 40<<20 {
+		t.Fatalf("rate %.0f B/s, want the last window's %d", e.Rate, 40<<20)
+	}
+	if e.ETA != 10*time.Second { // 400 MiB left
+		t.Fatalf("ETA %s, want 10s", e.ETA)
+	}
+}
+
+func TestACatchUpCountsTheGapThatCloses(t *testing.T) {
+	m := NewMeter("catch-up", Entries, 0, t0)
+	// The leader keeps writing: the gap closes by 500 entries a second.
+	for s, gap := range []int64{6000, 5500, 5000, 4500} {
+		m.Observe(t0.Add(time.Duration(s)*time.Second), gap)
+	}
+	e := m.Estimate(t0.Add(3 * time.Second))
+	if e.Total != 6000 || e.Left != 4500 || e.ETA != 9*time.Second {
+		t.Fatalf("estimate %+v, want 4,500 of 6,000 left, 9s", e)
+	}
+	if got, want := e.String(), "catch-up: 4,500 entries behind (of 6,000, 25% done), 500 entries/s, about 9s left"; got != want {
+		t.Fatalf("String %q, want %q", got, want)
+	}
+}
+
+func TestAStepThatStopsMovingSaysItIsStalledAndSinceWhen(t *testing.T) {
+	m := NewMeter("stream", Bytes, 100<<20, t0)
+	m.Observe(t0, 100<<20)
+	m.Observe(t0.Add(time.Second), 90<<20)
+	for s := 2; s <= 20; s++ {
+		m.Observe(t0.Add(time.Duration(s)*time.Second), 90<<20)
+	}
+	if e := m.Estimate(t0.Add(15 * time.Second)); !e.StalledSince.IsZero() {
+		t.Fatalf("stalled after 14s without progress: %+v (StallAfter %s)", e, StallAfter)
+	}
+	e := m.Estimate(t0.Add(20 * time.Second))
+	if !e.StalledSince.Equal(t0.Add(time.Second)) {
+		t.Fatalf("stalled since %s, want %s", e.StalledSince, t0.Add(time.Second))
+	}
+	if s := e.String(); !strings.HasSuffix(s, "stalled since 2026-12-06T19:30:01Z, 19s ago") {
+		t.Fatalf("String %q: want it to say since when it is stalled", s)
+	}
+}
+
+func TestNoRateNoETA(t *testing.T) {
+	m := NewMeter("stream", Bytes, 100<<20, t0)
+	if e := m.Estimate(t0); e.ETA >= 0 || !strings.HasSuffix(e.String(), "rate not known yet") {
+		t.Fatalf("no sample: %+v %q", e, e.String())
+	}
+	m.Observe(t0, 100<<20)
+	m.Observe(t0.Add(time.Second), 0)
+	if e := m.Estimate(t0.Add(time.Second)); e.ETA != 0 || e.Done() != 1 || !strings.HasSuffix(e.String(), "done") {
+		t.Fatalf("all done: %+v %q", e, e.String())
+	}
+}
