@@ -75,6 +75,12 @@ type Metrics struct {
 	// is worth a look (EtcdAgentRecoveryStepSlow). No series when none runs.
 	StepStarted  *GaugeVec
 	StepExpected *GaugeVec
+	// StepProgress and StepETA: a long step's share done (0 to 1) and the
+	// seconds it has left at its rate of the last 10 s (-1 not known yet),
+	// by step (pre-change stream, seed stream, catch-up; internal/progress).
+	// No series when none runs.
+	StepProgress *GaugeVec
+	StepETA      *GaugeVec
 	// QuarantinePrunedTotal counts quarantined copies deleted under
 	// --quarantine-keep, and untaken backups of a killed agent (the only
 	// deletions of copies the agent makes);
@@ -125,6 +131,7 @@ type vectors struct {
 	memberState, dataDirStatus, votingMembers, healthyVotingMembers, quorumMargin *prometheus.GaugeVec
 	recoveryInProgress, leaseHeld, refusedSince, learnerLag, lastRecovery         *prometheus.GaugeVec
 	startGateWrapped, stepStarted, stepExpected, manifestMissing                  *prometheus.GaugeVec
+	stepProgress, stepETA                                                         *prometheus.GaugeVec
 
 	recoveriesTotal, refusalsTotal, snapshotBytesTotal, seedFallbacksTotal *prometheus.CounterVec
 	foreignEndpointResponses, hashMismatchTotal, learnerRollbacksTotal     *prometheus.CounterVec
@@ -179,6 +186,10 @@ func New() *Metrics {
 			"Unix time at which the recovery step (or wait) running now started, by action; no series when none runs.", "member", "action"),
 		stepExpected: g("recovery_step_expected_seconds",
 			"How long the recovery step (or wait) running now may take before it is worth a look: half its own deadline (a wait: a fixed bound).", "member", "action"),
+		stepProgress: g("recovery_step_progress_ratio",
+			"The share done (0 to 1) of the long recovery step running now (pre-change stream, seed stream: bytes of the source's db; catch-up: the learner's gap to the leader closed), by step; no series when none runs.", "member", "step"),
+		stepETA: g("recovery_step_eta_seconds",
+			"Seconds the long recovery step running now has left at its rate of the last 10 s (-1: not known yet, or stalled), by step; no series when none runs.", "member", "step"),
 		quarantinePrunedTotal: c("quarantine_pruned_total",
 			"Quarantined data dirs and pre-change snapshots deleted: beyond --quarantine-keep once the member had been healthy since they were made, or a backup a killed agent streamed and never took (the only deletions of copies the agent makes).", "member"),
 		quarantinePruneErrors: c("quarantine_prune_errors_total", "Quarantine listings or deletions that failed.", "member"),
@@ -199,7 +210,7 @@ func New() *Metrics {
 		b.memberState, b.dataDirStatus, b.votingMembers, b.healthyVotingMembers, b.quorumMargin, b.recoveryInProgress,
 		b.leaseHeld, b.recoveriesTotal, b.refusalsTotal, b.refusedSince, b.recoveryDuration, b.phaseDuration, b.learnerLag,
 		b.snapshotBytesTotal, b.seedFallbacksTotal, b.lastRecovery, b.observationDuration, b.startGateWrapped, b.foreignEndpointResponses,
-		b.hashMismatchTotal, b.stepStarted, b.stepExpected, b.quarantinePrunedTotal, b.quarantinePruneErrors, b.endpointsFileErrors,
+		b.hashMismatchTotal, b.stepStarted, b.stepExpected, b.stepProgress, b.stepETA, b.quarantinePrunedTotal, b.quarantinePruneErrors, b.endpointsFileErrors,
 		b.manifestMissing, b.manifestRestoresTotal, b.skeletonRestoresTotal,
 		b.learnerRollbacksTotal, b.snapshotStoreUploads, b.kubeAPIDenied)
 	return b.forCluster("")
@@ -243,6 +254,8 @@ func (b *vectors) forCluster(cluster string) *Metrics {
 		LearnerRollbacksTotal:    c(b.learnerRollbacksTotal),
 		StepStarted:              gp(b.stepStarted),
 		StepExpected:             gp(b.stepExpected),
+		StepProgress:             gp(b.stepProgress),
+		StepETA:                  gp(b.stepETA),
 		QuarantinePrunedTotal:    c(b.quarantinePrunedTotal),
 		QuarantinePruneErrors:    c(b.quarantinePruneErrors),
 		EndpointsFileErrors:      c(b.endpointsFileErrors),

@@ -25,6 +25,7 @@ import (
 	"github.com/etcd-agent/etcd-agent/internal/observation"
 	"github.com/etcd-agent/etcd-agent/internal/peerseed"
 	"github.com/etcd-agent/etcd-agent/internal/plan"
+	"github.com/etcd-agent/etcd-agent/internal/progress"
 	"github.com/etcd-agent/etcd-agent/metrics"
 	"go.uber.org/zap"
 )
@@ -97,6 +98,10 @@ type Config struct {
 	// step runs, so metrics and Node reporting go on (default 5s).
 	ProgressEvery time.Duration
 	PollInterval  time.Duration
+	// Progress is where the long steps (the streams, the catch-up) say how
+	// far they are, for the status file and the Node (nil: nowhere but the
+	// logs and metrics).
+	Progress *progress.Board
 	TLS           *tls.Config
 	Log           *zap.Logger
 	// CrashBefore, for the e2e suite only, SIGKILLs the agent itself after
@@ -249,6 +254,9 @@ func New(cfg Config, obs Observer, newLease func(uint64) (Lease, error), rt memb
 	}
 	if cfg.StepInterval <= 0 {
 		cfg.StepInterval = 500 * time.Millisecond
+	}
+	if cfg.Progress == nil {
+		cfg.Progress = &progress.Board{}
 	}
 	if cfg.ProgressEvery <= 0 {
 		cfg.ProgressEvery = 10 * time.Second

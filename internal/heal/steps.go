@@ -222,9 +222,9 @@ func (h *Healer) noteBackupStream(j *journal.Record) (string, error) {
 // streamBackup streams a snapshot of src into a new file in the quarantine
 // and verifies it (peerseed.Stream).
 func (h *Healer) streamBackup(ctx context.Context, src observation.Member, j journal.Record, dest string) (peerseed.Snapshot, error) {
-	counter := h.metrics.SnapshotBytesTotal.WithLabelValues(h.cfg.Member)
-	return h.streamTo(ctx, src.ClientURLs[0], h.cfg.TLS, dest, plan.StreamBytesNeeded(src.DBSize),
-		func(n int64) { counter.Add(float64(n)) }, h.copyForSeed(j)...)
+	count, stop := h.meterStream(stepPreChangeStream, uint64(src.DBSize), h.metrics.SnapshotBytesTotal.WithLabelValues(h.cfg.Member))
+	defer stop()
+	return h.streamTo(ctx, src.ClientURLs[0], h.cfg.TLS, dest, plan.StreamBytesNeeded(src.DBSize), count, h.copyForSeed(j)...)
 }
 
 // uploadNow puts a verified snapshot in the store and returns its key.
@@ -422,9 +422,9 @@ func (h *Healer) seedDataDir(ctx context.Context, res memberstate.Result, j *jou
 	h.removeSeedStreams()
 	dest := h.seedStreamPath()
 	defer h.removeSeedStreams()
-	counter := h.metrics.SnapshotBytesTotal.WithLabelValues(h.cfg.Member)
-	snap, ss, err := peerseed.StreamForSeed(ctx, src.ClientURLs[0], h.cfg.TLS, dest, plan.StreamBytesNeeded(src.DBSize),
-		func(n int64) { counter.Add(float64(n)) })
+	count, stop := h.meterStream(stepSeedStream, uint64(src.DBSize), h.metrics.SnapshotBytesTotal.WithLabelValues(h.cfg.Member))
+	snap, ss, err := peerseed.StreamForSeed(ctx, src.ClientURLs[0], h.cfg.TLS, dest, plan.StreamBytesNeeded(src.DBSize), count)
+	stop()
 	if err != nil {
 		return fmt.Errorf("seed snapshot from %s: %w", src.Name, err)
 	}
@@ -583,6 +583,7 @@ func (h *Healer) trackLearner(j *journal.Record, res memberstate.Result, now tim
 	if lag, ok := plan.LearnerLag(res.Observation, m.ID); ok {
 		h.metrics.LearnerLag.WithLabelValues(h.cfg.Member).Set(float64(lag))
 	}
+	h.meterCatchUp(res, m.ID, now)
 }
 
 // promote promotes the learner; ErrLearnerNotReady just means "not yet".

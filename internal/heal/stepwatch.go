@@ -107,6 +107,9 @@ type stepClock struct {
 func (h *Healer) track(c *stepClock, d plan.Decision) {
 	label, now := stepLabel(d), time.Now()
 	if label != c.label {
+		if d.Action != plan.WaitCatchUp {
+			h.stopMeter(stepCatchUp) // the wait it measured is over
+		}
 		if c.label != "" {
 			h.metrics.StepStarted.DeleteLabelValues(h.cfg.Member, c.label)
 			h.metrics.StepExpected.DeleteLabelValues(h.cfg.Member, c.label)
@@ -118,14 +121,15 @@ func (h *Healer) track(c *stepClock, d plan.Decision) {
 	}
 	if now.Sub(c.logged) >= h.cfg.ProgressEvery {
 		c.logged = now
-		h.log.Info("recovery still waiting", zap.String("on", label), zap.String("reason", string(d.Reason)),
+		h.log.Info("recovery still waiting", append([]zap.Field{zap.String("on", label), zap.String("reason", string(d.Reason)),
 			zap.String("detail", d.Detail), zap.Duration("waited", now.Sub(c.since).Round(time.Millisecond)),
-			zap.Duration("expected", h.expectedFor(d)))
+			zap.Duration("expected", h.expectedFor(d))}, h.progressFields()...)...)
 	}
 }
 
 // untrack removes the step series when the attempt ends.
 func (h *Healer) untrack() {
+	h.stopMeters()
 	h.metrics.StepStarted.DeletePartialMatch(prometheus.Labels{"member": h.cfg.Member})
 	h.metrics.StepExpected.DeletePartialMatch(prometheus.Labels{"member": h.cfg.Member})
 }
@@ -165,8 +169,8 @@ func (h *Healer) watchStep(ctx context.Context, stop <-chan struct{}, label stri
 		case <-observe.C:
 			h.obs.Observe(ctx, h.now())
 		case <-progress.C:
-			h.log.Info("recovery step still running", zap.String("action", label),
-				zap.Duration("running", time.Since(start).Round(time.Millisecond)), zap.Duration("deadline", timeout))
+			h.log.Info("recovery step still running", append([]zap.Field{zap.String("action", label),
+				zap.Duration("running", time.Since(start).Round(time.Millisecond)), zap.Duration("deadline", timeout)}, h.progressFields()...)...)
 		}
 	}
 }

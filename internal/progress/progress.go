@@ -27,6 +27,9 @@ const (
 // slowing down as the learner nears the leader).
 const Window = 10 * time.Second
 
+// sampleGap is the least time between two samples kept.
+const sampleGap = 100 * time.Millisecond
+
 // StallAfter is how long nothing may change before a step is stalled.
 const StallAfter = 15 * time.Second
 
@@ -63,7 +66,13 @@ func (m *Meter) Observe(now time.Time, left int64) {
 	if m.total == 0 && len(m.samples) == 0 {
 		m.total = left
 	}
-	m.samples = append(m.samples, sample{now, left})
+	// Samples closer than sampleGap to the one before are merged into the
+	// newest: a stream reports every chunk it reads.
+	if n := len(m.samples); n >= 2 && now.Sub(m.samples[n-2].at) < sampleGap {
+		m.samples[n-1] = sample{now, left}
+	} else {
+		m.samples = append(m.samples, sample{now, left})
+	}
 	cut := 0
 	for cut < len(m.samples)-2 && now.Sub(m.samples[cut+1].at) >= Window {
 		cut++

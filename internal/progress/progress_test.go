@@ -90,3 +90,40 @@ func TestNoRateNoETA(t *testing.T) {
 		t.Fatalf("all done: %+v %q", e, e.String())
 	}
 }
+
+func TestABoardTellsTheRunningStepsOldestFirst(t *testing.T) {
+	var b Board
+	b.Start("pre-change stream", Bytes, 100, t0)
+	b.Start("catch-up", Entries, 0, t0.Add(time.Second))
+	if _, ok := b.Observe("seed stream", t0, 1); ok {
+		t.Fatal("a step not started took an observation")
+	}
+	b.Observe("catch-up", t0.Add(2*time.Second), 50)
+	es := b.Estimates(t0.Add(2 * time.Second))
+	if len(es) != 2 || es[0].Step != "pre-change stream" || es[1].Step != "catch-up" || es[1].Left != 50 {
+		t.Fatalf("estimates %+v", es)
+	}
+	b.Stop("pre-change stream")
+	if b.Running("pre-change stream") || !b.Running("catch-up") {
+		t.Fatal("Stop ended the wrong step")
+	}
+	var none *Board
+	none.Start("x", Bytes, 1, t0)
+	if none.Estimates(t0) != nil || none.Running("x") {
+		t.Fatal("a nil board told something")
+	}
+}
+
+func TestSamplesCloserThanTheGapAreMergedIntoTheNewest(t *testing.T) {
+	m := NewMeter("stream", Bytes, 1<<30, t0)
+	for i := 0; i < 100000; i++ { // a chunk every 100µs for 10 s
+		m.Observe(t0.Add(time.Duration(i)*100*time.Microsecond), 1<<30-int64(i)*4096)
+	}
+	if n := len(m.samples); n > int(Window/sampleGap)+2 {
+		t.Fatalf("%d samples kept over 10 s of chunks; want at most one per %s", n, sampleGap)
+	}
+	e := m.Estimate(t0.Add(10 * time.Second))
+	if e.Left != 1<<30-99999*4096 {
+		t.Fatalf("left %d: the newest chunk is not counted", e.Left)
+	}
+}

@@ -1,0 +1,99 @@
+package heal
+
+import (
+	"context"
+	"crypto/tls"
+	"testing"
+
+	"github.com/etcd-agent/etcd-agent/internal/memberstate"
+	"github.com/etcd-agent/etcd-agent/internal/peerseed"
+	"github.com/etcd-agent/etcd-agent/internal/progress"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
+)
+
+// Issue 44: the pre-change stream shows how far it is (bytes of the
+// source's db), on the progress board the status file and the Node read,
+// and in the step's metrics; both are gone once the stream ends.
+func TestThePreChangeStreamShowsHowFarItIs(t *testing.T) {
+	res := cluster3(memberstate.Lost, 2, 3)
+	for i := range res.Observation.Members {
+		res.Observation.Members[i].DBSize = 100 << 20
+	}
+	r := newRig(t, res)
+	board := &progress.Board{}
+	r.h.cfg.Progress = board
+	r.cluster.removeErr = errBoom // the attempt ends after the snapshot
+	var mid []progress.Estimate
+	var ratio, eta float64
+	r.h.streamTo = func(ctx context.Context, endpoint string, _ *tls.Config, dest string, _ uint64, count func(int64), _ ...peerseed.StreamOption) (peerseed.Snapshot, error) {
+		count(20 << 20)
+		count(30 << 20) // half the db
+		mid = board.Estimates(r.h.now())
+		ratio = testutil.ToFloat64(r.m.StepProgress.WithLabelValues("m1", stepPreChangeStream))
+		eta = testutil.ToFloat64(r.m.StepETA.WithLabelValues("m1", stepPreChangeStream))
+		count(50 << 20)
+		if err := writeNew(dest, []byte("db")); err != nil {
+			return peerseed.Snapshot{}, err
+		}
+		return peerseed.Snapshot{Path: dest, Size: 100 << 20, SHA256: "ab", Source: endpoint}, nil
+	}
+	r.h.Consider(context.Background(), res, nil)
+	if len(mid) != 1 || mid[0].Step != stepPreChangeStream || mid[0].Total != 100<<20 || mid[0].Left != 50<<20 {
+		t.Fatalf("board mid-stream: %+v; want the pre-change stream at 50 of 100 MiB", mid)
+	}
+	if ratio != 0.5 || eta < 0 {
+		t.Fatalf("mid-stream metrics: progress %v, ETA %v s; want 0.5 and an ETA", ratio, eta)
+	}
+	if es := board.Estimates(r.h.now()); len(es) != 0 {
+		t.Fatalf("board after the attempt: %+v; want nothing running", es)
+	}
+	if n := testutil.CollectAndCount(r.m.StepProgress) + testutil.CollectAndCount(r.m.StepETA); n != 0 {
+		t.Fatalf("%d progress series after the attempt; want none", n)
+	}
+}
+
+// Issue 44: the learner's catch-up is measured as its gap to the leader,
+// and the wait's log line says how far it is.
+func TestTheCatchUpWaitSaysHowFarTheLearnerIs(t *testing.T) {
+	r := newRig(t, cluster3(memberstate.Lost, 2, 3))
+	core, logs := observer.New(zap.InfoLevel)
+	r.h.log = zap.New(core)
+	board := &progress.Board{}
+	r.h.cfg.Progress = board
+	r.journalAt(t, "", "member-started", 0xa1, 0xa9)
+	var steps []memberstate.Result
+	for _, applied := range []uint64{1000, 4000, 7000} {
+		res := rejoined(true)
+		o := &res.Observation
+		for i := range o.Members {
+			o.Members[i].RaftIndex, o.Members[i].AppliedIndex = 10000, 10000
+		}
+		o.Members[len(o.Members)-1].AppliedIndex = applied
+		steps = append(steps, res)
+	}
+	r.obs.res = steps
+	r.h.cfg.ProgressEvery = 1 // every wait's line
+	var seen []progress.Estimate
+	r.obs.onObserve = func(int) { seen = append(seen, board.Estimates(r.h.now())...) }
+	r.h.Consider(context.Background(), steps[0], nil)
+	var last progress.Estimate
+	for _, e := range seen {
+		if e.Step == stepCatchUp {
+			last = e
+		}
+	}
+	if last.Total != 9000 || last.Left != 3000 || last.Rate <= 0 {
+		t.Fatalf("catch-up seen on the board: %+v (all %+v); want 3,000 of 9,000 entries left at a rate", last, seen)
+	}
+	found := false
+	for _, e := range logs.FilterMessage("recovery still waiting").All() {
+		if p, ok := e.ContextMap()["progress"]; ok && p != "" {
+			found = true
+		}
+	}
+	if !found {
+		t.Fatal("no 'recovery still waiting' line said how far the catch-up is")
+	}
+}
