@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"strings"
@@ -24,6 +25,7 @@ func (e statusExit) ExitCode() int { return int(e) }
 func newStatusCmd(g *globalFlags) *cobra.Command {
 	c := agent.Config{}
 	var output, memberSource string
+	var watch time.Duration
 	cmd := &cobra.Command{
 		Use:   "status",
 		Short: "Observe once and print what the agent sees and why (exit 0 healthy, 1 degraded/down, 2 lost, 3 majority lost)",
@@ -32,38 +34,68 @@ func newStatusCmd(g *globalFlags) *cobra.Command {
 			if output != "json" && output != "table" {
 				return fmt.Errorf("bad -o %q: want json or table", output)
 			}
+			if watch < 0 {
+				return fmt.Errorf("bad --watch %s: want an interval, or 0 to print once", watch)
+			}
 			log, err := g.logger()
 			if err != nil {
 				return err
 			}
 			c.Log = log
-			if memberSource == agent.MemberSourcePods {
-				return podsStatus(cmd.OutOrStdout(), c.StateDir, output, time.Now())
+			once := func() error {
+				if memberSource == agent.MemberSourcePods {
+					return podsStatus(cmd.OutOrStdout(), c.StateDir, output, time.Now())
+				}
+				return memberStatus(cmd, c, output)
 			}
-			rep, err := agent.Status(cmd.Context(), c)
-			if err != nil {
-				return err
+			if watch == 0 {
+				return once()
 			}
-			if output == "json" {
-				enc := json.NewEncoder(cmd.OutOrStdout())
-				enc.SetIndent("", "  ")
-				if err := enc.Encode(rep); err != nil {
+			// A live view (a recovery's progress): until interrupted.
+			t := time.NewTicker(watch)
+			defer t.Stop()
+			for {
+				fmt.Fprintf(cmd.OutOrStdout(), "--- %s (every %s; Ctrl-C ends)\n", time.Now().UTC().Format(time.RFC3339), watch)
+				var exit statusExit
+				if err := once(); err != nil && !errors.As(err, &exit) {
 					return err
 				}
-			} else {
-				printReport(cmd.OutOrStdout(), rep, time.Now())
+				fmt.Fprintln(cmd.OutOrStdout())
+				select {
+				case <-cmd.Context().Done():
+					return nil
+				case <-t.C:
+				}
 			}
-			if code := rep.ExitCode(); code != 0 {
-				return statusExit(code)
-			}
-			return nil
 		},
 	}
 	addMemberFlags(cmd.Flags(), &c)
 	cmd.Flags().StringVarP(&output, "output", "o", "table", "table or json")
 	cmd.Flags().StringVar(&memberSource, "member-source", agent.MemberSourceStaticPod,
 		"static-pod: observe the member now; pods: list every pod member the daemon serves, from its latest reports in --state-dir")
+	cmd.Flags().DurationVarP(&watch, "watch", "w", 0, "print again every interval (e.g. 2s) until interrupted: a live view of a recovery's progress")
 	return cmd
+}
+
+// memberStatus observes the static-pod member once and prints it.
+func memberStatus(cmd *cobra.Command, c agent.Config, output string) error {
+	rep, err := agent.Status(cmd.Context(), c)
+	if err != nil {
+		return err
+	}
+	if output == "json" {
+		enc := json.NewEncoder(cmd.OutOrStdout())
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(rep); err != nil {
+			return err
+		}
+	} else {
+		printReport(cmd.OutOrStdout(), rep, time.Now())
+	}
+	if code := rep.ExitCode(); code != 0 {
+		return statusExit(code)
+	}
+	return nil
 }
 
 // podsStatus prints the daemon's latest report on each pod member; the
@@ -97,6 +129,11 @@ func podsStatus(out io.Writer, stateDir, output string, now time.Time) error {
 		}
 		if err := tw.Flush(); err != nil {
 			return err
+		}
+		for _, s := range st {
+			for _, e := range s.Report.Progress {
+				fmt.Fprintf(out, "%s progress: %s\n", s.Pod, e)
+			}
 		}
 	}
 	worst := 0
@@ -151,6 +188,9 @@ func printReport(out io.Writer, r agent.Report, now time.Time) {
 	}
 	if line := lastRecoveryLine(r, now); line != "" {
 		fmt.Fprintf(out, "\nlast recovery: %s", line)
+	}
+	for _, e := range r.Progress {
+		fmt.Fprintf(out, "\nprogress: %s", e)
 	}
 	fmt.Fprintln(out)
 	fmt.Fprintln(out)

@@ -7,6 +7,7 @@ import (
 
 	"github.com/etcd-agent/etcd-agent/internal/agent"
 	"github.com/etcd-agent/etcd-agent/internal/journal"
+	"github.com/etcd-agent/etcd-agent/internal/progress"
 )
 
 func TestStatusTableNamesTheLastRecovery(t *testing.T) {
@@ -25,6 +26,10 @@ func TestStatusTableNamesTheLastRecovery(t *testing.T) {
 			"2026-11-30T06:00:00Z to 2026-11-30T06:00:09Z, 4m51s ago (took 9s)", "raft mode (seed fell back: snapshot-hash-mismatch)", "member b4 -> dd"}},
 		{"in progress", agent.Report{LastRecovery: &open}, []string{"last recovery: def IN PROGRESS, phase learner-added, started 2026-11-30T06:00:00Z, 5m ago"}},
 		{"unreadable", agent.Report{JournalError: "unexpected end of JSON input"}, []string{"last recovery: journal unreadable: unexpected end of JSON input"}},
+		// Issue 44: how far the long step of the recovery running now is.
+		{"streaming", agent.Report{LastRecovery: &open, Progress: []progress.Estimate{{Step: "seed stream", Unit: progress.Bytes, Total: 1 << 30,
+			Left: 640 << 20, Rate: 64 << 20, ETA: 10 * time.Second, StartedAt: at.Add(4 * time.Minute), At: at.Add(5 * time.Minute)}}},
+			[]string{"last recovery: def IN PROGRESS", "\nprogress: seed stream: 384 MiB of 1.0 GiB (38%), 64 MiB/s, about 10s left"}},
 	} {
 		var b strings.Builder
 		printReport(&b, c.rep, at.Add(5*time.Minute))
@@ -33,7 +38,7 @@ func TestStatusTableNamesTheLastRecovery(t *testing.T) {
 			t.Errorf("%s: a last-recovery line without a journal:\n%s", c.name, out)
 		}
 		for _, w := range c.want {
-			if !strings.Contains(out, w) {
+			if w = strings.ReplaceAll(w, `\n`, "\n"); !strings.Contains(out, w) {
 				t.Errorf("%s: output lacks %q:\n%s", c.name, w, out)
 			}
 		}

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io/fs"
+	"slices"
 	"time"
 
 	"github.com/etcd-agent/etcd-agent/internal/fsutil"
@@ -11,6 +12,7 @@ import (
 	"github.com/etcd-agent/etcd-agent/internal/memberstate"
 	"github.com/etcd-agent/etcd-agent/internal/observation"
 	"github.com/etcd-agent/etcd-agent/internal/plan"
+	"github.com/etcd-agent/etcd-agent/internal/progress"
 	"github.com/etcd-agent/etcd-agent/metrics"
 	"go.uber.org/zap"
 )
@@ -35,6 +37,13 @@ type reporter struct {
 	gauges *stateGauges
 	// statusErr is the last status file write error logged ("" after a success).
 	statusErr string
+	// progress is where the healer says how far its long steps are; while
+	// one runs, the status file is written at every export and the Node's
+	// line every progressEvery.
+	progress      *progress.Board
+	progressEvery time.Duration
+	lastProgress  []progress.Estimate
+	published     time.Time
 }
 
 // decided records what the core said about res (status shows "what it
@@ -54,6 +63,7 @@ func (r *reporter) newReport(res memberstate.Result) Report {
 		rep.Decision = &d
 	}
 	rep.Manifest = r.manifest
+	rep.Progress = r.lastProgress
 	return rep
 }
 
@@ -98,9 +108,20 @@ func (r *reporter) export(res memberstate.Result, recovering bool) {
 	counts := [2]int{obs.Voters(), obs.HealthyVoters()}
 	changed := v.State != r.last.State || v.Reason != r.last.Reason || v.MajorityLost != r.lastMajor || counts != r.lastCounts
 	r.last, r.lastMajor, r.lastCounts = v, v.MajorityLost, counts
-	if changed {
+	now := time.Now()
+	var ests []progress.Estimate
+	if recovering {
+		ests = r.progress.Estimates(now)
+	}
+	moving := len(ests) > 0 || len(r.lastProgress) > 0 // a step runs, or the last one just ended
+	stepsChanged := !slices.EqualFunc(ests, r.lastProgress, func(a, b progress.Estimate) bool { return a.Step == b.Step })
+	r.lastProgress = ests
+	if changed || moving {
 		r.writeStatus(r.newReport(res))
-		r.node.publish(statusLine(r.member, res))
+	}
+	if changed || stepsChanged || moving && now.Sub(r.published) >= r.progressEvery {
+		r.published = now
+		r.node.publish(statusLine(r.member, res, ests))
 	}
 }
 

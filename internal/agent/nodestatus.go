@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/etcd-agent/etcd-agent/internal/memberstate"
+	"github.com/etcd-agent/etcd-agent/internal/progress"
 	"go.uber.org/zap"
 )
 
@@ -69,8 +70,10 @@ func (s *nodeStatus) publish(line string) {
 }
 
 // statusLine is the Node's one-line view of the member: state, reason,
-// the cluster's health; no timestamps, so that it changes only with them.
-func statusLine(member string, res memberstate.Result) string {
+// the cluster's health; no timestamps, so that it changes only with them,
+// except while a long step of a recovery runs: how far it is (the reporter
+// writes that every progressEvery).
+func statusLine(member string, res memberstate.Result, ests []progress.Estimate) string {
 	v, o := res.Verdict, res.Observation
 	line := fmt.Sprintf("%s (%s): member %s, %d/%d voters healthy, data dir %s", v.State, v.Reason, member,
 		o.HealthyVoters(), o.Voters(), o.Local.DataDirClass)
@@ -79,6 +82,9 @@ func statusLine(member string, res memberstate.Result) string {
 	}
 	if v.State == memberstate.Recovering {
 		line += "; recovery in progress"
+	}
+	for _, e := range ests {
+		line += "; " + e.String()
 	}
 	return line
 }

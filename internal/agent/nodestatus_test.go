@@ -48,8 +48,8 @@ func TestNodeStatusIsWrittenOncePerChangeAndRetried(t *testing.T) {
 	s := startNodeStatus(ctx, w, zap.NewNop(), 20*time.Millisecond)
 	res := memberstate.Result{Observation: observation.Observation{Local: observation.Local{DataDirClass: observation.DataDirMissing}},
 		Verdict: memberstate.Verdict{State: memberstate.Lost, Reason: "data-dir-missing"}}
-	s.publish(statusLine("node2", res))
-	want := statusLine("node2", res)
+	s.publish(statusLine("node2", res, nil))
+	want := statusLine("node2", res, nil)
 	if err := wait.PollUntilContextTimeout(ctx, 5*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
 		got, _ := w.last()
 		return got == want, nil

@@ -17,6 +17,7 @@ import (
 	"github.com/etcd-agent/etcd-agent/internal/observation"
 	"github.com/etcd-agent/etcd-agent/internal/pin"
 	"github.com/etcd-agent/etcd-agent/internal/plan"
+	"github.com/etcd-agent/etcd-agent/internal/progress"
 	"go.uber.org/zap"
 )
 
@@ -46,6 +47,9 @@ type Report struct {
 	// not be read.
 	LastRecovery *journal.Record `json:"lastRecovery,omitempty"`
 	JournalError string          `json:"journalError,omitempty"`
+	// Progress is how far the long steps of a recovery running now are
+	// (the streams, the catch-up), as the daemon last wrote it.
+	Progress []progress.Estimate `json:"progress,omitempty"`
 }
 
 // NewReport summarises one watchdog result.
@@ -102,6 +106,7 @@ func Status(ctx context.Context, c Config) (Report, error) {
 		} else if ok {
 			rep.LastRecovery = &j
 		}
+		rep.Progress = daemonProgress(c.StateDir, time.Now(), c.PollInterval)
 		if p, ok, err := pin.Load(c.StateDir, id.Name); err != nil {
 			rep.Pin = "unreadable: " + err.Error()
 		} else if ok {
@@ -124,6 +129,21 @@ func Status(ctx context.Context, c Config) (Report, error) {
 	d := plan.Decide(in, c.PlanConfig())
 	rep.Decision = &d
 	return rep, nil
+}
+
+// daemonProgress is the progress of a recovery the daemon runs now, from
+// its status file in stateDir: only a file written within a few polls (a
+// daemon that stopped writing it is not recovering any more).
+func daemonProgress(stateDir string, now time.Time, poll time.Duration) []progress.Estimate {
+	b, err := os.ReadFile(filepath.Join(stateDir, StatusFile))
+	if err != nil {
+		return nil
+	}
+	var r Report
+	if json.Unmarshal(b, &r) != nil || now.Sub(r.At) > max(30*time.Second, 3*poll) {
+		return nil
+	}
+	return r.Progress
 }
 
 // Hex formats a member or cluster ID as etcdctl does.
@@ -164,6 +184,9 @@ func PodMembersStatus(stateDir string) ([]PodMemberStatus, error) {
 		}
 		if err != nil {
 			s.Error = err.Error()
+		}
+		if time.Since(s.Report.At) > 30*time.Second {
+			s.Report.Progress = nil // the daemon stopped writing: no step of its runs now
 		}
 		out = append(out, s)
 	}

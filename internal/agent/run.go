@@ -21,6 +21,7 @@ import (
 	"github.com/etcd-agent/etcd-agent/internal/memberstate"
 	"github.com/etcd-agent/etcd-agent/internal/nodereport"
 	"github.com/etcd-agent/etcd-agent/internal/plan"
+	"github.com/etcd-agent/etcd-agent/internal/progress"
 	"github.com/etcd-agent/etcd-agent/internal/watchdog"
 	"github.com/etcd-agent/etcd-agent/metrics"
 	"go.uber.org/zap"
@@ -122,7 +123,9 @@ func runMember(ctx context.Context, c Config, id watchdog.Identity, env memberEn
 	log.Info("agent started", zap.String("dataDir", id.DataDir), zap.Strings("peerURLs", id.PeerURLs),
 		zap.String("clientURL", id.ClientURL), zap.String("metrics", env.metricsAddr), zap.Duration("poll", c.PollInterval),
 		zap.Duration("grace", c.GracePeriod), zap.Bool("autoHeal", c.AutoHeal), zap.Bool("dryRun", c.DryRun))
-	rep := &reporter{log: log, metrics: m, member: id.Name, statusPath: filepath.Join(c.StateDir, StatusFile)}
+	board := &progress.Board{} // the healer's long steps, read by the reporter
+	rep := &reporter{log: log, metrics: m, member: id.Name, statusPath: filepath.Join(c.StateDir, StatusFile),
+		progress: board, progressEvery: progressEvery}
 	m.Init(id.Name, reasonStrings())
 
 	remote := env.pinRecord
@@ -184,7 +187,7 @@ func runMember(ctx context.Context, c Config, id watchdog.Identity, env memberEn
 	watch := newLoopWatch(log, c.PollInterval, time.Now())
 	step := func(name string) { watch.at(name, time.Now()) }
 	pipe := &pipeline{wd: wd, assessor: memberstate.NewAssessor(c.GracePeriod), exporters: []exporter{rep}, pins: pins, watch: watch}
-	h, err := c.newHealer(id, recoveryObserver{pipe}, kc, healerRep, m)
+	h, err := c.newHealer(id, recoveryObserver{pipe}, kc, healerRep, m, board)
 	if err != nil {
 		return err
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/etcd-agent/etcd-agent/internal/memberruntime"
 	"github.com/etcd-agent/etcd-agent/internal/nodereport"
 	"github.com/etcd-agent/etcd-agent/internal/plan"
+	"github.com/etcd-agent/etcd-agent/internal/progress"
 	"github.com/etcd-agent/etcd-agent/internal/snapshotstore"
 	"github.com/etcd-agent/etcd-agent/internal/watchdog"
 	"github.com/etcd-agent/etcd-agent/metrics"
@@ -69,7 +70,11 @@ func (c Config) Runtime(id watchdog.Identity) (memberruntime.Runtime, error) {
 }
 
 // newHealer wires the executor: kc may be nil (no API: no Lease).
-func (c Config) newHealer(id watchdog.Identity, obs heal.Observer, kc kubernetes.Interface, rep heal.Reporter, m *metrics.Metrics) (*heal.Healer, error) {
+// progressEvery is how often a long step says how far it is on the Node
+// (and in the healer's log lines).
+const progressEvery = 10 * time.Second
+
+func (c Config) newHealer(id watchdog.Identity, obs heal.Observer, kc kubernetes.Interface, rep heal.Reporter, m *metrics.Metrics, board *progress.Board) (*heal.Healer, error) {
 	rt, err := c.Runtime(id)
 	if err != nil {
 		return nil, err
@@ -88,7 +93,8 @@ func (c Config) newHealer(id watchdog.Identity, obs heal.Observer, kc kubernetes
 	return heal.New(heal.Config{Member: id.Name, Node: c.NodeName, PeerURLs: id.PeerURLs, DataDir: id.DataDir, WALDir: id.WALDir, DataDirVolumeRoot: c.DataDirVolumeRoot, WALDirMountRoot: id.WALDirMountRoot || c.WALDirMountRoot,
 		EnableV2: id.EnableV2 || c.EnableV2,
 		StateDir: c.StateDir, QuarantineDir: c.QuarantineDir, QuarantineKeep: c.QuarantineKeep, QuarantinePruneAfter: c.QuarantinePruneAfter, RejoinMode: c.RejoinMode, Plan: c.PlanConfig(),
-		RecoveryTimeout: c.RecoveryTimeout, StepInterval: 250 * time.Millisecond, PollInterval: c.PollInterval, TLS: t, Log: c.Log, CrashBefore: phases(c.CrashBefore),
+		RecoveryTimeout: c.RecoveryTimeout, StepInterval: 250 * time.Millisecond, PollInterval: c.PollInterval, ProgressEvery: progressEvery, Progress: board,
+		TLS: t, Log: c.Log, CrashBefore: phases(c.CrashBefore),
 		HoldAt: c.HoldAt, StepTimeouts: c.stepTimeouts(), Backups: c.backups, OpenStore: c.openStore(), NoStoreSeed: !c.SeedFromStore,
 		NoBackupSeed: !c.SeedFromBackup, NoCopyDuringStream: !c.SeedCopyDuringStream,
 		PinnedAnywhere: pinnedAnywhere(kc, id.Name, c.podRuntime == nil), Claims: c.claims, StoreSeed: c.storeSeed, MoveSourceGone: moveSourceFor(kc, c.NodeName),

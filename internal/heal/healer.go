@@ -99,11 +99,11 @@ type Config struct {
 	ProgressEvery time.Duration
 	PollInterval  time.Duration
 	// Progress is where the long steps (the streams, the catch-up) say how
-	// far they are, for the status file and the Node (nil: nowhere but the
-	// logs and metrics).
+	// far they are, for the status file and the Node (nil: a board of its
+	// own, for its logs and metrics only).
 	Progress *progress.Board
-	TLS           *tls.Config
-	Log           *zap.Logger
+	TLS      *tls.Config
+	Log      *zap.Logger
 	// CrashBefore, for the e2e suite only, SIGKILLs the agent itself after
 	// the step that completes one of these phases and before the journal
 	// records it: the worst moment to die (the change is applied, the
