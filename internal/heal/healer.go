@@ -244,6 +244,12 @@ type Healer struct {
 	// backupCopy is the copy of the pre-change backup written beside it
 	// for the seed (backupcopy.go).
 	backupCopy backupCopy
+	// received is how much of the leader's snapshot learner id had
+	// received when last seen (progress.go: meterSnapshotReceive).
+	received struct {
+		id    uint64
+		bytes int64
+	}
 }
 
 // New returns a Healer. newLease builds the Lease of a cluster (nil when

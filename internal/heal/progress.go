@@ -1,10 +1,13 @@
 package heal
 
 import (
+	"os"
+	"path/filepath"
 	"sync"
 	"time"
 
 	"github.com/etcd-agent/etcd-agent/internal/memberstate"
+	"github.com/etcd-agent/etcd-agent/internal/observation"
 	"github.com/etcd-agent/etcd-agent/internal/plan"
 	"github.com/etcd-agent/etcd-agent/internal/progress"
 	"github.com/prometheus/client_golang/prometheus"
@@ -18,6 +21,8 @@ const (
 	stepPreChangeStream = "pre-change stream"
 	stepSeedStream      = "seed stream"
 	stepCatchUp         = "catch-up"
+	// A raft-mode learner receives the leader's db before it serves.
+	stepSnapshotReceive = "snapshot receive"
 )
 
 // meterStream follows a stream of total bytes as step: count is the
@@ -48,6 +53,40 @@ func (h *Healer) meterCatchUp(res memberstate.Result, learner uint64, now time.T
 		h.cfg.Progress.Start(stepCatchUp, progress.Entries, 0, now)
 	}
 	h.meter(stepCatchUp, now, int64(lag))
+}
+
+// meterSnapshotReceive follows a learner that does not serve yet while it
+// receives the leader's db: etcd writes it to a temp file in member/snap
+// before it renames it (SaveDBFrom), so its size is the bytes received of
+// about the leader's db size. It returns the bytes received (false: no
+// receive seen).
+func (h *Healer) meterSnapshotReceive(o observation.Observation, now time.Time) (int64, bool) {
+	leader, ok := o.Member(o.LeaderID)
+	if !ok || leader.DBSize <= 0 {
+		return 0, false
+	}
+	received := receivingSnapshotBytes(filepath.Join(h.cfg.DataDir, "member", "snap"))
+	if received <= 0 {
+		return 0, false
+	}
+	if !h.cfg.Progress.Running(stepSnapshotReceive) {
+		h.cfg.Progress.Start(stepSnapshotReceive, progress.Bytes, leader.DBSize, now)
+	}
+	h.meter(stepSnapshotReceive, now, leader.DBSize-received)
+	return received, true
+}
+
+// receivingSnapshotBytes is the size of the largest of etcd's temp files of
+// a snapshot being received in snapDir (0: none).
+func receivingSnapshotBytes(snapDir string) int64 {
+	names, _ := filepath.Glob(filepath.Join(snapDir, "tmp*"))
+	var largest int64
+	for _, n := range names {
+		if fi, err := os.Lstat(n); err == nil && fi.Mode().IsRegular() {
+			largest = max(largest, fi.Size())
+		}
+	}
+	return largest
 }
 
 // meter records what is left of step and exports its estimate.

@@ -3,8 +3,13 @@ package heal
 import (
 	"context"
 	"crypto/tls"
+	"errors"
+	"os"
+	"path/filepath"
 	"testing"
+	"time"
 
+	"github.com/etcd-agent/etcd-agent/internal/journal"
 	"github.com/etcd-agent/etcd-agent/internal/memberstate"
 	"github.com/etcd-agent/etcd-agent/internal/peerseed"
 	"github.com/etcd-agent/etcd-agent/internal/progress"
@@ -95,5 +100,66 @@ func TestTheCatchUpWaitSaysHowFarTheLearnerIs(t *testing.T) {
 	}
 	if !found {
 		t.Fatal("no 'recovery still waiting' line said how far the catch-up is")
+	}
+}
+
+// Issue 44: a raft-mode learner receives the leader's db (etcd writes it to
+// a temp file in member/snap, SaveDBFrom) before it serves. That is shown
+// as the snapshot receive, in bytes of the leader's db, and it is progress
+// for the stall clock (rule 4): a large db received for longer than the
+// stall timeout is not a stalled learner (kubernetes/kubeadm#3287).
+func TestARaftLearnerReceivingTheLeadersSnapshotShowsItAndIsNotStalled(t *testing.T) {
+	r := newRig(t, cluster3(memberstate.Lost, 2, 3))
+	board := &progress.Board{}
+	r.h.cfg.Progress = board
+	r.journalAt(t, "", "member-started", 0xa1, 0xa9)
+	snapDir := filepath.Join(r.h.cfg.DataDir, "member", "snap")
+	if err := os.MkdirAll(snapDir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	tmp := filepath.Join(snapDir, "tmp2786416538")
+	var steps []memberstate.Result
+	for range 4 {
+		res := rejoined(false)
+		for i := range res.Observation.Members {
+			res.Observation.Members[i].DBSize = 400 << 20
+		}
+		steps = append(steps, res)
+	}
+	r.obs.res = steps
+	var seen []progress.Estimate
+	var progressAt []time.Time
+	r.obs.onObserve = func(n int) {
+		// 100 MiB more on disk at each of the first 3 observations (sparse).
+		size := int64(min(n, 3)) * 100 << 20
+		if err := os.Truncate(tmp, size); errors.Is(err, os.ErrNotExist) {
+			if err := os.WriteFile(tmp, nil, 0o600); err != nil {
+				t.Error(err)
+			}
+			_ = os.Truncate(tmp, size)
+		}
+		seen = append(seen, board.Estimates(r.h.now())...)
+		if j, ok, _ := journal.Load(r.dir, "m1"); ok {
+			progressAt = append(progressAt, j.LearnerProgressAt)
+		}
+	}
+	r.h.Consider(context.Background(), steps[0], nil)
+	var last progress.Estimate
+	for _, e := range seen {
+		if e.Step == stepSnapshotReceive {
+			last = e
+		}
+	}
+	if last.Total != 400<<20 || last.Left != 100<<20 {
+		t.Fatalf("snapshot receive on the board: %+v (%d estimates seen); want 300 of the leader's 400 MiB received", last, len(seen))
+	}
+	moved := 0
+	for i := 1; i < len(progressAt); i++ {
+		if progressAt[i].After(progressAt[i-1]) {
+			moved++
+		}
+	}
+	if moved < 2 {
+		t.Fatalf("the learner's progress time moved %d times in %d observations while the snapshot grew: want the stall clock reset by received bytes", moved, len(progressAt))
 	}
 }

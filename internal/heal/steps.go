@@ -574,9 +574,18 @@ func initialPeers(o observation.Observation, j *journal.Record) []observation.Me
 // trackLearner records the learner's progress (for the stall timeout) and its lag.
 func (h *Healer) trackLearner(j *journal.Record, res memberstate.Result, now time.Time) {
 	m, ok := res.Observation.Member(uint64(j.NewMemberID))
-	if !ok || !m.Serving {
+	if !ok {
 		return
 	}
+	if !m.Serving {
+		// Receiving the leader's snapshot is progress too (rule 4): a
+		// large db may take longer than the stall timeout to arrive.
+		if n, ok := h.meterSnapshotReceive(res.Observation, now); ok && (h.received.id != m.ID || n > h.received.bytes) {
+			h.received.id, h.received.bytes, j.LearnerProgressAt = m.ID, n, now
+		}
+		return
+	}
+	h.stopMeter(stepSnapshotReceive)
 	if m.AppliedIndex > j.LearnerApplied {
 		j.LearnerApplied, j.LearnerProgressAt = m.AppliedIndex, now
 	}

@@ -108,7 +108,8 @@ func (h *Healer) track(c *stepClock, d plan.Decision) {
 	label, now := stepLabel(d), time.Now()
 	if label != c.label {
 		if d.Action != plan.WaitCatchUp {
-			h.stopMeter(stepCatchUp) // the wait it measured is over
+			h.stopMeter(stepCatchUp) // the wait they measured is over
+			h.stopMeter(stepSnapshotReceive)
 		}
 		if c.label != "" {
 			h.metrics.StepStarted.DeleteLabelValues(h.cfg.Member, c.label)

@@ -107,7 +107,7 @@ func (m *Meter) Estimate(now time.Time) Estimate {
 	e.Left = last.left
 	if dt := last.at.Sub(first.at).Seconds(); dt > 0 && first.left > last.left {
 		e.Rate = float64(first.left-last.left) / dt
-		e.ETA = time.Duration(float64(last.left) / e.Rate * float64(time.Second)).Round(time.Second)
+		e.ETA = time.Duration(float64(last.left) / e.Rate * float64(time.Second)).Round(100 * time.Millisecond)
 	}
 	if last.left == 0 {
 		e.ETA = 0
@@ -150,6 +150,9 @@ func (e Estimate) String() string {
 	case e.ETA < 0:
 		return s + ", rate not known yet"
 	}
-	rate := amount(int64(e.Rate)) + "/s"
-	return s + ", " + rate + ", about " + e.ETA.String() + " left"
+	eta := e.ETA.Round(time.Second)
+	if e.ETA < 10*time.Second {
+		eta = e.ETA.Round(100 * time.Millisecond)
+	}
+	return s + ", " + amount(int64(e.Rate)) + "/s, about " + eta.String() + " left"
 }

@@ -48,6 +48,7 @@ type Heals struct {
 	LeaderCPU    []float64                  // CPU seconds of the leader's etcd during a heal
 	PeersCPU     []float64                  // CPU seconds of the other members' etcd (not the healed one's) during a heal
 	Steps        map[string][]time.Duration // per step of stepNames, one duration per run that passed it
+	ETA          [][]ETAStep                // per run: how the long steps' ETAs fared (eta.go)
 	lat          []time.Duration
 	APIFailed    int
 	APIAttempted int
@@ -89,6 +90,7 @@ func Run(ctx context.Context, o Options) ([]Row, error) {
 				Print(o.Out, rows)
 				fmt.Fprintln(o.Out)
 				PrintPhases(o.Out, rows)
+				PrintETA(o.Out, rows)
 			}
 			return rows, fmt.Errorf("%s: %w", human(size), err)
 		}
@@ -97,6 +99,8 @@ func Run(ctx context.Context, o Options) ([]Row, error) {
 	Print(o.Out, rows)
 	fmt.Fprintln(o.Out)
 	PrintPhases(o.Out, rows)
+	fmt.Fprintln(o.Out)
+	PrintETA(o.Out, rows)
 	return rows, nil
 }
 
@@ -403,12 +407,14 @@ func agentHeal(ctx context.Context, l *lab.Lab, node string, row *Heals) error {
 	if err := l.StartMember(node); err != nil {
 		return err
 	}
+	stopETA := watchETA(ctx, l, node)
 	var rec journal.Record
 	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 15*time.Minute, true, func(context.Context) (bool, error) {
 		var ok bool
 		rec, ok, _ = journal.Load(n.StateDir, n.Member) // polling the journal file
 		return ok && rec.Phase == journal.PhaseDone && rec.StartedAt.After(t0), nil
 	})
+	row.ETA = append(row.ETA, stopETA())
 	switch {
 	case err != nil:
 		return fmt.Errorf("not healed in 15 minutes: %w", err)

@@ -1,0 +1,128 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/etcd-agent/etcd-agent/internal/agent"
+	"github.com/etcd-agent/etcd-agent/internal/lab"
+	"github.com/etcd-agent/etcd-agent/internal/nodereport"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// TestAHealSaysHowFarItsStreamIs (issue 44): node2's data dir is wiped
+// while the db holds about 150 MiB. While the pre-change backup streams,
+// node2's Node status line, its agent's status file (what `etcd-agent
+// status` prints) and its metrics say how far the stream is; once the heal
+// is done, none of them does.
+func TestAHealSaysHowFarItsStreamIs(t *testing.T) {
+	l := newLab(t, lab.Options{Nodes: 3, Agents: true})
+	fillDB(t, l, 150<<20)
+	n2, err := l.Spec.Node("node2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	kc, err := l.KubeClient()
+	if err != nil {
+		t.Fatal(err)
+	}
+	const step = "pre-change stream"
+	var mu sync.Mutex
+	var onNode, inFile []string
+	var ratios []float64
+	ctx, cancel := context.WithCancel(context.Background())
+	watched := make(chan struct{})
+	go func() { // every 100 ms, until the heal is done
+		defer close(watched)
+		for ctx.Err() == nil {
+			if n, err := kc.CoreV1().Nodes().Get(ctx, "node2", metav1.GetOptions{}); err == nil {
+				if s := n.Annotations[nodereport.AnnotationStatus]; strings.Contains(s, step+":") {
+					mu.Lock()
+					onNode = append(onNode, s)
+					mu.Unlock()
+				}
+			}
+			var rep agent.Report
+			if b, err := os.ReadFile(filepath.Join(n2.StateDir, agent.StatusFile)); err == nil && json.Unmarshal(b, &rep) == nil {
+				for _, e := range rep.Progress {
+					mu.Lock()
+					inFile = append(inFile, e.String())
+					mu.Unlock()
+				}
+			}
+			if m, err := l.AgentMetrics(ctx, "node2"); err == nil {
+				if v, ok := m.Value("etcd_agent_recovery_step_progress_ratio", map[string]string{"member": "node2", "step": step}); ok {
+					mu.Lock()
+					ratios = append(ratios, v)
+					mu.Unlock()
+				}
+			}
+			select {
+			case <-ctx.Done():
+			case <-time.After(100 * time.Millisecond):
+			}
+		}
+	}()
+	h := wipeNode2(t, l)
+	j := h.waitHealed("node2", "node2", 3, 120*time.Second)
+	// The heal is done: what says how far a step is goes with it.
+	eventually(t, 15*time.Second, "node2's status line and metrics without a step in progress", func() error {
+		n, err := kc.CoreV1().Nodes().Get(context.Background(), "node2", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if s := n.Annotations[nodereport.AnnotationStatus]; strings.Contains(s, step) {
+			return fmt.Errorf("status line %q", s)
+		}
+		m, err := l.AgentMetrics(context.Background(), "node2")
+		if err != nil {
+			return err
+		}
+		if _, ok := m.Value("etcd_agent_recovery_step_progress_ratio", map[string]string{"member": "node2"}); ok {
+			return fmt.Errorf("a progress series is left")
+		}
+		return nil
+	})
+	cancel()
+	<-watched
+	t.Logf("the stream took %s (phase stopped → snapshotted); seen %d Node lines, %d status file estimates, %d metric samples",
+		j.PhaseTimes["snapshotted"].Sub(j.PhaseTimes["stopped"]).Round(time.Millisecond), len(onNode), len(inFile), len(ratios))
+	if len(onNode) == 0 || !strings.Contains(onNode[0], "MiB (") {
+		t.Fatalf("node2's Node status line never said how far the %s is (seen: %q)", step, onNode)
+	}
+	t.Logf("on the Node: %s", onNode[0])
+	if len(inFile) == 0 || !strings.HasPrefix(inFile[len(inFile)-1], step+": ") {
+		t.Fatalf("node2's status file never said how far the %s is (seen: %q)", step, inFile)
+	}
+	t.Logf("in the status file: %s", inFile[len(inFile)-1])
+	if len(ratios) == 0 {
+		t.Fatalf("no etcd_agent_recovery_step_progress_ratio{step=%q} sample while the heal ran", step)
+	}
+	h.finish(invariantDefaults())
+}
+
+// fillDB writes 512 KiB values until the db holds about size bytes.
+func fillDB(t *testing.T, l *lab.Lab, size int64) {
+	t.Helper()
+	cli, err := l.EtcdClient()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	v := strings.Repeat("x", 512<<10)
+	for i := 0; int64(i)*int64(len(v)) < size; i++ {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		_, err := cli.Put(ctx, fmt.Sprintf("/fill/%06d", i), v)
+		cancel()
+		if err != nil {
+			t.Fatalf("fill: put %d: %v", i, err)
+		}
+	}
+}
