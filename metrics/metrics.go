@@ -77,7 +77,8 @@ type Metrics struct {
 	StepExpected *GaugeVec
 	// StepProgress and StepETA: a long step's share done (0 to 1) and the
 	// seconds it has left at its rate of the last 10 s (-1 not known yet),
-	// by step (pre-change stream, seed stream, catch-up; internal/progress).
+	// by step (pre-change stream, seed stream, snapshot receive, catch-up;
+	// internal/progress).
 	// No series when none runs.
 	StepProgress *GaugeVec
 	StepETA      *GaugeVec
@@ -187,7 +188,7 @@ func New() *Metrics {
 		stepExpected: g("recovery_step_expected_seconds",
 			"How long the recovery step (or wait) running now may take before it is worth a look: half its own deadline (a wait: a fixed bound).", "member", "action"),
 		stepProgress: g("recovery_step_progress_ratio",
-			"The share done (0 to 1) of the long recovery step running now (pre-change stream, seed stream: bytes of the source's db; catch-up: the learner's gap to the leader closed), by step; no series when none runs.", "member", "step"),
+			"The share done (0 to 1) of the long recovery step running now (pre-change stream, seed stream: bytes of the source's db; snapshot receive: bytes of the leader's db a raft-mode learner received; catch-up: the learner's gap to the leader closed), by step; no series when none runs.", "member", "step"),
 		stepETA: g("recovery_step_eta_seconds",
 			"Seconds the long recovery step running now has left at its rate of the last 10 s (-1: not known yet, or stalled), by step; no series when none runs.", "member", "step"),
 		quarantinePrunedTotal: c("quarantine_pruned_total",

@@ -242,5 +242,8 @@ func lastRecoveryLine(r agent.Report, now time.Time) string {
 	if j.OldMemberID != 0 || j.NewMemberID != 0 {
 		fmt.Fprintf(&b, ", member %s -> %s", agent.Hex(uint64(j.OldMemberID)), agent.Hex(uint64(j.NewMemberID)))
 	}
+	for _, s := range j.Steps {
+		fmt.Fprintf(&b, "; %s", s)
+	}
 	return b.String()
 }

@@ -13,7 +13,8 @@ import (
 func TestStatusTableNamesTheLastRecovery(t *testing.T) {
 	at := time.Date(2026, 11, 30, 6, 0, 0, 0, time.UTC)
 	done := journal.Record{ID: "abc", Phase: journal.PhaseDone, Result: journal.ResultSucceeded, StartedAt: at, FinishedAt: at.Add(9 * time.Second),
-		RejoinMode: "raft", SeedFallback: "snapshot-hash-mismatch", OldMemberID: 0xb4, NewMemberID: 0xdd}
+		RejoinMode: "raft", SeedFallback: "snapshot-hash-mismatch", OldMemberID: 0xb4, NewMemberID: 0xdd,
+		Steps: []string{"pre-change stream: 1.2 GiB in 7.5s (160 MiB/s)"}}
 	open := journal.Record{ID: "def", Phase: journal.PhaseLearnerAdded, StartedAt: at}
 	for _, c := range []struct {
 		name string
@@ -23,7 +24,7 @@ func TestStatusTableNamesTheLastRecovery(t *testing.T) {
 		{"none", agent.Report{}, nil},
 		// Times absolute and relative to now (docs/recovery.md).
 		{"closed, fell back", agent.Report{LastRecovery: &done}, []string{"last recovery: abc succeeded",
-			"2026-11-30T06:00:00Z to 2026-11-30T06:00:09Z, 4m51s ago (took 9s)", "raft mode (seed fell back: snapshot-hash-mismatch)", "member b4 -> dd"}},
+			"2026-11-30T06:00:00Z to 2026-11-30T06:00:09Z, 4m51s ago (took 9s)", "raft mode (seed fell back: snapshot-hash-mismatch)", "member b4 -> dd; pre-change stream: 1.2 GiB in 7.5s (160 MiB/s)"}},
 		{"in progress", agent.Report{LastRecovery: &open}, []string{"last recovery: def IN PROGRESS, phase learner-added, started 2026-11-30T06:00:00Z, 5m ago"}},
 		{"unreadable", agent.Report{JournalError: "unexpected end of JSON input"}, []string{"last recovery: journal unreadable: unexpected end of JSON input"}},
 		// Issue 44: how far the long step of the recovery running now is.

@@ -190,6 +190,7 @@ func (h *Healer) close(ctx context.Context, j *journal.Record, d plan.Decision, 
 		h.putBack(ctx, j)
 	}
 	phase := j.Phase
+	j.Steps = append(j.Steps, h.finishedSteps()...)
 	h.removeSeedStreams() // transient: a killed attempt's seed stream or backup provenance record
 	j.Advance(journal.PhaseDone, now)
 	if err := journal.Save(h.cfg.StateDir, *j); err != nil {
@@ -230,7 +231,7 @@ func (h *Healer) close(ctx context.Context, j *journal.Record, d plan.Decision, 
 			h.cfg.Member, result, took.Round(time.Millisecond), phase, d.Detail, j.QuarantinePath, j.SnapshotPath)
 		_ = nodereport.WriteLastRecovery(ctx, h.reporter, h.log, nodereport.LastRecovery{Request: j.Request, Result: result, Reason: string(d.Reason),
 			Phase: string(phase), StartedAt: j.StartedAt, FinishedAt: now, Message: d.Detail,
-			RejoinMode: j.RejoinMode, SeedFallback: j.SeedFallback, MoveFrom: j.MoveFrom, MemberID: answeredMember(j, result)})
+			RejoinMode: j.RejoinMode, SeedFallback: j.SeedFallback, MoveFrom: j.MoveFrom, MemberID: answeredMember(j, result), Steps: j.Steps})
 	}
 	out := Outcome{Decision: d, Result: result, Err: cause}
 	if result == journal.ResultSucceeded && j.Request == plan.ActionMoveOut {

@@ -250,6 +250,7 @@ type Healer struct {
 		id    uint64
 		bytes int64
 	}
+	events progressEvents
 }
 
 // New returns a Healer. newLease builds the Lease of a cluster (nil when

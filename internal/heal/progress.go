@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/etcd-agent/etcd-agent/internal/memberstate"
+	"github.com/etcd-agent/etcd-agent/internal/nodereport"
 	"github.com/etcd-agent/etcd-agent/internal/observation"
 	"github.com/etcd-agent/etcd-agent/internal/plan"
 	"github.com/etcd-agent/etcd-agent/internal/progress"
@@ -29,7 +30,7 @@ const (
 // stream's progress callback (it also adds to counter), stop ends the step.
 func (h *Healer) meterStream(step string, total uint64, counter prometheus.Counter) (count func(int64), stop func()) {
 	start := time.Now()
-	h.cfg.Progress.Start(step, progress.Bytes, int64(total), start)
+	h.startMeter(step, progress.Bytes, int64(total), start)
 	var mu sync.Mutex
 	var done int64
 	count = func(n int64) {
@@ -50,7 +51,7 @@ func (h *Healer) meterCatchUp(res memberstate.Result, learner uint64, now time.T
 		return
 	}
 	if !h.cfg.Progress.Running(stepCatchUp) {
-		h.cfg.Progress.Start(stepCatchUp, progress.Entries, 0, now)
+		h.startMeter(stepCatchUp, progress.Entries, 0, now)
 	}
 	h.meter(stepCatchUp, now, int64(lag))
 }
@@ -59,21 +60,48 @@ func (h *Healer) meterCatchUp(res memberstate.Result, learner uint64, now time.T
 // receives the leader's db: etcd writes it to a temp file in member/snap
 // before it renames it (SaveDBFrom), so its size is the bytes received of
 // about the leader's db size. It returns the bytes received (false: no
-// receive seen).
+// receive seen). The file is sampled every receiveSampleEvery by a
+// goroutine of its own (an observation may take seconds while the learner
+// is busy), which ends with the file or with the step (stopMeter: the wait
+// or the attempt is over).
 func (h *Healer) meterSnapshotReceive(o observation.Observation, now time.Time) (int64, bool) {
 	leader, ok := o.Member(o.LeaderID)
 	if !ok || leader.DBSize <= 0 {
 		return 0, false
 	}
-	received := receivingSnapshotBytes(filepath.Join(h.cfg.DataDir, "member", "snap"))
+	snapDir := filepath.Join(h.cfg.DataDir, "member", "snap")
+	received := receivingSnapshotBytes(snapDir)
 	if received <= 0 {
 		return 0, false
 	}
 	if !h.cfg.Progress.Running(stepSnapshotReceive) {
-		h.cfg.Progress.Start(stepSnapshotReceive, progress.Bytes, leader.DBSize, now)
+		h.startMeter(stepSnapshotReceive, progress.Bytes, leader.DBSize, now)
+		h.meter(stepSnapshotReceive, now, leader.DBSize-received)
+		go h.sampleReceive(snapDir, leader.DBSize)
 	}
-	h.meter(stepSnapshotReceive, now, leader.DBSize-received)
 	return received, true
+}
+
+// receiveSampleEvery is how often a snapshot receive is sampled.
+const receiveSampleEvery = 250 * time.Millisecond
+
+func (h *Healer) sampleReceive(snapDir string, total int64) {
+	t := time.NewTicker(receiveSampleEvery)
+	defer t.Stop()
+	for range t.C {
+		if !h.cfg.Progress.Running(stepSnapshotReceive) {
+			return
+		}
+		received := receivingSnapshotBytes(snapDir)
+		if received <= 0 {
+			// The temp file is gone: received and renamed (or given up:
+			// etcd removes it then; a new receive starts the step anew).
+			h.meter(stepSnapshotReceive, time.Now(), 0)
+			h.stopMeter(stepSnapshotReceive)
+			return
+		}
+		h.meter(stepSnapshotReceive, time.Now(), total-received)
+	}
 }
 
 // receivingSnapshotBytes is the size of the largest of etcd's temp files of
@@ -89,12 +117,53 @@ func receivingSnapshotBytes(snapDir string) int64 {
 	return largest
 }
 
+// startMeter begins step's meter (and its Events: progressEvents).
+func (h *Healer) startMeter(step string, unit progress.Unit, total int64, now time.Time) {
+	h.cfg.Progress.Start(step, unit, total, now)
+	h.events.mu.Lock()
+	delete(h.events.said, step)
+	h.events.mu.Unlock()
+}
+
+// progressEvents are the Events said of each step: one when its rate is
+// first known (how far, the ETA), one each time it stalls; no more, so that
+// a long stream is not an Event a second.
+type progressEvents struct {
+	mu   sync.Mutex
+	said map[string]progressSaid
+}
+
+type progressSaid struct {
+	eta     bool
+	stalled time.Time // the stall said (its start)
+}
+
+// tell says e as an Event if it is news (progressEvents).
+func (h *Healer) tell(e progress.Estimate) {
+	h.events.mu.Lock()
+	defer h.events.mu.Unlock()
+	if h.events.said == nil {
+		h.events.said = map[string]progressSaid{}
+	}
+	s := h.events.said[e.Step]
+	switch {
+	case !e.StalledSince.IsZero() && !s.stalled.Equal(e.StalledSince):
+		s.stalled = e.StalledSince
+		h.reporter.Eventf("Warning", nodereport.ReasonRecoveryStepStalled, "member %s: %s", h.cfg.Member, e)
+	case !s.eta && e.ETA >= 0 && e.Left > 0 && e.StalledSince.IsZero():
+		s.eta = true
+		h.reporter.Eventf("Normal", nodereport.ReasonRecoveryProgress, "member %s: %s", h.cfg.Member, e)
+	}
+	h.events.said[e.Step] = s
+}
+
 // meter records what is left of step and exports its estimate.
 func (h *Healer) meter(step string, now time.Time, left int64) {
 	e, ok := h.cfg.Progress.Observe(step, now, left)
 	if !ok {
 		return
 	}
+	h.tell(e)
 	h.metrics.StepProgress.WithLabelValues(h.cfg.Member, step).Set(e.Done())
 	eta := -1.0
 	if e.ETA >= 0 && e.StalledSince.IsZero() {
@@ -116,6 +185,15 @@ func (h *Healer) stopMeters() {
 	}
 	h.metrics.StepProgress.DeletePartialMatch(prometheus.Labels{"member": h.cfg.Member})
 	h.metrics.StepETA.DeletePartialMatch(prometheus.Labels{"member": h.cfg.Member})
+}
+
+// finishedSteps say what the steps ended since the last call did.
+func (h *Healer) finishedSteps() []string {
+	var out []string
+	for _, s := range h.cfg.Progress.TakeFinished() {
+		out = append(out, s.String())
+	}
+	return out
 }
 
 // progressFields are the running steps' estimates for a log line.

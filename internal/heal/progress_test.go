@@ -6,11 +6,13 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/etcd-agent/etcd-agent/internal/journal"
 	"github.com/etcd-agent/etcd-agent/internal/memberstate"
+	"github.com/etcd-agent/etcd-agent/internal/nodereport"
 	"github.com/etcd-agent/etcd-agent/internal/peerseed"
 	"github.com/etcd-agent/etcd-agent/internal/progress"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -50,6 +52,15 @@ func TestThePreChangeStreamShowsHowFarItIs(t *testing.T) {
 	}
 	if ratio != 0.5 || eta < 0 {
 		t.Fatalf("mid-stream metrics: progress %v, ETA %v s; want 0.5 and an ETA", ratio, eta)
+	}
+	if j := r.journal(t); len(j.Steps) != 1 || !strings.HasPrefix(j.Steps[0], "pre-change stream: 100 MiB in ") {
+		t.Fatalf("journal steps %q: want what the stream did", j.Steps)
+	}
+	if lr := r.rep.last[len(r.rep.last)-1]; len(lr.Steps) != 1 || !strings.HasPrefix(lr.Steps[0], "pre-change stream: 100 MiB in ") {
+		t.Fatalf("last-recovery steps %q: want what the stream did", lr.Steps)
+	}
+	if n := r.rep.count(nodereport.ReasonRecoveryProgress); n != 1 {
+		t.Fatalf("%d %s Events for one stream; want one, once its rate was known", n, nodereport.ReasonRecoveryProgress)
 	}
 	if es := board.Estimates(r.h.now()); len(es) != 0 {
 		t.Fatalf("board after the attempt: %+v; want nothing running", es)
@@ -161,5 +172,23 @@ func TestARaftLearnerReceivingTheLeadersSnapshotShowsItAndIsNotStalled(t *testin
 	}
 	if moved < 2 {
 		t.Fatalf("the learner's progress time moved %d times in %d observations while the snapshot grew: want the stall clock reset by received bytes", moved, len(progressAt))
+	}
+}
+
+// Issue 44: a step that stops moving says so as a Warning Event, once per
+// stall (not at every look), and again if it stalls anew.
+func TestAStalledStepIsAnEventOncePerStall(t *testing.T) {
+	r := newRig(t, cluster3(memberstate.Lost, 2, 3))
+	at := time.Date(2026, 12, 6, 19, 40, 0, 0, time.UTC)
+	e := progress.Estimate{Step: stepPreChangeStream, Unit: progress.Bytes, Total: 100, Left: 50, ETA: -1, StalledSince: at, At: at.Add(20 * time.Second)}
+	r.h.tell(e)
+	r.h.tell(e)
+	if n := r.rep.count(nodereport.ReasonRecoveryStepStalled); n != 1 {
+		t.Fatalf("%d stall Events for one stall seen twice; want 1", n)
+	}
+	e.StalledSince, e.At = at.Add(time.Minute), at.Add(90*time.Second)
+	r.h.tell(e)
+	if n := r.rep.count(nodereport.ReasonRecoveryStepStalled); n != 2 {
+		t.Fatalf("%d stall Events after a second stall; want 2", n)
 	}
 }

@@ -46,6 +46,7 @@ func (h *Healer) recover(parent context.Context, first memberstate.Result, req *
 	if !h.takeUnanswered {
 		h.blocked(plan.Decision{})
 	}
+	h.cfg.Progress.TakeFinished() // an earlier attempt's, said already
 	h.metrics.RecoveryInProgress.WithLabelValues(h.cfg.Member).Set(1)
 	defer h.metrics.RecoveryInProgress.WithLabelValues(h.cfg.Member).Set(0)
 	defer h.untrack()

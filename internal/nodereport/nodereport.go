@@ -87,6 +87,12 @@ const (
 	// ReasonManifestRestored: the member's static-pod manifest vanished
 	// (not parked by the agent) and its checkpoint was put back.
 	ReasonManifestRestored = "ManifestRestored"
+	// ReasonRecoveryProgress: a long step of a recovery (a stream, the
+	// snapshot receive, the catch-up) has a rate: how far it is and its
+	// ETA, once per step; ReasonRecoveryStepStalled: it stopped moving
+	// (once per stall), and since when.
+	ReasonRecoveryProgress    = "RecoveryProgress"
+	ReasonRecoveryStepStalled = "RecoveryStepStalled"
 )
 
 // LastRecovery.Result values.
@@ -116,6 +122,9 @@ type LastRecovery struct {
 	// for its own ask's success, and only once that member serves.
 	MoveFrom string `json:"moveFrom,omitempty"`
 	MemberID string `json:"memberID,omitempty"`
+	// Steps say what the long steps did (the streams, the catch-up: how
+	// much in how long), as the journal has them.
+	Steps []string `json:"steps,omitempty"`
 }
 
 // LastRecoveryFrom reads AnnotationLastRecovery; ok is false when the Node

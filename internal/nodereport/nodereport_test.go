@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -197,7 +198,7 @@ func TestSetLastRecoveryWritesJSONThatRoundTrips(t *testing.T) {
 		}
 	}
 	got, ok, err := nodereport.LastRecoveryFrom(getNode(t, kc, node.Name).Annotations)
-	if err != nil || !ok || got != want {
+	if err != nil || !ok || !reflect.DeepEqual(got, want) {
 		t.Fatalf("round trip: got %+v ok=%v err=%v, want %+v", got, ok, err, want)
 	}
 	if err := r.SetLastRecovery(ctx, nodereport.LastRecovery{Request: "rejoin", Result: "done"}); err == nil {

@@ -11,8 +11,9 @@ import (
 // read by the reporter for the status file and the Node. A nil Board takes
 // and tells nothing.
 type Board struct {
-	mu     sync.Mutex
-	meters map[string]*Meter
+	mu       sync.Mutex
+	meters   map[string]*Meter
+	finished []Summary
 }
 
 // Start begins step's meter at now (replacing one of that name).
@@ -55,14 +56,32 @@ func (b *Board) Observe(step string, now time.Time, left int64) (Estimate, bool)
 	return m.Estimate(now), true
 }
 
-// Stop ends step's meter.
+// Stop ends step's meter; what it measured is kept for TakeFinished.
 func (b *Board) Stop(step string) {
 	if b == nil {
 		return
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	delete(b.meters, step)
+	if m, ok := b.meters[step]; ok {
+		if s, ok := m.summary(); ok {
+			b.finished = append(b.finished, s)
+		}
+		delete(b.meters, step)
+	}
+}
+
+// TakeFinished returns the summaries of the steps stopped since the last
+// call, in the order they ended, and forgets them.
+func (b *Board) TakeFinished() []Summary {
+	if b == nil {
+		return nil
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	out := b.finished
+	b.finished = nil
+	return out
 }
 
 // Estimates are the running steps' estimates at now, oldest step first.

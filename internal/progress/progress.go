@@ -156,3 +156,35 @@ func (e Estimate) String() string {
 	}
 	return s + ", " + amount(int64(e.Rate)) + "/s, about " + eta.String() + " left"
 }
+
+// Summary is what a step did, once it ended: for last-recovery.
+type Summary struct {
+	Step string        `json:"step"`
+	Unit Unit          `json:"unit"`
+	Done int64         `json:"done"` // of Total
+	Took time.Duration `json:"took"` // from its start to its last sample
+}
+
+// summary is m's Summary (false: nothing was measured).
+func (m *Meter) summary() (Summary, bool) {
+	n := len(m.samples)
+	if n == 0 {
+		return Summary{}, false
+	}
+	last := m.samples[n-1]
+	return Summary{Step: m.step, Unit: m.unit, Done: max(0, m.total-last.left), Took: last.at.Sub(m.started)}, true
+}
+
+// String is "pre-change stream: 1.2 GiB in 7.5s (160 MiB/s)", "catch-up:
+// 5,678 entries in 3s".
+func (s Summary) String() string {
+	took := s.Took.Round(100 * time.Millisecond)
+	if s.Unit != Bytes {
+		return fmt.Sprintf("%s: %s entries in %s", s.Step, humanize.Comma(s.Done), took)
+	}
+	out := fmt.Sprintf("%s: %s in %s", s.Step, humanize.IBytes(uint64(s.Done)), took)
+	if s.Took > 0 {
+		out += fmt.Sprintf(" (%s/s)", humanize.IBytes(uint64(float64(s.Done)/s.Took.Seconds())))
+	}
+	return out
+}

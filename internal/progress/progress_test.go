@@ -127,3 +127,20 @@ func TestSamplesCloserThanTheGapAreMergedIntoTheNewest(t *testing.T) {
 		t.Fatalf("left %d: the newest chunk is not counted", e.Left)
 	}
 }
+
+func TestAStoppedStepLeavesWhatItDidForLastRecovery(t *testing.T) {
+	var b Board
+	b.Start("pre-change stream", Bytes, 1200<<20, t0)
+	b.Observe("pre-change stream", t0.Add(time.Second), 1000<<20)
+	b.Observe("pre-change stream", t0.Add(7500*time.Millisecond), 0)
+	b.Start("catch-up", Entries, 0, t0.Add(8*time.Second))
+	b.Stop("pre-change stream")
+	b.Stop("catch-up") // nothing measured: nothing to say
+	got := b.TakeFinished()
+	if len(got) != 1 || got[0].String() != "pre-change stream: 1.2 GiB in 7.5s (160 MiB/s)" {
+		t.Fatalf("finished %v", got)
+	}
+	if again := b.TakeFinished(); len(again) != 0 {
+		t.Fatalf("taken twice: %v", again)
+	}
+}

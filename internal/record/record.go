@@ -173,6 +173,9 @@ type Record struct {
 	// Learner catch-up progress, for the stall timeout.
 	LearnerApplied    uint64    `json:"learnerApplied,omitempty"`
 	LearnerProgressAt time.Time `json:"learnerProgressAt,omitzero"`
+	// Steps say what the long steps did, in the order they ended
+	// (internal/progress: "pre-change stream: 1.2 GiB in 7.5s (160 MiB/s)").
+	Steps []string `json:"steps,omitempty"`
 
 	// ClientURLsAside is the private client URL the learner listened on
 	// (a 3.5 learner, plan.asideClientURLs); ClientURLsRestoredAt when the

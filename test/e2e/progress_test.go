@@ -92,8 +92,7 @@ func TestAHealSaysHowFarItsStreamIs(t *testing.T) {
 	})
 	cancel()
 	<-watched
-	t.Logf("the stream took %s (phase stopped → snapshotted); seen %d Node lines, %d status file estimates, %d metric samples",
-		j.PhaseTimes["snapshotted"].Sub(j.PhaseTimes["stopped"]).Round(time.Millisecond), len(onNode), len(inFile), len(ratios))
+	t.Logf("recovery %s: seen %d Node lines, %d status file estimates, %d metric samples of the %s", j.ID, len(onNode), len(inFile), len(ratios), step)
 	if len(onNode) == 0 || !strings.Contains(onNode[0], "MiB (") {
 		t.Fatalf("node2's Node status line never said how far the %s is (seen: %q)", step, onNode)
 	}

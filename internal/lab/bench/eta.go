@@ -35,9 +35,11 @@ func (p ETAPoint) Error() float64 {
 
 // ETAStep is one step's predictions in one heal.
 type ETAStep struct {
-	Step   string
-	Took   time.Duration // from its first sample to its series gone (within etaEvery/2)
-	Points []ETAPoint
+	Step    string
+	Took    time.Duration // from its first sample to its series gone (within etaEvery/2)
+	Points  []ETAPoint
+	Samples int
+	Trace   string // done@time since the first sample, for a step too short for a prediction
 }
 
 type etaSample struct {
@@ -105,13 +107,18 @@ func watchETA(ctx context.Context, l *lab.Lab, node string) (stop func() []ETASt
 			if !ok || len(ss) == 0 {
 				continue
 			}
-			e := ETAStep{Step: step, Took: end.Sub(ss[0].at)}
+			e := ETAStep{Step: step, Took: end.Sub(ss[0].at), Samples: len(ss)}
 			for _, q := range []float64{0.25, 0.5, 0.75} {
 				for _, s := range ss {
 					if s.done >= q && s.eta >= 0 {
 						e.Points = append(e.Points, ETAPoint{Done: s.done, Predicted: time.Duration(s.eta * float64(time.Second)), Actual: end.Sub(s.at)})
 						break
 					}
+				}
+			}
+			if len(e.Points) == 0 {
+				for _, s := range ss {
+					e.Trace += fmt.Sprintf(" %.0f%%@%s/eta%.1fs", 100*s.done, s.at.Sub(ss[0].at).Round(10*time.Millisecond), s.eta)
 				}
 			}
 			out = append(out, e)
@@ -133,7 +140,7 @@ func PrintETA(w io.Writer, rows []Row) {
 				for _, s := range steps {
 					fmt.Fprintf(w, "  %s %s run %d, %s (%s):", human(r.DBBytes), mode, run+1, s.Step, s.Took.Round(10*time.Millisecond))
 					if len(s.Points) == 0 {
-						fmt.Fprint(w, " too short for a prediction")
+						fmt.Fprintf(w, " no prediction at 25%% or later in %d samples:%s", s.Samples, s.Trace)
 					}
 					for _, p := range s.Points {
 						fmt.Fprintf(w, "  at %.0f%% predicted %s, actual %s (%+.0f%%)", 100*p.Done, p.Predicted.Round(10*time.Millisecond),
