@@ -18,13 +18,16 @@ import (
 )
 
 // TestAHealSaysHowFarItsStreamIs (issue 44): node2's data dir is wiped
-// while the db holds about 150 MiB. While the pre-change backup streams,
+// while the db holds about 250 MiB. While the pre-change backup streams,
 // node2's Node status line, its agent's status file (what `etcd-agent
 // status` prints) and its metrics say how far the stream is; once the heal
 // is done, none of them does.
 func TestAHealSaysHowFarItsStreamIs(t *testing.T) {
-	l := newLab(t, lab.Options{Nodes: 3, Agents: true})
-	fillDB(t, l, 150<<20)
+	// The status file and the Node's line are written at each observation
+	// while a step runs: polled every 200 ms here, so that a stream of a
+	// second or two (250 MiB on loopback) is seen several times.
+	l := newLab(t, lab.Options{Nodes: 3, Agents: true, AgentArgs: []string{"--poll-interval=200ms"}})
+	fillDB(t, l, 250<<20)
 	n2, err := l.Spec.Node("node2")
 	if err != nil {
 		t.Fatal(err)
