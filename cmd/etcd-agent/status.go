@@ -55,7 +55,9 @@ func newStatusCmd(g *globalFlags) *cobra.Command {
 			t := time.NewTicker(watch)
 			defer t.Stop()
 			for {
-				fmt.Fprintf(cmd.OutOrStdout(), "--- %s (every %s; Ctrl-C ends)\n", time.Now().UTC().Format(time.RFC3339), watch)
+				if output != "json" { // -o json: one JSON document after another
+					fmt.Fprintf(cmd.OutOrStdout(), "--- %s (every %s; Ctrl-C ends)\n", time.Now().UTC().Format(time.RFC3339), watch)
+				}
 				var exit statusExit
 				if err := once(); err != nil && !errors.As(err, &exit) {
 					return err
@@ -73,7 +75,7 @@ func newStatusCmd(g *globalFlags) *cobra.Command {
 	cmd.Flags().StringVarP(&output, "output", "o", "table", "table or json")
 	cmd.Flags().StringVar(&memberSource, "member-source", agent.MemberSourceStaticPod,
 		"static-pod: observe the member now; pods: list every pod member the daemon serves, from its latest reports in --state-dir")
-	cmd.Flags().DurationVarP(&watch, "watch", "w", 0, "print again every interval (e.g. 2s) until interrupted: a live view of a recovery's progress")
+	cmd.Flags().DurationVarP(&watch, "watch", "w", 0, "print again every interval (e.g. 2s) until interrupted: a live view of a recovery's progress (exit 0 then, whatever the state)")
 	return cmd
 }
 

@@ -43,8 +43,14 @@ type reporter struct {
 	progress      *progress.Board
 	progressEvery time.Duration
 	lastProgress  []progress.Estimate
-	published     time.Time
+	published     time.Time // the Node's line, last written
+	fileWritten   time.Time // the status file, last written for progress
 }
+
+// progressFileEvery bounds how often progress alone rewrites the status
+// file (an observation while the healer waits comes every ~250 ms; each
+// write is fsynced, on the disk etcd may share).
+const progressFileEvery = time.Second
 
 // decided records what the core said about res (status shows "what it
 // would do, and why not"); the status file changes when the answer does.
@@ -116,10 +122,13 @@ func (r *reporter) export(res memberstate.Result, recovering bool) {
 	moving := len(ests) > 0 || len(r.lastProgress) > 0 // a step runs, or the last one just ended
 	stepsChanged := !slices.EqualFunc(ests, r.lastProgress, func(a, b progress.Estimate) bool { return a.Step == b.Step })
 	r.lastProgress = ests
-	if changed || moving {
+	if changed || stepsChanged || moving && now.Sub(r.fileWritten) >= progressFileEvery {
+		r.fileWritten = now
 		r.writeStatus(r.newReport(res))
 	}
-	if changed || stepsChanged || moving && now.Sub(r.published) >= r.progressEvery {
+	// A step starting or ending is said at once, but not more than once a
+	// second (a learner flapping between serving and not).
+	if changed || stepsChanged && now.Sub(r.published) >= time.Second || moving && now.Sub(r.published) >= r.progressEvery {
 		r.published = now
 		r.node.publish(statusLine(r.member, res, ests))
 	}

@@ -49,12 +49,14 @@ func TestAStepInProgressReachesTheStatusFileAndTheNode(t *testing.T) {
 		Verdict: memberstate.Verdict{State: memberstate.Lost, Reason: "data-dir-missing"}}
 	r.export(res, true)
 	published()
+	r.published, r.fileWritten = time.Now().Add(-time.Hour), time.Now().Add(-time.Hour) // an hour later
 	now := time.Now()
 	board.Start("pre-change stream", progress.Bytes, 100<<20, now)
 	board.Observe("pre-change stream", now, 50<<20)
 	var lines []string
 	for i := 0; i < 3; i++ {
 		board.Observe("pre-change stream", time.Now(), int64(50-i)<<20)
+		r.fileWritten = time.Now().Add(-time.Minute) // the file's 1 s bound passed
 		r.export(res, true)
 		if p := statusFile().Progress; len(p) != 1 || p[0].Left != int64(50-i)<<20 {
 			t.Fatalf("export %d: status file progress %+v, want the stream at %d MiB left", i, p, 50-i)
@@ -64,7 +66,16 @@ func TestAStepInProgressReachesTheStatusFileAndTheNode(t *testing.T) {
 	if len(lines) != 1 || !strings.Contains(lines[0], "; pre-change stream: 50 MiB of 100 MiB (50%)") {
 		t.Fatalf("Node lines while the stream ran: %q; want one (every progressEvery) saying how far it is", lines)
 	}
+	// Progress alone rewrites the file at most once a second (each write
+	// is fsynced).
+	r.fileWritten = time.Now()
+	board.Observe("pre-change stream", time.Now(), 10<<20)
+	r.export(res, true)
+	if p := statusFile().Progress; len(p) != 1 || p[0].Left != 48<<20 {
+		t.Fatalf("status file progress %+v within a second of the last write; want it left as written (48 MiB left)", p)
+	}
 	board.Stop("pre-change stream")
+	r.published = time.Now().Add(-time.Minute)
 	r.export(res, true)
 	if p := statusFile().Progress; len(p) != 0 {
 		t.Fatalf("status file progress after the step ended: %+v", p)

@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"github.com/etcd-agent/etcd-agent/internal/snapshotstore"
 	"path/filepath"
+	"sync"
 	"time"
 
 	"github.com/etcd-agent/etcd-agent/internal/journal"
@@ -246,11 +247,19 @@ type Healer struct {
 	backupCopy backupCopy
 	// received is how much of the leader's snapshot learner id had
 	// received when last seen (progress.go: meterSnapshotReceive).
-	received struct {
-		id    uint64
-		bytes int64
-	}
-	events progressEvents
+	received receiveSeen
+	events   progressEvents
+	// meterMu orders a step's last sample before its end: the gauges set
+	// by meter are never set again after stopMeter deleted them.
+	meterMu sync.Mutex
+}
+
+// receiveSeen is the snapshot receive last seen of a learner: its temp file
+// and its size.
+type receiveSeen struct {
+	id    uint64
+	file  string
+	bytes int64
 }
 
 // New returns a Healer. newLease builds the Lease of a cluster (nil when

@@ -64,22 +64,22 @@ func (h *Healer) meterCatchUp(res memberstate.Result, learner uint64, now time.T
 // goroutine of its own (an observation may take seconds while the learner
 // is busy), which ends with the file or with the step (stopMeter: the wait
 // or the attempt is over).
-func (h *Healer) meterSnapshotReceive(o observation.Observation, now time.Time) (int64, bool) {
+func (h *Healer) meterSnapshotReceive(o observation.Observation, now time.Time) (string, int64, bool) {
 	leader, ok := o.Member(o.LeaderID)
 	if !ok || leader.DBSize <= 0 {
-		return 0, false
+		return "", 0, false
 	}
 	snapDir := filepath.Join(h.cfg.DataDir, "member", "snap")
-	received := receivingSnapshotBytes(snapDir)
+	file, received := receivingSnapshot(snapDir)
 	if received <= 0 {
-		return 0, false
+		return "", 0, false
 	}
 	if !h.cfg.Progress.Running(stepSnapshotReceive) {
 		h.startMeter(stepSnapshotReceive, progress.Bytes, leader.DBSize, now)
 		h.meter(stepSnapshotReceive, now, leader.DBSize-received)
 		go h.sampleReceive(snapDir, leader.DBSize)
 	}
-	return received, true
+	return file, received, true
 }
 
 // receiveSampleEvery is how often a snapshot receive is sampled.
@@ -92,7 +92,7 @@ func (h *Healer) sampleReceive(snapDir string, total int64) {
 		if !h.cfg.Progress.Running(stepSnapshotReceive) {
 			return
 		}
-		received := receivingSnapshotBytes(snapDir)
+		_, received := receivingSnapshot(snapDir)
 		if received <= 0 {
 			// The temp file is gone: received and renamed (or given up:
 			// etcd removes it then; a new receive starts the step anew).
@@ -104,17 +104,16 @@ func (h *Healer) sampleReceive(snapDir string, total int64) {
 	}
 }
 
-// receivingSnapshotBytes is the size of the largest of etcd's temp files of
-// a snapshot being received in snapDir (0: none).
-func receivingSnapshotBytes(snapDir string) int64 {
+// receivingSnapshot is the largest of etcd's temp files of a snapshot being
+// received in snapDir, and its size (0: none).
+func receivingSnapshot(snapDir string) (file string, size int64) {
 	names, _ := filepath.Glob(filepath.Join(snapDir, "tmp*"))
-	var largest int64
 	for _, n := range names {
-		if fi, err := os.Lstat(n); err == nil && fi.Mode().IsRegular() {
-			largest = max(largest, fi.Size())
+		if fi, err := os.Lstat(n); err == nil && fi.Mode().IsRegular() && fi.Size() > size {
+			file, size = filepath.Base(n), fi.Size()
 		}
 	}
-	return largest
+	return file, size
 }
 
 // startMeter begins step's meter (and its Events: progressEvents).
@@ -140,6 +139,9 @@ type progressSaid struct {
 
 // tell says e as an Event if it is news (progressEvents).
 func (h *Healer) tell(e progress.Estimate) {
+	if h.reporter == nil {
+		return // no API to say it to: the logs and metrics do
+	}
 	h.events.mu.Lock()
 	defer h.events.mu.Unlock()
 	if h.events.said == nil {
@@ -159,6 +161,8 @@ func (h *Healer) tell(e progress.Estimate) {
 
 // meter records what is left of step and exports its estimate.
 func (h *Healer) meter(step string, now time.Time, left int64) {
+	h.meterMu.Lock()
+	defer h.meterMu.Unlock()
 	e, ok := h.cfg.Progress.Observe(step, now, left)
 	if !ok {
 		return
@@ -173,6 +177,8 @@ func (h *Healer) meter(step string, now time.Time, left int64) {
 }
 
 func (h *Healer) stopMeter(step string) {
+	h.meterMu.Lock()
+	defer h.meterMu.Unlock()
 	h.cfg.Progress.Stop(step)
 	h.metrics.StepProgress.DeleteLabelValues(h.cfg.Member, step)
 	h.metrics.StepETA.DeleteLabelValues(h.cfg.Member, step)
@@ -180,6 +186,8 @@ func (h *Healer) stopMeter(step string) {
 
 // stopMeters ends every step's meter (the attempt ends).
 func (h *Healer) stopMeters() {
+	h.meterMu.Lock()
+	defer h.meterMu.Unlock()
 	for _, e := range h.cfg.Progress.Estimates(time.Now()) {
 		h.cfg.Progress.Stop(e.Step)
 	}

@@ -192,3 +192,99 @@ func TestAStalledStepIsAnEventOncePerStall(t *testing.T) {
 		t.Fatalf("%d stall Events after a second stall; want 2", n)
 	}
 }
+
+// Review finding: an agent without a reporter (static pods, no
+// --node-name) streams with no Events to say: not a crash mid-stream.
+func TestAStreamWithoutAReporterDoesNotCrash(t *testing.T) {
+	res := cluster3(memberstate.Lost, 2, 3)
+	for i := range res.Observation.Members {
+		res.Observation.Members[i].DBSize = 100 << 20
+	}
+	r := newRig(t, res)
+	r.h.reporter = nil
+	r.cluster.removeErr = errBoom
+	r.h.streamTo = func(ctx context.Context, endpoint string, _ *tls.Config, dest string, _ uint64, count func(int64), _ ...peerseed.StreamOption) (peerseed.Snapshot, error) {
+		count(20 << 20)
+		count(30 << 20)
+		if err := writeNew(dest, []byte("db")); err != nil {
+			return peerseed.Snapshot{}, err
+		}
+		return peerseed.Snapshot{Path: dest, Size: 50 << 20, SHA256: "ab", Source: endpoint}, nil
+	}
+	r.h.Consider(context.Background(), res, nil)
+	if j := r.journal(t); !j.Phase.AtLeast("snapshotted") {
+		t.Fatalf("journal phase %q: want the stream done", j.Phase)
+	}
+}
+
+// Review finding (rule 4): only the same receive growing is progress. A
+// learner that fails to apply what it received and is sent the db again
+// (a new temp file, a little larger as the db grew) is not making progress,
+// nor is a file seen anew after the agent restarted.
+func TestOnlyTheSameReceiveGrowingResetsTheStallClock(t *testing.T) {
+	r := newRig(t, cluster3(memberstate.Lost, 2, 3))
+	snapDir := filepath.Join(r.h.cfg.DataDir, "member", "snap")
+	if err := os.MkdirAll(snapDir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	res := rejoined(false)
+	for i := range res.Observation.Members {
+		res.Observation.Members[i].DBSize = 400 << 20
+	}
+	j := journal.Record{ID: "j1", Member: "m1", NewMemberID: 0xa9} // rejoined's learner
+	write := func(name string, size int64) {
+		t.Helper()
+		p := filepath.Join(snapDir, name)
+		if err := os.WriteFile(p, nil, 0o600); err != nil && !errors.Is(err, os.ErrExist) {
+			t.Fatal(err)
+		}
+		if err := os.Truncate(p, size); err != nil {
+			t.Fatal(err)
+		}
+	}
+	at := func(s int) time.Time { return time.Date(2026, 12, 6, 20, 0, s, 0, time.UTC) }
+	write("tmp1", 100<<20)
+	r.h.trackLearner(&j, res, at(0))
+	write("tmp1", 200<<20)
+	r.h.trackLearner(&j, res, at(1))
+	if !j.LearnerProgressAt.Equal(at(1)) {
+		t.Fatalf("the receive grew and the stall clock says %s; want %s", j.LearnerProgressAt, at(1))
+	}
+	// Received, failed to apply, sent again: a new file, larger.
+	if err := os.Remove(filepath.Join(snapDir, "tmp1")); err != nil {
+		t.Fatal(err)
+	}
+	write("tmp2", 401<<20)
+	r.h.trackLearner(&j, res, at(2))
+	if !j.LearnerProgressAt.Equal(at(1)) {
+		t.Fatalf("a new receive reset the stall clock to %s; want it left at %s", j.LearnerProgressAt, at(1))
+	}
+	// The agent restarted: the file seen anew is not progress either.
+	r.h.received = receiveSeen{}
+	r.h.trackLearner(&j, res, at(3))
+	if !j.LearnerProgressAt.Equal(at(1)) {
+		t.Fatalf("a receive seen anew after a restart reset the stall clock to %s; want it left at %s", j.LearnerProgressAt, at(1))
+	}
+	r.h.stopMeters()
+}
+
+// Review finding: a stream's last sample racing the step's end does not
+// bring its metric series back after the step ended.
+func TestNoProgressSeriesOutlivesItsStep(t *testing.T) {
+	r := newRig(t, cluster3(memberstate.Lost, 2, 3))
+	for i := 0; i < 300; i++ {
+		count, stop := r.h.meterStream(stepPreChangeStream, 100<<20, r.m.SnapshotBytesTotal.WithLabelValues("m1"))
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			for k := 0; k < 50; k++ {
+				count(1 << 20)
+			}
+		}()
+		stop()
+		<-done
+		if n := testutil.CollectAndCount(r.m.StepProgress) + testutil.CollectAndCount(r.m.StepETA); n != 0 {
+			t.Fatalf("round %d: %d progress series after the step ended", i, n)
+		}
+	}
+}

@@ -580,8 +580,16 @@ func (h *Healer) trackLearner(j *journal.Record, res memberstate.Result, now tim
 	if !m.Serving {
 		// Receiving the leader's snapshot is progress too (rule 4): a
 		// large db may take longer than the stall timeout to arrive.
-		if n, ok := h.meterSnapshotReceive(res.Observation, now); ok && (h.received.id != m.ID || n > h.received.bytes) {
-			h.received.id, h.received.bytes, j.LearnerProgressAt = m.ID, n, now
+		// Only the same receive growing counts: a new one (the db sent
+		// again after a failed apply) or one seen anew after a restart
+		// is no progress (rule 4 must still end a learner that never
+		// gets there).
+		if file, n, ok := h.meterSnapshotReceive(res.Observation, now); ok {
+			seen := receiveSeen{id: m.ID, file: file, bytes: n}
+			if prev := h.received; prev.id == seen.id && prev.file == seen.file && seen.bytes > prev.bytes {
+				j.LearnerProgressAt = now
+			}
+			h.received = seen
 		}
 		return
 	}

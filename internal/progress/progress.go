@@ -27,6 +27,10 @@ const (
 // slowing down as the learner nears the leader).
 const Window = 10 * time.Second
 
+// maxETA bounds an ETA worth saying: beyond it (a rate near zero; also
+// where a Duration would overflow) it is not known.
+const maxETA = 30 * 24 * time.Hour
+
 // sampleGap is the least time between two samples kept.
 const sampleGap = 100 * time.Millisecond
 
@@ -60,7 +64,9 @@ func (m *Meter) Observe(now time.Time, left int64) {
 	if left < 0 {
 		left = 0
 	}
-	if n := len(m.samples); n == 0 || m.samples[n-1].left != left {
+	// Only less left is progress: a gap to the leader that grows is a
+	// learner falling behind, not moving.
+	if n := len(m.samples); n == 0 || left < m.samples[n-1].left {
 		m.moved = now
 	}
 	if m.total == 0 && len(m.samples) == 0 {
@@ -107,7 +113,9 @@ func (m *Meter) Estimate(now time.Time) Estimate {
 	e.Left = last.left
 	if dt := last.at.Sub(first.at).Seconds(); dt > 0 && first.left > last.left {
 		e.Rate = float64(first.left-last.left) / dt
-		e.ETA = time.Duration(float64(last.left) / e.Rate * float64(time.Second)).Round(100 * time.Millisecond)
+		if secs := float64(last.left) / e.Rate; secs < maxETA.Seconds() {
+			e.ETA = time.Duration(secs * float64(time.Second)).Round(100 * time.Millisecond)
+		}
 	}
 	if last.left == 0 {
 		e.ETA = 0
@@ -154,7 +162,11 @@ func (e Estimate) String() string {
 	if e.ETA < 10*time.Second {
 		eta = e.ETA.Round(100 * time.Millisecond)
 	}
-	return s + ", " + amount(int64(e.Rate)) + "/s, about " + eta.String() + " left"
+	rate := amount(int64(e.Rate)) + "/s"
+	if e.Unit != Bytes && e.Rate < 10 {
+		rate = fmt.Sprintf("%.1f entries/s", e.Rate)
+	}
+	return s + ", " + rate + ", about " + eta.String() + " left"
 }
 
 // Summary is what a step did, once it ended: for last-recovery.

@@ -144,3 +144,28 @@ func TestAStoppedStepLeavesWhatItDidForLastRecovery(t *testing.T) {
 		t.Fatalf("taken twice: %v", again)
 	}
 }
+
+// Review findings: a gap that grows is no progress (a learner applying
+// nothing while the leader writes is stalled); a rate so slow its ETA
+// overflows is not known; entries under 1/s are not "0 entries/s".
+func TestOnlyLessLeftIsProgressAndAHopelessRateHasNoETA(t *testing.T) {
+	m := NewMeter("catch-up", Entries, 0, t0)
+	for s := 0; s <= 20; s++ {
+		m.Observe(t0.Add(time.Duration(s)*time.Second), int64(1000+10*s)) // the gap only grows
+	}
+	if e := m.Estimate(t0.Add(20 * time.Second)); e.StalledSince.IsZero() {
+		t.Fatalf("a gap that grew for 20 s is not stalled: %+v", e)
+	}
+	b := NewMeter("stream", Bytes, 8<<30, t0)
+	b.Observe(t0, 8<<30)
+	b.Observe(t0.Add(10*time.Second), 8<<30-1)
+	if e := b.Estimate(t0.Add(10 * time.Second)); e.ETA >= 0 && e.ETA < time.Second {
+		t.Fatalf("1 byte in 10 s of 8 GiB: ETA %s; want unknown (-1) or huge", e.ETA)
+	}
+	c := NewMeter("catch-up", Entries, 0, t0)
+	c.Observe(t0, 10)
+	c.Observe(t0.Add(4*time.Second), 8)
+	if s := c.Estimate(t0.Add(4 * time.Second)).String(); !strings.Contains(s, "0.5 entries/s") {
+		t.Fatalf("String %q: want the rate of 0.5 entries/s", s)
+	}
+}
