@@ -14,7 +14,6 @@ import (
 	"fmt"
 	"github.com/etcd-agent/etcd-agent/internal/snapshotstore"
 	"path/filepath"
-	"sync"
 	"time"
 
 	"github.com/etcd-agent/etcd-agent/internal/journal"
@@ -245,21 +244,7 @@ type Healer struct {
 	// backupCopy is the copy of the pre-change backup written beside it
 	// for the seed (backupcopy.go).
 	backupCopy backupCopy
-	// received is how much of the leader's snapshot learner id had
-	// received when last seen (progress.go: meterSnapshotReceive).
-	received receiveSeen
-	events   progressEvents
-	// meterMu orders a step's last sample before its end: the gauges set
-	// by meter are never set again after stopMeter deleted them.
-	meterMu sync.Mutex
-}
-
-// receiveSeen is the snapshot receive last seen of a learner: its temp file
-// and its size.
-type receiveSeen struct {
-	id    uint64
-	file  string
-	bytes int64
+	meters     meters // the long steps' progress (progress.go)
 }
 
 // New returns a Healer. newLease builds the Lease of a cluster (nil when

@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/etcd-agent/etcd-agent/internal/journal"
 	"github.com/etcd-agent/etcd-agent/internal/memberstate"
 	"github.com/etcd-agent/etcd-agent/internal/nodereport"
 	"github.com/etcd-agent/etcd-agent/internal/observation"
@@ -116,12 +117,23 @@ func receivingSnapshot(snapDir string) (file string, size int64) {
 	return file, size
 }
 
+// meters is the healer's state of its progress reporting.
+type meters struct {
+	// mu orders a step's last sample before its end: the gauges set by
+	// meter are never set again after stopMeter deleted them.
+	mu sync.Mutex
+	// received is the snapshot receive of the learner last seen
+	// (meterSnapshotReceive).
+	received receiveSeen
+	events   progressEvents
+}
+
 // startMeter begins step's meter (and its Events: progressEvents).
 func (h *Healer) startMeter(step string, unit progress.Unit, total int64, now time.Time) {
 	h.cfg.Progress.Start(step, unit, total, now)
-	h.events.mu.Lock()
-	delete(h.events.said, step)
-	h.events.mu.Unlock()
+	h.meters.events.mu.Lock()
+	delete(h.meters.events.said, step)
+	h.meters.events.mu.Unlock()
 }
 
 // progressEvents are the Events said of each step: one when its rate is
@@ -142,12 +154,12 @@ func (h *Healer) tell(e progress.Estimate) {
 	if h.reporter == nil {
 		return // no API to say it to: the logs and metrics do
 	}
-	h.events.mu.Lock()
-	defer h.events.mu.Unlock()
-	if h.events.said == nil {
-		h.events.said = map[string]progressSaid{}
+	h.meters.events.mu.Lock()
+	defer h.meters.events.mu.Unlock()
+	if h.meters.events.said == nil {
+		h.meters.events.said = map[string]progressSaid{}
 	}
-	s := h.events.said[e.Step]
+	s := h.meters.events.said[e.Step]
 	switch {
 	case !e.StalledSince.IsZero() && !s.stalled.Equal(e.StalledSince):
 		s.stalled = e.StalledSince
@@ -156,13 +168,13 @@ func (h *Healer) tell(e progress.Estimate) {
 		s.eta = true
 		h.reporter.Eventf("Normal", nodereport.ReasonRecoveryProgress, "member %s: %s", h.cfg.Member, e)
 	}
-	h.events.said[e.Step] = s
+	h.meters.events.said[e.Step] = s
 }
 
 // meter records what is left of step and exports its estimate.
 func (h *Healer) meter(step string, now time.Time, left int64) {
-	h.meterMu.Lock()
-	defer h.meterMu.Unlock()
+	h.meters.mu.Lock()
+	defer h.meters.mu.Unlock()
 	e, ok := h.cfg.Progress.Observe(step, now, left)
 	if !ok {
 		return
@@ -177,8 +189,8 @@ func (h *Healer) meter(step string, now time.Time, left int64) {
 }
 
 func (h *Healer) stopMeter(step string) {
-	h.meterMu.Lock()
-	defer h.meterMu.Unlock()
+	h.meters.mu.Lock()
+	defer h.meters.mu.Unlock()
 	h.cfg.Progress.Stop(step)
 	h.metrics.StepProgress.DeleteLabelValues(h.cfg.Member, step)
 	h.metrics.StepETA.DeleteLabelValues(h.cfg.Member, step)
@@ -186,8 +198,8 @@ func (h *Healer) stopMeter(step string) {
 
 // stopMeters ends every step's meter (the attempt ends).
 func (h *Healer) stopMeters() {
-	h.meterMu.Lock()
-	defer h.meterMu.Unlock()
+	h.meters.mu.Lock()
+	defer h.meters.mu.Unlock()
 	for _, e := range h.cfg.Progress.Estimates(time.Now()) {
 		h.cfg.Progress.Stop(e.Step)
 	}
@@ -214,4 +226,44 @@ func (h *Healer) progressFields() []zap.Field {
 		return nil
 	}
 	return []zap.Field{zap.Strings("progress", out)}
+}
+
+// trackLearner records the learner's progress (for the stall timeout) and its lag.
+func (h *Healer) trackLearner(j *journal.Record, res memberstate.Result, now time.Time) {
+	m, ok := res.Observation.Member(uint64(j.NewMemberID))
+	if !ok {
+		return
+	}
+	if !m.Serving {
+		// Receiving the leader's snapshot is progress too (rule 4): a
+		// large db may take longer than the stall timeout to arrive.
+		// Only the same receive growing counts: a new one (the db sent
+		// again after a failed apply) or one seen anew after a restart
+		// is no progress (rule 4 must still end a learner that never
+		// gets there).
+		if file, n, ok := h.meterSnapshotReceive(res.Observation, now); ok {
+			seen := receiveSeen{id: m.ID, file: file, bytes: n}
+			if prev := h.meters.received; prev.id == seen.id && prev.file == seen.file && seen.bytes > prev.bytes {
+				j.LearnerProgressAt = now
+			}
+			h.meters.received = seen
+		}
+		return
+	}
+	h.stopMeter(stepSnapshotReceive)
+	if m.AppliedIndex > j.LearnerApplied {
+		j.LearnerApplied, j.LearnerProgressAt = m.AppliedIndex, now
+	}
+	if lag, ok := plan.LearnerLag(res.Observation, m.ID); ok {
+		h.metrics.LearnerLag.WithLabelValues(h.cfg.Member).Set(float64(lag))
+	}
+	h.meterCatchUp(res, m.ID, now)
+}
+
+// receiveSeen is the snapshot receive last seen of a learner: its temp file
+// and its size.
+type receiveSeen struct {
+	id    uint64
+	file  string
+	bytes int64
 }

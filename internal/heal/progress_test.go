@@ -260,7 +260,7 @@ func TestOnlyTheSameReceiveGrowingResetsTheStallClock(t *testing.T) {
 		t.Fatalf("a new receive reset the stall clock to %s; want it left at %s", j.LearnerProgressAt, at(1))
 	}
 	// The agent restarted: the file seen anew is not progress either.
-	r.h.received = receiveSeen{}
+	r.h.meters.received = receiveSeen{}
 	r.h.trackLearner(&j, res, at(3))
 	if !j.LearnerProgressAt.Equal(at(1)) {
 		t.Fatalf("a receive seen anew after a restart reset the stall clock to %s; want it left at %s", j.LearnerProgressAt, at(1))

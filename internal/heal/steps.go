@@ -571,38 +571,6 @@ func initialPeers(o observation.Observation, j *journal.Record) []observation.Me
 	return peers
 }
 
-// trackLearner records the learner's progress (for the stall timeout) and its lag.
-func (h *Healer) trackLearner(j *journal.Record, res memberstate.Result, now time.Time) {
-	m, ok := res.Observation.Member(uint64(j.NewMemberID))
-	if !ok {
-		return
-	}
-	if !m.Serving {
-		// Receiving the leader's snapshot is progress too (rule 4): a
-		// large db may take longer than the stall timeout to arrive.
-		// Only the same receive growing counts: a new one (the db sent
-		// again after a failed apply) or one seen anew after a restart
-		// is no progress (rule 4 must still end a learner that never
-		// gets there).
-		if file, n, ok := h.meterSnapshotReceive(res.Observation, now); ok {
-			seen := receiveSeen{id: m.ID, file: file, bytes: n}
-			if prev := h.received; prev.id == seen.id && prev.file == seen.file && seen.bytes > prev.bytes {
-				j.LearnerProgressAt = now
-			}
-			h.received = seen
-		}
-		return
-	}
-	h.stopMeter(stepSnapshotReceive)
-	if m.AppliedIndex > j.LearnerApplied {
-		j.LearnerApplied, j.LearnerProgressAt = m.AppliedIndex, now
-	}
-	if lag, ok := plan.LearnerLag(res.Observation, m.ID); ok {
-		h.metrics.LearnerLag.WithLabelValues(h.cfg.Member).Set(float64(lag))
-	}
-	h.meterCatchUp(res, m.ID, now)
-}
-
 // promote promotes the learner; ErrLearnerNotReady just means "not yet".
 func (h *Healer) promote(ctx context.Context, res memberstate.Result, j *journal.Record, id uint64) error {
 	start := time.Now()
