@@ -44,6 +44,7 @@ type reporter struct {
 	progressEvery time.Duration
 	lastProgress  []progress.Estimate
 	published     time.Time // the Node's line, last written
+	nodeBehind    bool      // a step started or ended since, not said yet (at most once a second)
 	fileWritten   time.Time // the status file, last written for progress
 }
 
@@ -126,9 +127,12 @@ func (r *reporter) export(res memberstate.Result, recovering bool) {
 		r.fileWritten = now
 		r.writeStatus(r.newReport(res))
 	}
-	// A step starting or ending is said at once, but not more than once a
-	// second (a learner flapping between serving and not).
-	if changed || stepsChanged && now.Sub(r.published) >= time.Second || moving && now.Sub(r.published) >= r.progressEvery {
+	// A step starting or ending is said at once, or, within a second of
+	// the last line, a second later (a learner flapping between serving
+	// and not rewrites the Node at most once a second).
+	r.nodeBehind = r.nodeBehind || stepsChanged
+	if changed || r.nodeBehind && now.Sub(r.published) >= time.Second || moving && now.Sub(r.published) >= r.progressEvery {
+		r.nodeBehind = false
 		r.published = now
 		r.node.publish(statusLine(r.member, res, ests))
 	}

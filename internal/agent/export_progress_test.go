@@ -49,10 +49,17 @@ func TestAStepInProgressReachesTheStatusFileAndTheNode(t *testing.T) {
 		Verdict: memberstate.Verdict{State: memberstate.Lost, Reason: "data-dir-missing"}}
 	r.export(res, true)
 	published()
-	r.published, r.fileWritten = time.Now().Add(-time.Hour), time.Now().Add(-time.Hour) // an hour later
+	r.fileWritten = time.Now().Add(-time.Hour)
 	now := time.Now()
 	board.Start("pre-change stream", progress.Bytes, 100<<20, now)
 	board.Observe("pre-change stream", now, 50<<20)
+	// The stream starts within a second of the line the state change
+	// wrote: said a second later, not lost until progressEvery.
+	r.export(res, true)
+	if l := published(); len(l) != 0 {
+		t.Fatalf("Node lines within a second of the last: %q", l)
+	}
+	r.published = time.Now().Add(-2 * time.Second)
 	var lines []string
 	for i := 0; i < 3; i++ {
 		board.Observe("pre-change stream", time.Now(), int64(50-i)<<20)
