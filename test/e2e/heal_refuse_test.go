@@ -182,11 +182,19 @@ func TestNoMembershipChangeWithoutAPI(t *testing.T) {
 		}
 		t.Fatalf("%d etcd writes failed: %+v", rep.Writes.EtcdFailed, etcdFailures)
 	}
+	var outside []invariant.Failure
 	for _, f := range rep.Writes.Failures {
 		if f.At.Before(apiStopping) || f.At.After(apiUp) {
-			t.Fatalf("an API write failed at %s, outside the API outage %s-%s: %s", f.At.Format("15:04:05.000"),
-				apiDown.Format("15:04:05.000"), apiUp.Format("15:04:05.000"), f.Err)
+			outside = append(outside, f)
 		}
+	}
+	// node2's etcd, its data dir wiped, may end on its WAL purge (every
+	// 30 s; the agent cannot put the skeleton back here): a write in flight
+	// through it then fails, as the checker excuses everywhere (seen in CI
+	// 0.6 s after the API was back).
+	for _, f := range invariant.UnexcusedByCrashes(outside, purgeCrashes(t, l)) {
+		t.Fatalf("an API write failed at %s, outside the API outage %s-%s: %s", f.At.Format("15:04:05.000"),
+			apiDown.Format("15:04:05.000"), apiUp.Format("15:04:05.000"), f.Err)
 	}
 }
 

@@ -214,6 +214,18 @@ func unexcused(fs []Failure, faults []hardFault) (out []Failure, atKill, atHandO
 	return out, atKill, atHandOff
 }
 
+// UnexcusedByCrashes returns the failures of fs that no member crash at ats
+// explains, by the rule Finish applies to Options.PurgeCrashes (a test that
+// judges failures itself uses it on those it does not allow).
+func UnexcusedByCrashes(fs []Failure, ats []time.Time) []Failure {
+	var faults []hardFault
+	for _, at := range ats {
+		faults = append(faults, hardFault{from: at, to: at})
+	}
+	out, _, _ := unexcused(fs, faults)
+	return out
+}
+
 // Finish stops the checker and returns its report with an error naming every
 // invariant that was broken.
 func (c *Checker) Finish(ctx context.Context, o Options) (Report, error) {

@@ -67,3 +67,20 @@ func TestOnlyCleanHandOffsOfTheClusterExcuse(t *testing.T) {
 		t.Fatal("a write failed during an 8 s 'hand-off' was excused")
 	}
 }
+
+// UnexcusedByCrashes applies Finish's rule for member crashes: a write in
+// flight at the crash (begun before it, or a broken connection up to 1 s
+// after it) is excused, one per path per crash; a failure 2 s later is not.
+func TestUnexcusedByCrashesExcusesOnlyWritesInFlightAtTheCrash(t *testing.T) {
+	crash := time.Date(2026, 12, 6, 21, 30, 55, 691e6, time.UTC)
+	eof := "rpc error: code = Unavailable desc = error reading from server: EOF"
+	fs := []Failure{
+		{At: crash.Add(-2 * time.Millisecond), Via: "api", Err: eof},
+		{At: crash.Add(-time.Millisecond), Via: "api", Err: eof}, // a second one on the same path
+		{At: crash.Add(2 * time.Second), Via: "etcd", Err: eof},
+	}
+	got := UnexcusedByCrashes(fs, []time.Time{crash})
+	if len(got) != 2 || got[0].At != fs[1].At || got[1].At != fs[2].At {
+		t.Fatalf("unexcused %+v; want the second api failure (one per path per crash) and the one 2 s later", got)
+	}
+}
