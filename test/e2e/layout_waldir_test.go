@@ -91,9 +91,16 @@ func TestMovingAMembersWALToADedicatedDirUnderARunningAgent(t *testing.T) {
 		t.Fatal(err)
 	}
 	node3 := nodeOf(t, l, "node3")
-	eventually(t, 60*time.Second, "node3 serves on its dedicated WAL dir", func() error {
+	// Serving is not enough before leftAlone looks: the agent last looked
+	// while the member was stopped and says down until its next poll (seen
+	// in CI: "node3's agent says down with its data dir ok" 0 s after node3
+	// served). Its first look after the restart must say healthy, ok.
+	eventually(t, 60*time.Second, "node3 serves on its dedicated WAL dir and its agent says so", func() error {
 		if now := serializableIDs(t, l, "node3"); !sameIDs(now, before) {
 			return fmt.Errorf("node3 sees %v, want %v", now, before)
+		}
+		if s, dd, err := agentState(l, "node3"); err != nil || s != "healthy" || dd != "ok" && dd != "in-use" {
+			return fmt.Errorf("node3's agent says %s with its data dir %s (%v)", s, dd, err)
 		}
 		return nil
 	})
