@@ -22,10 +22,12 @@ all: build
 tools:
 	@hack/tools/build.sh
 
-## build: the etcd-agent binary into bin/
+## build: the etcd-agent binary (the product) and etcd-agent-lab (the lab:
+## demo, benches, fault verbs; not shipped) into bin/
 build:
 	@mkdir -p $(BIN)
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(BIN)/etcd-agent ./cmd/etcd-agent
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(BIN)/etcd-agent-lab ./cmd/etcd-agent-lab
 
 ## images: the real lab node's images (etcd-agent, etcd, pause) as docker-save
 ## archives in bin/images, no registry, no Docker (hack/images, docs/plans/real-node.md section 2)
@@ -99,20 +101,20 @@ demo-tools:
 	@hack/tools/build.sh etcd etcdctl kube-apiserver
 
 demo: demo-tools build
-	@if [ -f $(LAB_DIR)/lab.json ]; then $(BIN)/etcd-agent lab down --dir $(LAB_DIR) && rm -rf $(LAB_DIR); fi
-	$(BIN)/etcd-agent lab demo --dir $(LAB_DIR) --log-level warn
+	@if [ -f $(LAB_DIR)/lab.json ]; then $(BIN)/etcd-agent-lab down --dir $(LAB_DIR) && rm -rf $(LAB_DIR); fi
+	$(BIN)/etcd-agent-lab demo --dir $(LAB_DIR) --log-level warn
 
 demo-down:
-	$(BIN)/etcd-agent lab down --dir $(LAB_DIR)
+	$(BIN)/etcd-agent-lab down --dir $(LAB_DIR)
 
 ## bench: micro-benchmarks, then the heal vs. bare etcd rejoin table (not part of make test)
 BENCH_SIZES ?= 100MB,500MB
 bench: tools build
 	$(GO) test -run '^$$' -bench . -benchmem ./internal/...
-	$(BIN)/etcd-agent lab bench --dir $(CURDIR)/.lab-bench --sizes $(BENCH_SIZES) --log-level warn
-	$(BIN)/etcd-agent lab bench --move --dir $(CURDIR)/.lab-bench --sizes $(BENCH_SIZES) --log-level warn
-	$(BIN)/etcd-agent lab bench-scale --dir $(CURDIR)/.lab-bench --members $(BENCH_MEMBERS) --replicas 1 --log-level warn
-	$(BIN)/etcd-agent lab bench-scale --dir $(CURDIR)/.lab-bench --members $(BENCH_MEMBERS) --replicas 3 --log-level warn
+	$(BIN)/etcd-agent-lab bench --dir $(CURDIR)/.lab-bench --sizes $(BENCH_SIZES) --log-level warn
+	$(BIN)/etcd-agent-lab bench --move --dir $(CURDIR)/.lab-bench --sizes $(BENCH_SIZES) --log-level warn
+	$(BIN)/etcd-agent-lab bench-scale --dir $(CURDIR)/.lab-bench --members $(BENCH_MEMBERS) --replicas 1 --log-level warn
+	$(BIN)/etcd-agent-lab bench-scale --dir $(CURDIR)/.lab-bench --members $(BENCH_MEMBERS) --replicas 3 --log-level warn
 
 clean:
-	rm -f $(BIN)/etcd-agent
+	rm -f $(BIN)/etcd-agent $(BIN)/etcd-agent-lab

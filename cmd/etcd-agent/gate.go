@@ -77,7 +77,7 @@ etcd in its place (same PID). Without "--" it reads the member from
 			}
 			stop()
 			if fastStop {
-				startStopWatch(c, argv, environ, g.logFormat, log)
+				startStopWatch(c, argv, environ, g.Format, log)
 			}
 			_ = log.Sync()
 			return agent.ExecEtcd(argv, environ)

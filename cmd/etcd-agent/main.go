@@ -17,21 +17,9 @@ import (
 )
 
 // globalFlags are shared by every subcommand.
-type globalFlags struct {
-	logLevel  string
-	logFormat string
-}
+type globalFlags struct{ logging.CommandFlags }
 
-// logger builds the command's logger and routes client-go's own logs
-// (klog) through it.
-func (g *globalFlags) logger() (*zap.Logger, error) {
-	log, err := logging.New(g.logLevel, g.logFormat)
-	if err != nil {
-		return nil, err
-	}
-	logging.BridgeKlog(log)
-	return log, nil
-}
+func (g *globalFlags) logger() (*zap.Logger, error) { return g.Logger() }
 
 func newRootCmd() *cobra.Command {
 	g := &globalFlags{}
@@ -44,8 +32,7 @@ func newRootCmd() *cobra.Command {
 			return bindEnv(cmd.Flags())
 		},
 	}
-	root.PersistentFlags().StringVar(&g.logLevel, "log-level", "info", "log level: debug, info, warn, error")
-	root.PersistentFlags().StringVar(&g.logFormat, "log-format", logging.FormatAuto, "log format: auto (console on a terminal, else json), json, console")
+	g.Register(root.PersistentFlags())
 	root.AddCommand(
 		&cobra.Command{
 			Use:   "version",
@@ -53,7 +40,6 @@ func newRootCmd() *cobra.Command {
 			Args:  cobra.NoArgs,
 			Run:   func(cmd *cobra.Command, _ []string) { fmt.Fprintln(cmd.OutOrStdout(), version.String()) },
 		},
-		newLabCmd(g),
 		newRunCmd(g),
 		newStatusCmd(g),
 		newGateCmd(g),

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -39,7 +40,7 @@ func TestBadInputGivesAClearErrorAndNonZeroExit(t *testing.T) {
 		{"exec runtime without commands", []string{"run", "--member-runtime", "exec", "--state-dir", dir}, "--stop-command"},
 		{"bad rejoin mode", []string{"run", "--rejoin-mode", "magic", "--state-dir", dir}, "--rejoin-mode"},
 		{"unknown hold point", []string{"run", "--test-hold-at", "nowhere", "--state-dir", dir}, "--test-hold-at: unknown point \"nowhere\""},
-		{"bad lab size", []string{"lab", "bench", "--sizes", "lots"}, "bad size"},
+		{"the lab is its own binary", []string{"lab", "up"}, "unknown command \"lab\""},
 		{"gate with stray arguments", []string{"gate", "--state-dir", dir, "etcd"}, "goes after \"--\""},
 		{"gate wrapping a command line without URLs", []string{"gate", "--state-dir", dir, "--", "etcd", "--name=x", "--data-dir=" + dir}, "no --initial-advertise-peer-urls"},
 		{"install-gate without --to", []string{"install-gate"}, "--to is required"},
@@ -102,5 +103,25 @@ func TestBenchScaleMeasuresAtTheProductsPeerProbeInterval(t *testing.T) {
 	}
 	if f.DefValue != want.String() {
 		t.Fatalf("run's --peer-probe-interval defaults to %s, bench-scale measures at %s", f.DefValue, want)
+	}
+}
+
+// The product binary links none of the lab (issue 42): not its packages, not
+// the dependencies only the lab and the tests use.
+func TestTheProductBinaryLinksNoLab(t *testing.T) {
+	out, err := exec.Command("go", "list", "-deps", ".").Output()
+	if err != nil {
+		t.Fatalf("go list -deps: %v", err)
+	}
+	deps := strings.Fields(string(out))
+	if len(deps) < 100 {
+		t.Fatalf("go list -deps gave %d packages, want the agent's few hundred", len(deps))
+	}
+	for _, d := range deps {
+		for _, labOnly := range []string{"github.com/etcd-agent/etcd-agent/internal/lab", "github.com/anishathalye/porcupine", "sigs.k8s.io/kustomize/"} {
+			if strings.HasPrefix(d, labOnly) {
+				t.Errorf("cmd/etcd-agent links %s", d)
+			}
+		}
 	}
 }

@@ -51,14 +51,16 @@ func labCmd(args []string) error {
 	}
 	ctx := context.Background()
 
-	agent := filepath.Join(*dir, "etcd-agent")
-	step("build etcd-agent")
-	if err := run(root, "go", "build", "-o", agent, "./cmd/etcd-agent"); err != nil {
-		return err
+	agent, labBin := filepath.Join(*dir, "etcd-agent"), filepath.Join(*dir, "etcd-agent-lab")
+	step("build etcd-agent and etcd-agent-lab")
+	for bin, pkg := range map[string]string{agent: "./cmd/etcd-agent", labBin: "./cmd/etcd-agent-lab"} {
+		if err := run(root, "go", "build", "-o", bin, pkg); err != nil {
+			return err
+		}
 	}
 	labDir := filepath.Join(*dir, "lab")
 	lab := func(verb string, more ...string) error {
-		return run(root, agent, append([]string{"lab", verb, "--dir", labDir}, more...)...)
+		return run(root, labBin, append([]string{verb, "--dir", labDir}, more...)...)
 	}
 	step("lab up: 3 nodes with agents")
 	if err := lab("up", "--nodes", "3", "--agents", "--bin-dir", filepath.Join(root, "bin"), "--agent-binary", agent); err != nil {

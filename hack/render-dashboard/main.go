@@ -8,7 +8,7 @@
 //	render-dashboard record -lab-dir ../../lab -out run.jsonl      (until Ctrl-C)
 //	render-dashboard render -in run.jsonl.gz -out dashboard.png
 //
-// `lab` brings up a 3-node lab with agents (bin/etcd-agent lab up), records
+// `lab` brings up a 3-node lab with agents (bin/etcd-agent-lab up), records
 // every agent's /metrics once a second, breaks a member and lets the agent
 // heal it, then renders. `record` records a lab that is already running;
 // `render` draws a recording (see README.md for how Grafana's variables are
@@ -159,7 +159,7 @@ func labTargets(dir string) (map[string]string, error) {
 		}
 	}
 	if len(t) == 0 {
-		return nil, fmt.Errorf("%s: the lab runs no agents (start it with `etcd-agent lab up --agents`)", dir)
+		return nil, fmt.Errorf("%s: the lab runs no agents (start it with `etcd-agent-lab up --agents`)", dir)
 	}
 	return t, nil
 }

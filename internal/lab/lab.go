@@ -50,9 +50,13 @@ type Options struct {
 	// (<disk>/wal/etcd, on a hostPath volume of its own at <disk>/wal), as
 	// etcd's tuning guide lays out a WAL on its own disk.
 	EtcdWALDir bool
-	// AgentBinary is the etcd-agent binary; the lab runs its `lab supervise`
-	// as each node's supervisor (and `run` as the agent, with Agents).
+	// AgentBinary is the etcd-agent binary: each member's gate, and `run`
+	// as the agent with Agents.
 	AgentBinary string
+	// LabBinary is the etcd-agent-lab binary: the lab runs its `supervise`
+	// as each node's supervisor (and `real-node`). Default: etcd-agent-lab
+	// beside AgentBinary (the lab is not in the product binary, issue 42).
+	LabBinary string
 	// NoAPIServer skips the kube-apiserver (faster, for etcd-only tests).
 	NoAPIServer bool
 	Agents      bool
@@ -158,7 +162,7 @@ func Up(ctx context.Context, o Options) (_ *Lab, err error) {
 		return nil, err
 	}
 	if s, err := LoadSpec(dir); err == nil && len((&Lab{Spec: s}).liveProcesses()) > 0 {
-		return nil, fmt.Errorf("a lab is already running in %s: run `etcd-agent lab down --dir %s` first", dir, dir)
+		return nil, fmt.Errorf("a lab is already running in %s: run `etcd-agent-lab down --dir %s` first", dir, dir)
 	}
 	if err := checkBinaries(o); err != nil {
 		return nil, err
@@ -171,7 +175,7 @@ func Up(ctx context.Context, o Options) (_ *Lab, err error) {
 	tok := make([]byte, 4)
 	_, _ = rand.Read(tok)
 	spec := &Spec{Dir: dir, ClusterToken: "lab-" + hex.EncodeToString(tok), BinDir: o.BinDir, EtcdBinary: o.EtcdBinary, EtcdQuotaBytes: o.EtcdQuotaBytes, EtcdNoPurge: o.EtcdNoPurge, EtcdWALDir: o.EtcdWALDir, DataDirLayouts: o.DataDirLayouts,
-		AgentBinary: o.AgentBinary, AgentArgs: o.AgentArgs, Agents: o.Agents, CreatedAt: time.Now().UTC(),
+		AgentBinary: o.AgentBinary, LabBinary: o.labBinary(), AgentArgs: o.AgentArgs, Agents: o.Agents, CreatedAt: time.Now().UTC(),
 		PeerProxy: o.PeerProxy, DiskLimit: o.DiskLimit}
 	l := &Lab{Spec: spec, log: o.Log}
 	if o.PeerProxy {
@@ -271,13 +275,22 @@ func Up(ctx context.Context, o Options) (_ *Lab, err error) {
 	return l, spec.save()
 }
 
+// labBinary is o.LabBinary, else etcd-agent-lab beside the agent binary
+// (bin/ after `make build`, a test's build folder after labtest.BuildAgent).
+func (o Options) labBinary() string {
+	if o.LabBinary != "" || o.AgentBinary == "" {
+		return o.LabBinary
+	}
+	return filepath.Join(filepath.Dir(o.AgentBinary), "etcd-agent-lab")
+}
+
 func checkBinaries(o Options) error {
 	var missing []string
 	etcd := o.EtcdBinary
 	if etcd == "" {
 		etcd = filepath.Join(o.BinDir, "etcd")
 	}
-	need := []string{etcd, o.AgentBinary}
+	need := []string{etcd, o.AgentBinary, o.labBinary()}
 	if len(o.EtcdBinaries) > o.Nodes {
 		return fmt.Errorf("%d etcd binaries for %d nodes", len(o.EtcdBinaries), o.Nodes)
 	}
@@ -387,7 +400,7 @@ func (l *Lab) newNamedNode(name, ip string, withMember bool) (Node, error) {
 
 // startSupervisor starts the node's kubelet-like supervisor process.
 func (l *Lab) startSupervisor(n *Node) error {
-	argv := []string{l.Spec.AgentBinary, "lab", "supervise", "--node-dir", n.NodeDir, "--log-format", "json"}
+	argv := []string{l.Spec.LabBinary, "supervise", "--node-dir", n.NodeDir, "--log-format", "json"}
 	proc, err := startDetached(argv, filepath.Join(n.LogsDir, "supervisor.log"))
 	if err != nil {
 		return err

@@ -172,7 +172,7 @@ func (l *Lab) addWorker(ctx context.Context, n Node) (*Node, error) {
 	if !ok {
 		return nil, fmt.Errorf("no kubelet identity for %s (a management lab has node1..node9)", n.Name)
 	}
-	argv := []string{l.Spec.AgentBinary, "lab", "supervise", "--node-dir", n.NodeDir, "--log-format", "json",
+	argv := []string{l.Spec.LabBinary, "supervise", "--node-dir", n.NodeDir, "--log-format", "json",
 		"--kubeconfig", kubeconfig, "--node-name", n.Name, "--node-ip", n.IP, "--pod-ip-salt", l.Spec.Management.PodIPSalt,
 		"--heartbeat", kubeletHeartbeat.String()}
 	if err := os.MkdirAll(n.PVDir(), 0o755); err != nil {

@@ -175,7 +175,7 @@ func (l *Lab) startRealNodeProcess(n *Node) error {
 		return err
 	}
 	defer logf.Close()
-	cmd := exec.Command(l.Spec.AgentBinary, "lab", "real-node", "--node-dir", n.NodeDir, "--log-format", "json")
+	cmd := exec.Command(l.Spec.LabBinary, "real-node", "--node-dir", n.NodeDir, "--log-format", "json")
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.ExtraFiles = []*os.File{labNS}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Cloneflags: syscall.CLONE_NEWNET | syscall.CLONE_NEWNS}

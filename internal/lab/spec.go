@@ -27,6 +27,7 @@ type Spec struct {
 	BinDir       string     `json:"binDir"`
 	EtcdBinary   string     `json:"etcdBinary,omitempty"` // instead of binDir/etcd
 	AgentBinary  string     `json:"agentBinary"`
+	LabBinary    string     `json:"labBinary"`
 	AgentArgs    []string   `json:"agentArgs,omitempty"`
 	Agents       bool       `json:"agents"`
 	CreatedAt    time.Time  `json:"createdAt"`
@@ -162,7 +163,7 @@ func LoadSpec(dir string) (*Spec, error) {
 	b, err := os.ReadFile(filepath.Join(dir, SpecFile))
 	if err != nil {
 		if os.IsNotExist(err) {
-			return nil, fmt.Errorf("no lab at %s (no %s): run `etcd-agent lab up --dir %s` first", dir, SpecFile, dir)
+			return nil, fmt.Errorf("no lab at %s (no %s): run `etcd-agent-lab up --dir %s` first", dir, SpecFile, dir)
 		}
 		return nil, err
 	}

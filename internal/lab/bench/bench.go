@@ -1,4 +1,4 @@
-// Package bench is `etcd-agent lab bench`: for each db size, in one lab, it
+// Package bench is `etcd-agent-lab bench`: for each db size, in one lab, it
 // measures side by side (1) the bare etcd rejoin (remove + learner + start +
 // promote, driven directly, no agent) of one member and (2) the agent's heal
 // of another member on the same db, with API write latency before and during.

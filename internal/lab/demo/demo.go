@@ -1,4 +1,4 @@
-// Package demo is `etcd-agent lab demo`: bring up the lab with agents, put
+// Package demo is `etcd-agent-lab demo`: bring up the lab with agents, put
 // the API under a write load, wipe a member's data dir, and show the heal as
 // a live timeline and a summary. It succeeds only if the heal did.
 package demo
@@ -44,7 +44,7 @@ type Result struct {
 }
 
 // Run runs the demo on a fresh lab, which it leaves running for a person
-// to explore (stop it with `etcd-agent lab down`).
+// to explore (stop it with `etcd-agent-lab down`).
 func Run(ctx context.Context, o Options) (Result, *lab.Lab, error) {
 	var res Result
 	out := o.Out

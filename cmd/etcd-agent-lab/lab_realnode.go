@@ -11,7 +11,7 @@ import (
 	"github.com/spf13/cobra"
 )
 
-// labNSFD is the lab's network namespace, passed by `lab up` as the first
+// labNSFD is the lab's network namespace, passed by `etcd-agent-lab up` as the first
 // extra file (internal/lab/realnode.go).
 const labNSFD = 3
 
@@ -19,7 +19,7 @@ func newLabRealNodeCmd(g *globalFlags) *cobra.Command {
 	var nodeDir string
 	c := &cobra.Command{
 		Use:    "real-node",
-		Short:  "Be a lab node run by the real kubelet and containerd, in namespaces of its own (started by `lab up --real-node`)",
+		Short:  "Be a lab node run by the real kubelet and containerd, in namespaces of its own (started by `etcd-agent-lab up --real-node`)",
 		Hidden: true,
 		Args:   cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -33,7 +33,7 @@ func newLabRealNodeCmd(g *globalFlags) *cobra.Command {
 			}
 			labNS := os.NewFile(labNSFD, "lab-netns")
 			if labNS == nil {
-				return errors.New("no lab network namespace on fd 3: start this from `lab up --real-node`")
+				return errors.New("no lab network namespace on fd 3: start this from `etcd-agent-lab up --real-node`")
 			}
 			ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 			defer stop()

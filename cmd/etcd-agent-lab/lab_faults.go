@@ -47,7 +47,7 @@ func newLabFaultCmds(open func() (*lab.Lab, error)) []*cobra.Command {
 			}
 			return err
 		}},
-		{"fill-disk", "Fill the node's disk (a tmpfs: lab up --disk-limit) until ENOSPC", func(_ *cobra.Command, l *lab.Lab, n string) error { return l.FillDisk(n) }},
+		{"fill-disk", "Fill the node's disk (a tmpfs: up --disk-limit) until ENOSPC", func(_ *cobra.Command, l *lab.Lab, n string) error { return l.FillDisk(n) }},
 		{"free-disk", "Remove what fill-disk wrote", func(_ *cobra.Command, l *lab.Lab, n string) error { return l.FreeDisk(n) }},
 		// No partition verb: the peer proxies that cut it run only in the
 		// process that called lab.Up (Go API: Lab.Partition).

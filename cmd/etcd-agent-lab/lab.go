@@ -35,7 +35,7 @@ func defaultBinDir() string {
 
 func newLabCmd(g *globalFlags) *cobra.Command {
 	var dir string
-	cmd := &cobra.Command{Use: "lab", Short: "Run a local etcd + kube-apiserver control plane to demo and test the agent"}
+	cmd := &cobra.Command{Use: "lab", Short: "Run a local etcd + kube-apiserver control plane (and a real kubelet node) to demo and test etcd-agent"}
 	cmd.PersistentFlags().StringVar(&dir, "dir", "lab", "the lab's folder")
 	open := func() (*lab.Lab, error) {
 		log, err := g.logger()
@@ -78,9 +78,12 @@ func newLabUpCmd(g *globalFlags, dir *string) *cobra.Command {
 				o.DiskLimit = q.Value()
 			}
 			if o.AgentBinary == "" {
-				if o.AgentBinary, err = os.Executable(); err != nil {
+				if o.AgentBinary, err = agentBinary(); err != nil {
 					return err
 				}
+			}
+			if o.LabBinary, err = os.Executable(); err != nil {
+				return err
 			}
 			if o.BinDir, err = filepath.Abs(o.BinDir); err != nil {
 				return err
@@ -91,7 +94,7 @@ func newLabUpCmd(g *globalFlags, dir *string) *cobra.Command {
 			start := time.Now()
 			l, err := lab.Up(cmd.Context(), o)
 			if err != nil {
-				return fmt.Errorf("lab up: %w (stop what started with `etcd-agent lab down --dir %s`)", err, *dir)
+				return fmt.Errorf("lab up: %w (stop what started with `etcd-agent-lab down --dir %s`)", err, *dir)
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "lab up in %s (%.1fs)\n\n", l.Spec.Dir, time.Since(start).Seconds())
 			if ok, why := l.DiskFaultsAvailable(); o.DiskLimit > 0 && !ok {
@@ -107,7 +110,7 @@ func newLabUpCmd(g *globalFlags, dir *string) *cobra.Command {
 	c.Flags().IntVar(&o.HostedClusters, "hosted-clusters", 2, "with --mode management: hosted etcd clusters (namespaces clusters-a, clusters-b, ...)")
 	c.Flags().IntVar(&o.PVsPerNode, "pvs-per-node", 0, "with --mode management: local PVs per worker (0: one more than --hosted-clusters, at least 3)")
 	c.Flags().StringVar(&o.BinDir, "bin-dir", defaultBinDir(), "folder with etcd, etcdctl, kube-apiserver (from `make tools`)")
-	c.Flags().StringVar(&o.AgentBinary, "agent-binary", "", "etcd-agent binary for supervisors and agents (default: this executable)")
+	c.Flags().StringVar(&o.AgentBinary, "agent-binary", "", "etcd-agent binary for the gates and agents (default: etcd-agent beside this executable)")
 	c.Flags().BoolVar(&o.NoAPIServer, "no-apiserver", false, "do not start kube-apiserver")
 	c.Flags().BoolVar(&o.Agents, "agents", false, "run `etcd-agent run` on every node")
 	c.Flags().StringVar(&o.EtcdBinary, "etcd-binary", "", "etcd binary for the members (default: <bin-dir>/etcd; make tools also builds bin/etcd-3.7)")
@@ -118,7 +121,7 @@ func newLabUpCmd(g *globalFlags, dir *string) *cobra.Command {
 	c.Flags().BoolVar(&o.EtcdWALDir, "etcd-wal-dir", false, "members run with a dedicated --wal-dir (<node>/disk/wal/etcd), as a WAL on its own disk")
 	c.Flags().StringArrayVar(&o.AgentArgs, "agent-arg", nil, "extra flag for every agent (repeatable)")
 	c.Flags().StringVar(&o.SnapshotStore, "snapshot-store", "", "give the agents a --snapshot-store: file (a lab folder, as a shared filesystem) or s3 (a real S3 server: SeaweedFS weed mini, built by make tools); the URL and credentials are in <dir>/lab.json")
-	c.Flags().StringVar(&diskLimit, "disk-limit", "", "make each node's disk a tmpfs of this size (e.g. 256Mi; needs root) for fill-disk; `lab down` unmounts them")
+	c.Flags().StringVar(&diskLimit, "disk-limit", "", "make each node's disk a tmpfs of this size (e.g. 256Mi; needs root) for fill-disk; `down` unmounts them")
 	// No --peer-proxy: the peer proxies live in the process that brought the
 	// lab up, and this command exits (see internal/lab/peerproxy.go).
 	return c
@@ -162,7 +165,7 @@ func printHowToReach(cmd *cobra.Command, l *lab.Lab) {
 		fmt.Fprintf(w, "       curl --cacert %s/pki/ca.crt -H 'Authorization: Bearer %s' %s/apis/coordination.k8s.io/v1/namespaces/%s/leases\n",
 			a.Dir, a.Token, a.URL, lab.AgentNamespace)
 	}
-	fmt.Fprintf(w, "lab:   %s/lab.json; stop with: etcd-agent lab down --dir %s\n", l.Spec.Dir, l.Spec.Dir)
+	fmt.Fprintf(w, "lab:   %s/lab.json; stop with: etcd-agent-lab down --dir %s\n", l.Spec.Dir, l.Spec.Dir)
 }
 
 func joinComma(s []string) string {
@@ -249,7 +252,7 @@ func newLabSuperviseCmd(g *globalFlags) *cobra.Command {
 	var heartbeat time.Duration
 	c := &cobra.Command{
 		Use:    "supervise",
-		Short:  "Run a lab node's static pods like a kubelet, and with --kubeconfig its API pods too (started by `lab up`)",
+		Short:  "Run a lab node's static pods like a kubelet, and with --kubeconfig its API pods too (started by `up`)",
 		Hidden: true,
 		Args:   cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {

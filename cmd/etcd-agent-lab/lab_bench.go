@@ -2,7 +2,6 @@ package main
 
 import (
 	"fmt"
-	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -37,7 +36,7 @@ func newLabBenchCmd(g *globalFlags, dir *string) *cobra.Command {
 				}
 				bytes = append(bytes, b)
 			}
-			exe, err := os.Executable()
+			agent, err := agentBinary()
 			if err != nil {
 				return err
 			}
@@ -45,7 +44,7 @@ func newLabBenchCmd(g *globalFlags, dir *string) *cobra.Command {
 				return err
 			}
 			o := bench.Options{
-				Lab:   lab.Options{Dir: *dir, Nodes: 3, BinDir: binDir, AgentBinary: exe, Log: log},
+				Lab:   lab.Options{Dir: *dir, Nodes: 3, BinDir: binDir, AgentBinary: agent, Log: log},
 				Sizes: bytes, Runs: runs, Modes: modes, Out: cmd.OutOrStdout(), Log: log,
 			}
 			if etcdVersion != "" {
@@ -104,7 +103,7 @@ func newLabBenchScaleCmd(g *globalFlags, dir *string) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			exe, err := os.Executable()
+			agent, err := agentBinary()
 			if err != nil {
 				return err
 			}
@@ -112,7 +111,7 @@ func newLabBenchScaleCmd(g *globalFlags, dir *string) *cobra.Command {
 				return err
 			}
 			_, err = bench.Scale(cmd.Context(), bench.ScaleOptions{
-				Lab:     lab.Options{Dir: *dir, BinDir: binDir, AgentBinary: exe, Log: log},
+				Lab:     lab.Options{Dir: *dir, BinDir: binDir, AgentBinary: agent, Log: log},
 				Members: members, Window: window, PollInterval: poll, Replicas: replicas, ProfileDir: profileDir, Out: cmd.OutOrStdout(), Log: log,
 			})
 			return err

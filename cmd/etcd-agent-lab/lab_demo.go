@@ -3,7 +3,6 @@ package main
 import (
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"time"
 
@@ -27,21 +26,21 @@ func newLabDemoCmd(g *globalFlags, dir *string) *cobra.Command {
 			if l, err := lab.Open(*dir, log); err == nil {
 				_ = l.Down(cmd.Context()) // a previous demo's lab
 			}
-			exe, err := os.Executable()
+			agent, err := agentBinary()
 			if err != nil {
 				return err
 			}
 			if binDir, err = filepath.Abs(binDir); err != nil {
 				return err
 			}
-			o.Lab = lab.Options{Dir: *dir, Nodes: o.Lab.Nodes, BinDir: binDir, AgentBinary: exe, Log: log}
+			o.Lab = lab.Options{Dir: *dir, Nodes: o.Lab.Nodes, BinDir: binDir, AgentBinary: agent, Log: log}
 			o.Out = cmd.OutOrStdout()
 			res, l, err := demo.Run(cmd.Context(), o)
 			if err != nil {
-				return fmt.Errorf("demo: %w (stop what started with `etcd-agent lab down --dir %s`)", err, *dir)
+				return fmt.Errorf("demo: %w (stop what started with `etcd-agent-lab down --dir %s`)", err, *dir)
 			}
 			res.Print(cmd.OutOrStdout())
-			fmt.Fprintf(cmd.OutOrStdout(), "\nThe lab keeps running: etcd-agent lab status --dir %s; stop it with etcd-agent lab down --dir %s (or make demo-down)\n", l.Spec.Dir, l.Spec.Dir)
+			fmt.Fprintf(cmd.OutOrStdout(), "\nThe lab keeps running: etcd-agent-lab status --dir %s; stop it with etcd-agent-lab down --dir %s (or make demo-down)\n", l.Spec.Dir, l.Spec.Dir)
 			if !res.Healed {
 				return errors.New("the heal did not succeed")
 			}

@@ -1,0 +1,40 @@
+package main
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+)
+
+func execute(args ...string) (string, error) {
+	root := newRootCmd()
+	var out bytes.Buffer
+	root.SetOut(&out)
+	root.SetErr(&out)
+	root.SetArgs(args)
+	err := root.Execute()
+	return out.String(), err
+}
+
+func TestBadInputGivesAClearError(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"bad lab size", []string{"bench", "--sizes", "lots"}, "bad size"},
+		{"bad mode", []string{"up", "--mode", "cloud", "--dir", t.TempDir()}, "--mode \"cloud\""},
+		{"bad log level", []string{"status", "--log-level", "loud", "--dir", t.TempDir()}, "bad --log-level"},
+		{"no lab there", []string{"status", "--dir", t.TempDir()}, "lab.json"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			out, err := execute(tc.args...)
+			if err == nil {
+				t.Fatalf("no error; output:\n%s", out)
+			}
+			if !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("error %q does not say %q", err, tc.want)
+			}
+		})
+	}
+}
