@@ -125,3 +125,21 @@ func TestTheProductBinaryLinksNoLab(t *testing.T) {
 		}
 	}
 }
+
+// The product's go.mod requires no dependency only the lab and the tests use
+// (issue 42): the chaos soak's checker lives in test/chaos's module, the
+// lab renders kustomizations with kubectl's kustomize.
+func TestTheProductGoModHoldsNoLabOnlyDependency(t *testing.T) {
+	b, err := os.ReadFile("../../go.mod")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(string(b), "module github.com/etcd-agent/etcd-agent\n") {
+		t.Fatalf("../../go.mod is not the product's:\n%.200s", b)
+	}
+	for _, labOnly := range []string{"github.com/anishathalye/porcupine", "sigs.k8s.io/kustomize/", "github.com/seaweedfs/", "golang.org/x/sync"} {
+		if strings.Contains(string(b), labOnly) {
+			t.Errorf("the product's go.mod requires %s", labOnly)
+		}
+	}
+}

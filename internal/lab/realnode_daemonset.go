@@ -1,10 +1,15 @@
 package lab
 
 import (
+	"bufio"
+	"bytes"
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"maps"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"time"
@@ -16,11 +21,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/discovery/cached/memory"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/restmapper"
-	"sigs.k8s.io/kustomize/api/krusty"
-	"sigs.k8s.io/kustomize/kyaml/filesys"
 	"sigs.k8s.io/yaml"
 )
 
@@ -68,9 +72,9 @@ patches:
 %s`, deployDir, ShippedDaemonSet, node, envPatch)
 }
 
-// renderShippedDaemonSet builds the overlay over deployDir with kustomize
-// itself (krusty, the options `kubectl apply -k` uses).
-func renderShippedDaemonSet(deployDir, overlayDir, node string, env map[string]string) ([]*unstructured.Unstructured, error) {
+// renderShippedDaemonSet builds the overlay over deployDir with kubectl's
+// kustomize (what `kubectl apply -k` uses).
+func renderShippedDaemonSet(kubectl, deployDir, overlayDir, node string, env map[string]string) ([]*unstructured.Unstructured, error) {
 	if err := os.MkdirAll(overlayDir, 0o755); err != nil {
 		return nil, err
 	}
@@ -81,26 +85,39 @@ func renderShippedDaemonSet(deployDir, overlayDir, node string, env map[string]s
 	if err := os.WriteFile(filepath.Join(overlayDir, "kustomization.yaml"), []byte(realNodeOverlay(rel, node, env)), 0o644); err != nil {
 		return nil, err
 	}
-	return RenderKustomization(overlayDir)
+	return RenderKustomization(kubectl, overlayDir)
 }
 
-// RenderKustomization is `kustomize build dir` with kustomize itself
-// (krusty, the default options `kubectl apply -k` uses): the objects a
-// cluster would receive.
-func RenderKustomization(dir string) ([]*unstructured.Unstructured, error) {
-	m, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(filesys.MakeFsOnDisk(), dir)
+// RenderKustomization is `kubectl kustomize dir` (the kustomize built into
+// the kubectl `make tools` builds, what `kubectl apply -k` runs): the
+// objects a cluster would receive. Not kustomize's Go API: the product's
+// go.mod carries no lab-only dependency (issue 42).
+func RenderKustomization(kubectl, dir string) ([]*unstructured.Unstructured, error) {
+	var stderr bytes.Buffer
+	cmd := exec.Command(kubectl, "kustomize", dir)
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
 	if err != nil {
-		return nil, fmt.Errorf("kustomize build %s: %w", dir, err)
+		return nil, fmt.Errorf("kubectl kustomize %s: %v: %s", dir, err, bytes.TrimSpace(stderr.Bytes()))
 	}
 	var objs []*unstructured.Unstructured
-	for _, r := range m.Resources() {
-		o, err := r.Map()
-		if err != nil {
-			return nil, fmt.Errorf("kustomize build %s: %s: %w", dir, r.CurId(), err)
+	r := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(out)))
+	for {
+		doc, err := r.Read()
+		if errors.Is(err, io.EOF) {
+			return objs, nil
 		}
-		objs = append(objs, &unstructured.Unstructured{Object: o})
+		if err != nil {
+			return nil, fmt.Errorf("kubectl kustomize %s: %w", dir, err)
+		}
+		o := &unstructured.Unstructured{}
+		if err := yaml.Unmarshal(doc, &o.Object); err != nil {
+			return nil, fmt.Errorf("kubectl kustomize %s: %w", dir, err)
+		}
+		if len(o.Object) > 0 {
+			objs = append(objs, o)
+		}
 	}
-	return objs, nil
 }
 
 // deployDir is the repo's deploy/daemonset, beside bin/.
@@ -121,7 +138,7 @@ func (l *Lab) applyShippedDaemonSet(ctx context.Context, n Node) error {
 	if _, err := kc.CoreV1().Nodes().Patch(ctx, n.Name, types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
 		return fmt.Errorf("label node %s as control plane: %w", n.Name, err)
 	}
-	objs, err := renderShippedDaemonSet(l.Spec.deployDir(), filepath.Join(l.Spec.Dir, "deploy"), n.Name, l.Spec.RealNode.AgentEnv)
+	objs, err := renderShippedDaemonSet(filepath.Join(l.Spec.BinDir, "kubectl"), l.Spec.deployDir(), filepath.Join(l.Spec.Dir, "deploy"), n.Name, l.Spec.RealNode.AgentEnv)
 	if err != nil {
 		return err
 	}

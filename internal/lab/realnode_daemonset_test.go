@@ -18,11 +18,15 @@ func TestTheRealNodesDaemonSetIsTheShippedOneWithImageAndNodeSelector(t *testing
 	if err != nil {
 		t.Fatal(err)
 	}
-	objs, err := renderShippedDaemonSet(deploy, t.TempDir(), "node3", map[string]string{"ETCD_AGENT_MANIFEST_RESTORE_DELAY": "10s"})
+	kubectl, err := filepath.Abs("../../bin/kubectl") // make tools
 	if err != nil {
 		t.Fatal(err)
 	}
-	shipped, err := RenderKustomization(deploy)
+	objs, err := renderShippedDaemonSet(kubectl, deploy, t.TempDir(), "node3", map[string]string{"ETCD_AGENT_MANIFEST_RESTORE_DELAY": "10s"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	shipped, err := RenderKustomization(kubectl, deploy)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,5 +1,5 @@
 // Package chaos_test runs the randomized fault soak (package
-// internal/lab/chaos) against the real lab. `make test` runs one short
+// test/chaos/internal/chaos) against the real lab. `make test` runs one short
 // smoke run; `make e2e-chaos` runs longer ones. See docs/testing.md.
 package chaos_test
 
@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/etcd-agent/etcd-agent/internal/lab/chaos"
+	"github.com/etcd-agent/etcd-agent/test/chaos/internal/chaos"
 	"github.com/etcd-agent/etcd-agent/internal/lab/labtest"
 	"go.uber.org/zap"
 )

@@ -8,17 +8,19 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 
 	"github.com/etcd-agent/etcd-agent/internal/lab"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 )
 
-// render builds the kustomization in dir with kustomize itself (its Go API,
-// sigs.k8s.io/kustomize/api/krusty, on the real file system, with the
-// default options `kubectl apply -k` and `kustomize build` use), so the tests
-// check the objects a cluster would receive.
-func render(dir string) ([]*unstructured.Unstructured, error) { return lab.RenderKustomization(dir) }
+// render builds the kustomization in dir with kubectl's kustomize (what
+// `kubectl apply -k` runs), so the tests check the objects a cluster would
+// receive.
+func render(dir string) ([]*unstructured.Unstructured, error) {
+	return lab.RenderKustomization(filepath.Join(binDir, "kubectl"), dir)
+}
 
 // readObjects reads the YAML documents of a file as objects (empty
 // documents skipped).

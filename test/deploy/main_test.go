@@ -39,9 +39,9 @@ func TestMain(m *testing.M) {
 	var err error
 	if repoRoot, err = labtest.RepoRoot(); err == nil {
 		binDir = filepath.Join(repoRoot, "bin")
-		// promtool is needed by the alert tests, which always run: fail
-		// loudly rather than skip.
-		err = labtest.CheckBinaries(binDir, "promtool")
+		// promtool is needed by the alert tests and kubectl (its kustomize)
+		// by the render tests, which always run: fail loudly, not skip.
+		err = labtest.CheckBinaries(binDir, "promtool", "kubectl")
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "deploy:", err)

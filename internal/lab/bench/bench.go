@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"sync"
 	"text/tabwriter"
 	"time"
 
@@ -24,7 +25,6 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
-	"golang.org/x/sync/errgroup"
 	"golang.org/x/sys/unix"
 	"k8s.io/apimachinery/pkg/util/wait"
 )
@@ -245,21 +245,26 @@ func fill(ctx context.Context, cli *clientv3.Client, size int64) error {
 			return err
 		}
 	}
-	g, gctx := errgroup.WithContext(ctx)
+	// 8 writers; the first error ends the others (errgroup's job, without
+	// golang.org/x/sync in the product's go.mod for this one use).
+	gctx, cancelAll := context.WithCancelCause(ctx)
+	defer cancelAll(nil)
+	var wg sync.WaitGroup
 	for w := range 8 {
-		g.Go(func() error {
+		wg.Go(func() {
 			for i := w; i < 12000; i += 8 {
 				rctx, cancel := context.WithTimeout(gctx, 30*time.Second)
 				_, err := cli.Put(rctx, fmt.Sprintf("/bench/entries/%06d", i), "x")
 				cancel()
 				if err != nil {
-					return err
+					cancelAll(err)
+					return
 				}
 			}
-			return nil
 		})
 	}
-	return g.Wait()
+	wg.Wait()
+	return context.Cause(gctx)
 }
 
 // bareRejoin is the upstream procedure with no agent: stop the member, set

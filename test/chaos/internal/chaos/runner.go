@@ -12,7 +12,7 @@ import (
 
 	"github.com/etcd-agent/etcd-agent/internal/lab"
 	"github.com/etcd-agent/etcd-agent/internal/lab/invariant"
-	"github.com/etcd-agent/etcd-agent/internal/lab/linearize"
+	"github.com/etcd-agent/etcd-agent/test/chaos/internal/linearize"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 	"k8s.io/apimachinery/pkg/util/wait"

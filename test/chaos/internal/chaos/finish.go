@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/etcd-agent/etcd-agent/internal/lab/invariant"
-	"github.com/etcd-agent/etcd-agent/internal/lab/linearize"
+	"github.com/etcd-agent/etcd-agent/test/chaos/internal/linearize"
 )
 
 // finish undoes what the schedule may have left, settles, stops the

@@ -10,7 +10,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/etcd-agent/etcd-agent/internal/lab/linearize"
+	"github.com/etcd-agent/etcd-agent/test/chaos/internal/linearize"
 )
 
 // Report is one run: what was injected, what the agents did, the figures
