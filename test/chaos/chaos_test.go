@@ -15,8 +15,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/etcd-agent/etcd-agent/test/chaos/internal/chaos"
 	"github.com/etcd-agent/etcd-agent/internal/lab/labtest"
+	"github.com/etcd-agent/etcd-agent/test/chaos/internal/chaos"
 	"go.uber.org/zap"
 )
 
