@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
@@ -101,22 +102,26 @@ func RequestPodMove(ctx context.Context, kc kubernetes.Interface, ns, name, targ
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	for {
-		if p, err := kc.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{}); err == nil && p.Annotations[AnnotationLastRecovery] != prev {
-			if lr, ok, _ := LastRecoveryFrom(p.Annotations); ok {
-				source := strings.HasPrefix(lr.Request, ActionMoveAway)
-				switch {
-				case source && lr.Result != ResultSucceeded:
-					return lr, nil // refused, dry run or failed
-				case !source && p.Spec.NodeName == target && lr.Result == ResultSucceeded && strings.HasPrefix(lr.MoveFrom, ns+"/"+name+"@"):
-					return lr, nil
-				}
-			}
+	var lr LastRecovery
+	err := awaitPod(ctx, kc, ns, name, func(p *corev1.Pod) bool {
+		if p.Annotations[AnnotationLastRecovery] == prev {
+			return false
 		}
-		select {
-		case <-ctx.Done():
-			return LastRecovery{}, fmt.Errorf("the move of %s/%s to %s has not been answered within %s (the agents' logs and the pod's Events say where it is): %w", ns, name, target, timeout, ctx.Err())
-		case <-time.After(time.Second):
+		var ok bool
+		if lr, ok, _ = LastRecoveryFrom(p.Annotations); !ok {
+			return false
 		}
+		source := strings.HasPrefix(lr.Request, ActionMoveAway)
+		switch {
+		case source && lr.Result != ResultSucceeded:
+			return true // refused, dry run or failed
+		case !source && p.Spec.NodeName == target && lr.Result == ResultSucceeded && strings.HasPrefix(lr.MoveFrom, ns+"/"+name+"@"):
+			return true
+		}
+		return false
+	})
+	if err != nil {
+		return LastRecovery{}, fmt.Errorf("the move of %s/%s to %s has not been answered within %s (the agents' logs and the pod's Events say where it is): %w", ns, name, target, timeout, err)
 	}
+	return lr, nil
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
@@ -55,18 +56,15 @@ func requestAndWait(ctx context.Context, kc kubernetes.Interface, node string, a
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	for {
-		n, err := kc.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
-		if err == nil {
-			_, waiting := n.Annotations[pending]
-			if lr, ok, _ := LastRecoveryFrom(n.Annotations); ok && !waiting && n.Annotations[AnnotationLastRecovery] != prev {
-				return lr, nil
-			}
-		}
-		select {
-		case <-ctx.Done():
-			return LastRecovery{}, fmt.Errorf("no answer from the agent on %s within %s (is it running? the request stays on the Node): %w", node, timeout, ctx.Err())
-		case <-time.After(time.Second):
-		}
+	var lr LastRecovery
+	err := awaitNode(ctx, kc, node, func(n *corev1.Node) bool {
+		_, waiting := n.Annotations[pending]
+		var ok bool
+		lr, ok, _ = LastRecoveryFrom(n.Annotations)
+		return ok && !waiting && n.Annotations[AnnotationLastRecovery] != prev
+	})
+	if err != nil {
+		return LastRecovery{}, fmt.Errorf("no answer from the agent on %s within %s (is it running? the request stays on the Node): %w", node, timeout, err)
 	}
+	return lr, nil
 }
