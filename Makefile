@@ -3,7 +3,8 @@ SHELL := /bin/bash
 GO ?= go
 BIN := $(CURDIR)/bin
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
-LDFLAGS := -X github.com/etcd-agent/etcd-agent/internal/version.Version=$(VERSION)
+# -s -w: no symbol table or DWARF (stack traces keep their names and lines)
+LDFLAGS := -s -w -X github.com/etcd-agent/etcd-agent/internal/version.Version=$(VERSION)
 LAB_DIR ?= $(CURDIR)/lab
 E2E_TIMEOUT ?= 45m
 # e2e scenarios with a lab of their own run this many at a time (test/e2e newLab)
