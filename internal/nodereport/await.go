@@ -55,9 +55,9 @@ func awaitPod(ctx context.Context, kc kubernetes.Interface, ns, name string, ans
 	})
 }
 
-// await is watchtools.UntilWithSync on one object: done when answered, an
-// error when the object is deleted (a pod re-created under its name comes
-// back as an add, and is looked at again).
+// await is watchtools.UntilWithSync on one object: done when answered. A
+// deletion is waited through: a member pod the StatefulSet re-creates on a
+// move's target comes back as an add under its name and is looked at again.
 func await(ctx context.Context, lw cache.ListerWatcher, obj runtime.Object, answered func(runtime.Object) bool) error {
 	_, err := watchtools.UntilWithSync(ctx, lw, obj, nil, func(e watch.Event) (bool, error) {
 		switch e.Type {
