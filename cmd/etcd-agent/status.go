@@ -26,6 +26,7 @@ func newStatusCmd(g *globalFlags) *cobra.Command {
 	c := agent.Config{}
 	var output, memberSource string
 	var watch time.Duration
+	var cluster clusterFlags
 	cmd := &cobra.Command{
 		Use:   "status",
 		Short: "Observe once and print what the agent sees and why (exit 0 healthy, 1 degraded/down, 2 lost, 3 majority lost)",
@@ -33,6 +34,9 @@ func newStatusCmd(g *globalFlags) *cobra.Command {
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if output != "json" && output != "table" {
 				return fmt.Errorf("bad -o %q: want json or table", output)
+			}
+			if cluster.on && memberSource == agent.MemberSourcePods {
+				return fmt.Errorf("--cluster is for static-pod members (--member-source=static-pod)")
 			}
 			if watch < 0 {
 				return fmt.Errorf("bad --watch %s: want an interval, or 0 to print once", watch)
@@ -43,6 +47,9 @@ func newStatusCmd(g *globalFlags) *cobra.Command {
 			}
 			c.Log = log
 			once := func() error {
+				if cluster.on {
+					return clusterStatus(cmd.Context(), cmd.OutOrStdout(), c, cluster, output)
+				}
 				if memberSource == agent.MemberSourcePods {
 					return podsStatus(cmd.OutOrStdout(), c.StateDir, output, time.Now())
 				}
@@ -75,6 +82,9 @@ func newStatusCmd(g *globalFlags) *cobra.Command {
 	cmd.Flags().StringVarP(&output, "output", "o", "table", "table or json")
 	cmd.Flags().StringVar(&memberSource, "member-source", agent.MemberSourceStaticPod,
 		"static-pod: observe the member now; pods: list every pod member the daemon serves, from its latest reports in --state-dir")
+	cmd.Flags().BoolVar(&cluster.on, "cluster", false, "every member as its etcd and its node's agent report it; when the majority is lost, the member to restore from and the commands to do it (never run for you)")
+	cmd.Flags().StringToStringVar(&cluster.agentURLs, "agent-url", nil, "with --cluster: MEMBER=URL of a member's agent (default: http://<its peer URL's host>:<--agent-port>)")
+	cmd.Flags().IntVar(&cluster.agentPort, "agent-port", 9793, "with --cluster: the port the agents' --metrics-addr listens on")
 	cmd.Flags().DurationVarP(&watch, "watch", "w", 0, "print again every interval (e.g. 2s) until interrupted: a live view of a recovery's progress (exit 0 then, whatever the state)")
 	return cmd
 }

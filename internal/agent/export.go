@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io/fs"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	"github.com/etcd-agent/etcd-agent/internal/fsutil"
@@ -25,6 +26,10 @@ type reporter struct {
 	metrics    *metrics.Metrics
 	member     string
 	statusPath string
+	// where goes into every report.
+	where *Where
+	// latest, when set, gets every poll's report (served at /status).
+	latest     *atomic.Pointer[Report]
 	last       memberstate.Verdict
 	lastMajor  bool
 	lastCounts [2]int // voters, healthy voters in the last status written
@@ -65,6 +70,7 @@ func (r *reporter) decided(res memberstate.Result, d plan.Decision) {
 
 func (r *reporter) newReport(res memberstate.Result) Report {
 	rep := NewReport(res)
+	rep.Where = r.where
 	if r.decision.Action != "" {
 		d := r.decision
 		rep.Decision = &d
@@ -126,6 +132,10 @@ func (r *reporter) export(res memberstate.Result, recovering bool) {
 	if changed || stepsChanged || moving && now.Sub(r.fileWritten) >= progressFileEvery {
 		r.fileWritten = now
 		r.writeStatus(r.newReport(res))
+	}
+	if r.latest != nil {
+		rep := r.newReport(res)
+		r.latest.Store(&rep)
 	}
 	// A step starting or ending is said at once, or, within a second of
 	// the last line, a second later (a learner flapping between serving

@@ -18,6 +18,7 @@ import (
 	"github.com/etcd-agent/etcd-agent/internal/pin"
 	"github.com/etcd-agent/etcd-agent/internal/plan"
 	"github.com/etcd-agent/etcd-agent/internal/progress"
+	"github.com/etcd-agent/etcd-agent/internal/watchdog"
 	"go.uber.org/zap"
 )
 
@@ -47,6 +48,9 @@ type Report struct {
 	// not be read.
 	LastRecovery *journal.Record `json:"lastRecovery,omitempty"`
 	JournalError string          `json:"journalError,omitempty"`
+	// Where is where this node keeps the member's files: what the
+	// majority-lost restore commands need (status --cluster).
+	Where *Where `json:"where,omitempty"`
 	// Progress is how far the long steps of a recovery running now are
 	// (the streams, the catch-up), as the daemon last wrote it.
 	Progress []progress.Estimate `json:"progress,omitempty"`
@@ -97,6 +101,7 @@ func Status(ctx context.Context, c Config) (Report, error) {
 	defer wd.Close()
 	res := memberstate.NewAssessor(c.GracePeriod).Assess(wd.Observe(ctx, time.Now()), wd.SampleGap())
 	rep := NewReport(res)
+	rep.Where = c.where(id)
 	var j journal.Record
 	if c.StateDir != "" {
 		var ok bool
@@ -115,10 +120,7 @@ func Status(ctx context.Context, c Config) (Report, error) {
 	}
 	// What the core would say (the Lease is not asked: a one-shot status
 	// assumes it could be taken).
-	qdir := c.QuarantineDir
-	if qdir == "" {
-		qdir = filepath.Join(filepath.Dir(id.DataDir), "etcd-agent-quarantine")
-	}
+	qdir := rep.Where.QuarantineDir
 	sp := localdisk.SpaceFor(id.DataDir, qdir)
 	in := plan.Input{Now: res.Observation.At, Obs: res.Observation, Verdict: res.Verdict, Journal: j,
 		APIAvailable: true, FreeBytes: sp.QuarantineFree, DataDirFreeBytes: sp.DataDirFree, DataDirOtherFS: sp.DataDirOtherFS,
@@ -131,19 +133,44 @@ func Status(ctx context.Context, c Config) (Report, error) {
 	return rep, nil
 }
 
+// Where is where a node keeps its member's files.
+type Where struct {
+	Node          string `json:"node,omitempty"`
+	Manifest      string `json:"manifest,omitempty"`
+	DataDir       string `json:"dataDir"`
+	WALDir        string `json:"walDir,omitempty"`
+	QuarantineDir string `json:"quarantineDir"`
+}
+
+// where is Where for the static-pod member id.
+func (c Config) where(id watchdog.Identity) *Where {
+	qdir := c.QuarantineDir
+	if qdir == "" {
+		qdir = filepath.Join(filepath.Dir(id.DataDir), "etcd-agent-quarantine")
+	}
+	return &Where{Node: c.NodeName, Manifest: c.StaticPodManifest, DataDir: id.DataDir, WALDir: id.WALDir, QuarantineDir: qdir}
+}
+
 // daemonProgress is the progress of a recovery the daemon runs now, from
 // its status file in stateDir: only a file written within a few polls (a
 // daemon that stopped writing it is not recovering any more).
 func daemonProgress(stateDir string, now time.Time, poll time.Duration) []progress.Estimate {
-	b, err := os.ReadFile(filepath.Join(stateDir, StatusFile))
-	if err != nil {
-		return nil
-	}
-	var r Report
-	if json.Unmarshal(b, &r) != nil || now.Sub(r.At) > max(30*time.Second, 3*poll) {
+	r, err := DaemonReport(stateDir)
+	if err != nil || now.Sub(r.At) > max(30*time.Second, 3*poll) {
 		return nil
 	}
 	return r.Progress
+}
+
+// DaemonReport is the daemon's latest report, from its status file in
+// stateDir (static pods).
+func DaemonReport(stateDir string) (Report, error) {
+	var r Report
+	b, err := os.ReadFile(filepath.Join(stateDir, StatusFile))
+	if err == nil {
+		err = json.Unmarshal(b, &r)
+	}
+	return r, err
 }
 
 // Hex formats a member or cluster ID as etcdctl does.

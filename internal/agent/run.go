@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -52,7 +53,13 @@ func Run(ctx context.Context, c Config) error {
 	defer unlock()
 	m := metrics.New()
 	var ready atomic.Bool
-	srv, err := serveHTTP(c.MetricsAddr, m, &ready, c.Profiling, c.Log)
+	// The latest report, served at /status (static pods; pod members have
+	// one status file each, which `status --member-source=pods` reads).
+	var latest *atomic.Pointer[Report]
+	if c.MemberSource != MemberSourcePods {
+		latest = &atomic.Pointer[Report]{}
+	}
+	srv, err := serveHTTP(c.MetricsAddr, m, &ready, latest, c.Profiling, c.Log)
 	if err != nil {
 		return err
 	}
@@ -76,7 +83,7 @@ func Run(ctx context.Context, c Config) error {
 		if err := visibleOnNode(id, c.NodePaths); err != nil {
 			return err
 		}
-		err = runMember(ctx, c, id, memberEnv{metrics: m, ready: &ready, kc: kc, metricsAddr: srv.Addr, node: true})
+		err = runMember(ctx, c, id, memberEnv{metrics: m, ready: &ready, kc: kc, metricsAddr: srv.Addr, node: true, latest: latest})
 		if !errors.Is(err, errMemberRetired) && !errors.Is(err, errIdentityChanged) {
 			return err
 		}
@@ -89,6 +96,9 @@ type memberEnv struct {
 	ready       *atomic.Bool
 	kc          kubernetes.Interface // nil: no API
 	metricsAddr string
+	// latest, when set, is where the reporter leaves every poll's report
+	// for /status.
+	latest *atomic.Pointer[Report]
 	// node: the member is the node's own (static pod): manual requests,
 	// Events, pins and last-recovery live on the Node.
 	node bool
@@ -124,8 +134,8 @@ func runMember(ctx context.Context, c Config, id watchdog.Identity, env memberEn
 		zap.String("clientURL", id.ClientURL), zap.String("metrics", env.metricsAddr), zap.Duration("poll", c.PollInterval),
 		zap.Duration("grace", c.GracePeriod), zap.Bool("autoHeal", c.AutoHeal), zap.Bool("dryRun", c.DryRun))
 	board := &progress.Board{} // the healer's long steps, read by the reporter
-	rep := &reporter{log: log, metrics: m, member: id.Name, statusPath: filepath.Join(c.StateDir, StatusFile),
-		progress: board, progressEvery: progressEvery}
+	rep := &reporter{log: log, metrics: m, member: id.Name, statusPath: filepath.Join(c.StateDir, StatusFile), where: c.where(id),
+		progress: board, progressEvery: progressEvery, latest: env.latest}
 	m.Init(id.Name, reasonStrings())
 
 	remote := env.pinRecord
@@ -489,20 +499,22 @@ func waitForIdentity(ctx context.Context, c Config) (watchdog.Identity, error) {
 	}
 }
 
-// serveHTTP serves /metrics, /healthz (the process lives) and /readyz (it
-// has completed an observation).
-func serveHTTP(addr string, m *metrics.Metrics, ready *atomic.Bool, profiling bool, log *zap.Logger) (*http.Server, error) {
+// serveHTTP serves /metrics, /healthz (the process lives), /readyz (it
+// has completed an observation) and /status (the latest poll's report:
+// what `status --cluster` asks every node's agent when the majority is
+// lost, and the Kubernetes API with it).
+func serveHTTP(addr string, m *metrics.Metrics, ready *atomic.Bool, latest *atomic.Pointer[Report], profiling bool, log *zap.Logger) (*http.Server, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, err
 	}
-	return serveOn(ln, m, ready, profiling, log), nil
+	return serveOn(ln, m, ready, latest, profiling, log), nil
 }
 
 // serveOn serves serveHTTP's endpoints on ln (and, with profiling, Go's
 // /debug/pprof/, as Kubernetes components do with --profiling); the
 // server's errors go to log.
-func serveOn(ln net.Listener, m *metrics.Metrics, ready *atomic.Bool, profiling bool, log *zap.Logger) *http.Server {
+func serveOn(ln net.Listener, m *metrics.Metrics, ready *atomic.Bool, latest *atomic.Pointer[Report], profiling bool, log *zap.Logger) *http.Server {
 	mux := http.NewServeMux()
 	if profiling {
 		mux.HandleFunc("/debug/pprof/", pprof.Index)
@@ -517,6 +529,17 @@ func serveOn(ln net.Listener, m *metrics.Metrics, ready *atomic.Bool, profiling 
 		}
 		w.Write([]byte("ok\n"))
 	})
+	if latest != nil {
+		mux.HandleFunc("/status", func(w http.ResponseWriter, _ *http.Request) {
+			rep := latest.Load()
+			if rep == nil {
+				http.Error(w, "no observation yet", http.StatusServiceUnavailable)
+				return
+			}
+			w.Header().Set("Content-Type", "application/json")
+			json.NewEncoder(w).Encode(rep)
+		})
+	}
 	srv := &http.Server{Addr: ln.Addr().String(), Handler: mux, ReadHeaderTimeout: 5 * time.Second,
 		ErrorLog: zap.NewStdLog(log.Named("http"))}
 	go func() {

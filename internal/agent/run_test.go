@@ -50,7 +50,7 @@ func TestMetricsServerErrorsAreLogged(t *testing.T) {
 		t.Fatal(err)
 	}
 	var ready atomic.Bool
-	srv := serveOn(ln, metrics.New(), &ready, false, zap.New(core))
+	srv := serveOn(ln, metrics.New(), &ready, nil, false, zap.New(core))
 	t.Cleanup(func() { srv.Close() })
 	ln.Close() // Serve fails: not a shutdown
 	deadline := time.Now().Add(10 * time.Second)

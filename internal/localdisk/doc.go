@@ -76,6 +76,9 @@ type Result struct {
 	// WALTerm and WALIndex are the raft term the WAL's last hard state
 	// records and the index of its last entry, when read.
 	WALTerm, WALIndex uint64
+	// WALCommit is the commit index of the WAL's last hard state, when
+	// read: the entries a restore from this data dir keeps.
+	WALCommit uint64 `json:",omitempty"`
 	// Verified: Classify's checks finished, so the class is confirmed. The
 	// layout check alone (ClassifyLayout, or a deep check that could not
 	// finish) leaves it false: its corrupt can be a member bootstrapping.

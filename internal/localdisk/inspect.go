@@ -52,7 +52,7 @@ func inspectOpen(req inspectRequest, db *bolt.DB, dbPath, walDir string, stage f
 	if err != nil {
 		return corruptf("%s: %v", walDir, err)
 	}
-	r := Result{MemberID: ws.memberID, ClusterID: ws.clusterID, WALTerm: ws.term, WALIndex: ws.lastIndex}
+	r := Result{MemberID: ws.memberID, ClusterID: ws.clusterID, WALTerm: ws.term, WALIndex: ws.lastIndex, WALCommit: ws.commit}
 	if mismatch := identityMismatch(ws.memberID, ws.clusterID, req.Expect); mismatch != "" {
 		r.Class = ClassForeign
 		r.Detail = fmt.Sprintf("%s metadata %s", walDir, mismatch)

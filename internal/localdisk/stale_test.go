@@ -48,6 +48,15 @@ func classifyReportsStaleForAnOlderCopyOfTheMembersOwnData(t *testing.T, bin str
 	if cur.WALIndex < hw.Index || cur.WALTerm < hw.Term {
 		t.Fatalf("current data dir: WAL index %d term %d, below what the member reported (%d, %d)", cur.WALIndex, cur.WALTerm, hw.Index, hw.Term)
 	}
+	// The commit a restore from it keeps (--force-new-cluster) is what the
+	// member said it had committed; the old copy's is behind it.
+	if cur.WALCommit < hw.Index || cur.WALCommit > cur.WALIndex || cur.WALCommit < cur.ConsistentIndex {
+		t.Fatalf("current data dir: WAL commit %d, want at least the reported %d, within applied %d and last index %d",
+			cur.WALCommit, hw.Index, cur.ConsistentIndex, cur.WALIndex)
+	}
+	if r.WALCommit == 0 || r.WALCommit >= hw.Index {
+		t.Fatalf("stale copy: WAL commit %d, want above 0 and below %d", r.WALCommit, hw.Index)
+	}
 	other := hw
 	other.MemberID++
 	requireClass(t, classifyNow(t, old, Expect{ClusterID: m.id.clusterID, HighWater: other}), ClassOK)

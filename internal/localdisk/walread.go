@@ -27,6 +27,10 @@ type walState struct {
 	lastIndex uint64
 	// term is the term of the last hard state (at least the snapshot's).
 	term uint64
+	// commit is the last hard state's commit index (at least the
+	// snapshot's): what etcd keeps of this log under --force-new-cluster,
+	// which drops the entries after it (docs/design.md, majority lost).
+	commit uint64
 	// brokenSnaps are .snap files that failed to load and were skipped, as
 	// etcd itself would skip them.
 	brokenSnaps []string
@@ -69,6 +73,7 @@ func readWAL(dataDir, walDir string) (walState, error) {
 		return walState{}, err
 	}
 	st.lastIndex, st.term = st.start.Index, max(hs.Term, st.start.Term)
+	st.commit = max(hs.Commit, st.start.Index)
 	if len(ents) > 0 {
 		st.lastIndex = ents[len(ents)-1].Index
 	}

@@ -67,8 +67,12 @@ type Local struct {
 	// DataDirMemberID is the member the data dir's WAL names (0 when the
 	// deep check did not read it).
 	DataDirMemberID uint64 `json:"dataDirMemberID,omitempty"`
-	Match           Match  `json:"match"`
-	MatchDetail     string `json:"matchDetail,omitempty"`
+	// DataDirRaft is where the data dir's log stands, read read-only
+	// while the member does not hold it (zero otherwise): what a restore
+	// from it would keep when the majority is lost (internal/survivor).
+	DataDirRaft *RaftPosition `json:"dataDirRaft,omitempty"`
+	Match       Match         `json:"match"`
+	MatchDetail string        `json:"matchDetail,omitempty"`
 	// ID is the matched member's ID (0 unless Match is ok).
 	ID        uint64   `json:"id,omitempty"`
 	Serving   bool     `json:"serving"`
@@ -81,6 +85,17 @@ type Local struct {
 	// the identity by what answers, not only by name and peer URL.
 	AnsweringID        uint64 `json:"answeringID,omitempty"`
 	AnsweringClusterID uint64 `json:"answeringClusterID,omitempty"`
+}
+
+// RaftPosition is where a member's log stands on its disk.
+type RaftPosition struct {
+	// Term is the last hard state's term; Commit its commit index (what
+	// --force-new-cluster keeps); LastIndex the last entry's index;
+	// Applied the db's consistent index.
+	Term      uint64 `json:"term"`
+	Commit    uint64 `json:"commit"`
+	LastIndex uint64 `json:"lastIndex"`
+	Applied   uint64 `json:"applied"`
 }
 
 // Observation is one poll's view.

@@ -39,13 +39,26 @@ func Parse(files ...string) (map[string][]Step, error) {
 		if err != nil {
 			return nil, err
 		}
-		steps, err := parse(f, b)
+		procs, err := ParseBytes(f, b)
 		if err != nil {
 			return nil, err
 		}
-		for _, s := range steps {
-			out[s.Procedure] = append(out[s.Procedure], s)
+		for name, steps := range procs {
+			out[name] = append(out[name], steps...)
 		}
+	}
+	return out, nil
+}
+
+// ParseBytes is Parse of one file's contents (an embedded doc), named file.
+func ParseBytes(file string, b []byte) (map[string][]Step, error) {
+	steps, err := parse(file, b)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string][]Step{}
+	for _, s := range steps {
+		out[s.Procedure] = append(out[s.Procedure], s)
 	}
 	return out, nil
 }

@@ -390,6 +390,10 @@ func (w *Watchdog) classifyDataDir(ctx context.Context, obs *observation.Observa
 	}
 	obs.Local.DataDirClass, obs.Local.DataDirDetail, obs.Local.DataDirVerified = string(r.Class), r.Detail, r.Verified
 	obs.Local.DataDirClusterID, obs.Local.DataDirMemberID = r.ClusterID, r.MemberID
+	obs.Local.DataDirRaft = nil // this poll's read only: a member that holds its data dir again moves on
+	if r.Verified && (r.Class == localdisk.ClassOK || r.Class == localdisk.ClassStale) {
+		obs.Local.DataDirRaft = &observation.RaftPosition{Term: r.WALTerm, Commit: r.WALCommit, LastIndex: r.WALIndex, Applied: r.ConsistentIndex}
+	}
 }
 
 func uniq(in []string) []string {

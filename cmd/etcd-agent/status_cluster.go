@@ -1,0 +1,243 @@
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+
+	"github.com/etcd-agent/etcd-agent/docs"
+	"github.com/etcd-agent/etcd-agent/internal/agent"
+	"github.com/etcd-agent/etcd-agent/internal/observation"
+	"github.com/etcd-agent/etcd-agent/internal/runbook"
+	"github.com/etcd-agent/etcd-agent/internal/survivor"
+	"github.com/etcd-agent/etcd-agent/internal/timefmt"
+)
+
+// clusterFlags are status --cluster's: how to reach the other nodes' agents.
+type clusterFlags struct {
+	on        bool
+	agentURLs map[string]string
+	agentPort int
+}
+
+// clusterAnswer is status --cluster's JSON output.
+type clusterAnswer struct {
+	Choice survivor.Choice `json:"choice"`
+	// Steps are the restore's scripts, in order ("" error when written).
+	Steps         []survivor.Step `json:"steps,omitempty"`
+	CommandsError string          `json:"commandsError,omitempty"`
+}
+
+// clusterStatus gathers what every member's etcd and agent say, names the
+// member to restore from when the majority is lost, and prints the
+// commands to do it (docs/runbooks/README.md, "Majority lost: restore").
+// It never acts. The Kubernetes API is not used: without etcd's quorum it
+// does not answer; each node's agent answers /status on its metrics port.
+func clusterStatus(ctx context.Context, out io.Writer, c agent.Config, f clusterFlags, output string) error {
+	rep, err := agent.Status(ctx, c)
+	if err != nil {
+		return err
+	}
+	members, majorityLost := rep.Observation.Members, rep.MajorityLost
+	if len(members) == 0 {
+		// A fresh process has no member list without a quorum: the
+		// daemon's last one, and its verdict on it.
+		d, err := agent.DaemonReport(c.StateDir)
+		if err != nil {
+			return fmt.Errorf("no member list: etcd gave none (%s) and the daemon's report is unreadable: %w", rep.Observation.MemberListError, err)
+		}
+		members, majorityLost = d.Observation.Members, d.MajorityLost
+	}
+	tlsCfg, err := c.TLSConfig()
+	if err != nil {
+		return err
+	}
+	now := time.Now()
+	var ev []survivor.Member
+	for _, m := range members {
+		e := evidence(ctx, m, tlsCfg)
+		var r *agent.Report
+		if rep.Observation.Local.Name == m.Name {
+			r = &rep
+		} else if u := agentURL(m, f); u != "" {
+			r, err = fetchReport(ctx, u)
+			if err != nil {
+				e.Problem = err.Error()
+			}
+		}
+		if r != nil {
+			fromAgent(&e, *r)
+		}
+		ev = append(ev, e)
+	}
+	ans := clusterAnswer{Choice: survivor.Choose(ev, !majorityLost, now)}
+	if ans.Choice.Survivor != nil {
+		procs, err := runbook.ParseBytes(docs.RunbooksFile, docs.Runbooks)
+		if err == nil {
+			texts := map[string]string{}
+			for name, steps := range procs {
+				for _, s := range steps {
+					texts[name] += s.Script
+				}
+			}
+			def := survivor.Paths{}
+			if w := rep.Where; w != nil {
+				def = survivor.Paths{Manifest: w.Manifest, DataDir: w.DataDir, WALDir: w.WALDir, QuarantineDir: w.QuarantineDir}
+			}
+			ans.Steps, err = survivor.Commands(ans.Choice, texts, survivor.Etcdctl{CACert: c.CACert, Cert: c.Cert, Key: c.Key}, def)
+		}
+		if err != nil {
+			ans.CommandsError = err.Error()
+		}
+	}
+	if output == "json" {
+		enc := json.NewEncoder(out)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(ans); err != nil {
+			return err
+		}
+	} else {
+		printCluster(out, ans, now)
+	}
+	if majorityLost {
+		return statusExit(3)
+	}
+	if code := rep.ExitCode(); code != 0 {
+		return statusExit(code)
+	}
+	return nil
+}
+
+// evidence is what m's etcd says of its log now: a member with no leader
+// still answers Status with its term and committed index. The member list
+// may be the daemon's last one, whose probes are old: m is asked again.
+func evidence(ctx context.Context, m observation.Member, tlsCfg *tls.Config) survivor.Member {
+	e := survivor.Member{Name: m.Name, ID: m.ID}
+	if len(m.PeerURLs) > 0 {
+		e.PeerURL = m.PeerURLs[0]
+	}
+	if len(m.ClientURLs) == 0 {
+		return e
+	}
+	e.ClientURL = m.ClientURLs[0]
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{e.ClientURL}, TLS: tlsCfg, DialTimeout: 3 * time.Second,
+		Logger: zap.NewNop(), Context: ctx})
+	if err != nil {
+		return e
+	}
+	defer cli.Close()
+	st, err := cli.Status(ctx, e.ClientURL)
+	// An answer for another member says nothing of m.
+	if err != nil || st.Header.MemberId != m.ID {
+		return e
+	}
+	e.Source, e.Term, e.Commit, e.Applied = survivor.FromEtcd, st.RaftTerm, st.RaftIndex, st.RaftAppliedIndex
+	return e
+}
+
+// fromAgent adds what m's agent read of its data dir, if the report is m's.
+func fromAgent(e *survivor.Member, r agent.Report) {
+	l := r.Observation.Local
+	if l.Name != e.Name || len(l.PeerURLs) == 0 || l.PeerURLs[0] != e.PeerURL {
+		e.Problem = fmt.Sprintf("its agent reports on member %s at %v", l.Name, l.PeerURLs)
+		return
+	}
+	e.DataDir, e.ReportedAt = l.DataDirClass, r.At
+	if w := r.Where; w != nil {
+		e.Node = w.Node
+		e.Paths = survivor.Paths{Manifest: w.Manifest, DataDir: w.DataDir, WALDir: w.WALDir, QuarantineDir: w.QuarantineDir}
+	}
+	if p := l.DataDirRaft; p != nil && e.Source == "" {
+		e.Source, e.Term, e.Commit, e.Applied = survivor.FromDataDir, p.Term, p.Commit, p.Applied
+	}
+}
+
+// agentURL is where m's agent answers: --agent-url NAME=URL, else the host
+// of m's peer URL on --agent-port (the DaemonSet runs on the host network).
+func agentURL(m observation.Member, f clusterFlags) string {
+	if u, ok := f.agentURLs[m.Name]; ok {
+		return u
+	}
+	if len(m.PeerURLs) == 0 || f.agentPort == 0 {
+		return ""
+	}
+	p, err := url.Parse(m.PeerURLs[0])
+	if err != nil || p.Hostname() == "" {
+		return ""
+	}
+	return "http://" + net.JoinHostPort(p.Hostname(), strconv.Itoa(f.agentPort))
+}
+
+// fetchReport asks an agent for its latest report, bounded.
+func fetchReport(ctx context.Context, base string) (*agent.Report, error) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimSuffix(base, "/")+"/status", nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("its agent at %s: %w", base, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+		return nil, fmt.Errorf("its agent at %s: %s: %s", base, resp.Status, strings.TrimSpace(string(b)))
+	}
+	var r agent.Report
+	if err := json.NewDecoder(io.LimitReader(resp.Body, 16<<20)).Decode(&r); err != nil {
+		return nil, fmt.Errorf("its agent at %s: %w", base, err)
+	}
+	return &r, nil
+}
+
+func printCluster(out io.Writer, a clusterAnswer, now time.Time) {
+	c := a.Choice
+	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(w, "MEMBER\tNODE\tCOMMIT\tTERM\tAPPLIED\tFROM\tDATA DIR\tREPORTED\tPROBLEM")
+	for _, m := range c.Members {
+		at := ""
+		if !m.ReportedAt.IsZero() {
+			at = timefmt.At(m.ReportedAt, now)
+		}
+		fmt.Fprintf(w, "%s\t%s\t%d\t%d\t%d\t%s\t%s\t%s\t%s\n", m.Name, m.Node, m.Commit, m.Term, m.Applied, m.Source, m.DataDir, at, m.Problem)
+	}
+	w.Flush()
+	if c.Survivor == nil {
+		fmt.Fprintf(out, "\nno restore: %s\n", c.Refused)
+		return
+	}
+	fmt.Fprintf(out, "\nMAJORITY LOST. Restore from %s: %s.\n", c.Survivor.Name, c.Why)
+	fmt.Fprintf(out, "Lost in the restore: %s.\n", c.Lost)
+	if c.Survivor.Source != survivor.FromEtcd {
+		fmt.Fprintf(out, "%s's etcd does not answer now: start it first (its manifest back in the kubelet's dir; without a quorum it serves nothing and changes nothing). Its script checks that it answers.\n", c.Survivor.Name)
+	}
+	if a.CommandsError != "" {
+		fmt.Fprintf(out, "\nno commands: %s\n", a.CommandsError)
+		return
+	}
+	fmt.Fprintf(out, "\nNothing is done for you. First bring members back if you can (a member that returns with its data rejoins by itself).\n"+
+		"Stop the agents, then run each script on its node, in this order, as root (%s, \"Majority lost: restore\"). Each one starts with checks that stop it before it changes anything:\n", docs.RunbooksFile)
+	for i, s := range a.Steps {
+		node := s.Node
+		if node == "" {
+			node = "the node of " + s.Member
+		}
+		fmt.Fprintf(out, "\n### %d. on %s: %s (member %s)\n%s", i+1, node, s.Procedure, s.Member, s.Script)
+	}
+}

@@ -1,0 +1,187 @@
+// Package survivor chooses, when a cluster's majority is lost, the member
+// to restore it from, and writes the commands a person runs to do it
+// (docs/runbooks/README.md, "Majority lost: restore"). It is pure: the
+// evidence comes in (what each member's etcd answered, what each agent read
+// of its data dir), a choice and a script go out. Nothing here acts: the
+// agents never restore by themselves (docs/design.md, rule 1).
+package survivor
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Source says where a member's raft position comes from.
+type Source string
+
+// Sources, most direct first.
+const (
+	// FromEtcd: its etcd answered Status (a member without a leader still
+	// does): the committed index it has seen.
+	FromEtcd Source = "etcd"
+	// FromDataDir: its agent read its data dir read-only while nothing held
+	// it: the commit index of its WAL's last hard state.
+	FromDataDir Source = "data-dir"
+)
+
+// Member is the evidence on one member of the cluster.
+type Member struct {
+	Name    string `json:"name"`
+	ID      uint64 `json:"id,omitempty"`
+	PeerURL string `json:"peerURL"`
+	// ClientURL reaches its etcd (the restored cluster's, for the survivor).
+	ClientURL string `json:"clientURL,omitempty"`
+	// Node is the node its agent reported from ("" when no agent did).
+	Node string `json:"node,omitempty"`
+	// Source is "" when neither its etcd nor its agent said where its log
+	// stands.
+	Source Source `json:"source,omitempty"`
+	// Term and Commit: where its log stands. A restore from it keeps the
+	// entries up to Commit (--force-new-cluster drops the ones after).
+	Term   uint64 `json:"term,omitempty"`
+	Commit uint64 `json:"commit,omitempty"`
+	// Applied is its db's applied index, when known.
+	Applied uint64 `json:"applied,omitempty"`
+	// DataDir is its agent's verdict on its data dir (ok, missing, empty,
+	// corrupt, foreign, stale, in-use), "" when no agent reported.
+	DataDir string `json:"dataDir,omitempty"`
+	// ReportedAt is when its agent's report was made (zero: none).
+	ReportedAt time.Time `json:"reportedAt,omitzero"`
+	// Problem is why it cannot be restored from ("" when it can).
+	Problem string `json:"problem,omitempty"`
+	// Paths on its node, for the commands.
+	Paths Paths `json:"paths"`
+}
+
+// Paths are where a member's files lie on its node.
+type Paths struct {
+	Manifest      string `json:"manifest,omitempty"`
+	DataDir       string `json:"dataDir,omitempty"`
+	WALDir        string `json:"walDir,omitempty"`
+	QuarantineDir string `json:"quarantineDir,omitempty"`
+}
+
+// Choice is the answer.
+type Choice struct {
+	// Refused says why no restore is proposed ("" when one is).
+	Refused string `json:"refused,omitempty"`
+	// Survivor is the member to restore from (nil when refused).
+	Survivor *Member `json:"survivor,omitempty"`
+	// Why says why it was chosen over the others.
+	Why string `json:"why,omitempty"`
+	// Members: every member, candidates best first, then the others.
+	Members []Member `json:"members"`
+	// Unknown names members nothing reported on: if one's data is intact
+	// and newer, it is the better survivor; a person checks it first.
+	Unknown []string `json:"unknown,omitempty"`
+	// Lost says what a restore from Survivor loses.
+	Lost string `json:"lost,omitempty"`
+}
+
+// StaleAfter: an agent's report older than this is not evidence.
+const StaleAfter = 2 * time.Minute
+
+// Choose picks the member whose log keeps the most: the highest commit
+// index, then the highest term, then one whose etcd answers (it holds its
+// data now), then the name. A member is a candidate when its etcd answered
+// or its agent read its data dir as intact (ok) within StaleAfter of now.
+// quorum says the cluster has a quorum: then nothing is restored.
+func Choose(members []Member, quorum bool, now time.Time) Choice {
+	if quorum {
+		return Choice{Refused: "the cluster has a quorum: nothing to restore (a restore would throw away a working cluster)", Members: members}
+	}
+	var cands, others []Member
+	var unknown []string
+	for _, m := range members {
+		m.Problem = problem(m, now)
+		switch {
+		case m.Problem == "":
+			cands = append(cands, m)
+		case m.Source == "" && m.DataDir == "":
+			unknown = append(unknown, m.Name)
+			others = append(others, m)
+		default:
+			others = append(others, m)
+		}
+	}
+	slices.SortStableFunc(cands, better)
+	c := Choice{Members: append(cands, others...), Unknown: unknown}
+	if len(cands) == 0 {
+		c.Refused = "no member has data known to be intact: restore from a snapshot (docs/runbooks/README.md, From a snapshot)"
+		return c
+	}
+	best := cands[0]
+	c.Survivor = &best
+	c.Why = why(best, cands[1:])
+	c.Lost = lost(best, members, unknown)
+	return c
+}
+
+// problem says why m is no candidate, "" when it is one.
+func problem(m Member, now time.Time) string {
+	if m.Source == FromEtcd {
+		return ""
+	}
+	if m.DataDir == "" {
+		return "nothing reported: its etcd does not answer and no agent reported on its data dir"
+	}
+	if !m.ReportedAt.IsZero() && now.Sub(m.ReportedAt) > StaleAfter {
+		return fmt.Sprintf("its agent's report is %s old", now.Sub(m.ReportedAt).Round(time.Second))
+	}
+	if m.DataDir != "ok" || m.Source != FromDataDir {
+		return "data dir " + m.DataDir
+	}
+	return ""
+}
+
+// better orders candidates: the one whose log keeps more first.
+func better(a, b Member) int {
+	if c := cmp.Compare(b.Commit, a.Commit); c != 0 {
+		return c
+	}
+	if c := cmp.Compare(b.Term, a.Term); c != 0 {
+		return c
+	}
+	if a.Source != b.Source {
+		if a.Source == FromEtcd {
+			return -1
+		}
+		return 1
+	}
+	return cmp.Compare(a.Name, b.Name)
+}
+
+func why(best Member, rest []Member) string {
+	s := fmt.Sprintf("%s has committed up to raft index %d (term %d, from its %s)", best.Name, best.Commit, best.Term, best.Source)
+	if len(rest) == 0 {
+		return s + "; it is the only member with intact data"
+	}
+	var b []string
+	for _, m := range rest {
+		b = append(b, fmt.Sprintf("%s %d (term %d, %s)", m.Name, m.Commit, m.Term, m.Source))
+	}
+	return s + "; the other candidates: " + strings.Join(b, ", ")
+}
+
+// lost says what a restore from best loses: the entries other candidates
+// committed beyond it (none: it is the best), and whatever lost members
+// acknowledged after its commit index, which nobody can see now.
+func lost(best Member, members []Member, unknown []string) string {
+	s := fmt.Sprintf("every write committed after raft index %d that only lost members kept", best.Commit)
+	behind := 0
+	for _, m := range members {
+		if m.Name != best.Name && m.Problem == "" && m.Commit < best.Commit {
+			behind++
+		}
+	}
+	if behind > 0 {
+		s += fmt.Sprintf("; %d other candidate(s) are behind it and lose nothing it has", behind)
+	}
+	if len(unknown) > 0 {
+		s += fmt.Sprintf("; not known: %s (if one's data is intact and newer, restore from it instead)", strings.Join(unknown, ", "))
+	}
+	return s
+}

@@ -1,0 +1,67 @@
+package survivor
+
+import (
+	"strings"
+	"testing"
+)
+
+var procs = map[string]string{
+	ProcedureStop:     "PEER=https://10.0.0.11:2380      # peer\nmv /etc/kubernetes/manifests/etcd.yaml /root/p\nmv /var/lib/etcd /var/lib/etcd-agent-quarantine/x\n",
+	ProcedureSurvivor: "M=cp-1 PEER=https://10.0.0.11:2380\nE endpoint status\ncp -a /var/lib/etcd /var/lib/etcd-agent-quarantine/y\n",
+	ProcedureRejoin:   "M=cp-2 PEER=https://10.0.0.12:2380\nE member add \"$M\"\n",
+}
+
+func TestCommandsAreTheRunbooksWithTheClustersValues(t *testing.T) {
+	c := Choose([]Member{
+		{Name: "n1", PeerURL: "https://h1:2380", ClientURL: "https://h1:2379", Source: FromEtcd, Commit: 5, Node: "node1",
+			Paths: Paths{Manifest: "/m1/etcd.yaml", DataDir: "/d1", QuarantineDir: "/q1"}},
+		{Name: "n2", PeerURL: "https://h2:2380", Source: FromDataDir, DataDir: "ok", Commit: 9, ReportedAt: now, Node: "node2",
+			Paths: Paths{Manifest: "/m2/etcd.yaml", DataDir: "/d2", QuarantineDir: "/q2"}, ClientURL: "https://h2:2379"},
+		{Name: "n3", PeerURL: "https://h3:2380"}, // no agent: the defaults
+	}, false, now)
+	steps, err := Commands(c, procs, Etcdctl{CACert: "/ca", Cert: "/c", Key: "/k"}, Paths{Manifest: "/dm/etcd.yaml", DataDir: "/dd", QuarantineDir: "/dq"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var order []string
+	for _, s := range steps {
+		order = append(order, s.Procedure+" "+s.Member)
+	}
+	want := "majority-lost-stop n1|majority-lost-stop n3|majority-lost-survivor n2|majority-lost-rejoin n1|majority-lost-rejoin n3"
+	if strings.Join(order, "|") != want {
+		t.Fatalf("order %v, want %s", order, want)
+	}
+	for _, chk := range []struct {
+		i    int
+		want []string
+	}{
+		{0, []string{"PEER=https://h1:2380 ", "mv /m1/etcd.yaml", "mv /d1 /q1/x", "E() { etcdctl --endpoints=https://h2:2379 ", "--cacert=/ca --cert=/c --key=/k"}},
+		{1, []string{"PEER=https://h3:2380 ", "mv /dm/etcd.yaml", "mv /dd /dq/x"}},
+		{2, []string{"M=n2 PEER=https://h2:2380", "cp -a /d2 /q2/y", "set -euo pipefail"}},
+		{4, []string{"M=n3 PEER=https://h3:2380"}},
+	} {
+		for _, w := range chk.want {
+			if !strings.Contains(steps[chk.i].Script, w) {
+				t.Errorf("step %d (%s) lacks %q:\n%s", chk.i, order[chk.i], w, steps[chk.i].Script)
+			}
+		}
+	}
+}
+
+func TestCommandsRefuseWhatTheProceduresDoNotCover(t *testing.T) {
+	base := []Member{{Name: "n1", PeerURL: "https://h1:2380", ClientURL: "https://h1:2379", Source: FromEtcd, Commit: 5,
+		Paths: Paths{Manifest: "/m", DataDir: "/d", QuarantineDir: "/q"}}, {Name: "n2", PeerURL: "https://h2:2380"}}
+	def := Paths{Manifest: "/m", DataDir: "/d", QuarantineDir: "/q"}
+	wal := append([]Member(nil), base...)
+	wal[0].Paths.WALDir = "/w"
+	if _, err := Commands(Choose(wal, false, now), procs, Etcdctl{}, def); err == nil || !strings.Contains(err.Error(), "WAL") {
+		t.Errorf("a dedicated WAL dir: %v", err)
+	}
+	drifted := map[string]string{ProcedureStop: "PEER=x\n", ProcedureSurvivor: procs[ProcedureSurvivor], ProcedureRejoin: procs[ProcedureRejoin]}
+	if _, err := Commands(Choose(base, false, now), drifted, Etcdctl{}, def); err == nil || !strings.Contains(err.Error(), "drifted") {
+		t.Errorf("a drifted runbook: %v", err)
+	}
+	if _, err := Commands(Choose(base, false, now), procs, Etcdctl{}, Paths{}); err == nil || !strings.Contains(err.Error(), "not known") {
+		t.Errorf("unknown paths: %v", err)
+	}
+}

@@ -1,0 +1,262 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/etcd-agent/etcd-agent/internal/lab"
+	"github.com/etcd-agent/etcd-agent/internal/survivor"
+)
+
+// TestStatusClusterNamesTheSurvivorAndItsCommandsRestore: the majority is
+// lost and the choice matters. Five members with TLS and agents: node5
+// stops early (its log behind), writes go on, node4 stops with every one
+// of them on its disk, nodes 1-3 lose their data for good; node5 comes
+// back and runs without a leader. `etcd-agent status --cluster` on node5
+// must name node4 (stopped: its position only its agent can read from its
+// disk) over node5 (running, but behind), say nodes 1-3 have no data, and
+// print the commands. The agents stopped and node4 started, the printed
+// scripts run as printed, each on its node, in order: the cluster serves
+// again with five voters, node4 under its own ID, every write node4 had on
+// every member, HashKV equal.
+func TestStatusClusterNamesTheSurvivorAndItsCommandsRestore(t *testing.T) {
+	l := newLab(t, lab.Options{Nodes: 5, EtcdTLS: true, Agents: true})
+	before := idsByPeer(mustMembers(t, l))
+	cli, err := l.EtcdClient()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	put := func(prefix string, n int) {
+		for i := range n {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			_, err := cli.Put(ctx, fmt.Sprintf("survivor/%s-%03d", prefix, i), prefix)
+			cancel()
+			if err != nil {
+				t.Fatalf("put %s-%d: %v", prefix, i, err)
+			}
+		}
+	}
+	put("all", 50)
+	if err := l.StopMember("node5"); err != nil {
+		t.Fatal(err)
+	}
+	put("after-node5", 50)
+	// node4 has applied every write before it stops (a follower learns the
+	// commit index at the next heartbeat).
+	n4 := nodeOf(t, l, "node4")
+	waitApplied(t, l, "node4", n4.ClientURL)
+	for _, n := range []string{"node4", "node1", "node2", "node3"} {
+		if err := l.StopMember(n); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, n := range []string{"node1", "node2", "node3"} {
+		if err := l.WipeDataDir(n); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := l.StartMember("node5"); err != nil {
+		t.Fatal(err)
+	}
+	// node4's agent reads its stopped member's data dir.
+	waitAgentState(t, l, "node4", "", "ok", 60*time.Second)
+
+	args, err := l.StatusArgs("node5")
+	if err != nil {
+		t.Fatal(err)
+	}
+	args = append(args, "--cluster")
+	for _, n := range l.Spec.Nodes {
+		args = append(args, "--agent-url="+n.Member+"="+strings.TrimSuffix(n.AgentMetricsURL, "/metrics"))
+	}
+	var ans struct {
+		Choice        survivor.Choice `json:"choice"`
+		Steps         []survivor.Step `json:"steps"`
+		CommandsError string          `json:"commandsError"`
+	}
+	eventually(t, 90*time.Second, "status --cluster names node4 from its agent's read of its disk", func() error {
+		out, code := runStatus(t, append(args, "-o", "json"))
+		if code != 3 {
+			return fmt.Errorf("exit %d, want 3 (majority lost):\n%s", code, out)
+		}
+		ans.Steps = nil
+		if err := json.Unmarshal(out, &ans); err != nil {
+			return fmt.Errorf("%v:\n%s", err, out)
+		}
+		c := ans.Choice
+		if c.Survivor == nil || c.Survivor.Name != n4.Member || c.Survivor.Source != survivor.FromDataDir {
+			return fmt.Errorf("survivor %+v, refused %q", c.Survivor, c.Refused)
+		}
+		return nil
+	})
+	c := ans.Choice
+	t.Logf("status --cluster: %s; lost: %s", c.Why, c.Lost)
+	for _, m := range c.Members {
+		switch m.Name {
+		case nodeOf(t, l, "node5").Member:
+			if m.Source != survivor.FromEtcd || m.Problem != "" || m.Commit >= c.Survivor.Commit {
+				t.Errorf("node5: %+v, want a candidate from its etcd behind node4's %d", m, c.Survivor.Commit)
+			}
+		case n4.Member:
+		default:
+			if m.Problem == "" || (m.DataDir != "missing" && m.DataDir != "empty") {
+				t.Errorf("%s: %+v, want no candidate: its data dir is gone", m.Name, m)
+			}
+		}
+	}
+	if ans.CommandsError != "" || len(ans.Steps) != 9 {
+		t.Fatalf("commands: %d steps, error %q; want 4 stops, the survivor's, 4 rejoins", len(ans.Steps), ans.CommandsError)
+	}
+	table, _ := runStatus(t, args)
+	if !strings.Contains(string(table), "MAJORITY LOST. Restore from "+n4.Member) || !strings.Contains(string(table), "### 9. on node") {
+		t.Fatalf("status --cluster's table:\n%s", table)
+	}
+
+	// What the printed text asks first: the agents stopped. Then node4
+	// back (its member runs without a leader: 2 of 5).
+	for _, n := range l.Spec.Nodes {
+		if err := os.Rename(n.AgentManifest(), filepath.Join(n.NodeDir, "etcd-agent.yaml.stopped")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, n := range l.Spec.Nodes {
+		eventually(t, 30*time.Second, n.Name+"'s agent stopped", func() error {
+			if _, err := l.AgentPID(n.Name); err == nil {
+				return errors.New("still running")
+			}
+			return nil
+		})
+	}
+	if err := l.StartMember("node4"); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 60*time.Second, "node4's etcd answers its status without a leader", func() error {
+		mc, err := l.EtcdClientFor(n4.ClientURL)
+		if err != nil {
+			return err
+		}
+		defer mc.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		defer cancel()
+		_, err = mc.Status(ctx, n4.ClientURL)
+		return err
+	})
+	roots := map[string]string{}
+	for _, n := range l.Spec.Nodes {
+		roots[n.Member] = t.TempDir()
+		if n.Name != "node4" && n.Name != "node5" {
+			// The lost members' manifests, kept out of the kubelet's dir
+			// where the procedures look for them.
+			if err := os.Rename(n.StoppedManifest(), filepath.Join(roots[n.Member], "etcd.yaml.parked")); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	path := "PATH=" + binDir + ":" + os.Getenv("PATH")
+	for i, s := range ans.Steps {
+		script := strings.ReplaceAll(s.Script, "/root/", roots[s.Member]+"/")
+		ctx, cancel := context.WithTimeout(context.Background(), 12*time.Minute)
+		cmd := exec.CommandContext(ctx, "bash", "-c", script)
+		cmd.Env = append(os.Environ(), path)
+		start := time.Now()
+		out, err := cmd.CombinedOutput()
+		cancel()
+		if err != nil {
+			t.Fatalf("step %d (%s on %s) failed after %s: %v\n%s\n--- script:\n%s", i+1, s.Procedure, s.Node, time.Since(start).Round(time.Millisecond), err, out, script)
+		}
+		t.Logf("step %d: %s on %s ran as printed in %s", i+1, s.Procedure, s.Node, time.Since(start).Round(time.Millisecond))
+	}
+
+	if err := l.WaitHealthy(context.Background(), 5, 90*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	after := idsByPeer(mustMembers(t, l))
+	if after[n4.PeerURL] != before[n4.PeerURL] {
+		t.Fatalf("node4's member %x, was %x: the survivor keeps its ID", after[n4.PeerURL], before[n4.PeerURL])
+	}
+	var hashes []uint32
+	var rev int64
+	for _, n := range l.Spec.Nodes {
+		mc, err := l.EtcdClientFor(n.ClientURL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		resp, err := mc.Get(ctx, "survivor/", clientv3.WithPrefix(), clientv3.WithSerializable())
+		if err == nil && rev == 0 {
+			rev = resp.Header.Revision
+		}
+		var h *clientv3.HashKVResponse
+		if err == nil {
+			h, err = mc.HashKV(ctx, n.ClientURL, rev)
+		}
+		cancel()
+		mc.Close()
+		if err != nil {
+			t.Fatalf("%s: %v", n.Name, err)
+		}
+		if resp.Count != 100 {
+			t.Fatalf("%s serves %d of node4's 100 keys", n.Name, resp.Count)
+		}
+		hashes = append(hashes, h.Hash)
+	}
+	for _, h := range hashes[1:] {
+		if h != hashes[0] {
+			t.Fatalf("HashKV at revision %d differs: %v", rev, hashes)
+		}
+	}
+}
+
+// waitApplied waits until the member at url has applied the leader's
+// committed index (its own Status against the cluster's).
+func waitApplied(t *testing.T, l *lab.Lab, node, url string) {
+	t.Helper()
+	cli, err := l.EtcdClient()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	eventually(t, 30*time.Second, node+" applied every committed write", func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		ms, err := cli.Status(ctx, url)
+		if err != nil {
+			return err
+		}
+		ls, err := cli.Status(ctx, l.Spec.ClientURLs()[0])
+		if err != nil {
+			return err
+		}
+		if ms.RaftAppliedIndex < ls.RaftIndex || ms.RaftIndex < ls.RaftIndex {
+			return fmt.Errorf("applied %d, committed %d; the cluster's committed %d", ms.RaftAppliedIndex, ms.RaftIndex, ls.RaftIndex)
+		}
+		return nil
+	})
+}
+
+// runStatus runs etcd-agent with args; its output and exit code.
+func runStatus(t *testing.T, args []string) ([]byte, int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, agentBinary, args...).Output()
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		return out, ee.ExitCode()
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out, 0
+}
