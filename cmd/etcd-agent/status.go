@@ -84,6 +84,7 @@ func newStatusCmd(g *globalFlags) *cobra.Command {
 		"static-pod: observe the member now; pods: list every pod member the daemon serves, from its latest reports in --state-dir")
 	cmd.Flags().BoolVar(&cluster.on, "cluster", false, "every member as its etcd and its node's agent report it; when the majority is lost, the member to restore from and the commands to do it (never run for you)")
 	cmd.Flags().StringToStringVar(&cluster.agentURLs, "agent-url", nil, "with --cluster: MEMBER=URL of a member's agent (default: http://<its peer URL's host>:<--agent-port>)")
+	cmd.Flags().StringSliceVar(&cluster.lost, "lost", nil, "with --cluster: members gone for good (their nodes and data), which nothing can report on: without it, no commands are printed while a member is unknown")
 	cmd.Flags().IntVar(&cluster.agentPort, "agent-port", 9793, "with --cluster: the port the agents' --metrics-addr listens on")
 	cmd.Flags().DurationVarP(&watch, "watch", "w", 0, "print again every interval (e.g. 2s) until interrupted: a live view of a recovery's progress (exit 0 then, whatever the state)")
 	return cmd

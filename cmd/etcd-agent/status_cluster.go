@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -30,6 +31,8 @@ type clusterFlags struct {
 	on        bool
 	agentURLs map[string]string
 	agentPort int
+	// lost are members a person says are gone for good.
+	lost []string
 }
 
 // clusterAnswer is status --cluster's JSON output.
@@ -70,16 +73,19 @@ func clusterStatus(ctx context.Context, out io.Writer, c agent.Config, f cluster
 		e := evidence(ctx, m, tlsCfg)
 		var r *agent.Report
 		if rep.Observation.Local.Name == m.Name {
+			// This node's member: read here, as its agent would.
+			agent.AddLogPosition(&rep)
 			r = &rep
 		} else if u := agentURL(m, f); u != "" {
 			r, err = fetchReport(ctx, u)
 			if err != nil {
-				e.Problem = err.Error()
+				e.Note = err.Error()
 			}
 		}
 		if r != nil {
 			fromAgent(&e, *r)
 		}
+		e.DeclaredLost = slices.Contains(f.lost, m.Name)
 		ev = append(ev, e)
 	}
 	ans := clusterAnswer{Choice: survivor.Choose(ev, !majorityLost, now)}
@@ -145,7 +151,8 @@ func evidence(ctx context.Context, m observation.Member, tlsCfg *tls.Config) sur
 	if err != nil || st.Header.MemberId != m.ID {
 		return e
 	}
-	e.Source, e.Term, e.Commit, e.Applied = survivor.FromEtcd, st.RaftTerm, st.RaftIndex, st.RaftAppliedIndex
+	e.Source, e.Term, e.Commit, e.Applied, e.Leader = survivor.FromEtcd, st.RaftTerm, st.RaftIndex, st.RaftAppliedIndex, st.Leader
+	e.Revision = st.Header.Revision
 	return e
 }
 
@@ -153,7 +160,7 @@ func evidence(ctx context.Context, m observation.Member, tlsCfg *tls.Config) sur
 func fromAgent(e *survivor.Member, r agent.Report) {
 	l := r.Observation.Local
 	if l.Name != e.Name || len(l.PeerURLs) == 0 || l.PeerURLs[0] != e.PeerURL {
-		e.Problem = fmt.Sprintf("its agent reports on member %s at %v", l.Name, l.PeerURLs)
+		e.Note = fmt.Sprintf("its agent reports on member %s at %v", l.Name, l.PeerURLs)
 		return
 	}
 	e.DataDir, e.ReportedAt = l.DataDirClass, r.At
@@ -161,8 +168,11 @@ func fromAgent(e *survivor.Member, r agent.Report) {
 		e.Node = w.Node
 		e.Paths = survivor.Paths{Manifest: w.Manifest, DataDir: w.DataDir, WALDir: w.WALDir, QuarantineDir: w.QuarantineDir}
 	}
+	if l.DataDirRaftError != "" {
+		e.Note = "its log on disk: " + l.DataDirRaftError
+	}
 	if p := l.DataDirRaft; p != nil && e.Source == "" {
-		e.Source, e.Term, e.Commit, e.Applied = survivor.FromDataDir, p.Term, p.Commit, p.Applied
+		e.Source, e.Term, e.Commit, e.Applied, e.Revision = survivor.FromDataDir, p.Term, p.Commit, p.Applied, p.Revision
 	}
 }
 
@@ -209,13 +219,13 @@ func fetchReport(ctx context.Context, base string) (*agent.Report, error) {
 func printCluster(out io.Writer, a clusterAnswer, now time.Time) {
 	c := a.Choice
 	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(w, "MEMBER\tNODE\tCOMMIT\tTERM\tAPPLIED\tFROM\tDATA DIR\tREPORTED\tPROBLEM")
+	fmt.Fprintln(w, "MEMBER\tNODE\tCOMMIT\tTERM\tAPPLIED\tREVISION\tFROM\tDATA DIR\tREPORTED\tPROBLEM\tNOTE")
 	for _, m := range c.Members {
 		at := ""
 		if !m.ReportedAt.IsZero() {
 			at = timefmt.At(m.ReportedAt, now)
 		}
-		fmt.Fprintf(w, "%s\t%s\t%d\t%d\t%d\t%s\t%s\t%s\t%s\n", m.Name, m.Node, m.Commit, m.Term, m.Applied, m.Source, m.DataDir, at, m.Problem)
+		fmt.Fprintf(w, "%s\t%s\t%d\t%d\t%d\t%d\t%s\t%s\t%s\t%s\t%s\n", m.Name, m.Node, m.Commit, m.Term, m.Applied, m.Revision, m.Source, m.DataDir, at, m.Problem, m.Note)
 	}
 	w.Flush()
 	if c.Survivor == nil {

@@ -2,7 +2,6 @@ package agent
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -530,15 +529,7 @@ func serveOn(ln net.Listener, m *metrics.Metrics, ready *atomic.Bool, latest *at
 		w.Write([]byte("ok\n"))
 	})
 	if latest != nil {
-		mux.HandleFunc("/status", func(w http.ResponseWriter, _ *http.Request) {
-			rep := latest.Load()
-			if rep == nil {
-				http.Error(w, "no observation yet", http.StatusServiceUnavailable)
-				return
-			}
-			w.Header().Set("Content-Type", "application/json")
-			json.NewEncoder(w).Encode(rep)
-		})
+		mux.Handle("/status", &statusHandler{latest: latest, busy: make(chan struct{}, 1)})
 	}
 	srv := &http.Server{Addr: ln.Addr().String(), Handler: mux, ReadHeaderTimeout: 5 * time.Second,
 		ErrorLog: zap.NewStdLog(log.Named("http"))}

@@ -11,6 +11,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 	berrors "go.etcd.io/bbolt/errors"
 	"go.etcd.io/etcd/server/v3/storage/backend"
+	"go.etcd.io/etcd/server/v3/storage/mvcc"
 	"go.etcd.io/etcd/server/v3/storage/schema"
 )
 
@@ -83,6 +84,24 @@ func checkDB(db *bolt.DB) (consistentIndex uint64, err error) {
 		return consistentIndex, fmt.Errorf("bbolt consistency check found %d problem(s), first: %w", problems, first)
 	}
 	return consistentIndex, nil
+}
+
+// lastRevision is the db's newest revision (the key bucket's last key):
+// what the member's data holds, for a person choosing a survivor (0 when
+// none can be read).
+func lastRevision(db *bolt.DB) int64 {
+	var rev int64
+	db.View(func(tx *bolt.Tx) error {
+		b := tx.Bucket(schema.Key.Name())
+		if b == nil {
+			return nil
+		}
+		if k, _ := b.Cursor().Last(); len(k) >= 17 {
+			rev = mvcc.BytesToRev(k).Main
+		}
+		return nil
+	})
+	return rev
 }
 
 // TxReader lets etcd's schema package (written against its backend) read

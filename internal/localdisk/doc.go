@@ -79,6 +79,8 @@ type Result struct {
 	// WALCommit is the commit index of the WAL's last hard state, when
 	// read: the entries a restore from this data dir keeps.
 	WALCommit uint64 `json:",omitempty"`
+	// Revision is the db's newest revision, when read (its check passed).
+	Revision int64 `json:",omitempty"`
 	// Verified: Classify's checks finished, so the class is confirmed. The
 	// layout check alone (ClassifyLayout, or a deep check that could not
 	// finish) leaves it false: its corrupt can be a member bootstrapping.

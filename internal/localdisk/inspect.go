@@ -66,6 +66,7 @@ func inspectOpen(req inspectRequest, db *bolt.DB, dbPath, walDir string, stage f
 		r.Detail = fmt.Sprintf("%s: %v", dbPath, err)
 		return r
 	}
+	r.Revision = lastRevision(db)
 	if r.ConsistentIndex > ws.lastIndex {
 		// etcd replays the WAL from the db's consistent index; entries the
 		// db has applied but the WAL lacks mean the WAL lost synced data.

@@ -54,6 +54,9 @@ func classifyReportsStaleForAnOlderCopyOfTheMembersOwnData(t *testing.T, bin str
 		t.Fatalf("current data dir: WAL commit %d, want at least the reported %d, within applied %d and last index %d",
 			cur.WALCommit, hw.Index, cur.ConsistentIndex, cur.WALIndex)
 	}
+	if cur.Revision < 200 || r.Revision == 0 || r.Revision >= cur.Revision {
+		t.Fatalf("revisions: the current data dir's %d (200 keys written), the old copy's %d: want the copy's above 0 and below", cur.Revision, r.Revision)
+	}
 	if r.WALCommit == 0 || r.WALCommit >= hw.Index {
 		t.Fatalf("stale copy: WAL commit %d, want above 0 and below %d", r.WALCommit, hw.Index)
 	}

@@ -159,3 +159,26 @@ func formatBrokenSnaps(names []string) string {
 	}
 	return fmt.Sprintf("; skipped unreadable snapshot files: %s", strings.Join(names, ", "))
 }
+
+// RaftPosition is where a WAL's log stands.
+type RaftPosition struct {
+	MemberID, Term, Commit, LastIndex uint64
+}
+
+// ReadRaftPosition reads the WAL of d read-only, taking no lock: usable
+// while etcd holds the data dir. A member restarted without a quorum runs
+// but never serves clients (it serves once it has published itself to the
+// cluster), so its WAL is the only witness of its log. A tail etcd is
+// writing reads as torn, which read mode tolerates.
+func ReadRaftPosition(d Dirs) (p RaftPosition, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("read WAL %s: panic: %v", d.WALDir(), r)
+		}
+	}()
+	ws, err := readWAL(d.Data, d.WALDir())
+	if err != nil {
+		return RaftPosition{}, fmt.Errorf("read WAL %s: %w", d.WALDir(), err)
+	}
+	return RaftPosition{MemberID: ws.memberID, Term: ws.term, Commit: ws.commit, LastIndex: ws.lastIndex}, nil
+}

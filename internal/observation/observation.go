@@ -71,8 +71,10 @@ type Local struct {
 	// while the member does not hold it (zero otherwise): what a restore
 	// from it would keep when the majority is lost (internal/survivor).
 	DataDirRaft *RaftPosition `json:"dataDirRaft,omitempty"`
-	Match       Match         `json:"match"`
-	MatchDetail string        `json:"matchDetail,omitempty"`
+	// DataDirRaftError says why DataDirRaft could not be read.
+	DataDirRaftError string `json:"dataDirRaftError,omitempty"`
+	Match            Match  `json:"match"`
+	MatchDetail      string `json:"matchDetail,omitempty"`
 	// ID is the matched member's ID (0 unless Match is ok).
 	ID        uint64   `json:"id,omitempty"`
 	Serving   bool     `json:"serving"`
@@ -96,6 +98,11 @@ type RaftPosition struct {
 	Commit    uint64 `json:"commit"`
 	LastIndex uint64 `json:"lastIndex"`
 	Applied   uint64 `json:"applied"`
+	// Revision is the db's newest revision (0: not read).
+	Revision int64 `json:"revision,omitempty"`
+	// FromWAL: read from the WAL alone while etcd held the db (Applied
+	// unknown): a member that runs but cannot serve.
+	FromWAL bool `json:"fromWAL,omitempty"`
 }
 
 // Observation is one poll's view.

@@ -22,8 +22,9 @@ const (
 	// FromEtcd: its etcd answered Status (a member without a leader still
 	// does): the committed index it has seen.
 	FromEtcd Source = "etcd"
-	// FromDataDir: its agent read its data dir read-only while nothing held
-	// it: the commit index of its WAL's last hard state.
+	// FromDataDir: its agent read its data dir read-only (only the WAL,
+	// without a lock, while a member that cannot serve holds it): the
+	// commit index of its WAL's last hard state.
 	FromDataDir Source = "data-dir"
 )
 
@@ -43,15 +44,27 @@ type Member struct {
 	// entries up to Commit (--force-new-cluster drops the ones after).
 	Term   uint64 `json:"term,omitempty"`
 	Commit uint64 `json:"commit,omitempty"`
-	// Applied is its db's applied index, when known.
-	Applied uint64 `json:"applied,omitempty"`
+	// Applied is its db's applied index, and Revision its newest
+	// revision, when known.
+	Applied  uint64 `json:"applied,omitempty"`
+	Revision int64  `json:"revision,omitempty"`
 	// DataDir is its agent's verdict on its data dir (ok, missing, empty,
 	// corrupt, foreign, stale, in-use), "" when no agent reported.
 	DataDir string `json:"dataDir,omitempty"`
 	// ReportedAt is when its agent's report was made (zero: none).
 	ReportedAt time.Time `json:"reportedAt,omitzero"`
-	// Problem is why it cannot be restored from ("" when it can).
+	// Problem is why it cannot be restored from ("" when it can): Choose
+	// sets it.
 	Problem string `json:"problem,omitempty"`
+	// Leader is the leader its etcd names (0: none): a member that has
+	// one is in a quorum, wherever this node stands.
+	Leader uint64 `json:"leader,omitempty"`
+	// DeclaredLost: a person said it is gone for good (status --cluster
+	// --lost): known to hold nothing, though nothing reported on it.
+	DeclaredLost bool `json:"declaredLost,omitempty"`
+	// Note is what went wrong gathering the evidence (its agent did not
+	// answer, or answered for another member).
+	Note string `json:"note,omitempty"`
 	// Paths on its node, for the commands.
 	Paths Paths `json:"paths"`
 }
@@ -87,11 +100,17 @@ const StaleAfter = 2 * time.Minute
 // Choose picks the member whose log keeps the most: the highest commit
 // index, then the highest term, then one whose etcd answers (it holds its
 // data now), then the name. A member is a candidate when its etcd answered
-// or its agent read its data dir as intact (ok) within StaleAfter of now.
+// or its agent read where its log stands within StaleAfter of now (its
+// data dir ok, or held by an etcd that does not serve).
 // quorum says the cluster has a quorum: then nothing is restored.
 func Choose(members []Member, quorum bool, now time.Time) Choice {
 	if quorum {
 		return Choice{Refused: "the cluster has a quorum: nothing to restore (a restore would throw away a working cluster)", Members: members}
+	}
+	for _, m := range members {
+		if m.Source == FromEtcd && m.Leader != 0 {
+			return Choice{Refused: fmt.Sprintf("%s's etcd has a leader (%x): a quorum exists, maybe beyond a partition from here; a restore would split the cluster", m.Name, m.Leader), Members: members}
+		}
 	}
 	var cands, others []Member
 	var unknown []string
@@ -100,7 +119,7 @@ func Choose(members []Member, quorum bool, now time.Time) Choice {
 		switch {
 		case m.Problem == "":
 			cands = append(cands, m)
-		case m.Source == "" && m.DataDir == "":
+		case m.Source == "" && m.DataDir == "" && !m.DeclaredLost:
 			unknown = append(unknown, m.Name)
 			others = append(others, m)
 		default:
@@ -116,7 +135,7 @@ func Choose(members []Member, quorum bool, now time.Time) Choice {
 	best := cands[0]
 	c.Survivor = &best
 	c.Why = why(best, cands[1:])
-	c.Lost = lost(best, members, unknown)
+	c.Lost = lost(best, c.Members, unknown)
 	return c
 }
 
@@ -126,12 +145,17 @@ func problem(m Member, now time.Time) string {
 		return ""
 	}
 	if m.DataDir == "" {
+		if m.DeclaredLost {
+			return "declared lost (--lost)"
+		}
 		return "nothing reported: its etcd does not answer and no agent reported on its data dir"
 	}
 	if !m.ReportedAt.IsZero() && now.Sub(m.ReportedAt) > StaleAfter {
 		return fmt.Sprintf("its agent's report is %s old", now.Sub(m.ReportedAt).Round(time.Second))
 	}
-	if m.DataDir != "ok" || m.Source != FromDataDir {
+	// in-use: etcd holds it but does not serve (restarted without a
+	// quorum); its agent read the WAL.
+	if m.Source != FromDataDir || m.DataDir != "ok" && m.DataDir != "in-use" {
 		return "data dir " + m.DataDir
 	}
 	return ""

@@ -35,23 +35,28 @@ func TestTheSurvivorIsTheMemberThatKeepsTheMost(t *testing.T) {
 		{Name: "silent"},
 		{Name: "old-report", Source: FromDataDir, DataDir: "ok", Term: 3, Commit: 500, ReportedAt: now.Add(-StaleAfter - time.Second)},
 		{Name: "went-back", Source: FromDataDir, DataDir: "stale", Term: 3, Commit: 900, ReportedAt: now},
+		{Name: "held-unread", DataDir: "in-use", ReportedAt: now},
+		{Name: "held-read", Source: FromDataDir, DataDir: "in-use", Term: 3, Commit: 110, ReportedAt: now},
 	}
 	c := Choose(ms, false, now)
 	if c.Survivor == nil || c.Survivor.Name != "stopped-newest" {
 		t.Fatalf("survivor %+v (refused %q), want stopped-newest", c.Survivor, c.Refused)
 	}
-	if got := names(c.Members); !slices.Equal(got[:2], []string{"stopped-newest", "running-behind"}) {
+	if got := names(c.Members); !slices.Equal(got[:3], []string{"stopped-newest", "held-read", "running-behind"}) {
 		t.Fatalf("candidates first, best first: %v", got)
 	}
 	if !slices.Equal(c.Unknown, []string{"silent"}) || !strings.Contains(c.Lost, "silent") {
 		t.Fatalf("unknown %v, lost %q: want silent named", c.Unknown, c.Lost)
 	}
 	for _, m := range c.Members {
-		if want := m.Name == "stopped-newest" || m.Name == "running-behind"; (m.Problem == "") != want {
+		if want := m.Name == "stopped-newest" || m.Name == "running-behind" || m.Name == "held-read"; (m.Problem == "") != want {
 			t.Errorf("%s: problem %q", m.Name, m.Problem)
 		}
 	}
-	if !strings.Contains(c.Why, "120") || !strings.Contains(c.Why, "running-behind 100") {
+	if !strings.Contains(c.Lost, "2 other candidate(s) are behind") {
+		t.Fatalf("lost: %q", c.Lost)
+	}
+	if !strings.Contains(c.Why, "120") || !strings.Contains(c.Why, "held-read 110") {
 		t.Fatalf("why: %q", c.Why)
 	}
 }
@@ -80,5 +85,17 @@ func TestNoIntactDataMeansASnapshot(t *testing.T) {
 	}
 	if _, err := Commands(c, nil, Etcdctl{}, Paths{}); err == nil {
 		t.Fatal("commands without a survivor")
+	}
+}
+
+// A member that has a leader is in a quorum, though this node sees none
+// (a partition): a restore here would make a second cluster.
+func TestAMemberWithALeaderMeansNoRestore(t *testing.T) {
+	c := Choose([]Member{
+		{Name: "a", Source: FromEtcd, Commit: 10},
+		{Name: "b", Source: FromEtcd, Commit: 12, Leader: 0xc},
+	}, false, now)
+	if c.Survivor != nil || !strings.Contains(c.Refused, "b's etcd has a leader") {
+		t.Fatalf("%+v", c)
 	}
 }

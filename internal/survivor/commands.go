@@ -43,6 +43,13 @@ func Commands(c Choice, procedures map[string]string, e Etcdctl, defaults Paths)
 	if c.Survivor == nil {
 		return nil, errors.New("no survivor chosen: " + c.Refused)
 	}
+	if len(c.Unknown) > 0 {
+		// It may run in a quorum this node cannot reach (a partition: a
+		// restore would split the cluster), or hold newer data.
+		return nil, fmt.Errorf("nothing is known of %s: it may be serving in a quorum this node cannot reach, or hold newer data. "+
+			"Check it first (etcd-agent status on its node, or --agent-url); if it is gone for good, say so with --lost=NAME",
+			strings.Join(c.Unknown, ", "))
+	}
 	s := *c.Survivor
 	if s.ClientURL == "" {
 		return nil, fmt.Errorf("no client URL known for %s", s.Name)

@@ -17,7 +17,7 @@ func TestCommandsAreTheRunbooksWithTheClustersValues(t *testing.T) {
 			Paths: Paths{Manifest: "/m1/etcd.yaml", DataDir: "/d1", QuarantineDir: "/q1"}},
 		{Name: "n2", PeerURL: "https://h2:2380", Source: FromDataDir, DataDir: "ok", Commit: 9, ReportedAt: now, Node: "node2",
 			Paths: Paths{Manifest: "/m2/etcd.yaml", DataDir: "/d2", QuarantineDir: "/q2"}, ClientURL: "https://h2:2379"},
-		{Name: "n3", PeerURL: "https://h3:2380"}, // no agent: the defaults
+		{Name: "n3", PeerURL: "https://h3:2380", DeclaredLost: true}, // no agent: the defaults
 	}, false, now)
 	steps, err := Commands(c, procs, Etcdctl{CACert: "/ca", Cert: "/c", Key: "/k"}, Paths{Manifest: "/dm/etcd.yaml", DataDir: "/dd", QuarantineDir: "/dq"})
 	if err != nil {
@@ -52,6 +52,10 @@ func TestCommandsRefuseWhatTheProceduresDoNotCover(t *testing.T) {
 	base := []Member{{Name: "n1", PeerURL: "https://h1:2380", ClientURL: "https://h1:2379", Source: FromEtcd, Commit: 5,
 		Paths: Paths{Manifest: "/m", DataDir: "/d", QuarantineDir: "/q"}}, {Name: "n2", PeerURL: "https://h2:2380"}}
 	def := Paths{Manifest: "/m", DataDir: "/d", QuarantineDir: "/q"}
+	if _, err := Commands(Choose(base, false, now), procs, Etcdctl{}, def); err == nil || !strings.Contains(err.Error(), "n2") {
+		t.Errorf("a member nothing is known of (it may serve in a quorum elsewhere): %v", err)
+	}
+	base[1].DeclaredLost = true
 	wal := append([]Member(nil), base...)
 	wal[0].Paths.WALDir = "/w"
 	if _, err := Commands(Choose(wal, false, now), procs, Etcdctl{}, def); err == nil || !strings.Contains(err.Error(), "WAL") {

@@ -392,7 +392,7 @@ func (w *Watchdog) classifyDataDir(ctx context.Context, obs *observation.Observa
 	obs.Local.DataDirClusterID, obs.Local.DataDirMemberID = r.ClusterID, r.MemberID
 	obs.Local.DataDirRaft = nil // this poll's read only: a member that holds its data dir again moves on
 	if r.Verified && (r.Class == localdisk.ClassOK || r.Class == localdisk.ClassStale) {
-		obs.Local.DataDirRaft = &observation.RaftPosition{Term: r.WALTerm, Commit: r.WALCommit, LastIndex: r.WALIndex, Applied: r.ConsistentIndex}
+		obs.Local.DataDirRaft = &observation.RaftPosition{Term: r.WALTerm, Commit: r.WALCommit, LastIndex: r.WALIndex, Applied: r.ConsistentIndex, Revision: r.Revision}
 	}
 }
 

@@ -22,13 +22,14 @@ import (
 // lost and the choice matters. Five members with TLS and agents: node5
 // stops early (its log behind), writes go on, node4 stops with every one
 // of them on its disk, nodes 1-3 lose their data for good; node5 comes
-// back and runs without a leader. `etcd-agent status --cluster` on node5
-// must name node4 (stopped: its position only its agent can read from its
-// disk) over node5 (running, but behind), say nodes 1-3 have no data, and
-// print the commands. The agents stopped and node4 started, the printed
-// scripts run as printed, each on its node, in order: the cluster serves
-// again with five voters, node4 under its own ID, every write node4 had on
-// every member, HashKV equal.
+// back and runs, but without a quorum it never serves. `etcd-agent status
+// --cluster` on node5 must name node4 over node5, from what their agents
+// read of their disks (node4's data dir while stopped, then the WAL of
+// each while it runs and does not serve), say nodes 1-3 have no data, and
+// print the commands. The agents stopped, the printed scripts run as
+// printed, each on its node, in order: the cluster serves again with five
+// voters, node4 under its own ID, every write node4 had on every member,
+// HashKV equal.
 func TestStatusClusterNamesTheSurvivorAndItsCommandsRestore(t *testing.T) {
 	l := newLab(t, lab.Options{Nodes: 5, EtcdTLS: true, Agents: true})
 	before := idsByPeer(mustMembers(t, l))
@@ -80,51 +81,23 @@ func TestStatusClusterNamesTheSurvivorAndItsCommandsRestore(t *testing.T) {
 	for _, n := range l.Spec.Nodes {
 		args = append(args, "--agent-url="+n.Member+"="+strings.TrimSuffix(n.AgentMetricsURL, "/metrics"))
 	}
-	var ans struct {
-		Choice        survivor.Choice `json:"choice"`
-		Steps         []survivor.Step `json:"steps"`
-		CommandsError string          `json:"commandsError"`
+	// node5, restarted without a quorum, runs but never serves: its agent
+	// reads its WAL while etcd holds the db.
+	n5 := nodeOf(t, l, "node5")
+	statusCluster(t, args, n4.Member, map[string]string{n4.Member: "ok", n5.Member: "in-use"})
+	// The same once node4 runs too (2 of 5: no quorum, neither serves).
+	if err := l.StartMember("node4"); err != nil {
+		t.Fatal(err)
 	}
-	eventually(t, 90*time.Second, "status --cluster names node4 from its agent's read of its disk", func() error {
-		out, code := runStatus(t, append(args, "-o", "json"))
-		if code != 3 {
-			return fmt.Errorf("exit %d, want 3 (majority lost):\n%s", code, out)
-		}
-		ans.Steps = nil
-		if err := json.Unmarshal(out, &ans); err != nil {
-			return fmt.Errorf("%v:\n%s", err, out)
-		}
-		c := ans.Choice
-		if c.Survivor == nil || c.Survivor.Name != n4.Member || c.Survivor.Source != survivor.FromDataDir {
-			return fmt.Errorf("survivor %+v, refused %q", c.Survivor, c.Refused)
-		}
-		return nil
-	})
-	c := ans.Choice
-	t.Logf("status --cluster: %s; lost: %s", c.Why, c.Lost)
-	for _, m := range c.Members {
-		switch m.Name {
-		case nodeOf(t, l, "node5").Member:
-			if m.Source != survivor.FromEtcd || m.Problem != "" || m.Commit >= c.Survivor.Commit {
-				t.Errorf("node5: %+v, want a candidate from its etcd behind node4's %d", m, c.Survivor.Commit)
-			}
-		case n4.Member:
-		default:
-			if m.Problem == "" || (m.DataDir != "missing" && m.DataDir != "empty") {
-				t.Errorf("%s: %+v, want no candidate: its data dir is gone", m.Name, m)
-			}
-		}
-	}
-	if ans.CommandsError != "" || len(ans.Steps) != 9 {
-		t.Fatalf("commands: %d steps, error %q; want 4 stops, the survivor's, 4 rejoins", len(ans.Steps), ans.CommandsError)
-	}
+	waitAgentState(t, l, "node4", "", "in-use", 60*time.Second)
+	ans := statusCluster(t, args, n4.Member, map[string]string{n4.Member: "in-use", n5.Member: "in-use"})
 	table, _ := runStatus(t, args)
 	if !strings.Contains(string(table), "MAJORITY LOST. Restore from "+n4.Member) || !strings.Contains(string(table), "### 9. on node") {
 		t.Fatalf("status --cluster's table:\n%s", table)
 	}
+	t.Logf("status --cluster's table:\n%s", table[:min(len(table), 1500)])
 
-	// What the printed text asks first: the agents stopped. Then node4
-	// back (its member runs without a leader: 2 of 5).
+	// What the printed text asks first: the agents stopped.
 	for _, n := range l.Spec.Nodes {
 		if err := os.Rename(n.AgentManifest(), filepath.Join(n.NodeDir, "etcd-agent.yaml.stopped")); err != nil {
 			t.Fatal(err)
@@ -138,20 +111,6 @@ func TestStatusClusterNamesTheSurvivorAndItsCommandsRestore(t *testing.T) {
 			return nil
 		})
 	}
-	if err := l.StartMember("node4"); err != nil {
-		t.Fatal(err)
-	}
-	eventually(t, 60*time.Second, "node4's etcd answers its status without a leader", func() error {
-		mc, err := l.EtcdClientFor(n4.ClientURL)
-		if err != nil {
-			return err
-		}
-		defer mc.Close()
-		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-		defer cancel()
-		_, err = mc.Status(ctx, n4.ClientURL)
-		return err
-	})
 	roots := map[string]string{}
 	for _, n := range l.Spec.Nodes {
 		roots[n.Member] = t.TempDir()
@@ -216,6 +175,49 @@ func TestStatusClusterNamesTheSurvivorAndItsCommandsRestore(t *testing.T) {
 			t.Fatalf("HashKV at revision %d differs: %v", rev, hashes)
 		}
 	}
+}
+
+// statusCluster runs status --cluster until it names want, from what its
+// agent read of its data dir, with each member of dataDirs a candidate
+// whose agent says that of its data dir and the others not candidates;
+// it returns the answer.
+func statusCluster(t *testing.T, args []string, want string, dataDirs map[string]string) clusterAnswer {
+	t.Helper()
+	var ans clusterAnswer
+	eventually(t, 90*time.Second, "status --cluster names "+want+" from its agent's read of its disk", func() error {
+		out, code := runStatus(t, append(args, "-o", "json"))
+		if code != 3 {
+			return fmt.Errorf("exit %d, want 3 (majority lost):\n%s", code, out)
+		}
+		ans = clusterAnswer{}
+		if err := json.Unmarshal(out, &ans); err != nil {
+			return fmt.Errorf("%v:\n%s", err, out)
+		}
+		c := ans.Choice
+		if c.Survivor == nil || c.Survivor.Name != want || c.Survivor.Source != survivor.FromDataDir {
+			return fmt.Errorf("survivor %+v, refused %q", c.Survivor, c.Refused)
+		}
+		for _, m := range c.Members {
+			dd, cand := dataDirs[m.Name]
+			if cand && (m.Problem != "" || m.Source != survivor.FromDataDir || m.DataDir != dd || m.Commit > c.Survivor.Commit) ||
+				!cand && (m.Problem == "" || m.DataDir != "missing" && m.DataDir != "empty") {
+				return fmt.Errorf("%s: %+v", m.Name, m)
+			}
+		}
+		if ans.CommandsError != "" || len(ans.Steps) != 9 {
+			return fmt.Errorf("commands: %d steps, error %q; want 4 stops, the survivor's, 4 rejoins", len(ans.Steps), ans.CommandsError)
+		}
+		return nil
+	})
+	t.Logf("status --cluster: %s; lost: %s", ans.Choice.Why, ans.Choice.Lost)
+	return ans
+}
+
+// clusterAnswer is status --cluster -o json.
+type clusterAnswer struct {
+	Choice        survivor.Choice `json:"choice"`
+	Steps         []survivor.Step `json:"steps"`
+	CommandsError string          `json:"commandsError"`
 }
 
 // waitApplied waits until the member at url has applied the leader's

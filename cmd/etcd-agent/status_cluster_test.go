@@ -1,0 +1,47 @@
+package main
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/etcd-agent/etcd-agent/internal/agent"
+	"github.com/etcd-agent/etcd-agent/internal/observation"
+	"github.com/etcd-agent/etcd-agent/internal/survivor"
+)
+
+// A member's agent is found on its peer URL's host (the DaemonSet runs on
+// the host network), unless --agent-url says where.
+func TestAgentURLIsThePeerHostOnTheAgentPort(t *testing.T) {
+	m := observation.Member{Name: "cp-2", PeerURLs: []string{"https://10.0.0.12:2380"}}
+	if got := agentURL(m, clusterFlags{agentPort: 9793}); got != "http://10.0.0.12:9793" {
+		t.Fatalf("default: %s", got)
+	}
+	v6 := observation.Member{Name: "cp-3", PeerURLs: []string{"https://[fd00::3]:2380"}}
+	if got := agentURL(v6, clusterFlags{agentPort: 9793}); got != "http://[fd00::3]:9793" {
+		t.Fatalf("IPv6: %s", got)
+	}
+	if got := agentURL(m, clusterFlags{agentPort: 9793, agentURLs: map[string]string{"cp-2": "http://x:1"}}); got != "http://x:1" {
+		t.Fatalf("--agent-url: %s", got)
+	}
+}
+
+// An agent's report counts only for the member it is about: one answering
+// at a reused address for another member says nothing of this one's data.
+func TestAReportOnAnotherMemberIsNoEvidence(t *testing.T) {
+	r := agent.Report{At: time.Now()}
+	r.Observation.Local = observation.Local{Name: "cp-9", PeerURLs: []string{"https://10.0.0.12:2380"}, DataDirClass: "ok",
+		DataDirRaft: &observation.RaftPosition{Term: 3, Commit: 99}}
+	e := survivor.Member{Name: "cp-2", PeerURL: "https://10.0.0.12:2380"}
+	fromAgent(&e, r)
+	if e.Source != "" || e.Commit != 0 || !strings.Contains(e.Note, "cp-9") {
+		t.Fatalf("%+v", e)
+	}
+	r.Observation.Local.Name = "cp-2"
+	r.Where = &agent.Where{Node: "n2", Manifest: "/m", DataDir: "/d", QuarantineDir: "/q"}
+	e = survivor.Member{Name: "cp-2", PeerURL: "https://10.0.0.12:2380"}
+	fromAgent(&e, r)
+	if e.Source != survivor.FromDataDir || e.Commit != 99 || e.Node != "n2" || e.Paths.Manifest != "/m" || e.Note != "" {
+		t.Fatalf("%+v", e)
+	}
+}

@@ -1,0 +1,70 @@
+package agent
+
+import (
+	"encoding/json"
+	"io"
+	"net"
+	"net/http"
+	"sync/atomic"
+	"testing"
+
+	"go.uber.org/zap"
+
+	"github.com/etcd-agent/etcd-agent/internal/memberstate"
+	"github.com/etcd-agent/etcd-agent/internal/observation"
+	"github.com/etcd-agent/etcd-agent/metrics"
+)
+
+// /status serves every poll's report, with where the member's files lie
+// and where its log stands on disk: what `status --cluster` asks each node
+// for when the majority (and the Kubernetes API with it) is lost. The
+// status file is written only on a change; the endpoint is fresh.
+func TestStatusEndpointServesEveryPollsReport(t *testing.T) {
+	get := func(base string) (int, Report) {
+		t.Helper()
+		resp, err := http.Get(base + "/status")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var r Report
+		if resp.StatusCode == http.StatusOK {
+			b, _ := io.ReadAll(resp.Body)
+			if err := json.Unmarshal(b, &r); err != nil {
+				t.Fatalf("%v: %s", err, b)
+			}
+		}
+		return resp.StatusCode, r
+	}
+	serve := func(latest *atomic.Pointer[Report]) string {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ready atomic.Bool
+		srv := serveOn(ln, metrics.New(), &ready, latest, false, zap.NewNop())
+		t.Cleanup(func() { srv.Close() })
+		return "http://" + ln.Addr().String()
+	}
+	if code, _ := get(serve(nil)); code != http.StatusNotFound {
+		t.Fatalf("pod members (no single report): %d, want 404", code)
+	}
+	latest := &atomic.Pointer[Report]{}
+	base := serve(latest)
+	if code, _ := get(base); code != http.StatusServiceUnavailable {
+		t.Fatalf("before the first poll: %d, want 503", code)
+	}
+	r := &reporter{log: zap.NewNop(), metrics: metrics.New(), member: "m1", statusPath: t.TempDir() + "/status.json",
+		where: &Where{Node: "n1", Manifest: "/m/etcd.yaml", DataDir: "/d", QuarantineDir: "/q"}, latest: latest}
+	for _, commit := range []uint64{7, 9} {
+		res := memberstate.Result{Verdict: memberstate.Verdict{State: memberstate.Down}}
+		res.Observation.Local = observation.Local{Name: "m1", DataDirClass: "ok",
+			DataDirRaft: &observation.RaftPosition{Term: 2, Commit: commit, LastIndex: 12, Applied: 6}}
+		r.export(res, false)
+		code, got := get(base)
+		if code != http.StatusOK || got.Where == nil || got.Where.Manifest != "/m/etcd.yaml" ||
+			got.Observation.Local.DataDirRaft == nil || got.Observation.Local.DataDirRaft.Commit != commit {
+			t.Fatalf("poll %d: %d %+v", commit, code, got)
+		}
+	}
+}

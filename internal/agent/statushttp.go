@@ -1,0 +1,95 @@
+package agent
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"sync/atomic"
+	"time"
+
+	"github.com/etcd-agent/etcd-agent/internal/localdisk"
+	"github.com/etcd-agent/etcd-agent/internal/observation"
+)
+
+// walReadTimeout bounds /status's read of a held data dir's WAL.
+const walReadTimeout = 4 * time.Second
+
+// statusHandler serves /status: the latest poll's report, with the log
+// position AddLogPosition adds; that full read of the WAL runs on request
+// only (not every poll), one at a time and bounded (docs/design.md,
+// "Majority lost, guided").
+type statusHandler struct {
+	latest *atomic.Pointer[Report]
+	busy   chan struct{} // one WAL read at a time
+}
+
+func (h *statusHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	p := h.latest.Load()
+	if p == nil {
+		http.Error(w, "no observation yet", http.StatusServiceUnavailable)
+		return
+	}
+	rep := *p
+	if needsLogPosition(rep) {
+		if err := h.addLogPosition(r, &rep); err != nil {
+			rep.Observation.Local.DataDirRaftError = err.Error()
+		}
+	}
+	w.Header().Set("Content-Type", "application/json")
+	json.NewEncoder(w).Encode(rep)
+}
+
+// needsLogPosition: etcd holds the data dir but does not serve (restarted
+// without a quorum, etcd never serves clients), so the poll could not read
+// where its log stands, and nothing else says it.
+func needsLogPosition(rep Report) bool {
+	l := rep.Observation.Local
+	return l.DataDirRaft == nil && l.DataDirClass == string(localdisk.ClassInUse) && !l.Serving && rep.Where != nil
+}
+
+// AddLogPosition reads where the member's log stands from its WAL, read-only
+// and without a lock, when its etcd holds the data dir and does not serve;
+// the WAL must be the member's the poll saw there.
+func AddLogPosition(rep *Report) error {
+	if !needsLogPosition(*rep) {
+		return nil
+	}
+	l := &rep.Observation.Local
+	p, err := localdisk.ReadRaftPosition(localdisk.Dirs{Data: rep.Where.DataDir, WAL: rep.Where.WALDir})
+	if err == nil && l.DataDirMemberID != 0 && p.MemberID != l.DataDirMemberID {
+		err = fmt.Errorf("the WAL is member %x's, not %x's", p.MemberID, l.DataDirMemberID)
+	}
+	if err != nil {
+		l.DataDirRaftError = err.Error()
+		return err
+	}
+	l.DataDirRaft = &observation.RaftPosition{Term: p.Term, Commit: p.Commit, LastIndex: p.LastIndex, FromWAL: true}
+	return nil
+}
+
+// addLogPosition is AddLogPosition if no other read runs, bounded.
+func (h *statusHandler) addLogPosition(r *http.Request, rep *Report) error {
+	select {
+	case h.busy <- struct{}{}:
+	default:
+		return errors.New("another read of the WAL runs")
+	}
+	work := *rep
+	done := make(chan error, 1)
+	go func() {
+		defer func() { <-h.busy }()
+		done <- AddLogPosition(&work)
+	}()
+	t := time.NewTimer(walReadTimeout)
+	defer t.Stop()
+	select {
+	case err := <-done:
+		*rep = work
+		return err
+	case <-t.C:
+		return fmt.Errorf("reading the WAL took over %s", walReadTimeout)
+	case <-r.Context().Done():
+		return r.Context().Err()
+	}
+}
