@@ -67,7 +67,6 @@ func clusterStatus(ctx context.Context, out io.Writer, c agent.Config, f cluster
 	if err != nil {
 		return err
 	}
-	now := time.Now()
 	var ev []survivor.Member
 	for _, m := range members {
 		e := evidence(ctx, m, tlsCfg)
@@ -88,6 +87,7 @@ func clusterStatus(ctx context.Context, out io.Writer, c agent.Config, f cluster
 		e.DeclaredLost = slices.Contains(f.lost, m.Name)
 		ev = append(ev, e)
 	}
+	now := time.Now() // after the reports came: none is from the future
 	ans := clusterAnswer{Choice: survivor.Choose(ev, !majorityLost, now)}
 	if ans.Choice.Survivor != nil {
 		procs, err := runbook.ParseBytes(docs.RunbooksFile, docs.Runbooks)
@@ -130,7 +130,7 @@ func clusterStatus(ctx context.Context, out io.Writer, c agent.Config, f cluster
 // still answers Status with its term and committed index. The member list
 // may be the daemon's last one, whose probes are old: m is asked again.
 func evidence(ctx context.Context, m observation.Member, tlsCfg *tls.Config) survivor.Member {
-	e := survivor.Member{Name: m.Name, ID: m.ID}
+	e := survivor.Member{Name: m.Name, ID: m.ID, IsLearner: m.IsLearner}
 	if len(m.PeerURLs) > 0 {
 		e.PeerURL = m.PeerURLs[0]
 	}
@@ -234,8 +234,12 @@ func printCluster(out io.Writer, a clusterAnswer, now time.Time) {
 	}
 	fmt.Fprintf(out, "\nMAJORITY LOST. Restore from %s: %s.\n", c.Survivor.Name, c.Why)
 	fmt.Fprintf(out, "Lost in the restore: %s.\n", c.Lost)
-	if c.Survivor.Source != survivor.FromEtcd {
-		fmt.Fprintf(out, "%s's etcd does not answer now: start it first (its manifest back in the kubelet's dir; without a quorum it serves nothing and changes nothing). Its script checks that it answers.\n", c.Survivor.Name)
+	switch {
+	case c.Survivor.Source == survivor.FromEtcd:
+	case c.Survivor.DataDir == "in-use":
+		fmt.Fprintf(out, "%s's etcd runs but does not serve (restarted without a quorum, etcd never serves): its position is its WAL's, read by its agent.\n", c.Survivor.Name)
+	default:
+		fmt.Fprintf(out, "%s's etcd is stopped: its position is its data dir's, read by its agent. Its script stops it if it runs and starts it with --force-new-cluster.\n", c.Survivor.Name)
 	}
 	if a.CommandsError != "" {
 		fmt.Fprintf(out, "\nno commands: %s\n", a.CommandsError)

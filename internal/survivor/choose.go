@@ -56,6 +56,8 @@ type Member struct {
 	// Problem is why it cannot be restored from ("" when it can): Choose
 	// sets it.
 	Problem string `json:"problem,omitempty"`
+	// IsLearner: a learner cannot lead a cluster; it is never the survivor.
+	IsLearner bool `json:"isLearner,omitempty"`
 	// Leader is the leader its etcd names (0: none): a member that has
 	// one is in a quorum, wherever this node stands.
 	Leader uint64 `json:"leader,omitempty"`
@@ -141,6 +143,9 @@ func Choose(members []Member, quorum bool, now time.Time) Choice {
 
 // problem says why m is no candidate, "" when it is one.
 func problem(m Member, now time.Time) string {
+	if m.IsLearner {
+		return "a learner: it cannot lead the restored cluster"
+	}
 	if m.Source == FromEtcd {
 		return ""
 	}

@@ -36,6 +36,7 @@ func TestTheSurvivorIsTheMemberThatKeepsTheMost(t *testing.T) {
 		{Name: "old-report", Source: FromDataDir, DataDir: "ok", Term: 3, Commit: 500, ReportedAt: now.Add(-StaleAfter - time.Second)},
 		{Name: "went-back", Source: FromDataDir, DataDir: "stale", Term: 3, Commit: 900, ReportedAt: now},
 		{Name: "held-unread", DataDir: "in-use", ReportedAt: now},
+		{Name: "learner", IsLearner: true, Source: FromEtcd, Term: 3, Commit: 990},
 		{Name: "held-read", Source: FromDataDir, DataDir: "in-use", Term: 3, Commit: 110, ReportedAt: now},
 	}
 	c := Choose(ms, false, now)

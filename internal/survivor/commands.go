@@ -77,14 +77,16 @@ func Commands(c Choice, procedures map[string]string, e Etcdctl, defaults Paths)
 		if !strings.Contains(text, ex) {
 			return fmt.Errorf("procedure %s no longer sets %q: the commands and the runbook drifted apart", proc, ex)
 		}
-		set := "PEER=" + m.PeerURL
+		set := "PEER=" + shellQuote(m.PeerURL)
 		if strings.HasPrefix(ex, "M=") {
-			set = "M=" + m.Name + " " + set
+			set = "M=" + shellQuote(m.Name) + " " + set
 		}
+		// The paths are never inside quotes in the procedures: a quoted
+		// prefix joins the word it starts.
 		body := strings.NewReplacer(ex, set,
-			"/etc/kubernetes/manifests/etcd.yaml", p.Manifest,
-			"/var/lib/etcd-agent-quarantine", p.QuarantineDir,
-			"/var/lib/etcd", p.DataDir).Replace(text)
+			"/etc/kubernetes/manifests/etcd.yaml", shellQuote(p.Manifest),
+			"/var/lib/etcd-agent-quarantine", shellQuote(p.QuarantineDir),
+			"/var/lib/etcd", shellQuote(p.DataDir)).Replace(text)
 		steps = append(steps, Step{Node: m.Node, Member: m.Name, Procedure: proc, Script: prelude(s.ClientURL, e) + body})
 		return nil
 	}
@@ -117,15 +119,31 @@ func withDefaults(p, d Paths) Paths {
 	return p
 }
 
+// shellQuote makes v one shell word: as is when plain, else single-quoted
+// (a member's name is whatever its --name said).
+func shellQuote(v string) string {
+	plain := v != ""
+	for _, r := range v {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("-_./:=,@%+", r)) {
+			plain = false
+			break
+		}
+	}
+	if plain {
+		return v
+	}
+	return "'" + strings.ReplaceAll(v, "'", `'\''`) + "'"
+}
+
 // prelude is what each script needs first: bash's errexit (a failed check
 // stops it) and E, etcdctl reaching the survivor only ("Reaching etcd").
 func prelude(survivorURL string, e Etcdctl) string {
-	flags := []string{"--endpoints=" + survivorURL, "--dial-timeout=5s", "--command-timeout=15s"}
+	flags := []string{"--endpoints=" + shellQuote(survivorURL), "--dial-timeout=5s", "--command-timeout=15s"}
 	if e.CACert != "" {
-		flags = append(flags, "--cacert="+e.CACert)
+		flags = append(flags, "--cacert="+shellQuote(e.CACert))
 	}
 	if e.Cert != "" {
-		flags = append(flags, "--cert="+e.Cert, "--key="+e.Key)
+		flags = append(flags, "--cert="+shellQuote(e.Cert), "--key="+shellQuote(e.Key))
 	}
 	return fmt.Sprintf("set -euo pipefail\nE() { etcdctl %s \"$@\"; }\n", strings.Join(flags, " "))
 }

@@ -69,3 +69,26 @@ func TestCommandsRefuseWhatTheProceduresDoNotCover(t *testing.T) {
 		t.Errorf("unknown paths: %v", err)
 	}
 }
+
+// A member's name is whatever its --name said, paths are the node's: each
+// goes into the script as one shell word, never as shell syntax.
+func TestValuesAreOneShellWord(t *testing.T) {
+	c := Choose([]Member{
+		{Name: "a; rm -rf /", PeerURL: "https://h1:2380", ClientURL: "https://h1:2379", Source: FromEtcd, Commit: 5,
+			Paths: Paths{Manifest: "/m dir/etcd.yaml", DataDir: "/d'x", QuarantineDir: "/q$(id)"}},
+		{Name: "b", PeerURL: "https://h2:2380", DeclaredLost: true},
+	}, false, now)
+	steps, err := Commands(c, procs, Etcdctl{CACert: "/ca dir/ca.crt"}, Paths{Manifest: "/m", DataDir: "/d", QuarantineDir: "/q"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := steps[1].Script // the survivor's
+	for _, w := range []string{`M='a; rm -rf /' PEER=https://h1:2380`, `cp -a '/d'\''x' '/q$(id)'/y`, `--cacert='/ca dir/ca.crt'`} {
+		if !strings.Contains(s, w) {
+			t.Errorf("lacks %q:\n%s", w, s)
+		}
+	}
+	if shellQuote("cp-1") != "cp-1" || shellQuote("https://[fd00::1]:2380") != "'https://[fd00::1]:2380'" {
+		t.Errorf("plain words stay plain; brackets are quoted")
+	}
+}
