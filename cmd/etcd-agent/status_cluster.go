@@ -239,7 +239,8 @@ func printCluster(out io.Writer, a clusterAnswer, now time.Time) {
 	case c.Survivor.DataDir == "in-use":
 		fmt.Fprintf(out, "%s's etcd runs but does not serve (restarted without a quorum, etcd never serves): its position is its WAL's, read by its agent.\n", c.Survivor.Name)
 	default:
-		fmt.Fprintf(out, "%s's etcd is stopped: its position is its data dir's, read by its agent. Its script stops it if it runs and starts it with --force-new-cluster.\n", c.Survivor.Name)
+		fmt.Fprintf(out, "%s's etcd does not run: its position is its data dir's, read by its agent. Put its manifest back in the kubelet's dir first "+
+			"(without a quorum it serves nothing and changes nothing): its script moves it out to stop it, then starts it with --force-new-cluster.\n", c.Survivor.Name)
 	}
 	if a.CommandsError != "" {
 		fmt.Fprintf(out, "\nno commands: %s\n", a.CommandsError)
