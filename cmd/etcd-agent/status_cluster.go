@@ -53,7 +53,7 @@ func clusterStatus(ctx context.Context, out io.Writer, c agent.Config, f cluster
 	if err != nil {
 		return err
 	}
-	members, majorityLost := rep.Observation.Members, rep.MajorityLost
+	members, majorityLost, cluster := rep.Observation.Members, rep.MajorityLost, rep.Observation.ClusterID
 	if len(members) == 0 {
 		// A fresh process has no member list without a quorum: the
 		// daemon's last one, and its verdict on it.
@@ -61,7 +61,7 @@ func clusterStatus(ctx context.Context, out io.Writer, c agent.Config, f cluster
 		if err != nil {
 			return fmt.Errorf("no member list: etcd gave none (%s) and the daemon's report is unreadable: %w", rep.Observation.MemberListError, err)
 		}
-		members, majorityLost = d.Observation.Members, d.MajorityLost
+		members, majorityLost, cluster = d.Observation.Members, d.MajorityLost, d.Observation.ClusterID
 	}
 	tlsCfg, err := c.TLSConfig()
 	if err != nil {
@@ -69,7 +69,7 @@ func clusterStatus(ctx context.Context, out io.Writer, c agent.Config, f cluster
 	}
 	var ev []survivor.Member
 	for _, m := range members {
-		e := evidence(ctx, m, tlsCfg)
+		e := evidence(ctx, m, cluster, tlsCfg)
 		var r *agent.Report
 		if rep.Observation.Local.Name == m.Name {
 			// This node's member: read here, as its agent would.
@@ -82,7 +82,7 @@ func clusterStatus(ctx context.Context, out io.Writer, c agent.Config, f cluster
 			}
 		}
 		if r != nil {
-			fromAgent(&e, *r)
+			fromAgent(&e, *r, cluster, time.Now())
 		}
 		e.DeclaredLost = slices.Contains(f.lost, m.Name)
 		ev = append(ev, e)
@@ -129,10 +129,10 @@ func clusterStatus(ctx context.Context, out io.Writer, c agent.Config, f cluster
 // evidence is what m's etcd says of its log now: a member with no leader
 // still answers Status with its term and committed index. The member list
 // may be the daemon's last one, whose probes are old: m is asked again.
-func evidence(ctx context.Context, m observation.Member, tlsCfg *tls.Config) survivor.Member {
+func evidence(ctx context.Context, m observation.Member, cluster uint64, tlsCfg *tls.Config) survivor.Member {
 	e := survivor.Member{Name: m.Name, ID: m.ID, IsLearner: m.IsLearner}
 	if len(m.PeerURLs) > 0 {
-		e.PeerURL = m.PeerURLs[0]
+		e.PeerURL, e.OtherPeerURLs = m.PeerURLs[0], m.PeerURLs[1:]
 	}
 	if len(m.ClientURLs) == 0 {
 		return e
@@ -147,8 +147,8 @@ func evidence(ctx context.Context, m observation.Member, tlsCfg *tls.Config) sur
 	}
 	defer cli.Close()
 	st, err := cli.Status(ctx, e.ClientURL)
-	// An answer for another member says nothing of m.
-	if err != nil || st.Header.MemberId != m.ID {
+	// An answer for another member, or another cluster, says nothing of m.
+	if err != nil || st.Header.MemberId != m.ID || cluster != 0 && st.Header.ClusterId != cluster {
 		return e
 	}
 	e.Source, e.Term, e.Commit, e.Applied, e.Leader = survivor.FromEtcd, st.RaftTerm, st.RaftIndex, st.RaftAppliedIndex, st.Leader
@@ -156,14 +156,27 @@ func evidence(ctx context.Context, m observation.Member, tlsCfg *tls.Config) sur
 	return e
 }
 
-// fromAgent adds what m's agent read of its data dir, if the report is m's.
-func fromAgent(e *survivor.Member, r agent.Report) {
+// fromAgent adds what m's agent says of it, if the report is m's: the
+// same name and peer URL, and the data dir's WAL naming m and its cluster.
+func fromAgent(e *survivor.Member, r agent.Report, cluster uint64, now time.Time) {
 	l := r.Observation.Local
-	if l.Name != e.Name || len(l.PeerURLs) == 0 || l.PeerURLs[0] != e.PeerURL {
+	switch {
+	case l.Name != e.Name || len(l.PeerURLs) == 0 || l.PeerURLs[0] != e.PeerURL:
 		e.Note = fmt.Sprintf("its agent reports on member %s at %v", l.Name, l.PeerURLs)
 		return
+	case l.DataDirMemberID != 0 && e.ID != 0 && l.DataDirMemberID != e.ID:
+		e.Note = fmt.Sprintf("its data dir's WAL is member %x's, not %x's", l.DataDirMemberID, e.ID)
+		return
+	case l.DataDirClusterID != 0 && cluster != 0 && l.DataDirClusterID != cluster:
+		e.Note = fmt.Sprintf("its data dir's WAL is of cluster %x, not %x", l.DataDirClusterID, cluster)
+		return
 	}
-	e.DataDir, e.ReportedAt = l.DataDirClass, r.At
+	e.DataDir, e.DataDirVerified, e.ReportedAt = l.DataDirClass, l.DataDirVerified, r.At
+	if !r.ServedAt.IsZero() {
+		e.ReportedAt = now.Add(-r.ServedAt.Sub(r.At)) // its age on its own clock
+	}
+	e.Serving = l.Serving
+	e.QuorumSeen = r.Quorum > 0 && r.HealthyVoters >= r.Quorum
 	if w := r.Where; w != nil {
 		e.Node = w.Node
 		e.Paths = survivor.Paths{Manifest: w.Manifest, DataDir: w.DataDir, WALDir: w.WALDir, QuarantineDir: w.QuarantineDir}
@@ -171,8 +184,11 @@ func fromAgent(e *survivor.Member, r agent.Report) {
 	if l.DataDirRaftError != "" {
 		e.Note = "its log on disk: " + l.DataDirRaftError
 	}
-	if p := l.DataDirRaft; p != nil && e.Source == "" {
-		e.Source, e.Term, e.Commit, e.Applied, e.Revision = survivor.FromDataDir, p.Term, p.Commit, p.Applied, p.Revision
+	if p := l.DataDirRaft; p != nil {
+		e.LastIndex = p.LastIndex
+		if e.Source == "" {
+			e.Source, e.Term, e.Commit, e.Applied, e.Revision = survivor.FromDataDir, p.Term, p.Commit, p.Applied, p.Revision
+		}
 	}
 }
 
@@ -247,7 +263,9 @@ func printCluster(out io.Writer, a clusterAnswer, now time.Time) {
 		return
 	}
 	fmt.Fprintf(out, "\nNothing is done for you. First bring members back if you can (a member that returns with its data rejoins by itself).\n"+
-		"Stop the agents, then run each script on its node, in this order, as root (%s, \"Majority lost: restore\"). Each one starts with checks that stop it before it changes anything:\n", docs.RunbooksFile)
+		"Then run each script on its node, in this order, as root (%s, \"Majority lost: restore\"). The stop scripts stop their member first; "+
+		"the others start with checks that stop them before they change anything. Stop the agents before the rejoins: the API serves again "+
+		"once the survivor does (kubectl -n <ns> patch daemonset etcd-agent, as the runbooks' \"Stopping the agents\" says).\n", docs.RunbooksFile)
 	for i, s := range a.Steps {
 		node := s.Node
 		if node == "" {

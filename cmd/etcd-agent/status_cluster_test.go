@@ -33,15 +33,41 @@ func TestAReportOnAnotherMemberIsNoEvidence(t *testing.T) {
 	r.Observation.Local = observation.Local{Name: "cp-9", PeerURLs: []string{"https://10.0.0.12:2380"}, DataDirClass: "ok",
 		DataDirRaft: &observation.RaftPosition{Term: 3, Commit: 99}}
 	e := survivor.Member{Name: "cp-2", PeerURL: "https://10.0.0.12:2380"}
-	fromAgent(&e, r)
+	fromAgent(&e, r, 0, time.Now())
 	if e.Source != "" || e.Commit != 0 || !strings.Contains(e.Note, "cp-9") {
 		t.Fatalf("%+v", e)
 	}
 	r.Observation.Local.Name = "cp-2"
 	r.Where = &agent.Where{Node: "n2", Manifest: "/m", DataDir: "/d", QuarantineDir: "/q"}
 	e = survivor.Member{Name: "cp-2", PeerURL: "https://10.0.0.12:2380"}
-	fromAgent(&e, r)
+	fromAgent(&e, r, 0, time.Now())
 	if e.Source != survivor.FromDataDir || e.Commit != 99 || e.Node != "n2" || e.Paths.Manifest != "/m" || e.Note != "" {
 		t.Fatalf("%+v", e)
+	}
+}
+
+// A data dir whose WAL names another member, or another cluster, is no
+// evidence for this one (a copied data dir, a member re-added under a new
+// ID); a report's age is taken on its agent's clock, not this node's.
+func TestAgentEvidenceIsTheMembersOwnAndAgedOnItsClock(t *testing.T) {
+	r := agent.Report{At: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+	r.ServedAt = r.At.Add(3 * time.Minute) // three minutes old, whatever this clock says
+	r.Observation.Local = observation.Local{Name: "cp-2", PeerURLs: []string{"https://10.0.0.12:2380"}, DataDirClass: "ok",
+		DataDirMemberID: 0xb, DataDirClusterID: 0xc1, DataDirRaft: &observation.RaftPosition{Term: 3, Commit: 99}}
+	now := time.Now()
+	for _, c := range []struct {
+		id, cluster uint64
+		note        string
+	}{{0xa, 0xc1, "member b's, not a's"}, {0xb, 0xc2, "cluster c1, not c2"}} {
+		e := survivor.Member{Name: "cp-2", ID: c.id, PeerURL: "https://10.0.0.12:2380"}
+		fromAgent(&e, r, c.cluster, now)
+		if e.Source != "" || !strings.Contains(e.Note, c.note) {
+			t.Errorf("%+v: %+v", c, e)
+		}
+	}
+	e := survivor.Member{Name: "cp-2", ID: 0xb, PeerURL: "https://10.0.0.12:2380"}
+	fromAgent(&e, r, 0xc1, now)
+	if e.Source != survivor.FromDataDir || now.Sub(e.ReportedAt) != 3*time.Minute {
+		t.Fatalf("%+v (age %s)", e, now.Sub(e.ReportedAt))
 	}
 }

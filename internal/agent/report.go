@@ -48,6 +48,9 @@ type Report struct {
 	// not be read.
 	LastRecovery *journal.Record `json:"lastRecovery,omitempty"`
 	JournalError string          `json:"journalError,omitempty"`
+	// ServedAt is when /status served it, on the agent's clock: a
+	// reader takes the report's age from it, not from its own clock.
+	ServedAt time.Time `json:"servedAt,omitzero"`
 	// Where is where this node keeps the member's files: what the
 	// majority-lost restore commands need (status --cluster).
 	Where *Where `json:"where,omitempty"`

@@ -36,6 +36,7 @@ func (h *statusHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			rep.Observation.Local.DataDirRaftError = err.Error()
 		}
 	}
+	rep.ServedAt = time.Now()
 	w.Header().Set("Content-Type", "application/json")
 	json.NewEncoder(w).Encode(rep)
 }

@@ -33,6 +33,9 @@ type Member struct {
 	Name    string `json:"name"`
 	ID      uint64 `json:"id,omitempty"`
 	PeerURL string `json:"peerURL"`
+	// OtherPeerURLs are its peer URLs after the first (the procedures
+	// handle one).
+	OtherPeerURLs []string `json:"otherPeerURLs,omitempty"`
 	// ClientURL reaches its etcd (the restored cluster's, for the survivor).
 	ClientURL string `json:"clientURL,omitempty"`
 	// Node is the node its agent reported from ("" when no agent did).
@@ -56,6 +59,15 @@ type Member struct {
 	// Problem is why it cannot be restored from ("" when it can): Choose
 	// sets it.
 	Problem string `json:"problem,omitempty"`
+	// Serving: its agent says its etcd serves (with a leader), and
+	// QuorumSeen: its agent sees a quorum. Either means a quorum exists
+	// somewhere (a partition from here): nothing is restored.
+	Serving    bool `json:"serving,omitempty"`
+	QuorumSeen bool `json:"quorumSeen,omitempty"`
+	// DataDirVerified: its agent's deep check confirmed DataDir.
+	DataDirVerified bool `json:"dataDirVerified,omitempty"`
+	// LastIndex is the last entry its WAL holds, when read.
+	LastIndex uint64 `json:"lastIndex,omitempty"`
 	// IsLearner: a learner cannot lead a cluster; it is never the survivor.
 	IsLearner bool `json:"isLearner,omitempty"`
 	// Leader is the leader its etcd names (0: none): a member that has
@@ -99,19 +111,24 @@ type Choice struct {
 // StaleAfter: an agent's report older than this is not evidence.
 const StaleAfter = 2 * time.Minute
 
-// Choose picks the member whose log keeps the most: the highest commit
-// index, then the highest term, then one whose etcd answers (it holds its
-// data now), then the name. A member is a candidate when its etcd answered
-// or its agent read where its log stands within StaleAfter of now (its
-// data dir ok, or held by an etcd that does not serve).
-// quorum says the cluster has a quorum: then nothing is restored.
+// Choose picks the member whose log keeps the most: the highest of its
+// commit and applied index (etcd keeps both under --force-new-cluster; a
+// crash can leave the WAL's commit behind the db's), then the highest
+// term, then one whose etcd answers, then the name. A member is a
+// candidate when its etcd answered, or its agent read where its log stands
+// within StaleAfter (its data dir ok, or held by an etcd that does not
+// serve), and its data dir is not known to be gone. quorum says this node
+// sees a quorum; so does any member that has a leader or serves, or whose
+// agent sees one: then nothing is restored. A member that is no candidate
+// and is not known to hold nothing (a learner, declared lost, a data dir
+// verified gone) is Unknown: it may be newer, and commands wait for it.
 func Choose(members []Member, quorum bool, now time.Time) Choice {
 	if quorum {
 		return Choice{Refused: "the cluster has a quorum: nothing to restore (a restore would throw away a working cluster)", Members: members}
 	}
 	for _, m := range members {
-		if m.Source == FromEtcd && m.Leader != 0 {
-			return Choice{Refused: fmt.Sprintf("%s's etcd has a leader (%x): a quorum exists, maybe beyond a partition from here; a restore would split the cluster", m.Name, m.Leader), Members: members}
+		if r := quorumSign(m); r != "" {
+			return Choice{Refused: r + ": a quorum exists, maybe beyond a partition from here; a restore would split the cluster", Members: members}
 		}
 	}
 	var cands, others []Member
@@ -121,7 +138,7 @@ func Choose(members []Member, quorum bool, now time.Time) Choice {
 		switch {
 		case m.Problem == "":
 			cands = append(cands, m)
-		case m.Source == "" && m.DataDir == "" && !m.DeclaredLost:
+		case !holdsNothing(m):
 			unknown = append(unknown, m.Name)
 			others = append(others, m)
 		default:
@@ -141,12 +158,42 @@ func Choose(members []Member, quorum bool, now time.Time) Choice {
 	return c
 }
 
+// quorumSign says what shows m is in a quorum, "" when nothing does.
+func quorumSign(m Member) string {
+	switch {
+	case m.Source == FromEtcd && m.Leader != 0:
+		return fmt.Sprintf("%s's etcd has a leader (%x)", m.Name, m.Leader)
+	case m.Serving:
+		return fmt.Sprintf("%s's agent says its etcd serves", m.Name)
+	case m.QuorumSeen:
+		return fmt.Sprintf("%s's agent sees a quorum", m.Name)
+	}
+	return ""
+}
+
+// gone are the data dir verdicts that hold no data.
+var gone = []string{"missing", "empty", "not-a-directory", "corrupt", "foreign", "stale"}
+
+// holdsNothing: m is known to hold nothing a restore could keep.
+func holdsNothing(m Member) bool {
+	return m.IsLearner || m.DeclaredLost && m.Source == "" ||
+		slices.Contains(gone, m.DataDir) && (m.DataDirVerified || m.DataDir == "missing" || m.DataDir == "empty")
+}
+
+// rank is how far m's log goes that a restore from it keeps.
+func rank(m Member) uint64 { return max(m.Commit, m.Applied) }
+
 // problem says why m is no candidate, "" when it is one.
 func problem(m Member, now time.Time) string {
 	if m.IsLearner {
 		return "a learner: it cannot lead the restored cluster"
 	}
 	if m.Source == FromEtcd {
+		if slices.Contains(gone, m.DataDir) {
+			// Its etcd serves from files deleted under it: stopped, they
+			// are gone. A snapshot of it first (etcdctl snapshot save).
+			return "its etcd runs, but its agent says its data dir is " + m.DataDir + ": take a snapshot of it first"
+		}
 		return ""
 	}
 	if m.DataDir == "" {
@@ -161,6 +208,9 @@ func problem(m Member, now time.Time) string {
 	// in-use: etcd holds it but does not serve (restarted without a
 	// quorum); its agent read the WAL.
 	if m.Source != FromDataDir || m.DataDir != "ok" && m.DataDir != "in-use" {
+		if m.Note != "" {
+			return "data dir " + m.DataDir + ": " + m.Note
+		}
 		return "data dir " + m.DataDir
 	}
 	return ""
@@ -168,7 +218,7 @@ func problem(m Member, now time.Time) string {
 
 // better orders candidates: the one whose log keeps more first.
 func better(a, b Member) int {
-	if c := cmp.Compare(b.Commit, a.Commit); c != 0 {
+	if c := cmp.Compare(rank(b), rank(a)); c != 0 {
 		return c
 	}
 	if c := cmp.Compare(b.Term, a.Term); c != 0 {
@@ -184,13 +234,13 @@ func better(a, b Member) int {
 }
 
 func why(best Member, rest []Member) string {
-	s := fmt.Sprintf("%s has committed up to raft index %d (term %d, from its %s)", best.Name, best.Commit, best.Term, best.Source)
+	s := fmt.Sprintf("%s has committed up to raft index %d (term %d, from its %s)", best.Name, rank(best), best.Term, best.Source)
 	if len(rest) == 0 {
 		return s + "; it is the only member with intact data"
 	}
 	var b []string
 	for _, m := range rest {
-		b = append(b, fmt.Sprintf("%s %d (term %d, %s)", m.Name, m.Commit, m.Term, m.Source))
+		b = append(b, fmt.Sprintf("%s %d (term %d, %s)", m.Name, rank(m), m.Term, m.Source))
 	}
 	return s + "; the other candidates: " + strings.Join(b, ", ")
 }
@@ -199,11 +249,17 @@ func why(best Member, rest []Member) string {
 // committed beyond it (none: it is the best), and whatever lost members
 // acknowledged after its commit index, which nobody can see now.
 func lost(best Member, members []Member, unknown []string) string {
-	s := fmt.Sprintf("every write committed after raft index %d that only lost members kept", best.Commit)
+	s := fmt.Sprintf("every write committed after raft index %d that only lost members kept", rank(best))
+	if best.LastIndex > rank(best) {
+		s += fmt.Sprintf("; %s's own log runs on to index %d: those entries are dropped (the last ones may have been committed, their commit not yet on its disk)", best.Name, best.LastIndex)
+	}
 	behind := 0
 	for _, m := range members {
-		if m.Name != best.Name && m.Problem == "" && m.Commit < best.Commit {
+		if m.Name != best.Name && m.Problem == "" && rank(m) <= rank(best) {
 			behind++
+		}
+		if m.Name != best.Name && m.Problem == "" && m.LastIndex > rank(best) {
+			s += fmt.Sprintf("; %s's log runs to index %d, beyond it: check it is not newer", m.Name, m.LastIndex)
 		}
 	}
 	if behind > 0 {

@@ -3,6 +3,10 @@ package survivor
 import (
 	"errors"
 	"fmt"
+	"net/url"
+	"path/filepath"
+	"regexp"
+	"slices"
 	"strings"
 )
 
@@ -50,6 +54,9 @@ func Commands(c Choice, procedures map[string]string, e Etcdctl, defaults Paths)
 			"Check it first (etcd-agent status on its node, or --agent-url); if it is gone for good, say so with --lost=NAME",
 			strings.Join(c.Unknown, ", "))
 	}
+	if err := checkMembers(c.Members); err != nil {
+		return nil, err
+	}
 	s := *c.Survivor
 	if s.ClientURL == "" {
 		return nil, fmt.Errorf("no client URL known for %s", s.Name)
@@ -66,12 +73,15 @@ func Commands(c Choice, procedures map[string]string, e Etcdctl, defaults Paths)
 		if !ok {
 			return fmt.Errorf("the runbook has no procedure %s", proc)
 		}
-		p := withDefaults(m.Paths, defaults)
-		if p.WALDir != "" {
-			return fmt.Errorf("%s keeps its WAL in a dedicated dir %s, which these procedures do not move or copy: follow docs/runbooks/README.md by hand, moving the WAL dir with the data dir", m.Name, p.WALDir)
+		p := m.Paths
+		if m.DeclaredLost && p == (Paths{}) {
+			// Its node is gone with its agent: where a replacement
+			// node keeps it, as this one does (the rejoin checks its
+			// manifest's --data-dir against it).
+			p = defaults
 		}
-		if p.Manifest == "" || p.DataDir == "" || p.QuarantineDir == "" {
-			return fmt.Errorf("the paths of %s on its node are not known (manifest %q, data dir %q, quarantine %q)", m.Name, p.Manifest, p.DataDir, p.QuarantineDir)
+		if err := checkPaths(m.Name, p); err != nil {
+			return err
 		}
 		ex := examples[proc]
 		if !strings.Contains(text, ex) {
@@ -106,17 +116,57 @@ func Commands(c Choice, procedures map[string]string, e Etcdctl, defaults Paths)
 	return steps, nil
 }
 
-func withDefaults(p, d Paths) Paths {
-	if p.Manifest == "" {
-		p.Manifest = d.Manifest
+// checkMembers refuses what the procedures cannot say safely: names that
+// are not plain words or repeat (scripts are per member name), peer URLs
+// whose host could be shell syntax where a procedure re-parses it, and a
+// member with more than one peer URL.
+func checkMembers(ms []Member) error {
+	seen := map[string]bool{}
+	for _, m := range ms {
+		if !plainName.MatchString(m.Name) {
+			return fmt.Errorf("member name %q is not a plain word (letters, digits, . _ -): write the commands by hand", m.Name)
+		}
+		if seen[m.Name] {
+			return fmt.Errorf("two members are named %q: write the commands by hand", m.Name)
+		}
+		seen[m.Name] = true
+		if len(m.OtherPeerURLs) > 0 {
+			return fmt.Errorf("%s has %d peer URLs; the procedures handle one: write the commands by hand", m.Name, 1+len(m.OtherPeerURLs))
+		}
+		u, err := url.Parse(m.PeerURL)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || !plainHost.MatchString(u.Hostname()) || !digits.MatchString(u.Port()) {
+			return fmt.Errorf("%s's peer URL %q is not scheme://host:port with a plain host: write the commands by hand", m.Name, m.PeerURL)
+		}
 	}
-	if p.DataDir == "" {
-		p.DataDir, p.WALDir = d.DataDir, d.WALDir
+	return nil
+}
+
+var (
+	plainName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]*$`)
+	plainHost = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9.:-]*$`) // a DNS name or an IP (IPv6 without brackets)
+	digits    = regexp.MustCompile(`^[0-9]{1,5}$`)
+	plainPath = regexp.MustCompile(`^/[A-Za-z0-9._/-]+$`)
+)
+
+// systemDirs are never a member's dir: a report saying so is wrong, or
+// forged (an agent's /status is not authenticated).
+var systemDirs = []string{"/", "/bin", "/boot", "/dev", "/etc", "/home", "/lib", "/lib64", "/opt", "/proc", "/root", "/run", "/sbin", "/srv", "/sys", "/tmp", "/usr", "/var", "/var/lib"}
+
+// checkPaths refuses paths the scripts would move that are not plain,
+// clean, absolute, and below a system dir.
+func checkPaths(member string, p Paths) error {
+	if p.WALDir != "" {
+		return fmt.Errorf("%s keeps its WAL in a dedicated dir %s, which these procedures do not move or copy: follow docs/runbooks/README.md by hand, moving the WAL dir with the data dir", member, p.WALDir)
 	}
-	if p.QuarantineDir == "" {
-		p.QuarantineDir = d.QuarantineDir
+	if p.Manifest == "" || p.DataDir == "" || p.QuarantineDir == "" {
+		return fmt.Errorf("the paths of %s on its node are not known (its agent did not report; manifest %q, data dir %q, quarantine %q)", member, p.Manifest, p.DataDir, p.QuarantineDir)
 	}
-	return p
+	for _, v := range []string{p.Manifest, p.DataDir, p.QuarantineDir} {
+		if !plainPath.MatchString(v) || filepath.Clean(v) != v || slices.Contains(systemDirs, v) {
+			return fmt.Errorf("%s's path %q is not a plain, clean path below a system dir: write the commands by hand", member, v)
+		}
+	}
+	return nil
 }
 
 // shellQuote makes v one shell word: as is when plain, else single-quoted

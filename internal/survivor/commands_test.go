@@ -70,25 +70,45 @@ func TestCommandsRefuseWhatTheProceduresDoNotCover(t *testing.T) {
 	}
 }
 
-// A member's name is whatever its --name said, paths are the node's: each
-// goes into the script as one shell word, never as shell syntax.
-func TestValuesAreOneShellWord(t *testing.T) {
-	c := Choose([]Member{
-		{Name: "a; rm -rf /", PeerURL: "https://h1:2380", ClientURL: "https://h1:2379", Source: FromEtcd, Commit: 5,
-			Paths: Paths{Manifest: "/m dir/etcd.yaml", DataDir: "/d'x", QuarantineDir: "/q$(id)"}},
-		{Name: "b", PeerURL: "https://h2:2380", DeclaredLost: true},
-	}, false, now)
-	steps, err := Commands(c, procs, Etcdctl{CACert: "/ca dir/ca.crt"}, Paths{Manifest: "/m", DataDir: "/d", QuarantineDir: "/q"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := steps[1].Script // the survivor's
-	for _, w := range []string{`M='a; rm -rf /' PEER=https://h1:2380`, `cp -a '/d'\''x' '/q$(id)'/y`, `--cacert='/ca dir/ca.crt'`} {
-		if !strings.Contains(s, w) {
-			t.Errorf("lacks %q:\n%s", w, s)
+// What a procedure cannot say safely gets no commands: a member's name is
+// whatever its --name said, a peer URL's host is re-parsed by a shell in
+// the port checks, and the paths come from an agent's unauthenticated
+// /status. Each is refused with a reason, and nothing is written.
+func TestUnsafeValuesGetNoCommands(t *testing.T) {
+	ok := func() []Member {
+		return []Member{
+			{Name: "a", PeerURL: "https://h1:2380", ClientURL: "https://h1:2379", Source: FromEtcd, Commit: 5,
+				Paths: Paths{Manifest: "/etc/kubernetes/manifests/etcd.yaml", DataDir: "/var/lib/etcd", QuarantineDir: "/var/lib/etcd-agent-quarantine"}},
+			{Name: "b", PeerURL: "https://[fd00::2]:2380", DeclaredLost: true},
 		}
 	}
-	if shellQuote("cp-1") != "cp-1" || shellQuote("https://[fd00::1]:2380") != "'https://[fd00::1]:2380'" {
-		t.Errorf("plain words stay plain; brackets are quoted")
+	def := Paths{Manifest: "/m/etcd.yaml", DataDir: "/d/etcd", QuarantineDir: "/d/q"}
+	if _, err := Commands(Choose(ok(), false, now), procs, Etcdctl{}, def); err != nil {
+		t.Fatalf("the plain case (an IPv6 peer too): %v", err)
+	}
+	for _, c := range []struct {
+		name string
+		edit func(ms []Member) []Member
+		want string
+	}{
+		{"shell in a name", func(ms []Member) []Member { ms[1].Name = "b; rm -rf /"; return ms }, "not a plain word"},
+		{"shell in a peer host", func(ms []Member) []Member { ms[1].PeerURL = "https://b;touch$IFS/x;:2380"; return ms }, "plain host"},
+		{"a name twice", func(ms []Member) []Member { ms[1].Name = "a"; return ms }, "two members"},
+		{"an empty name", func(ms []Member) []Member { ms[1].Name = ""; return ms }, "not a plain word"},
+		{"two peer URLs", func(ms []Member) []Member { ms[1].OtherPeerURLs = []string{"https://c:2380"}; return ms }, "2 peer URLs"},
+		{"a system dir", func(ms []Member) []Member { ms[0].Paths.DataDir = "/etc"; return ms }, "system dir"},
+		{"a space in a path", func(ms []Member) []Member { ms[0].Paths.DataDir = "/d x"; return ms }, "plain"},
+		{"a path not clean", func(ms []Member) []Member { ms[0].Paths.DataDir = "/var/lib/../../etc"; return ms }, "clean"},
+		{"another node's paths not known", func(ms []Member) []Member {
+			ms[1].DeclaredLost, ms[1].Source, ms[1].DataDir, ms[1].ReportedAt = false, FromDataDir, "missing", now
+			return ms
+		}, "not known"},
+	} {
+		if _, err := Commands(Choose(c.edit(ok()), false, now), procs, Etcdctl{}, def); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: %v, want %q", c.name, err, c.want)
+		}
+	}
+	if shellQuote("cp-1") != "cp-1" || shellQuote("/ca dir/ca.crt") != "'/ca dir/ca.crt'" || shellQuote("it's") != `'it'\''s'` {
+		t.Errorf("shellQuote")
 	}
 }
