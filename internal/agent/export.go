@@ -83,7 +83,7 @@ func (r *reporter) newReport(res memberstate.Result) Report {
 // manifestAnswer records the manifest keeper's answer; the status file
 // shows it from the next write on (the keeper answers after the export).
 func (r *reporter) manifestAnswer(d plan.ManifestRestore) {
-	if d.Reason == plan.ReasonNone && !d.Missing {
+	if d.Quiet() {
 		r.manifest = nil
 		return
 	}

@@ -158,7 +158,7 @@ func (k *manifestKeeper) say(d plan.ManifestRestore) {
 	case d.Missing:
 		k.log.Warn("the etcd static-pod manifest is gone and the agent did not park it", zap.String("manifest", k.manifest),
 			zap.String("reason", string(d.Reason)), zap.String("detail", d.Detail))
-	case k.said == plan.ReasonNone && d.Detail == "":
+	case d.Quiet() && d.Detail == "":
 		k.log.Info("the etcd static-pod manifest is in place", zap.String("manifest", k.manifest))
 	}
 }

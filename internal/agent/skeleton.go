@@ -93,10 +93,10 @@ func (k *skeletonKeeper) say(d plan.SkeletonDecision) {
 		return
 	}
 	k.last = d.Reason
-	switch d.Reason {
-	case plan.SkeletonMountRootGone, plan.SkeletonParentGone, plan.SkeletonLookFailed, plan.SkeletonJournalUnread, plan.SkeletonNotADirectory:
+	switch {
+	case d.CannotPutBack():
 		k.log.Warn("the wiped data dir's skeleton cannot be put back: etcd's purge may end the member", zap.String("reason", string(d.Reason)), zap.String("detail", d.Detail))
-	case plan.SkeletonDryRun:
+	case d.DryRun():
 		k.log.Info("dry run: the wiped data dir's skeleton is not put back", zap.String("detail", d.Detail))
 	}
 }

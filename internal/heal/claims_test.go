@@ -101,7 +101,7 @@ func (c failingRelease) Do(ctx context.Context, a plan.Action, j journal.Record,
 }
 
 // From the second review: once a pod move released its claim it only goes
-// forward (the step is retried past maxStepErrors, until the recovery
+// forward (the step is retried past plan.MaxStepErrors, until the recovery
 // timeout), and a move that fails then closes saying so (claimReleasedAt
 // kept: never healed here) and what is left to do by hand.
 func TestAReleasedPodMoveOnlyGoesForward(t *testing.T) {
@@ -121,8 +121,8 @@ func TestAReleasedPodMoveOnlyGoesForward(t *testing.T) {
 	if out.Result != journal.ResultFailed {
 		t.Fatalf("outcome %+v", out)
 	}
-	if n := strings.Count(strings.Join(tr.events(), ","), string(plan.ReleasePod)); n <= maxStepErrors {
-		t.Fatalf("the release was tried %d times: a released move gave up at maxStepErrors (%d)", n, maxStepErrors)
+	if n := strings.Count(strings.Join(tr.events(), ","), string(plan.ReleasePod)); n <= plan.MaxStepErrors {
+		t.Fatalf("the release was tried %d times: a released move gave up at plan.MaxStepErrors (%d)", n, plan.MaxStepErrors)
 	}
 	j = r.journal(t)
 	if j.ClaimReleasedAt.IsZero() || !strings.Contains(j.Message, "delete it") {

@@ -80,14 +80,7 @@ func (h *Healer) restoreRecord(prev journal.Record, d plan.Decision) journal.Rec
 // recoveries_total, no request answered.
 func (h *Healer) closeRestore(ctx context.Context, j *journal.Record, d plan.Decision, failed bool) Outcome {
 	now := h.now().UTC()
-	result := journal.ResultFailed
-	switch {
-	case failed:
-	case d.Reason == plan.ReasonNone && j.Phase.AtLeast(journal.PhaseVerified):
-		result = journal.ResultSucceeded
-	case j.ClientURLsRestoredAt.IsZero():
-		result = journal.ResultRefused
-	}
+	result := plan.ResultOfRestore(d, *j, failed)
 	if result == journal.ResultFailed {
 		j.Failures, j.LastFailureAt = j.Failures+1, now
 	}

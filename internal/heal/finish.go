@@ -134,17 +134,7 @@ func (h *Healer) finish(ctx context.Context, j *journal.Record, d plan.Decision)
 	if j.Kind == journal.KindRestoreClientURLs {
 		return h.closeRestore(ctx, j, d, false)
 	}
-	result := journal.ResultSucceeded
-	switch {
-	case d.Reason != plan.ReasonNone && !j.Phase.AtLeast(journal.PhaseStopped) && j.StopAttemptedAt.IsZero():
-		// Rule 6's re-check, or a refusal (majority-lost, learner-present,
-		// ...) after the Lease and before any change: nothing was changed
-		// and nothing failed; no failure counted, no backoff.
-		result = journal.ResultRefused
-	case d.Reason != plan.ReasonNone:
-		result = journal.ResultFailed
-	}
-	return h.close(ctx, j, d, result, nil)
+	return h.close(ctx, j, d, plan.ResultOfFinish(d, *j), nil)
 }
 
 // fail closes the recovery as failed. A learner it added and did not promote

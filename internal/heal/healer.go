@@ -320,7 +320,7 @@ func (h *Healer) Consider(ctx context.Context, res memberstate.Result, req *plan
 	h.seen(res.Verdict)
 	h.removeKilledStreams()
 	out := h.consider(ctx, res, req)
-	if out.Result == journal.ResultSucceeded && out.Decision.Reason == plan.ReasonLearnerRolledBack && ctx.Err() == nil {
+	if out.Result == journal.ResultSucceeded && out.Decision.RolledBackLearner() && ctx.Err() == nil {
 		return h.consider(ctx, h.obs.Observe(ctx, h.now()), req)
 	}
 	return out
@@ -346,15 +346,15 @@ func (h *Healer) consider(ctx context.Context, res memberstate.Result, req *plan
 		}
 	}
 	d := h.decide(ctx, res, req, j)
-	if d.Reason == plan.ReasonMovedAway {
+	if d.MovedAway() {
 		// A move-out closed but its manifest was not set aside (the agent
 		// died in between, or the set-aside failed): do it now.
 		return Outcome{Decision: d, Retired: h.retireParked(&j)}
 	}
 	// An open journal waiting on an unreadable Lease is the same outage
 	// as a take that goes unanswered: one refusal, one refused_since.
-	waitsForAPI := d.Reason == plan.ReasonAPIUnavailable
-	if d.Action != plan.Begin && d.Action != plan.RollbackLearner && d.Action != plan.BeginRestoreClientURLs && !waitsForAPI {
+	waitsForAPI := d.WaitsForAPI()
+	if !d.Begins() && !waitsForAPI {
 		h.takeUnanswered = false
 	}
 	if !h.takeUnanswered { // else still refused until a take is answered
@@ -363,7 +363,7 @@ func (h *Healer) consider(ctx context.Context, res memberstate.Result, req *plan
 			h.lastRefusal = ""
 		}
 	}
-	if d.Reason == plan.ReasonAwaitingMoveTarget {
+	if d.WaitsForMoveTarget() {
 		// Bounded (plan.Config.MoveDeadline) and said at every poll: what
 		// it waits for, and how much of the deadline is left.
 		h.log.Info("pod move: waiting for its member on the target", zap.String("id", j.ID), zap.String("detail", d.Detail))
@@ -372,7 +372,7 @@ func (h *Healer) consider(ctx context.Context, res memberstate.Result, req *plan
 		return out
 	}
 	switch {
-	case d.Action == plan.Begin, d.Action == plan.RollbackLearner, d.Action == plan.BeginRestoreClientURLs, j.Active() && d.Action != plan.Nothing && d.Action != plan.Refuse:
+	case d.Begins(), j.Active() && d.Action != plan.Nothing && d.Action != plan.Refuse:
 		// An open journal with the Lease held (a step decided) is
 		// executed too, never left deciding a step on every poll.
 		return h.recover(ctx, res, req, j)
@@ -387,10 +387,7 @@ func (h *Healer) consider(ctx context.Context, res memberstate.Result, req *plan
 // refused with d's reason (lease-held-by-other also while a journal of
 // ours waits for the Lease).
 func (h *Healer) blocked(d plan.Decision) {
-	var r plan.Reason
-	if d.Action == plan.Refuse || d.Reason == plan.ReasonLeaseHeldByOther || d.Reason == plan.ReasonAPIUnavailable {
-		r = d.Reason
-	}
+	r := d.BlockedOn()
 	if r == h.blockedReason || h.metrics == nil {
 		return
 	}
@@ -465,7 +462,7 @@ func (h *Healer) decide(ctx context.Context, res memberstate.Result, req *plan.R
 		in.APIAvailable = true // optimistic; checked below if it matters
 		in.LeaseFreeSince = time.Unix(0, 0)
 		d := plan.Decide(in, h.cfg.Plan)
-		if d.Action != plan.Begin && d.Action != plan.RollbackLearner && d.Action != plan.BeginRestoreClientURLs && !(d.Action == plan.Refuse && d.Reason == plan.ReasonDryRun) {
+		if !d.Begins() && !(d.Action == plan.Refuse && d.DryRun()) {
 			return d
 		}
 	}

@@ -75,7 +75,7 @@ func (h *Healer) event(etype, reason, format string, args ...any) {
 }
 
 // putBackAfterUnreadLeases ends an open journal that has waited for
-// maxStepErrors polls in a row on a Lease it cannot read (the API fully
+// plan.MaxStepErrors polls in a row on a Lease it cannot read (the API fully
 // down after the agent restarted mid-stop) while the member it parked has
 // its data intact and was never removed: the attempt fails and the member
 // is started again as it was (putBack), as after as many unanswered takes.
@@ -83,16 +83,12 @@ func (h *Healer) event(etype, reason, format string, args ...any) {
 // membership, so it needs no Lease; the next attempt (after backoff, once
 // the API is back) begins anew. ended: the journal was closed.
 func (h *Healer) putBackAfterUnreadLeases(ctx context.Context, j *journal.Record, d plan.Decision, res memberstate.Result) (Outcome, bool) {
-	if !j.Active() || d.Action != plan.Nothing || d.Reason != plan.ReasonAPIUnavailable || !h.putBackRestarts(*j, res.Observation) {
-		h.unreadLeasePolls = 0
+	polls, giveUp := plan.AfterUnreadLease(h.unreadLeasePolls, j.Active(), d, d.WaitsForAPI() && j.Active() && h.putBackRestarts(*j, res.Observation))
+	h.unreadLeasePolls = polls
+	if !giveUp {
 		return Outcome{}, false
 	}
-	h.unreadLeasePolls++
-	if h.unreadLeasePolls < maxStepErrors {
-		return Outcome{}, false
-	}
-	h.unreadLeasePolls = 0
-	cause := fmt.Errorf("the recovery Lease could not be read on %d polls in a row (%s): the member this attempt stopped, its data intact and never removed, is not left stopped for the outage", maxStepErrors, d.Detail)
+	cause := fmt.Errorf("the recovery Lease could not be read on %d polls in a row (%s): the member this attempt stopped, its data intact and never removed, is not left stopped for the outage", plan.MaxStepErrors, d.Detail)
 	h.log.Warn("giving up the resumed recovery while the Lease cannot be read", zap.String("id", j.ID), zap.String("phase", string(j.Phase)), zap.Error(cause))
 	return h.fail(ctx, j, plan.Decision{Action: plan.Finish, Reason: plan.ReasonAPIUnavailable, Detail: cause.Error()}, cause), true
 }

@@ -23,10 +23,6 @@ import (
 	"go.uber.org/zap"
 )
 
-// maxStepErrors is how many times in a row a step may fail before the
-// recovery is given up (each retry is on a fresh observation).
-const maxStepErrors = 5
-
 // recover runs one recovery (new or resumed) until it finishes, fails, or
 // the recovery timeout passes.
 func (h *Healer) recover(parent context.Context, first memberstate.Result, req *plan.Request, j journal.Record) Outcome {
@@ -66,7 +62,7 @@ func (h *Healer) recover(parent context.Context, first memberstate.Result, req *
 		}
 		last = d
 		h.track(&clock, d)
-		if !j.Active() && d.Action != plan.Begin && d.Action != plan.RollbackLearner && d.Action != plan.BeginRestoreClientURLs {
+		if !j.Active() && !d.Begins() {
 			// Decide changed its mind before we began (e.g. the member came back).
 			if d.Action == plan.Refuse {
 				h.refused(ctx, req, d)
@@ -74,7 +70,7 @@ func (h *Healer) recover(parent context.Context, first memberstate.Result, req *
 			}
 			return Outcome{Decision: d}
 		}
-		if j.Active() && !in.LeaseHeld && d.Reason == plan.ReasonLeaseHeldByOther {
+		if j.Active() && !in.LeaseHeld && d.LeaseTakenByOther() {
 			// The renewer found the Lease taken (ours lapsed): as on a
 			// failed fence, stop at once; the journal stays open for this
 			// agent or the holder to resume. Nothing failed.
@@ -82,7 +78,7 @@ func (h *Healer) recover(parent context.Context, first memberstate.Result, req *
 				zap.String("holder", in.LeaseHolder), zap.String("phase", string(j.Phase)))
 			return Outcome{Decision: plan.Decision{Action: plan.Nothing, Reason: plan.ReasonLeaseLost, Detail: d.Detail}, Err: lease.ErrHeldByOther}
 		}
-		if d.Action == plan.Nothing && d.Reason == plan.ReasonAwaitingMoveTarget {
+		if d.Action == plan.Nothing && d.WaitsForMoveTarget() {
 			// A pod move released to its target: the rest is the target
 			// agent's, under the Lease, which this attempt gives up now
 			// (deferred). Each poll looks again (consider) without it;
@@ -110,94 +106,61 @@ func (h *Healer) recover(parent context.Context, first memberstate.Result, req *
 			keepLease = stopInFlight(j)
 			return h.shutdown(&j, d, keepLease)
 		}
-		var mismatch *hashMismatchError
-		refusal, refused := plan.RefusalOf(err)
-		switch {
-		case errors.As(err, &mismatch):
-			return h.fail(ctx, &j, plan.Decision{Action: plan.Finish, Reason: plan.ReasonHashMismatch, Detail: mismatch.Error()}, err)
-		case refused && !moveReleased(j):
-			// What the step would act on is not what was decided on: the
-			// same answer would come again, so the attempt ends now, with
-			// its reason (a member stopped by then is put back). Closed
-			// failed, with backoff (a stop was tried; a template only a
-			// person can fix must not churn the Lease), and counted as a
-			// refusal as every "no" is.
-			h.log.Warn("recovery step refused", zap.String("action", string(d.Action)), zap.String("reason", string(refusal.Reason)), zap.Error(err))
-			h.countRefusal(refusal.Reason)
-			return h.fail(ctx, h.closing(&j, d, res, req, in.Claim), plan.Decision{Action: plan.Finish, Reason: refusal.Reason, Detail: err.Error()}, err)
-		case (d.Action == plan.Begin || d.Action == plan.RollbackLearner || d.Action == plan.BeginRestoreClientURLs) && !j.Active() && takeNotMade(err) != "":
+		sr := h.stepResult(d, err, j, res)
+		sr.ErrorsInARow = stepErrors
+		next := plan.AfterStep(sr)
+		stepErrors = next.ErrorsInARow
+		switch next.Then {
+		case plan.ThenFail:
+			closing := &j
+			if next.CloseOpening {
+				closing = h.closing(&j, d, res, req, in.Claim)
+			}
+			if next.CountRefusal {
+				h.log.Warn("recovery step refused", zap.String("action", string(d.Action)), zap.String("reason", string(next.Decision.Reason)), zap.Error(err))
+				h.countRefusal(next.Decision.Reason)
+			}
+			return h.fail(ctx, closing, next.Decision, err)
+		case plan.ThenRefuse, plan.ThenWaitToResume:
 			// The Lease could not be taken (the API server read it, then
-			// did not answer the take: its etcd client waits on a hung
-			// member; or an earlier hold's backup stream has not ended).
-			// Nothing began: a refusal, as when the read fails, not a
-			// failure (no backoff, no RecoveryFailed); the next poll asks
-			// again on a fresh observation. Said and counted once, blocked
-			// since the first (the polls in between decide Begin).
-			rd := plan.Decision{Action: plan.Refuse, Reason: takeNotMade(err),
-				Detail: "the recovery Lease could not be taken: " + err.Error()}
+			// did not answer the take; or an earlier hold's backup stream
+			// has not ended). Said and counted once, blocked since the
+			// first (the polls in between decide Begin).
 			h.takeUnanswered = true
-			h.blocked(rd)
-			h.refused(ctx, req, rd)
-			return Outcome{Decision: rd, Result: journal.ResultRefused, Err: err}
-		case d.Action == plan.Begin && takeNotMade(err) != "" && !h.putBackRestarts(j, res.Observation):
-			// An open journal's take went unanswered (its resume): it was
-			// never held, so nothing failed. Wait with the journal open,
-			// as when the Lease cannot be read; the next poll takes it
-			// again. Said and counted once (the request, if any, is
-			// answered by the recovery when it resumes). A member the
-			// attempt parked with its data intact is not left stopped
-			// meanwhile: that take fails as a step, and after five the
-			// failed attempt starts it again (putBack).
-			rd := plan.Decision{Action: plan.Refuse, Reason: takeNotMade(err),
-				Detail: "the recovery Lease could not be taken to resume: " + err.Error()}
-			h.takeUnanswered = true
-			h.blocked(rd)
-			h.refused(ctx, nil, rd)
-			return Outcome{Decision: rd, Err: err}
-		case errors.Is(err, lease.ErrHeldByOther), errors.Is(err, lease.ErrNotHeld):
-			// Fencing: another agent holds the Lease. Stop at once; the
-			// journal stays open so this (or the next holder) resumes
-			// from the cluster's actual membership.
-			h.log.Warn("recovery stopped: the Lease is not ours", zap.String("reason", string(plan.ReasonLeaseLost)),
+			h.blocked(next.Decision)
+			if next.Then == plan.ThenRefuse {
+				h.refused(ctx, req, next.Decision)
+				return Outcome{Decision: next.Decision, Result: journal.ResultRefused, Err: err}
+			}
+			// (the request, if any, is answered by the recovery when it resumes)
+			h.refused(ctx, nil, next.Decision)
+			return Outcome{Decision: next.Decision, Err: err}
+		case plan.ThenStopLeaseLost:
+			h.log.Warn("recovery stopped: the Lease is not ours", zap.String("reason", string(next.Decision.Reason)),
 				zap.Error(err), zap.String("phase", string(j.Phase)))
 			h.metrics.LeaseHeld.WithLabelValues(h.cfg.Member).Set(0)
-			return Outcome{Decision: plan.Decision{Action: plan.Nothing, Reason: plan.ReasonLeaseLost, Detail: err.Error()}, Err: err}
-		case errors.Is(err, rpctypes.ErrUnhealthy):
-			// etcd's strict reconfig check: a membership change waits until
-			// every member has been connected for a while (just after a
-			// restart or a power event). A wait, bounded by the recovery
-			// timeout and logged, not a failed step.
+			return Outcome{Decision: next.Decision, Err: err}
+		}
+		switch {
+		case sr.Cause == plan.StepEtcdAsksToWait:
 			h.log.Info("etcd asks to wait before the membership change (unhealthy cluster); retrying",
 				zap.String("action", string(d.Action)))
 		case err != nil:
-			stepErrors++
 			h.log.Warn("recovery step failed", zap.String("action", string(d.Action)), zap.Int("attempt", stepErrors), zap.Error(err))
-			if stepErrors >= maxStepErrors && !moveReleased(j) {
-				// (A pod move whose claim is released only goes forward:
-				// its step is retried until the recovery timeout.)
-				return h.fail(ctx, h.closing(&j, d, res, req, in.Claim), d, err)
+		}
+		if next.ReloadJournal {
+			saved, ok, lerr := journal.Load(h.cfg.StateDir, h.cfg.Member)
+			if lerr != nil || !ok || saved.ID != j.ID {
+				h.log.Warn("the journal cannot be read back after a failed step: the attempt stops here and resumes from the journal at the next poll",
+					zap.String("id", j.ID), zap.Bool("found", ok), zap.String("foundID", saved.ID), zap.Error(lerr))
+				return Outcome{Decision: d, Err: fmt.Errorf("%w; the journal, read back: found %v, id %q, %v", err, ok, saved.ID, lerr)}
 			}
-			if j.Active() {
-				// Journal first: the next step is decided on what the
-				// journal on disk says (as after a restart), never on a
-				// record the failed step changed in memory and could not
-				// save (a full disk): no removal follows a backup no
-				// saved journal names.
-				saved, ok, lerr := journal.Load(h.cfg.StateDir, h.cfg.Member)
-				if lerr != nil || !ok || saved.ID != j.ID {
-					h.log.Warn("the journal cannot be read back after a failed step: the attempt stops here and resumes from the journal at the next poll",
-						zap.String("id", j.ID), zap.Bool("found", ok), zap.String("foundID", saved.ID), zap.Error(lerr))
-					return Outcome{Decision: d, Err: fmt.Errorf("%w; the journal, read back: found %v, id %q, %v", err, ok, saved.ID, lerr)}
-				}
-				j = saved // (BackupSeeds is off on disk before it is in memory)
-			}
-		default:
-			stepErrors = 0
+			j = saved // (BackupSeeds is off on disk before it is in memory)
 		}
 		if ctx.Err() != nil {
 			return h.fail(parent, h.closing(&j, d, res, req, in.Claim), d, fmt.Errorf("recovery timed out after %s in phase %s: %w", h.cfg.RecoveryTimeout, j.Phase, ctx.Err()))
 		}
-		if d.Action == plan.Nothing || d.Action == plan.WaitCatchUp || d.Action == plan.Verify || err != nil {
+		if next.Pause {
 			select {
 			case <-ctx.Done():
 			case <-time.After(h.cfg.StepInterval):
@@ -216,18 +179,39 @@ func (h *Healer) recover(parent context.Context, first memberstate.Result, req *
 // taken meanwhile, so nothing under the new hold meets that stream.
 var errEarlierStreamLingers = errors.New("a backup streamed under an earlier hold of the Lease has not ended after its cancel; the Lease is taken once it has")
 
-// takeNotMade is the refusal of a begin whose take of the Lease was never
-// made or never answered ("" when err is not one): nothing began.
-func takeNotMade(err error) plan.Reason {
-	switch {
-	case errors.Is(err, lease.ErrAPIUnavailable):
-		return plan.ReasonAPIUnavailable
-	case errors.Is(err, errEarlierStreamLingers):
-		return plan.ReasonRecoveryInProgress
-	case errors.Is(err, errResumeNotSaved) && outOfSpace(err):
-		return plan.ReasonDiskFull
+// stepResult is what d's run came back with, as the executor saw it:
+// err classified, never judged (plan.AfterStep judges).
+func (h *Healer) stepResult(d plan.Decision, err error, j journal.Record, res memberstate.Result) plan.StepResult {
+	r := plan.StepResult{Decided: d, Cause: plan.StepOK, JournalOpen: j.Active(), MoveReleased: moveReleased(j)}
+	if err == nil {
+		return r
 	}
-	return ""
+	r.Err = err.Error()
+	var mismatch *hashMismatchError
+	refusal, refused := plan.RefusalOf(err)
+	switch {
+	case errors.As(err, &mismatch):
+		r.Cause, r.Err = plan.StepHashMismatch, mismatch.Error()
+	case refused && !r.MoveReleased:
+		r.Cause, r.Refusal = plan.StepRefused, refusal.Reason
+	case errors.Is(err, lease.ErrAPIUnavailable):
+		r.Cause = plan.StepLeaseTakeUnanswered
+	case errors.Is(err, errEarlierStreamLingers):
+		r.Cause = plan.StepEarlierStreamLingers
+	case errors.Is(err, errResumeNotSaved) && outOfSpace(err):
+		r.Cause = plan.StepResumeNotSavedDiskFull
+	case errors.Is(err, lease.ErrHeldByOther), errors.Is(err, lease.ErrNotHeld):
+		r.Cause = plan.StepLeaseLost
+	case errors.Is(err, rpctypes.ErrUnhealthy):
+		r.Cause = plan.StepEtcdAsksToWait
+	default:
+		r.Cause = plan.StepFailed
+	}
+	takeNotMade := r.Cause == plan.StepLeaseTakeUnanswered || r.Cause == plan.StepEarlierStreamLingers || r.Cause == plan.StepResumeNotSavedDiskFull
+	if takeNotMade && d.Action == plan.Begin && j.Active() { // (asked only then: it asks the runtime)
+		r.PutBackRestarts = h.putBackRestarts(j, res.Observation)
+	}
+	return r
 }
 
 // errResumeNotSaved: a resume's journal could not be saved before the

@@ -90,13 +90,7 @@ func (h *Healer) removeStranded(ctx context.Context, res memberstate.Result, j *
 // of the local member: no recoveries_total, the failure count is kept.
 func (h *Healer) closeRollback(ctx context.Context, j *journal.Record, d plan.Decision) Outcome {
 	now := h.now().UTC()
-	result := journal.ResultFailed
-	switch {
-	case d.Reason == plan.ReasonLearnerRolledBack:
-		result = journal.ResultSucceeded
-	case !j.Phase.AtLeast(journal.PhaseRemoved):
-		result = journal.ResultRefused
-	}
+	result := plan.ResultOfRollback(d, *j)
 	j.Result, j.Reason, j.Message, j.FinishedAt = result, string(d.Reason), d.Detail, now
 	phase := j.Phase // the failure count (backoff of the member's rejoin) is the last rejoin's, kept
 	j.Advance(journal.PhaseDone, now)

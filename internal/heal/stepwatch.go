@@ -87,7 +87,7 @@ func (h *Healer) expectedFor(d plan.Decision) time.Duration {
 // stepLabel names d in the step metrics and logs: the action, or for a
 // wait the reason it waits on.
 func stepLabel(d plan.Decision) string {
-	if d.Action == plan.Nothing && d.Reason != plan.ReasonNone {
+	if d.Action == plan.Nothing && d.HasReason() {
 		return "wait-" + string(d.Reason)
 	}
 	return string(d.Action)
