@@ -14,6 +14,7 @@ import (
 	"github.com/etcd-agent/etcd-agent/internal/journal"
 	"github.com/etcd-agent/etcd-agent/internal/localdisk"
 	"github.com/etcd-agent/etcd-agent/internal/peerseed"
+	"github.com/etcd-agent/etcd-agent/internal/plan"
 	"go.uber.org/zap"
 )
 
@@ -28,10 +29,7 @@ type backupCopy struct {
 // data dir on the quarantine's filesystem). A copy nothing takes would
 // only hold the room the store's fetch needs.
 func (h *Healer) copyForSeed(j journal.Record) []peerseed.StreamOption {
-	if h.cfg.RejoinMode != RejoinSeed || h.cfg.NoBackupSeed || h.cfg.NoCopyDuringStream || isMove(j) {
-		return nil
-	}
-	if _, stored := h.storedSeed(&j); stored {
+	if h.cfg.NoCopyDuringStream || !plan.BackupWouldSeed(j, h.planConfig()) {
 		return nil
 	}
 	if localdisk.SpaceFor(h.cfg.DataDir, h.cfg.QuarantineDir).DataDirOtherFS {

@@ -301,7 +301,7 @@ func TestASeedFallbackRemovesTheBackupsCopy(t *testing.T) {
 	}
 	j := journal.Record{ID: "j1", SnapshotPath: filepath.Join(r.h.cfg.QuarantineDir, "snapshot-m1-2026-12-04T12-00-00Z.db"), SnapshotBytes: 2}
 	r.h.backupCopy = backupCopy{recovery: "j1", path: cp}
-	if err := r.h.prepareDataDir(context.Background(), cluster3(memberstate.Lost, 2, 3), &j); err != nil {
+	if err := r.h.prepareDataDir(context.Background(), cluster3(memberstate.Lost, 2, 3), &j, plan.ChooseSeed(j, r.h.planConfig())); err != nil {
 		t.Fatal(err)
 	}
 	if j.SeedFallback == "" {

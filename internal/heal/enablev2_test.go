@@ -8,6 +8,7 @@ import (
 
 	"github.com/etcd-agent/etcd-agent/internal/journal"
 	"github.com/etcd-agent/etcd-agent/internal/peerseed"
+	"github.com/etcd-agent/etcd-agent/internal/plan"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
@@ -23,7 +24,7 @@ func TestSeedModeFallsBackToRaftWhenTheMemberEnablesTheV2API(t *testing.T) {
 	r := newRig(t, res)
 	r.h.cfg.EnableV2 = true
 	j := journal.Record{NewMemberID: 0xa9}
-	err := r.h.seedDataDir(context.Background(), res, &j)
+	err := r.h.seedDataDir(context.Background(), res, &j, plan.SeedFollower)
 	if !errors.Is(err, peerseed.ErrSeedV2StoreEnabled) || peerseed.SeedReason(err) != "v2-store-enabled" {
 		t.Fatalf("seedDataDir = %v (%s), want %v", err, peerseed.SeedReason(err), peerseed.ErrSeedV2StoreEnabled)
 	}
@@ -65,7 +66,7 @@ func TestAV2StoreEnabledFallbackIsJournaledAndCounted(t *testing.T) {
 	r.h.cfg.RejoinMode = RejoinSeed
 	r.h.cfg.EnableV2 = true
 	j := journal.Record{ID: "j1", NewMemberID: 0xa9}
-	if err := r.h.prepareDataDir(context.Background(), res, &j); err != nil {
+	if err := r.h.prepareDataDir(context.Background(), res, &j, plan.ChooseSeed(j, r.h.planConfig())); err != nil {
 		t.Fatal(err)
 	}
 	if j.RejoinMode != RejoinRaft || j.SeedFallback != "v2-store-enabled" {

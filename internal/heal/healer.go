@@ -461,12 +461,12 @@ func (h *Healer) decide(ctx context.Context, res memberstate.Result, req *plan.R
 		h.moveSource(ctx, &in, req, j)
 		in.APIAvailable = true // optimistic; checked below if it matters
 		in.LeaseFreeSince = time.Unix(0, 0)
-		d := plan.Decide(in, h.cfg.Plan)
+		d := plan.Decide(in, h.planConfig())
 		if !d.Begins() && !(d.Action == plan.Refuse && d.DryRun()) {
 			return d
 		}
 	}
-	return plan.Decide(h.input(ctx, res, req, j), h.cfg.Plan)
+	return plan.Decide(h.input(ctx, res, req, j), h.planConfig())
 }
 
 // neverAMember: the local member is not in the list, nothing is pinned

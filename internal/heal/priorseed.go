@@ -42,40 +42,40 @@ type storeSeed struct {
 	removed     uint64
 }
 
-// storedSeed says which stored snapshot seeds this recovery's learner: a
-// move-in's, or the pod move's named by Config.StoreSeed when begin took it
-// for this recovery (j.StoreKey: the first attempt on this claim only).
-func (h *Healer) storedSeed(j *journal.Record) (storeSeed, bool) {
-	switch {
-	case h.cfg.OpenStore == nil || j.StoreKey == "" || h.cfg.NoStoreSeed:
-		return storeSeed{}, false
-	case j.Request == plan.ActionMoveIn:
-		return storeSeed{key: j.StoreKey, sha256: j.SnapshotSHA256, size: j.SnapshotBytes}, true
-	case h.cfg.StoreSeed != nil && h.cfg.StoreSeed.Key == j.StoreKey && j.Request != plan.ActionMoveAway:
-		s := h.cfg.StoreSeed
-		return storeSeed{key: s.Key, sha256: s.SHA256, size: s.Size, clusterID: s.ClusterID, removed: s.Removed}, true
+// storedSeed is the stored snapshot plan chose to seed this recovery's
+// learner from (plan.SeedStore): a move-in's own, or the pod move's named
+// by Config.StoreSeed when begin took it for this recovery (j.StoreKey: the
+// first attempt on this claim only).
+func (h *Healer) storedSeed(j *journal.Record) storeSeed {
+	if j.Request == plan.ActionMoveIn {
+		return storeSeed{key: j.StoreKey, sha256: j.SnapshotSHA256, size: j.SnapshotBytes}
 	}
-	return storeSeed{}, false
+	s := h.cfg.StoreSeed
+	if s == nil || s.Key != j.StoreKey { // (plan chose it from these: never)
+		return storeSeed{key: j.StoreKey}
+	}
+	return storeSeed{key: s.Key, sha256: s.SHA256, size: s.Size, clusterID: s.ClusterID, removed: s.Removed}
 }
 
-// seedPredatingTheAdd seeds the learner from a move's stored snapshot, when
-// there is one and it is taken; false: the caller streams from a follower (the refusal said in a log line, an Event
-// and the seed fallback metric).
-func (h *Healer) seedPredatingTheAdd(ctx context.Context, res memberstate.Result, j *journal.Record) bool {
+// seedPredatingTheAdd seeds the learner from a move's stored snapshot or
+// this attempt's backup, as plan chose (seed); false: the caller streams
+// from a follower (the refusal said in a log line, an Event and the seed
+// fallback metric).
+func (h *Healer) seedPredatingTheAdd(ctx context.Context, res memberstate.Result, j *journal.Record, seed plan.SeedSource) bool {
 	fallback := func(what string, err error) {
 		h.metrics.SeedFallbacksTotal.WithLabelValues(h.cfg.Member, peerseed.SeedReason(err)).Inc()
 		h.log.Warn("seeding from "+what+" failed; streaming a seed from a follower instead", zap.Error(err))
 		h.event("Warning", nodereport.ReasonSeedFallback, "seeding from %s failed (%s): %v; streaming from a follower", what, peerseed.SeedReason(err), err)
 	}
-	if seed, ok := h.storedSeed(j); ok {
-		err := h.seedFromStore(ctx, res, j, seed)
+	switch seed {
+	case plan.SeedStore:
+		stored := h.storedSeed(j)
+		err := h.seedFromStore(ctx, res, j, stored)
 		if err == nil {
 			return true
 		}
-		fallback("the move's stored snapshot "+seed.key, err)
-		return false
-	}
-	if h.backupSeeds(j) {
+		fallback("the move's stored snapshot "+stored.key, err)
+	case plan.SeedBackup:
 		err := h.seedFromBackup(ctx, res, j)
 		if err == nil {
 			return true
@@ -85,12 +85,24 @@ func (h *Healer) seedPredatingTheAdd(ctx context.Context, res memberstate.Result
 	return false
 }
 
-// backupSeeds says whether this recovery's own pre-change backup seeds its
-// learner: a rejoin's (a move has its own seed, from the store), in seed
-// mode unless --seed-from-backup=false, and only while j.BackupSeeds holds
-// (this attempt streamed it and has not resumed since).
+// backupSeeds: this recovery's own pre-change backup may seed its learner
+// (plan.BackupMaySeed); while it may, a resume or another's learner turns
+// that off.
 func (h *Healer) backupSeeds(j *journal.Record) bool {
-	return !h.cfg.NoBackupSeed && j.BackupSeeds && j.SnapshotPath != "" && j.SnapshotSHA256 != "" && j.SnapshotClusterID != 0 && !isMove(*j)
+	return plan.BackupMaySeed(*j, h.planConfig())
+}
+
+// planConfig is the decision's config, with what plan's seed choice looks
+// at taken from this config's (one truth; tests change it after New).
+func (h *Healer) planConfig() plan.Config {
+	c := h.cfg.Plan
+	c.RejoinSeed = h.cfg.RejoinMode == RejoinSeed
+	c.SnapshotStore = c.SnapshotStore || h.cfg.OpenStore != nil
+	c.NoStoreSeed, c.NoBackupSeed, c.StoreSeedKey = h.cfg.NoStoreSeed, h.cfg.NoBackupSeed, ""
+	if h.cfg.StoreSeed != nil {
+		c.StoreSeedKey = h.cfg.StoreSeed.Key
+	}
+	return c
 }
 
 // isMove: j moves a member (UC3, in or away): its backup goes to the

@@ -53,7 +53,7 @@ func (h *Healer) recover(parent context.Context, first memberstate.Result, req *
 	for {
 		t0 := time.Now()
 		in := h.input(ctx, res, req, j)
-		d := plan.Decide(in, h.cfg.Plan)
+		d := plan.Decide(in, h.planConfig())
 		h.metrics.LeaseHeld.WithLabelValues(h.cfg.Member).Set(metrics.Bool(in.LeaseHeld)) // exactly while held
 		tInput := time.Since(t0)
 		if d.Action != last.Action || d.Reason != last.Reason {
@@ -288,7 +288,7 @@ func (h *Healer) step(ctx context.Context, res memberstate.Result, req *plan.Req
 		// likely to lose its first publish to the cluster (etcd then waits
 		// its 7 s request timeout before retrying). Prepare and start change
 		// no membership; on a crash in between, Decide resumes them.
-		if err := h.timed(j, journal.PhasePrepared, func() error { return h.prepareDataDir(ctx, res, j) }); err != nil {
+		if err := h.timed(j, journal.PhasePrepared, func() error { return h.prepareDataDir(ctx, res, j, d.Seed) }); err != nil {
 			return err
 		}
 		return h.timed(j, journal.PhaseMemberStarted, func() error { return h.startLearner(ctx, res, j, d) })
@@ -297,7 +297,7 @@ func (h *Healer) step(ctx context.Context, res memberstate.Result, req *plan.Req
 		h.log.Info("adopting the learner an earlier add created", zap.String("id", fmtID(d.MemberID)))
 		return h.advance(ctx, j, journal.PhaseLearnerAdded)
 	case plan.PrepareDataDir:
-		return h.timed(j, journal.PhasePrepared, func() error { return h.prepareDataDir(ctx, res, j) })
+		return h.timed(j, journal.PhasePrepared, func() error { return h.prepareDataDir(ctx, res, j, d.Seed) })
 	case plan.StartMember:
 		return h.timed(j, journal.PhaseMemberStarted, func() error { return h.startLearner(ctx, res, j, d) })
 	case plan.RestoreClientURLs:

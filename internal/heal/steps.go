@@ -325,7 +325,7 @@ func (h *Healer) addLearner(ctx context.Context, res memberstate.Result, j *jour
 // raft snapshot (upstream-supported). Seed mode: the data dir is built from
 // a snapshot streamed after the add (seedDataDir); on any seeding error it
 // falls back to raft mode and journals why.
-func (h *Healer) prepareDataDir(ctx context.Context, res memberstate.Result, j *journal.Record) error {
+func (h *Healer) prepareDataDir(ctx context.Context, res memberstate.Result, j *journal.Record, seed plan.SeedSource) error {
 	if dst, err := h.quarantineWALDir(ctx); err != nil {
 		return fmt.Errorf("leftover WAL dir: %w", err)
 	} else if dst != "" {
@@ -346,8 +346,8 @@ func (h *Healer) prepareDataDir(ctx context.Context, res memberstate.Result, j *
 		}
 	}
 	j.RejoinMode, j.SeedFallback, j.SeedDetail, j.SeedIndex, j.SeedTerm, j.SeedSource = RejoinRaft, "", "", 0, 0, ""
-	if h.cfg.RejoinMode == RejoinSeed {
-		err := h.seedDataDir(ctx, res, j)
+	if seed != plan.SeedRaft {
+		err := h.seedDataDir(ctx, res, j, seed)
 		if err == nil {
 			j.RejoinMode = RejoinSeed
 			return nil // BuildDataDir synced the data dir and its parent
@@ -379,7 +379,7 @@ func (h *Healer) prepareDataDir(ctx context.Context, res memberstate.Result, j *
 // moved into the data dir (peerseed.MoveDB: no second write of the whole
 // db) and whatever is left of it removed afterwards; the pre-change backup
 // (step 3) stays in the quarantine. On error no data dir is left.
-func (h *Healer) seedDataDir(ctx context.Context, res memberstate.Result, j *journal.Record) error {
+func (h *Healer) seedDataDir(ctx context.Context, res memberstate.Result, j *journal.Record, seed plan.SeedSource) error {
 	if h.cfg.WALDir != "" {
 		return fmt.Errorf("%w (%s)", peerseed.ErrSeedDedicatedWALDir, h.cfg.WALDir)
 	}
@@ -410,7 +410,7 @@ func (h *Healer) seedDataDir(ctx context.Context, res memberstate.Result, j *jou
 	if err := os.MkdirAll(h.cfg.QuarantineDir, 0o700); err != nil {
 		return err
 	}
-	if h.seedPredatingTheAdd(ctx, res, j) {
+	if h.seedPredatingTheAdd(ctx, res, j, seed) {
 		return nil
 	}
 	src, why, err := plan.PickSource(res.Observation, uint64(j.OldMemberID))

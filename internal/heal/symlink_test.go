@@ -104,7 +104,7 @@ func TestSeedModeFallsBackToRaftWithASymlinkedDataDir(t *testing.T) {
 	r := newRig(t, res)
 	linkedDataDir(t, r)
 	j := journal.Record{NewMemberID: 0xa9}
-	err := r.h.seedDataDir(context.Background(), res, &j)
+	err := r.h.seedDataDir(context.Background(), res, &j, plan.SeedFollower)
 	if !errors.Is(err, peerseed.ErrSeedDataDirSymlink) || peerseed.SeedReason(err) != "data-dir-symlink" {
 		t.Fatalf("seedDataDir = %v (%s), want %v", err, peerseed.SeedReason(err), peerseed.ErrSeedDataDirSymlink)
 	}

@@ -79,7 +79,7 @@ func TestSeedModeFallsBackToRaftWithADedicatedWALDir(t *testing.T) {
 	r := newRig(t, res)
 	withWALDir(t, r)
 	j := journal.Record{NewMemberID: 0xa9}
-	err := r.h.seedDataDir(context.Background(), res, &j)
+	err := r.h.seedDataDir(context.Background(), res, &j, plan.SeedFollower)
 	if !errors.Is(err, peerseed.ErrSeedDedicatedWALDir) || peerseed.SeedReason(err) != "dedicated-wal-dir" {
 		t.Fatalf("seedDataDir = %v (%s), want %v", err, peerseed.SeedReason(err), peerseed.ErrSeedDedicatedWALDir)
 	}

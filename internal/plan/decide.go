@@ -313,6 +313,9 @@ func decideActive(in Input, cfg Config) Decision {
 		}
 		d := decideAdd(in, cfg)
 		d.AsideClientURLs = d.Action == AddLearner && asideClientURLs(in)
+		if d.Action == AddLearner {
+			d.Seed = ChooseSeed(j, cfg) // the add's step prepares the data dir right away
+		}
 		return d
 	}
 	if uint64(j.NewMemberID) != ours.ID {
@@ -330,7 +333,7 @@ func decideActive(in Input, cfg Config) Decision {
 		return Decision{Action: AdoptLearner, MemberID: ours.ID, Detail: "a learner with our peer URL exists (an add that was applied): reuse it"}
 	}
 	if !j.Phase.AtLeast(record.PhasePrepared) {
-		return Decision{Action: PrepareDataDir, MemberID: ours.ID}
+		return Decision{Action: PrepareDataDir, MemberID: ours.ID, Seed: ChooseSeed(j, cfg)}
 	}
 	if !j.Phase.AtLeast(record.PhaseMemberStarted) {
 		return Decision{Action: StartMember, MemberID: ours.ID, AsideClientURLs: asideClientURLs(in)}

@@ -268,6 +268,12 @@ type Config struct {
 	// from the release of its claim (--recovery-timeout; 0: 30 minutes):
 	// past it the move closes failed, move-timed-out.
 	MoveDeadline time.Duration
+	// NoStoreSeed (--seed-from-store=false), NoBackupSeed
+	// (--seed-from-backup=false): ChooseSeed skips that source.
+	NoStoreSeed, NoBackupSeed bool
+	// StoreSeedKey is the stored snapshot a pod move named on the claim of
+	// this member's pod ("" none): its rejoin seeds from it (ChooseSeed).
+	StoreSeedKey string
 }
 
 // Decision is Decide's answer.
@@ -286,6 +292,9 @@ type Decision struct {
 	// AsideClientURLs (AddLearner, StartMember): start the learner with
 	// its client URLs set aside (asideClientURLs).
 	AsideClientURLs bool `json:"asideClientURLs,omitempty"`
+	// Seed (PrepareDataDir) is the first source to seed the learner from
+	// (ChooseSeed); the shell falls back from it in SeedSource's order.
+	Seed SeedSource `json:"seed,omitempty"`
 }
 
 // Refused reports whether d refuses a wanted recovery.
