@@ -51,7 +51,17 @@ func (c Config) KubeClient(m *metrics.Metrics) (kubernetes.Interface, error) {
 func (c Config) PlanConfig() plan.Config {
 	return plan.Config{AutoHeal: c.AutoHeal, DryRun: c.DryRun, MaxLearnerLag: c.MaxLearnerLag, MoveDeadline: c.RecoveryTimeout,
 		LearnerStallTimeout: c.LearnerStallTimeout, RetryBackoff: c.RetryBackoff, MaxRetryBackoff: c.MaxRetryBackoff,
-		RejoinSeed: c.RejoinMode == heal.RejoinSeed, SnapshotStore: c.SnapshotStore != ""}
+		RejoinSeed: c.RejoinMode == heal.RejoinSeed, SnapshotStore: c.SnapshotStore != "", StoreOpens: c.SnapshotStore != "",
+		NoStoreSeed: !c.SeedFromStore, NoBackupSeed: !c.SeedFromBackup, StoreSeedKey: c.storeSeedKey()}
+}
+
+// storeSeedKey is the stored snapshot a pod move named on this member's
+// claim ("" none): plan's seed choice (the healer's config carries it too).
+func (c Config) storeSeedKey() string {
+	if c.storeSeed == nil {
+		return ""
+	}
+	return c.storeSeed.Key
 }
 
 // Runtime builds the member runtime.

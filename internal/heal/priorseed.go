@@ -97,7 +97,7 @@ func (h *Healer) backupSeeds(j *journal.Record) bool {
 func (h *Healer) planConfig() plan.Config {
 	c := h.cfg.Plan
 	c.RejoinSeed = h.cfg.RejoinMode == RejoinSeed
-	c.SnapshotStore = c.SnapshotStore || h.cfg.OpenStore != nil
+	c.StoreOpens = h.cfg.OpenStore != nil
 	c.NoStoreSeed, c.NoBackupSeed, c.StoreSeedKey = h.cfg.NoStoreSeed, h.cfg.NoBackupSeed, ""
 	if h.cfg.StoreSeed != nil {
 		c.StoreSeedKey = h.cfg.StoreSeed.Key

@@ -110,6 +110,9 @@ func (h *Healer) recover(parent context.Context, first memberstate.Result, req *
 		sr.ErrorsInARow = stepErrors
 		next := plan.AfterStep(sr)
 		stepErrors = next.ErrorsInARow
+		if next.ErrorsInARow > sr.ErrorsInARow { // a failure counted (the 5th too, before the attempt fails)
+			h.log.Warn("recovery step failed", zap.String("action", string(d.Action)), zap.Int("attempt", stepErrors), zap.Error(err))
+		}
 		switch next.Then {
 		case plan.ThenFail:
 			closing := &j
@@ -141,12 +144,9 @@ func (h *Healer) recover(parent context.Context, first memberstate.Result, req *
 			h.metrics.LeaseHeld.WithLabelValues(h.cfg.Member).Set(0)
 			return Outcome{Decision: next.Decision, Err: err}
 		}
-		switch {
-		case sr.Cause == plan.StepEtcdAsksToWait:
+		if sr.Cause == plan.StepEtcdAsksToWait {
 			h.log.Info("etcd asks to wait before the membership change (unhealthy cluster); retrying",
 				zap.String("action", string(d.Action)))
-		case err != nil:
-			h.log.Warn("recovery step failed", zap.String("action", string(d.Action)), zap.Int("attempt", stepErrors), zap.Error(err))
 		}
 		if next.ReloadJournal {
 			saved, ok, lerr := journal.Load(h.cfg.StateDir, h.cfg.Member)

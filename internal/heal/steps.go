@@ -346,6 +346,9 @@ func (h *Healer) prepareDataDir(ctx context.Context, res memberstate.Result, j *
 		}
 	}
 	j.RejoinMode, j.SeedFallback, j.SeedDetail, j.SeedIndex, j.SeedTerm, j.SeedSource = RejoinRaft, "", "", 0, 0, ""
+	if seed == "" { // a decision made without plan's choice: ask plan
+		seed = plan.ChooseSeed(*j, h.planConfig())
+	}
 	if seed != plan.SeedRaft {
 		err := h.seedDataDir(ctx, res, j, seed)
 		if err == nil {

@@ -45,7 +45,7 @@ func ChooseSeed(j record.Record, cfg Config) SeedSource {
 // the one the pod move named on this member's claim (not the move-away's:
 // the member leaving is not seeded here).
 func storeSeeds(j record.Record, cfg Config) bool {
-	return cfg.SnapshotStore && !cfg.NoStoreSeed && j.StoreKey != "" &&
+	return cfg.StoreOpens && !cfg.NoStoreSeed && j.StoreKey != "" &&
 		(j.Request == ActionMoveIn || j.StoreKey == cfg.StoreSeedKey && j.Request != ActionMoveAway)
 }
 

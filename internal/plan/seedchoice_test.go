@@ -13,7 +13,7 @@ func TestChooseSeedTakesTheFirstSourceThatMayBeUsed(t *testing.T) {
 	moveIn := record.Record{Request: ActionMoveIn, StoreKey: "etcd-agent/c1/move.db", BackupSeeds: true, SnapshotPath: "/q/b.db", SnapshotSHA256: "ab", SnapshotClusterID: 0xc1}
 	podMoved := backup
 	podMoved.StoreKey = "etcd-agent/c1/pod.db"
-	seed := Config{RejoinSeed: true, SnapshotStore: true, StoreSeedKey: "etcd-agent/c1/pod.db"}
+	seed := Config{RejoinSeed: true, StoreOpens: true, StoreSeedKey: "etcd-agent/c1/pod.db"}
 	with := func(f func(*Config)) Config { c := seed; f(&c); return c }
 	for _, c := range []struct {
 		name string
@@ -28,7 +28,7 @@ func TestChooseSeedTakesTheFirstSourceThatMayBeUsed(t *testing.T) {
 		{"a backup without its hash", record.Record{Request: "auto", BackupSeeds: true, SnapshotPath: "/q/b.db", SnapshotClusterID: 0xc1}, seed, SeedFollower},
 		{"a move-in's stored snapshot", moveIn, seed, SeedStore},
 		{"a move-in never seeds from its own backup", moveIn, with(func(c *Config) { c.NoStoreSeed = true }), SeedFollower},
-		{"a move-in without a store", moveIn, with(func(c *Config) { c.SnapshotStore = false }), SeedFollower},
+		{"a move-in without a store", moveIn, with(func(c *Config) { c.StoreOpens = false }), SeedFollower},
 		{"the pod move's snapshot this claim names", podMoved, seed, SeedStore},
 		{"a stored snapshot another claim names", podMoved, with(func(c *Config) { c.StoreSeedKey = "etcd-agent/c1/other.db" }), SeedBackup},
 		{"the member moving away", record.Record{Request: ActionMoveAway, StoreKey: "etcd-agent/c1/pod.db"}, seed, SeedFollower},

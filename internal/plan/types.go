@@ -268,6 +268,9 @@ type Config struct {
 	// from the release of its claim (--recovery-timeout; 0: 30 minutes):
 	// past it the move closes failed, move-timed-out.
 	MoveDeadline time.Duration
+	// StoreOpens: the executor can open the snapshot store to fetch a
+	// seed (ChooseSeed never picks the store otherwise).
+	StoreOpens bool
 	// NoStoreSeed (--seed-from-store=false), NoBackupSeed
 	// (--seed-from-backup=false): ChooseSeed skips that source.
 	NoStoreSeed, NoBackupSeed bool
