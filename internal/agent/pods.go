@@ -406,28 +406,14 @@ func podRequestNow(ctx context.Context, kc kubernetes.Interface, ns, name string
 }
 
 // gatedOn: the member's pod runs etcd through the start gate, reading
-// stateDir; only then may its pod be deleted to stop etcd.
+// stateDir (plan.PodGateHolds).
 func gatedOn(pm membersource.PodMember, stateDir string) error {
-	return gateReads(membersource.Gate{Wrapped: pm.GateWrapped, StateDir: pm.GateStateDir, MemberSource: pm.GateMemberSource}, stateDir)
+	return plan.PodGateHolds(plan.PodGate{Wrapped: pm.GateWrapped, StateDir: pm.GateStateDir, MemberSource: pm.GateMemberSource}, stateDir)
 }
 
-// gateReads: g is the start gate, for pods, reading stateDir on the node
-// ("": any state dir on the node, as for a pod that comes back on another
-// node, whose own agent checks the path).
-func gateReads(g membersource.Gate, stateDir string) error {
-	switch {
-	case !g.Wrapped:
-		return errors.New("its etcd container does not run etcd through the start gate (etcd-agent gate --state-dir=... -- etcd ...)")
-	case g.StateDir == "":
-		return errors.New("its start gate has no --state-dir; give it the agent's member state dir through a hostPath volume")
-	case stateDir != "" && filepath.Clean(g.StateDir) != filepath.Clean(stateDir):
-		return fmt.Errorf("its start gate reads %s, not this agent's %s", g.StateDir, stateDir)
-	case g.MemberSource != MemberSourcePods:
-		// Without it a gate on a new node or claim, its cluster unreachable,
-		// would let etcd bootstrap under the member's old IDs.
-		return errors.New("its start gate lacks --member-source=pods (it must wait for the agent's word from the cluster's record before a first bootstrap)")
-	}
-	return nil
+// podGate is g as plan reads it.
+func podGate(g membersource.Gate) plan.PodGate {
+	return plan.PodGate{Wrapped: g.Wrapped, StateDir: g.StateDir, MemberSource: g.MemberSource}
 }
 
 func (p *podMembers) stop(key string) {

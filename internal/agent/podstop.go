@@ -61,10 +61,7 @@ func (p *podMembers) stoppable(cur membersource.PodMember, stateDir string, want
 		return err
 	}
 	if why != "" {
-		// Nothing would re-create this member held at its gate: a bare
-		// pod never comes back, another controller's comes back under
-		// another name and state dir, unheld.
-		return plan.Refused(plan.ReasonNotGated, fmt.Errorf("%s: not stopped; a deleted pod would not come back as this member, held by its start gate", why))
+		return plan.NotRecreatedGated(why)
 	}
 	nm, err := membersource.FromPod(fromTemplate(pod, sts), p.vols, p.c.KubeletPodsDir)
 	if err != nil {
@@ -73,11 +70,8 @@ func (p *podMembers) stoppable(cur membersource.PodMember, stateDir string, want
 	if err := gatedOn(nm, stateDir); err != nil {
 		return fmt.Errorf("its StatefulSet %s's template would re-create it so that %w", sts.Name, err)
 	}
-	if want != nil && nm.Identity.DataDir != want.Identity.DataDir {
-		// The pod itself is unchanged (so the loop is not restarted): only
-		// a person can end this, by rolling the pod or the template back.
-		return plan.Refused(plan.ReasonMemberDataMoved, fmt.Errorf("its StatefulSet %s's template would re-create it with its data in %s, not in %s where this recovery began: not stopped; roll the pod to the new template (or revert the template) first",
-			sts.Name, nm.Identity.DataDir, want.Identity.DataDir))
+	if want != nil {
+		return plan.TemplateKeepsData(sts.Name, nm.Identity.DataDir, want.Identity.DataDir)
 	}
 	return nil
 }
@@ -101,21 +95,18 @@ func (p *podMembers) onClaim(ctx context.Context, pod *corev1.Pod, want memberso
 	if err != nil {
 		return fmt.Errorf("read the claim %s: %w", want.PVC, err)
 	}
-	if pvc.UID != want.PVCUID || pvc.DeletionTimestamp != nil {
-		return plan.Refused(plan.ReasonMemberDataMoved, fmt.Errorf("the claim %s (%s) is being deleted or was replaced (now %s): not stopped; the pod that comes back would not keep its data in %s",
-			want.PVC, want.PVCUID, pvc.UID, want.Identity.DataDir))
-	}
-	return nil
+	return plan.ClaimKept(podData(want), string(pvc.UID), pvc.DeletionTimestamp != nil)
 }
 
 // sameClaim: the pod now (got, read from the API) keeps its data where the
-// member this loop serves (want) did: the same host path, the same claim.
+// member this loop serves (want) did (plan.SameData).
 func sameClaim(want, got membersource.PodMember) error {
-	if want.Identity.DataDir == got.Identity.DataDir && want.PVCUID == got.PVCUID {
-		return nil
-	}
-	return plan.Refused(plan.ReasonMemberDataMoved, fmt.Errorf("the pod now keeps its data in %s (claim %s %s), not in %s (claim %s %s) where this recovery began: not stopped; the member is read again under its new claim",
-		got.Identity.DataDir, got.PVC, got.PVCUID, want.Identity.DataDir, want.PVC, want.PVCUID))
+	return plan.SameData(podData(want), podData(got))
+}
+
+// podData is where pm keeps its data, as plan reads it.
+func podData(pm membersource.PodMember) plan.PodData {
+	return plan.PodData{DataDir: pm.Identity.DataDir, PVC: pm.PVC, PVCUID: string(pm.PVCUID)}
 }
 
 // fromTemplate is pod as sts's template would re-create it (same name,
