@@ -17,6 +17,7 @@ import (
 	"github.com/etcd-agent/etcd-agent/internal/memberstate"
 	"github.com/etcd-agent/etcd-agent/internal/nodereport"
 	"github.com/etcd-agent/etcd-agent/internal/plan"
+	"github.com/etcd-agent/etcd-agent/internal/podfacts"
 	"github.com/etcd-agent/etcd-agent/internal/snapshotstore"
 	"go.uber.org/zap"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -220,7 +221,7 @@ func (mv *mover) targetState(ctx context.Context, name string, local uint64, st 
 		}
 		return t
 	}
-	t.Found, t.Ready = true, nodeReady(n)
+	t.Found, t.Ready = true, podfacts.NodeReady(n)
 	if action, ok := n.Annotations[nodereport.AnnotationRecover]; ok {
 		from := n.Annotations[nodereport.AnnotationMoveFrom]
 		switch {

@@ -14,6 +14,7 @@ import (
 	"github.com/etcd-agent/etcd-agent/internal/membersource"
 	"github.com/etcd-agent/etcd-agent/internal/nodereport"
 	"github.com/etcd-agent/etcd-agent/internal/plan"
+	"github.com/etcd-agent/etcd-agent/internal/podfacts"
 	"github.com/etcd-agent/etcd-agent/internal/snapshotstore"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -95,7 +96,7 @@ func (p podClaims) read(ctx context.Context, f *plan.ClaimFacts, j journal.Recor
 		case err != nil:
 			return err
 		default:
-			node, f.TargetFound, f.TargetReady = n, true, nodeReady(n)
+			node, f.TargetFound, f.TargetReady = n, true, podfacts.NodeReady(n)
 			if template != nil {
 				f.TargetUnschedulable = unschedulable(template, n)
 			}
@@ -190,7 +191,7 @@ func (p podClaims) statefulSetPod(ctx context.Context, pod *corev1.Pod, pm membe
 	if sts.DeletionTimestamp != nil {
 		f.NotMovable = fmt.Sprintf("StatefulSet %s is being deleted", sts.Name)
 	}
-	return fromTemplate(pod, sts), nil
+	return podfacts.FromTemplate(pod, sts), nil
 }
 
 // unschedulable says why the scheduler would not put pod on node ("" it

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/etcd-agent/etcd-agent/internal/clusterrecord"
+	"github.com/etcd-agent/etcd-agent/internal/controller/steward"
 	"github.com/etcd-agent/etcd-agent/internal/fsutil"
 	"github.com/etcd-agent/etcd-agent/internal/journal"
 	"github.com/etcd-agent/etcd-agent/internal/memberruntime"
@@ -374,7 +375,8 @@ func (p *podMembers) start(ctx context.Context, member membersource.PodMember) {
 	if err != nil {
 		p.log.Error("etcd client TLS", zap.Error(err))
 	}
-	env.steward = newSteward(c, p.kc, w.current, p.allPods, p.nodes, t, env.metrics, c.Log.Named("steward"))
+	env.steward = steward.New(steward.Config{NodeName: c.NodeName, Namespace: c.Namespace, LeaseTTL: c.LeaseTTL, GracePeriod: c.GracePeriod,
+		NodeLostGrace: c.NodeLostGrace, AutoHeal: c.AutoHeal, DryRun: c.DryRun}, p.kc, w.current, p.allPods, p.nodes, t, env.metrics, c.Log.Named("steward"))
 	go func() {
 		defer close(w.done)
 		defer podRep.Shutdown()
@@ -409,11 +411,6 @@ func podRequestNow(ctx context.Context, kc kubernetes.Interface, ns, name string
 // stateDir (plan.PodGateHolds).
 func gatedOn(pm membersource.PodMember, stateDir string) error {
 	return plan.PodGateHolds(plan.PodGate{Wrapped: pm.GateWrapped, StateDir: pm.GateStateDir, MemberSource: pm.GateMemberSource}, stateDir)
-}
-
-// podGate is g as plan reads it.
-func podGate(g membersource.Gate) plan.PodGate {
-	return plan.PodGate{Wrapped: g.Wrapped, StateDir: g.StateDir, MemberSource: g.MemberSource}
 }
 
 func (p *podMembers) stop(key string) {

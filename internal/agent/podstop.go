@@ -4,12 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"time"
 
 	"github.com/etcd-agent/etcd-agent/internal/membersource"
 	"github.com/etcd-agent/etcd-agent/internal/plan"
-	appsv1 "k8s.io/api/apps/v1"
+	"github.com/etcd-agent/etcd-agent/internal/podfacts"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -56,14 +55,14 @@ func (p *podMembers) stoppable(cur membersource.PodMember, stateDir string, want
 			return err
 		}
 	}
-	sts, why, err := controllingStatefulSet(ctx, p.kc, pod)
+	sts, why, err := podfacts.ControllingStatefulSet(ctx, p.kc, pod)
 	if err != nil {
 		return err
 	}
 	if why != "" {
 		return plan.NotRecreatedGated(why)
 	}
-	nm, err := membersource.FromPod(fromTemplate(pod, sts), p.vols, p.c.KubeletPodsDir)
+	nm, err := membersource.FromPod(podfacts.FromTemplate(pod, sts), p.vols, p.c.KubeletPodsDir)
 	if err != nil {
 		return fmt.Errorf("its StatefulSet %s's template: %w", sts.Name, err)
 	}
@@ -107,21 +106,6 @@ func sameClaim(want, got membersource.PodMember) error {
 // podData is where pm keeps its data, as plan reads it.
 func podData(pm membersource.PodMember) plan.PodData {
 	return plan.PodData{DataDir: pm.Identity.DataDir, PVC: pm.PVC, PVCUID: string(pm.PVCUID)}
-}
-
-// fromTemplate is pod as sts's template would re-create it (same name,
-// node and claims: the pod's volumes of sts's claim templates).
-func fromTemplate(pod *corev1.Pod, sts *appsv1.StatefulSet) *corev1.Pod {
-	next := pod.DeepCopy()
-	next.Spec = *sts.Spec.Template.Spec.DeepCopy()
-	next.Spec.NodeName = pod.Spec.NodeName
-	for _, v := range pod.Spec.Volumes {
-		claimed := slices.ContainsFunc(sts.Spec.VolumeClaimTemplates, func(c corev1.PersistentVolumeClaim) bool { return c.Name == v.Name })
-		if claimed && !slices.ContainsFunc(next.Spec.Volumes, func(x corev1.Volume) bool { return x.Name == v.Name }) {
-			next.Spec.Volumes = append(next.Spec.Volumes, v)
-		}
-	}
-	return next
 }
 
 // podDeleter deletes a member pod with its own grace period: the pod bound

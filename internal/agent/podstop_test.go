@@ -214,3 +214,5 @@ func wantDataMoved(t *testing.T, err error) {
 		t.Fatalf("%v: not a refusal with reason %s", err, plan.ReasonMemberDataMoved)
 	}
 }
+
+func ptrTo[T any](v T) *T { return &v }

@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/etcd-agent/etcd-agent/internal/controller/steward"
 	"github.com/etcd-agent/etcd-agent/internal/observation"
 
 	"github.com/etcd-agent/etcd-agent/internal/heal"
@@ -115,7 +116,7 @@ type memberEnv struct {
 	pinRecord pinRecord
 	// steward, for a pod member, acts for members of its cluster on lost
 	// nodes (UC1) while this member is healthy.
-	steward *steward
+	steward *steward.Steward
 }
 
 // runMember observes, decides and acts for one member until ctx ends.
@@ -207,11 +208,11 @@ func runMember(ctx context.Context, c Config, id watchdog.Identity, env memberEn
 	}
 	skeleton := c.newSkeletonKeeper(id, m, skelRep, log)
 	if env.steward != nil {
-		env.steward.observe = func(ctx context.Context) memberstate.Result {
+		env.steward.ObserveWith(func(ctx context.Context) memberstate.Result {
 			r := pipe.assess(pipe.wd.Observe(ctx, time.Now()))
 			pipe.exportAll(ctx, r, false)
 			return r
-		}
+		})
 	}
 	var mv *mover
 	if env.node && kc != nil && c.NodeName != "" {
@@ -315,7 +316,7 @@ func runMember(ctx context.Context, c Config, id watchdog.Identity, env memberEn
 			step("housekeeping (quarantine, steward)")
 			h.Housekeep(r) // --quarantine-keep, on an observation no recovery acted on
 			if env.steward != nil && req == nil {
-				env.steward.consider(ctx, r)
+				env.steward.Consider(ctx, r)
 			}
 		}
 		if req != nil && out.Result == "" && !out.Answered && out.Err == nil {

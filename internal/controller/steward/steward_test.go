@@ -1,4 +1,4 @@
-package agent
+package steward
 
 import (
 	"context"
@@ -23,7 +23,7 @@ import (
 
 // A fake API is enough here: what is tested is the steward's own
 // bookkeeping of what it saw, not what Kubernetes does.
-func stewardUnderTest(t *testing.T, objs ...any) (*steward, *time.Time) {
+func stewardUnderTest(t *testing.T, objs ...any) (*Steward, *time.Time) {
 	t.Helper()
 	var rt []any
 	rt = append(rt, objs...)
@@ -45,7 +45,7 @@ func stewardUnderTest(t *testing.T, objs ...any) (*steward, *time.Time) {
 		}
 	}
 	now := time.Unix(1_000_000, 0)
-	s := newSteward(Config{NodeName: "node1", Namespace: "etcd-agent", LeaseTTL: 30 * time.Second, NodeLostGrace: time.Minute, GracePeriod: 3 * time.Second},
+	s := New(Config{NodeName: "node1", Namespace: "etcd-agent", LeaseTTL: 30 * time.Second, NodeLostGrace: time.Minute, GracePeriod: 3 * time.Second},
 		kc, func() membersource.PodMember {
 			return membersource.PodMember{Identity: membersource.PodMember{}.Identity}
 		}, nil, nil, nil, nil, zap.NewNop())
@@ -231,5 +231,5 @@ func TestTheStewardIgnoresAReusedProbe(t *testing.T) {
 			t.Fatalf("the steward looked at its cluster's pods on a reused probe: %v", p)
 		}
 	}()
-	s.consider(context.Background(), r)
+	s.Consider(context.Background(), r)
 }

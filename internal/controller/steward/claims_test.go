@@ -1,4 +1,4 @@
-package agent
+package steward
 
 import (
 	"context"
@@ -23,7 +23,7 @@ import (
 // dedicated WAL volume) and one network claim, its member already removed
 // by a steward. The fake API keeps a deleted claim Terminating while its
 // pod exists (the pvc-protection finalizer), as a real one does.
-func lostPodWithTwoLocalClaims(t *testing.T) (*steward, *corev1.Pod, memberstate.Result) {
+func lostPodWithTwoLocalClaims(t *testing.T) (*Steward, *corev1.Pod, memberstate.Result) {
 	t.Helper()
 	etcd := []string{"/etcd-agent", "gate", "--member-source=pods", "--state-dir=/agent/members/clusters-a_$(POD_NAME)", "--",
 		"etcd", "--name=$(POD_NAME)", "--data-dir=/var/lib/etcd", "--initial-advertise-peer-urls=http://$(POD_IP):2380", "--advertise-client-urls=http://$(POD_IP):2379"}

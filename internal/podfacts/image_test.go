@@ -1,4 +1,4 @@
-package agent
+package podfacts
 
 import (
 	"testing"
@@ -41,7 +41,7 @@ func TestAPodMembersLearnerImageIsWhatItsStatefulSetRecreates(t *testing.T) {
 		{"at the partition: the template", sts(partition(2)), pod("etcd-2", "etcd-old"), "bitnami/etcd:3.6.4-debian-12-r0"},
 		{"a name that is not the StatefulSet's: unknown", sts(partition(0)), pod("other-0", "etcd-old"), ""},
 	} {
-		if got := recreatedImage(c.pod, c.sts); got != c.want {
+		if got := RecreatedImage(c.pod, c.sts); got != c.want {
 			t.Errorf("%s: %q, want %q", c.name, got, c.want)
 		}
 	}

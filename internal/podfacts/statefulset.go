@@ -1,8 +1,12 @@
-package agent
+// Package podfacts reads what the API shows of a member pod: the
+// StatefulSet that re-creates it, the template and image it comes back
+// with, its start gate, its node's readiness. It reads; plan judges.
+package podfacts
 
 import (
 	"context"
 	"fmt"
+	"slices"
 
 	"github.com/etcd-agent/etcd-agent/internal/membersource"
 	"github.com/etcd-agent/etcd-agent/internal/plan"
@@ -13,31 +17,31 @@ import (
 	"k8s.io/client-go/kubernetes"
 )
 
-// templateUngated reads what plan.TemplateUngated judges: the pod's
+// TemplateUngated reads what plan.TemplateUngated judges: the pod's
 // StatefulSet, revisions and start gates (the pod's, its template's). It
 // reads no claim (gone after the steward's delete-PVC step); err: the
 // StatefulSet could not be read.
-func templateUngated(ctx context.Context, kc kubernetes.Interface, pod *corev1.Pod) (string, error) {
-	sts, why, err := controllingStatefulSet(ctx, kc, pod)
+func TemplateUngated(ctx context.Context, kc kubernetes.Interface, pod *corev1.Pod) (string, error) {
+	sts, why, err := ControllingStatefulSet(ctx, kc, pod)
 	if why != "" || err != nil {
 		return why, err
 	}
 	t := plan.PodTemplate{StatefulSet: sts.Name, CurrentRevision: sts.Status.CurrentRevision, UpdateRevision: sts.Status.UpdateRevision,
 		PodRevision: pod.Labels[appsv1.ControllerRevisionHashLabelKey]}
 	g, err := membersource.GateOf(pod)
-	t.PodGate, t.PodGateErr = podGate(g), err
-	g, err = membersource.GateOf(fromTemplate(pod, sts))
-	t.TemplateGate, t.TemplateGateErr = podGate(g), err
+	t.PodGate, t.PodGateErr = PodGate(g), err
+	g, err = membersource.GateOf(FromTemplate(pod, sts))
+	t.TemplateGate, t.TemplateGateErr = PodGate(g), err
 	return plan.TemplateUngated(t), nil
 }
 
-// controllingStatefulSet is the apps/v1 StatefulSet that controls pod (the
+// ControllingStatefulSet is the apps/v1 StatefulSet that controls pod (the
 // one its controller reference names, by name and UID), the only
 // controller that re-creates a deleted pod under its name, claims and
 // state dir. why says why there is none ("": sts is it;
 // plan.NotAStatefulSetPod, plan.StatefulSetNotTheOwner). err: the
 // StatefulSet could not be read.
-func controllingStatefulSet(ctx context.Context, kc kubernetes.Interface, pod *corev1.Pod) (sts *appsv1.StatefulSet, why string, err error) {
+func ControllingStatefulSet(ctx context.Context, kc kubernetes.Interface, pod *corev1.Pod) (sts *appsv1.StatefulSet, why string, err error) {
 	var owner *plan.PodOwner
 	if ref := metav1.GetControllerOf(pod); ref != nil {
 		owner = &plan.PodOwner{Kind: ref.Kind, APIVersion: ref.APIVersion, Name: ref.Name, UID: string(ref.UID)}
@@ -56,4 +60,24 @@ func controllingStatefulSet(ctx context.Context, kc kubernetes.Interface, pod *c
 		return nil, why, nil
 	}
 	return sts, "", nil
+}
+
+// FromTemplate is pod as sts's template would re-create it (same name,
+// node and claims: the pod's volumes of sts's claim templates).
+func FromTemplate(pod *corev1.Pod, sts *appsv1.StatefulSet) *corev1.Pod {
+	next := pod.DeepCopy()
+	next.Spec = *sts.Spec.Template.Spec.DeepCopy()
+	next.Spec.NodeName = pod.Spec.NodeName
+	for _, v := range pod.Spec.Volumes {
+		claimed := slices.ContainsFunc(sts.Spec.VolumeClaimTemplates, func(c corev1.PersistentVolumeClaim) bool { return c.Name == v.Name })
+		if claimed && !slices.ContainsFunc(next.Spec.Volumes, func(x corev1.Volume) bool { return x.Name == v.Name }) {
+			next.Spec.Volumes = append(next.Spec.Volumes, v)
+		}
+	}
+	return next
+}
+
+// podGate is g as plan reads it.
+func PodGate(g membersource.Gate) plan.PodGate {
+	return plan.PodGate{Wrapped: g.Wrapped, StateDir: g.StateDir, MemberSource: g.MemberSource}
 }

@@ -1,4 +1,8 @@
-package agent
+// Package steward frees the place of a member whose node is lost (UC1 on
+// management nodes, docs/design.md §11): from one healthy pod member of its
+// cluster, under the cluster's Lease, step by step as plan.DecideSteward
+// says.
+package steward
 
 import (
 	"context"
@@ -7,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"github.com/etcd-agent/etcd-agent/internal/etcdversion"
+	"github.com/etcd-agent/etcd-agent/internal/podfacts"
 	"slices"
 	"strings"
 	"time"
@@ -43,10 +48,10 @@ const stewardStepTimeout = 10 * time.Second
 // PV, delete each claim, delete the pod, and a spare look.
 func stewardMaxSteps(claims int) int { return 3 + 2*claims }
 
-// steward acts, from one healthy pod member, for the members of its
+// Steward acts, from one healthy pod member, for the members of its
 // cluster whose node is lost (plan.DecideSteward): UC1 on management nodes.
-type steward struct {
-	c       Config // NodeName, Namespace, LeaseTTL, NodeLostGrace
+type Steward struct {
+	c       Config
 	kc      kubernetes.Interface
 	self    func() membersource.PodMember
 	pods    corelisters.PodLister // every member pod, all nodes
@@ -69,6 +74,20 @@ type steward struct {
 	now         func() time.Time
 }
 
+// Config is what the steward reads of the agent's configuration.
+type Config struct {
+	NodeName, Namespace string
+	// LeaseTTL is the recovery Lease's; GracePeriod the member's silence
+	// before it is lost; NodeLostGrace the node's NotReady time before
+	// its member's place is freed.
+	LeaseTTL, GracePeriod, NodeLostGrace time.Duration
+	AutoHeal, DryRun                     bool
+}
+
+// ObserveWith sets how the steward observes its own member afresh (the
+// agent's pipeline: observe, assess, export) before each of its steps.
+func (s *Steward) ObserveWith(observe func(context.Context) memberstate.Result) { s.observe = observe }
+
 // seenValue is a value and since when it has been seen unchanged.
 type seenValue struct {
 	value string
@@ -80,14 +99,15 @@ type seenValue struct {
 // cluster's steward has its claim deleted and is force-deleted.
 const AnnotationRemovedMember = "etcd-agent.io/removed-member"
 
-func newSteward(c Config, kc kubernetes.Interface, self func() membersource.PodMember, pods corelisters.PodLister, nodes corelisters.NodeLister,
-	t *tls.Config, m *metrics.Metrics, log *zap.Logger) *steward {
-	return &steward{c: c, kc: kc, self: self, pods: pods, nodes: nodes, tls: t, m: m, log: log, said: map[string]plan.Reason{},
+// New is the steward of the member self on node c.NodeName.
+func New(c Config, kc kubernetes.Interface, self func() membersource.PodMember, pods corelisters.PodLister, nodes corelisters.NodeLister,
+	t *tls.Config, m *metrics.Metrics, log *zap.Logger) *Steward {
+	return &Steward{c: c, kc: kc, self: self, pods: pods, nodes: nodes, tls: t, m: m, log: log, said: map[string]plan.Reason{},
 		leases: map[uint64]*lease.Lease{}, nodeLeases: map[string]seenValue{}, silentSince: map[string]time.Time{}, now: time.Now}
 }
 
 // leaseFor is the kept Lease handle of the cluster.
-func (s *steward) leaseFor(clusterID uint64) (*lease.Lease, error) {
+func (s *Steward) leaseFor(clusterID uint64) (*lease.Lease, error) {
 	if l, ok := s.leases[clusterID]; ok {
 		return l, nil
 	}
@@ -103,7 +123,7 @@ func (s *steward) leaseFor(clusterID uint64) (*lease.Lease, error) {
 // consider looks, on an observation of a healthy local member, for member
 // pods of the same cluster on nodes that are not Ready, and frees the
 // place of any whose node is lost.
-func (s *steward) consider(ctx context.Context, r memberstate.Result) {
+func (s *Steward) Consider(ctx context.Context, r memberstate.Result) {
 	// A routine poll that reused the peers' last probe says nothing new
 	// about them: the steward judges full observations only.
 	if r.Observation.PeersReused || r.Verdict.State != memberstate.Healthy || r.Observation.ClusterID == 0 {
@@ -118,7 +138,7 @@ func (s *steward) consider(ctx context.Context, r memberstate.Result) {
 		if p.Name == self.Name || membersource.ClusterOf(p) != self.Cluster || p.Spec.NodeName == "" {
 			continue
 		}
-		if n, err := s.nodes.Get(p.Spec.NodeName); err == nil && nodeReady(n) {
+		if n, err := s.nodes.Get(p.Spec.NodeName); err == nil && podfacts.NodeReady(n) {
 			delete(s.said, p.Name)
 			continue // a Ready node's members are its own agent's (a cordoned node is Ready)
 		}
@@ -129,7 +149,7 @@ func (s *steward) consider(ctx context.Context, r memberstate.Result) {
 // steward judges one pod on a node that is not Ready and, when its member
 // is lost, takes the steps under the cluster's Lease, each re-judged on a
 // fresh observation and fenced.
-func (s *steward) steward(ctx context.Context, r memberstate.Result, p *corev1.Pod) {
+func (s *Steward) steward(ctx context.Context, r memberstate.Result, p *corev1.Pod) {
 	key := p.Namespace + "/" + p.Name
 	in, err := s.facts(ctx, r, p)
 	if err != nil {
@@ -199,12 +219,12 @@ func (s *steward) steward(ctx context.Context, r memberstate.Result, p *corev1.P
 	}
 }
 
-func (s *steward) cfg() plan.StewardConfig {
+func (s *Steward) cfg() plan.StewardConfig {
 	return plan.StewardConfig{NodeLostGrace: s.c.NodeLostGrace, MemberGrace: s.c.GracePeriod, AutoHealOff: !s.c.AutoHeal, DryRun: s.c.DryRun}
 }
 
 // acting reports whether d is a step; a refusal is said once per change.
-func (s *steward) acting(key string, d plan.Decision) bool {
+func (s *Steward) acting(key string, d plan.Decision) bool {
 	switch d.Action {
 	case plan.Refuse:
 		s.refused(key, d)
@@ -216,7 +236,7 @@ func (s *steward) acting(key string, d plan.Decision) bool {
 	return true
 }
 
-func (s *steward) refused(key string, d plan.Decision) {
+func (s *Steward) refused(key string, d plan.Decision) {
 	if s.said[key] == d.Reason {
 		return
 	}
@@ -234,7 +254,7 @@ func leaseReason(err error) plan.Reason {
 }
 
 // facts gathers what plan.DecideSteward looks at for pod p.
-func (s *steward) facts(ctx context.Context, r memberstate.Result, p *corev1.Pod) (plan.StewardInput, error) {
+func (s *Steward) facts(ctx context.Context, r memberstate.Result, p *corev1.Pod) (plan.StewardInput, error) {
 	now := s.now()
 	in := plan.StewardInput{Now: now, Obs: r.Observation, Local: r.Verdict, PodExists: true, PodNode: p.Spec.NodeName,
 		ClusterID: r.Observation.ClusterID, RemovedMark: p.Annotations[AnnotationRemovedMember]}
@@ -264,7 +284,7 @@ func (s *steward) facts(ctx context.Context, r memberstate.Result, p *corev1.Pod
 	case err != nil:
 		return in, err
 	default:
-		in.NodeExists, in.NodeReady = true, nodeReady(node)
+		in.NodeExists, in.NodeReady = true, podfacts.NodeReady(node)
 		renewed = "no lease"
 		nl, err := s.kc.CoordinationV1().Leases(nodeLeaseNamespace).Get(rctx, p.Spec.NodeName, metav1.GetOptions{})
 		if err != nil && !apierrors.IsNotFound(err) {
@@ -280,11 +300,11 @@ func (s *steward) facts(ctx context.Context, r memberstate.Result, p *corev1.Pod
 	in.NodeLeaseStaleFor = now.Sub(s.nodeLeases[p.Spec.NodeName].since)
 	// The pod comes back from its StatefulSet on a live node: its gate
 	// must hold etcd there until that node's agent prepared it.
-	if in.TemplateUngated, err = templateUngated(rctx, s.kc, p); err != nil {
+	if in.TemplateUngated, err = podfacts.TemplateUngated(rctx, s.kc, p); err != nil {
 		return in, err
 	}
-	if sts, why, err := controllingStatefulSet(rctx, s.kc, p); why == "" && err == nil {
-		in.LearnerVersion = etcdversion.FromImage(recreatedImage(p, sts))
+	if sts, why, err := podfacts.ControllingStatefulSet(rctx, s.kc, p); why == "" && err == nil {
+		in.LearnerVersion = etcdversion.FromImage(podfacts.RecreatedImage(p, sts))
 	}
 	for _, v := range p.Spec.Volumes {
 		if v.PersistentVolumeClaim == nil {
@@ -319,7 +339,7 @@ func (s *steward) facts(ctx context.Context, r memberstate.Result, p *corev1.Pod
 }
 
 // do takes one step.
-func (s *steward) do(ctx context.Context, d plan.Decision, r memberstate.Result, p *corev1.Pod, in plan.StewardInput) error {
+func (s *Steward) do(ctx context.Context, d plan.Decision, r memberstate.Result, p *corev1.Pod, in plan.StewardInput) error {
 	switch d.Action {
 	case plan.RemoveMember:
 		// The mark first (with the pod's UID as a precondition): after
@@ -364,7 +384,7 @@ func (s *steward) do(ctx context.Context, d plan.Decision, r memberstate.Result,
 }
 
 // removeMember removes id through the members that serve.
-func (s *steward) removeMember(ctx context.Context, r memberstate.Result, id uint64) error {
+func (s *Steward) removeMember(ctx context.Context, r memberstate.Result, id uint64) error {
 	var eps []string
 	for _, m := range r.Observation.Members {
 		if m.Serving && m.ID != id {
@@ -384,19 +404,10 @@ func (s *steward) removeMember(ctx context.Context, r memberstate.Result, id uin
 	return nil
 }
 
-func (s *steward) event(p *corev1.Pod, eventType, reason, format string, args ...any) {
+func (s *Steward) event(p *corev1.Pod, eventType, reason, format string, args ...any) {
 	rep := nodereport.NewPodReporter(s.kc, p.Namespace, p.Name, s.c.NodeName, "etcd-agent", s.log)
 	rep.Eventf(eventType, reason, format, args...)
 	rep.Shutdown()
-}
-
-func nodeReady(n *corev1.Node) bool {
-	for _, c := range n.Status.Conditions {
-		if c.Type == corev1.NodeReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
 }
 
 // pvOnNode: the PV's node affinity pins it to the node: a term whose In
