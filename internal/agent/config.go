@@ -14,15 +14,19 @@ import (
 	"strings"
 	"time"
 
+	"github.com/etcd-agent/etcd-agent/internal/controller/manifestkeeper"
+	"github.com/etcd-agent/etcd-agent/internal/fsutil"
 	"github.com/etcd-agent/etcd-agent/internal/heal"
 	"github.com/etcd-agent/etcd-agent/internal/journal"
 	"github.com/etcd-agent/etcd-agent/internal/localdisk"
 	"github.com/etcd-agent/etcd-agent/internal/manifest"
 	"github.com/etcd-agent/etcd-agent/internal/memberruntime"
+	"github.com/etcd-agent/etcd-agent/internal/nodereport"
 	"github.com/etcd-agent/etcd-agent/internal/pin"
 	"github.com/etcd-agent/etcd-agent/internal/plan"
 	"github.com/etcd-agent/etcd-agent/internal/snapshotstore"
 	"github.com/etcd-agent/etcd-agent/internal/watchdog"
+	"github.com/etcd-agent/etcd-agent/metrics"
 	"go.etcd.io/etcd/client/pkg/v3/transport"
 	"go.uber.org/zap"
 	"k8s.io/apimachinery/pkg/labels"
@@ -313,14 +317,24 @@ func (c Config) manifestMissing() bool {
 	if c.MemberRuntime == "exec" || c.StaticPodManifest == "" || c.MemberSource == MemberSourcePods {
 		return false
 	}
-	live, err1 := exists(c.StaticPodManifest)
-	parked, err2 := exists(c.parkedManifest())
+	live, err1 := fsutil.Exists(c.StaticPodManifest)
+	parked, err2 := fsutil.Exists(c.parkedManifest())
 	return err1 == nil && err2 == nil && !live && !parked
 }
 
 // checkpointedManifest is the manifest keeper's checkpoint of the manifest.
 func (c Config) checkpointedManifest() string {
-	return filepath.Join(c.StateDir, checkpointDirName, filepath.Base(c.StaticPodManifest))
+	return manifestkeeper.CheckpointCopy(c.StateDir, c.StaticPodManifest)
+}
+
+// newManifestKeeper is the member's manifest keeper (nil: no static-pod
+// manifest to keep).
+func (c Config) newManifestKeeper(member string, m *metrics.Metrics, rep *nodereport.Reporter, log *zap.Logger) *manifestkeeper.Keeper {
+	if c.MemberRuntime == "exec" || c.StaticPodManifest == "" || c.MemberSource == MemberSourcePods {
+		return nil
+	}
+	return manifestkeeper.New(manifestkeeper.Config{Manifest: c.StaticPodManifest, Parked: c.parkedManifest(), StateDir: c.StateDir,
+		Delay: c.ManifestRestoreDelay, DryRun: c.DryRun, AutoHeal: c.AutoHeal}, member, m, rep, log)
 }
 
 func (c Config) parkedManifest() string {

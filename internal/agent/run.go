@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/etcd-agent/etcd-agent/internal/controller/manifestkeeper"
 	"github.com/etcd-agent/etcd-agent/internal/controller/steward"
 	"github.com/etcd-agent/etcd-agent/internal/observation"
 
@@ -188,10 +189,10 @@ func runMember(ctx context.Context, c Config, id watchdog.Identity, env memberEn
 	if nodeRep != nil {
 		healerRep = nodeRep
 	}
-	var keeper *manifestKeeper
+	var keeper *manifestkeeper.Keeper
 	if env.node {
 		if keeper = c.newManifestKeeper(id.Name, m, nodeRep, log); keeper != nil {
-			keeper.answered = rep.manifestAnswer
+			keeper.OnAnswer(rep.manifestAnswer)
 		}
 	}
 	watch := newLoopWatch(log, c.PollInterval, time.Now())
@@ -226,7 +227,7 @@ func runMember(ctx context.Context, c Config, id watchdog.Identity, env memberEn
 	retire := func() {
 		retired = true
 		if keeper != nil {
-			keeper.forget() // moved on purpose: never put back
+			keeper.Forget() // moved on purpose: never put back
 		}
 		log.Info("the member moved to another node: this agent no longer acts for it; waiting for a member on this node")
 		stopRun()
@@ -306,9 +307,9 @@ func runMember(ctx context.Context, c Config, id watchdog.Identity, env memberEn
 		if keeper != nil && (out.Result == "" || out.Result == journal.ResultRefused) {
 			step("manifest keeper")
 			if d, ok := decommission.Load().(bool); ok {
-				keeper.setDecommissioned(d)
+				keeper.SetDecommissioned(d)
 			}
-			if keeper.consider(r) {
+			if keeper.Consider(r) {
 				pipe.assessor.Restarted()
 			}
 		}

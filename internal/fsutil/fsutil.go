@@ -5,7 +5,9 @@
 package fsutil
 
 import (
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 )
@@ -80,4 +82,14 @@ func WriteFileAtomicVia(path, tmpDir, pattern string, data []byte, perm os.FileM
 		return false, err
 	}
 	return true, SyncDir(filepath.Dir(path))
+}
+
+// Exists: path is there (false with no error when it is not; an error
+// when it cannot be told).
+func Exists(path string) (bool, error) {
+	_, err := os.Stat(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return false, nil
+	}
+	return err == nil, err
 }

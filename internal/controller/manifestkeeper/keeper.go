@@ -1,4 +1,8 @@
-package agent
+// Package manifestkeeper keeps a checkpoint of a static-pod member's last
+// good manifest and puts it back when the manifest vanishes by accident, as
+// plan.DecideManifestRestore says (docs/design.md §6, the `manifest` entry
+// of §4).
+package manifestkeeper
 
 import (
 	"bytes"
@@ -44,12 +48,12 @@ const (
 	keeperCheckpointMax = 1 << 20 // a manifest is a few KiB; a bigger file is not one
 )
 
-// manifestKeeper keeps a checkpoint of the member's last good manifest and
+// Keeper keeps a checkpoint of the member's last good manifest and
 // puts it back when the manifest vanishes by accident (not parked by the
 // agent), as plan.DecideManifestRestore says. It runs in the member's
 // observation loop, after the healer (never beside it: both touch the
 // manifest), and is cheap: a few stats per poll, a write only on change.
-type manifestKeeper struct {
+type Keeper struct {
 	manifest, parked, stateDir string
 	delay                      time.Duration
 	dryRun, autoHeal           bool
@@ -78,31 +82,47 @@ type manifestKeeper struct {
 	writeLog func(path string, data []byte, perm os.FileMode) error
 }
 
-func (c Config) newManifestKeeper(member string, m *metrics.Metrics, rep *nodereport.Reporter, log *zap.Logger) *manifestKeeper {
-	if c.MemberRuntime == "exec" || c.StaticPodManifest == "" || c.MemberSource == MemberSourcePods {
-		return nil
-	}
-	return &manifestKeeper{manifest: c.StaticPodManifest, parked: c.parkedManifest(), stateDir: c.StateDir,
-		delay: c.ManifestRestoreDelay, dryRun: c.DryRun, autoHeal: c.AutoHeal, member: member, metrics: m, rep: rep, log: log, link: linkNew, writeLog: fsutil.WriteFileAtomic}
+// Config is what the keeper reads of the agent's configuration.
+type Config struct {
+	// Manifest is the kubelet's static-pod manifest of the member; Parked
+	// where the agent parks it to stop the member.
+	Manifest, Parked, StateDir string
+	// Delay is --manifest-restore-delay (0: restores off).
+	Delay            time.Duration
+	DryRun, AutoHeal bool
 }
 
-func (k *manifestKeeper) dir() string { return filepath.Join(k.stateDir, checkpointDirName) }
+// New is the keeper of member's manifest.
+func New(c Config, member string, m *metrics.Metrics, rep *nodereport.Reporter, log *zap.Logger) *Keeper {
+	return &Keeper{manifest: c.Manifest, parked: c.Parked, stateDir: c.StateDir,
+		delay: c.Delay, dryRun: c.DryRun, autoHeal: c.AutoHeal, member: member, metrics: m, rep: rep, log: log, link: linkNew, writeLog: fsutil.WriteFileAtomic}
+}
+
+// CheckpointCopy is the checkpoint of manifest kept in stateDir.
+func CheckpointCopy(stateDir, manifest string) string {
+	return filepath.Join(stateDir, checkpointDirName, filepath.Base(manifest))
+}
+
+// OnAnswer sets what gets each new answer of the keeper (the status file).
+func (k *Keeper) OnAnswer(f func(plan.ManifestRestore)) { k.answered = f }
+
+func (k *Keeper) dir() string { return filepath.Join(k.stateDir, checkpointDirName) }
 
 // checkpointCopy is the checkpoint's manifest file (named as the live one).
-func (k *manifestKeeper) checkpointCopy() string {
-	return filepath.Join(k.dir(), filepath.Base(k.manifest))
+func (k *Keeper) checkpointCopy() string {
+	return CheckpointCopy(k.stateDir, k.manifest)
 }
 
-// consider looks at the manifest once: refreshes the checkpoint of a
+// Consider looks at the manifest once: refreshes the checkpoint of a
 // healthy member's manifest, or decides whether to put a vanished one back
 // and does; restored says it did.
-func (k *manifestKeeper) consider(r memberstate.Result) (restored bool) {
-	live, err := exists(k.manifest)
+func (k *Keeper) Consider(r memberstate.Result) (restored bool) {
+	live, err := fsutil.Exists(k.manifest)
 	if err != nil {
 		k.log.Warn("manifest keeper: cannot look at the manifest", zap.Error(err))
 		return false
 	}
-	parked, err := exists(k.parked)
+	parked, err := fsutil.Exists(k.parked)
 	if err != nil {
 		k.log.Warn("manifest keeper: cannot look at the parked manifest", zap.Error(err))
 		return false
@@ -146,7 +166,7 @@ func (k *manifestKeeper) consider(r memberstate.Result) (restored bool) {
 
 // say logs the answer when it changes (a missing manifest every poll would
 // flood the log; its change is what a person needs).
-func (k *manifestKeeper) say(d plan.ManifestRestore) {
+func (k *Keeper) say(d plan.ManifestRestore) {
 	if d.Missing == k.saidGone && d.Reason == k.said {
 		return
 	}
@@ -164,7 +184,7 @@ func (k *manifestKeeper) say(d plan.ManifestRestore) {
 }
 
 // refresh writes the checkpoint when the manifest or what it is of changed.
-func (k *manifestKeeper) refresh(o observation.Observation) error {
+func (k *Keeper) refresh(o observation.Observation) error {
 	data, err := readManifest(k.manifest)
 	if err != nil {
 		return err
@@ -216,7 +236,7 @@ func (k *manifestKeeper) refresh(o observation.Observation) error {
 // another member, data dir or address is not a last good manifest), and
 // not a one-time --force-new-cluster start (docs/runbooks, majority lost),
 // which must never be replayed.
-func (k *manifestKeeper) describesMember(o observation.Observation) error {
+func (k *Keeper) describesMember(o observation.Observation) error {
 	m, err := manifest.LoadMember(k.manifest)
 	if err != nil {
 		return err
@@ -240,7 +260,7 @@ func (k *manifestKeeper) describesMember(o observation.Observation) error {
 }
 
 // noteLive keeps the sha256 of the manifest in place (on change only).
-func (k *manifestKeeper) noteLive() {
+func (k *Keeper) noteLive() {
 	data, err := readManifest(k.manifest)
 	if err != nil {
 		return
@@ -256,14 +276,14 @@ func (k *manifestKeeper) noteLive() {
 	}
 }
 
-func (k *manifestKeeper) lastLive() string {
+func (k *Keeper) lastLive() string {
 	b, _ := os.ReadFile(filepath.Join(k.dir(), lastLiveName))
 	return string(b)
 }
 
 // otherEtcd names another manifest in the kubelet's dir that runs etcd
 // (the kubelet runs every file but dot files).
-func (k *manifestKeeper) otherEtcd() string {
+func (k *Keeper) otherEtcd() string {
 	dir := filepath.Dir(k.manifest)
 	entries, err := os.ReadDir(dir)
 	if err != nil {
@@ -285,7 +305,7 @@ func (k *manifestKeeper) otherEtcd() string {
 // connection now, or whose answer is unknown (a dial that timed out proves
 // nothing): "" only when every one refuses (netprobe, each dial bounded to
 // a second).
-func (k *manifestKeeper) answering(o observation.Observation) string {
+func (k *Keeper) answering(o observation.Observation) string {
 	urls := append([]string{o.Local.ClientURL}, o.Local.PeerURLs...)
 	if k.listenOverride != "" {
 		urls = []string{k.listenOverride}
@@ -312,7 +332,7 @@ const (
 // recentRestores counts the restores in the state dir's log within
 // plan.RestoreWindow before now: the attempts not marked failed. A log
 // that cannot be read is an error: counting none would lift the limit.
-func (k *manifestKeeper) recentRestores(now time.Time) (int, error) {
+func (k *Keeper) recentRestores(now time.Time) (int, error) {
 	lines, err := k.readLog()
 	if err != nil {
 		return 0, err
@@ -344,7 +364,7 @@ func (k *manifestKeeper) recentRestores(now time.Time) (int, error) {
 
 // restoreLogErr is why the restore log cannot be used now: unreadable, or
 // its last write failed and writing it again (as it is) still does.
-func (k *manifestKeeper) restoreLogErr(readErr error) string {
+func (k *Keeper) restoreLogErr(readErr error) string {
 	if readErr != nil {
 		return readErr.Error()
 	}
@@ -362,7 +382,7 @@ func (k *manifestKeeper) restoreLogErr(readErr error) string {
 }
 
 // load reads the checkpoint and checks that the copy is the one described.
-func (k *manifestKeeper) load() (*plan.ManifestCheckpoint, []byte, error) {
+func (k *Keeper) load() (*plan.ManifestCheckpoint, []byte, error) {
 	meta, err := os.ReadFile(filepath.Join(k.dir(), checkpointMetaName))
 	if err != nil {
 		return nil, nil, err
@@ -385,7 +405,7 @@ func (k *manifestKeeper) load() (*plan.ManifestCheckpoint, []byte, error) {
 // appeared meanwhile (a person's, an upgrade's): the copy is written under
 // a name the kubelet ignores (a dot file) and linked to the manifest's
 // name, which fails if that exists.
-func (k *manifestKeeper) restore(cp *plan.ManifestCheckpoint, d plan.ManifestRestore, now time.Time) bool {
+func (k *Keeper) restore(cp *plan.ManifestCheckpoint, d plan.ManifestRestore, now time.Time) bool {
 	_, data, err := k.load()
 	if err == nil {
 		// Journaled first: a crash after the link still counts it, and a
@@ -425,7 +445,7 @@ func (k *manifestKeeper) restore(cp *plan.ManifestCheckpoint, d plan.ManifestRes
 // of a step that changes no membership, and what the hourly limit counts),
 // keeping its last restoreLogKeep lines: written whole under a temp name,
 // synced, renamed.
-func (k *manifestKeeper) record(cp *plan.ManifestCheckpoint, d plan.ManifestRestore, at time.Time, result string) error {
+func (k *Keeper) record(cp *plan.ManifestCheckpoint, d plan.ManifestRestore, at time.Time, result string) error {
 	line, err := json.Marshal(map[string]any{"at": at.UTC(), "result": result, "manifest": k.manifest, "memberID": fmt.Sprintf("%x", cp.MemberID),
 		"checkpointSavedAt": cp.SavedAt, "sha256": cp.SHA256, "detail": d.Detail})
 	if err != nil {
@@ -439,7 +459,7 @@ func (k *manifestKeeper) record(cp *plan.ManifestCheckpoint, d plan.ManifestRest
 }
 
 // readLog returns the restore log's lines (none when there is no log).
-func (k *manifestKeeper) readLog() ([][]byte, error) {
+func (k *Keeper) readLog() ([][]byte, error) {
 	b, err := os.ReadFile(filepath.Join(k.stateDir, manifestRestoreLog))
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
@@ -457,7 +477,7 @@ func (k *manifestKeeper) readLog() ([][]byte, error) {
 }
 
 // writeLines writes the log whole, its last restoreLogKeep lines.
-func (k *manifestKeeper) writeLines(lines [][]byte) error {
+func (k *Keeper) writeLines(lines [][]byte) error {
 	lines = lines[max(0, len(lines)-restoreLogKeep):]
 	if err := k.writeLog(filepath.Join(k.stateDir, manifestRestoreLog), append(bytes.Join(lines, []byte("\n")), '\n'), 0o600); err != nil {
 		return fmt.Errorf("write the restore log: %w", err)
@@ -465,10 +485,10 @@ func (k *manifestKeeper) writeLines(lines [][]byte) error {
 	return nil
 }
 
-// setDecommissioned keeps the Node's decommission annotation in the state
+// SetDecommissioned keeps the Node's decommission annotation in the state
 // dir: a lone member's manifest removed right after the annotation takes
 // the API down with it, and an agent restarted then must still know.
-func (k *manifestKeeper) setDecommissioned(on bool) {
+func (k *Keeper) SetDecommissioned(on bool) {
 	p := filepath.Join(k.stateDir, decommissionedName)
 	if on == k.decommissioned() {
 		return
@@ -486,7 +506,7 @@ func (k *manifestKeeper) setDecommissioned(on bool) {
 	k.log.Info("the Node's decommission annotation changed: a vanished manifest is restored only without it", zap.Bool("decommissioned", on))
 }
 
-func (k *manifestKeeper) decommissioned() bool {
+func (k *Keeper) decommissioned() bool {
 	_, err := os.Stat(filepath.Join(k.stateDir, decommissionedName))
 	return err == nil
 }
@@ -494,7 +514,7 @@ func (k *manifestKeeper) decommissioned() bool {
 // decommission says why the member is being taken away on purpose ("" if
 // not): the Node's annotation (kept in the state dir), or a person's hold
 // file, which works with no API at all.
-func (k *manifestKeeper) decommission() string {
+func (k *Keeper) decommission() string {
 	if k.decommissioned() {
 		return "the Node's " + nodereport.AnnotationDecommission + " annotation"
 	}
@@ -504,8 +524,8 @@ func (k *manifestKeeper) decommission() string {
 	return ""
 }
 
-// forget drops the checkpoint: the member moved away on purpose.
-func (k *manifestKeeper) forget() {
+// Forget drops the checkpoint: the member moved away on purpose.
+func (k *Keeper) Forget() {
 	if err := os.RemoveAll(k.dir()); err != nil {
 		k.log.Warn("the checkpoint of a member that moved away could not be removed", zap.Error(err))
 	}
@@ -538,12 +558,4 @@ func linkNew(path string, data []byte) error {
 		return err
 	}
 	return fsutil.SyncDir(filepath.Dir(path))
-}
-
-func exists(path string) (bool, error) {
-	_, err := os.Stat(path)
-	if errors.Is(err, fs.ErrNotExist) {
-		return false, nil
-	}
-	return err == nil, err
 }

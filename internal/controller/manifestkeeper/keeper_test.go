@@ -1,4 +1,4 @@
-package agent
+package manifestkeeper
 
 import (
 	"bytes"
@@ -15,7 +15,6 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/etcd-agent/etcd-agent/internal/fsutil"
-	"github.com/etcd-agent/etcd-agent/internal/journal"
 	"github.com/etcd-agent/etcd-agent/internal/memberstate"
 	"github.com/etcd-agent/etcd-agent/internal/observation"
 	"github.com/etcd-agent/etcd-agent/internal/plan"
@@ -23,7 +22,7 @@ import (
 )
 
 type keeperCase struct {
-	k        *manifestKeeper
+	k        *Keeper
 	manifest string
 	now      time.Time
 }
@@ -37,8 +36,7 @@ func newKeeperCase(t *testing.T) *keeperCase {
 			t.Fatal(err)
 		}
 	}
-	c := Config{StaticPodManifest: filepath.Join(manifests, "etcd.yaml"), StateDir: state, ManifestRestoreDelay: time.Minute, AutoHeal: true}
-	kc := &keeperCase{k: c.newManifestKeeper("cp-2", metrics.New(), nil, zap.NewNop()), manifest: c.StaticPodManifest,
+	kc := &keeperCase{k: New(keeperConfig(filepath.Join(manifests, "etcd.yaml"), state, time.Minute, true), "cp-2", metrics.New(), nil, zap.NewNop()), manifest: filepath.Join(manifests, "etcd.yaml"),
 		now: time.Date(2026, 12, 3, 12, 0, 0, 0, time.UTC)}
 	kc.write(t, "v1")
 	return kc
@@ -48,7 +46,7 @@ func newKeeperCase(t *testing.T) *keeperCase {
 // loopback port nothing listens on), tagged with a comment.
 func (kc *keeperCase) write(t *testing.T, tag string) {
 	t.Helper()
-	b, err := os.ReadFile("../manifest/testdata/kubeadm-etcd.yaml")
+	b, err := os.ReadFile("../../manifest/testdata/kubeadm-etcd.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -72,7 +70,7 @@ func (kc *keeperCase) poll(d time.Duration, serving bool) bool {
 	if !serving {
 		state = memberstate.Lost
 	}
-	return kc.k.consider(memberstate.Result{Observation: o, Verdict: memberstate.Verdict{State: state}})
+	return kc.k.Consider(memberstate.Result{Observation: o, Verdict: memberstate.Verdict{State: state}})
 }
 
 func TestAVanishedManifestComesBackFromItsCheckpointAfterTheDelay(t *testing.T) {
@@ -325,19 +323,18 @@ func TestADecommissionedNodesManifestStaysGoneAcrossRestarts(t *testing.T) {
 	kc := newKeeperCase(t)
 	kc.poll(0, true)
 	kc.poll(time.Second, true)
-	kc.k.setDecommissioned(true)
+	kc.k.SetDecommissioned(true)
 	if err := os.Remove(kc.manifest); err != nil {
 		t.Fatal(err)
 	}
 	// The agent restarts while the API is away: the state dir remembers.
-	again := Config{StaticPodManifest: kc.manifest, StateDir: kc.k.stateDir, ManifestRestoreDelay: time.Minute, AutoHeal: true}.
-		newManifestKeeper("cp-2", metrics.New(), nil, zap.NewNop())
+	again := New(keeperConfig(kc.manifest, kc.k.stateDir, time.Minute, true), "cp-2", metrics.New(), nil, zap.NewNop())
 	kc.k = again
 	kc.poll(time.Second, false)
 	if kc.poll(time.Hour, false) {
 		t.Fatal("a decommissioned node's manifest was restored")
 	}
-	kc.k.setDecommissioned(false)
+	kc.k.SetDecommissioned(false)
 	if !kc.poll(time.Second, false) {
 		t.Fatal("not restored once the annotation was taken off")
 	}
@@ -347,7 +344,7 @@ func TestAMovedMembersCheckpointIsForgotten(t *testing.T) {
 	kc := newKeeperCase(t)
 	kc.poll(0, true)
 	kc.poll(time.Second, true)
-	kc.k.forget()
+	kc.k.Forget()
 	if err := os.Remove(kc.manifest); err != nil {
 		t.Fatal(err)
 	}
@@ -355,41 +352,11 @@ func TestAMovedMembersCheckpointIsForgotten(t *testing.T) {
 	if kc.poll(time.Hour, false) {
 		t.Fatal("restored without a checkpoint")
 	}
-	c := Config{StaticPodManifest: kc.manifest, StateDir: kc.k.stateDir, ManifestRestoreDelay: time.Minute}
-	if _, err := ResolveIdentity(c); err == nil {
-		t.Fatal("identity resolved with no manifest, no parked copy and no checkpoint")
+	if ok, err := fsutil.Exists(CheckpointCopy(kc.k.stateDir, kc.manifest)); ok || err != nil {
+		t.Fatalf("the checkpoint is still there (%v)", err)
 	}
 }
 
-func TestTheIdentityOfAMemberWhoseManifestVanishedComesFromItsCheckpoint(t *testing.T) {
-	kc := newKeeperCase(t)
-	kc.poll(0, true)
-	kc.poll(time.Second, true)
-	if err := os.Remove(kc.manifest); err != nil {
-		t.Fatal(err)
-	}
-	c := Config{StaticPodManifest: kc.manifest, StateDir: kc.k.stateDir, ManifestRestoreDelay: time.Minute}
-	id, err := ResolveIdentity(c)
-	if err != nil || id.Name != "cp-2" {
-		t.Fatalf("identity %+v, %v: want the checkpoint's", id, err)
-	}
-	c.ManifestRestoreDelay = 0
-	if _, err := ResolveIdentity(c); err == nil {
-		t.Fatal("with restores off, the checkpoint named the member")
-	}
-	c.ManifestRestoreDelay = time.Minute
-	moved := journal.Record{ID: "m1", Member: "cp-2", Request: plan.ActionMoveOut, Result: journal.ResultSucceeded, MoveTarget: "cp-4"}
-	moved.Advance(journal.PhaseDone, time.Now())
-	if err := journal.Save(kc.k.stateDir, moved); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := ResolveIdentity(c); err == nil {
-		t.Fatal("a member that moved away is known by its checkpoint (the agent died before forgetting it)")
-	}
-}
-
-// A manifest renamed in the kubelet's dir still runs etcd: the keeper,
-// finding the member's address answering, does not put a second copy back.
 func TestNoRestoreWhileTheMembersAddressAnswers(t *testing.T) {
 	kc := newKeeperCase(t)
 	kc.poll(0, true)
@@ -442,4 +409,10 @@ func TestNoRestoreOverAReplacementOrAnEditTheCheckpointMissed(t *testing.T) {
 	if kc.poll(time.Hour, false) || kc.k.said != plan.ReasonNoCheckpoint {
 		t.Fatalf("after an edit the checkpoint missed: restored, or answer %q (want no-checkpoint)", kc.k.said)
 	}
+}
+
+// keeperConfig is the agent's config for a kubeadm member's manifest (its
+// parked copy in the state dir's parked/, as the agent parks it).
+func keeperConfig(manifest, stateDir string, delay time.Duration, autoHeal bool) Config {
+	return Config{Manifest: manifest, Parked: filepath.Join(stateDir, "parked", filepath.Base(manifest)), StateDir: stateDir, Delay: delay, AutoHeal: autoHeal}
 }
