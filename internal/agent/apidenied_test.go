@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest/observer"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -51,4 +52,9 @@ func TestTheAgentsAPIClientCountsAndLogsDenials(t *testing.T) {
 	if n := logs.FilterMessage("the Kubernetes API denied the agent a request").Len(); n != 3 {
 		t.Errorf("%d denial lines logged, want 3 (the second patch of nodes within the quiet time is counted, not logged): %v", n, logs.All())
 	}
+}
+
+func readyNode(name string, ann map[string]string) *corev1.Node {
+	return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: ann},
+		Status: corev1.NodeStatus{Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}}}}
 }

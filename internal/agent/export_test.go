@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"fmt"
 	"path/filepath"
 	"testing"
 	"time"
@@ -129,4 +130,15 @@ func TestStatusAndTheMetricSayTheSameQuorumMargin(t *testing.T) {
 	if m := memberstate.QuorumMargin(o); m != -2 {
 		t.Errorf("none serving of 3, the list unanswered: margin %d, want -2", m)
 	}
+}
+
+// healthy3 is node1's observation of a healthy three-voter cluster it leads.
+func healthy3() memberstate.Result {
+	o := observation.Observation{At: time.Now(), ClusterID: 0xc1, LeaderID: 1}
+	for i := uint64(1); i <= 3; i++ {
+		o.Members = append(o.Members, observation.Member{ID: i, Name: fmt.Sprintf("node%d", i), Serving: true, IsLeader: i == 1,
+			PeerURLs: []string{fmt.Sprintf("http://127.0.0.%d:2380", i)}, ClientURLs: []string{fmt.Sprintf("http://127.0.0.%d:2379", i)}})
+	}
+	o.Local = observation.Local{Name: "node1", Match: observation.MatchOK, ID: 1, DataDirClass: observation.DataDirOK}
+	return memberstate.Result{Observation: o, Verdict: memberstate.Verdict{State: memberstate.Healthy}}
 }

@@ -306,7 +306,7 @@ func (p podClaims) checkStore(ctx context.Context) string {
 	if p.openStore == nil {
 		return ""
 	}
-	return storeAnswers(ctx, p.openStore)
+	return snapshotstore.WhyNotAnswering(ctx, p.openStore)
 }
 
 func (p podClaims) Do(ctx context.Context, a plan.Action, j journal.Record, f plan.ClaimFacts) error {

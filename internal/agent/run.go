@@ -3,7 +3,6 @@ package agent
 import (
 	"context"
 	"errors"
-	"fmt"
 	"io/fs"
 	"net"
 	"net/http"
@@ -14,6 +13,7 @@ import (
 	"time"
 
 	"github.com/etcd-agent/etcd-agent/internal/controller/manifestkeeper"
+	"github.com/etcd-agent/etcd-agent/internal/controller/mover"
 	"github.com/etcd-agent/etcd-agent/internal/controller/steward"
 	"github.com/etcd-agent/etcd-agent/internal/observation"
 
@@ -28,7 +28,6 @@ import (
 	"github.com/etcd-agent/etcd-agent/metrics"
 	"go.uber.org/zap"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 )
@@ -215,10 +214,10 @@ func runMember(ctx context.Context, c Config, id watchdog.Identity, env memberEn
 			return r
 		})
 	}
-	var mv *mover
+	var mv *mover.Mover
 	if env.node && kc != nil && c.NodeName != "" {
-		mv = &mover{kc: kc, node: c.NodeName, stateDir: c.StateDir, store: c.SnapshotStore, timeout: 2 * c.RecoveryTimeout,
-			log: log, rep: nodeRep, dryRun: c.DryRun, requested: func() bool { return moveTo.Load().(string) != "" }}
+		mv = mover.New(mover.Config{Client: kc, Node: c.NodeName, StateDir: c.StateDir, Store: c.SnapshotStore, Timeout: 2 * c.RecoveryTimeout,
+			Log: log, Rep: nodeRep, DryRun: c.DryRun, Requested: func() bool { return moveTo.Load().(string) != "" }})
 	}
 	var moveAt time.Time
 	runCtx, stopRun := context.WithCancel(ctx)
@@ -297,7 +296,7 @@ func runMember(ctx context.Context, c Config, id watchdog.Identity, env memberEn
 		if mv != nil && req == nil && out.Result == "" && out.Decision.Action == plan.Nothing && time.Since(moveAt) >= movePace {
 			moveAt = time.Now()
 			step("mover")
-			if mv.consider(ctx, r, h) {
+			if mv.Consider(ctx, r, h) {
 				retire()
 				return
 			}
@@ -341,30 +340,6 @@ func runMember(ctx context.Context, c Config, id watchdog.Identity, env memberEn
 		return errIdentityChanged
 	}
 	return err
-}
-
-// moveSourceGone says whether a move-in's source (from: its move-from
-// value) still asks for it: "" while the source's Node says move-to=self;
-// otherwise why not. An ask left behind by a move that ended never adds a
-// member (plan: checkMoveIn, and again before the add).
-func moveSourceGone(kc kubernetes.Interface, self string) func(ctx context.Context, from string) (string, error) {
-	return func(ctx context.Context, from string) (string, error) {
-		src, _, err := nodereport.ParseMoveFrom(from)
-		if err != nil {
-			return err.Error(), nil
-		}
-		n, err := kc.CoreV1().Nodes().Get(ctx, src, metav1.GetOptions{})
-		if apierrors.IsNotFound(err) {
-			return fmt.Sprintf("the move's source node %s is gone", src), nil
-		}
-		if err != nil {
-			return "", fmt.Errorf("the move's source node %s: %w", src, err)
-		}
-		if to := n.Annotations[nodereport.AnnotationMoveTo]; to != self {
-			return fmt.Sprintf("node %s no longer asks to move its member here (move-to=%q)", src, to), nil
-		}
-		return "", nil
-	}
 }
 
 // graceWakeSlack: the grace period's end is observed this much after it

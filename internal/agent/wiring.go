@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/etcd-agent/etcd-agent/internal/controller/mover"
 	"github.com/etcd-agent/etcd-agent/internal/etcdversion"
 	"github.com/etcd-agent/etcd-agent/internal/heal"
 	"github.com/etcd-agent/etcd-agent/internal/journal"
@@ -145,7 +146,7 @@ func moveSourceFor(kc kubernetes.Interface, node string) func(ctx context.Contex
 	if kc == nil {
 		return nil
 	}
-	return moveSourceGone(kc, node)
+	return mover.SourceGone(kc, node)
 }
 
 // openStore opens the snapshot store for a step that waits on it (nil

@@ -360,3 +360,17 @@ func decode(md map[string]string) (Meta, error) {
 	m.Member, m.EtcdVersion, m.Source = md[metaMember], md[metaEtcdVersion], md[metaSource]
 	return m, nil
 }
+
+// WhyNotAnswering lists the store opened by open, bounded by ctx: "" when
+// it answered, else why not.
+func WhyNotAnswering(ctx context.Context, open func(ctx context.Context) (*Store, error)) string {
+	s, err := open(ctx)
+	if err == nil {
+		defer s.Close()
+		err = s.Check(ctx)
+	}
+	if err != nil {
+		return err.Error()
+	}
+	return ""
+}

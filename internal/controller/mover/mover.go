@@ -1,4 +1,7 @@
-package agent
+// Package mover is a static-pod member's move between nodes (UC3, add
+// first or through the snapshot store, docs/design.md §11): the source's
+// side (plan.DecideMove) and the target's check that its source still asks.
+package mover
 
 import (
 	"context"
@@ -39,12 +42,34 @@ const (
 	moveBackoff     = 30 * time.Second
 )
 
-// mover is the source's side of a move (plan.DecideMove): it reads the
+// Mover is the source's side of a move (plan.DecideMove): it reads the
 // move-to annotation on its Node, asks the target's agent, waits for its
 // member to become a voter, then has the healer stop and remove the local
 // member (a move-out, under the Lease). Every API call is bounded; a wait
 // is a poll of the next observation, never a block.
-type mover struct {
+// Config is what the mover reads of the agent's configuration.
+type Config struct {
+	Client   kubernetes.Interface
+	Node     string
+	StateDir string
+	Store    string // --snapshot-store URL ("" none)
+	// Timeout bounds a move's wait for its member on the target.
+	Timeout time.Duration
+	Log     *zap.Logger
+	Rep     *nodereport.Reporter
+	DryRun  bool
+	// Requested says, from the agent's watch of its Node, whether it
+	// carries a move-to.
+	Requested func() bool
+}
+
+// New is the mover of the member on c.Node.
+func New(c Config) *Mover {
+	return &Mover{kc: c.Client, node: c.Node, stateDir: c.StateDir, store: c.Store, timeout: c.Timeout, log: c.Log, rep: c.Rep,
+		dryRun: c.DryRun, requested: c.Requested}
+}
+
+type Mover struct {
 	kc       kubernetes.Interface
 	node     string
 	stateDir string
@@ -79,9 +104,9 @@ type moveState struct {
 // is gone (a request of the same target after it is asked again).
 func (st moveState) pending() bool { return st.Target != "" || st.Denied != "" }
 
-// consider runs one step of a requested move; retired says the member is
+// Consider runs one step of a requested move; retired says the member is
 // gone from this node (the move-out succeeded).
-func (mv *mover) consider(ctx context.Context, r memberstate.Result, h *heal.Healer) (retired bool) {
+func (mv *Mover) Consider(ctx context.Context, r memberstate.Result, h *heal.Healer) (retired bool) {
 	if time.Now().Before(mv.notBefore) || mv.requested != nil && !mv.requested() && !mv.loadState().pending() {
 		return false
 	}
@@ -184,7 +209,7 @@ func (mv *mover) consider(ctx context.Context, r memberstate.Result, h *heal.Hea
 // retire has the healer stop and remove the local member (a move-out under
 // the Lease) once it may begin; until then (the target's agent still holds
 // the Lease, ...) the move waits, bounded by its timeout.
-func (mv *mover) retire(ctx context.Context, r memberstate.Result, h *heal.Healer, st moveState, in plan.MoveInput) bool {
+func (mv *Mover) retire(ctx context.Context, r memberstate.Result, h *heal.Healer, st moveState, in plan.MoveInput) bool {
 	if st.AskedAt.IsZero() { // a restart lost the ask: the wait is bounded from now
 		st.AskedAt = time.Now().UTC()
 		mv.saveState(st)
@@ -211,7 +236,7 @@ func (mv *mover) retire(ctx context.Context, r memberstate.Result, h *heal.Heale
 
 // targetState reads the target Node: found, Ready, our ask (or another)
 // still there, and its agent's last answer to a move-in of our member.
-func (mv *mover) targetState(ctx context.Context, name string, local uint64, st moveState) plan.TargetNode {
+func (mv *Mover) targetState(ctx context.Context, name string, local uint64, st moveState) plan.TargetNode {
 	t := plan.TargetNode{Name: name}
 	n, err := mv.kc.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
 	if err != nil {
@@ -256,30 +281,16 @@ func askNotApplied(err error) bool {
 }
 
 // checkStore lists the store, bounded: "" when it answered.
-func (mv *mover) checkStore(ctx context.Context) string {
+func (mv *Mover) checkStore(ctx context.Context) string {
 	open := mv.openStore
 	if open == nil {
 		open = snapshotstore.Open
 	}
-	return storeAnswers(ctx, func(ctx context.Context) (*snapshotstore.Store, error) { return open(ctx, mv.store) })
-}
-
-// storeAnswers lists the store opened by open, bounded by ctx: "" when it
-// answered, else why not.
-func storeAnswers(ctx context.Context, open func(ctx context.Context) (*snapshotstore.Store, error)) string {
-	s, err := open(ctx)
-	if err == nil {
-		defer s.Close()
-		err = s.Check(ctx)
-	}
-	if err != nil {
-		return err.Error()
-	}
-	return ""
+	return snapshotstore.WhyNotAnswering(ctx, func(ctx context.Context) (*snapshotstore.Store, error) { return open(ctx, mv.store) })
 }
 
 // ask puts the move-in request on the target Node.
-func (mv *mover) ask(ctx context.Context, target, from string) error {
+func (mv *Mover) ask(ctx context.Context, target, from string) error {
 	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]any{
 		nodereport.AnnotationRecover: nodereport.ActionMoveIn, nodereport.AnnotationMoveFrom: from,
 		nodereport.AnnotationRecoverDryRun: nil}}})
@@ -288,7 +299,7 @@ func (mv *mover) ask(ctx context.Context, target, from string) error {
 }
 
 // answer ends the request: last-recovery, an Event, the triggers cleared.
-func (mv *mover) answer(ctx context.Context, st moveState, lr nodereport.LastRecovery, etype, reason string) {
+func (mv *Mover) answer(ctx context.Context, st moveState, lr nodereport.LastRecovery, etype, reason string) {
 	mv.log.Warn("move answered", zap.String("result", lr.Result), zap.String("reason", lr.Reason), zap.String("detail", lr.Message))
 	mv.event(etype, reason, "%s: %s (%s)", lr.Request, lr.Result, lr.Message)
 	if mv.rep != nil {
@@ -299,7 +310,7 @@ func (mv *mover) answer(ctx context.Context, st moveState, lr nodereport.LastRec
 
 // end clears the move: our ask on the target (if still there), the
 // trigger on our Node, the state file.
-func (mv *mover) end(ctx context.Context, st moveState) {
+func (mv *Mover) end(ctx context.Context, st moveState) {
 	actx, cancel := context.WithTimeout(ctx, moveCallTimeout)
 	defer cancel()
 	mv.withdraw(actx, st)
@@ -314,7 +325,7 @@ func (mv *mover) end(ctx context.Context, st moveState) {
 // withdraw removes our ask from the target Node if it is still there
 // (conditional on the Node's resourceVersion): a target agent that starts
 // later never acts on a move that ended.
-func (mv *mover) withdraw(ctx context.Context, st moveState) {
+func (mv *Mover) withdraw(ctx context.Context, st moveState) {
 	if st.Target == "" || st.From == "" {
 		return
 	}
@@ -329,14 +340,14 @@ func (mv *mover) withdraw(ctx context.Context, st moveState) {
 	}
 }
 
-func (mv *mover) event(etype, reason, format string, args ...any) {
+func (mv *Mover) event(etype, reason, format string, args ...any) {
 	if mv.rep != nil {
 		mv.rep.Eventf(etype, reason, format, args...)
 	}
 }
 
 // say logs a waiting line once per change of what it says.
-func (mv *mover) say(msg string, fields ...zap.Field) {
+func (mv *Mover) say(msg string, fields ...zap.Field) {
 	why := fmt.Sprint(msg, fields)
 	if why == mv.lastWhy {
 		return
@@ -345,7 +356,7 @@ func (mv *mover) say(msg string, fields ...zap.Field) {
 	mv.log.Info(msg, fields...)
 }
 
-func (mv *mover) loadState() moveState {
+func (mv *Mover) loadState() moveState {
 	var st moveState
 	b, err := os.ReadFile(filepath.Join(mv.stateDir, moveFile))
 	if err == nil {
@@ -357,7 +368,7 @@ func (mv *mover) loadState() moveState {
 	return st
 }
 
-func (mv *mover) saveState(st moveState) {
+func (mv *Mover) saveState(st moveState) {
 	b, _ := json.Marshal(st)
 	if err := fsutil.WriteFileAtomic(filepath.Join(mv.stateDir, moveFile), b, 0o600); err != nil {
 		mv.log.Warn("recording the move's state failed", zap.Error(err))

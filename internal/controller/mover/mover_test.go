@@ -1,4 +1,4 @@
-package agent
+package mover
 
 import (
 	"context"
@@ -34,9 +34,9 @@ func TestTheMoverAsksTheAPINothingWithoutAMoveAndBacksOffAfterAnError(t *testing
 		return true, nil, errors.New("the API server does not answer")
 	})
 	requested := false
-	mv := &mover{kc: kc, node: "node1", stateDir: t.TempDir(), log: zap.NewNop(), requested: func() bool { return requested }}
+	mv := &Mover{kc: kc, node: "node1", stateDir: t.TempDir(), log: zap.NewNop(), requested: func() bool { return requested }}
 	for range 3 {
-		if mv.consider(context.Background(), memberstate.Result{}, nil) {
+		if mv.Consider(context.Background(), memberstate.Result{}, nil) {
 			t.Fatal("retired without a move")
 		}
 	}
@@ -45,7 +45,7 @@ func TestTheMoverAsksTheAPINothingWithoutAMoveAndBacksOffAfterAnError(t *testing
 	}
 	requested = true
 	for range 3 {
-		mv.consider(context.Background(), memberstate.Result{}, nil)
+		mv.Consider(context.Background(), memberstate.Result{}, nil)
 	}
 	if calls != 1 {
 		t.Fatalf("%d API calls in three looks with the API failing, want 1 (then a back-off of %s)", calls, moveBackoff)
@@ -87,17 +87,17 @@ func TestAnAskWhoseAnswerWasLostIsStillTheMoversOwn(t *testing.T) {
 		return true, nil, errors.New("context deadline exceeded (the write was applied)")
 	})
 	dir := t.TempDir()
-	mv := &mover{kc: kc, node: "node1", stateDir: t.TempDir(), store: "file://" + dir, timeout: time.Hour, log: zap.NewNop(),
+	mv := &Mover{kc: kc, node: "node1", stateDir: t.TempDir(), store: "file://" + dir, timeout: time.Hour, log: zap.NewNop(),
 		rep: nodereport.NewReporter(kc, "node1", "test", zap.NewNop())}
 	defer mv.rep.Shutdown()
 	ctx := context.Background()
-	mv.consider(ctx, healthy3(), nil) // asks; the answer is lost
+	mv.Consider(ctx, healthy3(), nil) // asks; the answer is lost
 	n4, _ := kc.CoreV1().Nodes().Get(ctx, "node4", metav1.GetOptions{})
 	if n4.Annotations[nodereport.AnnotationRecover] != nodereport.ActionMoveIn {
 		t.Fatalf("the ask did not reach node4: %v", n4.Annotations)
 	}
 	first := n4.Annotations[nodereport.AnnotationMoveFrom]
-	mv.consider(ctx, healthy3(), nil) // the next look
+	mv.Consider(ctx, healthy3(), nil) // the next look
 	n1, _ := kc.CoreV1().Nodes().Get(ctx, "node1", metav1.GetOptions{})
 	if lr, ok, _ := nodereport.LastRecoveryFrom(n1.Annotations); ok {
 		t.Fatalf("the mover answered its own move: %+v", lr)
@@ -121,7 +121,7 @@ func TestAnAskWhoseAnswerWasLostIsStillTheMoversOwn(t *testing.T) {
 	if _, err := kc.CoreV1().Nodes().Patch(ctx, "node1", types.MergePatchType, []byte(`{"metadata":{"annotations":{"etcd-agent.io/move-to":null}}}`), metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	mv.consider(ctx, healthy3(), nil)
+	mv.Consider(ctx, healthy3(), nil)
 	n4, _ = kc.CoreV1().Nodes().Get(ctx, "node4", metav1.GetOptions{})
 	if _, ok := n4.Annotations[nodereport.AnnotationMoveFrom]; ok {
 		t.Fatalf("the withdrawn move's ask is still on node4: %v", n4.Annotations)
@@ -131,7 +131,7 @@ func TestAnAskWhoseAnswerWasLostIsStillTheMoversOwn(t *testing.T) {
 // A move-in goes on only while the source's Node asks for this node.
 func TestMoveSourceGoneReadsTheSourcesMoveTo(t *testing.T) {
 	kc := fake.NewClientset(readyNode("node2", map[string]string{nodereport.AnnotationMoveTo: "node4"}), readyNode("node3", nil))
-	gone := moveSourceGone(kc, "node4")
+	gone := SourceGone(kc, "node4")
 	ctx := context.Background()
 	for from, want := range map[string]string{
 		nodereport.MoveFrom("node2", 0xa2, time.Now()): "",
@@ -158,11 +158,11 @@ func TestMoveSourceGoneReadsTheSourcesMoveTo(t *testing.T) {
 func TestTheMoverNeverAsksOverAnotherRequestOnTheTarget(t *testing.T) {
 	kc := fake.NewClientset(readyNode("node1", map[string]string{nodereport.AnnotationMoveTo: "node4"}),
 		readyNode("node4", map[string]string{nodereport.AnnotationRecover: nodereport.ActionRejoin}))
-	mv := &mover{kc: kc, node: "node1", stateDir: t.TempDir(), store: "file://" + t.TempDir(), timeout: time.Hour, log: zap.NewNop(),
+	mv := &Mover{kc: kc, node: "node1", stateDir: t.TempDir(), store: "file://" + t.TempDir(), timeout: time.Hour, log: zap.NewNop(),
 		rep: nodereport.NewReporter(kc, "node1", "test", zap.NewNop())}
 	defer mv.rep.Shutdown()
 	ctx := context.Background()
-	mv.consider(ctx, healthy3(), nil)
+	mv.Consider(ctx, healthy3(), nil)
 	n4, _ := kc.CoreV1().Nodes().Get(ctx, "node4", metav1.GetOptions{})
 	if n4.Annotations[nodereport.AnnotationRecover] != nodereport.ActionRejoin {
 		t.Fatalf("node4's request overwritten: %v", n4.Annotations)
@@ -190,12 +190,12 @@ func TestADeniedAskEndsTheMove(t *testing.T) {
 		}
 		return true, nil, apierrors.NewForbidden(corev1.Resource("nodes"), name, errors.New("denied by the node-scope policy"))
 	})
-	mv := &mover{kc: kc, node: "node1", stateDir: t.TempDir(), store: "file://" + t.TempDir(), timeout: time.Hour, log: zap.NewNop(),
+	mv := &Mover{kc: kc, node: "node1", stateDir: t.TempDir(), store: "file://" + t.TempDir(), timeout: time.Hour, log: zap.NewNop(),
 		rep: nodereport.NewReporter(kc, "node1", "test", zap.NewNop())}
 	defer mv.rep.Shutdown()
 	ctx := context.Background()
-	mv.consider(ctx, healthy3(), nil)
-	mv.consider(ctx, healthy3(), nil)
+	mv.Consider(ctx, healthy3(), nil)
+	mv.Consider(ctx, healthy3(), nil)
 	n1, _ := kc.CoreV1().Nodes().Get(ctx, "node1", metav1.GetOptions{})
 	lr, ok, _ := nodereport.LastRecoveryFrom(n1.Annotations)
 	if patches != 1 || !ok || lr.Result != nodereport.ResultFailed || !strings.Contains(lr.Message, "denied") {
@@ -212,7 +212,7 @@ func TestADeniedAskEndsTheMove(t *testing.T) {
 		t.Fatal(err)
 	}
 	for range 3 {
-		mv.consider(ctx, healthy3(), nil)
+		mv.Consider(ctx, healthy3(), nil)
 	}
 	if patches != 2 {
 		t.Fatalf("asks %d after a second denied move with its answer denied too: want the one ask, never again while move-to names the same node", patches)
@@ -222,7 +222,7 @@ func TestADeniedAskEndsTheMove(t *testing.T) {
 		readyNode("node4", map[string]string{nodereport.AnnotationRecover: nodereport.ActionMoveIn}))
 	mv.kc, mv.rep = kc, nodereport.NewReporter(kc, "node1", "test", zap.NewNop())
 	defer mv.rep.Shutdown()
-	mv.consider(ctx, healthy3(), nil)
+	mv.Consider(ctx, healthy3(), nil)
 	n4, _ := kc.CoreV1().Nodes().Get(ctx, "node4", metav1.GetOptions{})
 	if _, asked := n4.Annotations[nodereport.AnnotationMoveFrom]; asked {
 		t.Fatalf("asked over a move-in without a move-from: %v", n4.Annotations)
@@ -243,15 +243,15 @@ func TestAnAskTheAPIRefusedIsAskedAgain(t *testing.T) {
 		}
 		return false, nil, nil
 	})
-	mv := &mover{kc: kc, node: "node1", stateDir: t.TempDir(), store: "file://" + t.TempDir(), timeout: time.Hour, log: zap.NewNop(),
+	mv := &Mover{kc: kc, node: "node1", stateDir: t.TempDir(), store: "file://" + t.TempDir(), timeout: time.Hour, log: zap.NewNop(),
 		rep: nodereport.NewReporter(kc, "node1", "test", zap.NewNop())}
 	defer mv.rep.Shutdown()
 	ctx := context.Background()
-	mv.consider(ctx, healthy3(), nil)
+	mv.Consider(ctx, healthy3(), nil)
 	if st := mv.loadState(); st.From != "" || !st.AskedAt.IsZero() {
 		t.Fatalf("state after a refused ask: %+v, want no ask recorded", st)
 	}
-	mv.consider(ctx, healthy3(), nil)
+	mv.Consider(ctx, healthy3(), nil)
 	n4, _ := kc.CoreV1().Nodes().Get(ctx, "node4", metav1.GetOptions{})
 	if st := mv.loadState(); asks != 2 || st.From == "" || n4.Annotations[nodereport.AnnotationMoveFrom] != st.From {
 		t.Fatalf("asks %d, state %+v, node4 %v: want the ask made again and recorded", asks, st, n4.Annotations)
@@ -263,19 +263,19 @@ func TestAnAskTheAPIRefusedIsAskedAgain(t *testing.T) {
 func TestADeniedMoveIsAskedAgainOnceRequestedAnew(t *testing.T) {
 	kc := fake.NewClientset(readyNode("node1", nil), readyNode("node4", nil))
 	requested := false
-	mv := &mover{kc: kc, node: "node1", stateDir: t.TempDir(), store: "file://" + t.TempDir(), timeout: time.Hour, log: zap.NewNop(),
+	mv := &Mover{kc: kc, node: "node1", stateDir: t.TempDir(), store: "file://" + t.TempDir(), timeout: time.Hour, log: zap.NewNop(),
 		rep: nodereport.NewReporter(kc, "node1", "test", zap.NewNop()), requested: func() bool { return requested }}
 	defer mv.rep.Shutdown()
 	mv.saveState(moveState{Denied: "node4"}) // an earlier move to node4 was denied; move-to since cleared
 	ctx := context.Background()
-	mv.consider(ctx, healthy3(), nil)
+	mv.Consider(ctx, healthy3(), nil)
 	n1, _ := kc.CoreV1().Nodes().Get(ctx, "node1", metav1.GetOptions{})
 	n1.Annotations = map[string]string{nodereport.AnnotationMoveTo: "node4"}
 	if _, err := kc.CoreV1().Nodes().Update(ctx, n1, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	requested = true
-	mv.consider(ctx, healthy3(), nil)
+	mv.Consider(ctx, healthy3(), nil)
 	n4, _ := kc.CoreV1().Nodes().Get(ctx, "node4", metav1.GetOptions{})
 	if n4.Annotations[nodereport.AnnotationRecover] != nodereport.ActionMoveIn {
 		t.Fatalf("the move asked anew after the denial was not asked: node4 %v, state %+v", n4.Annotations, mv.loadState())
