@@ -67,13 +67,16 @@ func clusterStatus(ctx context.Context, out io.Writer, c agent.Config, f cluster
 	if err != nil {
 		return err
 	}
+	rep.MajorityLost = rep.MajorityLost || majorityLost // (the daemon's verdict when this process saw no list)
 	var ev []survivor.Member
 	for _, m := range members {
 		e := evidence(ctx, m, cluster, tlsCfg)
 		var r *agent.Report
 		if rep.Observation.Local.Name == m.Name {
 			// This node's member: read here, as its agent would.
-			agent.AddLogPosition(&rep)
+			rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+			agent.AddLogPosition(rctx, &rep)
+			cancel()
 			r = &rep
 		} else if u := agentURL(m, f); u != "" {
 			r, err = fetchReport(ctx, u)

@@ -68,3 +68,24 @@ func TestStatusEndpointServesEveryPollsReport(t *testing.T) {
 		}
 	}
 }
+
+// From session 35's review: /status read a held data dir's WAL for any
+// member whose etcd held it without serving, in a healthy cluster too (a
+// crash-looping member), on any GET. The read is for a lost majority
+// only: there no member serves, and nothing else says where its log is.
+func TestStatusReadsTheWALOnlyWhenTheMajorityIsLost(t *testing.T) {
+	held := Report{Where: &Where{DataDir: t.TempDir()}}
+	held.Observation.Local = observation.Local{Name: "m1", DataDirClass: "in-use"}
+	if needsLogPosition(held) {
+		t.Fatal("a held data dir in a cluster with its quorum: the WAL is read")
+	}
+	held.MajorityLost = true
+	if !needsLogPosition(held) {
+		t.Fatal("a held data dir with the majority lost: the WAL is not read")
+	}
+	serving := held
+	serving.Observation.Local.Serving = true
+	if needsLogPosition(serving) {
+		t.Fatal("a serving member: the WAL is read")
+	}
+}

@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -17,8 +18,8 @@ const walReadTimeout = 4 * time.Second
 
 // statusHandler serves /status: the latest poll's report, with the log
 // position AddLogPosition adds; that full read of the WAL runs on request
-// only (not every poll), one at a time and bounded (docs/design.md,
-// "Majority lost, guided").
+// only (not every poll), with the majority lost only, one at a time,
+// bounded, in a child process (docs/design.md, "Majority lost, guided").
 type statusHandler struct {
 	latest *atomic.Pointer[Report]
 	busy   chan struct{} // one WAL read at a time
@@ -41,23 +42,27 @@ func (h *statusHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	json.NewEncoder(w).Encode(rep)
 }
 
-// needsLogPosition: etcd holds the data dir but does not serve (restarted
-// without a quorum, etcd never serves clients), so the poll could not read
-// where its log stands, and nothing else says it.
+// needsLogPosition: the majority is lost and etcd holds the data dir but
+// does not serve (restarted without a quorum, etcd never serves clients),
+// so the poll could not read where its log stands, and nothing else says
+// it. With a quorum a member that does not serve (crash-looping) is the
+// heal's, and its WAL is not read for anyone who asks.
 func needsLogPosition(rep Report) bool {
 	l := rep.Observation.Local
-	return l.DataDirRaft == nil && l.DataDirClass == string(localdisk.ClassInUse) && !l.Serving && rep.Where != nil
+	return rep.MajorityLost && l.DataDirRaft == nil && l.DataDirClass == string(localdisk.ClassInUse) && !l.Serving && rep.Where != nil
 }
 
 // AddLogPosition reads where the member's log stands from its WAL, read-only
-// and without a lock, when its etcd holds the data dir and does not serve;
-// the WAL must be the member's the poll saw there.
-func AddLogPosition(rep *Report) error {
+// and without a lock, in the inspection child (its memory apart from the
+// agent's, killed when ctx ends), when the majority is lost and its etcd
+// holds the data dir without serving; the WAL must be the member's the
+// poll saw there.
+func AddLogPosition(ctx context.Context, rep *Report) error {
 	if !needsLogPosition(*rep) {
 		return nil
 	}
 	l := &rep.Observation.Local
-	p, err := localdisk.ReadRaftPosition(localdisk.Dirs{Data: rep.Where.DataDir, WAL: rep.Where.WALDir})
+	p, err := localdisk.ReadRaftPositionIsolated(ctx, localdisk.Dirs{Data: rep.Where.DataDir, WAL: rep.Where.WALDir})
 	if err == nil && l.DataDirMemberID != 0 && p.MemberID != l.DataDirMemberID {
 		err = fmt.Errorf("the WAL is member %x's, not %x's", p.MemberID, l.DataDirMemberID)
 	}
@@ -69,28 +74,16 @@ func AddLogPosition(rep *Report) error {
 	return nil
 }
 
-// addLogPosition is AddLogPosition if no other read runs, bounded.
+// addLogPosition is AddLogPosition if no other read runs, bounded by
+// walReadTimeout and the request.
 func (h *statusHandler) addLogPosition(r *http.Request, rep *Report) error {
 	select {
 	case h.busy <- struct{}{}:
 	default:
 		return errors.New("another read of the WAL runs")
 	}
-	work := *rep
-	done := make(chan error, 1)
-	go func() {
-		defer func() { <-h.busy }()
-		done <- AddLogPosition(&work)
-	}()
-	t := time.NewTimer(walReadTimeout)
-	defer t.Stop()
-	select {
-	case err := <-done:
-		*rep = work
-		return err
-	case <-t.C:
-		return fmt.Errorf("reading the WAL took over %s", walReadTimeout)
-	case <-r.Context().Done():
-		return r.Context().Err()
-	}
+	defer func() { <-h.busy }()
+	ctx, cancel := context.WithTimeout(r.Context(), walReadTimeout)
+	defer cancel()
+	return AddLogPosition(ctx, rep)
 }

@@ -16,6 +16,9 @@ type inspectRequest struct {
 	WALDir      string
 	Expect      Expect
 	LockTimeout time.Duration
+	// RaftPositionOnly: read only where the WAL's log stands, without a
+	// lock (ReadRaftPositionIsolated); the db is not opened.
+	RaftPositionOnly bool
 }
 
 // inspect does the deep checks on a data dir whose layout is ok. It runs in
@@ -23,6 +26,9 @@ type inspectRequest struct {
 // the process: stage is called before each step with what is known so far,
 // so the parent can say where it crashed and keep the IDs already read.
 func inspect(req inspectRequest, stage func(step string, partial Result)) Result {
+	if req.RaftPositionOnly {
+		return raftPositionOnly(req, stage)
+	}
 	dbPath := filepath.Join(req.DataDir, dbRelPath)
 	walDir := Dirs{Data: req.DataDir, WAL: req.WALDir}.WALDir()
 

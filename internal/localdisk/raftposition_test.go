@@ -2,6 +2,7 @@ package localdisk
 
 import (
 	"context"
+	"path/filepath"
 	"testing"
 	"time"
 )
@@ -34,5 +35,17 @@ func readRaftPositionWhileEtcdRuns(t *testing.T, bin string) {
 	if pos.MemberID != m.id.memberID || pos.Commit == 0 || pos.Commit > pos.LastIndex || pos.LastIndex < st.RaftIndex || pos.Term != st.RaftTerm {
 		t.Fatalf("read %+v; the member says term %d, commit %d (member %x)", pos, st.RaftTerm, st.RaftIndex, m.id.memberID)
 	}
+	// The same read in the inspection child (what /status runs).
+	ctx, cancel = context.WithTimeout(context.Background(), 10*time.Second)
+	iso, err := ReadRaftPositionIsolated(ctx, DataDirOnly(m.dataDir))
+	cancel()
+	if err != nil || iso.MemberID != pos.MemberID || iso.Term != pos.Term || iso.Commit < pos.Commit || iso.LastIndex < pos.LastIndex {
+		t.Fatalf("read in the child: %+v, %v; in process %+v", iso, err, pos)
+	}
 	p.stop(t)
+	ctx, cancel = context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := ReadRaftPositionIsolated(ctx, DataDirOnly(filepath.Join(root, "nothing-here"))); err == nil {
+		t.Fatal("a WAL that is not there was read")
+	}
 }

@@ -1,6 +1,7 @@
 package localdisk
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -163,6 +164,34 @@ func formatBrokenSnaps(names []string) string {
 // RaftPosition is where a WAL's log stands.
 type RaftPosition struct {
 	MemberID, Term, Commit, LastIndex uint64
+}
+
+// ReadRaftPositionIsolated is ReadRaftPosition in the inspection child:
+// wal.ReadAll holds every entry since the last snapshot in memory, which
+// must not count against the agent's own (a child that runs out is killed
+// alone, not the agent), and ctx's end kills it.
+func ReadRaftPositionIsolated(ctx context.Context, d Dirs) (RaftPosition, error) {
+	r, err := runInspection(ctx, inspectRequest{DataDir: d.Data, WALDir: d.WAL, RaftPositionOnly: true})
+	switch {
+	case err != nil:
+		return RaftPosition{}, fmt.Errorf("read WAL %s: %w", d.WALDir(), err)
+	case r.Class != ClassOK:
+		return RaftPosition{}, fmt.Errorf("read WAL %s: %s", d.WALDir(), r.Detail)
+	}
+	return RaftPosition{MemberID: r.MemberID, Term: r.WALTerm, Commit: r.WALCommit, LastIndex: r.WALIndex}, nil
+}
+
+// raftPositionOnly is the child's read for ReadRaftPositionIsolated: a
+// Result of class ok with the WAL's IDs and position, or of no class with
+// why not.
+func raftPositionOnly(req inspectRequest, stage func(step string, partial Result)) Result {
+	d := Dirs{Data: req.DataDir, WAL: req.WALDir}
+	stage("read WAL "+d.WALDir(), Result{})
+	p, err := ReadRaftPosition(d)
+	if err != nil {
+		return Result{Detail: err.Error()}
+	}
+	return Result{Class: ClassOK, MemberID: p.MemberID, WALTerm: p.Term, WALCommit: p.Commit, WALIndex: p.LastIndex}
 }
 
 // ReadRaftPosition reads the WAL of d read-only, taking no lock: usable
