@@ -182,7 +182,7 @@ func fromAgent(e *survivor.Member, r agent.Report, cluster uint64, now time.Time
 	e.QuorumSeen = r.Quorum > 0 && r.HealthyVoters >= r.Quorum
 	if w := r.Where; w != nil {
 		e.Node = w.Node
-		e.Paths = survivor.Paths{Manifest: w.Manifest, DataDir: w.DataDir, WALDir: w.WALDir, QuarantineDir: w.QuarantineDir}
+		e.Paths = survivor.Paths{Manifest: w.Manifest, DataDir: w.DataDir, WALDir: w.WALDir, QuarantineDir: w.QuarantineDir, DataDirMountPoint: w.DataDirMountPoint}
 	}
 	if l.DataDirRaftError != "" {
 		e.Note = "its log on disk: " + l.DataDirRaftError

@@ -38,10 +38,10 @@ func TestAReportOnAnotherMemberIsNoEvidence(t *testing.T) {
 		t.Fatalf("%+v", e)
 	}
 	r.Observation.Local.Name = "cp-2"
-	r.Where = &agent.Where{Node: "n2", Manifest: "/m", DataDir: "/d", QuarantineDir: "/q"}
+	r.Where = &agent.Where{Node: "n2", Manifest: "/m", DataDir: "/d", QuarantineDir: "/q", DataDirMountPoint: true}
 	e = survivor.Member{Name: "cp-2", PeerURL: "https://10.0.0.12:2380"}
 	fromAgent(&e, r, 0, time.Now())
-	if e.Source != survivor.FromDataDir || e.Commit != 99 || e.Node != "n2" || e.Paths.Manifest != "/m" || e.Note != "" {
+	if e.Source != survivor.FromDataDir || e.Commit != 99 || e.Node != "n2" || e.Paths.Manifest != "/m" || !e.Paths.DataDirMountPoint || e.Note != "" {
 		t.Fatalf("%+v", e)
 	}
 }

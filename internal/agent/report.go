@@ -143,6 +143,9 @@ type Where struct {
 	DataDir       string `json:"dataDir"`
 	WALDir        string `json:"walDir,omitempty"`
 	QuarantineDir string `json:"quarantineDir"`
+	// DataDirMountPoint: the data dir is a mount root (the mount table,
+	// when the agent started): a restore cannot move it aside.
+	DataDirMountPoint bool `json:"dataDirMountPoint,omitempty"`
 }
 
 // where is Where for the static-pod member id.
@@ -151,7 +154,8 @@ func (c Config) where(id watchdog.Identity) *Where {
 	if qdir == "" {
 		qdir = filepath.Join(filepath.Dir(id.DataDir), "etcd-agent-quarantine")
 	}
-	return &Where{Node: c.NodeName, Manifest: c.StaticPodManifest, DataDir: id.DataDir, WALDir: id.WALDir, QuarantineDir: qdir}
+	mount, _ := localdisk.IsMountPoint(id.DataDir) // (unknown: not said)
+	return &Where{Node: c.NodeName, Manifest: c.StaticPodManifest, DataDir: id.DataDir, WALDir: id.WALDir, QuarantineDir: qdir, DataDirMountPoint: mount}
 }
 
 // daemonProgress is the progress of a recovery the daemon runs now, from

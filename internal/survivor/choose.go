@@ -89,6 +89,9 @@ type Paths struct {
 	DataDir       string `json:"dataDir,omitempty"`
 	WALDir        string `json:"walDir,omitempty"`
 	QuarantineDir string `json:"quarantineDir,omitempty"`
+	// DataDirMountPoint: the data dir is a mount root (a dedicated disk
+	// mounted at it), as its agent saw.
+	DataDirMountPoint bool `json:"dataDirMountPoint,omitempty"`
 }
 
 // Choice is the answer.

@@ -158,6 +158,9 @@ func checkPaths(member string, p Paths) error {
 	if p.WALDir != "" {
 		return fmt.Errorf("%s keeps its WAL in a dedicated dir %s, which these procedures do not move or copy: follow docs/runbooks/README.md by hand, moving the WAL dir with the data dir", member, p.WALDir)
 	}
+	if p.DataDirMountPoint {
+		return fmt.Errorf("%s's data dir %s is a mount point, which these procedures cannot move aside (mv fails there, after the stop): follow docs/runbooks/README.md by hand, moving the data dir's contents", member, p.DataDir)
+	}
 	if p.Manifest == "" || p.DataDir == "" || p.QuarantineDir == "" {
 		return fmt.Errorf("the paths of %s on its node are not known (its agent did not report; manifest %q, data dir %q, quarantine %q)", member, p.Manifest, p.DataDir, p.QuarantineDir)
 	}

@@ -97,6 +97,9 @@ func TestUnsafeValuesGetNoCommands(t *testing.T) {
 		{"an empty name", func(ms []Member) []Member { ms[1].Name = ""; return ms }, "not a plain word"},
 		{"two peer URLs", func(ms []Member) []Member { ms[1].OtherPeerURLs = []string{"https://c:2380"}; return ms }, "2 peer URLs"},
 		{"a system dir", func(ms []Member) []Member { ms[0].Paths.DataDir = "/etc"; return ms }, "system dir"},
+		// From session 35's review: the procedures mv the data dir aside,
+		// which a mount root refuses (EBUSY) after the stop script ran.
+		{"a data dir at a mount root", func(ms []Member) []Member { ms[0].Paths.DataDirMountPoint = true; return ms }, "mount point"},
 		{"a space in a path", func(ms []Member) []Member { ms[0].Paths.DataDir = "/d x"; return ms }, "plain"},
 		{"a path not clean", func(ms []Member) []Member { ms[0].Paths.DataDir = "/var/lib/../../etc"; return ms }, "clean"},
 		{"another node's paths not known", func(ms []Member) []Member {
