@@ -102,8 +102,8 @@ func clusterStatus(ctx context.Context, out io.Writer, c agent.Config, f cluster
 				}
 			}
 			def := survivor.Paths{}
-			if w := rep.Where; w != nil {
-				def = survivor.Paths{Manifest: w.Manifest, DataDir: w.DataDir, WALDir: w.WALDir, QuarantineDir: w.QuarantineDir}
+			if rep.Where != nil {
+				def = pathsOf(*rep.Where) // (a --lost member's node is laid out as this one)
 			}
 			ans.Steps, err = survivor.Commands(ans.Choice, texts, survivor.Etcdctl{CACert: c.CACert, Cert: c.Cert, Key: c.Key}, def)
 		}
@@ -182,7 +182,7 @@ func fromAgent(e *survivor.Member, r agent.Report, cluster uint64, now time.Time
 	e.QuorumSeen = r.Quorum > 0 && r.HealthyVoters >= r.Quorum
 	if w := r.Where; w != nil {
 		e.Node = w.Node
-		e.Paths = survivor.Paths{Manifest: w.Manifest, DataDir: w.DataDir, WALDir: w.WALDir, QuarantineDir: w.QuarantineDir, DataDirMountPoint: w.DataDirMountPoint}
+		e.Paths = pathsOf(*w)
 	}
 	if l.DataDirRaftError != "" {
 		e.Note = "its log on disk: " + l.DataDirRaftError
@@ -276,4 +276,18 @@ func printCluster(out io.Writer, a clusterAnswer, now time.Time) {
 		}
 		fmt.Fprintf(out, "\n### %d. on %s: %s (member %s)\n%s", i+1, node, s.Procedure, s.Member, s.Script)
 	}
+}
+
+// pathsOf is where an agent says its member's files lie, and how its data
+// dir is laid out (an agent that did not read it says nothing: unknown).
+func pathsOf(w agent.Where) survivor.Paths {
+	p := survivor.Paths{Manifest: w.Manifest, DataDir: w.DataDir, WALDir: w.WALDir, QuarantineDir: w.QuarantineDir,
+		DataDirMountPoint: w.DataDirMountPoint, DataDirSymlink: w.DataDirSymlink}
+	switch {
+	case w.LayoutError != "":
+		p.LayoutUnknown = w.LayoutError
+	case !w.LayoutChecked:
+		p.LayoutUnknown = "its agent does not say (an older version?)"
+	}
+	return p
 }

@@ -38,11 +38,18 @@ func TestAReportOnAnotherMemberIsNoEvidence(t *testing.T) {
 		t.Fatalf("%+v", e)
 	}
 	r.Observation.Local.Name = "cp-2"
-	r.Where = &agent.Where{Node: "n2", Manifest: "/m", DataDir: "/d", QuarantineDir: "/q", DataDirMountPoint: true}
+	r.Where = &agent.Where{Node: "n2", Manifest: "/m", DataDir: "/d", QuarantineDir: "/q", DataDirMountPoint: true, LayoutChecked: true}
 	e = survivor.Member{Name: "cp-2", PeerURL: "https://10.0.0.12:2380"}
 	fromAgent(&e, r, 0, time.Now())
-	if e.Source != survivor.FromDataDir || e.Commit != 99 || e.Node != "n2" || e.Paths.Manifest != "/m" || !e.Paths.DataDirMountPoint || e.Note != "" {
+	if e.Source != survivor.FromDataDir || e.Commit != 99 || e.Node != "n2" || e.Paths.Manifest != "/m" || !e.Paths.DataDirMountPoint || e.Paths.LayoutUnknown != "" || e.Note != "" {
 		t.Fatalf("%+v", e)
+	}
+	// An agent that did not read its data dir's layout (an older one)
+	// leaves it unknown: no commands then.
+	r.Where.LayoutChecked = false
+	fromAgent(&e, r, 0, time.Now())
+	if e.Paths.LayoutUnknown == "" {
+		t.Fatalf("layout unread, yet known: %+v", e.Paths)
 	}
 }
 

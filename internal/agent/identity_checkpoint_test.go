@@ -32,18 +32,12 @@ func checkpointedMember(t *testing.T) (Config, *manifestkeeper.Keeper) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	const peer = "https://127.0.0.1:1"
-	if err := os.WriteFile(c.StaticPodManifest, bytes.ReplaceAll(b, []byte("https://10.0.0.12:2380"), []byte(peer)), 0o600); err != nil {
+	if err := os.WriteFile(c.StaticPodManifest, bytes.ReplaceAll(b, []byte("https://10.0.0.12:2380"), []byte(cp2Peer)), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	k := c.newManifestKeeper("cp-2", metrics.New(), nil, zap.NewNop())
-	at := time.Date(2026, 12, 3, 12, 0, 0, 0, time.UTC)
 	for i := range 2 {
-		o := observation.Observation{At: at.Add(time.Duration(i) * time.Second), ClusterID: 0xc1, Members: []observation.Member{
-			{ID: 1, Name: "node1", Serving: true}, {ID: 2, Name: "cp-2", Serving: true}, {ID: 3, Name: "node3", Serving: true}},
-			Local: observation.Local{Name: "cp-2", DataDir: "/var/lib/etcd", PeerURLs: []string{peer}, ClientURL: peer,
-				DataDirClass: observation.DataDirOK, DataDirMemberID: 2, Match: observation.MatchOK, ID: 2, Serving: true}}
-		k.Consider(memberstate.Result{Observation: o, Verdict: memberstate.Verdict{State: memberstate.Healthy}})
+		k.Consider(cp2Seen(time.Duration(i)*time.Second, true))
 	}
 	if _, err := os.Stat(c.checkpointedManifest()); err != nil {
 		t.Fatalf("no checkpoint: %v", err)
@@ -83,5 +77,42 @@ func TestTheIdentityOfAMemberWhoseManifestVanishedComesFromItsCheckpoint(t *test
 	}
 	if _, err := ResolveIdentity(c); err == nil {
 		t.Fatal("a member that moved away is known by its checkpoint (the agent died before forgetting it)")
+	}
+}
+
+const cp2Peer = "https://127.0.0.1:1"
+
+// cp2Seen is the agent's observation of cp-2 in a three-voter cluster, at
+// after past noon of 2026-12-03, serving or not.
+func cp2Seen(after time.Duration, serving bool) memberstate.Result {
+	o := observation.Observation{At: time.Date(2026, 12, 3, 12, 0, 0, 0, time.UTC).Add(after), ClusterID: 0xc1, Members: []observation.Member{
+		{ID: 1, Name: "node1", Serving: true}, {ID: 2, Name: "cp-2", Serving: serving}, {ID: 3, Name: "node3", Serving: true}},
+		Local: observation.Local{Name: "cp-2", DataDir: "/var/lib/etcd", PeerURLs: []string{cp2Peer}, ClientURL: cp2Peer,
+			DataDirClass: observation.DataDirOK, DataDirVerified: !serving, DataDirMemberID: 2, Match: observation.MatchOK, ID: 2, Serving: serving}}
+	state := memberstate.Healthy
+	if !serving {
+		state = memberstate.Lost
+	}
+	return memberstate.Result{Observation: o, Verdict: memberstate.Verdict{State: state}}
+}
+
+// Helper-32's review: the keeper's tests set its parked path themselves;
+// this checks the agent's wiring. A manifest the agent parked to stop its
+// member is never put back by the keeper, however long it is away.
+func TestTheKeeperNeverPutsBackAManifestTheAgentParked(t *testing.T) {
+	c, k := checkpointedMember(t)
+	if err := os.MkdirAll(filepath.Dir(c.parkedManifest()), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(c.StaticPodManifest, c.parkedManifest()); err != nil {
+		t.Fatal(err)
+	}
+	for _, after := range []time.Duration{2 * time.Second, time.Hour, 2 * time.Hour} {
+		if k.Consider(cp2Seen(after, false)) {
+			t.Fatalf("%s after the park: the keeper put the manifest back", after)
+		}
+	}
+	if _, err := os.Stat(c.StaticPodManifest); err == nil {
+		t.Fatal("the parked manifest is back in the kubelet's dir")
 	}
 }

@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -143,9 +144,25 @@ type Where struct {
 	DataDir       string `json:"dataDir"`
 	WALDir        string `json:"walDir,omitempty"`
 	QuarantineDir string `json:"quarantineDir"`
-	// DataDirMountPoint: the data dir is a mount root (the mount table,
-	// when the agent started): a restore cannot move it aside.
-	DataDirMountPoint bool `json:"dataDirMountPoint,omitempty"`
+	// The data dir's layout as read when the report was made or served
+	// (WithLayout): a mount root cannot be moved aside, and a symlink is
+	// copied and moved as the link, not the data. LayoutChecked: it was
+	// read (an older agent says nothing); LayoutError: why it could not be.
+	DataDirMountPoint bool   `json:"dataDirMountPoint,omitempty"`
+	DataDirSymlink    bool   `json:"dataDirSymlink,omitempty"`
+	LayoutChecked     bool   `json:"layoutChecked,omitempty"`
+	LayoutError       string `json:"layoutError,omitempty"`
+}
+
+// WithLayout is w with its data dir's layout read now.
+func (w Where) WithLayout() *Where {
+	mount, err := localdisk.IsMountPoint(w.DataDir)
+	link, lerr := localdisk.IsSymlink(w.DataDir)
+	w.DataDirMountPoint, w.DataDirSymlink, w.LayoutChecked, w.LayoutError = mount, link, err == nil && lerr == nil, ""
+	if err = errors.Join(err, lerr); err != nil {
+		w.LayoutError = err.Error()
+	}
+	return &w
 }
 
 // where is Where for the static-pod member id.
@@ -154,8 +171,7 @@ func (c Config) where(id watchdog.Identity) *Where {
 	if qdir == "" {
 		qdir = filepath.Join(filepath.Dir(id.DataDir), "etcd-agent-quarantine")
 	}
-	mount, _ := localdisk.IsMountPoint(id.DataDir) // (unknown: not said)
-	return &Where{Node: c.NodeName, Manifest: c.StaticPodManifest, DataDir: id.DataDir, WALDir: id.WALDir, QuarantineDir: qdir, DataDirMountPoint: mount}
+	return Where{Node: c.NodeName, Manifest: c.StaticPodManifest, DataDir: id.DataDir, WALDir: id.WALDir, QuarantineDir: qdir}.WithLayout()
 }
 
 // daemonProgress is the progress of a recovery the daemon runs now, from

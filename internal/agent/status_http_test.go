@@ -5,6 +5,8 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
 	"sync/atomic"
 	"testing"
 
@@ -87,5 +89,28 @@ func TestStatusReadsTheWALOnlyWhenTheMajorityIsLost(t *testing.T) {
 	serving.Observation.Local.Serving = true
 	if needsLogPosition(serving) {
 		t.Fatal("a serving member: the WAL is read")
+	}
+}
+
+// Helper-32's review: the layout of the data dir is read when /status
+// serves, not once at the start (a disk mounted since), and a symlink is
+// said: the restore's cp -a and mv would take the link, not the data.
+func TestWhereSaysTheDataDirsLayoutAsItIsNow(t *testing.T) {
+	dir := t.TempDir()
+	real, link := filepath.Join(dir, "real"), filepath.Join(dir, "link")
+	if err := os.Mkdir(real, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(real, link); err != nil {
+		t.Fatal(err)
+	}
+	if w := (Where{DataDir: real}).WithLayout(); !w.LayoutChecked || w.DataDirSymlink || w.DataDirMountPoint || w.LayoutError != "" {
+		t.Fatalf("a plain dir: %+v", w)
+	}
+	if w := (Where{DataDir: link}).WithLayout(); !w.LayoutChecked || !w.DataDirSymlink {
+		t.Fatalf("a symlink: %+v", w)
+	}
+	if w := (Where{DataDir: "/proc"}).WithLayout(); !w.DataDirMountPoint {
+		t.Fatalf("a mount root: %+v", w)
 	}
 }

@@ -32,6 +32,9 @@ func (h *statusHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	rep := *p
+	if rep.Where != nil {
+		rep.Where = rep.Where.WithLayout() // a disk mounted since the poll, or since the agent started
+	}
 	if needsLogPosition(rep) {
 		if err := h.addLogPosition(r, &rep); err != nil {
 			rep.Observation.Local.DataDirRaftError = err.Error()

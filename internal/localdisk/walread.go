@@ -167,16 +167,20 @@ type RaftPosition struct {
 }
 
 // ReadRaftPositionIsolated is ReadRaftPosition in the inspection child:
-// wal.ReadAll holds every entry since the last snapshot in memory, which
-// must not count against the agent's own (a child that runs out is killed
-// alone, not the agent), and ctx's end kills it.
+// wal.ReadAll holds every entry since the last snapshot in memory, in the
+// child's heap, not the agent's; a crash of the reader (a Go fatal error,
+// a panic) ends the child, never the agent; ctx's end kills it. The child
+// shares the container's memory limit: a WAL too big for it can still get
+// the container OOM-killed (with memory.oom.group, the agent too), as the
+// in-process read could; a streaming read is the next step (docs/design.md
+// §7, "Majority lost, guided").
 func ReadRaftPositionIsolated(ctx context.Context, d Dirs) (RaftPosition, error) {
 	r, err := runInspection(ctx, inspectRequest{DataDir: d.Data, WALDir: d.WAL, RaftPositionOnly: true})
 	switch {
 	case err != nil:
 		return RaftPosition{}, fmt.Errorf("read WAL %s: %w", d.WALDir(), err)
 	case r.Class != ClassOK:
-		return RaftPosition{}, fmt.Errorf("read WAL %s: %s", d.WALDir(), r.Detail)
+		return RaftPosition{}, errors.New(r.Detail) // (names the WAL dir already)
 	}
 	return RaftPosition{MemberID: r.MemberID, Term: r.WALTerm, Commit: r.WALCommit, LastIndex: r.WALIndex}, nil
 }

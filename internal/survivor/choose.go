@@ -90,8 +90,11 @@ type Paths struct {
 	WALDir        string `json:"walDir,omitempty"`
 	QuarantineDir string `json:"quarantineDir,omitempty"`
 	// DataDirMountPoint: the data dir is a mount root (a dedicated disk
-	// mounted at it), as its agent saw.
-	DataDirMountPoint bool `json:"dataDirMountPoint,omitempty"`
+	// mounted at it); DataDirSymlink: its path is a symlink; as its agent
+	// saw. LayoutUnknown says why neither is known ("" known).
+	DataDirMountPoint bool   `json:"dataDirMountPoint,omitempty"`
+	DataDirSymlink    bool   `json:"dataDirSymlink,omitempty"`
+	LayoutUnknown     string `json:"layoutUnknown,omitempty"`
 }
 
 // Choice is the answer.

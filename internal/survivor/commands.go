@@ -18,6 +18,10 @@ const (
 	ProcedureRejoin   = "majority-lost-rejoin"
 )
 
+// clientExample is the stop procedure's client URL line (its member is
+// asked first whether it sees a quorum).
+const clientExample = "CLIENT=https://10.0.0.11:2379"
+
 var examples = map[string]string{
 	ProcedureStop:     "PEER=https://10.0.0.11:2380",
 	ProcedureSurvivor: "M=cp-1 PEER=https://10.0.0.11:2380",
@@ -80,7 +84,7 @@ func Commands(c Choice, procedures map[string]string, e Etcdctl, defaults Paths)
 			// manifest's --data-dir against it).
 			p = defaults
 		}
-		if err := checkPaths(m.Name, p); err != nil {
+		if err := checkPaths(proc, m.Name, p); err != nil {
 			return err
 		}
 		ex := examples[proc]
@@ -91,9 +95,13 @@ func Commands(c Choice, procedures map[string]string, e Etcdctl, defaults Paths)
 		if strings.HasPrefix(ex, "M=") {
 			set = "M=" + shellQuote(m.Name) + " " + set
 		}
+		client := "CLIENT=" + shellQuote(m.ClientURL) // ("" for a member that never served: nothing to ask)
+		if proc == ProcedureStop && !strings.Contains(text, clientExample) {
+			return fmt.Errorf("procedure %s no longer sets %q: the commands and the runbook drifted apart", proc, clientExample)
+		}
 		// The paths are never inside quotes in the procedures: a quoted
 		// prefix joins the word it starts.
-		body := strings.NewReplacer(ex, set,
+		body := strings.NewReplacer(ex, set, clientExample, client,
 			"/etc/kubernetes/manifests/etcd.yaml", shellQuote(p.Manifest),
 			"/var/lib/etcd-agent-quarantine", shellQuote(p.QuarantineDir),
 			"/var/lib/etcd", shellQuote(p.DataDir)).Replace(text)
@@ -137,6 +145,12 @@ func checkMembers(ms []Member) error {
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || !plainHost.MatchString(u.Hostname()) || !digits.MatchString(u.Port()) {
 			return fmt.Errorf("%s's peer URL %q is not scheme://host:port with a plain host: write the commands by hand", m.Name, m.PeerURL)
 		}
+		if m.ClientURL == "" {
+			continue
+		}
+		if u, err := url.Parse(m.ClientURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || !plainHost.MatchString(u.Hostname()) || !digits.MatchString(u.Port()) {
+			return fmt.Errorf("%s's client URL %q is not scheme://host:port with a plain host: write the commands by hand", m.Name, m.ClientURL)
+		}
 	}
 	return nil
 }
@@ -152,13 +166,21 @@ var (
 // forged (an agent's /status is not authenticated).
 var systemDirs = []string{"/", "/bin", "/boot", "/dev", "/etc", "/home", "/lib", "/lib64", "/opt", "/proc", "/root", "/run", "/sbin", "/srv", "/sys", "/tmp", "/usr", "/var", "/var/lib"}
 
-// checkPaths refuses paths the scripts would move that are not plain,
-// clean, absolute, and below a system dir.
-func checkPaths(member string, p Paths) error {
+// checkPaths refuses paths the scripts of procedure proc would move or copy
+// that are not plain, clean, absolute, and below a system dir, and a data
+// dir whose layout the procedures cannot handle: a symlink (cp -a and mv
+// take the link, not the data), a mount root for the procedures that move
+// it aside (mv fails there, after the stop; the survivor's only copies it).
+func checkPaths(proc, member string, p Paths) error {
 	if p.WALDir != "" {
 		return fmt.Errorf("%s keeps its WAL in a dedicated dir %s, which these procedures do not move or copy: follow docs/runbooks/README.md by hand, moving the WAL dir with the data dir", member, p.WALDir)
 	}
-	if p.DataDirMountPoint {
+	switch {
+	case p.LayoutUnknown != "":
+		return fmt.Errorf("whether %s's data dir %s is a mount point or a symlink is not known (%s): check it on its node, then follow docs/runbooks/README.md by hand", member, p.DataDir, p.LayoutUnknown)
+	case p.DataDirSymlink:
+		return fmt.Errorf("%s's data dir %s is a symlink, which these procedures would copy and move as the link, not the data: follow docs/runbooks/README.md by hand on the link's target", member, p.DataDir)
+	case p.DataDirMountPoint && proc != ProcedureSurvivor:
 		return fmt.Errorf("%s's data dir %s is a mount point, which these procedures cannot move aside (mv fails there, after the stop): follow docs/runbooks/README.md by hand, moving the data dir's contents", member, p.DataDir)
 	}
 	if p.Manifest == "" || p.DataDir == "" || p.QuarantineDir == "" {
@@ -191,7 +213,9 @@ func shellQuote(v string) string {
 // prelude is what each script needs first: bash's errexit (a failed check
 // stops it) and E, etcdctl reaching the survivor only ("Reaching etcd").
 func prelude(survivorURL string, e Etcdctl) string {
-	flags := []string{"--endpoints=" + shellQuote(survivorURL), "--dial-timeout=5s", "--command-timeout=15s"}
+	// EP, when set, points E at another member for one call (the stop
+	// procedure asks its own member), as in the runbook's "Reaching etcd".
+	flags := []string{"--endpoints=${EP:-" + shellQuote(survivorURL) + "}", "--dial-timeout=5s", "--command-timeout=15s"}
 	if e.CACert != "" {
 		flags = append(flags, "--cacert="+shellQuote(e.CACert))
 	}

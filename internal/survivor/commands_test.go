@@ -6,7 +6,7 @@ import (
 )
 
 var procs = map[string]string{
-	ProcedureStop:     "PEER=https://10.0.0.11:2380      # peer\nmv /etc/kubernetes/manifests/etcd.yaml /root/p\nmv /var/lib/etcd /var/lib/etcd-agent-quarantine/x\n",
+	ProcedureStop:     "PEER=https://10.0.0.11:2380      # peer\nCLIENT=https://10.0.0.11:2379    # client\n(! EP=$CLIENT E endpoint health)\nmv /etc/kubernetes/manifests/etcd.yaml /root/p\nmv /var/lib/etcd /var/lib/etcd-agent-quarantine/x\n",
 	ProcedureSurvivor: "M=cp-1 PEER=https://10.0.0.11:2380\nE endpoint status\ncp -a /var/lib/etcd /var/lib/etcd-agent-quarantine/y\n",
 	ProcedureRejoin:   "M=cp-2 PEER=https://10.0.0.12:2380\nE member add \"$M\"\n",
 }
@@ -35,8 +35,9 @@ func TestCommandsAreTheRunbooksWithTheClustersValues(t *testing.T) {
 		i    int
 		want []string
 	}{
-		{0, []string{"PEER=https://h1:2380 ", "mv /m1/etcd.yaml", "mv /d1 /q1/x", "E() { etcdctl --endpoints=https://h2:2379 ", "--cacert=/ca --cert=/c --key=/k"}},
-		{1, []string{"PEER=https://h3:2380 ", "mv /dm/etcd.yaml", "mv /dd /dq/x"}},
+		// The stop asks its own member first whether it sees a quorum.
+		{0, []string{"PEER=https://h1:2380 ", "CLIENT=https://h1:2379 ", "mv /m1/etcd.yaml", "mv /d1 /q1/x", "E() { etcdctl --endpoints=${EP:-https://h2:2379} ", "--cacert=/ca --cert=/c --key=/k"}},
+		{1, []string{"PEER=https://h3:2380 ", "CLIENT='' ", "mv /dm/etcd.yaml", "mv /dd /dq/x"}},
 		{2, []string{"M=n2 PEER=https://h2:2380", "cp -a /d2 /q2/y", "set -euo pipefail"}},
 		{4, []string{"M=n3 PEER=https://h3:2380"}},
 	} {
@@ -93,13 +94,14 @@ func TestUnsafeValuesGetNoCommands(t *testing.T) {
 	}{
 		{"shell in a name", func(ms []Member) []Member { ms[1].Name = "b; rm -rf /"; return ms }, "not a plain word"},
 		{"shell in a peer host", func(ms []Member) []Member { ms[1].PeerURL = "https://b;touch$IFS/x;:2380"; return ms }, "plain host"},
+		{"shell in a client URL", func(ms []Member) []Member { ms[1].ClientURL = "https://$(reboot):2379"; return ms }, "plain host"},
 		{"a name twice", func(ms []Member) []Member { ms[1].Name = "a"; return ms }, "two members"},
 		{"an empty name", func(ms []Member) []Member { ms[1].Name = ""; return ms }, "not a plain word"},
 		{"two peer URLs", func(ms []Member) []Member { ms[1].OtherPeerURLs = []string{"https://c:2380"}; return ms }, "2 peer URLs"},
 		{"a system dir", func(ms []Member) []Member { ms[0].Paths.DataDir = "/etc"; return ms }, "system dir"},
-		// From session 35's review: the procedures mv the data dir aside,
-		// which a mount root refuses (EBUSY) after the stop script ran.
-		{"a data dir at a mount root", func(ms []Member) []Member { ms[0].Paths.DataDirMountPoint = true; return ms }, "mount point"},
+		// Helper-32's review: cp -a and mv take a symlink, not the data.
+		{"a symlinked data dir", func(ms []Member) []Member { ms[0].Paths.DataDirSymlink = true; return ms }, "symlink"},
+		{"a layout not known", func(ms []Member) []Member { ms[0].Paths.LayoutUnknown = "an older agent"; return ms }, "not known"},
 		{"a space in a path", func(ms []Member) []Member { ms[0].Paths.DataDir = "/d x"; return ms }, "plain"},
 		{"a path not clean", func(ms []Member) []Member { ms[0].Paths.DataDir = "/var/lib/../../etc"; return ms }, "clean"},
 		{"another node's paths not known", func(ms []Member) []Member {
@@ -110,6 +112,19 @@ func TestUnsafeValuesGetNoCommands(t *testing.T) {
 		if _, err := Commands(Choose(c.edit(ok()), false, now), procs, Etcdctl{}, def); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s: %v, want %q", c.name, err, c.want)
 		}
+	}
+	// From session 35's review: the stop and rejoin move the data dir
+	// aside, which a mount root refuses (EBUSY) after the stop script ran;
+	// the survivor's procedure only copies it.
+	mounted := ok()
+	mounted[0].Paths.DataDirMountPoint = true
+	if _, err := Commands(Choose(mounted, false, now), procs, Etcdctl{}, def); err != nil {
+		t.Errorf("the survivor's data dir at a mount root (only copied): %v", err)
+	}
+	mountedDef := def
+	mountedDef.DataDirMountPoint = true
+	if _, err := Commands(Choose(ok(), false, now), procs, Etcdctl{}, mountedDef); err == nil || !strings.Contains(err.Error(), "mount point") {
+		t.Errorf("a member to stop and rejoin at a mount root: %v, want \"mount point\"", err)
 	}
 	if shellQuote("cp-1") != "cp-1" || shellQuote("/ca dir/ca.crt") != "'/ca dir/ca.crt'" || shellQuote("it's") != `'it'\''s'` {
 		t.Errorf("shellQuote")

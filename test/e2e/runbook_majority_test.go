@@ -47,6 +47,19 @@ func TestMajorityLostRestoreFromTheSurvivorRunsAsWritten(t *testing.T) {
 	if _, err := os.Stat(n1.EtcdManifest()); err != nil || len(mustMembers(t, l)) != 3 {
 		t.Fatalf("the refused procedure changed something: node1's manifest %v, members %v", err, mustMembers(t, l))
 	}
+	// So does the stop on a member that sees the quorum (a partition: it
+	// may have one with members this node cannot reach): its member keeps
+	// running on its data.
+	n2 := nodeOf(t, l, "node2")
+	earlyStop := loadProcedure(t, "majority-lost-stop")
+	earlyStop.subst = []string{"PEER=https://10.0.0.11:2380", "PEER=" + n2.PeerURL, "CLIENT=https://10.0.0.11:2379", "CLIENT=" + n2.ClientURL}
+	earlyStop.onNodeIn(t, l, "node2", []string{n2.ClientURL}, t.TempDir())
+	if out, err := earlyStop.exec(t, 2*time.Minute); err == nil {
+		t.Fatalf("the stop procedure ran through on a member that sees a quorum:\n%s", out)
+	}
+	if _, err := os.Stat(n2.EtcdManifest()); err != nil || len(mustMembers(t, l)) != 3 {
+		t.Fatalf("the refused stop changed something: node2's manifest %v, members %v", err, mustMembers(t, l))
+	}
 	for _, n := range []string{"node2", "node3"} {
 		if err := l.StopMember(n); err != nil {
 			t.Fatal(err)
@@ -278,7 +291,7 @@ func stopByHand(t *testing.T, l *lab.Lab, nodes []string, lostData map[string]bo
 			}
 		}
 		p := loadProcedure(t, "majority-lost-stop")
-		p.subst = []string{"PEER=https://10.0.0.11:2380", "PEER=" + n.PeerURL}
+		p.subst = []string{"PEER=https://10.0.0.11:2380", "PEER=" + n.PeerURL, "CLIENT=https://10.0.0.11:2379", "CLIENT=" + n.ClientURL}
 		p.onNodeIn(t, l, name, []string{n.ClientURL}, roots[name])
 		p.run(t, 3*time.Minute)
 	}
