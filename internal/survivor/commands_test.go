@@ -6,7 +6,7 @@ import (
 )
 
 var procs = map[string]string{
-	ProcedureStop:     "PEER=https://10.0.0.11:2380      # peer\nCLIENT=https://10.0.0.11:2379    # client\n(! EP=$CLIENT E endpoint health)\nmv /etc/kubernetes/manifests/etcd.yaml /root/p\nmv /var/lib/etcd /var/lib/etcd-agent-quarantine/x\n",
+	ProcedureStop:     "PEER=https://10.0.0.11:2380      # peer\nCLIENT=https://10.0.0.11:2379    # client\n(! EP=$CLIENT E endpoint health --command-timeout=5s)\nmv /etc/kubernetes/manifests/etcd.yaml /root/p\nmv /var/lib/etcd /var/lib/etcd-agent-quarantine/x\n",
 	ProcedureSurvivor: "M=cp-1 PEER=https://10.0.0.11:2380\nE endpoint status\ncp -a /var/lib/etcd /var/lib/etcd-agent-quarantine/y\n",
 	ProcedureRejoin:   "M=cp-2 PEER=https://10.0.0.12:2380\nE member add \"$M\"\n",
 }
