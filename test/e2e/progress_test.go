@@ -15,7 +15,11 @@ import (
 	"github.com/etcd-agent/etcd-agent/internal/lab"
 	"github.com/etcd-agent/etcd-agent/internal/nodereport"
 	"golang.org/x/sys/unix"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/tools/cache"
+	watchtools "k8s.io/client-go/tools/watch"
 )
 
 // TestAHealSaysHowFarItsStreamIs (issue 44): node2's data dir is wiped
@@ -47,17 +51,42 @@ func TestAHealSaysHowFarItsStreamIs(t *testing.T) {
 	var onNode, inFile []string
 	var ratios []float64
 	ctx, cancel := context.WithCancel(context.Background())
-	watched := make(chan struct{})
-	go func() { // every 100 ms, until the heal is done
-		defer close(watched)
-		for ctx.Err() == nil {
-			if n, err := kc.CoreV1().Nodes().Get(ctx, "node2", metav1.GetOptions{}); err == nil {
+	// The Node's lines come from a watch: every write is delivered, late or
+	// not. Gets every 100 ms missed them in a CI run: the API server's
+	// watch of etcd was on node2's member, stopped by the heal, and its
+	// reads waited while it moved; the line with the stream was on the
+	// Node for about a second.
+	n0, err := kc.CoreV1().Nodes().Get(ctx, "node2", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rw, err := watchtools.NewRetryWatcherWithContext(ctx, n0.ResourceVersion, &cache.ListWatch{
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			o.FieldSelector = "metadata.name=node2"
+			return kc.CoreV1().Nodes().Watch(ctx, o)
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rw.Stop()
+	nodeWatched := make(chan struct{})
+	go func() {
+		defer close(nodeWatched)
+		for ev := range rw.ResultChan() {
+			if n, ok := ev.Object.(*corev1.Node); ok {
 				if s := n.Annotations[nodereport.AnnotationStatus]; strings.Contains(s, step+":") {
 					mu.Lock()
 					onNode = append(onNode, s)
 					mu.Unlock()
 				}
 			}
+		}
+	}()
+	watched := make(chan struct{})
+	go func() { // every 100 ms, until the heal is done
+		defer close(watched)
+		for ctx.Err() == nil {
 			var rep agent.Report
 			if b, err := os.ReadFile(filepath.Join(n2.StateDir, agent.StatusFile)); err == nil && json.Unmarshal(b, &rep) == nil {
 				for _, e := range rep.Progress {
@@ -101,6 +130,8 @@ func TestAHealSaysHowFarItsStreamIs(t *testing.T) {
 	})
 	cancel()
 	<-watched
+	rw.Stop()
+	<-nodeWatched
 	t.Logf("recovery %s: seen %d Node lines, %d status file estimates, %d metric samples of the %s", j.ID, len(onNode), len(inFile), len(ratios), step)
 	if len(onNode) == 0 || !strings.Contains(onNode[0], "MiB (") {
 		t.Fatalf("node2's Node status line never said how far the %s is (seen: %q)", step, onNode)
