@@ -1,12 +1,12 @@
 package agent
 
 import (
-	"fmt"
 	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/etcd-agent/etcd-agent/internal/memberstate"
+	"github.com/etcd-agent/etcd-agent/internal/memberstate/memberstatetest"
 	"github.com/etcd-agent/etcd-agent/internal/observation"
 	"github.com/etcd-agent/etcd-agent/metrics"
 	dto "github.com/prometheus/client_model/go"
@@ -91,19 +91,19 @@ func TestStatusAndTheMetricSayTheSameQuorumMargin(t *testing.T) {
 		name string
 		obs  observation.Observation
 	}{
-		{"three healthy", healthy3().Observation},
+		{"three healthy", memberstatetest.Healthy3().Observation},
 		{"one down", func() observation.Observation {
-			o := healthy3().Observation
+			o := memberstatetest.Healthy3().Observation
 			o.Members[2].Serving = false
 			return o
 		}()},
 		{"the member list did not answer", func() observation.Observation {
-			o := healthy3().Observation
+			o := memberstatetest.Healthy3().Observation
 			o.MemberListError = "context deadline exceeded"
 			return o
 		}()},
 		{"the majority lost (the last list seen: 3 voters, none serves)", func() observation.Observation {
-			o := healthy3().Observation
+			o := memberstatetest.Healthy3().Observation
 			o.MemberListError = "context deadline exceeded"
 			for i := range o.Members {
 				o.Members[i].Serving = false
@@ -119,7 +119,7 @@ func TestStatusAndTheMetricSayTheSameQuorumMargin(t *testing.T) {
 	}
 	// A list that did not answer is no quorum, whatever the last one said;
 	// none serving of 3 is -2 (TestCorruptAndForeignDataDirsAndMajorityLost).
-	o := healthy3().Observation
+	o := memberstatetest.Healthy3().Observation
 	o.MemberListError = "x"
 	if m := memberstate.QuorumMargin(o); m != -1 {
 		t.Errorf("3 serving, the list unanswered: margin %d, want -1", m)
@@ -130,15 +130,4 @@ func TestStatusAndTheMetricSayTheSameQuorumMargin(t *testing.T) {
 	if m := memberstate.QuorumMargin(o); m != -2 {
 		t.Errorf("none serving of 3, the list unanswered: margin %d, want -2", m)
 	}
-}
-
-// healthy3 is node1's observation of a healthy three-voter cluster it leads.
-func healthy3() memberstate.Result {
-	o := observation.Observation{At: time.Now(), ClusterID: 0xc1, LeaderID: 1}
-	for i := uint64(1); i <= 3; i++ {
-		o.Members = append(o.Members, observation.Member{ID: i, Name: fmt.Sprintf("node%d", i), Serving: true, IsLeader: i == 1,
-			PeerURLs: []string{fmt.Sprintf("http://127.0.0.%d:2380", i)}, ClientURLs: []string{fmt.Sprintf("http://127.0.0.%d:2379", i)}})
-	}
-	o.Local = observation.Local{Name: "node1", Match: observation.MatchOK, ID: 1, DataDirClass: observation.DataDirOK}
-	return memberstate.Result{Observation: o, Verdict: memberstate.Verdict{State: memberstate.Healthy}}
 }

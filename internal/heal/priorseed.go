@@ -105,13 +105,6 @@ func (h *Healer) planConfig() plan.Config {
 	return c
 }
 
-// isMove: j moves a member (UC3, in or away): its backup goes to the
-// snapshot store, and the learner is seeded from there, never from j's
-// own backup.
-func isMove(j journal.Record) bool {
-	return j.Request == plan.ActionMoveIn || j.Request == plan.ActionMoveAway
-}
-
 // seedFromBackup builds the learner's data dir from a copy of this
 // recovery's pre-change backup (step 3; the backup itself stays as it was,
 // kept with the quarantine): the db is streamed once, not a second time

@@ -170,7 +170,7 @@ func (h *Healer) snapshot(ctx context.Context, res memberstate.Result, j *journa
 	j.SnapshotClusterID = journal.MemberID(res.Observation.ClusterID)
 	// A rejoin's backup may seed its learner while this attempt does not
 	// resume (backupSeeds); a move's seed is the store's.
-	j.BackupSeeds = !isMove(*j)
+	j.BackupSeeds = !plan.IsMove(*j)
 	h.log.Info("snapshot streamed and verified", zap.String("source", src.Name), zap.String("why", why),
 		zap.String("path", snap.Path), zap.Int64("bytes", snap.Size), zap.Duration("took", snap.Took))
 	memberID := uint64(j.OldMemberID)
@@ -180,7 +180,7 @@ func (h *Healer) snapshot(ctx context.Context, res memberstate.Result, j *journa
 	meta := snapshotstore.Meta{ClusterID: res.Observation.ClusterID, Member: h.cfg.Member, MemberID: memberID,
 		Source: src.Name, TakenAt: time.Now().UTC(), SHA256: snap.SHA256, Size: snap.Size, EtcdVersion: src.Version}
 	uploaded := func(r string) { h.metrics.SnapshotStoreUploads.WithLabelValues(h.cfg.Member, r).Inc() }
-	if isMove(*j) {
+	if plan.IsMove(*j) {
 		// A move's snapshot is in the store before anything changes (a
 		// move-in's add, a move-away's removal).
 		key, err := h.uploadNow(ctx, meta, snap.Path)

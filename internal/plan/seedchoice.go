@@ -55,17 +55,19 @@ func storeSeeds(j record.Record, cfg Config) bool {
 // unless --seed-from-backup=false, while j.BackupSeeds holds and the
 // backup is journaled with its hash and cluster.
 func BackupMaySeed(j record.Record, cfg Config) bool {
-	return !cfg.NoBackupSeed && !isMoveRecord(j) && j.BackupSeeds && j.SnapshotPath != "" && j.SnapshotSHA256 != "" && j.SnapshotClusterID != 0
+	return !cfg.NoBackupSeed && !IsMove(j) && j.BackupSeeds && j.SnapshotPath != "" && j.SnapshotSHA256 != "" && j.SnapshotClusterID != 0
 }
 
 // BackupWouldSeed: a backup streamed for j would seed its learner (worth a
 // copy written beside it while it streams): seed mode, a rejoin, not seeded
 // from the store, unless --seed-from-backup=false.
 func BackupWouldSeed(j record.Record, cfg Config) bool {
-	return cfg.RejoinSeed && !cfg.NoBackupSeed && !isMoveRecord(j) && !storeSeeds(j, cfg)
+	return cfg.RejoinSeed && !cfg.NoBackupSeed && !IsMove(j) && !storeSeeds(j, cfg)
 }
 
-// isMoveRecord: j moves a member (UC3, in or away).
-func isMoveRecord(j record.Record) bool {
+// IsMove: j moves a member (UC3, in or away): its backup goes to the
+// snapshot store, and its learner is seeded from there, never from j's own
+// backup.
+func IsMove(j record.Record) bool {
 	return j.Request == ActionMoveIn || j.Request == ActionMoveAway
 }

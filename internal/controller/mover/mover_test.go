@@ -3,14 +3,13 @@ package mover
 import (
 	"context"
 	"errors"
-	"fmt"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/etcd-agent/etcd-agent/internal/memberstate"
+	"github.com/etcd-agent/etcd-agent/internal/memberstate/memberstatetest"
 	"github.com/etcd-agent/etcd-agent/internal/nodereport"
-	"github.com/etcd-agent/etcd-agent/internal/observation"
 	"go.uber.org/zap"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -52,17 +51,6 @@ func TestTheMoverAsksTheAPINothingWithoutAMoveAndBacksOffAfterAnError(t *testing
 	}
 }
 
-// healthy3 is a healthy local member (node1, ID 1) among three voters.
-func healthy3() memberstate.Result {
-	o := observation.Observation{At: time.Now(), ClusterID: 0xc1, LeaderID: 1}
-	for i := uint64(1); i <= 3; i++ {
-		o.Members = append(o.Members, observation.Member{ID: i, Name: fmt.Sprintf("node%d", i), Serving: true, IsLeader: i == 1,
-			PeerURLs: []string{fmt.Sprintf("http://127.0.0.%d:2380", i)}, ClientURLs: []string{fmt.Sprintf("http://127.0.0.%d:2379", i)}})
-	}
-	o.Local = observation.Local{Name: "node1", Match: observation.MatchOK, ID: 1, DataDirClass: observation.DataDirOK}
-	return memberstate.Result{Observation: o, Verdict: memberstate.Verdict{State: memberstate.Healthy}}
-}
-
 func readyNode(name string, ann map[string]string) *corev1.Node {
 	return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: ann},
 		Status: corev1.NodeStatus{Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}}}}
@@ -91,13 +79,13 @@ func TestAnAskWhoseAnswerWasLostIsStillTheMoversOwn(t *testing.T) {
 		rep: nodereport.NewReporter(kc, "node1", "test", zap.NewNop())}
 	defer mv.rep.Shutdown()
 	ctx := context.Background()
-	mv.Consider(ctx, healthy3(), nil) // asks; the answer is lost
+	mv.Consider(ctx, memberstatetest.Healthy3(), nil) // asks; the answer is lost
 	n4, _ := kc.CoreV1().Nodes().Get(ctx, "node4", metav1.GetOptions{})
 	if n4.Annotations[nodereport.AnnotationRecover] != nodereport.ActionMoveIn {
 		t.Fatalf("the ask did not reach node4: %v", n4.Annotations)
 	}
 	first := n4.Annotations[nodereport.AnnotationMoveFrom]
-	mv.Consider(ctx, healthy3(), nil) // the next look
+	mv.Consider(ctx, memberstatetest.Healthy3(), nil) // the next look
 	n1, _ := kc.CoreV1().Nodes().Get(ctx, "node1", metav1.GetOptions{})
 	if lr, ok, _ := nodereport.LastRecoveryFrom(n1.Annotations); ok {
 		t.Fatalf("the mover answered its own move: %+v", lr)
@@ -114,14 +102,14 @@ func TestAnAskWhoseAnswerWasLostIsStillTheMoversOwn(t *testing.T) {
 	}
 	// The members at the ask are kept with it: the answer must name a
 	// member new since (plan.MoveInput.MembersAtAsk).
-	if len(st.Members) != len(healthy3().Observation.Members) {
-		t.Fatalf("the ask's members recorded: %+v, want the %d of the observation", st.Members, len(healthy3().Observation.Members))
+	if len(st.Members) != len(memberstatetest.Healthy3().Observation.Members) {
+		t.Fatalf("the ask's members recorded: %+v, want the %d of the observation", st.Members, len(memberstatetest.Healthy3().Observation.Members))
 	}
 	// The move withdrawn: the ask goes from node4.
 	if _, err := kc.CoreV1().Nodes().Patch(ctx, "node1", types.MergePatchType, []byte(`{"metadata":{"annotations":{"etcd-agent.io/move-to":null}}}`), metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	mv.Consider(ctx, healthy3(), nil)
+	mv.Consider(ctx, memberstatetest.Healthy3(), nil)
 	n4, _ = kc.CoreV1().Nodes().Get(ctx, "node4", metav1.GetOptions{})
 	if _, ok := n4.Annotations[nodereport.AnnotationMoveFrom]; ok {
 		t.Fatalf("the withdrawn move's ask is still on node4: %v", n4.Annotations)
@@ -162,7 +150,7 @@ func TestTheMoverNeverAsksOverAnotherRequestOnTheTarget(t *testing.T) {
 		rep: nodereport.NewReporter(kc, "node1", "test", zap.NewNop())}
 	defer mv.rep.Shutdown()
 	ctx := context.Background()
-	mv.Consider(ctx, healthy3(), nil)
+	mv.Consider(ctx, memberstatetest.Healthy3(), nil)
 	n4, _ := kc.CoreV1().Nodes().Get(ctx, "node4", metav1.GetOptions{})
 	if n4.Annotations[nodereport.AnnotationRecover] != nodereport.ActionRejoin {
 		t.Fatalf("node4's request overwritten: %v", n4.Annotations)
@@ -194,8 +182,8 @@ func TestADeniedAskEndsTheMove(t *testing.T) {
 		rep: nodereport.NewReporter(kc, "node1", "test", zap.NewNop())}
 	defer mv.rep.Shutdown()
 	ctx := context.Background()
-	mv.Consider(ctx, healthy3(), nil)
-	mv.Consider(ctx, healthy3(), nil)
+	mv.Consider(ctx, memberstatetest.Healthy3(), nil)
+	mv.Consider(ctx, memberstatetest.Healthy3(), nil)
 	n1, _ := kc.CoreV1().Nodes().Get(ctx, "node1", metav1.GetOptions{})
 	lr, ok, _ := nodereport.LastRecoveryFrom(n1.Annotations)
 	if patches != 1 || !ok || lr.Result != nodereport.ResultFailed || !strings.Contains(lr.Message, "denied") {
@@ -212,7 +200,7 @@ func TestADeniedAskEndsTheMove(t *testing.T) {
 		t.Fatal(err)
 	}
 	for range 3 {
-		mv.Consider(ctx, healthy3(), nil)
+		mv.Consider(ctx, memberstatetest.Healthy3(), nil)
 	}
 	if patches != 2 {
 		t.Fatalf("asks %d after a second denied move with its answer denied too: want the one ask, never again while move-to names the same node", patches)
@@ -222,7 +210,7 @@ func TestADeniedAskEndsTheMove(t *testing.T) {
 		readyNode("node4", map[string]string{nodereport.AnnotationRecover: nodereport.ActionMoveIn}))
 	mv.kc, mv.rep = kc, nodereport.NewReporter(kc, "node1", "test", zap.NewNop())
 	defer mv.rep.Shutdown()
-	mv.Consider(ctx, healthy3(), nil)
+	mv.Consider(ctx, memberstatetest.Healthy3(), nil)
 	n4, _ := kc.CoreV1().Nodes().Get(ctx, "node4", metav1.GetOptions{})
 	if _, asked := n4.Annotations[nodereport.AnnotationMoveFrom]; asked {
 		t.Fatalf("asked over a move-in without a move-from: %v", n4.Annotations)
@@ -247,11 +235,11 @@ func TestAnAskTheAPIRefusedIsAskedAgain(t *testing.T) {
 		rep: nodereport.NewReporter(kc, "node1", "test", zap.NewNop())}
 	defer mv.rep.Shutdown()
 	ctx := context.Background()
-	mv.Consider(ctx, healthy3(), nil)
+	mv.Consider(ctx, memberstatetest.Healthy3(), nil)
 	if st := mv.loadState(); st.From != "" || !st.AskedAt.IsZero() {
 		t.Fatalf("state after a refused ask: %+v, want no ask recorded", st)
 	}
-	mv.Consider(ctx, healthy3(), nil)
+	mv.Consider(ctx, memberstatetest.Healthy3(), nil)
 	n4, _ := kc.CoreV1().Nodes().Get(ctx, "node4", metav1.GetOptions{})
 	if st := mv.loadState(); asks != 2 || st.From == "" || n4.Annotations[nodereport.AnnotationMoveFrom] != st.From {
 		t.Fatalf("asks %d, state %+v, node4 %v: want the ask made again and recorded", asks, st, n4.Annotations)
@@ -268,14 +256,14 @@ func TestADeniedMoveIsAskedAgainOnceRequestedAnew(t *testing.T) {
 	defer mv.rep.Shutdown()
 	mv.saveState(moveState{Denied: "node4"}) // an earlier move to node4 was denied; move-to since cleared
 	ctx := context.Background()
-	mv.Consider(ctx, healthy3(), nil)
+	mv.Consider(ctx, memberstatetest.Healthy3(), nil)
 	n1, _ := kc.CoreV1().Nodes().Get(ctx, "node1", metav1.GetOptions{})
 	n1.Annotations = map[string]string{nodereport.AnnotationMoveTo: "node4"}
 	if _, err := kc.CoreV1().Nodes().Update(ctx, n1, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	requested = true
-	mv.Consider(ctx, healthy3(), nil)
+	mv.Consider(ctx, memberstatetest.Healthy3(), nil)
 	n4, _ := kc.CoreV1().Nodes().Get(ctx, "node4", metav1.GetOptions{})
 	if n4.Annotations[nodereport.AnnotationRecover] != nodereport.ActionMoveIn {
 		t.Fatalf("the move asked anew after the denial was not asked: node4 %v, state %+v", n4.Annotations, mv.loadState())
