@@ -9,24 +9,25 @@ import (
 	"time"
 
 	"github.com/etcd-agent/etcd-agent/internal/agent"
+	"github.com/etcd-agent/etcd-agent/internal/gate"
 	"github.com/spf13/cobra"
 	"go.uber.org/zap"
 )
 
 // startStopWatch starts the stop watch beside the etcd about to be exec'd,
 // or says why not; etcd starts either way.
-func startStopWatch(c agent.Config, argv, environ []string, logFormat string, log *zap.Logger) {
+func startStopWatch(c gate.Config, argv, environ []string, logFormat string, log *zap.Logger) {
 	self, err := os.Executable()
 	if err != nil {
 		log.Warn("start gate: no stop watch (this binary's path)", zap.Error(err))
 		return
 	}
-	args, why := agent.StopWatchArgs(c, argv, environ, self, os.Getpid(), logFormat)
+	args, why := gate.StopWatchArgs(c, argv, environ, self, os.Getpid(), logFormat)
 	if args == nil {
 		log.Info("start gate: no stop watch: " + why)
 		return
 	}
-	if err := agent.StartStopWatch(args); err != nil {
+	if err := gate.StartStopWatch(args); err != nil {
 		log.Warn("start gate: no stop watch", zap.Error(err))
 	}
 }
@@ -68,7 +69,8 @@ etcd in its place (same PID). Without "--" it reads the member from
 			c.Log = log
 			ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 			defer stop()
-			argv, environ, err := agent.Gate(ctx, c, timeout, args)
+			gc := c.GateConfig()
+			argv, environ, err := gate.Run(ctx, gc, timeout, args)
 			if err != nil {
 				return err
 			}
@@ -77,10 +79,10 @@ etcd in its place (same PID). Without "--" it reads the member from
 			}
 			stop()
 			if fastStop {
-				startStopWatch(c, argv, environ, g.Format, log)
+				startStopWatch(gc, argv, environ, g.Format, log)
 			}
 			_ = log.Sync()
-			return agent.ExecEtcd(argv, environ)
+			return gate.ExecEtcd(argv, environ)
 		},
 	}
 	addMemberFlags(cmd.Flags(), &c)

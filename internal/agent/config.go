@@ -372,7 +372,7 @@ func (c Config) NewWatchdog(id watchdog.Identity, pinned func() pin.Pin) (*watch
 	cfg := watchdog.Config{Identity: id, Endpoints: c.Endpoints, TLS: t, PollInterval: c.PollInterval,
 		GracePeriod: c.GracePeriod, Log: c.Log, Slots: c.probeSlots,
 		PinnedClusterID: func() uint64 { return uint64(pinned().ClusterID) },
-		PinnedHighWater: func() localdisk.HighWater { return highWaterOf(pinned()) }}
+		PinnedHighWater: func() localdisk.HighWater { return pin.HighWaterOf(pinned()) }}
 	if c.MemberSource == MemberSourcePods {
 		cfg.PeerProbeEvery = c.PeerProbeInterval
 	}
@@ -387,15 +387,6 @@ func (c Config) NewWatchdog(id watchdog.Identity, pinned func() pin.Pin) (*watch
 func (c Config) statePin(member string) func() pin.Pin {
 	p, _, _ := pin.Load(c.StateDir, member)
 	return func() pin.Pin { return p }
-}
-
-// highWaterOf is the pin's high-water mark as the data dir check takes it
-// (none before the member's progress was confirmed).
-func highWaterOf(p pin.Pin) localdisk.HighWater {
-	if !p.Seen() || p.HighWater.Index == 0 {
-		return localdisk.HighWater{}
-	}
-	return localdisk.HighWater{MemberID: uint64(p.MemberID), Term: p.HighWater.Term, Index: p.HighWater.Index}
 }
 
 // withWALDir sets the identity's WAL dir from the manifest's --wal-dir, on

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/etcd-agent/etcd-agent/internal/gate"
 	"github.com/etcd-agent/etcd-agent/internal/pin"
 	"github.com/etcd-agent/etcd-agent/internal/plan"
 	"github.com/etcd-agent/etcd-agent/internal/record"
@@ -46,7 +47,7 @@ func TestAPodsGateHoldsAFirstBootstrapUntilTheAgentSaysTheClusterNeverServed(t *
 	look := func() (plan.GateVerdict, error) {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		return gateWait(ctx, c, 1500*time.Millisecond, argv)
+		return gate.Wait(ctx, c.GateConfig(), 1500*time.Millisecond, argv)
 	}
 
 	v, err := look()

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/etcd-agent/etcd-agent/internal/gate"
 	"github.com/etcd-agent/etcd-agent/internal/nodereport"
 	"github.com/etcd-agent/etcd-agent/internal/pin"
 	"github.com/etcd-agent/etcd-agent/internal/plan"
@@ -107,7 +108,7 @@ func TestTheGateHoldsWhileTheNodesPinCannotBeReadAndAsksAgain(t *testing.T) {
 				PollInterval: 20 * time.Millisecond, Log: zap.New(core)}
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
-			v, err := gateWait(ctx, c2, 2*time.Second, argv)
+			v, err := gate.Wait(ctx, c2.GateConfig(), 2*time.Second, argv)
 			if c.wantPass {
 				if err != nil || v.Reason != c.want {
 					t.Fatalf("gate: %+v, %v; want a pass (%s)", v, err, c.want)
@@ -147,7 +148,7 @@ func TestTheGateWithoutAKubernetesAPIJudgesByTheStateDirAlone(t *testing.T) {
 		PollInterval: 20 * time.Millisecond, Log: zap.NewNop()}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if v, err := gateWait(ctx, c, 2*time.Second, argv); err != nil || v.Reason != plan.GateNeverSeen {
+	if v, err := gate.Wait(ctx, c.GateConfig(), 2*time.Second, argv); err != nil || v.Reason != plan.GateNeverSeen {
 		t.Fatalf("gate: %+v, %v; want a pass (%s)", v, err, plan.GateNeverSeen)
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest/observer"
 
+	"github.com/etcd-agent/etcd-agent/internal/gate"
 	"github.com/etcd-agent/etcd-agent/internal/journal"
 	"github.com/etcd-agent/etcd-agent/internal/localdisk"
 	"github.com/etcd-agent/etcd-agent/internal/observation"
@@ -208,7 +209,7 @@ func TestTheGateHoldsAMarkedSkeleton(t *testing.T) {
 	c := Config{StateDir: k.k.stateDir, Endpoints: []string{closedEndpoint(t)}, PollInterval: 20 * time.Millisecond, Log: zap.NewNop()}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	v, err := gateWait(ctx, c, time.Second, argv)
+	v, err := gate.Wait(ctx, c.GateConfig(), time.Second, argv)
 	if err == nil || !strings.Contains(err.Error(), string(plan.GateDataDirUnusable)) || !strings.Contains(err.Error(), "skeleton") {
 		t.Fatalf("the gate on a marked skeleton: %+v, %v; want it held, %s, naming the skeleton", v, err, plan.GateDataDirUnusable)
 	}

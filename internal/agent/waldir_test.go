@@ -137,18 +137,6 @@ func TestAWALDirOffAnyHostPathMountIsAnIdentityError(t *testing.T) {
 	}
 }
 
-func TestTheGateGuardsTheDedicatedWALDirItsEtcdIsGiven(t *testing.T) {
-	argv := []string{"etcd", "--name=cp-1", "--data-dir=/var/lib/etcd", "--wal-dir=/var/lib/etcd-wal/wal",
-		"--advertise-client-urls=https://10.0.0.11:2379", "--initial-advertise-peer-urls=https://10.0.0.11:2380"}
-	id, _, err := gateIdentity(Config{}, argv)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if id.WALDir != "/var/lib/etcd-wal/wal" {
-		t.Fatalf("the gate guards WAL dir %q, want /var/lib/etcd-wal/wal", id.WALDir)
-	}
-}
-
 // Review (helper 4): a volume mounted right at --wal-dir is a mount point
 // inside etcd's container though not on the host; etcd cannot create a new
 // member's WAL there (etcd-io/etcd#20218). The identity says so, so the

@@ -8,6 +8,7 @@ import (
 
 	"github.com/etcd-agent/etcd-agent/internal/controller/mover"
 	"github.com/etcd-agent/etcd-agent/internal/etcdversion"
+	"github.com/etcd-agent/etcd-agent/internal/gate"
 	"github.com/etcd-agent/etcd-agent/internal/heal"
 	"github.com/etcd-agent/etcd-agent/internal/journal"
 	"github.com/etcd-agent/etcd-agent/internal/lease"
@@ -201,4 +202,18 @@ func (c Config) learnerVersion() string {
 		}
 	}
 	return ""
+}
+
+// GateConfig is the start gate's configuration (package gate): the member
+// overrides, the state dir, and this agent's ways to the cluster and the
+// API, so that the gate observes exactly as the agent does.
+func (c Config) GateConfig() gate.Config {
+	return gate.Config{StateDir: c.StateDir, StaticPodManifest: c.StaticPodManifest,
+		MemberName: c.MemberName, DataDir: c.DataDir, WALDir: c.WALDir, ClientURL: c.ClientURL, PeerURLs: c.PeerURLs,
+		CACert: c.CACert, Cert: c.Cert, Key: c.Key, PodMember: c.MemberSource == MemberSourcePods,
+		PollInterval: c.PollInterval, NodeName: c.NodeName, Kubeconfig: c.Kubeconfig, Log: c.Log,
+		ResolveIdentity: func() (watchdog.Identity, error) { return ResolveIdentity(c) },
+		NewWatchdog:     c.NewWatchdog,
+		KubeClient:      func() (kubernetes.Interface, error) { return c.KubeClient(nil) },
+	}
 }

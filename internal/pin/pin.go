@@ -16,6 +16,7 @@ import (
 	"path/filepath"
 
 	"github.com/etcd-agent/etcd-agent/internal/fsutil"
+	"github.com/etcd-agent/etcd-agent/internal/localdisk"
 	"github.com/etcd-agent/etcd-agent/internal/record"
 )
 
@@ -135,4 +136,13 @@ func EncodeWith(pins map[string]Pin, p Pin) (string, error) {
 	pins[p.Member] = p
 	b, err := json.Marshal(pins)
 	return string(b), err
+}
+
+// HighWaterOf is p's high-water mark as the data dir check takes it (none
+// before the member's progress was confirmed).
+func HighWaterOf(p Pin) localdisk.HighWater {
+	if !p.Seen() || p.HighWater.Index == 0 {
+		return localdisk.HighWater{}
+	}
+	return localdisk.HighWater{MemberID: uint64(p.MemberID), Term: p.HighWater.Term, Index: p.HighWater.Index}
 }

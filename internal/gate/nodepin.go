@@ -1,4 +1,4 @@
-package agent
+package gate
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 	"go.uber.org/zap"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 )
 
@@ -81,7 +82,7 @@ func gateNodePin(ctx context.Context, c Config, member string, log *zap.Logger) 
 	if c.NodeName == "" {
 		return pin.Pin{}, nil
 	}
-	kc, err := c.KubeClient(nil)
+	kc, err := c.kubeClient()
 	if err != nil {
 		if c.Kubeconfig == "" && errors.Is(err, rest.ErrNotInCluster) {
 			log.Info("start gate: no Kubernetes API to read the Node's pin; only the state dir's counts", zap.Error(err))
@@ -103,4 +104,12 @@ func gateNodePin(ctx context.Context, c Config, member string, log *zap.Logger) 
 		return p, nil
 	}
 	return pin.Pin{}, nil
+}
+
+// kubeClient is c.KubeClient's (rest.ErrNotInCluster without one).
+func (c Config) kubeClient() (kubernetes.Interface, error) {
+	if c.KubeClient == nil {
+		return nil, rest.ErrNotInCluster
+	}
+	return c.KubeClient()
 }

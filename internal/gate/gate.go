@@ -1,4 +1,9 @@
-package agent
+// Package gate is the start gate: it holds etcd back from a data dir it
+// must not start on (a wiped member under its old IDs, a stale copy, a
+// foreign one), as etcd's wrapper or an init container, and leaves the
+// stop watch (package faststop) beside the etcd it execs. What it decides is
+// plan.DecideGate's; see docs/design.md, "The start gate".
+package gate
 
 import (
 	"context"
@@ -19,13 +24,45 @@ import (
 	"github.com/etcd-agent/etcd-agent/internal/record"
 	"github.com/etcd-agent/etcd-agent/internal/watchdog"
 	"go.uber.org/zap"
+	"k8s.io/client-go/kubernetes"
 )
+
+// Config is what the gate is told: the member's overrides, where the
+// agent keeps its state, and how to reach the cluster and the API (the
+// agent's wiring fills these in from its flags: agent.Config.GateConfig).
+type Config struct {
+	StateDir string
+	// StaticPodManifest: without an etcd command line to wrap, the member
+	// is read from it (ResolveIdentity).
+	StaticPodManifest string
+	// Overrides of the member read from the etcd command line.
+	MemberName, DataDir, WALDir, ClientURL string
+	PeerURLs                               []string
+	// TLS files the stop watch reaches etcd with.
+	CACert, Cert, Key string
+	// PodMember: the member is a pod served by an agent with
+	// --member-source=pods (a first bootstrap waits for its word).
+	PodMember    bool
+	PollInterval time.Duration
+	// NodeName and Kubeconfig: where the Node's pin is read from (none
+	// without a node name, or out of a cluster without a kubeconfig).
+	NodeName, Kubeconfig string
+	Log                  *zap.Logger
+
+	// ResolveIdentity is the member from the static-pod manifest and the
+	// overrides (the gate as an init container).
+	ResolveIdentity func() (watchdog.Identity, error)
+	// NewWatchdog observes the cluster as the agent does.
+	NewWatchdog func(id watchdog.Identity, pinned func() pin.Pin) (*watchdog.Watchdog, error)
+	// KubeClient reaches the Kubernetes API.
+	KubeClient func() (kubernetes.Interface, error)
+}
 
 // gateStillHoldingEvery is how often a holding gate says so again: a gate
 // may wait for hours (a lost quorum), and silence looks like a hang.
 const gateStillHoldingEvery = time.Minute
 
-// Gate blocks until plan.DecideGate lets etcd start (or ctx ends, or
+// Run blocks until plan.DecideGate lets etcd start (or ctx ends, or
 // timeout, 0 = no limit). etcdArgv, when given, is the etcd command line the
 // gate wraps (`gate [flags] -- etcd ...`): the member's identity is read
 // from it, exactly what will run; the caller then execs it (ExecEtcd).
@@ -36,7 +73,7 @@ const gateStillHoldingEvery = time.Minute
 // StartFile) hold etcd while the agent has the member stopped, and give
 // the flags a rejoin starts with; Gate returns etcd's command line and
 // environment with those flags set (etcdArgv and os.Environ() otherwise).
-func Gate(ctx context.Context, c Config, timeout time.Duration, etcdArgv []string) ([]string, []string, error) {
+func Run(ctx context.Context, c Config, timeout time.Duration, etcdArgv []string) ([]string, []string, error) {
 	if c.Log == nil {
 		c.Log = zap.NewNop()
 	}
@@ -83,8 +120,8 @@ func withStartFlags(c Config, argv, environ []string, sf memberruntime.StartFlag
 	return argv, environ, nil
 }
 
-// gateWait is gateWaitFlags' verdict.
-func gateWait(ctx context.Context, c Config, timeout time.Duration, etcdArgv []string) (plan.GateVerdict, error) {
+// Wait blocks until the gate passes (as Run) and says why it did.
+func Wait(ctx context.Context, c Config, timeout time.Duration, etcdArgv []string) (plan.GateVerdict, error) {
 	v, _, _, err := gateWaitFlags(ctx, c, timeout, etcdArgv)
 	return v, err
 }
@@ -93,7 +130,7 @@ func gateWait(ctx context.Context, c Config, timeout time.Duration, etcdArgv []s
 // the start file's flags read at that look (nil: none, or etcd runs
 // without a command line to set them on) and etcd's own bootstrap flags.
 func gateWaitFlags(ctx context.Context, c Config, timeout time.Duration, etcdArgv []string) (plan.GateVerdict, *memberruntime.StartFlags, bootstrapFlags, error) {
-	id, boot, err := gateIdentity(c, etcdArgv)
+	id, boot, err := identity(c, etcdArgv)
 	if err != nil {
 		return plan.GateVerdict{}, nil, boot, err
 	}
@@ -118,7 +155,7 @@ func gateWaitFlags(ctx context.Context, c Config, timeout time.Duration, etcdArg
 		// read next is there if the record had one (unpinnedHold).
 		var admission record.Admission
 		var admissionErr error
-		if c.MemberSource == MemberSourcePods {
+		if c.PodMember {
 			admission, admissionErr = pin.LoadAdmission(c.StateDir)
 		}
 		// The state dir's pin is read at every look: the agent may set a
@@ -132,7 +169,7 @@ func gateWaitFlags(ctx context.Context, c Config, timeout time.Duration, etcdArg
 		if pinErr != nil {
 			in.PinError = pinErr.Error()
 		}
-		if c.MemberSource == MemberSourcePods {
+		if c.PodMember {
 			in.AdmissionRequired, in.Now, in.Admission = true, time.Now(), admission
 			if admissionErr != nil {
 				in.AdmissionError = admissionErr.Error()
@@ -155,7 +192,7 @@ func gateWaitFlags(ctx context.Context, c Config, timeout time.Duration, etcdArg
 		} else if err != nil && (last.Reason == "" || time.Since(lastLogged) >= gateStillHoldingEvery) {
 			log.Warn("start gate: the start flags file cannot be used; etcd's own flags are judged", zap.Error(err))
 		}
-		r := localdisk.Classify(ctx, id.Dirs(), localdisk.Expect{ClusterID: uint64(p.ClusterID), HighWater: highWaterOf(p)})
+		r := localdisk.Classify(ctx, id.Dirs(), localdisk.Expect{ClusterID: uint64(p.ClusterID), HighWater: pin.HighWaterOf(p)})
 		if ctx.Err() != nil {
 			// An interrupted check proves nothing: never open on it.
 			return plan.GateVerdict{}, nil, boot, fmt.Errorf("start gate: stopped while checking the data dir (still closed: %s: %s): %w", last.Reason, last.Detail, ctx.Err())
@@ -220,11 +257,14 @@ func bootstrapOf(m manifest.Member) bootstrapFlags {
 	return b
 }
 
-// gateIdentity is the member the gate guards, and what its flags would
+// identity is the member the gate guards, and what its flags would
 // bootstrap.
-func gateIdentity(c Config, etcdArgv []string) (watchdog.Identity, bootstrapFlags, error) {
+func identity(c Config, etcdArgv []string) (watchdog.Identity, bootstrapFlags, error) {
 	if len(etcdArgv) == 0 {
-		id, err := ResolveIdentity(c)
+		if c.ResolveIdentity == nil {
+			return watchdog.Identity{}, bootstrapFlags{}, errors.New("start gate: no etcd command line, and no static-pod manifest to read the member from")
+		}
+		id, err := c.ResolveIdentity()
 		if err != nil {
 			return id, bootstrapFlags{}, err
 		}
