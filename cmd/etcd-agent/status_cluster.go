@@ -266,8 +266,9 @@ func printCluster(out io.Writer, a clusterAnswer, now time.Time) {
 		return
 	}
 	fmt.Fprintf(out, "\nNothing is done for you. First bring members back if you can (a member that returns with its data rejoins by itself).\n"+
-		"Then run each script on its node, in this order, as root (%s, \"Majority lost: restore\"). The stop scripts stop their member first; "+
-		"the others start with checks that stop them before they change anything. Stop the agents before the rejoins: the API serves again "+
+		"Then run each script on its node, in this order, as root (%s, \"Majority lost: restore\"): first with DRY_RUN=1 (its checks only; "+
+		"it ends before it changes anything), then without. Every script checks before it changes anything, and a stop script asks its own member "+
+		"whether it sees a quorum first. Stop the agents before the rejoins: the API serves again "+
 		"once the survivor does (kubectl -n <ns> patch daemonset etcd-agent, as the runbooks' \"Stopping the agents\" says).\n", docs.RunbooksFile)
 	for i, s := range a.Steps {
 		node := s.Node

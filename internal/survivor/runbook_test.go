@@ -1,6 +1,9 @@
 package survivor_test
 
 import (
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -43,5 +46,70 @@ func TestTheEmbeddedRunbookMakesTheRestoreCommands(t *testing.T) {
 				t.Errorf("%s on %s still says %q:\n%s", s.Procedure, s.Member, kubeadm, s.Script)
 			}
 		}
+	}
+}
+
+// A stop script run as a dry run (DRY_RUN=1, as status --cluster says to
+// run each script first) runs its checks and ends before it changes
+// anything; a check that does not hold fails it. Run under bash on a
+// member's files laid out in a temp dir (a member that never served:
+// nothing to ask).
+func TestAStopScriptsDryRunChecksAndChangesNothing(t *testing.T) {
+	procs, err := runbook.ParseBytes(docs.RunbooksFile, docs.Runbooks)
+	if err != nil {
+		t.Fatal(err)
+	}
+	texts := map[string]string{}
+	for name, steps := range procs {
+		for _, s := range steps {
+			texts[name] += s.Script
+		}
+	}
+	root := t.TempDir()
+	p := survivor.Paths{Manifest: filepath.Join(root, "manifests", "etcd.yaml"), DataDir: filepath.Join(root, "etcd"), QuarantineDir: filepath.Join(root, "q")}
+	for _, d := range []string{filepath.Dir(p.Manifest), filepath.Join(p.DataDir, "member")} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	now := time.Now()
+	c := survivor.Choose([]survivor.Member{
+		{Name: "a", PeerURL: "https://a:2380", ClientURL: "https://a:2379", Source: survivor.FromEtcd, Commit: 7, Paths: p},
+		{Name: "b", PeerURL: "https://127.0.0.1:1", DataDir: "missing", ReportedAt: now, Paths: p},
+	}, false, now)
+	steps, err := survivor.Commands(c, texts, survivor.Etcdctl{}, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := steps[0]
+	if stop.Procedure != survivor.ProcedureStop || stop.Member != "b" {
+		t.Fatalf("first step %s of %s, want %s of b", stop.Procedure, stop.Member, survivor.ProcedureStop)
+	}
+	dryRun := func(manifest string) (string, error) {
+		if err := os.WriteFile(p.Manifest, []byte(manifest), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		// (/root/ as the e2e writes it: a broken dry run must not
+		// park anything on this machine.)
+		cmd := exec.Command("bash", "-c", strings.ReplaceAll(stop.Script, "/root/", root+"/"))
+		cmd.Env = append(os.Environ(), "DRY_RUN=1")
+		out, err := cmd.CombinedOutput()
+		return string(out), err
+	}
+	out, err := dryRun("spec:\n  containers:\n  - command:\n    - etcd\n    - --data-dir=" + p.DataDir + "\n")
+	if err != nil || !strings.Contains(out, "DRY RUN: checks passed") {
+		t.Fatalf("dry run: %v\n%s", err, out)
+	}
+	for _, f := range []string{p.Manifest, filepath.Join(p.DataDir, "member")} {
+		if _, err := os.Stat(f); err != nil {
+			t.Errorf("after the dry run: %v", err)
+		}
+	}
+	if _, err := os.Stat(p.QuarantineDir); !os.IsNotExist(err) {
+		t.Errorf("the dry run made the quarantine dir (%v)", err)
+	}
+	// The manifest names another data dir: the check fails, dry run or not.
+	if out, err := dryRun("spec:\n  containers:\n  - command:\n    - etcd\n    - --data-dir=/elsewhere\n"); err == nil || strings.Contains(out, "DRY RUN") {
+		t.Fatalf("a manifest naming another data dir: the dry run passed (%v)\n%s", err, out)
 	}
 }

@@ -5,9 +5,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -123,18 +125,32 @@ func TestStatusClusterNamesTheSurvivorAndItsCommandsRestore(t *testing.T) {
 		}
 	}
 	path := "PATH=" + binDir + ":" + os.Getenv("PATH")
-	for i, s := range ans.Steps {
+	run := func(i int, s survivor.Step, env ...string) string {
 		script := strings.ReplaceAll(s.Script, "/root/", roots[s.Member]+"/")
 		ctx, cancel := context.WithTimeout(context.Background(), 12*time.Minute)
+		defer cancel()
 		cmd := exec.CommandContext(ctx, "bash", "-c", script)
-		cmd.Env = append(os.Environ(), path)
+		cmd.Env = append(append(os.Environ(), path), env...)
 		start := time.Now()
 		out, err := cmd.CombinedOutput()
-		cancel()
 		if err != nil {
-			t.Fatalf("step %d (%s on %s) failed after %s: %v\n%s\n--- script:\n%s", i+1, s.Procedure, s.Node, time.Since(start).Round(time.Millisecond), err, out, script)
+			t.Fatalf("step %d (%s on %s, %q) failed after %s: %v\n%s\n--- script:\n%s", i+1, s.Procedure, s.Node, env, time.Since(start).Round(time.Millisecond), err, out, script)
 		}
-		t.Logf("step %d: %s on %s ran as printed in %s", i+1, s.Procedure, s.Node, time.Since(start).Round(time.Millisecond))
+		t.Logf("step %d: %s on %s ran as printed %q in %s", i+1, s.Procedure, s.Node, env, time.Since(start).Round(time.Millisecond))
+		return string(out)
+	}
+	for i, s := range ans.Steps {
+		// As the printed text says: a dry run first, which changes
+		// nothing on the node, then the script itself.
+		n := nodeOf(t, l, s.Node)
+		before := nodeFiles(t, n, roots[s.Member])
+		if out := run(i, s, "DRY_RUN=1"); !strings.Contains(out, "DRY RUN: checks passed") {
+			t.Fatalf("step %d's dry run did not say it passed its checks:\n%s", i+1, out)
+		}
+		if after := nodeFiles(t, n, roots[s.Member]); !slices.Equal(before, after) {
+			t.Fatalf("step %d's dry run (%s on %s) changed the node's files:\nbefore %q\nafter  %q", i+1, s.Procedure, s.Node, before, after)
+		}
+		run(i, s)
 	}
 
 	if err := l.WaitHealthy(context.Background(), 5, 90*time.Second); err != nil {
@@ -261,4 +277,28 @@ func runStatus(t *testing.T, args []string) ([]byte, int) {
 		t.Fatal(err)
 	}
 	return out, 0
+}
+
+// nodeFiles is what a dry run must leave as it was on node n: the names
+// under its disk (data dir, quarantine), its manifests dir, and its
+// runbook dir (root; the checks' *.out files aside).
+func nodeFiles(t *testing.T, n *lab.Node, root string) []string {
+	t.Helper()
+	var names []string
+	for _, dir := range []string{n.DiskDir, n.ManifestsDir, root} {
+		err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+			if err != nil {
+				return err
+			}
+			if dir == root && strings.HasSuffix(p, ".out") {
+				return nil
+			}
+			names = append(names, p)
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	return names
 }
