@@ -58,10 +58,6 @@ func addHealFlags(fs *pflag.FlagSet, c *agent.Config) {
 	fs.StringVar(&c.RejoinMode, "rejoin-mode", "seed", "how the rejoining learner gets the data: seed (data dir built from a copy of the pre-change backup, or a follower's snapshot streamed after the add, so the leader sends no snapshot; falls back to raft on any seeding refusal or an etcd other than 3.6/3.7) or raft (empty data dir, the leader sends a raft snapshot)")
 	fs.StringVar(&c.MemberRuntime, "member-runtime", "static-pod", "how to stop/start the local member: static-pod or exec")
 	fs.StringVar(&c.StopCommand, "stop-command", "", "with --member-runtime=exec: command that stops etcd (e.g. systemctl stop etcd)")
-	fs.StringSliceVar(&c.CrashBefore, "test-crash-before-phase", nil, "test hook: SIGKILL the agent after the step of these phases, before the journal records it")
-	_ = fs.MarkHidden("test-crash-before-phase")
-	fs.StringSliceVar(&c.HoldAt, "test-hold-at", nil, "test hook: hold the recovery at these points until <state-dir>/test-release-<point> exists")
-	_ = fs.MarkHidden("test-hold-at")
 	fs.StringVar(&c.StartCommand, "start-command", "", "with --member-runtime=exec: command that starts etcd; gets ETCD_INITIAL_CLUSTER and ETCD_INITIAL_CLUSTER_STATE=existing")
 }
 

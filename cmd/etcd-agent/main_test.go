@@ -39,8 +39,10 @@ func TestBadInputGivesAClearErrorAndNonZeroExit(t *testing.T) {
 		{"bad member runtime", []string{"run", "--member-runtime", "systemd", "--state-dir", dir}, "--member-runtime"},
 		{"exec runtime without commands", []string{"run", "--member-runtime", "exec", "--state-dir", dir}, "--stop-command"},
 		{"bad rejoin mode", []string{"run", "--rejoin-mode", "magic", "--state-dir", dir}, "--rejoin-mode"},
-		{"unknown hold point", []string{"run", "--test-hold-at", "nowhere", "--state-dir", dir}, "--test-hold-at: unknown point \"nowhere\""},
 		{"the lab is its own binary", []string{"lab", "up"}, "unknown command \"lab\""},
+		// The test hooks are failpoints compiled into the tests' agent only.
+		{"no hold hook", []string{"run", "--test-hold-at", "lease-acquired", "--state-dir", dir}, "unknown flag: --test-hold-at"},
+		{"no crash hook", []string{"run", "--test-crash-before-phase", "removed", "--state-dir", dir}, "unknown flag: --test-crash-before-phase"},
 		{"gate with stray arguments", []string{"gate", "--state-dir", dir, "etcd"}, "goes after \"--\""},
 		{"gate wrapping a command line without URLs", []string{"gate", "--state-dir", dir, "--", "etcd", "--name=x", "--data-dir=" + dir}, "no --initial-advertise-peer-urls"},
 		{"install-gate without --to", []string{"install-gate"}, "--to is required"},
@@ -118,7 +120,9 @@ func TestTheProductBinaryLinksNoLab(t *testing.T) {
 		t.Fatalf("go list -deps gave %d packages, want the agent's few hundred", len(deps))
 	}
 	for _, d := range deps {
-		for _, labOnly := range []string{"github.com/etcd-agent/etcd-agent/internal/lab", "github.com/anishathalye/porcupine", "sigs.k8s.io/kustomize/"} {
+		// gofail: the test hooks are failpoints, enabled only in the agent
+		// the tests build (labtest.BuildAgent).
+		for _, labOnly := range []string{"github.com/etcd-agent/etcd-agent/internal/lab", "github.com/anishathalye/porcupine", "sigs.k8s.io/kustomize/", "go.etcd.io/gofail"} {
 			if strings.HasPrefix(d, labOnly) {
 				t.Errorf("cmd/etcd-agent links %s", d)
 			}
@@ -137,7 +141,7 @@ func TestTheProductGoModHoldsNoLabOnlyDependency(t *testing.T) {
 	if !strings.HasPrefix(string(b), "module github.com/etcd-agent/etcd-agent\n") {
 		t.Fatalf("../../go.mod is not the product's:\n%.200s", b)
 	}
-	for _, labOnly := range []string{"github.com/anishathalye/porcupine", "sigs.k8s.io/kustomize/", "github.com/seaweedfs/", "golang.org/x/sync"} {
+	for _, labOnly := range []string{"github.com/anishathalye/porcupine", "sigs.k8s.io/kustomize/", "github.com/seaweedfs/", "golang.org/x/sync", "go.etcd.io/gofail"} {
 		if strings.Contains(string(b), labOnly) {
 			t.Errorf("the product's go.mod requires %s", labOnly)
 		}

@@ -2,7 +2,8 @@
 # Builds the real etcd, etcdctl, etcdutl, etcd-3.7, etcd-3.5, etcdutl-3.5, kube-apiserver,
 # kube-controller-manager, kube-scheduler, kubectl, promtool and weed (SeaweedFS, the
 # lab's S3-compatible store), and the real node's kubelet, containerd,
-# containerd-shim-runc-v2, ctr, runc and CNI loopback plugin into bin/
+# containerd-shim-runc-v2, ctr, runc and CNI loopback plugin, and gofail (the
+# test hooks in the agent the tests build, labtest.BuildAgent) into bin/
 # from the Go module proxy. Each tool has its own module under hack/tools/ (their
 # dependency graphs conflict: kubernetes 1.37 wants etcd client 3.7, the lab runs
 # etcd 3.6). A stamp per binary records the module version and Go version it was
@@ -43,6 +44,7 @@ tools=(
   "containerd-shim-runc-v2|containerd|github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2|github.com/containerd/containerd/v2|0||"
   "ctr|containerd|github.com/containerd/containerd/v2/cmd/ctr|github.com/containerd/containerd/v2|0||"
   "runc|runc|github.com/opencontainers/runc|github.com/opencontainers/runc|1|seccomp urfave_cli_no_docs|-X main.version=${runcver#v}"
+  "gofail|gofail|go.etcd.io/gofail|go.etcd.io/gofail|0||"
   "cni/loopback|runc|github.com/containernetworking/plugins/plugins/main/loopback|github.com/containernetworking/plugins|0||"
 )
 

@@ -126,11 +126,7 @@ type Config struct {
 	NodeLostGrace time.Duration
 	StopCommand   string
 	StartCommand  string
-	// CrashBefore is the e2e suite's crash hook (hidden flag).
-	CrashBefore []string
-	// HoldAt is the e2e suite's hold hook (hidden flag, heal.HoldPoints).
-	HoldAt []string
-	Log    *zap.Logger
+	Log           *zap.Logger
 
 	// podRuntime is a pod member's runtime (set per member by runPods).
 	podRuntime memberruntime.Runtime
@@ -213,11 +209,6 @@ func (c Config) Validate() error {
 	case "", "raft", "seed":
 	default:
 		errs = append(errs, fmt.Errorf("--rejoin-mode must be raft or seed, got %q", c.RejoinMode))
-	}
-	for _, p := range c.HoldAt {
-		if !slices.Contains(heal.HoldPoints, p) {
-			errs = append(errs, fmt.Errorf("--test-hold-at: unknown point %q, want one of %v", p, heal.HoldPoints))
-		}
 	}
 	// A fence renews when less than the step's timeout is left; right after
 	// a renewal the Lease has its TTL minus the write's round trip, which

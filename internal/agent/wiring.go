@@ -10,7 +10,6 @@ import (
 	"github.com/etcd-agent/etcd-agent/internal/etcdversion"
 	"github.com/etcd-agent/etcd-agent/internal/gate"
 	"github.com/etcd-agent/etcd-agent/internal/heal"
-	"github.com/etcd-agent/etcd-agent/internal/journal"
 	"github.com/etcd-agent/etcd-agent/internal/lease"
 	"github.com/etcd-agent/etcd-agent/internal/manifest"
 	"github.com/etcd-agent/etcd-agent/internal/memberruntime"
@@ -106,8 +105,7 @@ func (c Config) newHealer(id watchdog.Identity, obs heal.Observer, kc kubernetes
 		EnableV2: id.EnableV2 || c.EnableV2,
 		StateDir: c.StateDir, QuarantineDir: c.QuarantineDir, QuarantineKeep: c.QuarantineKeep, QuarantinePruneAfter: c.QuarantinePruneAfter, RejoinMode: c.RejoinMode, Plan: c.PlanConfig(),
 		RecoveryTimeout: c.RecoveryTimeout, StepInterval: 250 * time.Millisecond, PollInterval: c.PollInterval, ProgressEvery: progressEvery, Progress: board,
-		TLS: t, Log: c.Log, CrashBefore: phases(c.CrashBefore),
-		HoldAt: c.HoldAt, StepTimeouts: c.stepTimeouts(), Backups: c.backups, OpenStore: c.openStore(), NoStoreSeed: !c.SeedFromStore,
+		TLS: t, Log: c.Log, StepTimeouts: c.stepTimeouts(), Backups: c.backups, OpenStore: c.openStore(), NoStoreSeed: !c.SeedFromStore,
 		NoBackupSeed: !c.SeedFromBackup, NoCopyDuringStream: !c.SeedCopyDuringStream,
 		PinnedAnywhere: pinnedAnywhere(kc, id.Name, c.podRuntime == nil), Claims: c.claims, StoreSeed: c.storeSeed, MoveSourceGone: moveSourceFor(kc, c.NodeName),
 		LearnerVersion: c.learnerVersion},
@@ -121,14 +119,6 @@ func (c Config) stepTimeouts() map[plan.Action]time.Duration {
 		return nil
 	}
 	return map[plan.Action]time.Duration{plan.StopMember: c.StopTimeout + 2*time.Minute}
-}
-
-func phases(names []string) []journal.Phase {
-	var out []journal.Phase
-	for _, n := range names {
-		out = append(out, journal.Phase(n))
-	}
-	return out
 }
 
 // pinnedAnywhere asks the Nodes' records whether the member was ever seen

@@ -104,16 +104,6 @@ type Config struct {
 	Progress *progress.Board
 	TLS      *tls.Config
 	Log      *zap.Logger
-	// CrashBefore, for the e2e suite only, SIGKILLs the agent itself after
-	// the step that completes one of these phases and before the journal
-	// records it: the worst moment to die (the change is applied, the
-	// journal does not know). Once per recovery and phase, so that the
-	// restarted agent can resume.
-	CrashBefore []journal.Phase
-	// HoldAt, for the e2e suite only, holds the recovery at these points
-	// (HoldPoints) until the test releases it (see holdAt), so that a test
-	// can act at a moment the heal otherwise passes in microseconds.
-	HoldAt []string
 	// Cluster is the etcd API (nil: clientv3 with TLS); Now the clock
 	// (nil: time.Now). Unit tests inject fakes.
 	Cluster Cluster
@@ -161,25 +151,6 @@ type BackupSink interface {
 	Enqueue(m snapshotstore.Meta, path string, result func(string)) bool
 }
 
-// Hold points (Config.HoldAt).
-const (
-	// HoldLeaseAcquired: the Lease is acquired and the journal opened (or
-	// resumed), rule 6's re-check not yet decided.
-	HoldLeaseAcquired = "lease-acquired"
-	// HoldSeedStreamed: the seed snapshot is streamed and verified, the data
-	// dir not yet built.
-	HoldSeedStreamed = "seed-streamed"
-	// HoldSeedRename: the seeded data dir is built and synced in its temp
-	// dir, not yet renamed into place.
-	HoldSeedRename = "seed-rename"
-	// HoldMemberStart: the learner's data dir is ready, the member not yet
-	// started.
-	HoldMemberStart = "member-start"
-)
-
-// HoldPoints lists the valid Config.HoldAt values.
-var HoldPoints = []string{HoldLeaseAcquired, HoldSeedStreamed, HoldSeedRename, HoldMemberStart}
-
 // Rejoin modes (Config.RejoinMode).
 const (
 	RejoinRaft = "raft"
@@ -220,6 +191,9 @@ type Healer struct {
 	stopSlice time.Duration
 	// earlyDropWait bounds the wait for a cancelled early stream to end.
 	earlyDropWait time.Duration
+	// holdPoints and crashPhases are the e2e suite's hooks (testhooks.go;
+	// none in a release build; unit tests set their own).
+	holdPoints, crashPhases func() []string
 	// healthySince starts the member's current healthy run as the idle
 	// loop saw it (zero when not healthy); lastPruneErr is the last pruning
 	// failure logged (Housekeep).
@@ -287,6 +261,7 @@ func New(cfg Config, obs Observer, newLease func(uint64) (Lease, error), rt memb
 		h.now = time.Now
 	}
 	h.mountPoint, h.stopSlice, h.streamTo, h.earlyDropWait = localdisk.IsMountPoint, stopTimeout, peerseed.Stream, 30*time.Second
+	h.holdPoints, h.crashPhases = testHoldPoints, testCrashPhases
 	return h
 }
 

@@ -149,7 +149,7 @@ func TestAFailedTakeOfTheLeaseKeepsTheStoredSeed(t *testing.T) {
 	res := cluster3(memberstate.Lost, 2, 3)
 	r := newRig(t, res)
 	r.h.cfg.StoreSeed = &StoreSeed{Key: "etcd-agent/c1/move.db", From: "node9", ClusterID: 0xc1}
-	r.h.cfg.HoldAt = []string{HoldLeaseAcquired} // the test looks at the journal as the Lease is taken
+	r.h.holdPoints = func() []string { return []string{HoldLeaseAcquired} } // the test looks at the journal as the Lease is taken
 	r.lease.acquireFails = 1
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()

@@ -4,9 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
-	"slices"
 	"strconv"
 	"syscall"
 	"time"
@@ -458,12 +455,7 @@ func (h *Healer) timed(j *journal.Record, phase journal.Phase, do func() error) 
 
 // advance records phase in the journal (fsynced) and on the Lease.
 func (h *Healer) advance(ctx context.Context, j *journal.Record, phase journal.Phase) error {
-	if slices.Contains(h.cfg.CrashBefore, phase) && h.firstCrash(j.ID, phase) {
-		h.log.Warn("crash injected (test hook): SIGKILL before the journal records the phase", zap.String("phase", string(phase)))
-		_ = h.log.Sync()
-		_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
-		select {} // SIGKILL is not delivered synchronously; never go on
-	}
+	h.crashBefore(j.ID, phase)
 	j.Advance(phase, h.now().UTC())
 	if err := journal.Save(h.cfg.StateDir, *j); err != nil {
 		return err
@@ -475,46 +467,4 @@ func (h *Healer) advance(ctx context.Context, j *journal.Record, phase journal.P
 		}
 	}
 	return nil
-}
-
-// firstCrash reports whether the test hook has not yet crashed this recovery
-// in phase, and marks it done (a file in the state dir, written before the
-// SIGKILL). Once per recovery and phase: the restarted agent redoes an
-// idempotent step or adopts the change (AdoptLearner also records
-// learner-added), and must then go on instead of crashing again forever.
-func (h *Healer) firstCrash(recoveryID string, phase journal.Phase) bool {
-	marker := filepath.Join(h.cfg.StateDir, fmt.Sprintf(".test-crash-injected-%s-%s", recoveryID, phase))
-	f, err := os.OpenFile(marker, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
-	if err != nil {
-		return false // injected already (or the state dir is unusable: do not crash blind)
-	}
-	_ = f.Sync()
-	_ = f.Close()
-	return true
-}
-
-// holdAt is the e2e suite's hold hook: at a point listed in Config.HoldAt it
-// logs "test hook: holding" and waits until the file
-// <state dir>/test-release-<point> exists (the test creates it; it stays, so
-// a restarted agent passes the point at once), or ctx ends.
-func (h *Healer) holdAt(ctx context.Context, point string) error {
-	if !slices.Contains(h.cfg.HoldAt, point) {
-		return nil
-	}
-	release := filepath.Join(h.cfg.StateDir, "test-release-"+point)
-	h.log.Warn("test hook: holding", zap.String("point", point), zap.String("release", release))
-	_ = h.log.Sync()
-	tick := time.NewTicker(50 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		if _, err := os.Stat(release); err == nil {
-			h.log.Warn("test hook: released", zap.String("point", point))
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("held at %s: %w", point, ctx.Err())
-		case <-tick.C:
-		}
-	}
 }

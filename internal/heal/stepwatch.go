@@ -35,7 +35,7 @@ func (h *Healer) stepTimeout(a plan.Action) time.Duration {
 	case plan.TakeSnapshot, plan.AddLearner, plan.PrepareDataDir:
 		d = 15 * time.Minute // streams and writes the whole db
 	}
-	if slices.ContainsFunc(h.cfg.HoldAt, func(p string) bool { return slices.Contains(holdPointsIn[a], p) }) {
+	if slices.ContainsFunc(h.holdPoints(), func(p string) bool { return slices.Contains(holdPointsIn[a], p) }) {
 		// The e2e suite holds this step at a hook until the test releases
 		// it: the hold is the test's time, not the step's.
 		d = max(d, h.cfg.RecoveryTimeout)
@@ -64,7 +64,7 @@ func (h *Healer) stepDeadline(d plan.Decision, o observation.Observation) time.D
 // revisionReadTimeout bounds verify's read of the revision it hashes at.
 const revisionReadTimeout = 5 * time.Second
 
-// holdPointsIn are the test hold points (Config.HoldAt) inside each step.
+// holdPointsIn are the test hold points (testhooks.go) inside each step.
 var holdPointsIn = map[plan.Action][]string{
 	plan.Begin:          {HoldLeaseAcquired},
 	plan.AddLearner:     {HoldSeedStreamed, HoldSeedRename, HoldMemberStart},

@@ -103,10 +103,13 @@ func (l *Lab) writeAgentManifest(n *Node) error {
 	return os.WriteFile(n.AgentManifest(), b, 0o644)
 }
 
-// agentEnv is the agent container's environment: its node, and the
-// snapshot store's credentials.
+// agentEnv is the agent container's environment: its node, the snapshot
+// store's credentials, and the test hooks turned on (Options.Failpoints).
 func (l *Lab) agentEnv(n *Node) []corev1.EnvVar {
 	env := []corev1.EnvVar{{Name: "NODE_NAME", Value: n.Name}}
+	if len(l.Spec.Failpoints) > 0 {
+		env = append(env, corev1.EnvVar{Name: "GOFAIL_FAILPOINTS", Value: strings.Join(l.Spec.Failpoints, ";")})
+	}
 	m := l.Spec.SnapshotStore.Env()
 	for _, k := range slices.Sorted(maps.Keys(m)) {
 		env = append(env, corev1.EnvVar{Name: k, Value: m[k]})

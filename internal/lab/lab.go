@@ -61,6 +61,9 @@ type Options struct {
 	NoAPIServer bool
 	Agents      bool
 	AgentArgs   []string
+	// Failpoints turn the agents' test hooks on (GOFAIL_FAILPOINTS terms,
+	// e.g. heal.HoldAtFailpoint; labtest.BuildAgent's agent only).
+	Failpoints []string
 	// EtcdTLS runs etcd with client and peer TLS and client cert auth, as a
 	// kubeadm control plane does; everyone reaches it with a client cert.
 	EtcdTLS bool
@@ -175,7 +178,7 @@ func Up(ctx context.Context, o Options) (_ *Lab, err error) {
 	tok := make([]byte, 4)
 	_, _ = rand.Read(tok)
 	spec := &Spec{Dir: dir, ClusterToken: "lab-" + hex.EncodeToString(tok), BinDir: o.BinDir, EtcdBinary: o.EtcdBinary, EtcdQuotaBytes: o.EtcdQuotaBytes, EtcdNoPurge: o.EtcdNoPurge, EtcdWALDir: o.EtcdWALDir, DataDirLayouts: o.DataDirLayouts,
-		AgentBinary: o.AgentBinary, LabBinary: o.labBinary(), AgentArgs: o.AgentArgs, Agents: o.Agents, CreatedAt: time.Now().UTC(),
+		AgentBinary: o.AgentBinary, LabBinary: o.labBinary(), AgentArgs: o.AgentArgs, Failpoints: o.Failpoints, Agents: o.Agents, CreatedAt: time.Now().UTC(),
 		PeerProxy: o.PeerProxy, DiskLimit: o.DiskLimit}
 	l := &Lab{Spec: spec, log: o.Log}
 	if o.PeerProxy {

@@ -29,6 +29,7 @@ type Spec struct {
 	AgentBinary  string     `json:"agentBinary"`
 	LabBinary    string     `json:"labBinary"`
 	AgentArgs    []string   `json:"agentArgs,omitempty"`
+	Failpoints   []string   `json:"failpoints,omitempty"` // Options.Failpoints
 	Agents       bool       `json:"agents"`
 	CreatedAt    time.Time  `json:"createdAt"`
 	Nodes        []Node     `json:"nodes"`

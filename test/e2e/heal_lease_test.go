@@ -27,7 +27,7 @@ import (
 // the API is back the open recovery resumes and the member heals.
 func TestAPIStoppedLongerThanLeaseTTLMidHeal(t *testing.T) {
 	l := newLab(t, lab.Options{Nodes: 3, Agents: true,
-		AgentArgs: []string{"--rejoin-mode=raft", "--test-hold-at=" + heal.HoldMemberStart, "--recovery-timeout=60s"}})
+		AgentArgs: []string{"--rejoin-mode=raft", "--recovery-timeout=60s"}, Failpoints: []string{heal.HoldAtFailpoint(heal.HoldMemberStart)}})
 	h := wipeNode2(t, l)
 	waitHold(t, l, "node2", heal.HoldMemberStart)
 	apiStopping := time.Now()
@@ -81,7 +81,7 @@ func TestAPIStoppedLongerThanLeaseTTLMidHeal(t *testing.T) {
 // a later attempt heals.)
 func TestAgentStoppedMidHealResumesWithoutFailure(t *testing.T) {
 	l := newLab(t, lab.Options{Nodes: 3, Agents: true,
-		AgentArgs: []string{"--rejoin-mode=raft", "--test-hold-at=" + heal.HoldLeaseAcquired}})
+		AgentArgs: []string{"--rejoin-mode=raft"}, Failpoints: []string{heal.HoldAtFailpoint(heal.HoldLeaseAcquired)}})
 	h := wipeNode2(t, l)
 	waitHold(t, l, "node2", heal.HoldLeaseAcquired)
 	open, _ := loadJournal(t, l, "node2", "node2")

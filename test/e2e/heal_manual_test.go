@@ -135,7 +135,7 @@ func assertUnchanged(t *testing.T, l *lab.Lab, step string, ids map[string]uint6
 // second stop of the just-rejoined member: its ID, the journal and the
 // membership stay as the heal left them over the next polls).
 func TestManualRequestDuringAnAutomaticHealIsAnsweredByIt(t *testing.T) {
-	l := newLab(t, lab.Options{Nodes: 3, Agents: true, AgentArgs: []string{"--test-hold-at=" + heal.HoldLeaseAcquired}})
+	l := newLab(t, lab.Options{Nodes: 3, Agents: true, Failpoints: []string{heal.HoldAtFailpoint(heal.HoldLeaseAcquired)}})
 	waitAgentState(t, l, "node2", "healthy", "ok", 30*time.Second)
 	h := wipeNode2(t, l)
 	waitHold(t, l, "node2", heal.HoldLeaseAcquired)

@@ -20,14 +20,14 @@ import (
 // TestMemberBackBeforeTheRecheckIsLeftAlone: rule 6's re-check after the
 // Lease is real. node2's etcd is hung (SIGSTOP, its data kept) until the
 // agent finds it lost and takes the Lease; the heal is held there
-// (--test-hold-at=lease-acquired) while node2 is resumed and serves. (Not
+// (heal.HoldAtFailpoint(heal.HoldLeaseAcquired)) while node2 is resumed and serves. (Not
 // its manifest moved away: a member whose manifest is gone is not healed,
 // manifest-missing.)
 // Released, the agent re-observes, sees the member healthy and closes the
 // recovery as refused/not-needed: no stop, no quarantine, the same member
 // ID, no failure counted, no RecoveryFailed event, the Lease released.
 func TestMemberBackBeforeTheRecheckIsLeftAlone(t *testing.T) {
-	l := newLab(t, lab.Options{Nodes: 3, Agents: true, AgentArgs: []string{"--test-hold-at=" + heal.HoldLeaseAcquired}})
+	l := newLab(t, lab.Options{Nodes: 3, Agents: true, Failpoints: []string{heal.HoldAtFailpoint(heal.HoldLeaseAcquired)}})
 	waitAgentState(t, l, "node2", "healthy", "ok", 30*time.Second)
 	before := idsByPeer(mustMembers(t, l))
 	ensureNotLeader(t, l, "node2")
@@ -72,7 +72,7 @@ func TestMemberBackBeforeTheRecheckIsLeftAlone(t *testing.T) {
 // quarantined or rejoined. It serves under its old ID.
 func TestDataDirBackBeforeTheRecheckIsLeftAlone(t *testing.T) {
 	l := newLab(t, lab.Options{Nodes: 3, Agents: true,
-		AgentArgs: []string{"--grace-period=1h", "--test-hold-at=" + heal.HoldLeaseAcquired}})
+		AgentArgs: []string{"--grace-period=1h"}, Failpoints: []string{heal.HoldAtFailpoint(heal.HoldLeaseAcquired)}})
 	waitAgentState(t, l, "node2", "healthy", "ok", 30*time.Second)
 	before := idsByPeer(mustMembers(t, l))
 	ensureNotLeader(t, l, "node2")

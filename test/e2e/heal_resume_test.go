@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/etcd-agent/etcd-agent/internal/heal"
+	"github.com/etcd-agent/etcd-agent/internal/journal"
 	"github.com/etcd-agent/etcd-agent/internal/lab"
 )
 
@@ -19,7 +21,7 @@ import (
 // the restart: one backup stays, the journaled one. The hook is on every
 // agent, but only node2's heals.
 func TestAgentKilledAfterRemoveAndAfterLearnerAddResumes(t *testing.T) {
-	l := newLab(t, lab.Options{Nodes: 3, Agents: true, AgentArgs: []string{"--test-crash-before-phase=snapshotted,removed,learner-added"}})
+	l := newLab(t, lab.Options{Nodes: 3, Agents: true, Failpoints: []string{heal.CrashBeforeFailpoint(journal.PhaseSnapshotted, journal.PhaseRemoved, journal.PhaseLearnerAdded)}})
 	before := idsByPeer(mustMembers(t, l))
 	h := wipeNode2(t, l)
 	j := h.waitHealed("node2", "node2", 3, 120*time.Second)

@@ -14,13 +14,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/etcd-agent/etcd-agent/internal/heal"
 	"github.com/etcd-agent/etcd-agent/internal/lab"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 // The seed-mode scenarios that need the heal stopped at one moment use the
-// agent's hidden hold hook (--test-hold-at): the agent logs "test hook:
+// agent's hold hook (heal.HoldAtFailpoint): the agent logs "test hook:
 // holding" and waits for a release file in its state dir.
 
 // wipeHeldAt starts a seed-mode lab of etcd e whose agents hold at point,
@@ -29,7 +30,7 @@ import (
 func wipeHeldAt(t *testing.T, e etcdUnderTest, point string, extra ...string) (*lab.Lab, *healRun) {
 	t.Helper()
 	l := newLab(t, lab.Options{Nodes: 3, Agents: true, EtcdBinary: e.binary,
-		AgentArgs: append([]string{"--rejoin-mode=seed", "--test-hold-at=" + point}, extra...)})
+		AgentArgs: append([]string{"--rejoin-mode=seed"}, extra...), Failpoints: []string{heal.HoldAtFailpoint(point)}})
 	requireVersion(t, l, e.version)
 	h := wipeNode2(t, l)
 	waitHold(t, l, "node2", point)

@@ -25,7 +25,7 @@ import (
 // add, and the two voters left cannot spare node2.
 func TestStrandedLearnerRolledBackThenWipedMemberHealed(t *testing.T) {
 	l := newLab(t, lab.Options{Nodes: 5, Agents: true,
-		AgentArgs: []string{"--rejoin-mode=raft", "--learner-stall-timeout=10s", "--test-hold-at=" + heal.HoldMemberStart}})
+		AgentArgs: []string{"--rejoin-mode=raft", "--learner-stall-timeout=10s"}, Failpoints: []string{heal.HoldAtFailpoint(heal.HoldMemberStart)}})
 	for _, n := range []string{"node1", "node2", "node4", "node5"} {
 		release(t, l, n, heal.HoldMemberStart) // only node3's heal holds
 	}

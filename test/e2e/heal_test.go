@@ -99,7 +99,7 @@ func TestHealCorruptDBOfCrashLoopingMember(t *testing.T) {
 // after the heal (as once in CI) has nothing left to hold back.
 func TestHealUC1MemberMovedToNewNode(t *testing.T) {
 	ctx := context.Background()
-	l := newLab(t, lab.Options{Nodes: 3, Agents: true, AgentArgs: []string{"--test-hold-at=" + heal.HoldLeaseAcquired}})
+	l := newLab(t, lab.Options{Nodes: 3, Agents: true, Failpoints: []string{heal.HoldAtFailpoint(heal.HoldLeaseAcquired)}})
 	release(t, l, "node1", heal.HoldLeaseAcquired) // only node4's agent is held
 	release(t, l, "node2", heal.HoldLeaseAcquired)
 	before := idsByPeer(mustMembers(t, l))

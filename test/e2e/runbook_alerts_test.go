@@ -59,7 +59,7 @@ func TestAlertChecksRunAsWritten(t *testing.T) {
 	// checks take: without the purge loop, which would exit it at its next
 	// 30 s tick and take the quorum of the two voters with it (CI stop 34:
 	// the first check's kubectl timed out).
-	l := newLab(t, lab.Options{Nodes: 3, Agents: true, EtcdNoPurge: true, AgentArgs: []string{"--test-hold-at=" + heal.HoldMemberStart}})
+	l := newLab(t, lab.Options{Nodes: 3, Agents: true, EtcdNoPurge: true, Failpoints: []string{heal.HoldAtFailpoint(heal.HoldMemberStart)}})
 	release(t, l, "node3", heal.HoldMemberStart) // only node2's heal holds
 	h := wipeNode2(t, l)
 	waitHold(t, l, "node2", heal.HoldMemberStart)

@@ -9,7 +9,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"sync"
 	"syscall"
@@ -53,20 +52,6 @@ func CheckFreeDisk(dir string, need uint64) error {
 			free>>20, dir, need>>20)
 	}
 	return nil
-}
-
-// BuildAgent builds ./cmd/etcd-agent and ./cmd/etcd-agent-lab (the lab's
-// supervisor) into dir, so a lab never runs a stale binary; it returns the
-// agent's path, which the lab finds etcd-agent-lab beside.
-func BuildAgent(root, dir string) (string, error) {
-	for _, name := range []string{"etcd-agent", "etcd-agent-lab"} {
-		build := exec.Command("go", "build", "-o", filepath.Join(dir, name), "./cmd/"+name)
-		build.Dir = root
-		if out, err := build.CombinedOutput(); err != nil {
-			return "", fmt.Errorf("build %s: %v\n%s", name, err, out)
-		}
-	}
-	return filepath.Join(dir, "etcd-agent"), nil
 }
 
 // Shared is one lab for a whole test binary, started on first use.
