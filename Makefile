@@ -19,7 +19,7 @@ TEST_FUZZTIME ?= 300x
 
 all: build
 
-## tools: build etcd (3.6), etcd-3.7, etcd-3.5, etcdutl-3.5, etcdctl, etcdutl, kube-apiserver, kube-controller-manager, kube-scheduler, promtool into bin/ (once per machine)
+## tools: build etcd (3.6), etcd-3.7, etcd-3.5, etcdutl-3.5, etcdctl, etcdutl, kube-apiserver, kube-controller-manager, kube-scheduler, promtool, weed, the real node's binaries and gofail into bin/ (once per machine)
 tools:
 	@hack/tools/build.sh
 

@@ -93,14 +93,8 @@ func clusterStatus(ctx context.Context, out io.Writer, c agent.Config, f cluster
 	now := time.Now() // after the reports came: none is from the future
 	ans := clusterAnswer{Choice: survivor.Choose(ev, !majorityLost, now)}
 	if ans.Choice.Survivor != nil {
-		procs, err := runbook.ParseBytes(docs.RunbooksFile, docs.Runbooks)
+		texts, err := runbook.Scripts(docs.RunbooksFile, docs.Runbooks)
 		if err == nil {
-			texts := map[string]string{}
-			for name, steps := range procs {
-				for _, s := range steps {
-					texts[name] += s.Script
-				}
-			}
 			def := survivor.Paths{}
 			if rep.Where != nil {
 				def = pathsOf(*rep.Where) // (a --lost member's node is laid out as this one)

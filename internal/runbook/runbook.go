@@ -63,6 +63,22 @@ func ParseBytes(file string, b []byte) (map[string][]Step, error) {
 	return out, nil
 }
 
+// Scripts is each procedure's whole script in one file's contents: its
+// steps' scripts in order.
+func Scripts(file string, b []byte) (map[string]string, error) {
+	procs, err := ParseBytes(file, b)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]string{}
+	for name, steps := range procs {
+		for _, s := range steps {
+			out[name] += s.Script
+		}
+	}
+	return out, nil
+}
+
 func parse(file string, b []byte) ([]Step, error) {
 	var (
 		steps []Step

@@ -17,15 +17,9 @@ import (
 // procedures with the example values the commands replace: a runbook edit
 // that drifts fails here, not at 3 a.m.
 func TestTheEmbeddedRunbookMakesTheRestoreCommands(t *testing.T) {
-	procs, err := runbook.ParseBytes(docs.RunbooksFile, docs.Runbooks)
+	texts, err := runbook.Scripts(docs.RunbooksFile, docs.Runbooks)
 	if err != nil {
 		t.Fatal(err)
-	}
-	texts := map[string]string{}
-	for name, steps := range procs {
-		for _, s := range steps {
-			texts[name] += s.Script
-		}
 	}
 	now := time.Now()
 	p := survivor.Paths{Manifest: "/srv/manifests/etcd.yaml", DataDir: "/srv/etcd", QuarantineDir: "/srv/q"}
@@ -55,15 +49,9 @@ func TestTheEmbeddedRunbookMakesTheRestoreCommands(t *testing.T) {
 // member's files laid out in a temp dir (a member that never served:
 // nothing to ask).
 func TestAStopScriptsDryRunChecksAndChangesNothing(t *testing.T) {
-	procs, err := runbook.ParseBytes(docs.RunbooksFile, docs.Runbooks)
+	texts, err := runbook.Scripts(docs.RunbooksFile, docs.Runbooks)
 	if err != nil {
 		t.Fatal(err)
-	}
-	texts := map[string]string{}
-	for name, steps := range procs {
-		for _, s := range steps {
-			texts[name] += s.Script
-		}
 	}
 	root := t.TempDir()
 	p := survivor.Paths{Manifest: filepath.Join(root, "manifests", "etcd.yaml"), DataDir: filepath.Join(root, "etcd"), QuarantineDir: filepath.Join(root, "q")}
