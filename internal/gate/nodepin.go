@@ -106,10 +106,12 @@ func gateNodePin(ctx context.Context, c Config, member string, log *zap.Logger) 
 	return pin.Pin{}, nil
 }
 
-// kubeClient is c.KubeClient's (rest.ErrNotInCluster without one).
+// kubeClient is c.KubeClient's. A Config with a node name and no way to
+// the API is an error, never "no API" (which reads as no pin: only the
+// state dir would count, and a pinned member could bootstrap).
 func (c Config) kubeClient() (kubernetes.Interface, error) {
 	if c.KubeClient == nil {
-		return nil, rest.ErrNotInCluster
+		return nil, errors.New("the gate has a node name and no Kubernetes client")
 	}
 	return c.KubeClient()
 }

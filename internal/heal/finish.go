@@ -14,6 +14,7 @@ import (
 	"github.com/etcd-agent/etcd-agent/internal/nodereport"
 	"github.com/etcd-agent/etcd-agent/internal/observation"
 	"github.com/etcd-agent/etcd-agent/internal/plan"
+	"github.com/etcd-agent/etcd-agent/internal/progress"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"go.uber.org/zap"
 )
@@ -83,7 +84,18 @@ func (h *Healer) verify(ctx context.Context, res memberstate.Result, id uint64, 
 	// transaction for the whole keyspace, and that member applies no
 	// write meanwhile (its commit waits for the read to end); asked at
 	// once, every member would stall the cluster's writes together.
+	// How far it is, in bytes of the voters' dbs hashed (a HashKV of a
+	// db of several GiB takes seconds).
+	var total int64
+	for _, v := range o.Members {
+		if !v.IsLearner && v.Serving && len(v.ClientURLs) > 0 {
+			total += v.DBSize
+		}
+	}
+	h.startMeter(stepVerify, progress.Bytes, total, time.Now())
+	defer h.stopMeter(stepVerify)
 	var answers []plan.HashAnswer
+	left := total
 	for _, v := range o.Members {
 		if v.IsLearner {
 			continue
@@ -94,6 +106,8 @@ func (h *Healer) verify(ctx context.Context, res memberstate.Result, id uint64, 
 		}
 		if a.Serving {
 			h.hashOf(ctx, eps, v, rev, &a)
+			left -= v.DBSize
+			h.meter(stepVerify, time.Now(), left)
 		}
 		answers = append(answers, a)
 	}

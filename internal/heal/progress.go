@@ -18,11 +18,13 @@ import (
 
 // The long steps whose progress is measured (docs/recovery.md, "Progress
 // and ETA"): the streams in bytes of the source's db, the catch-up in
-// entries of the learner's gap to the leader.
+// entries of the learner's gap to the leader, the verify in bytes of the
+// voters' dbs hashed.
 const (
 	stepPreChangeStream = "pre-change stream"
 	stepSeedStream      = "seed stream"
 	stepCatchUp         = "catch-up"
+	stepVerify          = "verify"
 	// A raft-mode learner receives the leader's db before it serves.
 	stepSnapshotReceive = "snapshot receive"
 )

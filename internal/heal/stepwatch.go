@@ -35,7 +35,7 @@ func (h *Healer) stepTimeout(a plan.Action) time.Duration {
 	case plan.TakeSnapshot, plan.AddLearner, plan.PrepareDataDir:
 		d = 15 * time.Minute // streams and writes the whole db
 	}
-	if slices.ContainsFunc(h.holdPoints(), func(p string) bool { return slices.Contains(holdPointsIn[a], p) }) {
+	if slices.ContainsFunc(h.heldAt(), func(p string) bool { return slices.Contains(holdPointsIn[a], p) }) {
 		// The e2e suite holds this step at a hook until the test releases
 		// it: the hold is the test's time, not the step's.
 		d = max(d, h.cfg.RecoveryTimeout)

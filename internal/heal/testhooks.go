@@ -87,6 +87,14 @@ func testCrashPhases() []string {
 	return nil
 }
 
+// heldAt is h's hold points (none for a Healer not made by New).
+func (h *Healer) heldAt() []string {
+	if h.holdPoints == nil {
+		return nil
+	}
+	return h.holdPoints()
+}
+
 // splitHookList is a failpoint's comma-separated value.
 func splitHookList(v string) []string {
 	return strings.FieldsFunc(v, func(r rune) bool { return r == ',' })
@@ -97,7 +105,7 @@ func splitHookList(v string) []string {
 // <state dir>/test-release-<point> exists (the test creates it; it stays,
 // so a restarted agent passes the point at once), or ctx ends.
 func (h *Healer) holdAt(ctx context.Context, point string) error {
-	if !slices.Contains(h.holdPoints(), point) {
+	if !slices.Contains(h.heldAt(), point) {
 		return nil
 	}
 	release := filepath.Join(h.cfg.StateDir, "test-release-"+point)
@@ -122,7 +130,7 @@ func (h *Healer) holdAt(ctx context.Context, point string) error {
 // journal records phase: the worst moment to die (the change is applied,
 // the journal does not know). Once per recovery and phase (firstCrash).
 func (h *Healer) crashBefore(recoveryID string, phase journal.Phase) {
-	if !slices.Contains(h.crashPhases(), string(phase)) || !h.firstCrash(recoveryID, phase) {
+	if h.crashPhases == nil || !slices.Contains(h.crashPhases(), string(phase)) || !h.firstCrash(recoveryID, phase) {
 		return
 	}
 	h.log.Warn("crash injected (test hook): SIGKILL before the journal records the phase", zap.String("phase", string(phase)))

@@ -2,6 +2,7 @@ package heal
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -105,5 +106,47 @@ func TestAMemberIsVerifiedOnlyOnceBackOnItsOwnClientURLs(t *testing.T) {
 	res.Observation.Members[0].ClientURLs = res.Observation.Members[0].ClientURLs[:1]
 	if jd, err := r.h.verify(context.Background(), res, 0xa1, private); err != nil || jd.Verdict != plan.HashEqual {
 		t.Fatalf("back on its own: verify %q (%s), %v; want equal", jd.Verdict, jd.Detail, err)
+	}
+}
+
+// progressCluster records, at each HashKV, what the board says of the
+// verify step.
+type progressCluster struct {
+	*fakeCluster
+	h    *Healer
+	seen []int64 // bytes left, as the verify step's estimate said
+}
+
+func (c *progressCluster) HashKV(context.Context, []string, string, int64) (uint32, int64, error) {
+	for _, e := range c.h.cfg.Progress.Estimates(time.Now()) {
+		if e.Step == stepVerify {
+			c.seen = append(c.seen, e.Left)
+		}
+	}
+	return 42, 0, nil
+}
+
+// Issue 44: the verify says how far it is, in bytes of the voters' dbs
+// hashed (a HashKV of a db of several GiB takes seconds), and says nothing
+// once done.
+func TestTheVerifySaysHowFarItIs(t *testing.T) {
+	res := cluster3(memberstate.Healthy, 1, 2, 3)
+	for i := range res.Observation.Members {
+		res.Observation.Members[i].DBSize = 1 << 30
+	}
+	r := newRig(t, res)
+	pc := &progressCluster{fakeCluster: r.cluster, h: r.h}
+	r.h.cluster = pc
+	if jd, err := r.h.verify(context.Background(), res, 0xa1, ""); err != nil || jd.Verdict != plan.HashEqual {
+		t.Fatalf("verify: %q (%s), %v: want equal", jd.Verdict, jd.Detail, err)
+	}
+	want := []int64{3 << 30, 2 << 30, 1 << 30}
+	if !slices.Equal(pc.seen, want) {
+		t.Fatalf("bytes left at each voter's HashKV: %v, want %v", pc.seen, want)
+	}
+	for _, e := range r.h.cfg.Progress.Estimates(time.Now()) {
+		if e.Step == stepVerify {
+			t.Fatalf("the verify is done and still says %s", e)
+		}
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -16,6 +17,7 @@ import (
 	"github.com/etcd-agent/etcd-agent/internal/nodereport"
 	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/tools/cache"
@@ -51,6 +53,7 @@ func TestAHealSaysHowFarItsStreamIs(t *testing.T) {
 	var onNode, inFile []string
 	var ratios []float64
 	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
 	// The Node's lines come from a watch: every write is delivered, late or
 	// not. Gets every 100 ms missed them in a CI run: the API server's
 	// watch of etcd was on node2's member, stopped by the heal, and its
@@ -71,15 +74,22 @@ func TestAHealSaysHowFarItsStreamIs(t *testing.T) {
 	}
 	defer rw.Stop()
 	nodeWatched := make(chan struct{})
+	var watchedRV int64 // the newest version the watch delivered
 	go func() {
 		defer close(nodeWatched)
 		for ev := range rw.ResultChan() {
+			if ev.Type == watch.Error {
+				t.Errorf("the watch of node2 ended: %v", apierrors.FromObject(ev.Object))
+				continue
+			}
 			if n, ok := ev.Object.(*corev1.Node); ok {
+				rv, _ := strconv.ParseInt(n.ResourceVersion, 10, 64)
+				mu.Lock()
+				watchedRV = max(watchedRV, rv)
 				if s := n.Annotations[nodereport.AnnotationStatus]; strings.Contains(s, step+":") {
-					mu.Lock()
 					onNode = append(onNode, s)
-					mu.Unlock()
 				}
+				mu.Unlock()
 			}
 		}
 	}()
@@ -125,6 +135,24 @@ func TestAHealSaysHowFarItsStreamIs(t *testing.T) {
 		}
 		if _, ok := m.Value("etcd_agent_recovery_step_progress_ratio", map[string]string{"member": "node2"}); ok {
 			return fmt.Errorf("a progress series is left")
+		}
+		return nil
+	})
+	// The watch (from the API server's cache) has caught up with the Node
+	// read last: no write of the heal is still on its way.
+	eventually(t, 15*time.Second, "the watch of node2 caught up", func() error {
+		n, err := kc.CoreV1().Nodes().Get(context.Background(), "node2", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		rv, err := strconv.ParseInt(n.ResourceVersion, 10, 64)
+		if err != nil {
+			return err
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if watchedRV < rv {
+			return fmt.Errorf("watched up to %d, the Node is at %d", watchedRV, rv)
 		}
 		return nil
 	})

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -280,8 +281,9 @@ func runStatus(t *testing.T, args []string) ([]byte, int) {
 }
 
 // nodeFiles is what a dry run must leave as it was on node n: the names
-// under its disk (data dir, quarantine), its manifests dir, and its
-// runbook dir (root; the checks' *.out files aside).
+// under its disk (data dir, quarantine: a running etcd writes inside its
+// files), and the names and contents of its manifests dir and runbook dir
+// (root; the checks' *.out files aside).
 func nodeFiles(t *testing.T, n *lab.Node, root string) []string {
 	t.Helper()
 	var names []string
@@ -294,6 +296,13 @@ func nodeFiles(t *testing.T, n *lab.Node, root string) []string {
 				return nil
 			}
 			names = append(names, p)
+			if dir != n.DiskDir && !d.IsDir() {
+				b, err := os.ReadFile(p)
+				if err != nil {
+					return err
+				}
+				names = append(names, fmt.Sprintf("%x", sha256.Sum256(b)))
+			}
 			return nil
 		})
 		if err != nil {
