@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/etcd-agent/etcd-agent/internal/agent"
+	"github.com/etcd-agent/etcd-agent/internal/memberstate"
 	"github.com/etcd-agent/etcd-agent/internal/timefmt"
 	"github.com/spf13/cobra"
 	"k8s.io/apimachinery/pkg/util/duration"
@@ -181,7 +182,10 @@ func printReport(out io.Writer, r agent.Report, now time.Time) {
 		fmt.Fprintf(out, " (%s)", l.MatchDetail)
 	}
 	fmt.Fprintf(out, "\nquorum: %d healthy of %d voters, quorum %d, margin %d", r.HealthyVoters, r.Voters, r.Quorum, r.QuorumMargin)
-	if r.MajorityLost {
+	switch {
+	case r.MajorityLost && r.State == memberstate.Recovering:
+		fmt.Fprint(out, "  MAJORITY LOST: the recovery waits for the quorum, nothing destructive")
+	case r.MajorityLost:
 		fmt.Fprint(out, "  MAJORITY LOST: the agent will not act; restoring from a backup is a human's call")
 	}
 	if o.MemberListError != "" {

@@ -110,10 +110,14 @@ func (r *reporter) export(res memberstate.Result, recovering bool) {
 			zap.Int("voters", obs.Voters()), zap.Int("healthyVoters", obs.HealthyVoters()))
 	}
 	if v.MajorityLost != r.lastMajor {
-		if v.MajorityLost {
+		switch {
+		case v.MajorityLost && v.State == memberstate.Recovering:
+			r.log.Error("majority-lost: the cluster has no quorum; the recovery waits for it, nothing destructive",
+				zap.Int("voters", obs.Voters()), zap.Int("healthyVoters", obs.HealthyVoters()), zap.String("memberList", obs.MemberListError))
+		case v.MajorityLost:
 			r.log.Error("majority-lost: the cluster has no quorum; the agent will not act (restore from backup is a human's call)",
 				zap.Int("voters", obs.Voters()), zap.Int("healthyVoters", obs.HealthyVoters()), zap.String("memberList", obs.MemberListError))
-		} else {
+		default:
 			r.log.Info("quorum is back", zap.Int("voters", obs.Voters()), zap.Int("healthyVoters", obs.HealthyVoters()))
 		}
 	}

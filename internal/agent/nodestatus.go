@@ -77,7 +77,11 @@ func statusLine(member string, res memberstate.Result, ests []progress.Estimate)
 	v, o := res.Verdict, res.Observation
 	line := fmt.Sprintf("%s (%s): member %s, %d/%d voters healthy, data dir %s", v.State, v.Reason, member,
 		o.HealthyVoters(), o.Voters(), o.Local.DataDirClass)
-	if v.MajorityLost {
+	switch {
+	case v.MajorityLost && v.State == memberstate.Recovering:
+		// plan waits mid-recovery (nothing destructive) until it is back.
+		line += "; MAJORITY LOST: quorum is gone, the recovery waits for it (nothing destructive)"
+	case v.MajorityLost:
 		line += "; MAJORITY LOST: quorum is gone, the agent will not act"
 	}
 	if v.State == memberstate.Recovering {

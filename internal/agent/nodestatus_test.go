@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -59,5 +60,21 @@ func TestNodeStatusIsWrittenOncePerChangeAndRetried(t *testing.T) {
 	}
 	if _, n := w.last(); n != 1 {
 		t.Fatalf("%d writes landed for one change, want 1", n)
+	}
+}
+
+// Seen in an e2e run: a poll whose probes timed out mid-heal made the
+// Node's line say "MAJORITY LOST: quorum is gone, the agent will not act;
+// recovery in progress" while the heal went on. Mid-recovery the agent
+// waits (nothing destructive) until the quorum is back; the line says so.
+func TestTheStatusLineSaysARecoveryWaitsForTheQuorum(t *testing.T) {
+	res := memberstate.Result{Verdict: memberstate.Verdict{State: memberstate.Recovering, Reason: "data-dir-missing", MajorityLost: true}}
+	line := statusLine("node2", res, nil)
+	if strings.Contains(line, "will not act") || !strings.Contains(line, "the recovery waits") {
+		t.Fatalf("mid-recovery: %q", line)
+	}
+	res.Verdict.State = memberstate.Lost
+	if line := statusLine("node2", res, nil); !strings.Contains(line, "the agent will not act") {
+		t.Fatalf("no recovery running: %q", line)
 	}
 }
