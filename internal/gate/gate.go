@@ -2,7 +2,7 @@
 // must not start on (a wiped member under its old IDs, a stale copy, a
 // foreign one), as etcd's wrapper or an init container, and leaves the
 // stop watch (package faststop) beside the etcd it execs. What it decides is
-// plan.DecideGate's; see docs/design.md, "The start gate".
+// plan.DecideGate's; see docs/design.md §6, "Start gate".
 package gate
 
 import (
@@ -71,7 +71,7 @@ const gateStillHoldingEvery = time.Minute
 //
 // The pod runtime's files in --state-dir (memberruntime.HoldFile,
 // StartFile) hold etcd while the agent has the member stopped, and give
-// the flags a rejoin starts with; Gate returns etcd's command line and
+// the flags a rejoin starts with; Run returns etcd's command line and
 // environment with those flags set (etcdArgv and os.Environ() otherwise).
 func Run(ctx context.Context, c Config, timeout time.Duration, etcdArgv []string) ([]string, []string, error) {
 	if c.Log == nil {
