@@ -205,7 +205,7 @@ func (h *Healer) buildPredating(ctx context.Context, res memberstate.Result, j *
 		opts = append(opts, peerseed.MoveDB())
 	}
 	opts = append(opts, seedVersionOptions(h.learnerVersion(), res.Observation)...)
-	info, err := peerseed.BuildDataDir(dest, h.cfg.DataDir, uint64(j.NewMemberID), res.Observation.ClusterID, h.log, opts...)
+	info, err := h.buildSeed(dest, uint64(j.NewMemberID), res.Observation.ClusterID, opts...)
 	if err != nil {
 		return err
 	}

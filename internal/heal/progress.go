@@ -10,6 +10,7 @@ import (
 	"github.com/etcd-agent/etcd-agent/internal/memberstate"
 	"github.com/etcd-agent/etcd-agent/internal/nodereport"
 	"github.com/etcd-agent/etcd-agent/internal/observation"
+	"github.com/etcd-agent/etcd-agent/internal/peerseed"
 	"github.com/etcd-agent/etcd-agent/internal/plan"
 	"github.com/etcd-agent/etcd-agent/internal/progress"
 	"github.com/prometheus/client_golang/prometheus"
@@ -25,19 +26,25 @@ const (
 	stepSeedStream      = "seed stream"
 	stepCatchUp         = "catch-up"
 	stepVerify          = "verify"
+	// The seed's db placed in the learner's data dir and hashed again
+	// there (it must still be what the stream verified).
+	stepSeedCheck = "seed check"
 	// A raft-mode learner receives the leader's db before it serves.
 	stepSnapshotReceive = "snapshot receive"
 )
 
 // meterStream follows a stream of total bytes as step: count is the
-// stream's progress callback (it also adds to counter), stop ends the step.
+// stream's progress callback (it also adds to counter, if any), stop ends
+// the step.
 func (h *Healer) meterStream(step string, total uint64, counter prometheus.Counter) (count func(int64), stop func()) {
 	start := time.Now()
 	h.startMeter(step, progress.Bytes, int64(total), start)
 	var mu sync.Mutex
 	var done int64
 	count = func(n int64) {
-		counter.Add(float64(n))
+		if counter != nil {
+			counter.Add(float64(n))
+		}
 		mu.Lock()
 		defer mu.Unlock()
 		done += n
@@ -268,4 +275,25 @@ type receiveSeen struct {
 	id    uint64
 	file  string
 	bytes int64
+}
+
+// buildSeed is peerseed.BuildDataDir of the db at dbPath, with its progress
+// (stepSeedCheck, in bytes of the db placed and hashed again): seconds for
+// a db of several GiB. The step ends once every byte is counted, before a
+// test's hold at the rename.
+func (h *Healer) buildSeed(dbPath string, newID, clusterID uint64, opts ...peerseed.BuildOption) (peerseed.SeedInfo, error) {
+	var size int64
+	if st, err := os.Stat(dbPath); err == nil {
+		size = st.Size()
+	}
+	count, stop := h.meterStream(stepSeedCheck, uint64(size), nil)
+	defer stop()
+	var done int64
+	opts = append(opts, peerseed.OnDBBytes(func(n int64) {
+		count(n)
+		if done += n; done >= size {
+			stop()
+		}
+	}))
+	return peerseed.BuildDataDir(dbPath, h.cfg.DataDir, newID, clusterID, h.log, opts...)
 }

@@ -435,7 +435,7 @@ func (h *Healer) seedDataDir(ctx context.Context, res memberstate.Result, j *jou
 		return err
 	}
 	opts := append(seedVersionOptions(h.learnerVersion(), res.Observation), peerseed.MoveDB(), peerseed.BeforeRename(func(string) error { return h.holdAt(ctx, HoldSeedRename) }))
-	info, err := peerseed.BuildDataDir(dest, h.cfg.DataDir, uint64(j.NewMemberID), res.Observation.ClusterID, h.log, opts...)
+	info, err := h.buildSeed(dest, uint64(j.NewMemberID), res.Observation.ClusterID, opts...)
 	if err != nil {
 		return err
 	}

@@ -73,7 +73,7 @@ func TestWithoutMemberTakesTheMovedMemberOutAsItsRemovalWould(t *testing.T) {
 func dbMembers(t *testing.T, db string) []*membership.Member {
 	t.Helper()
 	cp := filepath.Join(t.TempDir(), "db")
-	if _, _, err := copyFile(db, cp); err != nil {
+	if _, _, err := copyFile(db, cp, nil); err != nil {
 		t.Fatal(err)
 	}
 	lg := zap.NewNop()

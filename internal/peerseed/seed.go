@@ -180,6 +180,8 @@ type buildOptions struct {
 	learnerVersion, servingVersion string
 	// alterV2: withV2Data's (tests only).
 	alterV2 func([]byte) []byte
+	// dbBytes: OnDBBytes' (nil: none).
+	dbBytes func(n int64)
 }
 
 // MoveDB moves the db at dbPath into the data dir instead of copying it,
@@ -189,6 +191,14 @@ type buildOptions struct {
 // then consumed: on an error it is removed with the temp dir.
 func MoveDB() BuildOption {
 	return func(o *buildOptions) { o.moveDB = true }
+}
+
+// OnDBBytes calls f with each chunk of the db copied into the data dir or
+// hashed there again (a moved one is hashed, a copied one hashed as it is
+// written): the build's progress, in bytes of the db, for a db of several
+// GiB. f runs on the building goroutine.
+func OnDBBytes(f func(n int64)) BuildOption {
+	return func(o *buildOptions) { o.dbBytes = f }
 }
 
 // BeforeRename runs f once the data dir is built and synced in its temp dir
@@ -320,7 +330,7 @@ func buildInto(dir, dbPath string, src SeedSource, newID, clusterID uint64, o bu
 		return SeedInfo{}, err
 	}
 	db := filepath.Join(snapDir, "db")
-	size, sum, err := placeDB(dbPath, db, o.moveDB)
+	size, sum, err := placeDB(dbPath, db, o.moveDB, o.dbBytes)
 	if err != nil {
 		return SeedInfo{}, err
 	}

@@ -350,3 +350,24 @@ func TestBuildDataDirMoveDBMovesAndStillChecksTheHash(t *testing.T) {
 	mustLeaveNoDataDir(t, dataDir2)
 	mustHaveNoSeedTemps(t, dataDir2)
 }
+
+// Issue 44: the build says how far it is, in bytes of the db copied into
+// the data dir or, moved there, hashed again: every byte once, either way.
+func TestBuildDataDirSaysHowFarThePlacedDBIs(t *testing.T) {
+	fx := getSeedFixture(t)
+	for _, move := range []bool{false, true} {
+		db := dbVariant(t, fx, nil, false)
+		var total int64
+		calls := 0
+		opts := []BuildOption{OnDBBytes(func(n int64) { total += n; calls++ })}
+		if move {
+			opts = append(opts, MoveDB())
+		}
+		if _, err := BuildDataDir(db, filepath.Join(t.TempDir(), "etcd"), fx.learner, fx.cluster, zap.NewNop(), opts...); err != nil {
+			t.Fatal(err)
+		}
+		if total != fx.src.Size || calls == 0 {
+			t.Errorf("moved %v: %d bytes told in %d calls, the db has %d", move, total, calls, fx.src.Size)
+		}
+	}
+}

@@ -17,29 +17,51 @@ import (
 
 // placeDB puts the db at src into the new file dst: a rename when move is
 // set and both are on one filesystem, else a copy. It returns dst's size
-// and hex sha256, read back from dst either way.
-func placeDB(src, dst string, move bool) (int64, string, error) {
+// and hex sha256, read back from dst either way; progress (nil: none) gets
+// each chunk read.
+func placeDB(src, dst string, move bool, progress func(int64)) (int64, string, error) {
 	if !move {
-		return copyFile(src, dst)
+		return copyFile(src, dst, progress)
 	}
 	if err := os.Rename(src, dst); err != nil {
 		if errors.Is(err, syscall.EXDEV) {
-			return copyFile(src, dst)
+			return copyFile(src, dst, progress)
 		}
 		return 0, "", fmt.Errorf("move %s to %s: %w", src, dst, err)
 	}
-	return hashFile(dst)
+	return hashFile(dst, progress)
+}
+
+// counted is r, telling progress (nil: none) of each chunk read.
+func counted(r io.Reader, progress func(int64)) io.Reader {
+	if progress == nil {
+		return r
+	}
+	return &countingReader{r: r, progress: progress}
+}
+
+type countingReader struct {
+	r        io.Reader
+	progress func(int64)
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	if n > 0 {
+		c.progress(int64(n))
+	}
+	return n, err
 }
 
 // hashFile returns the size and hex sha256 of the file at path.
-func hashFile(path string) (int64, string, error) {
+func hashFile(path string, progress func(int64)) (int64, string, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return 0, "", err
 	}
 	defer f.Close()
 	h := sha256.New()
-	n, err := io.CopyBuffer(h, f, make([]byte, writeBuffer))
+	n, err := io.CopyBuffer(h, counted(f, progress), make([]byte, writeBuffer))
 	if err != nil {
 		return 0, "", fmt.Errorf("hash %s: %w", path, err)
 	}
@@ -48,7 +70,7 @@ func hashFile(path string) (int64, string, error) {
 
 // copyFile copies src to the new file dst (0600), fsynced, and returns its
 // size and hex sha256.
-func copyFile(src, dst string) (int64, string, error) {
+func copyFile(src, dst string, progress func(int64)) (int64, string, error) {
 	in, err := os.Open(src)
 	if err != nil {
 		return 0, "", err
@@ -59,7 +81,7 @@ func copyFile(src, dst string) (int64, string, error) {
 		return 0, "", err
 	}
 	h := sha256.New()
-	n, err := io.CopyBuffer(io.MultiWriter(out, h), in, make([]byte, writeBuffer))
+	n, err := io.CopyBuffer(io.MultiWriter(out, h), counted(in, progress), make([]byte, writeBuffer))
 	if err == nil {
 		err = out.Sync()
 	}

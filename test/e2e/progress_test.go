@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -172,6 +173,15 @@ func TestAHealSaysHowFarItsStreamIs(t *testing.T) {
 	if len(ratios) == 0 {
 		t.Fatalf("no etcd_agent_recovery_step_progress_ratio{step=%q} sample while the heal ran", step)
 	}
+	// The shorter steps are measured too: the seed placed in the learner's
+	// data dir and hashed again, and the verify's HashKVs (what they did is
+	// in the record, and in last-recovery).
+	for _, want := range []string{"seed check: ", "verify: "} {
+		if !slices.ContainsFunc(j.Steps, func(s string) bool { return strings.HasPrefix(s, want) }) {
+			t.Errorf("the recovery's steps %q say nothing of %q", j.Steps, strings.TrimSuffix(want, ": "))
+		}
+	}
+	t.Logf("the recovery's steps: %q", j.Steps)
 	h.finish(invariantDefaults())
 }
 
