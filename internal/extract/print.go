@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"text/tabwriter"
+	"unicode/utf8"
 
 	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/yaml"
@@ -80,12 +81,55 @@ func printList(w io.Writer, format string, objs []runtime.Object) error {
 	return writeJSONAs(w, format, b)
 }
 
+// escapeUnprintable \u-escapes, in JSON b, every character the YAML
+// reader refuses raw (DEL, C1 controls, U+FEFF, U+FFFE/FFFF: JSON leaves
+// them as they are). They occur only inside strings, which keep their
+// value; the YAML printed quotes and escapes them. A value read from etcd
+// may hold any bytes (a corrupt or hand-written one: found by
+// FuzzDecodeValue), and must still print.
+func escapeUnprintable(b []byte) []byte {
+	var out []byte
+	for i := 0; i < len(b); {
+		r, n := utf8.DecodeRune(b[i:])
+		if yamlPrintable(r) {
+			if out != nil {
+				out = append(out, b[i:i+n]...)
+			}
+			i += n
+			continue
+		}
+		if out == nil {
+			out = append(make([]byte, 0, len(b)+16), b[:i]...)
+		}
+		out = fmt.Appendf(out, `\u%04x`, r)
+		i += n
+	}
+	if out == nil {
+		return b
+	}
+	return out
+}
+
+// yamlPrintable is YAML 1.1's printable set (go-yaml's reader), less the
+// byte-order mark it refuses inside a document.
+func yamlPrintable(r rune) bool {
+	switch {
+	case r == '\t' || r == '\n' || r == '\r' || r == 0x85:
+		return true
+	case r >= 0x20 && r <= 0x7e, r >= 0xa0 && r <= 0xd7ff, r >= 0x10000 && r <= 0x10ffff:
+		return true
+	case r >= 0xe000 && r <= 0xfffd:
+		return r != 0xfeff
+	}
+	return false
+}
+
 // writeJSONAs writes JSON as kubectl would in format: YAML, or JSON indented
 // by four spaces; keys sorted in both, as kubectl prints what the API
 // server sends it.
 func writeJSONAs(w io.Writer, format string, b []byte) error {
 	if format == OutputYAML {
-		y, err := yaml.JSONToYAML(b)
+		y, err := yaml.JSONToYAML(escapeUnprintable(b))
 		if err != nil {
 			return err
 		}
