@@ -308,8 +308,11 @@ func hostMounts(pod *corev1.Pod, c corev1.Container) []HostMount {
 	for _, vm := range c.VolumeMounts {
 		hp, ok := hostPaths[vm.Name]
 		// A subPathExpr is expanded by the kubelet at runtime; skip rather
-		// than point at the wrong directory.
-		if !ok || vm.SubPathExpr != "" || !path.IsAbs(vm.MountPath) {
+		// than point at the wrong directory. A hostPath without an
+		// absolute path (none at all: found by FuzzParseMember) is no
+		// mount the kubelet would make: it must not map a data dir to ""
+		// or to a path relative to the agent's working dir.
+		if !ok || vm.SubPathExpr != "" || !path.IsAbs(vm.MountPath) || !path.IsAbs(hp) {
 			continue
 		}
 		mounts = append(mounts, HostMount{
