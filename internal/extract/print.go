@@ -111,11 +111,15 @@ func escapeUnprintable(b []byte) []byte {
 }
 
 // yamlPrintable is YAML 1.1's printable set (go-yaml's reader), less the
-// byte-order mark it refuses inside a document.
+// byte-order mark it refuses inside a document and the line breaks it
+// would fold inside a quoted scalar (NEL, U+2028, U+2029: read raw, they
+// would not read back as themselves).
 func yamlPrintable(r rune) bool {
 	switch {
-	case r == '\t' || r == '\n' || r == '\r' || r == 0x85:
+	case r == '\t' || r == '\n' || r == '\r':
 		return true
+	case r == 0x2028 || r == 0x2029:
+		return false
 	case r >= 0x20 && r <= 0x7e, r >= 0xa0 && r <= 0xd7ff, r >= 0x10000 && r <= 0x10ffff:
 		return true
 	case r >= 0xe000 && r <= 0xfffd:

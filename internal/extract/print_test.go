@@ -13,7 +13,7 @@ import (
 // prints as YAML, and reads back the same (FuzzDecodeValue found a Secret
 // whose namespace held a DEL: -o yaml failed).
 func TestYAMLPrintsAValueWithUnprintableCharacters(t *testing.T) {
-	in := "a\x7fb\u0086c\ufffed\te\u00e9"
+	in := "a\x7fb\u0086c\ufffed\te\u00e9f\u0085g\u2028h\u2029i"
 	cm := &corev1.ConfigMap{TypeMeta: metav1.TypeMeta{Kind: "ConfigMap", APIVersion: "v1"},
 		ObjectMeta: metav1.ObjectMeta{Name: "x", Namespace: "n\x7f"}, Data: map[string]string{"k": in}}
 	var out bytes.Buffer
