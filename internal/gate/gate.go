@@ -88,10 +88,7 @@ func Run(ctx context.Context, c Config, timeout time.Duration, etcdArgv []string
 // with the start file's flags judged.
 func gateCommandLine(c Config, v plan.GateVerdict, sf *memberruntime.StartFlags, boot bootstrapFlags, etcdArgv, environ []string) ([]string, []string, error) {
 	switch {
-	case v.Reason != plan.GatePrepared && v.Reason != plan.GateLearnerStartFlags:
-		// Only the learner the agent prepared, or one added by hand that
-		// the file names, starts with the rejoin flags; any other pass runs
-		// etcd exactly as judged.
+	case !v.StartsWithStartFlags():
 		return etcdArgv, environ, nil
 	case sf == nil && boot.bootstrap && len(etcdArgv) > 0:
 		// The learner's flags were judged there and are gone now: never

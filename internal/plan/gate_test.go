@@ -252,3 +252,22 @@ func TestAnUnpinnedPodMemberStartsOnItsDataOnlyAfterTheAgentReadItsRecord(t *tes
 		}
 	}
 }
+
+// Only a learner the agent prepared, or one a person named in the start
+// file, starts with the rejoin flags; a hold never does.
+func TestOnlyAPreparedLearnerStartsWithTheStartFlags(t *testing.T) {
+	for _, c := range []struct {
+		v    GateVerdict
+		want bool
+	}{
+		{pass(GatePrepared, ""), true},
+		{pass(GateLearnerStartFlags, ""), true},
+		{pass(GateDataDirOK, ""), false},
+		{pass(GateNeverSeen, ""), false},
+		{hold(GatePrepared, ""), false},
+	} {
+		if got := c.v.StartsWithStartFlags(); got != c.want {
+			t.Errorf("%+v: starts with the start flags = %v, want %v", c.v, got, c.want)
+		}
+	}
+}

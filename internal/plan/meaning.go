@@ -99,3 +99,11 @@ func (d SkeletonDecision) CannotPutBack() bool {
 
 // DryRun: the skeleton would be made but --dry-run holds it.
 func (d SkeletonDecision) DryRun() bool { return d.Reason == SkeletonDryRun }
+
+// StartsWithStartFlags: the gate let a learner start that the agent
+// prepared, or that a person added and named in the start file; only such
+// a start takes the rejoin flags (docs/design.md §6, rule 9). Any other
+// pass runs etcd exactly as judged.
+func (v GateVerdict) StartsWithStartFlags() bool {
+	return v.Pass && (v.Reason == GatePrepared || v.Reason == GateLearnerStartFlags)
+}
