@@ -276,8 +276,10 @@ func (m *Metrics) Handler() http.Handler {
 
 // Init sets every series of member (in m's cluster) to its zero so that dashboards and
 // alerts see them before the first event (a counter that appears only on its
-// first increment makes rate() and absent() lie).
-func (m *Metrics) Init(member string, reasons []string) {
+// first increment makes rate() and absent() lie): reasons are the refusal
+// codes, phases the recovery phases timed (a histogram born at count 1 has
+// no increase over its first observation).
+func (m *Metrics) Init(member string, reasons, phases []string) {
 	for _, r := range []string{"succeeded", "failed"} {
 		m.RecoveriesTotal.WithLabelValues(member, r)
 	}
@@ -285,6 +287,10 @@ func (m *Metrics) Init(member string, reasons []string) {
 		m.RefusalsTotal.WithLabelValues(member, r)
 		m.RefusedSince.WithLabelValues(member, r).Set(0)
 	}
+	for _, p := range phases {
+		m.PhaseDuration.WithLabelValues(member, p)
+	}
+	m.RecoveryDuration.WithLabelValues(member)
 	m.RecoveryInProgress.WithLabelValues(member).Set(0)
 	m.LeaseHeld.WithLabelValues(member).Set(0)
 	m.SnapshotBytesTotal.WithLabelValues(member)

@@ -125,8 +125,8 @@ func TestMetricsClusterLabel(t *testing.T) {
 // write cluster="", and Init works on any cluster's Metrics.
 func TestMetricsDefaultCluster(t *testing.T) {
 	m := New()
-	m.Init("node-1", []string{"no-quorum"})
-	m.ForCluster("ns/etcd").Init("etcd-0", []string{"no-quorum"})
+	m.Init("node-1", []string{"no-quorum"}, nil)
+	m.ForCluster("ns/etcd").Init("etcd-0", []string{"no-quorum"}, nil)
 	find(t, m, "etcd_agent_recoveries_total", map[string]string{"cluster": "", "member": "node-1", "result": "failed"})
 	find(t, m, "etcd_agent_recoveries_total", map[string]string{"cluster": "ns/etcd", "member": "etcd-0", "result": "failed"})
 	find(t, m, "etcd_agent_recovery_refused_since_timestamp_seconds", map[string]string{"cluster": "", "member": "node-1", "reason": "no-quorum"})
@@ -157,4 +157,21 @@ func TestMetricsStepDeletePartialMatch(t *testing.T) {
 			t.Errorf("%s after deleting clusters-a's etcd-0: %d series, want only clusters-b's", name, len(s))
 		}
 	}
+}
+
+// TestInitCreatesEveryPhasesDuration: the per-phase duration histogram
+// exists (count 0) before the first heal, so that the dashboard's
+// increase(...[$__range]) over it sees the first heal's phases (a series
+// born at count 1 has no increase: "Recovery phase durations" said "no
+// data" for an agent's first heal).
+func TestInitCreatesEveryPhasesDuration(t *testing.T) {
+	m := New()
+	m.Init("node-1", nil, []string{"stopped", "promoted"})
+	for _, phase := range []string{"stopped", "promoted"} {
+		s := find(t, m, "etcd_agent_recovery_phase_duration_seconds", map[string]string{"cluster": "", "member": "node-1", "phase": phase})
+		if s != nil && s.GetHistogram().GetSampleCount() != 0 {
+			t.Errorf("phase %s: count %d before any heal, want 0", phase, s.GetHistogram().GetSampleCount())
+		}
+	}
+	find(t, m, "etcd_agent_recovery_duration_seconds", map[string]string{"cluster": "", "member": "node-1"})
 }

@@ -200,6 +200,8 @@ func (f fieldDefaults) format(v float64) string {
 		return formatSeconds(v)
 	case "Bps":
 		return formatBytesRate(v)
+	case "percentunit": // Grafana's "Percent (0.0-1.0)"
+		return strconv.FormatFloat(v*100, 'f', 0, 64) + "%"
 	}
 	if f.Decimals != nil {
 		return strconv.FormatFloat(v, 'f', *f.Decimals, 64)
@@ -211,7 +213,7 @@ func (f fieldDefaults) format(v float64) string {
 // digits a tick needs (decimals is for the values, as in Grafana).
 func (f fieldDefaults) axisFormat(v float64) string {
 	switch f.Unit {
-	case "s", "Bps":
+	case "s", "Bps", "percentunit":
 		return f.format(v)
 	}
 	return formatPlain(v)

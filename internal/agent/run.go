@@ -136,7 +136,7 @@ func runMember(ctx context.Context, c Config, id watchdog.Identity, env memberEn
 	board := &progress.Board{} // the healer's long steps, read by the reporter
 	rep := &reporter{log: log, metrics: m, member: id.Name, statusPath: filepath.Join(c.StateDir, StatusFile), where: c.where(id),
 		progress: board, progressEvery: progressEvery, latest: env.latest}
-	m.Init(id.Name, reasonStrings())
+	m.Init(id.Name, reasonStrings(), heal.TimedPhases)
 
 	remote := env.pinRecord
 	if env.node && kc != nil && c.NodeName != "" {

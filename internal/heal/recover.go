@@ -442,6 +442,12 @@ func (h *Healer) newRecord(res memberstate.Result, req *plan.Request, prev journ
 	return next
 }
 
+// TimedPhases are the phases whose durations the Healer records
+// (etcd_agent_recovery_phase_duration_seconds): the agent creates their
+// series before the first heal (metrics.Init).
+var TimedPhases = []string{string(journal.PhaseStopped), string(journal.PhaseSnapshotted), string(journal.PhaseRemoved),
+	string(journal.PhaseLearnerAdded), string(journal.PhasePrepared), string(journal.PhaseMemberStarted), string(journal.PhasePromoted)}
+
 // timed runs a step, then advances the journal to phase and records the
 // step's duration.
 func (h *Healer) timed(j *journal.Record, phase journal.Phase, do func() error) error {

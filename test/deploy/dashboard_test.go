@@ -73,7 +73,7 @@ func TestDashboardQueries(t *testing.T) {
 		}
 	}
 	for _, want := range []string{"Member state per node", "Quorum margin", "Recoveries by result", "Refusals by reason",
-		"Recovery phase durations", "Learner lag"} {
+		"Recovery phase durations", "Learner lag", "Recovery step progress", "Recovery step ETA", "Quorum margin per cluster"} {
 		if !titles[want] {
 			t.Errorf("dashboard has no panel %q", want)
 		}
