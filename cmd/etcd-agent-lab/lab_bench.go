@@ -18,7 +18,7 @@ func newLabBenchCmd(g *globalFlags, dir *string) *cobra.Command {
 	var runs int
 	var modes []string
 	var move bool
-	var etcdVersion string
+	var etcdVersion, linkRate string
 	c := &cobra.Command{
 		Use:   "bench",
 		Short: "Measure the agent's heal against the bare etcd rejoin on the same db, per db size, and print a table",
@@ -47,6 +47,11 @@ func newLabBenchCmd(g *globalFlags, dir *string) *cobra.Command {
 				Lab:   lab.Options{Dir: *dir, Nodes: 3, BinDir: binDir, AgentBinary: agent, Log: log},
 				Sizes: bytes, Runs: runs, Modes: modes, Out: cmd.OutOrStdout(), Log: log,
 			}
+			if linkRate != "" {
+				if o.LearnerLinkRate, err = parseSize(linkRate); err != nil {
+					return fmt.Errorf("--learner-link-rate: %w", err)
+				}
+			}
 			if etcdVersion != "" {
 				if o.Lab.EtcdBinary, err = lab.EtcdBinaryForVersion(binDir, etcdVersion); err != nil {
 					return err
@@ -69,6 +74,7 @@ func newLabBenchCmd(g *globalFlags, dir *string) *cobra.Command {
 	c.Flags().StringSliceVar(&modes, "modes", []string{"raft", "seed"}, "agent rejoin modes to measure side by side: raft, seed, follower (seed mode streaming the db a second time off a follower: --seed-from-backup=false; with --move: --seed-from-store=false), seed-copy-after (seed mode copying the backup after the add: --seed-copy-during-stream=false)")
 	c.Flags().StringVar(&binDir, "bin-dir", defaultBinDir(), "folder with etcd and kube-apiserver (from `make tools`)")
 	c.Flags().StringVar(&etcdVersion, "etcd-version", "", "etcd minor the members run: 3.5, 3.6 or 3.7 (default: bin/etcd, 3.6)")
+	c.Flags().StringVar(&linkRate, "learner-link-rate", "", "bytes per second the healed member's peer link receives (e.g. 64MB: raft snapshots to the learner take time, as on a real network); through peer proxies, so plain http only")
 	return c
 }
 

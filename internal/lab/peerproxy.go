@@ -13,10 +13,12 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
 	"go.uber.org/zap"
+	"golang.org/x/time/rate"
 )
 
 // Peer proxies (Options.PeerProxy) put an HTTP proxy in front of every
@@ -80,6 +82,9 @@ type peerProxy struct {
 	stop   chan struct{}
 	lnMu   sync.Mutex
 	ln     net.Listener // nil while the member does not listen
+	// ingress, when set, meters the request bodies forwarded to the
+	// member (LimitPeerIngress).
+	ingress atomic.Pointer[rate.Limiter]
 }
 
 // proxyPoll is how often a proxy checks that its member listens.
@@ -210,6 +215,9 @@ func (p *peerProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		panic(http.ErrAbortHandler) // close the connection, send nothing
 	}
 	defer p.set.done(lr)
+	if lim := p.ingress.Load(); lim != nil && r.Body != nil && r.Body != http.NoBody {
+		r.Body = meteredBody{ReadCloser: r.Body, ctx: ctx, lim: lim}
+	}
 	p.rp.ServeHTTP(w, r.WithContext(ctx))
 }
 

@@ -63,8 +63,14 @@ type Options struct {
 	Runs int
 	// Modes are the agent's rejoin modes to measure, side by side.
 	Modes []string
-	Out   io.Writer
-	Log   *zap.Logger
+	// LearnerLinkRate, when set, is the bytes per second the healed
+	// member's peer link receives (lab.LimitPeerIngress, through peer
+	// proxies): raft snapshots to the learner take time, as on a real
+	// network, so the snapshot receive's and the catch-up's ETAs can be
+	// measured. The bare rejoin's member (node3) is not limited.
+	LearnerLinkRate int64
+	Out             io.Writer
+	Log             *zap.Logger
 }
 
 // Run measures every size on a fresh lab each and prints the table.
@@ -79,12 +85,13 @@ func Run(ctx context.Context, o Options) ([]Row, error) {
 		// start a heal here: stopping etcd under API load takes longer than
 		// the lab's 3 s grace, which would start the clock early.
 		lo.AgentArgs = append(lo.AgentArgs, "--grace-period=1h")
+		lo.PeerProxy = lo.PeerProxy || o.LearnerLinkRate > 0
 		fmt.Fprintf(o.Out, "== %s: lab up, filling the db ...\n", human(size))
 		modes := o.Modes
 		if len(modes) == 0 {
 			modes = []string{"raft"}
 		}
-		row, err := runOne(ctx, lo, size, max(1, o.Runs), modes, o.Out)
+		row, err := runOne(ctx, lo, size, max(1, o.Runs), modes, o.LearnerLinkRate, o.Out)
 		if err != nil {
 			if len(rows) > 0 { // what was measured is not lost
 				Print(o.Out, rows)
@@ -115,7 +122,7 @@ func quotaFor(size int64) int64 {
 	return min(2*size, 8<<30)
 }
 
-func runOne(ctx context.Context, lo lab.Options, size int64, runs int, modes []string, out io.Writer) (Row, error) {
+func runOne(ctx context.Context, lo lab.Options, size int64, runs int, modes []string, linkRate int64, out io.Writer) (Row, error) {
 	row := Row{Modes: modes, Heals: map[string]*Heals{}}
 	l, err := lab.Up(ctx, lo)
 	if l != nil {
@@ -168,6 +175,12 @@ func runOne(ctx context.Context, lo lab.Options, size int64, runs int, modes []s
 		if err := l.WaitHealthy(ctx, 3, 5*time.Minute); err != nil {
 			return row, err
 		}
+	}
+	if linkRate > 0 {
+		if err := l.LimitPeerIngress("node2", linkRate); err != nil {
+			return row, err
+		}
+		fmt.Fprintf(out, "   node2's peer link receives at most %s/s\n", human(linkRate))
 	}
 	for _, mode := range modes {
 		if err := l.RestartAgents(ctx, rejoinModeArgs(mode)...); err != nil {
