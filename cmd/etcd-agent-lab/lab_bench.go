@@ -36,6 +36,12 @@ func newLabBenchCmd(g *globalFlags, dir *string) *cobra.Command {
 				}
 				bytes = append(bytes, b)
 			}
+			var rateLimit int64
+			if linkRate != "" {
+				if rateLimit, err = parseSize(linkRate); err != nil {
+					return fmt.Errorf("--learner-link-rate: %w", err)
+				}
+			}
 			agent, err := agentBinary()
 			if err != nil {
 				return err
@@ -45,12 +51,7 @@ func newLabBenchCmd(g *globalFlags, dir *string) *cobra.Command {
 			}
 			o := bench.Options{
 				Lab:   lab.Options{Dir: *dir, Nodes: 3, BinDir: binDir, AgentBinary: agent, Log: log},
-				Sizes: bytes, Runs: runs, Modes: modes, Out: cmd.OutOrStdout(), Log: log,
-			}
-			if linkRate != "" {
-				if o.LearnerLinkRate, err = parseSize(linkRate); err != nil {
-					return fmt.Errorf("--learner-link-rate: %w", err)
-				}
+				Sizes: bytes, Runs: runs, Modes: modes, LearnerLinkRate: rateLimit, Out: cmd.OutOrStdout(), Log: log,
 			}
 			if etcdVersion != "" {
 				if o.Lab.EtcdBinary, err = lab.EtcdBinaryForVersion(binDir, etcdVersion); err != nil {

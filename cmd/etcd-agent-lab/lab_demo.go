@@ -13,7 +13,7 @@ import (
 
 func newLabDemoCmd(g *globalFlags, dir *string) *cobra.Command {
 	o := demo.Options{}
-	var binDir string
+	var binDir, dbSize string
 	c := &cobra.Command{
 		Use:   "demo",
 		Short: "Bring up the lab with agents, load the API, wipe a member's data dir and show the heal (exit 0 only if it healed)",
@@ -22,6 +22,14 @@ func newLabDemoCmd(g *globalFlags, dir *string) *cobra.Command {
 			log, err := g.logger()
 			if err != nil {
 				return err
+			}
+			if dbSize != "" {
+				if o.DBBytes, err = parseSize(dbSize); err != nil {
+					return fmt.Errorf("--db-size: %w", err)
+				}
+				if o.DBBytes > 1<<30 {
+					return fmt.Errorf("--db-size %s: at most 1GB (the lab's etcd runs with its default 2 GiB quota)", dbSize)
+				}
 			}
 			if l, err := lab.Open(*dir, log); err == nil {
 				_ = l.Down(cmd.Context()) // a previous demo's lab
@@ -52,5 +60,6 @@ func newLabDemoCmd(g *globalFlags, dir *string) *cobra.Command {
 	c.Flags().DurationVar(&o.Baseline, "baseline", 5*time.Second, "API load before the fault, for the latency baseline")
 	c.Flags().DurationVar(&o.Timeout, "timeout", 3*time.Minute, "how long the heal may take")
 	c.Flags().StringVar(&binDir, "bin-dir", defaultBinDir(), "folder with etcd and kube-apiserver (from `make tools`)")
+	c.Flags().StringVar(&dbSize, "db-size", "", "fill the db to about this size first (e.g. 500MB, at most 1GB: etcd's 2 GiB quota), so the timeline shows the long steps' progress and ETA")
 	return c
 }

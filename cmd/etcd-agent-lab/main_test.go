@@ -26,6 +26,9 @@ func TestBadInputGivesAClearError(t *testing.T) {
 		{"bad mode", []string{"up", "--mode", "cloud", "--dir", t.TempDir()}, "--mode \"cloud\""},
 		{"bad log level", []string{"status", "--log-level", "loud", "--dir", t.TempDir()}, "bad --log-level"},
 		{"no lab there", []string{"status", "--dir", t.TempDir()}, "lab.json"},
+		{"bad demo db size", []string{"demo", "--db-size", "lots", "--dir", t.TempDir()}, "--db-size: bad size"},
+		{"demo db over the quota", []string{"demo", "--db-size", "2GB", "--dir", t.TempDir()}, "at most 1GB"},
+		{"bad link rate", []string{"bench", "--learner-link-rate", "slow", "--dir", t.TempDir()}, "--learner-link-rate: bad size"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			out, err := execute(tc.args...)

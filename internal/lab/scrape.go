@@ -219,3 +219,24 @@ func (l *Lab) BytesSentTo(ctx context.Context, id uint64) (float64, error) {
 		return v
 	})
 }
+
+// ByLabel returns the values of metric name's series by their label's
+// value (gauge series only).
+func (m Metrics) ByLabel(name, label string) map[string]float64 {
+	out := map[string]float64{}
+	fam, ok := m[name]
+	if !ok {
+		return out
+	}
+	for _, s := range fam.Metric {
+		if s.Gauge == nil {
+			continue
+		}
+		for _, lp := range s.Label {
+			if lp.GetName() == label {
+				out[lp.GetValue()] = s.Gauge.GetValue()
+			}
+		}
+	}
+	return out
+}

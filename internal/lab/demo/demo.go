@@ -15,6 +15,7 @@ import (
 	"github.com/etcd-agent/etcd-agent/internal/journal"
 	"github.com/etcd-agent/etcd-agent/internal/lab"
 	"github.com/etcd-agent/etcd-agent/internal/lab/invariant"
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"k8s.io/apimachinery/pkg/util/wait"
 )
 
@@ -24,7 +25,11 @@ type Options struct {
 	Victim   string        // node whose data dir is wiped
 	Baseline time.Duration // API load before the fault, for the p99 baseline
 	Timeout  time.Duration // for the heal
-	Out      io.Writer
+	// DBBytes, when set, fills the db to about that size first (512 KiB
+	// values), so that the heal's long steps take long enough for the
+	// timeline to say how far they are.
+	DBBytes int64
+	Out     io.Writer
 }
 
 // Result is the demo's summary.
@@ -69,6 +74,14 @@ func Run(ctx context.Context, o Options) (Result, *lab.Lab, error) {
 	victim, err := l.Spec.Node(o.Victim)
 	if err != nil {
 		return res, l, err
+	}
+	if o.DBBytes > 0 {
+		step("== filling the db to about %d MiB (512 KiB values)", o.DBBytes>>20)
+		t := time.Now()
+		if err := fill(ctx, cli, o.DBBytes); err != nil {
+			return res, l, fmt.Errorf("fill: %w", err)
+		}
+		step("   filled in %.1fs", time.Since(t).Seconds())
 	}
 	step("== API write load: a ConfigMap and an etcd key every 50 ms; baseline for %s", o.Baseline)
 	w, err := invariant.StartWriter(ctx, kc, cli, 50*time.Millisecond)
@@ -128,6 +141,7 @@ func watchTimeline(ctx context.Context, l *lab.Lab, n lab.Node, t0 time.Time, ti
 	seenPhase := map[journal.Phase]bool{}
 	at := func(t time.Time) string { return fmt.Sprintf("+%6.2fs", t.Sub(t0).Seconds()) }
 	var final journal.Record
+	var progress progressLines
 	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Until(t0.Add(timeout)), true, func(context.Context) (bool, error) {
 		if m, err := l.AgentMetrics(ctx, n.Name); err == nil {
 			dd := m.OneHot("etcd_agent_data_dir_status", "status")
@@ -140,6 +154,10 @@ func watchTimeline(ctx context.Context, l *lab.Lab, n lab.Node, t0 time.Time, ti
 			if state == "lost" && !seenState["lost"] {
 				seenState["lost"] = true
 				step("%s  lost          after the %s grace period (member still serves from open files)", at(time.Now()), lab.LabGracePeriod)
+			}
+			now := time.Now()
+			for _, line := range progress.at(now, m.ByLabel("etcd_agent_recovery_step_progress_ratio", "step"), m.ByLabel("etcd_agent_recovery_step_eta_seconds", "step")) {
+				step("%s  progress      %s", at(now), line)
 			}
 		}
 		rec, ok, _ := journal.Load(n.StateDir, n.Member)
@@ -156,6 +174,9 @@ func watchTimeline(ctx context.Context, l *lab.Lab, n lab.Node, t0 time.Time, ti
 			}
 			if rec.Phase == journal.PhaseDone {
 				final = rec
+				for _, s := range rec.Steps {
+					step("           long step     %s", s)
+				}
 				if rec.Result != journal.ResultSucceeded {
 					return false, fmt.Errorf("recovery %s: %s %s", rec.Result, rec.Reason, rec.Message)
 				}
@@ -249,4 +270,18 @@ func (r Result) Print(w io.Writer) {
 		fmt.Fprintf(w, "   FAILED:            %s\n", r.FailureExplained)
 	}
 	_ = os.Stdout.Sync()
+}
+
+// fill writes 512 KiB values until the db holds about size bytes.
+func fill(ctx context.Context, cli *clientv3.Client, size int64) error {
+	val := strings.Repeat("x", 512<<10)
+	for i := 0; int64(i)*int64(len(val)) < size; i++ {
+		rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		_, err := cli.Put(rctx, fmt.Sprintf("/demo/fill/%06d", i), val)
+		cancel()
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }
