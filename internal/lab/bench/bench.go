@@ -459,7 +459,7 @@ func agentHeal(ctx context.Context, l *lab.Lab, node string, row *Heals) error {
 // Print writes the table.
 func Print(w io.Writer, rows []Row) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "db size\tmode\truns\tbare etcd rejoin\tfastest bare\tagent TTR-grace\tratio\tpre-change backup\tagent total\tleader raft snapshots\tsent to learner\tleader CPU\tpeers CPU\tAPI p99 before\tAPI p99 during\tAPI writes failed\t")
+	fmt.Fprintln(tw, "db size\tmode\truns\tbare etcd rejoin\tfastest bare\tagent TTR-grace\tratio\tpre-change backup\tagent total\tbeyond the stream\tof the stream\ttarget\tmet\tleader raft snapshots\tsent to learner\tleader CPU\tpeers CPU\tAPI p99 before\tAPI p99 during\tAPI writes failed\t")
 	for _, r := range rows {
 		for _, mode := range r.Modes {
 			h := r.Heals[mode]
@@ -467,14 +467,41 @@ func Print(w io.Writer, rows []Row) {
 				continue
 			}
 			floor, agent := fastest(r.Bare), median(h.Agent)
-			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%.2fx\t%s\t%s\t%.0f\t%s\t%.2fs\t%.2fs\t%s\t%s\t%d/%d\t\n", human(r.DBBytes), mode, len(h.Agent), spread(r.Bare),
+			b := beyondTheStream(h)
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%.2fx\t%s\t%s\t%s\t%s\t%s\t%s\t%.0f\t%s\t%.2fs\t%.2fs\t%s\t%s\t%d/%d\t\n", human(r.DBBytes), mode, len(h.Agent), spread(r.Bare),
 				floor.Round(10*time.Millisecond), spread(h.Agent), float64(agent)/float64(floor), median(h.Snapshot).Round(10*time.Millisecond), median(h.AgentTotal).Round(10*time.Millisecond),
-				h.LeaderSnaps, human(int64(medianF(h.ToLearner))), medianF(h.LeaderCPU), medianF(h.PeersCPU),
+				b.beyond, b.ratio, b.target, b.met, h.LeaderSnaps, human(int64(medianF(h.ToLearner))), medianF(h.LeaderCPU), medianF(h.PeersCPU),
 				r.BaselineP99.Round(time.Millisecond), invariant.Percentile(h.lat, 99).Round(time.Millisecond), h.APIFailed, h.APIAttempted)
 		}
 	}
 	tw.Flush()
-	fmt.Fprintln(w, "(durations: median [min-max] over the runs; ratio = median agent / fastest bare rejoin, the floor etcd reaches without its stall; leader raft snapshots: total over the runs; sent to learner: median bytes the members sent the new learner over raft; leader CPU, peers CPU: median CPU seconds of the leader's etcd, and of every member's but the healed one's, during a heal)")
+	fmt.Fprintln(w, "(durations: median [min-max] over the runs; ratio = median agent / fastest bare rejoin, the floor etcd reaches without its stall; beyond the stream: agent total - pre-change backup, the run with the median of it, its share of that run's stream, issue 43's target for it (0.15 x stream + 1 s) and whether it was met; leader raft snapshots: total over the runs; sent to learner: median bytes the members sent the new learner over raft; leader CPU, peers CPU: median CPU seconds of the leader's etcd, and of every member's but the healed one's, during a heal)")
+}
+
+// beyond is what a heal adds to its pre-change stream (issue 43), in the
+// run with the median of it, as the table's cells.
+type beyond struct{ beyond, ratio, target, met string }
+
+func beyondTheStream(h *Heals) beyond {
+	type run struct{ beyond, stream time.Duration }
+	var runs []run
+	for i := range min(len(h.AgentTotal), len(h.Snapshot)) {
+		runs = append(runs, run{h.AgentTotal[i] - h.Snapshot[i], h.Snapshot[i]})
+	}
+	if len(runs) == 0 {
+		return beyond{"-", "-", "-", "-"}
+	}
+	sort.Slice(runs, func(i, j int) bool { return runs[i].beyond < runs[j].beyond })
+	r := runs[(len(runs)-1)/2]
+	target := time.Duration(0.15*float64(r.stream)) + time.Second
+	b := beyond{beyond: r.beyond.Round(10 * time.Millisecond).String(), target: target.Round(10 * time.Millisecond).String(), met: "no", ratio: "-"}
+	if r.stream > 0 {
+		b.ratio = fmt.Sprintf("%.2fx", float64(r.beyond)/float64(r.stream))
+	}
+	if r.beyond <= target {
+		b.met = "yes"
+	}
+	return b
 }
 
 func median(ds []time.Duration) time.Duration { return invariant.Percentile(ds, 50) }

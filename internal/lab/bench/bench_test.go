@@ -84,3 +84,40 @@ func TestQuotaForLeavesRoomAboveOneGiB(t *testing.T) {
 		}
 	}
 }
+
+// Issue 43's target is what a heal adds beyond the pre-change stream:
+// agent total - stream <= 0.15 x stream + 1 s, per run, the median shown.
+func TestPrintSaysWhatTheHealAddsBeyondTheStream(t *testing.T) {
+	rows := []Row{{
+		DBBytes: 1 << 30, Bare: []time.Duration{time.Second}, Modes: []string{"raft", "seed"},
+		Heals: map[string]*Heals{
+			"raft": {Agent: []time.Duration{19 * time.Second}, AgentTotal: []time.Duration{20 * time.Second}, Snapshot: []time.Duration{10 * time.Second}},
+			"seed": {Agent: []time.Duration{11 * time.Second, 12 * time.Second, 14 * time.Second},
+				AgentTotal: []time.Duration{11500 * time.Millisecond, 13 * time.Second, 15 * time.Second},
+				Snapshot:   []time.Duration{10 * time.Second, 11 * time.Second, 12 * time.Second}},
+		},
+	}}
+	var b strings.Builder
+	Print(&b, rows)
+	out := b.String()
+	if !strings.Contains(strings.Split(out, "\n")[0], "beyond the stream") {
+		t.Fatalf("no column for the time beyond the stream:\n%s", out)
+	}
+	// raft: 10 s beyond a 10 s stream, target 2.5 s; seed: 1.5, 2 and 3 s
+	// beyond 10, 11 and 12 s streams (targets 2.5, 2.65, 2.8 s): the median
+	// 2 s, 18 % of its run's stream, met.
+	for mode, want := range map[string]string{"raft": "10s 1.00x 2.5s no", "seed": "2s 0.18x 2.65s yes"} {
+		found := false
+		for _, line := range strings.Split(out, "\n") {
+			if f := strings.Fields(line); len(f) > 2 && f[2] == mode {
+				found = true
+				if !strings.Contains(strings.Join(f, " "), " "+want+" ") {
+					t.Errorf("%s row lacks %q: %s", mode, want, line)
+				}
+			}
+		}
+		if !found {
+			t.Errorf("no %s row:\n%s", mode, out)
+		}
+	}
+}
