@@ -19,6 +19,7 @@ func newLabBenchCmd(g *globalFlags, dir *string) *cobra.Command {
 	var modes []string
 	var move bool
 	var etcdVersion, linkRate string
+	var etcdTLS bool
 	c := &cobra.Command{
 		Use:   "bench",
 		Short: "Measure the agent's heal against the bare etcd rejoin on the same db, per db size, and print a table",
@@ -37,6 +38,9 @@ func newLabBenchCmd(g *globalFlags, dir *string) *cobra.Command {
 				bytes = append(bytes, b)
 			}
 			var rateLimit int64
+			if linkRate != "" && etcdTLS {
+				return fmt.Errorf("--learner-link-rate meters plain peer traffic through proxies: not with --etcd-tls")
+			}
 			if linkRate != "" {
 				if rateLimit, err = parseSize(linkRate); err != nil {
 					return fmt.Errorf("--learner-link-rate: %w", err)
@@ -50,7 +54,7 @@ func newLabBenchCmd(g *globalFlags, dir *string) *cobra.Command {
 				return err
 			}
 			o := bench.Options{
-				Lab:   lab.Options{Dir: *dir, Nodes: 3, BinDir: binDir, AgentBinary: agent, Log: log},
+				Lab:   lab.Options{Dir: *dir, Nodes: 3, BinDir: binDir, AgentBinary: agent, EtcdTLS: etcdTLS, Log: log},
 				Sizes: bytes, Runs: runs, Modes: modes, LearnerLinkRate: rateLimit, Out: cmd.OutOrStdout(), Log: log,
 			}
 			if etcdVersion != "" {
@@ -75,6 +79,7 @@ func newLabBenchCmd(g *globalFlags, dir *string) *cobra.Command {
 	c.Flags().StringSliceVar(&modes, "modes", []string{"raft", "seed"}, "agent rejoin modes to measure side by side: raft, seed, follower (seed mode streaming the db a second time off a follower: --seed-from-backup=false; with --move: --seed-from-store=false), seed-copy-after (seed mode copying the backup after the add: --seed-copy-during-stream=false)")
 	c.Flags().StringVar(&binDir, "bin-dir", defaultBinDir(), "folder with etcd and kube-apiserver (from `make tools`)")
 	c.Flags().StringVar(&etcdVersion, "etcd-version", "", "etcd minor the members run: 3.5, 3.6 or 3.7 (default: bin/etcd, 3.6)")
+	c.Flags().BoolVar(&etcdTLS, "etcd-tls", false, "the members serve client and peer TLS with client cert auth, as every production cluster does (the stream then goes through etcd's TLS client port)")
 	c.Flags().StringVar(&linkRate, "learner-link-rate", "", "bytes per second the healed member's peer link receives (e.g. 64MB: raft snapshots to the learner take time, as on a real network); through peer proxies, so plain http only")
 	return c
 }

@@ -28,6 +28,7 @@ func TestBadInputGivesAClearError(t *testing.T) {
 		{"no lab there", []string{"status", "--dir", t.TempDir()}, "lab.json"},
 		{"bad demo db size", []string{"demo", "--db-size", "lots", "--dir", t.TempDir()}, "--db-size: bad size"},
 		{"demo db over the quota", []string{"demo", "--db-size", "2GB", "--dir", t.TempDir()}, "at most 1GB"},
+		{"link rate with TLS", []string{"bench", "--learner-link-rate", "64MB", "--etcd-tls", "--dir", t.TempDir()}, "not with --etcd-tls"},
 		{"bad link rate", []string{"bench", "--learner-link-rate", "slow", "--dir", t.TempDir()}, "--learner-link-rate: bad size"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

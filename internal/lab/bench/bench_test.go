@@ -121,3 +121,19 @@ func TestPrintSaysWhatTheHealAddsBeyondTheStream(t *testing.T) {
 		}
 	}
 }
+
+// The stream's time is the record's, not snapshotted minus stopped: the
+// backup streams while the member stops (a 620 ms stream inside a 1.04 s
+// stop read as 10 ms in the bench's TLS run).
+func TestTheStreamsTimeIsTheRecordsOwn(t *testing.T) {
+	t0 := time.Date(2026, 12, 7, 14, 0, 0, 0, time.UTC)
+	rec := journal.Record{PhaseTimes: map[journal.Phase]time.Time{journal.PhaseStopped: t0, journal.PhaseSnapshotted: t0.Add(10 * time.Millisecond)},
+		Steps: []string{"seed check: 328 KiB in 0s (349 MiB/s)", "pre-change stream: 118 MiB in 600ms (197 MiB/s)"}}
+	if got := streamTook(rec); got != 600*time.Millisecond {
+		t.Errorf("stream took %s, want the record's 600ms", got)
+	}
+	rec.Steps = nil
+	if got := streamTook(rec); got != 10*time.Millisecond {
+		t.Errorf("without the record's line: %s, want the phases' 10ms", got)
+	}
+}
