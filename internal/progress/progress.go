@@ -110,12 +110,6 @@ func (m *Meter) Estimate(now time.Time) Estimate {
 		return e
 	}
 	first, last := m.samples[0], m.samples[n-1]
-	// Nothing done yet at the window's start: the rate counts from the
-	// last sample before the first progress (the wait for a stream's
-	// first byte is not its rate).
-	for i := 1; i < n && first.left == m.total && m.samples[i].left == m.total; i++ {
-		first = m.samples[i]
-	}
 	e.Left = last.left
 	if dt := last.at.Sub(first.at).Seconds(); dt > 0 && first.left > last.left {
 		e.Rate = float64(first.left-last.left) / dt

@@ -169,30 +169,3 @@ func TestOnlyLessLeftIsProgressAndAHopelessRateHasNoETA(t *testing.T) {
 		t.Fatalf("String %q: want the rate of 0.5 entries/s", s)
 	}
 }
-
-// The wait for a stream's first byte (etcd's server opens its snapshot
-// first) is not its rate: measured from the start, the rate early in a
-// stream came out low and its ETA high (+29 % and +38 % at a quarter of a
-// 1.2 GiB stream in the bench). The rate counts from the last sample with
-// nothing done.
-func TestTheWaitForTheFirstByteIsNotTheRate(t *testing.T) {
-	const total = 1000 << 20
-	m := NewMeter("stream", Bytes, total, t0)
-	m.Observe(t0, total)
-	m.Observe(t0.Add(500*time.Millisecond), total) // still opening
-	m.Observe(t0.Add(time.Second), total)
-	left := int64(total)
-	for s := 2; s <= 4; s++ { // then 100 MiB/s
-		left -= 100 << 20
-		m.Observe(t0.Add(time.Duration(s)*time.Second), left)
-	}
-	e := m.Estimate(t0.Add(4 * time.Second))
-	if e.Rate != 100<<20 || e.ETA != 7*time.Second {
-		t.Fatalf("rate %.0f B/s, ETA %s; want 100 MiB/s and 7s (700 MiB left): the first byte's wait counted as streaming", e.Rate, e.ETA)
-	}
-	// A pause after bytes flowed is part of the rate.
-	m.Observe(t0.Add(6*time.Second), left)
-	if e := m.Estimate(t0.Add(6 * time.Second)); e.Rate != 60<<20 {
-		t.Fatalf("after a 2 s pause: rate %.0f B/s, want 300 MiB over 5 s (60 MiB/s)", e.Rate)
-	}
-}
