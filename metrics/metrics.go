@@ -100,7 +100,8 @@ type Metrics struct {
 	// verb (docs/security.md): agent-wide, cluster "".
 	KubeAPIDenied *prometheus.CounterVec
 
-	base *vectors // the registered vectors, not curried
+	base    *vectors // the registered vectors, not curried
+	cluster string   // the cluster label every series of m carries
 }
 
 // GaugeVec is a GaugeVec curried with a cluster whose DeletePartialMatch
@@ -207,13 +208,10 @@ func New() *Metrics {
 		kubeAPIDenied: c("kube_api_denied_total",
 			"The agent's Kubernetes API requests answered 403 Forbidden (RBAC, the node-scope or lease-scope admission policy), by resource and verb.", "resource", "verb"),
 	}
-	b.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		b.memberState, b.dataDirStatus, b.votingMembers, b.healthyVotingMembers, b.quorumMargin, b.recoveryInProgress,
-		b.leaseHeld, b.recoveriesTotal, b.refusalsTotal, b.refusedSince, b.recoveryDuration, b.phaseDuration, b.learnerLag,
-		b.snapshotBytesTotal, b.seedFallbacksTotal, b.lastRecovery, b.observationDuration, b.startGateWrapped, b.foreignEndpointResponses,
-		b.hashMismatchTotal, b.stepStarted, b.stepExpected, b.stepProgress, b.stepETA, b.quarantinePrunedTotal, b.quarantinePruneErrors, b.endpointsFileErrors,
-		b.manifestMissing, b.manifestRestoresTotal, b.skeletonRestoresTotal,
-		b.learnerRollbacksTotal, b.snapshotStoreUploads, b.kubeAPIDenied)
+	b.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	for _, v := range b.all() {
+		b.registry.MustRegister(v)
+	}
 	return b.forCluster("")
 }
 
@@ -266,7 +264,38 @@ func (b *vectors) forCluster(cluster string) *Metrics {
 		SkeletonRestoresTotal:    c(b.skeletonRestoresTotal),
 		KubeAPIDenied:            c(b.kubeAPIDenied),
 		base:                     b,
+		cluster:                  cluster,
 	}
+}
+
+// Forget deletes every series of member in m's cluster: the member left
+// this node's agent (its pod moved or is gone, the static member retired
+// or became another), and its last values (a quorum margin of 0, a "lost"
+// state, a refusal) must not stay behind to fire alerts. It returns how
+// many series it deleted.
+func (m *Metrics) Forget(member string) int {
+	l := prometheus.Labels{clusterLabel: m.cluster, "member": member}
+	n := 0
+	for _, v := range m.base.all() { // (one without a member label matches nothing)
+		n += v.DeletePartialMatch(l)
+	}
+	return n
+}
+
+// vector is what every registered vector is.
+type vector interface {
+	prometheus.Collector
+	DeletePartialMatch(prometheus.Labels) int
+}
+
+// all are the registered vectors (TestAllNamesEveryVector keeps it whole).
+func (b *vectors) all() []vector {
+	return []vector{b.memberState, b.dataDirStatus, b.votingMembers, b.healthyVotingMembers, b.quorumMargin, b.recoveryInProgress,
+		b.leaseHeld, b.recoveriesTotal, b.refusalsTotal, b.refusedSince, b.recoveryDuration, b.phaseDuration, b.learnerLag,
+		b.snapshotBytesTotal, b.seedFallbacksTotal, b.lastRecovery, b.observationDuration, b.startGateWrapped, b.foreignEndpointResponses,
+		b.hashMismatchTotal, b.stepStarted, b.stepExpected, b.stepProgress, b.stepETA, b.quarantinePrunedTotal, b.quarantinePruneErrors, b.endpointsFileErrors,
+		b.manifestMissing, b.manifestRestoresTotal, b.skeletonRestoresTotal,
+		b.learnerRollbacksTotal, b.snapshotStoreUploads, b.kubeAPIDenied}
 }
 
 // Handler serves the registry.

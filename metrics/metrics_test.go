@@ -1,6 +1,7 @@
 package metrics
 
 import (
+	"reflect"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -174,4 +175,56 @@ func TestInitCreatesEveryPhasesDuration(t *testing.T) {
 		}
 	}
 	find(t, m, "etcd_agent_recovery_duration_seconds", map[string]string{"cluster": "", "member": "node-1"})
+}
+
+// TestForgetDeletesOnlyThatMembersSeries: a member that left this node (a
+// pod moved, the static member retired) takes its series with it; a stale
+// quorum margin of 0 or a "lost" state would keep alerts firing. The same
+// member name in another cluster, and the other members, keep theirs.
+func TestForgetDeletesOnlyThatMembersSeries(t *testing.T) {
+	m := New()
+	a, b := m.ForCluster("clusters-a/etcd"), m.ForCluster("clusters-b/etcd")
+	for _, x := range []*Metrics{a, b} {
+		x.Init("etcd-0", []string{"majority-lost"}, []string{"stopped"})
+		x.Init("etcd-1", []string{"majority-lost"}, []string{"stopped"})
+		x.QuorumMargin.WithLabelValues("etcd-0").Set(0)
+		x.QuorumMargin.WithLabelValues("etcd-1").Set(1)
+		x.MemberState.WithLabelValues("etcd-0", "lost").Set(1)
+		x.StepProgress.WithLabelValues("etcd-0", "pre-change stream").Set(0.5)
+	}
+	m.KubeAPIDenied.WithLabelValues("pods", "get").Inc()
+	if n := a.Forget("etcd-0"); n == 0 {
+		t.Fatal("Forget deleted nothing")
+	}
+	mfs, err := m.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		for _, s := range mf.GetMetric() {
+			l := labels(s)
+			if l["cluster"] == "clusters-a/etcd" && l["member"] == "etcd-0" {
+				t.Errorf("%s%v left after Forget", mf.GetName(), l)
+			}
+		}
+	}
+	find(t, m, "etcd_agent_cluster_quorum_margin", map[string]string{"cluster": "clusters-b/etcd", "member": "etcd-0"})
+	find(t, m, "etcd_agent_cluster_quorum_margin", map[string]string{"cluster": "clusters-a/etcd", "member": "etcd-1"})
+	find(t, m, "etcd_agent_kube_api_denied_total", map[string]string{"cluster": "", "resource": "pods", "verb": "get"})
+}
+
+// TestAllNamesEveryVector: vectors.all (what New registers and Forget
+// deletes from) holds every vector field.
+func TestAllNamesEveryVector(t *testing.T) {
+	typ := reflect.TypeFor[vectors]()
+	fields := 0
+	for i := range typ.NumField() {
+		switch typ.Field(i).Type {
+		case reflect.TypeFor[*prometheus.GaugeVec](), reflect.TypeFor[*prometheus.CounterVec](), reflect.TypeFor[*prometheus.HistogramVec]():
+			fields++
+		}
+	}
+	if n := len(New().base.all()); n != fields || fields < 30 {
+		t.Fatalf("vectors.all() has %d vectors, the struct %d", n, fields)
+	}
 }

@@ -420,6 +420,9 @@ func (p *podMembers) stop(key string) {
 	}
 	w.cancel()
 	<-w.done
+	// Its series go with it: stale values (a quorum margin of 0, "lost")
+	// would keep alerts firing on this node.
+	p.m.ForCluster(w.member.Cluster).Forget(w.member.Identity.Name)
 	delete(p.workers, key)
 	delete(p.readRV, key)
 }

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/etcd-agent/etcd-agent/internal/membersource"
+	"github.com/etcd-agent/etcd-agent/internal/watchdog"
+	"github.com/etcd-agent/etcd-agent/metrics"
 )
 
 func TestAPodIsStoppedOnlyWhenItsGateReadsThisAgentsStateDir(t *testing.T) {
@@ -55,5 +57,43 @@ func TestPodMemberSourceNeedsANodeAndAValidSelector(t *testing.T) {
 	c.MemberSource = "files"
 	if err := c.Validate(); err == nil {
 		t.Fatal("unknown member source accepted")
+	}
+}
+
+// A pod member whose worker ends (its pod moved to another node, or is
+// gone) leaves no series behind: a stale quorum margin of 0, a "lost" state
+// or a refusal would keep the alerts on it firing on this node. Its
+// cluster's other members keep theirs.
+func TestAStoppedPodMemberTakesItsSeriesWithIt(t *testing.T) {
+	m := metrics.New()
+	p := &podMembers{m: m, workers: map[string]*podWorker{}, readRV: map[string]string{}}
+	for _, name := range []string{"etcd-0", "etcd-1"} {
+		done := make(chan struct{})
+		close(done)
+		p.workers["clusters-a/"+name] = &podWorker{member: membersource.PodMember{Namespace: "clusters-a", Name: name, Cluster: "clusters-a/etcd",
+			Identity: watchdog.Identity{Name: name}},
+			cancel: func() {}, done: done}
+		cm := m.ForCluster("clusters-a/etcd")
+		cm.Init(name, []string{"majority-lost"}, []string{"stopped"})
+		cm.QuorumMargin.WithLabelValues(name).Set(0)
+		cm.MemberState.WithLabelValues(name, "lost").Set(1)
+	}
+	p.stop("clusters-a/etcd-0")
+	mfs, err := m.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	left := map[string]int{}
+	for _, mf := range mfs {
+		for _, s := range mf.GetMetric() {
+			for _, l := range s.GetLabel() {
+				if l.GetName() == "member" {
+					left[l.GetValue()]++
+				}
+			}
+		}
+	}
+	if left["etcd-0"] != 0 || left["etcd-1"] == 0 {
+		t.Fatalf("series left by member after etcd-0's worker stopped: %v; want none of etcd-0's, etcd-1's kept", left)
 	}
 }

@@ -87,6 +87,7 @@ func Run(ctx context.Context, c Config) error {
 		if !errors.Is(err, errMemberRetired) && !errors.Is(err, errIdentityChanged) {
 			return err
 		}
+		m.Forget(id.Name) // (as a pod member's worker does: no stale series)
 	}
 }
 
