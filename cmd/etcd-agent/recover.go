@@ -7,6 +7,7 @@ import (
 
 	"github.com/etcd-agent/etcd-agent/internal/agent"
 	"github.com/etcd-agent/etcd-agent/internal/nodereport"
+	"github.com/etcd-agent/etcd-agent/internal/plan"
 	"github.com/spf13/cobra"
 )
 
@@ -17,7 +18,7 @@ func printAnswer(cmd *cobra.Command, lr nodereport.LastRecovery, dryRun bool) er
 	b, _ := json.MarshalIndent(lr, "", "  ")
 	fmt.Fprintln(cmd.OutOrStdout(), string(b))
 	switch {
-	case lr.Result == nodereport.ResultSucceeded, dryRun && lr.Reason == "dry-run":
+	case lr.Result == nodereport.ResultSucceeded, dryRun && plan.AnswersADryRun(lr.Reason):
 		return nil
 	case lr.Result == nodereport.ResultRefused:
 		return recoverExit(2)

@@ -139,8 +139,43 @@ func TestNoCodeOutsidePlanBranchesOnAReason(t *testing.T) {
 		return false
 	}
 	fset := token.NewFileSet()
+	// plan's codes as written: a string literal equal to one is the same
+	// comparison (`lr.Reason == "dry-run"`).
+	codes := map[string]bool{}
+	planFiles, err := filepath.Glob("*.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, path := range planFiles {
+		if strings.HasSuffix(path, "_test.go") {
+			continue
+		}
+		f, err := parser.ParseFile(fset, path, nil, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ast.Inspect(f, func(n ast.Node) bool {
+			if vs, ok := n.(*ast.ValueSpec); ok && len(vs.Values) == len(vs.Names) {
+				if id, ok := vs.Type.(*ast.Ident); ok && id.Name == "Reason" {
+					for _, v := range vs.Values {
+						if lit, ok := v.(*ast.BasicLit); ok && lit.Kind == token.STRING && lit.Value != `""` {
+							codes[lit.Value] = true
+						}
+					}
+				}
+			}
+			return true
+		})
+	}
+	if len(codes) < 30 {
+		t.Fatalf("found %d of plan's reason codes: the walk missed them", len(codes))
+	}
+	isCodeLiteral := func(e ast.Expr) bool {
+		lit, ok := e.(*ast.BasicLit)
+		return ok && lit.Kind == token.STRING && codes[lit.Value]
+	}
 	found := 0
-	err := filepath.WalkDir("../..", func(path string, d fs.DirEntry, err error) error {
+	err = filepath.WalkDir("../..", func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}
@@ -160,6 +195,9 @@ func TestNoCodeOutsidePlanBranchesOnAReason(t *testing.T) {
 			case *ast.BinaryExpr:
 				if (n.Op == token.EQL || n.Op == token.NEQ) && (isCode(n.X) || isCode(n.Y)) {
 					t.Errorf("%s: compares with one of plan's reasons: ask plan what it means (meaning.go)", fset.Position(n.Pos()))
+				}
+				if (n.Op == token.EQL || n.Op == token.NEQ) && (isCodeLiteral(n.X) || isCodeLiteral(n.Y)) {
+					t.Errorf("%s: compares with one of plan's reasons, written as a string: ask plan what it means (meaning.go)", fset.Position(n.Pos()))
 				}
 			case *ast.CaseClause:
 				for _, e := range n.List {

@@ -271,3 +271,9 @@ func TestOnlyAPreparedLearnerStartsWithTheStartFlags(t *testing.T) {
 		}
 	}
 }
+
+func TestAnAnswersDryRunIsTheDryRunReason(t *testing.T) {
+	if !AnswersADryRun(string(ReasonDryRun)) || AnswersADryRun(string(ReasonMajorityLost)) || AnswersADryRun("") {
+		t.Fatal("AnswersADryRun does not say dry-run for exactly the dry-run reason")
+	}
+}

@@ -107,3 +107,7 @@ func (d SkeletonDecision) DryRun() bool { return d.Reason == SkeletonDryRun }
 func (v GateVerdict) StartsWithStartFlags() bool {
 	return v.Pass && (v.Reason == GatePrepared || v.Reason == GateLearnerStartFlags)
 }
+
+// AnswersADryRun: an answer's reason (a last-recovery's, as written by the
+// agent) says the request was planned, not carried out (--dry-run).
+func AnswersADryRun(reason string) bool { return Reason(reason) == ReasonDryRun }
