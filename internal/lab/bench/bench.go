@@ -253,14 +253,8 @@ func runOne(ctx context.Context, lo lab.Options, size int64, runs int, modes []s
 // leader's raft log is compacted and a new learner needs a raft snapshot, as
 // on any long-lived cluster.
 func fill(ctx context.Context, cli *clientv3.Client, size int64) error {
-	val := strings.Repeat("x", 512<<10)
-	for i := 0; int64(i)*int64(len(val)) < size; i++ {
-		rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		_, err := cli.Put(rctx, fmt.Sprintf("/bench/fill/%06d", i), val)
-		cancel()
-		if err != nil {
-			return err
-		}
+	if err := lab.FillDB(ctx, cli, "/bench/fill/", size); err != nil {
+		return err
 	}
 	// 8 writers; the first error ends the others (errgroup's job, without
 	// golang.org/x/sync in the product's go.mod for this one use).

@@ -15,7 +15,6 @@ import (
 	"github.com/etcd-agent/etcd-agent/internal/journal"
 	"github.com/etcd-agent/etcd-agent/internal/lab"
 	"github.com/etcd-agent/etcd-agent/internal/lab/invariant"
-	clientv3 "go.etcd.io/etcd/client/v3"
 	"k8s.io/apimachinery/pkg/util/wait"
 )
 
@@ -78,7 +77,7 @@ func Run(ctx context.Context, o Options) (Result, *lab.Lab, error) {
 	if o.DBBytes > 0 {
 		step("== filling the db to about %d MiB (512 KiB values)", o.DBBytes>>20)
 		t := time.Now()
-		if err := fill(ctx, cli, o.DBBytes); err != nil {
+		if err := lab.FillDB(ctx, cli, "/demo/fill/", o.DBBytes); err != nil {
 			return res, l, fmt.Errorf("fill: %w", err)
 		}
 		step("   filled in %.1fs", time.Since(t).Seconds())
@@ -270,18 +269,4 @@ func (r Result) Print(w io.Writer) {
 		fmt.Fprintf(w, "   FAILED:            %s\n", r.FailureExplained)
 	}
 	_ = os.Stdout.Sync()
-}
-
-// fill writes 512 KiB values until the db holds about size bytes.
-func fill(ctx context.Context, cli *clientv3.Client, size int64) error {
-	val := strings.Repeat("x", 512<<10)
-	for i := 0; int64(i)*int64(len(val)) < size; i++ {
-		rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		_, err := cli.Put(rctx, fmt.Sprintf("/demo/fill/%06d", i), val)
-		cancel()
-		if err != nil {
-			return err
-		}
-	}
-	return nil
 }
