@@ -59,7 +59,7 @@ func Run(ctx context.Context, c Config) error {
 	if c.MemberSource != MemberSourcePods {
 		latest = &atomic.Pointer[Report]{}
 	}
-	srv, err := serveHTTP(c.MetricsAddr, m, &ready, latest, c.Profiling, c.Log)
+	srv, err := serveHTTP(c.MetricsAddr, m, &ready, statusOf(latest, c), c.Profiling, c.Log)
 	if err != nil {
 		return err
 	}
@@ -480,18 +480,28 @@ func waitForIdentity(ctx context.Context, c Config) (watchdog.Identity, error) {
 // has completed an observation) and /status (the latest poll's report:
 // what `status --cluster` asks every node's agent when the majority is
 // lost, and the Kubernetes API with it).
-func serveHTTP(addr string, m *metrics.Metrics, ready *atomic.Bool, latest *atomic.Pointer[Report], profiling bool, log *zap.Logger) (*http.Server, error) {
+func serveHTTP(addr string, m *metrics.Metrics, ready *atomic.Bool, status *statusHandler, profiling bool, log *zap.Logger) (*http.Server, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, err
 	}
-	return serveOn(ln, m, ready, latest, profiling, log), nil
+	return serveOn(ln, m, ready, status, profiling, log), nil
+}
+
+// statusOf is /status's handler: the latest report (static pods), or each
+// pod member's from its status file (latest nil).
+func statusOf(latest *atomic.Pointer[Report], c Config) *statusHandler {
+	h := &statusHandler{latest: latest, busy: make(chan struct{}, 1)}
+	if latest == nil {
+		h.podsStateDir = c.StateDir
+	}
+	return h
 }
 
 // serveOn serves serveHTTP's endpoints on ln (and, with profiling, Go's
 // /debug/pprof/, as Kubernetes components do with --profiling); the
 // server's errors go to log.
-func serveOn(ln net.Listener, m *metrics.Metrics, ready *atomic.Bool, latest *atomic.Pointer[Report], profiling bool, log *zap.Logger) *http.Server {
+func serveOn(ln net.Listener, m *metrics.Metrics, ready *atomic.Bool, status *statusHandler, profiling bool, log *zap.Logger) *http.Server {
 	mux := http.NewServeMux()
 	if profiling {
 		mux.HandleFunc("/debug/pprof/", pprof.Index)
@@ -506,8 +516,8 @@ func serveOn(ln net.Listener, m *metrics.Metrics, ready *atomic.Bool, latest *at
 		}
 		w.Write([]byte("ok\n"))
 	})
-	if latest != nil {
-		mux.Handle("/status", &statusHandler{latest: latest, busy: make(chan struct{}, 1)})
+	if status != nil {
+		mux.Handle("/status", status)
 	}
 	srv := &http.Server{Addr: ln.Addr().String(), Handler: mux, ReadHeaderTimeout: 5 * time.Second,
 		ErrorLog: zap.NewStdLog(log.Named("http"))}

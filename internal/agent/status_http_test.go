@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"testing"
 
@@ -24,7 +25,11 @@ import (
 func TestStatusEndpointServesEveryPollsReport(t *testing.T) {
 	get := func(base string) (int, Report) {
 		t.Helper()
-		resp, err := http.Get(base + "/status")
+		u, q, _ := strings.Cut(base, "?")
+		if q != "" {
+			q = "?" + q
+		}
+		resp, err := http.Get(u + "/status" + q)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -38,21 +43,40 @@ func TestStatusEndpointServesEveryPollsReport(t *testing.T) {
 		}
 		return resp.StatusCode, r
 	}
-	serve := func(latest *atomic.Pointer[Report]) string {
+	serve := func(latest *atomic.Pointer[Report], stateDir string) string {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
 			t.Fatal(err)
 		}
 		var ready atomic.Bool
-		srv := serveOn(ln, metrics.New(), &ready, latest, false, zap.NewNop())
+		srv := serveOn(ln, metrics.New(), &ready, statusOf(latest, Config{StateDir: stateDir}), false, zap.NewNop())
 		t.Cleanup(func() { srv.Close() })
 		return "http://" + ln.Addr().String()
 	}
-	if code, _ := get(serve(nil)); code != http.StatusNotFound {
-		t.Fatalf("pod members (no single report): %d, want 404", code)
+	// Pod members: one report each, asked by pod (status --cluster in
+	// management mode), from its status file.
+	pods := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(pods, "members", "clusters-a_etcd-1"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	podRep := Report{Where: &Where{Node: "n2", DataDir: "/pv/data"}}
+	podRep.Observation.Local.Name = "etcd-1"
+	b, _ := json.Marshal(podRep)
+	if err := os.WriteFile(filepath.Join(pods, "members", "clusters-a_etcd-1", StatusFile), b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	podBase := serve(nil, pods)
+	for q, want := range map[string]int{"": http.StatusBadRequest, "?pod=etcd-1": http.StatusBadRequest, "?pod=clusters-a/etcd-2": http.StatusNotFound,
+		"?pod=clusters-b/etcd-1": http.StatusNotFound} {
+		if code, _ := get(podBase + q); code != want {
+			t.Errorf("/status%s: %d, want %d", q, code, want)
+		}
+	}
+	if code, got := get(podBase + "?pod=clusters-a/etcd-1"); code != http.StatusOK || got.Observation.Local.Name != "etcd-1" || got.Where == nil || got.Where.Node != "n2" {
+		t.Fatalf("/status?pod=clusters-a/etcd-1: %d %+v", code, got)
 	}
 	latest := &atomic.Pointer[Report]{}
-	base := serve(latest)
+	base := serve(latest, "")
 	if code, _ := get(base); code != http.StatusServiceUnavailable {
 		t.Fatalf("before the first poll: %d, want 503", code)
 	}

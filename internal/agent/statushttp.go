@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -22,16 +23,30 @@ const walReadTimeout = 4 * time.Second
 // bounded, in a child process (docs/design.md, "Majority lost, guided").
 type statusHandler struct {
 	latest *atomic.Pointer[Report]
-	busy   chan struct{} // one WAL read at a time
+	// podsStateDir, with --member-source=pods (latest nil): /status?pod=
+	// <namespace>/<name> serves that member's latest report, from its
+	// status file under it.
+	podsStateDir string
+	busy         chan struct{} // one WAL read at a time
 }
 
 func (h *statusHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	p := h.latest.Load()
-	if p == nil {
-		http.Error(w, "no observation yet", http.StatusServiceUnavailable)
-		return
+	var rep Report
+	if h.latest != nil {
+		p := h.latest.Load()
+		if p == nil {
+			http.Error(w, "no observation yet", http.StatusServiceUnavailable)
+			return
+		}
+		rep = *p
+	} else {
+		var code int
+		var err error
+		if rep, code, err = podMemberReport(h.podsStateDir, r.URL.Query().Get("pod")); err != nil {
+			http.Error(w, err.Error(), code)
+			return
+		}
 	}
-	rep := *p
 	if rep.Where != nil {
 		rep.Where = rep.Where.WithLayout() // a disk mounted since the poll, or since the agent started
 	}
@@ -89,4 +104,28 @@ func (h *statusHandler) addLogPosition(r *http.Request, rep *Report) error {
 	ctx, cancel := context.WithTimeout(r.Context(), walReadTimeout)
 	defer cancel()
 	return AddLogPosition(ctx, rep)
+}
+
+// podMemberReport is the latest report of the pod member pod
+// ("namespace/name") this agent serves, with the HTTP status of a failure.
+func podMemberReport(stateDir, pod string) (Report, int, error) {
+	ns, name, ok := strings.Cut(pod, "/")
+	// (Matched against the members listed, never made into a path.)
+	if !ok || ns == "" || name == "" {
+		return Report{}, http.StatusBadRequest, fmt.Errorf("want ?pod=<namespace>/<name>, got %q", pod)
+	}
+	st, err := PodMembersStatus(stateDir)
+	if err != nil {
+		return Report{}, http.StatusInternalServerError, err
+	}
+	for _, s := range st {
+		if s.Pod != pod {
+			continue
+		}
+		if s.Error != "" {
+			return Report{}, http.StatusServiceUnavailable, fmt.Errorf("%s: %s", pod, s.Error)
+		}
+		return s.Report, http.StatusOK, nil
+	}
+	return Report{}, http.StatusNotFound, fmt.Errorf("this agent serves no member pod %s", pod)
 }

@@ -88,6 +88,8 @@ func Run(ctx context.Context, c Config, timeout time.Duration, etcdArgv []string
 // with the start file's flags judged.
 func gateCommandLine(c Config, v plan.GateVerdict, sf *memberruntime.StartFlags, boot bootstrapFlags, etcdArgv, environ []string) ([]string, []string, error) {
 	switch {
+	case v.ForcesNewCluster():
+		return withForceNewCluster(c, etcdArgv, environ)
 	case !v.StartsWithStartFlags():
 		return etcdArgv, environ, nil
 	case sf == nil && boot.bootstrap && len(etcdArgv) > 0:
@@ -115,6 +117,32 @@ func withStartFlags(c Config, argv, environ []string, sf memberruntime.StartFlag
 	c.Log.Info("start gate: etcd starts with the rejoin flags of the start file", zap.String("initialCluster", sf.InitialCluster),
 		zap.Time("writtenAt", sf.WrittenAt))
 	return argv, environ, nil
+}
+
+// withForceNewCluster sets --force-new-cluster on etcd's command line for
+// this one start, after setting the person's request aside (a restart of
+// etcd passes the gate again without it: etcd must never be forced twice,
+// which would drop every member added since).
+func withForceNewCluster(c Config, argv, environ []string) ([]string, []string, error) {
+	used, err := memberruntime.SetForceRequestAside(c.StateDir, "used", time.Now())
+	if err != nil {
+		return nil, nil, fmt.Errorf("start gate: not started: %w", err)
+	}
+	argv, environ, err = manifest.SetArgvFlags(argv, environ, map[string]string{"force-new-cluster": "true"})
+	if err != nil {
+		return nil, nil, fmt.Errorf("start gate: --force-new-cluster: %w", err)
+	}
+	c.Log.Warn("start gate: etcd starts ONCE with --force-new-cluster, as a person asked: a one-member cluster with this member's data",
+		zap.String("request", used))
+	return argv, environ, nil
+}
+
+// setForceRequestAside sets a request the gate will not use aside, so no
+// later start reads it; a failure is said (the next look reads it again).
+func setForceRequestAside(stateDir, outcome string, log *zap.Logger) {
+	if _, err := memberruntime.SetForceRequestAside(stateDir, outcome, time.Now()); err != nil {
+		log.Warn("start gate: "+err.Error(), zap.String("outcome", outcome))
+	}
 }
 
 // Wait blocks until the gate passes (as Run) and says why it did.
@@ -189,6 +217,19 @@ func gateWaitFlags(ctx context.Context, c Config, timeout time.Duration, etcdArg
 		} else if err != nil && (last.Reason == "" || time.Since(lastLogged) >= gateStillHoldingEvery) {
 			log.Warn("start gate: the start flags file cannot be used; etcd's own flags are judged", zap.Error(err))
 		}
+		// A person's --force-new-cluster request (the majority-lost
+		// restore of a pod member): judged once the gate would pass on the
+		// member's own data, with the cluster asked. Only where the gate
+		// wraps etcd (it sets the flag on etcd's command line).
+		var force *plan.ForceNewClusterRequest
+		if fr, ok, err := memberruntime.ReadForceRequest(c.StateDir); ok && len(etcdArgv) > 0 {
+			if err != nil {
+				log.Warn("start gate: the --force-new-cluster request cannot be read; set aside unused", zap.Error(err))
+				setForceRequestAside(c.StateDir, "unreadable", log)
+			} else {
+				force = &fr
+			}
+		}
 		r := localdisk.Classify(ctx, id.Dirs(), localdisk.Expect{ClusterID: uint64(p.ClusterID), HighWater: pin.HighWaterOf(p)})
 		if ctx.Err() != nil {
 			// An interrupted check proves nothing: never open on it.
@@ -204,7 +245,8 @@ func gateWaitFlags(ctx context.Context, c Config, timeout time.Duration, etcdArg
 		// rest is judged with it (the first answer is then never used).
 		in.Obs.MemberListError = "not asked"
 		v := plan.DecideGate(in)
-		if !(v.Pass && r.Class == localdisk.ClassOK) && (r.Class == localdisk.ClassMissing || r.Class == localdisk.ClassEmpty || r.Class == localdisk.ClassOK) {
+		asked := false
+		if (force != nil && v.Pass) || !(v.Pass && r.Class == localdisk.ClassOK) && (r.Class == localdisk.ClassMissing || r.Class == localdisk.ClassEmpty || r.Class == localdisk.ClassOK) {
 			// The answer depends on the cluster: ask it.
 			if wd == nil {
 				if wd, err = c.NewWatchdog(id, func() pin.Pin { return p }); err != nil {
@@ -215,7 +257,16 @@ func gateWaitFlags(ctx context.Context, c Config, timeout time.Duration, etcdArg
 			if in.AdmissionRequired {
 				in.Now = time.Now() // the admission's age counts the observation's time
 			}
-			v = plan.DecideGate(in)
+			v, asked = plan.DecideGate(in), true
+		}
+		if force != nil && v.Pass {
+			in.Now = time.Now()
+			fv, err := plan.DecideForceNewCluster(in, v, *force, asked)
+			if err != nil {
+				log.Warn("start gate: "+err.Error()+"; set aside, etcd starts as the gate judged", zap.String("reason", string(v.Reason)))
+				setForceRequestAside(c.StateDir, "refused", log)
+			}
+			v = fv
 		}
 		if v.Pass && ctx.Err() != nil {
 			return plan.GateVerdict{}, nil, boot, fmt.Errorf("start gate: stopped: %w", ctx.Err())

@@ -1,0 +1,67 @@
+package plan
+
+import (
+	"fmt"
+	"time"
+)
+
+// GateForceNewCluster: the gate starts etcd once with --force-new-cluster,
+// on a person's request (the majority-lost restore of a StatefulSet
+// member from its survivor, docs/management-nodes.md "Majority lost").
+const GateForceNewCluster Reason = "force-new-cluster"
+
+// ForceNewClusterFreshFor bounds how long a person's request waits for the
+// member's next start: a request forgotten in the state dir must never
+// turn a later restart into a one-member cluster (dropping every member
+// added since).
+const ForceNewClusterFreshFor = 15 * time.Minute
+
+// ForceNewClusterRequest is what a person wrote in the member's state dir
+// (memberruntime.ForceFile): the member ID to force, as its survivor.
+type ForceNewClusterRequest struct {
+	MemberID    uint64
+	RequestedAt time.Time
+}
+
+// DecideForceNewCluster upgrades the gate's pass on the member's own data
+// (v, judged on in with the cluster asked) to a start with
+// --force-new-cluster, or says why not (the request is then set aside:
+// never used later). The request is a person's; this is the machine's
+// fence around it (docs/design.md §4, rule 1: the agents never act without
+// quorum, and a person's restore must not split a cluster that has one):
+// the data dir is this member's, pinned, of the member named; no recovery
+// is open; the request is fresh; and the cluster, asked now, has no quorum.
+func DecideForceNewCluster(in GateInput, v GateVerdict, req ForceNewClusterRequest, asked bool) (GateVerdict, error) {
+	refuse := func(format string, a ...any) (GateVerdict, error) {
+		return v, fmt.Errorf("the --force-new-cluster request for member %x is not used: "+format, append([]any{req.MemberID}, a...)...)
+	}
+	switch age := in.Now.Sub(req.RequestedAt); {
+	case !v.Pass || v.Reason != GateDataDirOK:
+		return refuse("etcd would not start on its own data (%s: %s)", v.Reason, v.Detail)
+	case req.MemberID == 0:
+		return refuse("it names no member ID")
+	case !in.Pin.Seen() || uint64(in.Pin.MemberID) != req.MemberID:
+		return refuse("this member served as %s, not as the member named", in.Pin)
+	case in.DataDirMemberID != req.MemberID:
+		return refuse("the data dir is member %x's", in.DataDirMemberID)
+	case in.Journal.Active():
+		return refuse("a recovery is open (phase %s)", in.Journal.Phase)
+	case age > ForceNewClusterFreshFor || age < -time.Minute:
+		return refuse("it was written at %s, %s before this start (at most %s)", req.RequestedAt.UTC().Format(time.RFC3339),
+			age.Round(time.Second), ForceNewClusterFreshFor)
+	case !asked:
+		return refuse("the cluster was not asked")
+	case !quorumLost(in.Obs):
+		return refuse("the cluster has a quorum (leader %x, %d of %d voters serving): forcing this member would split it",
+			in.Obs.LeaderID, in.Obs.ServingVoters(), in.Obs.Voters())
+	}
+	why := fmt.Sprintf("%d of %d voters serving, leader %x", in.Obs.ServingVoters(), in.Obs.Voters(), in.Obs.LeaderID)
+	if in.Obs.MemberListError != "" {
+		why = "the cluster cannot be asked: " + in.Obs.MemberListError
+	}
+	return pass(GateForceNewCluster, fmt.Sprintf("a person asked at %s for member %x to start once with --force-new-cluster, and the cluster has no quorum (%s)",
+		req.RequestedAt.UTC().Format(time.RFC3339), req.MemberID, why)), nil
+}
+
+// ForcesNewCluster: etcd starts once with --force-new-cluster.
+func (v GateVerdict) ForcesNewCluster() bool { return v.Pass && v.Reason == GateForceNewCluster }

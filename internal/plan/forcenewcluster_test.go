@@ -1,0 +1,80 @@
+package plan
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/etcd-agent/etcd-agent/internal/observation"
+	"github.com/etcd-agent/etcd-agent/internal/record"
+)
+
+// TestAForceNewClusterRequestIsUsedOnlyOnItsSurvivorWithoutAQuorum: a
+// person's request to start a pod member once with --force-new-cluster
+// (the majority-lost restore) is used only on that member's own, pinned
+// data, fresh, with no recovery open and no quorum seen; every other case
+// is refused, with why, and the gate's own verdict stands.
+func TestAForceNewClusterRequestIsUsedOnlyOnItsSurvivorWithoutAQuorum(t *testing.T) {
+	now := time.Unix(2_000_000, 0)
+	pin := record.Pin{Member: "etcd-0", ClusterID: 0xc1, MemberID: 7, FirstSeenAt: time.Unix(1, 0)}
+	noLeader := observation.Observation{ClusterID: 0xc1, Members: []observation.Member{
+		{ID: 7, Name: "etcd-0", Serving: true}, {ID: 8, Name: "etcd-1"}, {ID: 9, Name: "etcd-2"}},
+		Local: observation.Local{Match: observation.MatchOK, ID: 7}}
+	unreachable := observation.Observation{MemberListError: "no endpoint answered"}
+	withQuorum := observation.Observation{ClusterID: 0xc1, LeaderID: 8, Members: []observation.Member{
+		{ID: 7, Name: "etcd-0"}, {ID: 8, Name: "etcd-1", Serving: true, IsLeader: true}, {ID: 9, Name: "etcd-2", Serving: true}}}
+	ok := GateVerdict{Pass: true, Reason: GateDataDirOK, Detail: "data dir ok"}
+	base := GateInput{DataDirClass: "ok", DataDirVerified: true, DataDirMemberID: 7, Pin: pin, Obs: unreachable, Now: now}
+	req := ForceNewClusterRequest{MemberID: 7, RequestedAt: now.Add(-time.Minute)}
+	for _, tc := range []struct {
+		name  string
+		edit  func(*GateInput, *GateVerdict, *ForceNewClusterRequest, *bool)
+		use   bool
+		error string
+	}{
+		{"the survivor, no member answers: used", func(*GateInput, *GateVerdict, *ForceNewClusterRequest, *bool) {}, true, ""},
+		{"the survivor, members answer without a leader: used", func(in *GateInput, _ *GateVerdict, _ *ForceNewClusterRequest, _ *bool) { in.Obs = noLeader }, true, ""},
+		{"a cluster with a quorum: never (it would split)", func(in *GateInput, _ *GateVerdict, _ *ForceNewClusterRequest, _ *bool) { in.Obs = withQuorum }, false, "has a quorum"},
+		{"the cluster not asked", func(_ *GateInput, _ *GateVerdict, _ *ForceNewClusterRequest, asked *bool) { *asked = false }, false, "not asked"},
+		{"another member's ID", func(_ *GateInput, _ *GateVerdict, r *ForceNewClusterRequest, _ *bool) { r.MemberID = 8 }, false, "not as the member named"},
+		{"no member ID", func(_ *GateInput, _ *GateVerdict, r *ForceNewClusterRequest, _ *bool) { r.MemberID = 0 }, false, "names no member ID"},
+		{"never seen serving (no pin)", func(in *GateInput, _ *GateVerdict, _ *ForceNewClusterRequest, _ *bool) { in.Pin = record.Pin{} }, false, "not as the member named"},
+		{"the data dir another member's", func(in *GateInput, _ *GateVerdict, _ *ForceNewClusterRequest, _ *bool) { in.DataDirMemberID = 9 }, false, "member 9's"},
+		{"a recovery open", func(in *GateInput, _ *GateVerdict, _ *ForceNewClusterRequest, _ *bool) {
+			in.Journal = record.Record{Phase: record.PhaseStopped}
+		}, false, "recovery is open"},
+		{"a stale request", func(_ *GateInput, _ *GateVerdict, r *ForceNewClusterRequest, _ *bool) {
+			r.RequestedAt = now.Add(-ForceNewClusterFreshFor - time.Second)
+		}, false, "at most"},
+		{"a request from the future", func(_ *GateInput, _ *GateVerdict, r *ForceNewClusterRequest, _ *bool) {
+			r.RequestedAt = now.Add(2 * time.Minute)
+		}, false, "at most"},
+		{"the gate holds (its data dir unusable)", func(_ *GateInput, v *GateVerdict, _ *ForceNewClusterRequest, _ *bool) {
+			*v = GateVerdict{Reason: GateDataDirUnusable, Detail: "corrupt"}
+		}, false, "would not start"},
+		{"the gate passes a prepared learner, not its own data", func(_ *GateInput, v *GateVerdict, _ *ForceNewClusterRequest, _ *bool) {
+			*v = GateVerdict{Pass: true, Reason: GatePrepared}
+		}, false, "would not start"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			in, v, r, asked := base, ok, req, true
+			tc.edit(&in, &v, &r, &asked)
+			got, err := DecideForceNewCluster(in, v, r, asked)
+			if got.ForcesNewCluster() != tc.use {
+				t.Fatalf("forces = %v (%+v, %v), want %v", got.ForcesNewCluster(), got, err, tc.use)
+			}
+			if tc.use {
+				if err != nil || got.Reason != GateForceNewCluster {
+					t.Fatalf("used with %+v, %v", got, err)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tc.error) {
+				t.Fatalf("error %v, want one saying %q", err, tc.error)
+			}
+			if got != v {
+				t.Fatalf("a refused request changed the gate's verdict: %+v, want %+v", got, v)
+			}
+		})
+	}
+}
