@@ -13,3 +13,12 @@ var Runbooks []byte
 
 // RunbooksFile is its path in the repository, for messages.
 const RunbooksFile = "docs/runbooks/README.md"
+
+// ManagementNodes is docs/management-nodes.md: its "Majority lost"
+// procedures restore a StatefulSet member's cluster.
+//
+//go:embed management-nodes.md
+var ManagementNodes []byte
+
+// ManagementNodesFile is its path in the repository, for messages.
+const ManagementNodesFile = "docs/management-nodes.md"

@@ -36,8 +36,11 @@ func newStatusCmd(g *globalFlags) *cobra.Command {
 			if output != "json" && output != "table" {
 				return fmt.Errorf("bad -o %q: want json or table", output)
 			}
-			if cluster.on && memberSource == agent.MemberSourcePods {
-				return fmt.Errorf("--cluster is for static-pod members (--member-source=static-pod)")
+			if cluster.on && memberSource == agent.MemberSourcePods && cluster.pod == "" {
+				return fmt.Errorf("--cluster with --member-source=pods needs --pod=<namespace>/<name>: the member pod on this node whose cluster to show")
+			}
+			if cluster.pod != "" && !(cluster.on && memberSource == agent.MemberSourcePods) {
+				return fmt.Errorf("--pod is for --cluster with --member-source=pods")
 			}
 			if watch < 0 {
 				return fmt.Errorf("bad --watch %s: want an interval, or 0 to print once", watch)
@@ -48,6 +51,9 @@ func newStatusCmd(g *globalFlags) *cobra.Command {
 			}
 			c.Log = log
 			once := func() error {
+				if cluster.on && memberSource == agent.MemberSourcePods {
+					return podsClusterStatus(cmd.Context(), cmd.OutOrStdout(), c, cluster, cluster.pod, output)
+				}
 				if cluster.on {
 					return clusterStatus(cmd.Context(), cmd.OutOrStdout(), c, cluster, output)
 				}
@@ -86,6 +92,7 @@ func newStatusCmd(g *globalFlags) *cobra.Command {
 	cmd.Flags().BoolVar(&cluster.on, "cluster", false, "every member as its etcd and its node's agent report it; when the majority is lost, the member to restore from and the commands to do it (never run for you)")
 	cmd.Flags().StringToStringVar(&cluster.agentURLs, "agent-url", nil, "with --cluster: MEMBER=URL of a member's agent (default: http://<its peer URL's host>:<--agent-port>)")
 	cmd.Flags().StringSliceVar(&cluster.lost, "lost", nil, "with --cluster: members gone for good (their nodes and data), which nothing can report on: without it, no commands are printed while a member is unknown")
+	cmd.Flags().StringVar(&cluster.pod, "pod", "", "with --cluster and --member-source=pods: the member pod (namespace/name) on this node whose cluster to show; --agent-url then takes POD=URL (default: its node's InternalIP and --agent-port, from the Kubernetes API)")
 	cmd.Flags().IntVar(&cluster.agentPort, "agent-port", 9793, "with --cluster: the port the agents' --metrics-addr listens on")
 	cmd.Flags().DurationVarP(&watch, "watch", "w", 0, "print again every interval (e.g. 2s) until interrupted: a live view of a recovery's progress (exit 0 then, whatever the state)")
 	return cmd

@@ -33,6 +33,8 @@ type clusterFlags struct {
 	agentPort int
 	// lost are members a person says are gone for good.
 	lost []string
+	// pod is the member pod whose cluster to show (--member-source=pods).
+	pod string
 }
 
 // clusterAnswer is status --cluster's JSON output.
@@ -79,7 +81,7 @@ func clusterStatus(ctx context.Context, out io.Writer, c agent.Config, f cluster
 			cancel()
 			r = &rep
 		} else if u := agentURL(m, f); u != "" {
-			r, err = fetchReport(ctx, u)
+			r, err = fetchReport(ctx, u, nil)
 			if err != nil {
 				e.Note = err.Error()
 			}
@@ -112,7 +114,7 @@ func clusterStatus(ctx context.Context, out io.Writer, c agent.Config, f cluster
 			return err
 		}
 	} else {
-		printCluster(out, ans, now)
+		printCluster(out, ans, now, staticRestoreIntro)
 	}
 	if majorityLost {
 		return statusExit(3)
@@ -206,10 +208,14 @@ func agentURL(m observation.Member, f clusterFlags) string {
 }
 
 // fetchReport asks an agent for its latest report, bounded.
-func fetchReport(ctx context.Context, base string) (*agent.Report, error) {
+func fetchReport(ctx context.Context, base string, query url.Values) (*agent.Report, error) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimSuffix(base, "/")+"/status", nil)
+	u := strings.TrimSuffix(base, "/") + "/status"
+	if len(query) > 0 {
+		u += "?" + query.Encode()
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -229,7 +235,15 @@ func fetchReport(ctx context.Context, base string) (*agent.Report, error) {
 	return &r, nil
 }
 
-func printCluster(out io.Writer, a clusterAnswer, now time.Time) {
+// staticRestoreIntro is what printCluster says before a static-pod
+// member's restore scripts.
+var staticRestoreIntro = fmt.Sprintf("\nNothing is done for you. First bring members back if you can (a member that returns with its data rejoins by itself).\n"+
+	"Then run each script on its node, in this order, as root (%s, \"Majority lost: restore\"): first with DRY_RUN=1 (its checks only; "+
+	"it ends before it changes anything), then without. Every script checks before it changes anything, and a stop script asks its own member "+
+	"whether it sees a quorum first. Stop the agents before the rejoins: the API serves again "+
+	"once the survivor does (kubectl -n <ns> patch daemonset etcd-agent, as the runbooks' \"Stopping the agents\" says).\n", docs.RunbooksFile)
+
+func printCluster(out io.Writer, a clusterAnswer, now time.Time, intro string) {
 	c := a.Choice
 	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(w, "MEMBER\tNODE\tCOMMIT\tTERM\tAPPLIED\tREVISION\tFROM\tDATA DIR\tREPORTED\tPROBLEM\tNOTE")
@@ -249,6 +263,8 @@ func printCluster(out io.Writer, a clusterAnswer, now time.Time) {
 	fmt.Fprintf(out, "Lost in the restore: %s.\n", c.Lost)
 	switch {
 	case c.Survivor.Source == survivor.FromEtcd:
+	case c.Survivor.Pod != "":
+		fmt.Fprintf(out, "%s's etcd does not answer: its position is its data dir's, read by its agent.\n", c.Survivor.Name)
 	case c.Survivor.DataDir == "in-use":
 		fmt.Fprintf(out, "%s's etcd runs but does not serve (restarted without a quorum, etcd never serves): its position is its WAL's, read by its agent.\n", c.Survivor.Name)
 	default:
@@ -259,11 +275,7 @@ func printCluster(out io.Writer, a clusterAnswer, now time.Time) {
 		fmt.Fprintf(out, "\nno commands: %s\n", a.CommandsError)
 		return
 	}
-	fmt.Fprintf(out, "\nNothing is done for you. First bring members back if you can (a member that returns with its data rejoins by itself).\n"+
-		"Then run each script on its node, in this order, as root (%s, \"Majority lost: restore\"): first with DRY_RUN=1 (its checks only; "+
-		"it ends before it changes anything), then without. Every script checks before it changes anything, and a stop script asks its own member "+
-		"whether it sees a quorum first. Stop the agents before the rejoins: the API serves again "+
-		"once the survivor does (kubectl -n <ns> patch daemonset etcd-agent, as the runbooks' \"Stopping the agents\" says).\n", docs.RunbooksFile)
+	fmt.Fprint(out, intro)
 	for i, s := range a.Steps {
 		node := s.Node
 		if node == "" {
@@ -276,7 +288,7 @@ func printCluster(out io.Writer, a clusterAnswer, now time.Time) {
 // pathsOf is where an agent says its member's files lie, and how its data
 // dir is laid out (an agent that did not read it says nothing: unknown).
 func pathsOf(w agent.Where) survivor.Paths {
-	p := survivor.Paths{Manifest: w.Manifest, DataDir: w.DataDir, WALDir: w.WALDir, QuarantineDir: w.QuarantineDir,
+	p := survivor.Paths{Manifest: w.Manifest, DataDir: w.DataDir, WALDir: w.WALDir, QuarantineDir: w.QuarantineDir, StateDir: w.StateDir,
 		DataDirMountPoint: w.DataDirMountPoint, DataDirSymlink: w.DataDirSymlink}
 	switch {
 	case w.LayoutError != "":

@@ -144,6 +144,9 @@ type Where struct {
 	DataDir       string `json:"dataDir"`
 	WALDir        string `json:"walDir,omitempty"`
 	QuarantineDir string `json:"quarantineDir"`
+	// StateDir is the member's state dir (a pod member's holds the files
+	// its start gate reads: a person's --force-new-cluster request).
+	StateDir string `json:"stateDir,omitempty"`
 	// The data dir's layout as read when the report was made or served
 	// (WithLayout): a mount root cannot be moved aside, and a symlink is
 	// copied and moved as the link, not the data. LayoutChecked: it was
@@ -171,7 +174,7 @@ func (c Config) where(id watchdog.Identity) *Where {
 	if qdir == "" {
 		qdir = filepath.Join(filepath.Dir(id.DataDir), "etcd-agent-quarantine")
 	}
-	return Where{Node: c.NodeName, Manifest: c.StaticPodManifest, DataDir: id.DataDir, WALDir: id.WALDir, QuarantineDir: qdir}.WithLayout()
+	return Where{Node: c.NodeName, Manifest: c.StaticPodManifest, DataDir: id.DataDir, WALDir: id.WALDir, QuarantineDir: qdir, StateDir: c.StateDir}.WithLayout()
 }
 
 // daemonProgress is the progress of a recovery the daemon runs now, from

@@ -81,6 +81,9 @@ type Member struct {
 	Note string `json:"note,omitempty"`
 	// Paths on its node, for the commands.
 	Paths Paths `json:"paths"`
+	// Pod is its pod, "namespace/name", for a StatefulSet member
+	// (status --cluster --member-source=pods).
+	Pod string `json:"pod,omitempty"`
 }
 
 // Paths are where a member's files lie on its node.
@@ -89,6 +92,9 @@ type Paths struct {
 	DataDir       string `json:"dataDir,omitempty"`
 	WALDir        string `json:"walDir,omitempty"`
 	QuarantineDir string `json:"quarantineDir,omitempty"`
+	// StateDir is its agent's state dir for it (a pod member's gate reads
+	// the force-new-cluster request there).
+	StateDir string `json:"stateDir,omitempty"`
 	// DataDirMountPoint: the data dir is a mount root (a dedicated disk
 	// mounted at it); DataDirSymlink: its path is a symlink; as its agent
 	// saw. LayoutUnknown says why neither is known ("" known).

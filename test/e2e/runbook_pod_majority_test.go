@@ -2,6 +2,10 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
+	"net/url"
+	"os/exec"
+	"slices"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -15,6 +19,7 @@ import (
 	"github.com/etcd-agent/etcd-agent/internal/lab/invariant"
 	"github.com/etcd-agent/etcd-agent/internal/memberruntime"
 	"github.com/etcd-agent/etcd-agent/internal/plan"
+	"github.com/etcd-agent/etcd-agent/internal/survivor"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -38,10 +43,10 @@ func TestPodMajorityLostRestoreFromTheSurvivorRunsAsWritten(t *testing.T) {
 	}
 	ns := l.Spec.Management.HostedClusters[0]
 	placement := checkHostedPlacement(t, l, kc, ns)
-	const survivor = "etcd-0"
+	const survivorPod = "etcd-0"
 	lostPods := []string{"etcd-1", "etcd-2"}
 	ids := map[string]string{}
-	for _, pod := range append([]string{survivor}, lostPods...) {
+	for _, pod := range append([]string{survivorPod}, lostPods...) {
 		ids[pod] = hostedMemberID(t, l, ns, pod)
 	}
 	cli, err := l.HostedEtcdClient(ns)
@@ -71,22 +76,22 @@ func TestPodMajorityLostRestoreFromTheSurvivorRunsAsWritten(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	survivorNode := placement[survivor]
-	survivorState := lab.HostedMemberStateDir(*mustNode(t, l, survivorNode), ns, survivor)
+	survivorNode := placement[survivorPod]
+	survivorState := lab.HostedMemberStateDir(*mustNode(t, l, survivorNode), ns, survivorPod)
 	eventually(t, 2*time.Minute, "the survivor's agent refuses majority-lost", func() error {
 		st, err := agent.PodMembersStatus(mustNode(t, l, survivorNode).StateDir)
 		if err != nil {
 			return err
 		}
 		for _, s := range st {
-			if s.Pod == ns+"/"+survivor {
+			if s.Pod == ns+"/"+survivorPod {
 				if !s.Report.MajorityLost || s.Report.Decision == nil || s.Report.Decision.Reason != plan.ReasonMajorityLost {
 					return fmt.Errorf("majority lost %v, decision %+v", s.Report.MajorityLost, s.Report.Decision)
 				}
 				return nil
 			}
 		}
-		return fmt.Errorf("no report of %s/%s in %v", ns, survivor, st)
+		return fmt.Errorf("no report of %s/%s in %v", ns, survivorPod, st)
 	})
 	for pod, id := range ids {
 		if got := hostedMemberID(t, l, ns, pod); got != "" && got != id {
@@ -94,33 +99,94 @@ func TestPodMajorityLostRestoreFromTheSurvivorRunsAsWritten(t *testing.T) {
 		}
 	}
 
-	endpoints := l.HostedClientURLs(ns)
-	shell := t.TempDir()
-	block := func(name, node string, subst ...string) procedure {
-		p := loadProcedure(t, name)
-		p.onNodeIn(t, l, node, endpoints, shell)
-		p.subst = append([]string{"NS=clusters-a", "NS=" + ns}, subst...)
-		return p
+	// status --cluster on the survivor's node names it and prints the
+	// procedures with its values: etcd-1's agent reached by --agent-url,
+	// etcd-2's found through the API (its pod's node's InternalIP and the
+	// agent port).
+	args := []string{"status", "--member-source=pods", "--state-dir", mustNode(t, l, survivorNode).StateDir, "--cluster", "--pod", ns + "/" + survivorPod,
+		"--kubeconfig", l.Spec.APIServer.Kubeconfig, "--agent-url", "etcd-1=" + mustNode(t, l, placement["etcd-1"]).AgentURL()}
+	u, err := url.Parse(mustNode(t, l, placement["etcd-2"]).AgentURL())
+	if err != nil {
+		t.Fatal(err)
 	}
-	request := block("pod-force-request", survivorNode, "ID=8e9e05c52164694d", "ID="+ids[survivor])
-	restart := block("pod-force-restart", survivorNode, "CLIENT=https://etcd-0.etcd-discovery.clusters-a.svc:2379", "CLIENT="+l.HostedClientURL(ns, survivor))
-	// Dry runs first: checks only.
-	for _, p := range []procedure{request, restart} {
-		p.prelude += "export DRY_RUN=1\n"
-		out, err := p.exec(t, time.Minute)
-		if err != nil || !strings.Contains(string(out), "DRY RUN: checks passed") {
-			t.Fatalf("%s dry run: %v\n%s", p.name, err, out)
+	args = append(args, "--agent-port", u.Port())
+	var ans clusterAnswer
+	eventually(t, 90*time.Second, "status --cluster names "+survivorPod+" and prints its commands", func() error {
+		out, code := runStatus(t, append(args, "-o", "json"))
+		if code != 3 {
+			return fmt.Errorf("exit %d, want 3 (majority lost):\n%s", code, out)
+		}
+		ans = clusterAnswer{}
+		if err := json.Unmarshal(out, &ans); err != nil {
+			return fmt.Errorf("%v:\n%s", err, out)
+		}
+		c := ans.Choice
+		if c.Survivor == nil || c.Survivor.Name != survivorPod || c.Survivor.Pod != ns+"/"+survivorPod {
+			return fmt.Errorf("survivor %+v, refused %q", c.Survivor, c.Refused)
+		}
+		for _, m := range c.Members {
+			// (A wiped member's etcd, killed, may leave a half-made dir
+			// behind: missing, empty or corrupt, each with nothing to keep.)
+			if m.Name != survivorPod && (m.Problem == "" || m.Source != "" || m.Node != placement[m.Name]) {
+				return fmt.Errorf("%s: %+v", m.Name, m)
+			}
+		}
+		if ans.CommandsError != "" || len(ans.Steps) != 2 {
+			return fmt.Errorf("commands: %d steps, error %q; want the request and the restart", len(ans.Steps), ans.CommandsError)
+		}
+		return nil
+	})
+	table, _ := runStatus(t, args)
+	if !strings.Contains(string(table), "MAJORITY LOST. Restore from "+survivorPod) || !strings.Contains(string(table), "### 1. on "+survivorNode+": pod-force-request") {
+		t.Fatalf("status --cluster's table:\n%s", table)
+	}
+	t.Logf("status --cluster's table:\n%s", table[:min(len(table), 1200)])
+	// The printed scripts are the marked procedures, with this cluster's values.
+	for i, doc := range []procedure{loadProcedure(t, "pod-force-request"), loadProcedure(t, "pod-force-restart")} {
+		name := doc.name
+		if ans.Steps[i].Procedure != name || (i == 0) != (name == survivor.ProcedurePodForceRequest) {
+			t.Fatalf("step %d is %s, want %s", i+1, ans.Steps[i].Procedure, name)
+		}
+		for _, line := range strings.Split(doc.steps[len(doc.steps)-1].Script, "\n") {
+			if strings.HasPrefix(line, "kubectl") || strings.HasPrefix(line, "for i in") || strings.HasPrefix(line, "mv ") {
+				if !strings.Contains(ans.Steps[i].Script, line) {
+					t.Fatalf("step %d (%s) lacks the procedure's line %q:\n%s", i+1, name, line, ans.Steps[i].Script)
+				}
+			}
 		}
 	}
+	root := t.TempDir()
+	env := append(os.Environ(), "PATH="+binDir+":"+os.Getenv("PATH"), "KUBECONFIG="+l.Spec.APIServer.Kubeconfig)
+	run := func(i int, extra ...string) {
+		s := ans.Steps[i]
+		script := strings.ReplaceAll(s.Script, "/root/", root+"/")
+		ctx, cancel := context.WithTimeout(ctx, 12*time.Minute)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, "bash", "-c", script)
+		cmd.Env = append(slices.Clone(env), extra...)
+		start := time.Now()
+		out, err := cmd.CombinedOutput()
+		if err != nil || len(extra) > 0 && !strings.Contains(string(out), "DRY RUN: checks passed") {
+			t.Fatalf("step %d (%s on %s, %q) failed after %s: %v\n%s\n--- script:\n%s", i+1, s.Procedure, s.Node, extra, time.Since(start).Round(time.Millisecond), err, out, script)
+		}
+		t.Logf("step %d: %s on %s ran as printed %q in %s", i+1, s.Procedure, s.Node, extra, time.Since(start).Round(time.Millisecond))
+	}
+	// Dry runs first: checks only, nothing changed.
+	podUID := mustPod(t, kc, ns, survivorPod).UID
+	run(0, "DRY_RUN=1")
+	run(1, "DRY_RUN=1")
 	if _, err := os.Stat(filepath.Join(survivorState, memberruntime.ForceFile)); !os.IsNotExist(err) {
 		t.Fatalf("the dry run wrote the request: %v", err)
 	}
-	request.run(t, time.Minute)
-	restart.run(t, 12*time.Minute)
+	if got := mustPod(t, kc, ns, survivorPod).UID; got != podUID {
+		t.Fatalf("the dry runs restarted the survivor's pod: %s -> %s", podUID, got)
+	}
+	run(0)
+	run(1)
 
 	eventually(t, time.Minute, "every member a healthy voter", func() error { return hostedVotersHealthy(ctx, l, ns) })
-	if got := hostedMemberID(t, l, ns, survivor); got != ids[survivor] {
-		t.Fatalf("the survivor is member %s, was %s: it must keep its ID and data", got, ids[survivor])
+	if got := hostedMemberID(t, l, ns, survivorPod); got != ids[survivorPod] {
+		t.Fatalf("the survivor is member %s, was %s: it must keep its ID and data", got, ids[survivorPod])
 	}
 	for _, pod := range lostPods {
 		if got := hostedMemberID(t, l, ns, pod); got == "" || got == ids[pod] {
@@ -152,6 +218,6 @@ func TestPodMajorityLostRestoreFromTheSurvivorRunsAsWritten(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(survivorState, memberruntime.ForceFile)); !os.IsNotExist(err) {
 		t.Fatalf("the request is still in place: %v", err)
 	}
-	t.Logf("restored from %s (%s) on %s: %d writes back, HashKV %v; members now %s %s %s", survivor, ids[survivor], survivorNode, writes, h,
+	t.Logf("restored from %s (%s) on %s: %d writes back, HashKV %v; members now %s %s %s", survivorPod, ids[survivorPod], survivorNode, writes, h,
 		hostedMemberID(t, l, ns, "etcd-0"), hostedMemberID(t, l, ns, "etcd-1"), hostedMemberID(t, l, ns, "etcd-2"))
 }
