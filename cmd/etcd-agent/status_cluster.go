@@ -264,7 +264,7 @@ func printCluster(out io.Writer, a clusterAnswer, now time.Time, intro string) {
 	switch {
 	case c.Survivor.Source == survivor.FromEtcd:
 	case c.Survivor.Pod != "":
-		fmt.Fprintf(out, "%s's etcd does not answer: its position is its data dir's, read by its agent.\n", c.Survivor.Name)
+		fmt.Fprintf(out, "%s's etcd does not answer Status: its position is its data dir's, read by its agent.\n", c.Survivor.Name)
 	case c.Survivor.DataDir == "in-use":
 		fmt.Fprintf(out, "%s's etcd runs but does not serve (restarted without a quorum, etcd never serves): its position is its WAL's, read by its agent.\n", c.Survivor.Name)
 	default:

@@ -57,20 +57,26 @@ func podsClusterStatus(ctx context.Context, out io.Writer, c agent.Config, f clu
 	var ev []survivor.Member
 	for _, m := range members {
 		e := evidence(ctx, m, cluster, tlsCfg)
-		e.Pod = ns + "/" + m.Name // a StatefulSet member is named after its pod ($(POD_NAME))
 		var r *agent.Report
+		// Its pod: --pod for this node's member; for another, the pod
+		// named as the member (a StatefulSet's --name=$(POD_NAME)), once
+		// the agent serving that pod reports on this very member.
+		mpod := ns + "/" + m.Name
 		if m.Name == rep.Observation.Local.Name {
 			rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 			agent.AddLogPosition(rctx, &rep)
 			cancel()
-			r = &rep
+			r, mpod = &rep, pod
 		} else if u, why := podAgentURL(ctx, kc, kerr, ns, m.Name, f); u == "" {
 			e.Note = why
-		} else if r, err = fetchReport(ctx, u, url.Values{"pod": {e.Pod}}); err != nil {
+		} else if r, err = fetchReport(ctx, u, url.Values{"pod": {mpod}}); err != nil {
 			e.Note = err.Error()
 		}
 		if r != nil {
 			fromAgent(&e, *r, cluster, time.Now())
+			if e.Note == "" {
+				e.Pod = mpod
+			}
 		}
 		e.DeclaredLost = slices.Contains(f.lost, m.Name)
 		ev = append(ev, e)

@@ -58,6 +58,10 @@ type reporter struct {
 // write is fsynced, on the disk etcd may share).
 const progressFileEvery = time.Second
 
+// majorityLostFileEvery is how often the status file is written again
+// while the majority is lost (well within plan.AgentWordFreshFor).
+const majorityLostFileEvery = 20 * time.Second
+
 // decided records what the core said about res (status shows "what it
 // would do, and why not"); the status file changes when the answer does.
 func (r *reporter) decided(res memberstate.Result, d plan.Decision) {
@@ -133,7 +137,11 @@ func (r *reporter) export(res memberstate.Result, recovering bool) {
 	moving := len(ests) > 0 || len(r.lastProgress) > 0 // a step runs, or the last one just ended
 	stepsChanged := !slices.EqualFunc(ests, r.lastProgress, func(a, b progress.Estimate) bool { return a.Step == b.Step })
 	r.lastProgress = ests
-	if changed || stepsChanged || moving && now.Sub(r.fileWritten) >= progressFileEvery {
+	// While the majority is lost the file is renewed: a pod member's start
+	// gate takes a person's --force-new-cluster request only on a fresh
+	// word from its agent (plan.DecideForceNewCluster).
+	renew := v.MajorityLost && now.Sub(r.fileWritten) >= majorityLostFileEvery
+	if changed || stepsChanged || renew || moving && now.Sub(r.fileWritten) >= progressFileEvery {
 		r.fileWritten = now
 		r.writeStatus(r.newReport(res))
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/etcd-agent/etcd-agent/internal/controller/manifestkeeper"
 	"github.com/etcd-agent/etcd-agent/internal/controller/mover"
 	"github.com/etcd-agent/etcd-agent/internal/controller/steward"
+	"github.com/etcd-agent/etcd-agent/internal/memberruntime"
 	"github.com/etcd-agent/etcd-agent/internal/observation"
 
 	"github.com/etcd-agent/etcd-agent/internal/heal"
@@ -33,7 +34,7 @@ import (
 )
 
 // StatusFile is where the daemon publishes its latest result in --state-dir.
-const StatusFile = "status.json"
+const StatusFile = memberruntime.StatusFile
 
 // Run is the daemon: observe, report, until ctx ends.
 func Run(ctx context.Context, c Config) error {

@@ -10,9 +10,11 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"go.uber.org/zap"
 
+	"github.com/etcd-agent/etcd-agent/internal/memberruntime"
 	"github.com/etcd-agent/etcd-agent/internal/memberstate"
 	"github.com/etcd-agent/etcd-agent/internal/observation"
 	"github.com/etcd-agent/etcd-agent/metrics"
@@ -136,5 +138,37 @@ func TestWhereSaysTheDataDirsLayoutAsItIsNow(t *testing.T) {
 	}
 	if w := (Where{DataDir: "/proc"}).WithLayout(); !w.DataDirMountPoint {
 		t.Fatalf("a mount root: %+v", w)
+	}
+}
+
+// While the majority is lost the status file is written again, though
+// nothing changed: a pod member's start gate takes a person's
+// --force-new-cluster request only on a fresh word from its agent
+// (plan.AgentWordFreshFor). A healthy member's file is not rewritten.
+func TestTheStatusFileIsRenewedWhileTheMajorityIsLost(t *testing.T) {
+	for _, lost := range []bool{true, false} {
+		dir := t.TempDir()
+		r := &reporter{log: zap.NewNop(), metrics: metrics.New(), member: "m1", statusPath: filepath.Join(dir, StatusFile)}
+		res := memberstate.Result{Verdict: memberstate.Verdict{State: memberstate.Healthy, MajorityLost: lost}}
+		res.Observation.Local = observation.Local{Name: "m1", DataDirClass: "ok"}
+		res.Observation.At = time.Now().Add(-time.Second)
+		r.export(res, false)
+		first, err := os.ReadFile(r.statusPath)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.fileWritten = r.fileWritten.Add(-majorityLostFileEvery) // as if that long ago
+		res.Observation.At = time.Now()                           // the next poll's
+		r.export(res, false)
+		again, err := os.ReadFile(r.statusPath)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if renewed := string(again) != string(first); renewed != lost {
+			t.Errorf("majority lost %v: file renewed %v", lost, renewed)
+		}
+		if w := memberruntime.ReadAgentWord(dir); w.Err != "" || w.MajorityLost != lost || time.Since(w.At) > time.Minute {
+			t.Errorf("majority lost %v: the gate reads %+v", lost, w)
+		}
 	}
 }

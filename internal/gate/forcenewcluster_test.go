@@ -48,8 +48,15 @@ func TestAForcedStartSetsTheFlagOnceAndSetsTheRequestAside(t *testing.T) {
 	if got, _, err := gateCommandLine(c, plan.GateVerdict{Pass: true, Reason: plan.GateDataDirOK}, nil, bootstrapFlags{}, argv, nil); err != nil || !slices.Equal(got, argv) {
 		t.Fatalf("a plain pass: got %q %v", got, err)
 	}
-	setForceRequestAside(dir, "refused", zap.NewNop())
+	setForceRequestAside(dir, "refused", "the cluster has a quorum", zap.NewNop())
 	if _, ok, _ := memberruntime.ReadForceRequest(dir); ok {
 		t.Fatal("a refused request is still read")
+	}
+	why, _ := filepath.Glob(req + ".refused-*.why")
+	if len(why) != 1 {
+		t.Fatalf("the refusal's reason is not kept beside it: %v", why)
+	}
+	if b, _ := os.ReadFile(why[0]); !strings.Contains(string(b), "has a quorum") {
+		t.Fatalf("the reason kept: %q", b)
 	}
 }

@@ -124,13 +124,13 @@ func withStartFlags(c Config, argv, environ []string, sf memberruntime.StartFlag
 // etcd passes the gate again without it: etcd must never be forced twice,
 // which would drop every member added since).
 func withForceNewCluster(c Config, argv, environ []string) ([]string, []string, error) {
-	used, err := memberruntime.SetForceRequestAside(c.StateDir, "used", time.Now())
-	if err != nil {
-		return nil, nil, fmt.Errorf("start gate: not started: %w", err)
-	}
-	argv, environ, err = manifest.SetArgvFlags(argv, environ, map[string]string{"force-new-cluster": "true"})
+	argv, environ, err := manifest.SetArgvFlags(argv, environ, map[string]string{"force-new-cluster": "true"})
 	if err != nil {
 		return nil, nil, fmt.Errorf("start gate: --force-new-cluster: %w", err)
+	}
+	used, err := memberruntime.SetForceRequestAside(c.StateDir, "used", "", time.Now())
+	if err != nil {
+		return nil, nil, fmt.Errorf("start gate: not started: %w", err)
 	}
 	c.Log.Warn("start gate: etcd starts ONCE with --force-new-cluster, as a person asked: a one-member cluster with this member's data",
 		zap.String("request", used))
@@ -139,8 +139,8 @@ func withForceNewCluster(c Config, argv, environ []string) ([]string, []string, 
 
 // setForceRequestAside sets a request the gate will not use aside, so no
 // later start reads it; a failure is said (the next look reads it again).
-func setForceRequestAside(stateDir, outcome string, log *zap.Logger) {
-	if _, err := memberruntime.SetForceRequestAside(stateDir, outcome, time.Now()); err != nil {
+func setForceRequestAside(stateDir, outcome, why string, log *zap.Logger) {
+	if _, err := memberruntime.SetForceRequestAside(stateDir, outcome, why, time.Now()); err != nil {
 		log.Warn("start gate: "+err.Error(), zap.String("outcome", outcome))
 	}
 }
@@ -222,10 +222,10 @@ func gateWaitFlags(ctx context.Context, c Config, timeout time.Duration, etcdArg
 		// member's own data, with the cluster asked. Only where the gate
 		// wraps etcd (it sets the flag on etcd's command line).
 		var force *plan.ForceNewClusterRequest
-		if fr, ok, err := memberruntime.ReadForceRequest(c.StateDir); ok && len(etcdArgv) > 0 {
+		if fr, ok, err := memberruntime.ReadForceRequest(c.StateDir); ok && len(etcdArgv) > 0 && c.PodMember {
 			if err != nil {
 				log.Warn("start gate: the --force-new-cluster request cannot be read; set aside unused", zap.Error(err))
-				setForceRequestAside(c.StateDir, "unreadable", log)
+				setForceRequestAside(c.StateDir, "unreadable", err.Error(), log)
 			} else {
 				force = &fr
 			}
@@ -261,10 +261,10 @@ func gateWaitFlags(ctx context.Context, c Config, timeout time.Duration, etcdArg
 		}
 		if force != nil && v.Pass {
 			in.Now = time.Now()
-			fv, err := plan.DecideForceNewCluster(in, v, *force, asked)
+			fv, err := plan.DecideForceNewCluster(in, v, *force, memberruntime.ReadAgentWord(c.StateDir), asked)
 			if err != nil {
 				log.Warn("start gate: "+err.Error()+"; set aside, etcd starts as the gate judged", zap.String("reason", string(v.Reason)))
-				setForceRequestAside(c.StateDir, "refused", log)
+				setForceRequestAside(c.StateDir, "refused", err.Error(), log)
 			}
 			v = fv
 		}

@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/etcd-agent/etcd-agent/internal/fsutil"
+	"github.com/etcd-agent/etcd-agent/internal/observation"
 	"github.com/etcd-agent/etcd-agent/internal/plan"
 	"github.com/etcd-agent/etcd-agent/internal/record"
 )
@@ -44,11 +46,46 @@ func ReadForceRequest(stateDir string) (plan.ForceNewClusterRequest, bool, error
 
 // SetForceRequestAside renames ForceFile to <ForceFile>.<outcome>-<time>
 // beside it (kept: what was asked, and what became of it), synced, so that
-// no later start reads it again.
-func SetForceRequestAside(stateDir, outcome string, now time.Time) (string, error) {
+// no later start reads it again; why, when given, is written beside it as
+// <that>.why (a refusal's reason, for the person who asked).
+func SetForceRequestAside(stateDir, outcome, why string, now time.Time) (string, error) {
 	dst := filepath.Join(stateDir, fmt.Sprintf("%s.%s-%s", ForceFile, outcome, now.UTC().Format("20060102T150405.000000000Z")))
 	if err := moveFile(filepath.Join(stateDir, ForceFile), dst); err != nil {
 		return "", fmt.Errorf("set the --force-new-cluster request aside: %w", err)
 	}
+	if why != "" {
+		if err := fsutil.WriteFileAtomic(dst+".why", []byte(why+"\n"), 0o644); err != nil {
+			return dst, fmt.Errorf("the reason beside %s: %w", dst, err)
+		}
+	}
 	return dst, nil
+}
+
+// StatusFile is the agent's latest report on the member, in its state dir
+// (agent.StatusFile).
+const StatusFile = "status.json"
+
+// ReadAgentWord reads what the node's agent last reported of the member
+// (StatusFile): when, whether the majority is lost, and whether the member
+// is a voter in its member list.
+func ReadAgentWord(stateDir string) plan.AgentWord {
+	p := filepath.Join(stateDir, StatusFile)
+	b, err := os.ReadFile(p)
+	if err != nil {
+		return plan.AgentWord{Err: err.Error()}
+	}
+	var r struct {
+		At           time.Time               `json:"at"`
+		MajorityLost bool                    `json:"majorityLost"`
+		Observation  observation.Observation `json:"observation"`
+	}
+	if err := json.Unmarshal(b, &r); err != nil {
+		return plan.AgentWord{Err: fmt.Sprintf("%s: %v", p, err)}
+	}
+	w := plan.AgentWord{At: r.At, MajorityLost: r.MajorityLost}
+	if l := r.Observation.Local; l.ID != 0 {
+		m, ok := r.Observation.Member(l.ID)
+		w.Voter = ok && !m.IsLearner
+	}
+	return w
 }

@@ -23,6 +23,23 @@ type ForceNewClusterRequest struct {
 	RequestedAt time.Time
 }
 
+// AgentWord is the node's agent's latest report on the member (its status
+// file), which it judged over full probes of every member: the gate's own
+// look is one observation; the agent's is its verdict over polls.
+type AgentWord struct {
+	At           time.Time
+	MajorityLost bool
+	// Voter: the member is a voter in the agent's member list (a learner
+	// forced would drop every voter).
+	Voter bool
+	// Err says why the report could not be read ("" read).
+	Err string
+}
+
+// AgentWordFreshFor bounds the age of the agent's word the gate takes (the
+// agent renews its status file while the majority is lost).
+const AgentWordFreshFor = 2 * time.Minute
+
 // DecideForceNewCluster upgrades the gate's pass on the member's own data
 // (v, judged on in with the cluster asked) to a start with
 // --force-new-cluster, or says why not (the request is then set aside:
@@ -30,8 +47,13 @@ type ForceNewClusterRequest struct {
 // fence around it (docs/design.md §4, rule 1: the agents never act without
 // quorum, and a person's restore must not split a cluster that has one):
 // the data dir is this member's, pinned, of the member named; no recovery
-// is open; the request is fresh; and the cluster, asked now, has no quorum.
-func DecideForceNewCluster(in GateInput, v GateVerdict, req ForceNewClusterRequest, asked bool) (GateVerdict, error) {
+// is open; the request is fresh; the node's agent said, within
+// AgentWordFreshFor, that the majority is lost and the member is a voter;
+// and the cluster, asked now, has no quorum and no other cluster answers.
+// A gate cut off from a quorum that exists would still see none: that is
+// what the person's checks and status --cluster (every member's agent)
+// are for.
+func DecideForceNewCluster(in GateInput, v GateVerdict, req ForceNewClusterRequest, agent AgentWord, asked bool) (GateVerdict, error) {
 	refuse := func(format string, a ...any) (GateVerdict, error) {
 		return v, fmt.Errorf("the --force-new-cluster request for member %x is not used: "+format, append([]any{req.MemberID}, a...)...)
 	}
@@ -49,8 +71,18 @@ func DecideForceNewCluster(in GateInput, v GateVerdict, req ForceNewClusterReque
 	case age > ForceNewClusterFreshFor || age < -time.Minute:
 		return refuse("it was written at %s, %s before this start (at most %s)", req.RequestedAt.UTC().Format(time.RFC3339),
 			age.Round(time.Second), ForceNewClusterFreshFor)
+	case agent.Err != "":
+		return refuse("the agent's report on it cannot be read (%s)", agent.Err)
+	case in.Now.Sub(agent.At) > AgentWordFreshFor || agent.At.Sub(in.Now) > time.Minute:
+		return refuse("the agent's latest report is of %s (at most %s old): is the node's agent running?", agent.At.UTC().Format(time.RFC3339), AgentWordFreshFor)
+	case !agent.MajorityLost:
+		return refuse("the agent's latest report (%s) does not say the majority is lost", agent.At.UTC().Format(time.RFC3339))
+	case !agent.Voter:
+		return refuse("the agent's member list does not have it as a voter")
 	case !asked:
 		return refuse("the cluster was not asked")
+	case len(in.Obs.ForeignEndpoints) > 0:
+		return refuse("%v answer for another cluster: which cluster the endpoints reach is not clear", in.Obs.ForeignEndpoints)
 	case !quorumLost(in.Obs):
 		return refuse("the cluster has a quorum (leader %x, %d of %d voters serving): forcing this member would split it",
 			in.Obs.LeaderID, in.Obs.ServingVoters(), in.Obs.Voters())

@@ -28,38 +28,61 @@ func TestAForceNewClusterRequestIsUsedOnlyOnItsSurvivorWithoutAQuorum(t *testing
 	req := ForceNewClusterRequest{MemberID: 7, RequestedAt: now.Add(-time.Minute)}
 	for _, tc := range []struct {
 		name  string
-		edit  func(*GateInput, *GateVerdict, *ForceNewClusterRequest, *bool)
+		edit  func(*GateInput, *GateVerdict, *ForceNewClusterRequest, *AgentWord, *bool)
 		use   bool
 		error string
 	}{
-		{"the survivor, no member answers: used", func(*GateInput, *GateVerdict, *ForceNewClusterRequest, *bool) {}, true, ""},
-		{"the survivor, members answer without a leader: used", func(in *GateInput, _ *GateVerdict, _ *ForceNewClusterRequest, _ *bool) { in.Obs = noLeader }, true, ""},
-		{"a cluster with a quorum: never (it would split)", func(in *GateInput, _ *GateVerdict, _ *ForceNewClusterRequest, _ *bool) { in.Obs = withQuorum }, false, "has a quorum"},
-		{"the cluster not asked", func(_ *GateInput, _ *GateVerdict, _ *ForceNewClusterRequest, asked *bool) { *asked = false }, false, "not asked"},
-		{"another member's ID", func(_ *GateInput, _ *GateVerdict, r *ForceNewClusterRequest, _ *bool) { r.MemberID = 8 }, false, "not as the member named"},
-		{"no member ID", func(_ *GateInput, _ *GateVerdict, r *ForceNewClusterRequest, _ *bool) { r.MemberID = 0 }, false, "names no member ID"},
-		{"never seen serving (no pin)", func(in *GateInput, _ *GateVerdict, _ *ForceNewClusterRequest, _ *bool) { in.Pin = record.Pin{} }, false, "not as the member named"},
-		{"the data dir another member's", func(in *GateInput, _ *GateVerdict, _ *ForceNewClusterRequest, _ *bool) { in.DataDirMemberID = 9 }, false, "member 9's"},
-		{"a recovery open", func(in *GateInput, _ *GateVerdict, _ *ForceNewClusterRequest, _ *bool) {
+		{"the survivor, no member answers: used", func(*GateInput, *GateVerdict, *ForceNewClusterRequest, *AgentWord, *bool) {}, true, ""},
+		{"answers from another cluster: never", func(in *GateInput, _ *GateVerdict, _ *ForceNewClusterRequest, _ *AgentWord, _ *bool) {
+			in.Obs.ForeignEndpoints = []string{"http://10.0.0.9:2379"}
+		}, false, "another cluster"},
+		{"the agent's report unreadable", func(_ *GateInput, _ *GateVerdict, _ *ForceNewClusterRequest, a *AgentWord, _ *bool) {
+			*a = AgentWord{Err: "no such file"}
+		}, false, "cannot be read"},
+		{"the agent's report old (is it running?)", func(_ *GateInput, _ *GateVerdict, _ *ForceNewClusterRequest, a *AgentWord, _ *bool) {
+			a.At = now.Add(-AgentWordFreshFor - time.Second)
+		}, false, "is the node's agent running"},
+		{"the agent sees a quorum", func(_ *GateInput, _ *GateVerdict, _ *ForceNewClusterRequest, a *AgentWord, _ *bool) {
+			a.MajorityLost = false
+		}, false, "does not say the majority is lost"},
+		{"a learner (forced, it would drop every voter)", func(_ *GateInput, _ *GateVerdict, _ *ForceNewClusterRequest, a *AgentWord, _ *bool) { a.Voter = false }, false, "as a voter"},
+		{"the survivor, members answer without a leader: used", func(in *GateInput, _ *GateVerdict, _ *ForceNewClusterRequest, _ *AgentWord, _ *bool) {
+			in.Obs = noLeader
+		}, true, ""},
+		{"a cluster with a quorum: never (it would split)", func(in *GateInput, _ *GateVerdict, _ *ForceNewClusterRequest, _ *AgentWord, _ *bool) {
+			in.Obs = withQuorum
+		}, false, "has a quorum"},
+		{"the cluster not asked", func(_ *GateInput, _ *GateVerdict, _ *ForceNewClusterRequest, _ *AgentWord, asked *bool) {
+			*asked = false
+		}, false, "not asked"},
+		{"another member's ID", func(_ *GateInput, _ *GateVerdict, r *ForceNewClusterRequest, _ *AgentWord, _ *bool) { r.MemberID = 8 }, false, "not as the member named"},
+		{"no member ID", func(_ *GateInput, _ *GateVerdict, r *ForceNewClusterRequest, _ *AgentWord, _ *bool) { r.MemberID = 0 }, false, "names no member ID"},
+		{"never seen serving (no pin)", func(in *GateInput, _ *GateVerdict, _ *ForceNewClusterRequest, _ *AgentWord, _ *bool) {
+			in.Pin = record.Pin{}
+		}, false, "not as the member named"},
+		{"the data dir another member's", func(in *GateInput, _ *GateVerdict, _ *ForceNewClusterRequest, _ *AgentWord, _ *bool) {
+			in.DataDirMemberID = 9
+		}, false, "member 9's"},
+		{"a recovery open", func(in *GateInput, _ *GateVerdict, _ *ForceNewClusterRequest, _ *AgentWord, _ *bool) {
 			in.Journal = record.Record{Phase: record.PhaseStopped}
 		}, false, "recovery is open"},
-		{"a stale request", func(_ *GateInput, _ *GateVerdict, r *ForceNewClusterRequest, _ *bool) {
+		{"a stale request", func(_ *GateInput, _ *GateVerdict, r *ForceNewClusterRequest, _ *AgentWord, _ *bool) {
 			r.RequestedAt = now.Add(-ForceNewClusterFreshFor - time.Second)
 		}, false, "at most"},
-		{"a request from the future", func(_ *GateInput, _ *GateVerdict, r *ForceNewClusterRequest, _ *bool) {
+		{"a request from the future", func(_ *GateInput, _ *GateVerdict, r *ForceNewClusterRequest, _ *AgentWord, _ *bool) {
 			r.RequestedAt = now.Add(2 * time.Minute)
 		}, false, "at most"},
-		{"the gate holds (its data dir unusable)", func(_ *GateInput, v *GateVerdict, _ *ForceNewClusterRequest, _ *bool) {
+		{"the gate holds (its data dir unusable)", func(_ *GateInput, v *GateVerdict, _ *ForceNewClusterRequest, _ *AgentWord, _ *bool) {
 			*v = GateVerdict{Reason: GateDataDirUnusable, Detail: "corrupt"}
 		}, false, "would not start"},
-		{"the gate passes a prepared learner, not its own data", func(_ *GateInput, v *GateVerdict, _ *ForceNewClusterRequest, _ *bool) {
+		{"the gate passes a prepared learner, not its own data", func(_ *GateInput, v *GateVerdict, _ *ForceNewClusterRequest, _ *AgentWord, _ *bool) {
 			*v = GateVerdict{Pass: true, Reason: GatePrepared}
 		}, false, "would not start"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			in, v, r, asked := base, ok, req, true
-			tc.edit(&in, &v, &r, &asked)
-			got, err := DecideForceNewCluster(in, v, r, asked)
+			in, v, r, a, asked := base, ok, req, AgentWord{At: now.Add(-20 * time.Second), MajorityLost: true, Voter: true}, true
+			tc.edit(&in, &v, &r, &a, &asked)
+			got, err := DecideForceNewCluster(in, v, r, a, asked)
 			if got.ForcesNewCluster() != tc.use {
 				t.Fatalf("forces = %v (%+v, %v), want %v", got.ForcesNewCluster(), got, err, tc.use)
 			}

@@ -59,9 +59,11 @@ func PodCommands(c Choice, procedures map[string]string, e Etcdctl) ([]Step, err
 	case s.Node == "":
 		return nil, fmt.Errorf("no agent reported %s's node", s.Name)
 	}
+	// The state dir is where its agent serves that pod (an agent's report
+	// is not authenticated: a path elsewhere is not taken).
 	state := s.Paths.StateDir
-	if !plainPath.MatchString(state) || filepath.Clean(state) != state {
-		return nil, fmt.Errorf("%s's state dir %q (its agent's report) is not a plain, clean path: write the commands by hand", s.Name, state)
+	if !plainPath.MatchString(state) || filepath.Clean(state) != state || filepath.Base(state) != ns+"_"+pod || filepath.Base(filepath.Dir(state)) != "members" {
+		return nil, fmt.Errorf("%s's state dir %q (its agent's report) is not a plain, clean <state dir>/members/%s_%s: write the commands by hand", s.Name, state, ns, pod)
 	}
 	var urls []string
 	for _, m := range c.Members {

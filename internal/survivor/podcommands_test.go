@@ -55,6 +55,8 @@ func TestPodCommandsAreTheProceduresWithTheSurvivorsValues(t *testing.T) {
 		"a pod not a name":   func(m []survivor.Member) { m[0].Pod = "clusters-b/etcd-0;rm" },
 		"no state dir":       func(m []survivor.Member) { m[0].Paths.StateDir = "" },
 		"a state dir quoted": func(m []survivor.Member) { m[0].Paths.StateDir = "/srv/a b" },
+		"another pod's dir":  func(m []survivor.Member) { m[0].Paths.StateDir = "/srv/agent/members/clusters-b_etcd-1" },
+		"not a member's dir": func(m []survivor.Member) { m[0].Paths.StateDir = "/etc/clusters-b_etcd-0" },
 		"no node":            func(m []survivor.Member) { m[0].Node = "" },
 		"no member ID":       func(m []survivor.Member) { m[0].ID = 0 },
 		"a member unknown":   func(m []survivor.Member) { m[2].DataDir, m[2].ReportedAt = "", time.Time{} },
