@@ -107,14 +107,8 @@ func clusterStatus(ctx context.Context, out io.Writer, c agent.Config, f cluster
 			ans.CommandsError = err.Error()
 		}
 	}
-	if output == "json" {
-		enc := json.NewEncoder(out)
-		enc.SetIndent("", "  ")
-		if err := enc.Encode(ans); err != nil {
-			return err
-		}
-	} else {
-		printCluster(out, ans, now, staticRestoreIntro)
+	if err := writeClusterAnswer(out, ans, now, staticRestoreIntro, output); err != nil {
+		return err
 	}
 	if majorityLost {
 		return statusExit(3)
@@ -233,6 +227,18 @@ func fetchReport(ctx context.Context, base string, query url.Values) (*agent.Rep
 		return nil, fmt.Errorf("its agent at %s: %w", base, err)
 	}
 	return &r, nil
+}
+
+// writeClusterAnswer prints ans as JSON, or as the table with intro before
+// the scripts.
+func writeClusterAnswer(out io.Writer, ans clusterAnswer, now time.Time, intro, output string) error {
+	if output == "json" {
+		enc := json.NewEncoder(out)
+		enc.SetIndent("", "  ")
+		return enc.Encode(ans)
+	}
+	printCluster(out, ans, now, intro)
+	return nil
 }
 
 // staticRestoreIntro is what printCluster says before a static-pod

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -92,14 +91,8 @@ func podsClusterStatus(ctx context.Context, out io.Writer, c agent.Config, f clu
 			ans.CommandsError = err.Error()
 		}
 	}
-	if output == "json" {
-		enc := json.NewEncoder(out)
-		enc.SetIndent("", "  ")
-		if err := enc.Encode(ans); err != nil {
-			return err
-		}
-	} else {
-		printCluster(out, ans, now, podsRestoreIntro)
+	if err := writeClusterAnswer(out, ans, now, podsRestoreIntro, output); err != nil {
+		return err
 	}
 	if rep.MajorityLost {
 		return statusExit(3)

@@ -48,17 +48,7 @@ type Etcdctl struct {
 // procedures holds each procedure's script as the runbook writes it;
 // defaults are the paths of a member whose agent did not say its own.
 func Commands(c Choice, procedures map[string]string, e Etcdctl, defaults Paths) ([]Step, error) {
-	if c.Survivor == nil {
-		return nil, errors.New("no survivor chosen: " + c.Refused)
-	}
-	if len(c.Unknown) > 0 {
-		// It may run in a quorum this node cannot reach (a partition: a
-		// restore would split the cluster), or hold newer data.
-		return nil, fmt.Errorf("nothing is known of %s: it may be serving in a quorum this node cannot reach, or hold newer data. "+
-			"Check it first (etcd-agent status on its node, or --agent-url); if it is gone for good, say so with --lost=NAME",
-			strings.Join(c.Unknown, ", "))
-	}
-	if err := checkMembers(c.Members); err != nil {
+	if err := restorable(c); err != nil {
 		return nil, err
 	}
 	s := *c.Survivor
@@ -122,6 +112,23 @@ func Commands(c Choice, procedures map[string]string, e Etcdctl, defaults Paths)
 		}
 	}
 	return steps, nil
+}
+
+// restorable refuses a choice no commands may be written for: no
+// survivor, a member nothing is known of, or members the procedures
+// cannot name safely (checkMembers).
+func restorable(c Choice) error {
+	if c.Survivor == nil {
+		return errors.New("no survivor chosen: " + c.Refused)
+	}
+	if len(c.Unknown) > 0 {
+		// It may run in a quorum this node cannot reach (a partition: a
+		// restore would split the cluster), or hold newer data.
+		return fmt.Errorf("nothing is known of %s: it may be serving in a quorum this node cannot reach, or hold newer data. "+
+			"Check it first (etcd-agent status on its node, or --agent-url); if it is gone for good, say so with --lost=NAME",
+			strings.Join(c.Unknown, ", "))
+	}
+	return checkMembers(c.Members)
 }
 
 // checkMembers refuses what the procedures cannot say safely: names that

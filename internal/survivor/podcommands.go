@@ -1,7 +1,6 @@
 package survivor
 
 import (
-	"errors"
 	"fmt"
 	"path/filepath"
 	"regexp"
@@ -38,15 +37,7 @@ var dnsLabel = regexp.MustCompile(`^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$`)
 // --force-new-cluster, then its pod deleted (re-created, forced), and a
 // wait while the agents rejoin the others. E reaches every member.
 func PodCommands(c Choice, procedures map[string]string, e Etcdctl) ([]Step, error) {
-	if c.Survivor == nil {
-		return nil, errors.New("no survivor chosen: " + c.Refused)
-	}
-	if len(c.Unknown) > 0 {
-		return nil, fmt.Errorf("nothing is known of %s: it may be serving in a quorum this node cannot reach, or hold newer data. "+
-			"Check it first (etcd-agent status on its node, or --agent-url); if it is gone for good, say so with --lost=NAME",
-			strings.Join(c.Unknown, ", "))
-	}
-	if err := checkMembers(c.Members); err != nil {
+	if err := restorable(c); err != nil {
 		return nil, err
 	}
 	s := *c.Survivor
