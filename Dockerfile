@@ -6,6 +6,7 @@ RUN go mod download
 COPY cmd ./cmd
 COPY internal ./internal
 COPY metrics ./metrics
+COPY docs ./docs
 ARG VERSION=dev
 RUN CGO_ENABLED=0 go build -trimpath \
     -ldflags "-s -w -X github.com/etcd-agent/etcd-agent/internal/version.Version=${VERSION}" \

@@ -355,3 +355,46 @@ func stopPause(t *testing.T, bin string, sig os.Signal, wait time.Duration) erro
 		return nil
 	}
 }
+
+// TestTheDockerfileCopiesEveryDirTheProductBuildsFrom: the image's build
+// stage copies every top-level dir of the module that the product's
+// packages live in (a package added under a new one, e.g. the embedded
+// docs, would fail `docker build` and nothing else).
+func TestTheDockerfileCopiesEveryDirTheProductBuildsFrom(t *testing.T) {
+	out, err := exec.Command("go", "list", "-C", "../..", "-deps", "-f", "{{if .Module}}{{if .Module.Main}}{{.Dir}}{{end}}{{end}}", "./cmd/etcd-agent").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	root, err := filepath.Abs("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	need := map[string]bool{}
+	for _, dir := range strings.Fields(string(out)) {
+		rel, err := filepath.Rel(root, dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		need[strings.Split(filepath.ToSlash(rel), "/")[0]] = true
+	}
+	b, err := os.ReadFile("../../Dockerfile")
+	if err != nil {
+		t.Fatal(err)
+	}
+	copied := map[string]bool{}
+	for _, l := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(l); len(f) >= 3 && f[0] == "COPY" && !strings.HasPrefix(f[1], "--") {
+			for _, src := range f[1 : len(f)-1] {
+				copied[strings.TrimSuffix(src, "/")] = true
+			}
+		}
+	}
+	if len(need) == 0 {
+		t.Fatal("go list named no package of the module")
+	}
+	for dir := range need {
+		if !copied[dir] {
+			t.Errorf("the product builds from %s/, which the Dockerfile does not COPY (copied: %v)", dir, copied)
+		}
+	}
+}
