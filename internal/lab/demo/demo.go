@@ -155,7 +155,8 @@ func watchTimeline(ctx context.Context, l *lab.Lab, n lab.Node, t0 time.Time, ti
 				step("%s  lost          after the %s grace period (member still serves from open files)", at(time.Now()), lab.LabGracePeriod)
 			}
 			now := time.Now()
-			for _, line := range progress.at(now, m.ByLabel("etcd_agent_recovery_step_progress_ratio", "step"), m.ByLabel("etcd_agent_recovery_step_eta_seconds", "step")) {
+			for _, line := range progress.at(now, m.ByLabel("etcd_agent_recovery_step_progress_ratio", "step"), m.ByLabel("etcd_agent_recovery_step_eta_seconds", "step"),
+				stalledSteps(n.StateDir)) {
 				step("%s  progress      %s", at(now), line)
 			}
 		}

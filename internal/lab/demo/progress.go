@@ -1,9 +1,15 @@
 package demo
 
 import (
+	"encoding/json"
 	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
 	"time"
+
+	"github.com/etcd-agent/etcd-agent/internal/memberruntime"
+	"github.com/etcd-agent/etcd-agent/internal/progress"
 )
 
 // progressEvery is how often the timeline says how far a long step is.
@@ -19,8 +25,10 @@ type progressLines struct {
 }
 
 // at is one poll: ratio and eta by step (etcd_agent_recovery_step_progress_ratio
-// and _eta_seconds); it returns what to print, steps in name order.
-func (p *progressLines) at(now time.Time, ratio, eta map[string]float64) []string {
+// and _eta_seconds), and since when a step has stalled (the agent's status
+// file: the ETA gauge is -1 both while not known yet and while stalled); it
+// returns what to print, steps in name order.
+func (p *progressLines) at(now time.Time, ratio, eta map[string]float64, stalled map[string]time.Time) []string {
 	if p.said == nil {
 		p.said = map[string]time.Time{}
 	}
@@ -33,6 +41,8 @@ func (p *progressLines) at(now time.Time, ratio, eta map[string]float64) []strin
 		left := "time left not known yet"
 		if e, ok := eta[step]; ok && e >= 0 {
 			left = fmt.Sprintf("about %s left", (time.Duration(e * float64(time.Second))).Round(100*time.Millisecond))
+		} else if since, ok := stalled[step]; ok && !since.IsZero() {
+			left = fmt.Sprintf("STALLED since %s, %s ago", since.UTC().Format("15:04:05Z"), now.Sub(since).Round(time.Second))
 		}
 		out = append(out, fmt.Sprintf("%s %3.0f%%, %s", step, 100*ratio[step], left))
 	}
@@ -52,4 +62,26 @@ func sortedKeys[V any](m map[string]V) []string {
 	}
 	slices.Sort(keys)
 	return keys
+}
+
+// stalledSteps is since when each stalled step of the agent's latest report
+// (its status file in stateDir) has stalled; nil when it cannot be read.
+func stalledSteps(stateDir string) map[string]time.Time {
+	b, err := os.ReadFile(filepath.Join(stateDir, memberruntime.StatusFile))
+	if err != nil {
+		return nil
+	}
+	var r struct {
+		Progress []progress.Estimate `json:"progress"`
+	}
+	if json.Unmarshal(b, &r) != nil {
+		return nil
+	}
+	out := map[string]time.Time{}
+	for _, e := range r.Progress {
+		if !e.StalledSince.IsZero() {
+			out[e.Step] = e.StalledSince
+		}
+	}
+	return out
 }

@@ -34,8 +34,20 @@ func TestTheTimelineSaysHowFarALongStepIs(t *testing.T) {
 		if c.gone {
 			ratio, eta = nil, nil
 		}
-		if got := p.at(t0.Add(c.after), ratio, eta); !slices.Equal(got, c.want) {
+		if got := p.at(t0.Add(c.after), ratio, eta, nil); !slices.Equal(got, c.want) {
 			t.Errorf("+%s: %q, want %q", c.after, got, c.want)
 		}
+	}
+}
+
+// A stalled step says so, and since when (the ETA gauge alone reads -1
+// for a stall as for a step whose rate is not known yet).
+func TestTheTimelineSaysAStalledStepIsStalled(t *testing.T) {
+	var p progressLines
+	t0 := time.Date(2026, 12, 7, 14, 0, 0, 0, time.UTC)
+	ratio, eta := map[string]float64{"catch-up": 0.5}, map[string]float64{"catch-up": -1}
+	got := p.at(t0.Add(20*time.Second), ratio, eta, map[string]time.Time{"catch-up": t0.Add(2 * time.Second)})
+	if want := []string{"catch-up  50%, STALLED since 14:00:02Z, 18s ago"}; !slices.Equal(got, want) {
+		t.Fatalf("%q, want %q", got, want)
 	}
 }
