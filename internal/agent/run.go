@@ -204,6 +204,7 @@ func runMember(ctx context.Context, c Config, id watchdog.Identity, env memberEn
 		return err
 	}
 	gate := gateCheck{c: c, log: log, m: m, member: id.Name, wrapped: env.gateWrapped}
+	arm := c.newForceArm(id, kc, log)
 	var skelRep eventer
 	if nodeRep != nil {
 		skelRep = nodeRep
@@ -264,6 +265,12 @@ func runMember(ctx context.Context, c Config, id watchdog.Identity, env memberEn
 			wd.WakeAt(v.TroubleSince.Add(c.GracePeriod + graceWakeSlack))
 		}
 		gate.check()
+		if arm != nil {
+			// Every poll, healthy too: a used request's Lease is let go
+			// once the forced member serves with a quorum.
+			step("force-new-cluster arm")
+			arm.Consider(ctx, r)
+		}
 		env.ready.Store(true)
 		var req *plan.Request
 		step("manual request")

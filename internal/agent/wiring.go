@@ -6,6 +6,9 @@ import (
 	"fmt"
 	"time"
 
+	"go.uber.org/zap"
+
+	"github.com/etcd-agent/etcd-agent/internal/controller/forcearm"
 	"github.com/etcd-agent/etcd-agent/internal/controller/mover"
 	"github.com/etcd-agent/etcd-agent/internal/etcdversion"
 	"github.com/etcd-agent/etcd-agent/internal/gate"
@@ -110,6 +113,23 @@ func (c Config) newHealer(id watchdog.Identity, obs heal.Observer, kc kubernetes
 		PinnedAnywhere: pinnedAnywhere(kc, id.Name, c.podRuntime == nil), Claims: c.claims, StoreSeed: c.storeSeed, MoveSourceGone: moveSourceFor(kc, c.NodeName),
 		LearnerVersion: c.learnerVersion},
 		obs, newLease, rt, rep, m), nil
+}
+
+// newForceArm wires the arm of a pod member's --force-new-cluster request
+// (nil: a static member, or no API: its gate then uses no request).
+func (c Config) newForceArm(id watchdog.Identity, kc kubernetes.Interface, log *zap.Logger) *forcearm.Arm {
+	if c.podRuntime == nil || kc == nil {
+		return nil
+	}
+	ttl := c.LeaseTTL
+	if ttl == 0 {
+		ttl = lease.DefaultTTL
+	}
+	holder := c.NodeName + "/" + id.Name + "/force-new-cluster"
+	return forcearm.New(forcearm.Config{StateDir: c.StateDir, Member: id.Name, Holder: holder, ValidFor: ttl / 2, Log: log,
+		NewLease: func(clusterID uint64) (forcearm.Lease, error) {
+			return lease.New(lease.Config{Client: kc, Namespace: c.Namespace, Name: lease.Name(clusterID), Holder: holder, TTL: ttl, Log: c.Log})
+		}})
 }
 
 // stepTimeouts: the stop step's deadline follows --stop-timeout (its wait

@@ -44,12 +44,15 @@ func ReadForceRequest(stateDir string) (plan.ForceNewClusterRequest, bool, error
 	return plan.ForceNewClusterRequest{MemberID: uint64(r.MemberID), RequestedAt: r.RequestedAt}, true, nil
 }
 
+// asideStamp is the time in a set-aside request's name.
+const asideStamp = "20060102T150405.000000000Z"
+
 // SetForceRequestAside renames ForceFile to <ForceFile>.<outcome>-<time>
 // beside it (kept: what was asked, and what became of it), synced, so that
 // no later start reads it again; why, when given, is written beside it as
 // <that>.why (a refusal's reason, for the person who asked).
 func SetForceRequestAside(stateDir, outcome, why string, now time.Time) (string, error) {
-	dst := filepath.Join(stateDir, fmt.Sprintf("%s.%s-%s", ForceFile, outcome, now.UTC().Format("20060102T150405.000000000Z")))
+	dst := filepath.Join(stateDir, fmt.Sprintf("%s.%s-%s", ForceFile, outcome, now.UTC().Format(asideStamp)))
 	if err := moveFile(filepath.Join(stateDir, ForceFile), dst); err != nil {
 		return "", fmt.Errorf("set the --force-new-cluster request aside: %w", err)
 	}
@@ -83,6 +86,7 @@ func ReadAgentWord(stateDir string) plan.AgentWord {
 		return plan.AgentWord{Err: fmt.Sprintf("%s: %v", p, err)}
 	}
 	w := plan.AgentWord{At: r.At, MajorityLost: r.MajorityLost}
+	w.Armed, _ = ReadForceArm(stateDir) // unreadable: not armed
 	if l := r.Observation.Local; l.ID != 0 {
 		m, ok := r.Observation.Member(l.ID)
 		w.Voter = ok && !m.IsLearner

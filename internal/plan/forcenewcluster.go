@@ -34,6 +34,9 @@ type AgentWord struct {
 	Voter bool
 	// Err says why the report could not be read ("" read).
 	Err string
+	// Armed is the agent's mark that it holds the cluster's Lease for a
+	// request (nil: none, or unreadable).
+	Armed *ForceArm
 }
 
 // AgentWordFreshFor bounds the age of the agent's word the gate takes (the
@@ -49,6 +52,8 @@ const AgentWordFreshFor = 2 * time.Minute
 // the data dir is this member's, pinned, of the member named; no recovery
 // is open; the request is fresh; the node's agent said, within
 // AgentWordFreshFor, that the majority is lost and the member is a voter;
+// the agent armed this request, holding the cluster's recovery Lease
+// (DecideForceArm: no other member's request can be armed meanwhile);
 // and the cluster, asked now, has no quorum and no other cluster answers.
 // A gate cut off from a quorum that exists would still see none: that is
 // what the person's checks and status --cluster (every member's agent)
@@ -79,6 +84,11 @@ func DecideForceNewCluster(in GateInput, v GateVerdict, req ForceNewClusterReque
 		return refuse("the agent's latest report (%s) does not say the majority is lost", agent.At.UTC().Format(time.RFC3339))
 	case !agent.Voter:
 		return refuse("the agent's member list does not have it as a voter")
+	case agent.Armed == nil:
+		return refuse("the node's agent has not armed it under the cluster's recovery Lease (one request per cluster at a time; its reason is in force-new-cluster.not-armed)")
+	case !agent.Armed.Arms(req, in.Now):
+		return refuse("the agent's mark is for member %x's request of %s, valid until %s", agent.Armed.MemberID,
+			agent.Armed.RequestedAt.UTC().Format(time.RFC3339), agent.Armed.Until.UTC().Format(time.RFC3339))
 	case !asked:
 		return refuse("the cluster was not asked")
 	case len(in.Obs.ForeignEndpoints) > 0:

@@ -45,6 +45,18 @@ func TestAForceNewClusterRequestIsUsedOnlyOnItsSurvivorWithoutAQuorum(t *testing
 		{"the agent sees a quorum", func(_ *GateInput, _ *GateVerdict, _ *ForceNewClusterRequest, a *AgentWord, _ *bool) {
 			a.MajorityLost = false
 		}, false, "does not say the majority is lost"},
+		{"not armed: the agent does not hold the cluster's Lease for it (another member's request may)", func(_ *GateInput, _ *GateVerdict, _ *ForceNewClusterRequest, a *AgentWord, _ *bool) {
+			a.Armed = nil
+		}, false, "has not armed it"},
+		{"armed for an earlier request", func(_ *GateInput, _ *GateVerdict, _ *ForceNewClusterRequest, a *AgentWord, _ *bool) {
+			a.Armed.RequestedAt = a.Armed.RequestedAt.Add(-time.Minute)
+		}, false, "mark is for"},
+		{"armed for another member", func(_ *GateInput, _ *GateVerdict, _ *ForceNewClusterRequest, a *AgentWord, _ *bool) {
+			a.Armed.MemberID = 8
+		}, false, "mark is for"},
+		{"the mark outlived the agent's confirmation of its Lease", func(_ *GateInput, _ *GateVerdict, _ *ForceNewClusterRequest, a *AgentWord, _ *bool) {
+			a.Armed.Until = now.Add(-time.Millisecond)
+		}, false, "valid until"},
 		{"a learner (forced, it would drop every voter)", func(_ *GateInput, _ *GateVerdict, _ *ForceNewClusterRequest, a *AgentWord, _ *bool) { a.Voter = false }, false, "as a voter"},
 		{"the survivor, members answer without a leader: used", func(in *GateInput, _ *GateVerdict, _ *ForceNewClusterRequest, _ *AgentWord, _ *bool) {
 			in.Obs = noLeader
@@ -80,7 +92,8 @@ func TestAForceNewClusterRequestIsUsedOnlyOnItsSurvivorWithoutAQuorum(t *testing
 		}, false, "would not start"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			in, v, r, a, asked := base, ok, req, AgentWord{At: now.Add(-20 * time.Second), MajorityLost: true, Voter: true}, true
+			armed := ForceArm{MemberID: req.MemberID, RequestedAt: req.RequestedAt, Holder: "node1/etcd-0/force-new-cluster", Until: now.Add(10 * time.Second)}
+			in, v, r, a, asked := base, ok, req, AgentWord{At: now.Add(-20 * time.Second), MajorityLost: true, Voter: true, Armed: &armed}, true
 			tc.edit(&in, &v, &r, &a, &asked)
 			got, err := DecideForceNewCluster(in, v, r, a, asked)
 			if got.ForcesNewCluster() != tc.use {

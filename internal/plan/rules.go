@@ -42,7 +42,7 @@ var Rules = []RuleEntry{
 		GateClusterUnknown, GateForceNewCluster, GateLearnerStartFlags, GatePrepared, GateAwaitingAgent, GateNeverStarted, GateUnverified, GateWouldBootstrap,
 		GatePinUnreadable, GateNeverSeen},
 		[]string{"TestStartGate", "TestPinnedClusterUnreachableSaysRestoreIsAHumansCall", "TestAnUnpinnedPodMemberStartsOnItsDataOnlyAfterTheAgentReadItsRecord",
-			"TestAForceNewClusterRequestIsUsedOnlyOnItsSurvivorWithoutAQuorum"}},
+			"TestAForceNewClusterRequestIsUsedOnlyOnItsSurvivorWithoutAQuorum", "TestTheAgentArmsOnlyARequestItsGateCouldUse"}},
 	{"stop", "the fast stop ends etcd only with nothing to lose (§6 step 2)", []Reason{FastStopNow, FastStopDataOnDisk, FastStopRequestsInFlow,
 		FastStopNotServed, FastStopLeader, FastStopServing, FastStopNoMetrics},
 		[]string{"TestFastStopEndsEtcdOnlyWithNothingToLose"}},

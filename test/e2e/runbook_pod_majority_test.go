@@ -159,15 +159,10 @@ func TestPodMajorityLostRestoreFromTheSurvivorRunsAsWritten(t *testing.T) {
 	env := append(os.Environ(), "PATH="+binDir+":"+os.Getenv("PATH"), "KUBECONFIG="+l.Spec.APIServer.Kubeconfig)
 	run := func(i int, extra ...string) {
 		s := ans.Steps[i]
-		script := strings.ReplaceAll(s.Script, "/root/", root+"/")
-		ctx, cancel := context.WithTimeout(ctx, 12*time.Minute)
-		defer cancel()
-		cmd := exec.CommandContext(ctx, "bash", "-c", script)
-		cmd.Env = append(slices.Clone(env), extra...)
 		start := time.Now()
-		out, err := cmd.CombinedOutput()
+		out, err := runPrinted(ctx, s.Script, root, env, extra...)
 		if err != nil || len(extra) > 0 && !strings.Contains(string(out), "DRY RUN: checks passed") {
-			t.Fatalf("step %d (%s on %s, %q) failed after %s: %v\n%s\n--- script:\n%s", i+1, s.Procedure, s.Node, extra, time.Since(start).Round(time.Millisecond), err, out, script)
+			t.Fatalf("step %d (%s on %s, %q) failed after %s: %v\n%s\n--- script:\n%s", i+1, s.Procedure, s.Node, extra, time.Since(start).Round(time.Millisecond), err, out, s.Script)
 		}
 		t.Logf("step %d: %s on %s ran as printed %q in %s", i+1, s.Procedure, s.Node, extra, time.Since(start).Round(time.Millisecond))
 	}
@@ -181,6 +176,42 @@ func TestPodMajorityLostRestoreFromTheSurvivorRunsAsWritten(t *testing.T) {
 	if got := mustPod(t, kc, ns, survivorPod).UID; got != podUID {
 		t.Fatalf("the dry runs restarted the survivor's pod: %s -> %s", podUID, got)
 	}
+	// Two requests in one cluster: the first one armed holds the cluster's
+	// Lease, and the other waits unarmed (its gate would refuse it). Here
+	// a request on etcd-1 (its gate holds: its data is gone) is armed by
+	// its agent; the survivor's request script then fails, withdraws its
+	// request and says who holds the Lease.
+	otherState := lab.HostedMemberStateDir(*mustNode(t, l, placement["etcd-1"]), ns, "etcd-1")
+	otherReq := fmt.Sprintf(`{"memberID":%q,"requestedAt":%q}`, ids["etcd-1"], time.Now().UTC().Format(time.RFC3339))
+	if err := os.WriteFile(filepath.Join(otherState, memberruntime.ForceFile), []byte(otherReq), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, time.Minute, "etcd-1's agent arms its request", func() error {
+		m, err := memberruntime.ReadForceArm(otherState)
+		if err != nil || m == nil {
+			b, _ := os.ReadFile(filepath.Join(otherState, memberruntime.NotArmedFile))
+			return fmt.Errorf("mark %v, %v; not armed: %s", m, err, b)
+		}
+		return nil
+	})
+	if out, err := runPrinted(ctx, ans.Steps[0].Script, root, env, "ARM_WAIT=3"); err == nil || !strings.Contains(string(out), "etcd-1/force-new-cluster") {
+		t.Fatalf("the survivor's request, with etcd-1's armed: %v\n%s", err, out)
+	} else {
+		t.Logf("the survivor's request waits unarmed while etcd-1's is armed: %s", lastLine(out))
+	}
+	if _, err := os.Stat(filepath.Join(survivorState, memberruntime.ForceFile)); !os.IsNotExist(err) {
+		t.Fatalf("an unarmed request was left in place: %v", err)
+	}
+	if err := os.Remove(filepath.Join(otherState, memberruntime.ForceFile)); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, time.Minute, "etcd-1's agent disarms its withdrawn request", func() error {
+		if m, err := memberruntime.ReadForceArm(otherState); m != nil || err != nil {
+			return fmt.Errorf("mark %+v, %v", m, err)
+		}
+		return nil
+	})
+
 	run(0)
 	run(1)
 
@@ -211,6 +242,11 @@ func TestPodMajorityLostRestoreFromTheSurvivorRunsAsWritten(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The survivor's agent let go of the Lease once its member served
+	// with a quorum (the others' agents took it to rejoin them).
+	if m, err := memberruntime.ReadForceArm(survivorState); m != nil || err != nil {
+		t.Fatalf("the survivor's request still armed after the restore: %+v, %v", m, err)
+	}
 	used, _ := filepath.Glob(filepath.Join(survivorState, memberruntime.ForceFile+".used-*"))
 	if len(used) != 1 {
 		t.Fatalf("the used request set aside: %v, want one", used)
@@ -220,4 +256,19 @@ func TestPodMajorityLostRestoreFromTheSurvivorRunsAsWritten(t *testing.T) {
 	}
 	t.Logf("restored from %s (%s) on %s: %d writes back, HashKV %v; members now %s %s %s", survivorPod, ids[survivorPod], survivorNode, writes, h,
 		hostedMemberID(t, l, ns, "etcd-0"), hostedMemberID(t, l, ns, "etcd-1"), hostedMemberID(t, l, ns, "etcd-2"))
+}
+
+// runPrinted runs a script status --cluster printed, as printed (its
+// /root/ files under root), bounded.
+func runPrinted(ctx context.Context, script, root string, env []string, extra ...string) ([]byte, error) {
+	ctx, cancel := context.WithTimeout(ctx, 12*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "bash", "-c", strings.ReplaceAll(script, "/root/", root+"/"))
+	cmd.Env = append(slices.Clone(env), extra...)
+	return cmd.CombinedOutput()
+}
+
+func lastLine(b []byte) string {
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	return lines[len(lines)-1]
 }

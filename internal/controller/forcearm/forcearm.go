@@ -1,0 +1,218 @@
+// Package forcearm is the controller that arms a person's
+// --force-new-cluster request on a StatefulSet member (the majority-lost
+// restore, docs/management-nodes.md "Majority lost"): it holds the
+// cluster's recovery Lease for the request and marks it armed, so that the
+// start gate, which cannot reach the Lease, uses one request per cluster at
+// a time (docs/design.md §7). plan.DecideForceArm decides; this package
+// reads the files, takes the Lease and writes the mark.
+package forcearm
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/etcd-agent/etcd-agent/internal/journal"
+	"github.com/etcd-agent/etcd-agent/internal/lease"
+	"github.com/etcd-agent/etcd-agent/internal/memberruntime"
+	"github.com/etcd-agent/etcd-agent/internal/memberstate"
+	"github.com/etcd-agent/etcd-agent/internal/plan"
+)
+
+// Lease is the cluster's recovery Lease as the arm uses it (*lease.Lease).
+type Lease interface {
+	TryAcquire(ctx context.Context, info lease.Info) error
+	ConfirmFor(ctx context.Context, need time.Duration) error
+	Confirm(ctx context.Context) error
+	Release(ctx context.Context) error
+}
+
+// Phase is what the Lease says its holder does while a request is armed.
+const Phase = "force-new-cluster-armed"
+
+// Config is what the arm is told.
+type Config struct {
+	StateDir string // the member's own
+	Member   string
+	// NewLease opens the recovery Lease of a cluster, as Holder: a name
+	// of the arm's own (not the healer's), written in the mark.
+	NewLease func(clusterID uint64) (Lease, error)
+	Holder   string
+	// ValidFor is how long a mark is good for after the Lease was
+	// confirmed to last longer than that (below the Lease's TTL).
+	ValidFor time.Duration
+	Log      *zap.Logger
+	Now      func() time.Time // default time.Now
+}
+
+// Arm is one member's arm; Consider runs at every poll.
+type Arm struct {
+	c Config
+	// lease is kept across polls: a takeover of an expired hold needs
+	// the same handle to have seen it unchanged for the TTL.
+	lease    Lease
+	leaseFor uint64
+	held     bool // acquired by this process, not released since
+	// lastWhy: what was last said ("armed" when armed); "-" at start, so
+	// that the first poll clears a word left by an earlier run.
+	lastWhy string
+}
+
+// New returns the arm.
+func New(c Config) *Arm {
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	if c.Log == nil {
+		c.Log = zap.NewNop()
+	}
+	return &Arm{c: c, lastWhy: "-"}
+}
+
+// Consider observes the request, the mark and the agent's verdict r, asks
+// plan.DecideForceArm and acts.
+func (a *Arm) Consider(ctx context.Context, r memberstate.Result) {
+	in := a.observe(r)
+	if in.Request == nil && in.RequestErr == "" && in.Armed == nil {
+		a.say("")
+		return
+	}
+	d := plan.DecideForceArm(in)
+	switch d.Action {
+	case plan.ForceArmArm:
+		a.arm(ctx, in, d)
+	case plan.ForceArmHold:
+		a.hold(ctx, in)
+	case plan.ForceArmDisarm:
+		a.disarm(ctx, d.Why)
+	default:
+		a.say(d.Why)
+	}
+}
+
+func (a *Arm) observe(r memberstate.Result) plan.ForceArmInput {
+	o := r.Observation
+	in := plan.ForceArmInput{Now: a.c.Now(), MajorityLost: r.Verdict.MajorityLost, MemberID: o.Local.ID, ClusterID: o.ClusterID}
+	if in.ClusterID == 0 {
+		in.ClusterID = o.PinnedClusterID
+	}
+	if m, ok := o.Member(o.Local.ID); ok && o.Local.ID != 0 {
+		in.Voter = !m.IsLearner
+	}
+	if req, ok, err := memberruntime.ReadForceRequest(a.c.StateDir); err != nil {
+		in.RequestErr = err.Error()
+	} else if ok {
+		in.Request = &req
+	}
+	mark, err := memberruntime.ReadForceArm(a.c.StateDir)
+	if err != nil { // unreadable: the gate takes it as none; ours to rewrite or remove
+		a.c.Log.Warn("the --force-new-cluster arm mark cannot be read", zap.Error(err))
+		mark = &plan.ForceArm{}
+	}
+	in.Armed = mark
+	if mark != nil {
+		in.UsedAt = memberruntime.ForceRequestUsedAt(a.c.StateDir, mark.RequestedAt)
+	}
+	if in.Request == nil && in.RequestErr == "" && in.Armed == nil {
+		return in // nothing asked: the common case, two stats
+	}
+	if j, ok, err := journal.Load(a.c.StateDir, a.c.Member); err != nil || (ok && j.Active()) {
+		in.JournalOpen = true // an unreadable journal may be an open one
+	}
+	return in
+}
+
+// arm takes the Lease, fences on it for ValidFor and writes the mark: the
+// gate may use the request until the mark's Until, and no other agent can
+// take the Lease before then.
+func (a *Arm) arm(ctx context.Context, in plan.ForceArmInput, d plan.ForceArmDecision) {
+	l, err := a.leaseOf(in.ClusterID)
+	if err == nil {
+		err = l.TryAcquire(ctx, lease.Info{Target: a.c.Member, Phase: Phase, StartedAt: in.Request.RequestedAt})
+		a.held = a.held || err == nil
+	}
+	start := a.c.Now() // the mark's time runs from before the fence
+	if err == nil {
+		err = l.ConfirmFor(ctx, a.c.ValidFor)
+	}
+	if err != nil {
+		a.disarm(ctx, fmt.Sprintf("the cluster's recovery Lease %s is not this agent's: %v", lease.Name(in.ClusterID), err))
+		return
+	}
+	mark := plan.ForceArm{MemberID: in.Request.MemberID, RequestedAt: in.Request.RequestedAt, Holder: a.c.Holder, Until: start.Add(a.c.ValidFor)}
+	if err := memberruntime.WriteForceArm(a.c.StateDir, mark); err != nil {
+		a.disarm(ctx, "the arm mark cannot be written: "+err.Error())
+		return
+	}
+	if a.lastWhy != "armed" {
+		a.lastWhy = "armed"
+		a.c.Log.Warn("a person's --force-new-cluster request is armed: this agent holds the cluster's recovery Lease for it; the gate uses it at the member's next start",
+			zap.String("lease", lease.Name(in.ClusterID)), zap.String("why", d.Why))
+	}
+}
+
+// hold keeps the Lease after the gate used the request (the renewer renews
+// it); a Lease lost meanwhile is only said: the mark is no longer used.
+func (a *Arm) hold(ctx context.Context, in plan.ForceArmInput) {
+	l, err := a.leaseOf(in.ClusterID)
+	if err == nil {
+		if err = l.Confirm(ctx); err != nil { // a restarted agent resumes its own hold
+			err = l.TryAcquire(ctx, lease.Info{Target: a.c.Member, Phase: Phase, StartedAt: in.Armed.RequestedAt})
+			a.held = a.held || err == nil
+		}
+	}
+	if err != nil && a.lastWhy != "hold: "+err.Error() {
+		a.lastWhy = "hold: " + err.Error()
+		a.c.Log.Warn("the forced member's cluster Lease cannot be kept until it serves with a quorum", zap.Error(err))
+	}
+}
+
+// disarm removes the mark first (the gate then uses nothing), then lets go
+// of the Lease, and says why beside a request still there.
+func (a *Arm) disarm(ctx context.Context, why string) {
+	if err := memberruntime.RemoveForceArm(a.c.StateDir); err != nil {
+		a.c.Log.Error("the --force-new-cluster arm mark cannot be removed; the Lease stays held", zap.Error(err))
+		return
+	}
+	if a.held {
+		if err := a.lease.Release(ctx); err != nil {
+			a.c.Log.Warn("the recovery Lease was not released (it expires on its own)", zap.Error(err))
+		}
+		a.held = false
+	}
+	a.say(why)
+}
+
+// say writes why a request waits unarmed beside it, and logs it once.
+func (a *Arm) say(why string) {
+	if why == "" && a.lastWhy == "" {
+		return // said already (a restarted agent's first poll removes a stale word)
+	}
+	if err := memberruntime.SayNotArmed(a.c.StateDir, why); err != nil {
+		a.c.Log.Warn("cannot say why the --force-new-cluster request waits", zap.Error(err))
+	}
+	if why != "" && why != a.lastWhy {
+		a.c.Log.Info("a --force-new-cluster request is not armed", zap.String("why", why))
+	}
+	a.lastWhy = why
+}
+
+func (a *Arm) leaseOf(clusterID uint64) (Lease, error) {
+	if a.c.NewLease == nil {
+		return nil, fmt.Errorf("no Kubernetes API configured")
+	}
+	if a.lease != nil && a.leaseFor == clusterID {
+		return a.lease, nil
+	}
+	if a.held {
+		return nil, fmt.Errorf("the recovery Lease of cluster %x is held; not switching to cluster %x", a.leaseFor, clusterID)
+	}
+	l, err := a.c.NewLease(clusterID)
+	if err != nil {
+		return nil, err
+	}
+	a.lease, a.leaseFor = l, clusterID
+	return l, nil
+}

@@ -1,0 +1,100 @@
+package memberruntime
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/etcd-agent/etcd-agent/internal/fsutil"
+	"github.com/etcd-agent/etcd-agent/internal/plan"
+	"github.com/etcd-agent/etcd-agent/internal/record"
+)
+
+// ArmFile is the agent's mark, beside ForceFile, that it holds the
+// cluster's recovery Lease for that request (plan.ForceArm): the gate uses
+// a request only while it is armed. NotArmedFile says why a request waits
+// unarmed, for the person who wrote it.
+const (
+	ArmFile      = "force-new-cluster.armed"
+	NotArmedFile = "force-new-cluster.not-armed"
+)
+
+type forceArmFile struct {
+	MemberID    record.MemberID `json:"memberID"`
+	RequestedAt time.Time       `json:"requestedAt"`
+	Holder      string          `json:"holder"`
+	Until       time.Time       `json:"until"`
+}
+
+// ReadForceArm reads ArmFile (nil, nil: there is none).
+func ReadForceArm(stateDir string) (*plan.ForceArm, error) {
+	p := filepath.Join(stateDir, ArmFile)
+	b, err := os.ReadFile(p)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", p, err)
+	}
+	var f forceArmFile
+	if err := json.Unmarshal(b, &f); err != nil {
+		return nil, fmt.Errorf("%s: %w", p, err)
+	}
+	return &plan.ForceArm{MemberID: uint64(f.MemberID), RequestedAt: f.RequestedAt, Holder: f.Holder, Until: f.Until}, nil
+}
+
+// WriteForceArm writes ArmFile (atomically, synced) and removes
+// NotArmedFile.
+func WriteForceArm(stateDir string, a plan.ForceArm) error {
+	b, err := json.Marshal(forceArmFile{MemberID: record.MemberID(a.MemberID), RequestedAt: a.RequestedAt, Holder: a.Holder, Until: a.Until})
+	if err != nil {
+		return err
+	}
+	if err := fsutil.WriteFileAtomic(filepath.Join(stateDir, ArmFile), append(b, '\n'), 0o644); err != nil {
+		return err
+	}
+	return removeIfThere(filepath.Join(stateDir, NotArmedFile))
+}
+
+// RemoveForceArm removes ArmFile (synced): the gate uses nothing after it.
+func RemoveForceArm(stateDir string) error {
+	if err := removeIfThere(filepath.Join(stateDir, ArmFile)); err != nil {
+		return err
+	}
+	return fsutil.SyncDir(stateDir)
+}
+
+// SayNotArmed writes why a request waits unarmed ("" removes the word).
+func SayNotArmed(stateDir, why string) error {
+	p := filepath.Join(stateDir, NotArmedFile)
+	if why == "" {
+		return removeIfThere(p)
+	}
+	return fsutil.WriteFileAtomic(p, []byte(why+"\n"), 0o644)
+}
+
+// ForceRequestUsedAt is when the gate set a request aside as used at or
+// after since (SetForceRequestAside's name says when; zero: none).
+func ForceRequestUsedAt(stateDir string, since time.Time) time.Time {
+	names, _ := filepath.Glob(filepath.Join(stateDir, ForceFile+".used-*"))
+	var at time.Time
+	for _, n := range names {
+		stamp := strings.TrimPrefix(filepath.Base(n), ForceFile+".used-")
+		t, err := time.Parse(asideStamp, stamp)
+		if err == nil && !t.Before(since) && t.After(at) {
+			at = t
+		}
+	}
+	return at
+}
+
+func removeIfThere(p string) error {
+	if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	return nil
+}
