@@ -205,6 +205,9 @@ func runMember(ctx context.Context, c Config, id watchdog.Identity, env memberEn
 	}
 	gate := gateCheck{c: c, log: log, m: m, member: id.Name, wrapped: env.gateWrapped}
 	arm := c.newForceArm(id, kc, log)
+	if arm != nil {
+		defer arm.Close()
+	}
 	var skelRep eventer
 	if nodeRep != nil {
 		skelRep = nodeRep

@@ -174,6 +174,10 @@ func gateWaitFlags(ctx context.Context, c Config, timeout time.Duration, etcdArg
 		}
 	}()
 	last, lastLogged := plan.GateVerdict{}, time.Time{}
+	// unarmed: the request the gate holds etcd for until the agent arms
+	// it, and since when (plan.ForceArmWaitFor bounds the wait).
+	var unarmed plan.ForceNewClusterRequest
+	var unarmedSince time.Time
 	for {
 		// The agent's word is read before the pin: it writes a pin it
 		// adopts before its word, so a fresh word read first means the pin
@@ -261,7 +265,14 @@ func gateWaitFlags(ctx context.Context, c Config, timeout time.Duration, etcdArg
 		}
 		if force != nil && v.Pass {
 			in.Now = time.Now()
-			fv, err := plan.DecideForceNewCluster(in, v, *force, memberruntime.ReadAgentWord(c.StateDir), asked)
+			word := memberruntime.ReadAgentWord(c.StateDir)
+			if unarmed == *force {
+				word.UnarmedSince = unarmedSince
+			}
+			fv, err := plan.DecideForceNewCluster(in, v, *force, word, asked)
+			if fv.WaitsForArm() && word.UnarmedSince.IsZero() {
+				unarmed, unarmedSince = *force, in.Now
+			}
 			if err != nil {
 				log.Warn("start gate: "+err.Error()+"; set aside, etcd starts as the gate judged", zap.String("reason", string(v.Reason)))
 				setForceRequestAside(c.StateDir, "refused", err.Error(), log)

@@ -243,6 +243,13 @@ func (l *Lease) Release(ctx context.Context) error {
 	return l.clear(ctx)
 }
 
+// Abandon stops renewing without releasing, as a holder that died would:
+// the hold ends when the Lease expires, unless a later handle under the
+// same holder name takes it up again (TryAcquire resumes its own hold).
+// For a loop that ends while a step it started may still count on the
+// Lease (a gate about to use an armed request).
+func (l *Lease) Abandon() { l.stopRenewer() }
+
 // Holding reports whether this agent holds the Lease as far as it knows: it
 // acquired it, no renewal has found it taken, and the last successful
 // renewal is younger than the TTL (after that, others may take it over).

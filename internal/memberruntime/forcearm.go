@@ -77,15 +77,21 @@ func SayNotArmed(stateDir, why string) error {
 	return fsutil.WriteFileAtomic(p, []byte(why+"\n"), 0o644)
 }
 
-// ForceRequestUsedAt is when the gate set a request aside as used at or
-// after since (SetForceRequestAside's name says when; zero: none).
-func ForceRequestUsedAt(stateDir string, since time.Time) time.Time {
+// ForceRequestUsedAt is when the gate set the request a names aside as
+// used (zero: it did not). The set-aside file is the request itself: it is
+// matched by its content (member and time asked), never by clocks; the
+// time is the one in its name (SetForceRequestAside, this node's clock).
+func ForceRequestUsedAt(stateDir string, a plan.ForceArm) time.Time {
 	names, _ := filepath.Glob(filepath.Join(stateDir, ForceFile+".used-*"))
 	var at time.Time
 	for _, n := range names {
-		stamp := strings.TrimPrefix(filepath.Base(n), ForceFile+".used-")
-		t, err := time.Parse(asideStamp, stamp)
-		if err == nil && !t.Before(since) && t.After(at) {
+		t, err := time.Parse(asideStamp, strings.TrimPrefix(filepath.Base(n), ForceFile+".used-"))
+		if err != nil || !t.After(at) { // a .why beside it does not parse
+			continue
+		}
+		b, err := os.ReadFile(n)
+		var r ForceRequest
+		if err == nil && json.Unmarshal(b, &r) == nil && uint64(r.MemberID) == a.MemberID && r.RequestedAt.Equal(a.RequestedAt) {
 			at = t
 		}
 	}

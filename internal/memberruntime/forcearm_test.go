@@ -1,6 +1,7 @@
 package memberruntime
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -51,19 +52,27 @@ func TestTheArmMarkReadsBackAndTheGateSeesIt(t *testing.T) {
 		t.Fatalf("an unreadable mark arms: %+v", w.Armed)
 	}
 
-	if !ForceRequestUsedAt(dir, at).IsZero() {
+	if !ForceRequestUsedAt(dir, mark).IsZero() {
 		t.Fatal("no request used, yet one is found")
 	}
-	if err := os.WriteFile(filepath.Join(dir, ForceFile), []byte(`{}`), 0o644); err != nil {
-		t.Fatal(err)
+	// Used: found by its content, whatever the clocks said (a request
+	// written with a clock ahead is used before its own time).
+	future := mark
+	future.RequestedAt = at.Add(30 * time.Second)
+	for _, req := range []plan.ForceArm{{MemberID: 9, RequestedAt: future.RequestedAt}, future} {
+		b := fmt.Sprintf(`{"memberID":"%x","requestedAt":%q}`, req.MemberID, req.RequestedAt.Format(time.RFC3339))
+		if err := os.WriteFile(filepath.Join(dir, ForceFile), []byte(b), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := SetForceRequestAside(dir, "used", "", at.Add(3*time.Second)); err != nil {
+			t.Fatal(err)
+		}
+		at = at.Add(time.Millisecond)
 	}
-	if _, err := SetForceRequestAside(dir, "used", "", at.Add(3*time.Second)); err != nil {
-		t.Fatal(err)
+	if got := ForceRequestUsedAt(dir, future); !got.Equal(at.Add(-time.Millisecond).Add(3 * time.Second)) {
+		t.Fatalf("used at %s, want %s", got, at.Add(-time.Millisecond).Add(3*time.Second))
 	}
-	if got := ForceRequestUsedAt(dir, at); !got.Equal(at.Add(3 * time.Second)) {
-		t.Fatalf("used at %s, want %s", got, at.Add(3*time.Second))
-	}
-	if got := ForceRequestUsedAt(dir, at.Add(time.Minute)); !got.IsZero() {
-		t.Fatalf("a use before the arm counts: %s", got)
+	if got := ForceRequestUsedAt(dir, mark); !got.IsZero() {
+		t.Fatalf("another request's use counts: %s", got)
 	}
 }

@@ -39,9 +39,21 @@ const (
 	// member's request is armed meanwhile and the other members' agents
 	// rejoin them one at a time after it.
 	ForceArmHold
-	// ForceArmDisarm: remove the mark and release the Lease.
+	// ForceArmDisarm: remove the mark; the Lease is kept until the
+	// mark's Until has passed (Disarmed, below): a gate that read the mark
+	// just before its removal may be using the request.
 	ForceArmDisarm
+	// ForceArmRestoreHold: a gate used the request of a mark removed
+	// meanwhile: the mark goes back, and the hold follows.
+	ForceArmRestoreHold
+	// ForceArmRelease: let go of the Lease kept after a disarm.
+	ForceArmRelease
 )
+
+// ForceArmReleaseSlack is how long after a removed mark's Until the
+// Lease is kept (the gate's rename of a request it used, the node's
+// clock read twice).
+const ForceArmReleaseSlack = 5 * time.Second
 
 // ForceArmHoldAfterUse bounds the hold after the gate used a request: a
 // forced member that never serves must not keep the cluster's Lease.
@@ -65,6 +77,11 @@ type ForceArmInput struct {
 	MemberID     uint64 // the member as the agent knows it (0: unknown)
 	ClusterID    uint64 // the Lease's cluster (0: unknown)
 	JournalOpen  bool
+	// Disarmed is a mark removed while the Lease is kept (nil: none);
+	// DisarmedUsedAt when the gate set its request aside as used (zero:
+	// it did not).
+	Disarmed       *ForceArm
+	DisarmedUsedAt time.Time
 }
 
 // ForceArmDecision: the action, and why (said to the person beside the
@@ -72,6 +89,9 @@ type ForceArmInput struct {
 type ForceArmDecision struct {
 	Action ForceArmAction
 	Why    string
+	// ReleaseNow: a disarm after the gate used the request lets go of the
+	// Lease at once (no gate can use that request again: it is set aside).
+	ReleaseNow bool
 }
 
 // DecideForceArm says whether the agent arms a person's --force-new-cluster
@@ -80,6 +100,21 @@ type ForceArmDecision struct {
 // the majority lost, no recovery open; the Lease is the fence the gate
 // cannot take itself.
 func DecideForceArm(in ForceArmInput) ForceArmDecision {
+	d := decideArm(in)
+	if in.Disarmed == nil || d.Action != ForceArmNothing {
+		return d
+	}
+	switch {
+	case !in.DisarmedUsedAt.IsZero():
+		return ForceArmDecision{Action: ForceArmRestoreHold, Why: fmt.Sprintf("the gate used member %x's request of %s as its mark was removed: held until the forced member serves with a quorum",
+			in.Disarmed.MemberID, in.Disarmed.RequestedAt.UTC().Format(time.RFC3339))}
+	case in.Now.After(in.Disarmed.Until.Add(ForceArmReleaseSlack)):
+		return ForceArmDecision{Action: ForceArmRelease, Why: d.Why}
+	}
+	return d // kept until then
+}
+
+func decideArm(in ForceArmInput) ForceArmDecision {
 	disarm := func(format string, a ...any) ForceArmDecision {
 		act := ForceArmNothing
 		if in.Armed != nil {
@@ -94,9 +129,13 @@ func DecideForceArm(in ForceArmInput) ForceArmDecision {
 		case in.UsedAt.IsZero():
 			return disarm("the armed request was withdrawn or refused")
 		case !in.MajorityLost:
-			return disarm("the forced member serves with a quorum")
+			d := disarm("the forced member serves with a quorum")
+			d.ReleaseNow = true
+			return d
 		case in.Now.Sub(in.UsedAt) > ForceArmHoldAfterUse:
-			return disarm("the forced member does not serve with a quorum %s after its start", ForceArmHoldAfterUse)
+			d := disarm("the forced member does not serve with a quorum %s after its start", ForceArmHoldAfterUse)
+			d.ReleaseNow = true
+			return d
 		}
 		return ForceArmDecision{Action: ForceArmHold, Why: "the gate used the request: held until the forced member serves with a quorum"}
 	}

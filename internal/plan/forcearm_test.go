@@ -52,11 +52,26 @@ func TestTheAgentArmsOnlyARequestItsGateCouldUse(t *testing.T) {
 		{"used, no quorum long after: disarmed (bounded)", func(in *ForceArmInput) {
 			in.Request, in.Armed, in.UsedAt = nil, &mark, now.Add(-ForceArmHoldAfterUse-time.Second)
 		}, ForceArmDisarm, "does not serve"},
+		{"a mark removed, its time not over: the Lease kept", func(in *ForceArmInput) {
+			in.Request, in.Disarmed = nil, &mark
+		}, ForceArmNothing, ""},
+		{"a mark removed, its time over: the Lease let go", func(in *ForceArmInput) {
+			in.Request, in.Disarmed = nil, &ForceArm{MemberID: 7, Until: now.Add(-ForceArmReleaseSlack - time.Millisecond)}
+		}, ForceArmRelease, ""},
+		{"a mark removed as the gate used its request: the hold restored", func(in *ForceArmInput) {
+			in.Request, in.Disarmed, in.DisarmedUsedAt = nil, &mark, now.Add(-time.Second)
+		}, ForceArmRestoreHold, "as its mark was removed"},
+		{"a mark removed, a new request armed: armed (the Lease kept)", func(in *ForceArmInput) {
+			in.Disarmed = &ForceArm{MemberID: 7, Until: now.Add(-time.Hour)}
+		}, ForceArmArm, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			in := base
 			tc.edit(&in)
 			got := DecideForceArm(in)
+			if got.ReleaseNow != (got.Action == ForceArmDisarm && in.Request == nil && !in.UsedAt.IsZero()) {
+				t.Fatalf("got %+v: a Lease is let go at once only after the hold of a used request", got)
+			}
 			if got.Action != tc.want || !strings.Contains(got.Why, tc.why) {
 				t.Fatalf("got %+v, want action %d saying %q", got, tc.want, tc.why)
 			}

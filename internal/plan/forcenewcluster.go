@@ -37,7 +37,21 @@ type AgentWord struct {
 	// Armed is the agent's mark that it holds the cluster's Lease for a
 	// request (nil: none, or unreadable).
 	Armed *ForceArm
+	// UnarmedSince is when the gate first found this request without a
+	// valid mark (zero: not before this look).
+	UnarmedSince time.Time
 }
+
+// GateAwaitingArm: the gate holds etcd while a person's --force-new-cluster
+// request waits for the node's agent to arm it (at most ForceArmWaitFor,
+// then the request is refused and etcd starts as judged).
+const GateAwaitingArm Reason = "awaiting-arm"
+
+// ForceArmWaitFor bounds that wait.
+const ForceArmWaitFor = time.Minute
+
+// WaitsForArm: the gate holds etcd for a request's arm.
+func (v GateVerdict) WaitsForArm() bool { return !v.Pass && v.Reason == GateAwaitingArm }
 
 // AgentWordFreshFor bounds the age of the agent's word the gate takes (the
 // agent renews its status file while the majority is lost).
@@ -84,11 +98,19 @@ func DecideForceNewCluster(in GateInput, v GateVerdict, req ForceNewClusterReque
 		return refuse("the agent's latest report (%s) does not say the majority is lost", agent.At.UTC().Format(time.RFC3339))
 	case !agent.Voter:
 		return refuse("the agent's member list does not have it as a voter")
-	case agent.Armed == nil:
-		return refuse("the node's agent has not armed it under the cluster's recovery Lease (one request per cluster at a time; its reason is in force-new-cluster.not-armed)")
-	case !agent.Armed.Arms(req, in.Now):
-		return refuse("the agent's mark is for member %x's request of %s, valid until %s", agent.Armed.MemberID,
-			agent.Armed.RequestedAt.UTC().Format(time.RFC3339), agent.Armed.Until.UTC().Format(time.RFC3339))
+	case agent.Armed == nil || !agent.Armed.Arms(req, in.Now):
+		why := "the node's agent has not armed it under the cluster's recovery Lease (one request per cluster at a time; its reason is in force-new-cluster.not-armed)"
+		if a := agent.Armed; a != nil {
+			why = fmt.Sprintf("the agent's mark is for member %x's request of %s, valid until %s", a.MemberID,
+				a.RequestedAt.UTC().Format(time.RFC3339), a.Until.UTC().Format(time.RFC3339))
+		}
+		// A poll late, a restarted agent, an API blip: the start waits
+		// for the mark a while before the request is used up.
+		if agent.UnarmedSince.IsZero() || in.Now.Sub(agent.UnarmedSince) < ForceArmWaitFor {
+			return hold(GateAwaitingArm, fmt.Sprintf("the --force-new-cluster request of %s waits (at most %s) for the node's agent to arm it: %s",
+				req.RequestedAt.UTC().Format(time.RFC3339), ForceArmWaitFor, why)), nil
+		}
+		return refuse("%s, for %s", why, ForceArmWaitFor)
 	case !asked:
 		return refuse("the cluster was not asked")
 	case len(in.Obs.ForeignEndpoints) > 0:

@@ -45,17 +45,17 @@ func TestAForceNewClusterRequestIsUsedOnlyOnItsSurvivorWithoutAQuorum(t *testing
 		{"the agent sees a quorum", func(_ *GateInput, _ *GateVerdict, _ *ForceNewClusterRequest, a *AgentWord, _ *bool) {
 			a.MajorityLost = false
 		}, false, "does not say the majority is lost"},
-		{"not armed: the agent does not hold the cluster's Lease for it (another member's request may)", func(_ *GateInput, _ *GateVerdict, _ *ForceNewClusterRequest, a *AgentWord, _ *bool) {
-			a.Armed = nil
+		{"not armed for a minute: the agent does not hold the cluster's Lease for it (another member's request may)", func(_ *GateInput, _ *GateVerdict, _ *ForceNewClusterRequest, a *AgentWord, _ *bool) {
+			a.Armed, a.UnarmedSince = nil, now.Add(-ForceArmWaitFor)
 		}, false, "has not armed it"},
-		{"armed for an earlier request", func(_ *GateInput, _ *GateVerdict, _ *ForceNewClusterRequest, a *AgentWord, _ *bool) {
-			a.Armed.RequestedAt = a.Armed.RequestedAt.Add(-time.Minute)
+		{"armed for an earlier request, for a minute", func(_ *GateInput, _ *GateVerdict, _ *ForceNewClusterRequest, a *AgentWord, _ *bool) {
+			a.Armed.RequestedAt, a.UnarmedSince = a.Armed.RequestedAt.Add(-time.Minute), now.Add(-ForceArmWaitFor)
 		}, false, "mark is for"},
-		{"armed for another member", func(_ *GateInput, _ *GateVerdict, _ *ForceNewClusterRequest, a *AgentWord, _ *bool) {
-			a.Armed.MemberID = 8
+		{"armed for another member, for a minute", func(_ *GateInput, _ *GateVerdict, _ *ForceNewClusterRequest, a *AgentWord, _ *bool) {
+			a.Armed.MemberID, a.UnarmedSince = 8, now.Add(-ForceArmWaitFor)
 		}, false, "mark is for"},
-		{"the mark outlived the agent's confirmation of its Lease", func(_ *GateInput, _ *GateVerdict, _ *ForceNewClusterRequest, a *AgentWord, _ *bool) {
-			a.Armed.Until = now.Add(-time.Millisecond)
+		{"the mark outlived the agent's confirmation of its Lease, for a minute", func(_ *GateInput, _ *GateVerdict, _ *ForceNewClusterRequest, a *AgentWord, _ *bool) {
+			a.Armed.Until, a.UnarmedSince = now.Add(-time.Millisecond), now.Add(-ForceArmWaitFor)
 		}, false, "valid until"},
 		{"a learner (forced, it would drop every voter)", func(_ *GateInput, _ *GateVerdict, _ *ForceNewClusterRequest, a *AgentWord, _ *bool) { a.Voter = false }, false, "as a voter"},
 		{"the survivor, members answer without a leader: used", func(in *GateInput, _ *GateVerdict, _ *ForceNewClusterRequest, _ *AgentWord, _ *bool) {
@@ -112,5 +112,28 @@ func TestAForceNewClusterRequestIsUsedOnlyOnItsSurvivorWithoutAQuorum(t *testing
 				t.Fatalf("a refused request changed the gate's verdict: %+v, want %+v", got, v)
 			}
 		})
+	}
+}
+
+// TestAnUnarmedRequestHoldsTheStartAWhileThenIsRefused: a request the
+// agent has not armed (yet) holds etcd, not used up at once: a poll late,
+// a restarted agent or an API blip must not cost the person's request.
+func TestAnUnarmedRequestHoldsTheStartAWhileThenIsRefused(t *testing.T) {
+	now := time.Unix(2_000_000, 0)
+	pin := record.Pin{Member: "etcd-0", ClusterID: 0xc1, MemberID: 7, FirstSeenAt: time.Unix(1, 0)}
+	in := GateInput{DataDirClass: "ok", DataDirVerified: true, DataDirMemberID: 7, Pin: pin, Obs: observation.Observation{MemberListError: "no endpoint answered"}, Now: now}
+	ok := GateVerdict{Pass: true, Reason: GateDataDirOK}
+	req := ForceNewClusterRequest{MemberID: 7, RequestedAt: now.Add(-time.Minute)}
+	word := AgentWord{At: now, MajorityLost: true, Voter: true}
+	for _, since := range []time.Time{{}, now.Add(-ForceArmWaitFor + time.Second)} {
+		word.UnarmedSince = since
+		v, err := DecideForceNewCluster(in, ok, req, word, true)
+		if err != nil || !v.WaitsForArm() || v.Pass || !strings.Contains(v.Detail, "waits") {
+			t.Fatalf("unarmed since %v: %+v, %v; want a hold for the arm", since, v, err)
+		}
+	}
+	word.UnarmedSince = now.Add(-ForceArmWaitFor)
+	if v, err := DecideForceNewCluster(in, ok, req, word, true); err == nil || v != ok {
+		t.Fatalf("unarmed for %s: %+v, %v; want refused, the gate's verdict standing", ForceArmWaitFor, v, err)
 	}
 }

@@ -9,6 +9,7 @@ package forcearm
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -26,7 +27,9 @@ type Lease interface {
 	TryAcquire(ctx context.Context, info lease.Info) error
 	ConfirmFor(ctx context.Context, need time.Duration) error
 	Confirm(ctx context.Context) error
+	Current(ctx context.Context) (holder string, info lease.Info, expired bool, err error)
 	Release(ctx context.Context) error
+	Abandon()
 }
 
 // Phase is what the Lease says its holder does while a request is armed.
@@ -47,7 +50,8 @@ type Config struct {
 	Now      func() time.Time // default time.Now
 }
 
-// Arm is one member's arm; Consider runs at every poll.
+// Arm is one member's arm; Consider runs at every poll, Close when the
+// member's loop ends.
 type Arm struct {
 	c Config
 	// lease is kept across polls: a takeover of an expired hold needs
@@ -55,6 +59,12 @@ type Arm struct {
 	lease    Lease
 	leaseFor uint64
 	held     bool // acquired by this process, not released since
+	// disarmed: a mark removed while the Lease is kept until its Until
+	// (plan.ForceArmDisarm).
+	disarmed *plan.ForceArm
+	// disarmedUsedAt: the use of its request already known at the disarm
+	// (a hold that ended), not a use in the window.
+	disarmedUsedAt time.Time
 	// lastWhy: what was last said ("armed" when armed); "-" at start, so
 	// that the first poll clears a word left by an earlier run.
 	lastWhy string
@@ -71,22 +81,38 @@ func New(c Config) *Arm {
 	return &Arm{c: c, lastWhy: "-"}
 }
 
+// Close ends the arm with its member's loop: a Lease held stops being
+// renewed but is not cleared, so it expires, unless the member's next loop
+// (same holder name) takes it up again with its mark.
+func (a *Arm) Close() {
+	if a.held {
+		a.lease.Abandon()
+		a.held = false
+	}
+}
+
 // Consider observes the request, the mark and the agent's verdict r, asks
 // plan.DecideForceArm and acts.
 func (a *Arm) Consider(ctx context.Context, r memberstate.Result) {
 	in := a.observe(r)
-	if in.Request == nil && in.RequestErr == "" && in.Armed == nil {
-		a.say("")
-		return
-	}
 	d := plan.DecideForceArm(in)
 	switch d.Action {
 	case plan.ForceArmArm:
 		a.arm(ctx, in, d)
 	case plan.ForceArmHold:
-		a.hold(ctx, in)
+		a.hold(ctx, in.ClusterID, *in.Armed)
 	case plan.ForceArmDisarm:
-		a.disarm(ctx, d.Why)
+		a.disarm(ctx, in, d.Why)
+		if d.ReleaseNow {
+			a.disarmed = nil
+			a.release(ctx, in.ClusterID)
+		}
+	case plan.ForceArmRestoreHold:
+		a.restoreHold(ctx, in, d.Why)
+	case plan.ForceArmRelease:
+		a.disarmed = nil
+		a.release(ctx, in.ClusterID)
+		a.say(d.Why)
 	default:
 		a.say(d.Why)
 	}
@@ -94,9 +120,12 @@ func (a *Arm) Consider(ctx context.Context, r memberstate.Result) {
 
 func (a *Arm) observe(r memberstate.Result) plan.ForceArmInput {
 	o := r.Observation
-	in := plan.ForceArmInput{Now: a.c.Now(), MajorityLost: r.Verdict.MajorityLost, MemberID: o.Local.ID, ClusterID: o.ClusterID}
+	in := plan.ForceArmInput{Now: a.c.Now(), MajorityLost: r.Verdict.MajorityLost, MemberID: o.Local.ID, ClusterID: o.ClusterID, Disarmed: a.disarmed}
 	if in.ClusterID == 0 {
 		in.ClusterID = o.PinnedClusterID
+	}
+	if a.held && a.leaseFor != 0 {
+		in.ClusterID = a.leaseFor // the cluster whose Lease is held, while it is
 	}
 	if m, ok := o.Member(o.Local.ID); ok && o.Local.ID != 0 {
 		in.Voter = !m.IsLearner
@@ -107,13 +136,21 @@ func (a *Arm) observe(r memberstate.Result) plan.ForceArmInput {
 		in.Request = &req
 	}
 	mark, err := memberruntime.ReadForceArm(a.c.StateDir)
-	if err != nil { // unreadable: the gate takes it as none; ours to rewrite or remove
-		a.c.Log.Warn("the --force-new-cluster arm mark cannot be read", zap.Error(err))
-		mark = &plan.ForceArm{}
+	if err != nil { // the gate takes an unreadable mark as none: so does the arm
+		a.c.Log.Warn("the --force-new-cluster arm mark cannot be read; removed", zap.Error(err))
+		if err := memberruntime.RemoveForceArm(a.c.StateDir); err != nil {
+			a.c.Log.Warn("the unreadable arm mark cannot be removed", zap.Error(err))
+		}
+		mark = nil
 	}
 	in.Armed = mark
 	if mark != nil {
-		in.UsedAt = memberruntime.ForceRequestUsedAt(a.c.StateDir, mark.RequestedAt)
+		in.UsedAt = memberruntime.ForceRequestUsedAt(a.c.StateDir, *mark)
+	}
+	if a.disarmed != nil {
+		if at := memberruntime.ForceRequestUsedAt(a.c.StateDir, *a.disarmed); at.After(a.disarmedUsedAt) {
+			in.DisarmedUsedAt = at
+		}
 	}
 	if in.Request == nil && in.RequestErr == "" && in.Armed == nil {
 		return in // nothing asked: the common case, two stats
@@ -129,23 +166,30 @@ func (a *Arm) observe(r memberstate.Result) plan.ForceArmInput {
 // take the Lease before then.
 func (a *Arm) arm(ctx context.Context, in plan.ForceArmInput, d plan.ForceArmDecision) {
 	l, err := a.leaseOf(in.ClusterID)
-	if err == nil {
+	if err == nil && !a.held {
 		err = l.TryAcquire(ctx, lease.Info{Target: a.c.Member, Phase: Phase, StartedAt: in.Request.RequestedAt})
-		a.held = a.held || err == nil
+		a.held = err == nil
 	}
 	start := a.c.Now() // the mark's time runs from before the fence
 	if err == nil {
 		err = l.ConfirmFor(ctx, a.c.ValidFor)
 	}
 	if err != nil {
-		a.disarm(ctx, fmt.Sprintf("the cluster's recovery Lease %s is not this agent's: %v", lease.Name(in.ClusterID), err))
+		why := fmt.Sprintf("the cluster's recovery Lease %s is not this agent's: %v", lease.Name(in.ClusterID), err)
+		if errors.Is(err, lease.ErrAPIUnavailable) && in.Armed != nil && !in.Now.After(in.Armed.Until) {
+			// The fence of the mark still stands; it expires on its own.
+			a.say(why + " (the mark stands until its time)")
+			return
+		}
+		a.disarm(ctx, in, why)
 		return
 	}
 	mark := plan.ForceArm{MemberID: in.Request.MemberID, RequestedAt: in.Request.RequestedAt, Holder: a.c.Holder, Until: start.Add(a.c.ValidFor)}
 	if err := memberruntime.WriteForceArm(a.c.StateDir, mark); err != nil {
-		a.disarm(ctx, "the arm mark cannot be written: "+err.Error())
+		a.disarm(ctx, in, "the arm mark cannot be written: "+err.Error())
 		return
 	}
+	a.disarmed = nil
 	if a.lastWhy != "armed" {
 		a.lastWhy = "armed"
 		a.c.Log.Warn("a person's --force-new-cluster request is armed: this agent holds the cluster's recovery Lease for it; the gate uses it at the member's next start",
@@ -155,13 +199,14 @@ func (a *Arm) arm(ctx context.Context, in plan.ForceArmInput, d plan.ForceArmDec
 
 // hold keeps the Lease after the gate used the request (the renewer renews
 // it); a Lease lost meanwhile is only said: the mark is no longer used.
-func (a *Arm) hold(ctx context.Context, in plan.ForceArmInput) {
-	l, err := a.leaseOf(in.ClusterID)
+func (a *Arm) hold(ctx context.Context, clusterID uint64, mark plan.ForceArm) {
+	l, err := a.leaseOf(clusterID)
+	if err == nil && !a.held { // a restarted agent resumes its own hold
+		err = l.TryAcquire(ctx, lease.Info{Target: a.c.Member, Phase: Phase, StartedAt: mark.RequestedAt})
+		a.held = err == nil
+	}
 	if err == nil {
-		if err = l.Confirm(ctx); err != nil { // a restarted agent resumes its own hold
-			err = l.TryAcquire(ctx, lease.Info{Target: a.c.Member, Phase: Phase, StartedAt: in.Armed.RequestedAt})
-			a.held = a.held || err == nil
-		}
+		err = l.Confirm(ctx)
 	}
 	if err != nil && a.lastWhy != "hold: "+err.Error() {
 		a.lastWhy = "hold: " + err.Error()
@@ -169,31 +214,73 @@ func (a *Arm) hold(ctx context.Context, in plan.ForceArmInput) {
 	}
 }
 
-// disarm removes the mark first (the gate then uses nothing), then lets go
-// of the Lease, and says why beside a request still there.
-func (a *Arm) disarm(ctx context.Context, why string) {
-	if err := memberruntime.RemoveForceArm(a.c.StateDir); err != nil {
-		a.c.Log.Error("the --force-new-cluster arm mark cannot be removed; the Lease stays held", zap.Error(err))
-		return
+// restoreHold puts back the mark of a request the gate used as the mark
+// was removed: the hold follows from it (plan.ForceArmHold).
+func (a *Arm) restoreHold(ctx context.Context, in plan.ForceArmInput, why string) {
+	mark := *a.disarmed
+	if err := memberruntime.WriteForceArm(a.c.StateDir, mark); err != nil {
+		a.c.Log.Error("the arm mark of a used request cannot be put back; the Lease is kept until the forced member serves", zap.Error(err))
+	} else {
+		a.disarmed = nil
 	}
-	if a.held {
-		if err := a.lease.Release(ctx); err != nil {
-			a.c.Log.Warn("the recovery Lease was not released (it expires on its own)", zap.Error(err))
+	a.c.Log.Warn(why)
+	a.hold(ctx, in.ClusterID, mark)
+}
+
+// disarm removes the mark (the gate then uses nothing) and keeps the Lease
+// until the mark's time is over (plan.ForceArmRelease), and says why beside
+// a request still there. A mark that cannot be removed keeps the Lease
+// until its time is over too: the gate takes an expired mark as none.
+func (a *Arm) disarm(ctx context.Context, in plan.ForceArmInput, why string) {
+	if in.Armed != nil {
+		if err := memberruntime.RemoveForceArm(a.c.StateDir); err != nil {
+			a.c.Log.Error("the --force-new-cluster arm mark cannot be removed", zap.Error(err))
 		}
-		a.held = false
+		if a.disarmed == nil || in.Armed.Until.After(a.disarmed.Until) {
+			m := *in.Armed
+			a.disarmed, a.disarmedUsedAt = &m, in.UsedAt
+		}
+	}
+	if a.disarmed == nil && a.held { // a take that failed its fence: no mark was written
+		a.release(ctx, in.ClusterID)
 	}
 	a.say(why)
 }
 
-// say writes why a request waits unarmed beside it, and logs it once.
+// release lets go of the Lease: this process's hold, or one an earlier run
+// of this agent left under the arm's name.
+func (a *Arm) release(ctx context.Context, clusterID uint64) {
+	l, err := a.leaseOf(clusterID)
+	if err != nil {
+		return
+	}
+	if !a.held {
+		holder, _, _, err := l.Current(ctx)
+		if err != nil || holder != a.c.Holder {
+			return
+		}
+		if l.TryAcquire(ctx, lease.Info{Target: a.c.Member, Phase: Phase}) != nil {
+			return
+		}
+	}
+	a.held = false
+	if err := l.Release(ctx); err != nil {
+		a.c.Log.Warn("the recovery Lease was not released (it expires on its own)", zap.Error(err))
+		return
+	}
+	a.c.Log.Info("the --force-new-cluster arm let go of the cluster's recovery Lease", zap.String("lease", lease.Name(clusterID)))
+}
+
+// say writes why a request waits unarmed beside it (when that changes),
+// and logs it.
 func (a *Arm) say(why string) {
-	if why == "" && a.lastWhy == "" {
-		return // said already (a restarted agent's first poll removes a stale word)
+	if why == a.lastWhy {
+		return
 	}
 	if err := memberruntime.SayNotArmed(a.c.StateDir, why); err != nil {
 		a.c.Log.Warn("cannot say why the --force-new-cluster request waits", zap.Error(err))
 	}
-	if why != "" && why != a.lastWhy {
+	if why != "" {
 		a.c.Log.Info("a --force-new-cluster request is not armed", zap.String("why", why))
 	}
 	a.lastWhy = why
@@ -201,7 +288,10 @@ func (a *Arm) say(why string) {
 
 func (a *Arm) leaseOf(clusterID uint64) (Lease, error) {
 	if a.c.NewLease == nil {
-		return nil, fmt.Errorf("no Kubernetes API configured")
+		return nil, errors.New("no Kubernetes API configured")
+	}
+	if clusterID == 0 {
+		return nil, errors.New("cluster ID unknown")
 	}
 	if a.lease != nil && a.leaseFor == clusterID {
 		return a.lease, nil

@@ -2,7 +2,7 @@ package forcearm
 
 import (
 	"context"
-	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -14,25 +14,31 @@ import (
 	"github.com/etcd-agent/etcd-agent/internal/memberruntime"
 	"github.com/etcd-agent/etcd-agent/internal/memberstate"
 	"github.com/etcd-agent/etcd-agent/internal/observation"
+	"github.com/etcd-agent/etcd-agent/internal/plan"
 	"github.com/etcd-agent/etcd-agent/internal/record"
 )
 
 // fakeLease stands for the API's Lease (its own tests run on a real
-// kube-apiserver): held by someone else, or ours.
+// kube-apiserver): held by someone else, or by a holder name.
 type fakeLease struct {
-	other              string // "" free
+	holder             string // "" free
+	me                 string
 	acquired, released int
-	confirmErr         error
+	abandoned          bool
+	confirmErr         error // Confirm and ConfirmFor
+	acquireErr         error
 	confirmedFor       time.Duration
-	mine               bool
 }
 
 func (f *fakeLease) TryAcquire(context.Context, lease.Info) error {
-	if f.other != "" {
-		return errors.New("recovery lease is held by another agent: " + f.other)
+	if f.acquireErr != nil {
+		return f.acquireErr
+	}
+	if f.holder != "" && f.holder != f.me {
+		return fmt.Errorf("%w: held by %s", lease.ErrHeldByOther, f.holder)
 	}
 	f.acquired++
-	f.mine = true
+	f.holder = f.me
 	return nil
 }
 func (f *fakeLease) ConfirmFor(_ context.Context, d time.Duration) error {
@@ -40,7 +46,17 @@ func (f *fakeLease) ConfirmFor(_ context.Context, d time.Duration) error {
 	return f.confirmErr
 }
 func (f *fakeLease) Confirm(context.Context) error { return f.confirmErr }
-func (f *fakeLease) Release(context.Context) error { f.released++; f.mine = false; return nil }
+func (f *fakeLease) Current(context.Context) (string, lease.Info, bool, error) {
+	return f.holder, lease.Info{}, false, nil
+}
+func (f *fakeLease) Release(context.Context) error {
+	f.released++
+	if f.holder == f.me {
+		f.holder = ""
+	}
+	return nil
+}
+func (f *fakeLease) Abandon() { f.abandoned = true }
 
 func result(majorityLost bool) memberstate.Result {
 	return memberstate.Result{
@@ -70,10 +86,12 @@ func notArmed(dir string) string {
 // keeps it until the forced member serves with a quorum.
 func TestTheArmMarksARequestOnlyUnderTheClustersLease(t *testing.T) {
 	now := time.Date(2026, 12, 7, 21, 0, 0, 0, time.UTC)
+	clock := now
 	setup := func(t *testing.T) (string, *fakeLease, *Arm) {
 		dir := t.TempDir()
-		f := &fakeLease{}
-		a := New(Config{StateDir: dir, Member: "etcd-0", Holder: "n1/etcd-0/force-new-cluster", ValidFor: 15 * time.Second, Now: func() time.Time { return now },
+		clock = now
+		f := &fakeLease{me: "n1/etcd-0/force-new-cluster"}
+		a := New(Config{StateDir: dir, Member: "etcd-0", Holder: f.me, ValidFor: 15 * time.Second, Now: func() time.Time { return clock },
 			NewLease: func(cid uint64) (Lease, error) {
 				if cid != 0xc1 {
 					t.Fatalf("the Lease of cluster %x", cid)
@@ -84,53 +102,86 @@ func TestTheArmMarksARequestOnlyUnderTheClustersLease(t *testing.T) {
 	}
 	ctx := context.Background()
 
-	t.Run("free Lease: armed, valid for the time fenced", func(t *testing.T) {
+	mark := func(dir string) *plan.ForceArm {
+		m, err := memberruntime.ReadForceArm(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+
+	t.Run("free Lease: armed, valid for the time fenced; withdrawn: the mark goes at once, the Lease after its time", func(t *testing.T) {
 		dir, f, a := setup(t)
 		writeRequest(t, dir, now.Add(-time.Minute))
 		a.Consider(ctx, result(true))
-		m, err := memberruntime.ReadForceArm(dir)
-		if err != nil || m == nil || m.MemberID != 7 || !m.Until.Equal(now.Add(15*time.Second)) || m.Holder != "n1/etcd-0/force-new-cluster" {
-			t.Fatalf("mark %+v, %v", m, err)
+		m := mark(dir)
+		if m == nil || m.MemberID != 7 || !m.Until.Equal(now.Add(15*time.Second)) || m.Holder != f.me {
+			t.Fatalf("mark %+v", m)
 		}
 		if f.acquired != 1 || f.confirmedFor != 15*time.Second {
 			t.Fatalf("lease acquired %d times, fenced for %s", f.acquired, f.confirmedFor)
 		}
-		// Withdrawn: the mark goes first, then the Lease.
+		clock = now.Add(2 * time.Second)
+		a.Consider(ctx, result(true)) // renewed: no second take
+		if m := mark(dir); f.acquired != 1 || m == nil || !m.Until.Equal(clock.Add(15*time.Second)) {
+			t.Fatalf("renewal: acquired %d times, mark %+v", f.acquired, m)
+		}
 		os.Remove(filepath.Join(dir, memberruntime.ForceFile))
 		a.Consider(ctx, result(true))
-		if m, _ := memberruntime.ReadForceArm(dir); m != nil || f.released != 1 {
-			t.Fatalf("withdrawn: mark %+v, released %d", m, f.released)
+		if m := mark(dir); m != nil || f.released != 0 {
+			t.Fatalf("withdrawn: mark %+v, released %d (a gate may have read the mark: the Lease stays until its time)", m, f.released)
+		}
+		clock = clock.Add(15*time.Second + plan.ForceArmReleaseSlack + time.Millisecond)
+		a.Consider(ctx, result(true))
+		if f.released != 1 || f.holder != "" {
+			t.Fatalf("after the mark's time: released %d, holder %q", f.released, f.holder)
 		}
 	})
 	t.Run("the Lease held by another member's arm: no mark, and why", func(t *testing.T) {
 		dir, f, a := setup(t)
-		f.other = "n2/etcd-1/force-new-cluster"
+		f.holder = "n2/etcd-1/force-new-cluster"
 		writeRequest(t, dir, now.Add(-time.Minute))
 		a.Consider(ctx, result(true))
-		if m, _ := memberruntime.ReadForceArm(dir); m != nil {
+		if m := mark(dir); m != nil {
 			t.Fatalf("armed under a Lease another holds: %+v", m)
 		}
 		if w := notArmed(dir); !strings.Contains(w, "n2/etcd-1") {
 			t.Fatalf("not-armed says %q", w)
 		}
-		if f.released != 0 {
+		if f.released != 0 || f.holder != "n2/etcd-1/force-new-cluster" {
 			t.Fatal("released a Lease it never held")
 		}
 	})
 	t.Run("the fence fails after the take: no mark, the Lease let go", func(t *testing.T) {
 		dir, f, a := setup(t)
-		f.confirmErr = errors.New("recovery lease is not held by this agent")
+		f.confirmErr = fmt.Errorf("%w: expired", lease.ErrNotHeld)
 		writeRequest(t, dir, now.Add(-time.Minute))
 		a.Consider(ctx, result(true))
-		if m, _ := memberruntime.ReadForceArm(dir); m != nil || f.released != 1 {
+		if m := mark(dir); m != nil || f.released != 1 {
 			t.Fatalf("mark %+v, released %d", m, f.released)
+		}
+	})
+	t.Run("the API gone while armed: the mark stands until its time, not renewed", func(t *testing.T) {
+		dir, f, a := setup(t)
+		writeRequest(t, dir, now.Add(-time.Minute))
+		a.Consider(ctx, result(true))
+		f.confirmErr = fmt.Errorf("%w: connection refused", lease.ErrAPIUnavailable)
+		clock = now.Add(5 * time.Second)
+		a.Consider(ctx, result(true))
+		if m := mark(dir); m == nil || !m.Until.Equal(now.Add(15*time.Second)) {
+			t.Fatalf("an API blip: mark %+v, want the first one standing", m)
+		}
+		clock = now.Add(16 * time.Second)
+		a.Consider(ctx, result(true))
+		if m := mark(dir); m != nil {
+			t.Fatalf("the API gone past the mark's time: mark %+v", m)
 		}
 	})
 	t.Run("the agent sees a quorum: not armed, and why", func(t *testing.T) {
 		dir, f, a := setup(t)
 		writeRequest(t, dir, now.Add(-time.Minute))
 		a.Consider(ctx, result(false))
-		if m, _ := memberruntime.ReadForceArm(dir); m != nil || f.acquired != 0 || !strings.Contains(notArmed(dir), "majority") {
+		if m := mark(dir); m != nil || f.acquired != 0 || !strings.Contains(notArmed(dir), "majority") {
 			t.Fatalf("mark %+v, acquired %d, not-armed %q", m, f.acquired, notArmed(dir))
 		}
 	})
@@ -141,8 +192,21 @@ func TestTheArmMarksARequestOnlyUnderTheClustersLease(t *testing.T) {
 		}
 		writeRequest(t, dir, now.Add(-time.Minute))
 		a.Consider(ctx, result(true))
-		if m, _ := memberruntime.ReadForceArm(dir); m != nil || f.acquired != 0 {
+		if m := mark(dir); m != nil || f.acquired != 0 {
 			t.Fatalf("armed with a recovery open: %+v", m)
+		}
+	})
+	t.Run("an unreadable mark: removed, never a hold", func(t *testing.T) {
+		dir, f, a := setup(t)
+		if err := os.WriteFile(filepath.Join(dir, memberruntime.ArmFile), []byte("{"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := os.Create(filepath.Join(dir, memberruntime.ForceFile+".used-20261207T205900.000000000Z")); err != nil {
+			t.Fatal(err)
+		}
+		a.Consider(ctx, result(true))
+		if _, err := os.Stat(filepath.Join(dir, memberruntime.ArmFile)); !os.IsNotExist(err) || f.acquired != 0 {
+			t.Fatalf("unreadable mark: %v, acquired %d", err, f.acquired)
 		}
 	})
 	t.Run("used: held until the forced member serves with a quorum", func(t *testing.T) {
@@ -153,12 +217,47 @@ func TestTheArmMarksARequestOnlyUnderTheClustersLease(t *testing.T) {
 			t.Fatal(err)
 		}
 		a.Consider(ctx, result(true))
-		if m, _ := memberruntime.ReadForceArm(dir); m == nil || f.released != 0 || !f.mine {
+		if m := mark(dir); m == nil || f.released != 0 || f.holder != f.me {
 			t.Fatalf("used, no quorum yet: mark %+v, released %d", m, f.released)
 		}
-		a.Consider(ctx, result(false))
-		if m, _ := memberruntime.ReadForceArm(dir); m != nil || f.released != 1 {
+		a.Consider(ctx, result(false)) // the mark goes, and the Lease at once (the request was used)
+		if m := mark(dir); m != nil || f.released != 1 {
 			t.Fatalf("used, quorum back: mark %+v, released %d", m, f.released)
+		}
+	})
+	t.Run("the gate uses the request as the mark is removed (stale a moment later): the hold is put back", func(t *testing.T) {
+		dir, f, a := setup(t)
+		writeRequest(t, dir, now.Add(-plan.ForceNewClusterFreshFor+time.Second))
+		a.Consider(ctx, result(true))
+		clock = now.Add(2 * time.Second) // the request now stale: disarmed
+		a.Consider(ctx, result(true))
+		if m := mark(dir); m != nil || f.released != 0 {
+			t.Fatalf("stale: mark %+v, released %d", m, f.released)
+		}
+		// The gate had read the mark, and sets the request aside as used.
+		if _, err := memberruntime.SetForceRequestAside(dir, "used", "", clock); err != nil {
+			t.Fatal(err)
+		}
+		a.Consider(ctx, result(true))
+		if m := mark(dir); m == nil || f.released != 0 || f.holder != f.me {
+			t.Fatalf("a use in the window: mark %+v, released %d, holder %q; want the hold back", m, f.released, f.holder)
+		}
+	})
+	t.Run("a restarted agent: resumes its hold, and lets go of a Lease its last run left", func(t *testing.T) {
+		dir, f, a := setup(t)
+		writeRequest(t, dir, now.Add(-time.Minute))
+		a.Consider(ctx, result(true))
+		a.Close()
+		if !f.abandoned || f.released != 0 {
+			t.Fatalf("the loop's end: abandoned %v, released %d; want the renewer stopped, the Lease not cleared", f.abandoned, f.released)
+		}
+		b := New(a.c) // the next loop, same holder name, its mark on disk
+		os.Remove(filepath.Join(dir, memberruntime.ForceFile))
+		b.Consider(ctx, result(true)) // withdrawn: the mark goes
+		clock = now.Add(time.Minute)
+		b.Consider(ctx, result(true))
+		if m := mark(dir); m != nil || f.holder != "" || f.released != 1 {
+			t.Fatalf("after a restart: mark %+v, holder %q, released %d; want the Lease its last run held let go", m, f.holder, f.released)
 		}
 	})
 }
