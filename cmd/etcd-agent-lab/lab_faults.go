@@ -95,7 +95,8 @@ func newLabFaultCmds(open func() (*lab.Lab, error)) []*cobra.Command {
 		}
 		cmds = append(cmds, c)
 	}
-	cmds = append(cmds, &cobra.Command{
+	var withMember bool
+	addNode := &cobra.Command{
 		Use: "add-node", Short: "Add an empty node (own IP, supervisor, Node object); place a manifest on it to give it a member",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -108,8 +109,18 @@ func newLabFaultCmds(open func() (*lab.Lab, error)) []*cobra.Command {
 				return err
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "added %s (%s), manifests dir %s\n", n.Name, n.IP, n.ManifestsDir)
+			if withMember {
+				// A member to move to: it joins nothing until a move
+				// names this node (etcd-agent move NODE --to this one).
+				if _, err := l.PlaceNewMember(n.Name); err != nil {
+					return err
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "placed a new member's manifest on %s: move a member to it with `etcd-agent move NODE --to %s`\n", n.Name, n.Name)
+			}
 			return nil
 		},
-	})
+	}
+	addNode.Flags().BoolVar(&withMember, "member", false, "also place a new member's manifest on it (the target of a move)")
+	cmds = append(cmds, addNode)
 	return append(cmds, newLabPodFaultCmds(open)...)
 }

@@ -7,6 +7,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -23,8 +24,10 @@ import (
 // agents under a steady write load; node2's data dir is wiped under its
 // running member and its agent heals it; a dry-run manual request on node1 is
 // refused (reason dry-run); node3's etcd is killed and restarted by its
-// supervisor inside the grace period. Every agent's /metrics is recorded
-// once a second throughout, then rendered.
+// supervisor inside the grace period; node4 is added with a new member's
+// manifest and node3's member moved to it (UC3). Every agent's /metrics is
+// recorded once a second throughout (node4's from when it is added), then
+// rendered.
 func labCmd(args []string) error {
 	fs := flag.NewFlagSet("lab", flag.ExitOnError)
 	repo := fs.String("repo", "../..", "the etcd-agent repository (bin/ must hold etcd and kube-apiserver: make tools)")
@@ -62,8 +65,8 @@ func labCmd(args []string) error {
 	lab := func(verb string, more ...string) error {
 		return run(root, labBin, append([]string{verb, "--dir", labDir}, more...)...)
 	}
-	step("lab up: 3 nodes with agents")
-	if err := lab("up", "--nodes", "3", "--agents", "--bin-dir", filepath.Join(root, "bin"), "--agent-binary", agent); err != nil {
+	step("lab up: 3 nodes with agents (a move needs a snapshot store: a lab folder)")
+	if err := lab("up", "--nodes", "3", "--agents", "--snapshot-store", "file", "--bin-dir", filepath.Join(root, "bin"), "--agent-binary", agent); err != nil {
 		_ = lab("down")
 		return err
 	}
@@ -96,7 +99,7 @@ func labCmd(args []string) error {
 	var wg sync.WaitGroup
 	var rounds int
 	var recErr error
-	wg.Go(func() { rounds, recErr = record(rctx, targets, time.Second, gz) })
+	wg.Go(func() { rounds, recErr = record(rctx, liveTargets(labDir, targets), time.Second, gz) })
 	var puts atomic.Int64
 	wg.Go(func() { writeLoad(rctx, etcdURL, &puts) })
 
@@ -123,6 +126,25 @@ func labCmd(args []string) error {
 		if err := lab("kill-member", "--node", "node3"); err != nil {
 			return err
 		}
+		time.Sleep(15 * time.Second)
+		step("add node4 with a new member's manifest, and move node3's member to it")
+		if err := lab("add-node", "--member"); err != nil {
+			return err
+		}
+		moved, err := labTargets(labDir)
+		if err != nil || moved["node4"] == "" {
+			return fmt.Errorf("node4's agent is not in the lab (%v)", err)
+		}
+		if err := annotate(ctx, spec, "node3", `{"metadata":{"annotations":{"etcd-agent.io/move-to":"node4"}}}`); err != nil {
+			return err
+		}
+		if err := waitState(ctx, moved["node4"], true, 5*time.Minute); err != nil {
+			return fmt.Errorf("node4's member never served: %w", err)
+		}
+		if err := waitAnnotationGone(ctx, spec, "node3", "etcd-agent.io/move-to", 5*time.Minute); err != nil {
+			return err
+		}
+		step("node3's member moved to node4")
 		time.Sleep(15 * time.Second)
 		return nil
 	}
@@ -227,29 +249,65 @@ func waitState(ctx context.Context, url string, healthy bool, timeout time.Durat
 
 // annotate merge-patches a Node through the lab's API server (admin token).
 func annotate(ctx context.Context, spec labSpec, node, patch string) error {
+	resp, err := nodeRequest(ctx, spec, http.MethodPatch, node, patch)
+	if err != nil {
+		return err
+	}
+	resp.Body.Close()
+	return nil
+}
+
+// waitAnnotationGone polls a Node until the annotation is gone (an agent
+// took the request it carried and answered it).
+func waitAnnotationGone(ctx context.Context, spec labSpec, node, key string, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for time.Now().Before(deadline) {
+		resp, err := nodeRequest(ctx, spec, http.MethodGet, node, "")
+		if err == nil {
+			var n struct {
+				Metadata struct {
+					Annotations map[string]string `json:"annotations"`
+				} `json:"metadata"`
+			}
+			err = json.NewDecoder(resp.Body).Decode(&n)
+			resp.Body.Close()
+			if _, there := n.Metadata.Annotations[key]; err == nil && !there {
+				return nil
+			}
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	return fmt.Errorf("after %s node %s still has %s", timeout, node, key)
+}
+
+// nodeRequest sends one request for a Node to the lab's API server (admin
+// token); a status other than 200 is an error.
+func nodeRequest(ctx context.Context, spec labSpec, method, node, patch string) (*http.Response, error) {
 	if spec.APIServer == nil {
-		return errors.New("the lab has no API server")
+		return nil, errors.New("the lab has no API server")
 	}
 	ca, err := os.ReadFile(filepath.Join(spec.APIServer.Dir, "pki", "ca.crt"))
 	if err != nil {
-		return err
+		return nil, err
 	}
 	pool := x509.NewCertPool()
 	pool.AppendCertsFromPEM(ca)
 	c := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPatch, spec.APIServer.URL+"/api/v1/nodes/"+node, bytes.NewBufferString(patch))
+	req, err := http.NewRequestWithContext(ctx, method, spec.APIServer.URL+"/api/v1/nodes/"+node, bytes.NewBufferString(patch))
 	if err != nil {
-		return err
+		return nil, err
 	}
 	req.Header.Set("Authorization", "Bearer "+spec.APIServer.Token)
-	req.Header.Set("Content-Type", "application/merge-patch+json")
+	if patch != "" {
+		req.Header.Set("Content-Type", "application/merge-patch+json")
+	}
 	resp, err := c.Do(req)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("patch node %s: %s", node, resp.Status)
+		resp.Body.Close()
+		return nil, fmt.Errorf("%s node %s: %s", method, node, resp.Status)
 	}
-	return nil
+	return resp, nil
 }

@@ -118,9 +118,22 @@ func recordCmd(args []string) error {
 		return err
 	}
 	defer f.Close()
-	n, err := record(ctx, targets, *interval, f)
+	n, err := record(ctx, liveTargets(*labDir, targets), *interval, f)
 	fmt.Printf("recorded %d rounds of %d agents to %s\n", n, len(targets), *out)
 	return err
+}
+
+// liveTargets re-reads the lab's agents at each round (a node added
+// mid-run, the target of a move, is recorded from then on); a read that
+// fails keeps the last.
+func liveTargets(dir string, first map[string]string) func() map[string]string {
+	last := first
+	return func() map[string]string {
+		if t, err := labTargets(dir); err == nil {
+			last = t
+		}
+		return last
+	}
 }
 
 // labSpec is the part of a lab's lab.json this program reads.

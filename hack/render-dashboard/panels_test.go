@@ -258,3 +258,52 @@ func showsSomething(pd panelData, start time.Time) bool {
 	}
 	return false
 }
+
+// TestTheLabRunHasAHealARefusalAndAMove: the recording the screenshot is
+// drawn from holds what the issue asks the dashboard to show (issue 44): a
+// heal (node2's agent ends a recovery as succeeded), a refusal (node1's,
+// dry-run) and a move (node4's agent appears mid-run and ends one as
+// succeeded; node3's member leaves).
+func TestTheLabRunHasAHealARefusalAndAMove(t *testing.T) {
+	rec, err := readRecording(filepath.Join("testdata", "lab-run.jsonl.gz"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	last := func(node, name string, labels map[string]string) (float64, bool) {
+		v, seen := 0.0, false
+		for _, r := range rec {
+			s := r.Nodes[node]
+			if s == nil || !s.Up {
+				continue
+			}
+		samples:
+			for _, smp := range s.Samples {
+				if smp.Name != name {
+					continue
+				}
+				for k, want := range labels {
+					if smp.Labels[k] != want {
+						continue samples
+					}
+				}
+				v, seen = smp.Value, true
+			}
+		}
+		return v, seen
+	}
+	if v, _ := last("node2", "etcd_agent_recoveries_total", map[string]string{"result": "succeeded"}); v < 1 {
+		t.Errorf("no heal: node2's agent ended %v recoveries as succeeded", v)
+	}
+	if v, _ := last("node1", "etcd_agent_recovery_refusals_total", map[string]string{"reason": "dry-run"}); v < 1 {
+		t.Errorf("no refusal: node1's agent refused %v dry runs", v)
+	}
+	if v, _ := last("node4", "etcd_agent_recoveries_total", map[string]string{"result": "succeeded"}); v < 1 {
+		t.Errorf("no move: node4's agent ended %v recoveries as succeeded", v)
+	}
+	if rec[0].Nodes["node4"] != nil {
+		t.Error("node4 is there from the start: the move's target is added mid-run")
+	}
+	if _, seen := last("node3", "etcd_agent_member_state", map[string]string{"state": "healthy"}); !seen {
+		t.Error("node3's member never reported")
+	}
+}

@@ -84,13 +84,13 @@ func scrapeOnce(ctx context.Context, url string) ([]Sample, error) {
 
 // record scrapes targets every interval until ctx ends, writing each round
 // to w as one JSON line.
-func record(ctx context.Context, targets map[string]string, interval time.Duration, w io.Writer) (int, error) {
+func record(ctx context.Context, targets func() map[string]string, interval time.Duration, w io.Writer) (int, error) {
 	enc := json.NewEncoder(w)
 	tick := time.NewTicker(interval)
 	defer tick.Stop()
 	n := 0
 	for {
-		r := scrapeRound(ctx, targets, time.Now())
+		r := scrapeRound(ctx, targets(), time.Now())
 		if ctx.Err() != nil {
 			return n, nil
 		}
