@@ -28,13 +28,17 @@ func TestTheAgentArmsOnlyARequestItsGateCouldUse(t *testing.T) {
 		{"another member's ID", func(in *ForceArmInput) { in.MemberID = 8 }, ForceArmNothing, "this agent's member is 8"},
 		{"the member not known", func(in *ForceArmInput) { in.MemberID = 0 }, ForceArmNothing, "this agent's member is 0"},
 		{"the cluster not known: no Lease", func(in *ForceArmInput) { in.ClusterID = 0 }, ForceArmNothing, "no Lease"},
-		{"a stale request", func(in *ForceArmInput) { in.Request = &ForceNewClusterRequest{MemberID: 7, RequestedAt: now.Add(-ForceNewClusterFreshFor - time.Second)} },
+		{"a stale request", func(in *ForceArmInput) {
+			in.Request = &ForceNewClusterRequest{MemberID: 7, RequestedAt: now.Add(-ForceNewClusterFreshFor - time.Second)}
+		},
 			ForceArmNothing, "at most"},
 		{"a stale request, armed: disarmed", func(in *ForceArmInput) {
 			in.Request = &ForceNewClusterRequest{MemberID: 7, RequestedAt: now.Add(-ForceNewClusterFreshFor - time.Second)}
 			in.Armed = &mark
 		}, ForceArmDisarm, "at most"},
-		{"a request from the future", func(in *ForceArmInput) { in.Request = &ForceNewClusterRequest{MemberID: 7, RequestedAt: now.Add(2 * time.Minute)} },
+		{"a request from the future", func(in *ForceArmInput) {
+			in.Request = &ForceNewClusterRequest{MemberID: 7, RequestedAt: now.Add(2 * time.Minute)}
+		},
 			ForceArmNothing, "at most"},
 		{"unreadable", func(in *ForceArmInput) { in.Request, in.RequestErr = nil, "bad json" }, ForceArmNothing, "bad json"},
 		{"unreadable, armed: disarmed", func(in *ForceArmInput) { in.Request, in.RequestErr, in.Armed = nil, "bad json", &mark }, ForceArmDisarm, "bad json"},
