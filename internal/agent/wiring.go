@@ -126,7 +126,7 @@ func (c Config) newForceArm(id watchdog.Identity, kc kubernetes.Interface, log *
 		ttl = lease.DefaultTTL
 	}
 	holder := c.NodeName + "/" + id.Name + "/force-new-cluster"
-	return forcearm.New(forcearm.Config{StateDir: c.StateDir, Member: id.Name, Holder: holder, ValidFor: ttl / 2, Log: log,
+	return forcearm.New(forcearm.Config{StateDir: c.StateDir, Member: id.Name, Holder: holder, ValidFor: min(ttl/2, plan.ForceArmValidFor), Log: log,
 		NewLease: func(clusterID uint64) (forcearm.Lease, error) {
 			return lease.New(lease.Config{Client: kc, Namespace: c.Namespace, Name: lease.Name(clusterID), Holder: holder, TTL: ttl, Log: c.Log})
 		}})

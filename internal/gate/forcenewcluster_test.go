@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/etcd-agent/etcd-agent/internal/memberruntime"
 	"github.com/etcd-agent/etcd-agent/internal/plan"
@@ -20,7 +21,7 @@ func TestAForcedStartSetsTheFlagOnceAndSetsTheRequestAside(t *testing.T) {
 	dir := t.TempDir()
 	c := Config{StateDir: dir, Log: zap.NewNop()}
 	argv := []string{"/bin/etcd", "--name=etcd-0", "--data-dir=/var/lib/etcd/data"}
-	forced := plan.GateVerdict{Pass: true, Reason: plan.GateForceNewCluster}
+	forced := plan.GateVerdict{Pass: true, Reason: plan.GateForceNewCluster, Until: time.Now().Add(time.Minute)}
 	if _, _, err := gateCommandLine(c, forced, nil, bootstrapFlags{}, argv, nil); err == nil || !strings.Contains(err.Error(), "not started") {
 		t.Fatalf("forced without the request in place: %v, want not started", err)
 	}
@@ -40,6 +41,23 @@ func TestAForcedStartSetsTheFlagOnceAndSetsTheRequestAside(t *testing.T) {
 	}
 	if used, _ := filepath.Glob(req + ".used-*"); len(used) != 1 {
 		t.Fatalf("the used request is not kept beside it: %v", used)
+	}
+	// Past the arm mark's time the request is set aside as refused, and
+	// etcd not forced: the agent keeps the Lease only for a use it sees
+	// before then.
+	if err := os.WriteFile(req, []byte(`{"memberID":"7","requestedAt":"2026-12-07T10:00:00Z"}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	late := forced
+	late.Until = time.Now().Add(-time.Millisecond)
+	if got, _, err := gateCommandLine(c, late, nil, bootstrapFlags{}, argv, nil); err == nil || !strings.Contains(err.Error(), "after its arm mark's time") {
+		t.Fatalf("forced past the mark's time: %q %v", got, err)
+	}
+	if refused, _ := filepath.Glob(req + ".refused-*"); len(refused) != 1 {
+		t.Fatalf("the late request is not set aside as refused: %v", refused)
+	}
+	if used, _ := filepath.Glob(req + ".used-*"); len(used) != 1 {
+		t.Fatalf("used requests: %v, want the first one only", used)
 	}
 	// Any other pass runs etcd as it is, a request around or not.
 	if err := os.WriteFile(req, []byte(`{"memberID":"7","requestedAt":"2026-12-07T10:00:00Z"}`), 0o600); err != nil {

@@ -89,7 +89,7 @@ func Run(ctx context.Context, c Config, timeout time.Duration, etcdArgv []string
 func gateCommandLine(c Config, v plan.GateVerdict, sf *memberruntime.StartFlags, boot bootstrapFlags, etcdArgv, environ []string) ([]string, []string, error) {
 	switch {
 	case v.ForcesNewCluster():
-		return withForceNewCluster(c, etcdArgv, environ)
+		return withForceNewCluster(c, v, etcdArgv, environ)
 	case !v.StartsWithStartFlags():
 		return etcdArgv, environ, nil
 	case sf == nil && boot.bootstrap && len(etcdArgv) > 0:
@@ -123,7 +123,7 @@ func withStartFlags(c Config, argv, environ []string, sf memberruntime.StartFlag
 // this one start, after setting the person's request aside (a restart of
 // etcd passes the gate again without it: etcd must never be forced twice,
 // which would drop every member added since).
-func withForceNewCluster(c Config, argv, environ []string) ([]string, []string, error) {
+func withForceNewCluster(c Config, v plan.GateVerdict, argv, environ []string) ([]string, []string, error) {
 	argv, environ, err := manifest.SetArgvFlags(argv, environ, map[string]string{"force-new-cluster": "true"})
 	if err != nil {
 		return nil, nil, fmt.Errorf("start gate: --force-new-cluster: %w", err)
@@ -131,6 +131,15 @@ func withForceNewCluster(c Config, argv, environ []string) ([]string, []string, 
 	used, err := memberruntime.SetForceRequestAside(c.StateDir, "used", "", time.Now())
 	if err != nil {
 		return nil, nil, fmt.Errorf("start gate: not started: %w", err)
+	}
+	// The agent keeps the Lease past the mark's time only for a request
+	// it sees used: a use set aside after that time is not one.
+	if now := time.Now(); now.After(v.Until) {
+		late := fmt.Sprintf("the request was set aside at %s, after its arm mark's time %s: not used", now.UTC().Format(time.RFC3339Nano), v.Until.UTC().Format(time.RFC3339Nano))
+		if err := os.Rename(used, strings.Replace(used, ".used-", ".refused-", 1)); err != nil {
+			return nil, nil, fmt.Errorf("start gate: not started: %s; %w", late, err)
+		}
+		return nil, nil, fmt.Errorf("start gate: not started: %s (etcd starts as judged at its next start)", late)
 	}
 	c.Log.Warn("start gate: etcd starts ONCE with --force-new-cluster, as a person asked: a one-member cluster with this member's data",
 		zap.String("request", used))

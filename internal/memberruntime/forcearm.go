@@ -18,8 +18,12 @@ import (
 // cluster's recovery Lease for that request (plan.ForceArm): the gate uses
 // a request only while it is armed. NotArmedFile says why a request waits
 // unarmed, for the person who wrote it.
+// ArmAsideFile is a mark set aside while the agent keeps the Lease until
+// its time is over (the gate never reads it; the agent reads it back after
+// a restart).
 const (
 	ArmFile      = "force-new-cluster.armed"
+	ArmAsideFile = "force-new-cluster.armed.aside"
 	NotArmedFile = "force-new-cluster.not-armed"
 )
 
@@ -32,7 +36,21 @@ type forceArmFile struct {
 
 // ReadForceArm reads ArmFile (nil, nil: there is none).
 func ReadForceArm(stateDir string) (*plan.ForceArm, error) {
-	p := filepath.Join(stateDir, ArmFile)
+	return readForceArm(filepath.Join(stateDir, ArmFile))
+}
+
+// ReadForceArmAside reads ArmAsideFile (nil, nil: there is none).
+func ReadForceArmAside(stateDir string) (*plan.ForceArm, error) {
+	return readForceArm(filepath.Join(stateDir, ArmAsideFile))
+}
+
+// SetForceArmAside renames ArmFile to ArmAsideFile, synced: the gate uses
+// nothing after it.
+func SetForceArmAside(stateDir string) error {
+	return moveFile(filepath.Join(stateDir, ArmFile), filepath.Join(stateDir, ArmAsideFile))
+}
+
+func readForceArm(p string) (*plan.ForceArm, error) {
 	b, err := os.ReadFile(p)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, nil
@@ -48,7 +66,7 @@ func ReadForceArm(stateDir string) (*plan.ForceArm, error) {
 }
 
 // WriteForceArm writes ArmFile (atomically, synced) and removes
-// NotArmedFile.
+// NotArmedFile and an ArmAsideFile (an older mark).
 func WriteForceArm(stateDir string, a plan.ForceArm) error {
 	b, err := json.Marshal(forceArmFile{MemberID: record.MemberID(a.MemberID), RequestedAt: a.RequestedAt, Holder: a.Holder, Until: a.Until})
 	if err != nil {
@@ -57,12 +75,12 @@ func WriteForceArm(stateDir string, a plan.ForceArm) error {
 	if err := fsutil.WriteFileAtomic(filepath.Join(stateDir, ArmFile), append(b, '\n'), 0o644); err != nil {
 		return err
 	}
-	return removeIfThere(filepath.Join(stateDir, NotArmedFile))
+	return errors.Join(removeIfThere(filepath.Join(stateDir, NotArmedFile)), removeIfThere(filepath.Join(stateDir, ArmAsideFile)))
 }
 
-// RemoveForceArm removes ArmFile (synced): the gate uses nothing after it.
+// RemoveForceArm removes ArmFile and ArmAsideFile (synced).
 func RemoveForceArm(stateDir string) error {
-	if err := removeIfThere(filepath.Join(stateDir, ArmFile)); err != nil {
+	if err := errors.Join(removeIfThere(filepath.Join(stateDir, ArmFile)), removeIfThere(filepath.Join(stateDir, ArmAsideFile))); err != nil {
 		return err
 	}
 	return fsutil.SyncDir(stateDir)

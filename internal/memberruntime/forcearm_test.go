@@ -39,11 +39,20 @@ func TestTheArmMarkReadsBackAndTheGateSeesIt(t *testing.T) {
 	if w := ReadAgentWord(dir); w.Armed == nil || w.Armed.MemberID != mark.MemberID {
 		t.Fatalf("the gate's read of the agent's word has no mark: %+v", w)
 	}
-	if err := RemoveForceArm(dir); err != nil {
+	if err := SetForceArmAside(dir); err != nil {
 		t.Fatal(err)
 	}
 	if w := ReadAgentWord(dir); w.Armed != nil {
-		t.Fatalf("a removed mark still arms: %+v", w.Armed)
+		t.Fatalf("a mark set aside still arms: %+v", w.Armed)
+	}
+	if a, err := ReadForceArmAside(dir); err != nil || a == nil || a.MemberID != mark.MemberID {
+		t.Fatalf("the mark set aside reads back as %+v, %v", a, err)
+	}
+	if err := RemoveForceArm(dir); err != nil {
+		t.Fatal(err)
+	}
+	if a, _ := ReadForceArmAside(dir); a != nil || ReadAgentWord(dir).Armed != nil {
+		t.Fatalf("a removed mark is still there: %+v", a)
 	}
 	if err := os.WriteFile(filepath.Join(dir, ArmFile), []byte("{"), 0o644); err != nil {
 		t.Fatal(err)

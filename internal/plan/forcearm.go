@@ -20,44 +20,50 @@ type ForceArm struct {
 	Until  time.Time
 }
 
+// ForceArmMarkMaxAhead bounds how far ahead of the gate's clock a mark's
+// Until may be: a mark is written valid for at most ForceArmValidFor, so a
+// later one says the node's clock stepped back since (the fence it stands
+// for is shorter than it says).
+const ForceArmMarkMaxAhead = time.Minute
+
+// ForceArmValidFor caps how long a mark is valid after its fence.
+const ForceArmValidFor = 15 * time.Second
+
 // Arms says whether a is the mark of req, valid at now.
 func (a ForceArm) Arms(req ForceNewClusterRequest, now time.Time) bool {
-	return a.MemberID == req.MemberID && a.RequestedAt.Equal(req.RequestedAt) && !now.After(a.Until)
+	return a.MemberID == req.MemberID && a.RequestedAt.Equal(req.RequestedAt) && !now.After(a.Until) && a.Until.Sub(now) <= ForceArmMarkMaxAhead
 }
 
 // ForceArmAction is what the agent does about a request.
 type ForceArmAction int
 
 const (
-	// ForceArmNothing: no request and no mark.
+	// ForceArmNothing: nothing held, nothing to arm.
 	ForceArmNothing ForceArmAction = iota
 	// ForceArmArm: take (or keep) the cluster's Lease, confirm it and
 	// write the mark valid for a while more.
 	ForceArmArm
-	// ForceArmHold: the gate used the request; keep the Lease (no mark)
-	// until the forced member serves with a quorum, so that no other
-	// member's request is armed meanwhile and the other members' agents
-	// rejoin them one at a time after it.
+	// ForceArmHold: the gate used the mark's request: keep the Lease until
+	// the forced member serves with a quorum (no time limit: while the
+	// majority is lost no heal needs it, and another member's request must
+	// not be armed while the forced one may still start; a person frees it
+	// by deleting the Lease, docs/management-nodes.md).
 	ForceArmHold
-	// ForceArmDisarm: remove the mark; the Lease is kept until the
-	// mark's Until has passed (Disarmed, below): a gate that read the mark
-	// just before its removal may be using the request.
+	// ForceArmDisarm: set the mark aside (the gate uses nothing after it)
+	// and keep the Lease until the mark's time is over: a gate that read
+	// it just before may be using its request.
 	ForceArmDisarm
-	// ForceArmRestoreHold: a gate used the request of a mark removed
-	// meanwhile: the mark goes back, and the hold follows.
-	ForceArmRestoreHold
-	// ForceArmRelease: let go of the Lease kept after a disarm.
+	// ForceArmWait: a mark set aside, its time not over: keep the Lease.
+	ForceArmWait
+	// ForceArmRelease: remove the mark, set aside or not, and let go of
+	// the Lease.
 	ForceArmRelease
 )
 
-// ForceArmReleaseSlack is how long after a removed mark's Until the
-// Lease is kept (the gate's rename of a request it used, the node's
-// clock read twice).
+// ForceArmReleaseSlack is how long after a mark's Until the Lease is kept
+// once the mark is set aside (the node's clock read twice; the gate sets a
+// request aside before Until or not at all, gate.withForceNewCluster).
 const ForceArmReleaseSlack = 5 * time.Second
-
-// ForceArmHoldAfterUse bounds the hold after the gate used a request: a
-// forced member that never serves must not keep the cluster's Lease.
-const ForceArmHoldAfterUse = 3 * time.Minute
 
 // ForceArmInput is what the agent saw at one poll.
 type ForceArmInput struct {
@@ -66,22 +72,22 @@ type ForceArmInput struct {
 	// cannot be read (the gate sets such a request aside).
 	Request    *ForceNewClusterRequest
 	RequestErr string
-	// Armed is the mark the agent wrote (nil: none).
-	Armed *ForceArm
-	// UsedAt is when the gate set the armed request aside as used (zero:
-	// it did not).
+	// Mark is the latest mark the agent wrote (nil: none): in force
+	// (Live: the gate may read it) or set aside (on disk, or remembered
+	// when the disk refused).
+	Mark *ForceArm
+	Live bool
+	// UsedAt is when the gate set the Mark's request aside as used (zero:
+	// it did not), read afresh at every poll.
 	UsedAt time.Time
+	// Held: this agent holds the Lease as the arm.
+	Held bool
 	// The agent's verdict over its polls, and its member list.
 	MajorityLost bool
 	Voter        bool
 	MemberID     uint64 // the member as the agent knows it (0: unknown)
 	ClusterID    uint64 // the Lease's cluster (0: unknown)
 	JournalOpen  bool
-	// Disarmed is a mark removed while the Lease is kept (nil: none);
-	// DisarmedUsedAt when the gate set its request aside as used (zero:
-	// it did not).
-	Disarmed       *ForceArm
-	DisarmedUsedAt time.Time
 }
 
 // ForceArmDecision: the action, and why (said to the person beside the
@@ -89,73 +95,71 @@ type ForceArmInput struct {
 type ForceArmDecision struct {
 	Action ForceArmAction
 	Why    string
-	// ReleaseNow: a disarm after the gate used the request lets go of the
-	// Lease at once (no gate can use that request again: it is set aside).
-	ReleaseNow bool
 }
 
 // DecideForceArm says whether the agent arms a person's --force-new-cluster
-// request. It arms only what the gate could use on the agent's own word
-// (plan.DecideForceNewCluster): the request of this member, fresh, a voter,
-// the majority lost, no recovery open; the Lease is the fence the gate
-// cannot take itself.
+// request, and when it lets go of the cluster's Lease. It arms only what
+// the gate could use on the agent's own word (plan.DecideForceNewCluster):
+// the request of this member, fresh, a voter, the majority lost, no
+// recovery open; the Lease is the fence the gate cannot take itself. Every
+// state that holds the Lease has an end: a quorum seen, or a mark's time
+// over.
 func DecideForceArm(in ForceArmInput) ForceArmDecision {
-	d := decideArm(in)
-	if in.Disarmed == nil || d.Action != ForceArmNothing {
-		return d
+	if m := in.Mark; m != nil && !in.UsedAt.IsZero() {
+		if !in.MajorityLost {
+			return ForceArmDecision{Action: ForceArmRelease, Why: "the forced member serves with a quorum"}
+		}
+		return ForceArmDecision{Action: ForceArmHold, Why: fmt.Sprintf("the gate used member %x's request of %s: the Lease is held until the forced member serves with a quorum",
+			m.MemberID, m.RequestedAt.UTC().Format(time.RFC3339))}
+	}
+	why, armable := armable(in)
+	m := in.Mark
+	if armable && m != nil && (m.MemberID != in.Request.MemberID || !m.RequestedAt.Equal(in.Request.RequestedAt)) && !in.Now.After(m.Until.Add(ForceArmReleaseSlack)) {
+		// Another request's mark first runs out its time: a use of it
+		// in that time must be seen (the hold), never replaced.
+		armable, why = false, fmt.Sprintf("the mark of the request of %s is in force until %s", m.RequestedAt.UTC().Format(time.RFC3339), m.Until.Add(ForceArmReleaseSlack).UTC().Format(time.RFC3339))
+	}
+	if armable {
+		return ForceArmDecision{Action: ForceArmArm, Why: why}
 	}
 	switch {
-	case !in.DisarmedUsedAt.IsZero():
-		return ForceArmDecision{Action: ForceArmRestoreHold, Why: fmt.Sprintf("the gate used member %x's request of %s as its mark was removed: held until the forced member serves with a quorum",
-			in.Disarmed.MemberID, in.Disarmed.RequestedAt.UTC().Format(time.RFC3339))}
-	case in.Now.After(in.Disarmed.Until.Add(ForceArmReleaseSlack)):
-		return ForceArmDecision{Action: ForceArmRelease, Why: d.Why}
+	case m == nil && in.Held: // a take whose fence failed: no mark was written
+		return ForceArmDecision{Action: ForceArmRelease, Why: why}
+	case m == nil:
+		return ForceArmDecision{Why: why}
+	case in.Now.After(m.Until.Add(ForceArmReleaseSlack)): // the gate takes it as none
+		return ForceArmDecision{Action: ForceArmRelease, Why: why}
+	case in.Live:
+		return ForceArmDecision{Action: ForceArmDisarm, Why: why}
 	}
-	return d // kept until then
+	return ForceArmDecision{Action: ForceArmWait, Why: why}
 }
 
-func decideArm(in ForceArmInput) ForceArmDecision {
-	disarm := func(format string, a ...any) ForceArmDecision {
-		act := ForceArmNothing
-		if in.Armed != nil {
-			act = ForceArmDisarm
-		}
-		return ForceArmDecision{Action: act, Why: fmt.Sprintf(format, a...)}
-	}
-	if in.Request == nil && in.RequestErr == "" {
-		switch {
-		case in.Armed == nil:
-			return ForceArmDecision{}
-		case in.UsedAt.IsZero():
-			return disarm("the armed request was withdrawn or refused")
-		case !in.MajorityLost:
-			d := disarm("the forced member serves with a quorum")
-			d.ReleaseNow = true
-			return d
-		case in.Now.Sub(in.UsedAt) > ForceArmHoldAfterUse:
-			d := disarm("the forced member does not serve with a quorum %s after its start", ForceArmHoldAfterUse)
-			d.ReleaseNow = true
-			return d
-		}
-		return ForceArmDecision{Action: ForceArmHold, Why: "the gate used the request: held until the forced member serves with a quorum"}
-	}
+// armable: whether the request may be armed, or why not.
+func armable(in ForceArmInput) (string, bool) {
 	if in.RequestErr != "" {
-		return disarm("the request cannot be read: %s", in.RequestErr)
+		return "the request cannot be read: " + in.RequestErr, false
+	}
+	if in.Request == nil {
+		if in.Mark != nil {
+			return "the armed request was withdrawn or refused", false
+		}
+		return "", false
 	}
 	req := *in.Request
 	switch age := in.Now.Sub(req.RequestedAt); {
 	case age > ForceNewClusterFreshFor || age < -time.Minute:
-		return disarm("it was written at %s (at most %s before its use)", req.RequestedAt.UTC().Format(time.RFC3339), ForceNewClusterFreshFor)
+		return fmt.Sprintf("it was written at %s (at most %s before its use)", req.RequestedAt.UTC().Format(time.RFC3339), ForceNewClusterFreshFor), false
 	case in.MemberID == 0 || in.MemberID != req.MemberID:
-		return disarm("it names member %x; this agent's member is %x", req.MemberID, in.MemberID)
+		return fmt.Sprintf("it names member %x; this agent's member is %x", req.MemberID, in.MemberID), false
 	case in.ClusterID == 0:
-		return disarm("the member's cluster is not known: no Lease to hold")
+		return "the member's cluster is not known: no Lease to hold", false
 	case in.JournalOpen:
-		return disarm("a recovery is open")
+		return "a recovery is open", false
 	case !in.MajorityLost:
-		return disarm("the agent does not see the majority lost")
+		return "the agent does not see the majority lost", false
 	case !in.Voter:
-		return disarm("the agent's member list does not have it as a voter")
+		return "the agent's member list does not have it as a voter", false
 	}
-	return ForceArmDecision{Action: ForceArmArm, Why: fmt.Sprintf("member %x's request of %s, the majority lost", req.MemberID, req.RequestedAt.UTC().Format(time.RFC3339))}
+	return fmt.Sprintf("member %x's request of %s, the majority lost", req.MemberID, req.RequestedAt.UTC().Format(time.RFC3339)), true
 }

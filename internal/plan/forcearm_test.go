@@ -9,13 +9,17 @@ import (
 // TestTheAgentArmsOnlyARequestItsGateCouldUse: the agent takes the
 // cluster's Lease for a --force-new-cluster request only where its own
 // word would let the gate use it; it keeps the Lease after the use until
-// the forced member serves with a quorum (bounded), and lets go of it at
-// once when the request goes unused. One case per refusal.
+// the forced member serves with a quorum, and after a mark is set aside
+// until the mark's time is over; every state that holds the Lease ends.
+// One case per refusal.
 func TestTheAgentArmsOnlyARequestItsGateCouldUse(t *testing.T) {
 	now := time.Unix(2_000_000, 0)
 	req := ForceNewClusterRequest{MemberID: 7, RequestedAt: now.Add(-time.Minute)}
 	mark := ForceArm{MemberID: 7, RequestedAt: req.RequestedAt, Holder: "n1/etcd-0/force-new-cluster", Until: now.Add(5 * time.Second)}
+	over := ForceArm{MemberID: 7, RequestedAt: req.RequestedAt, Until: now.Add(-ForceArmReleaseSlack - time.Millisecond)}
+	other := ForceArm{MemberID: 7, RequestedAt: req.RequestedAt.Add(-time.Minute), Until: now.Add(time.Second)}
 	base := ForceArmInput{Now: now, Request: &req, MajorityLost: true, Voter: true, MemberID: 7, ClusterID: 0xc1}
+	stale := &ForceNewClusterRequest{MemberID: 7, RequestedAt: now.Add(-ForceNewClusterFreshFor - time.Second)}
 	for _, tc := range []struct {
 		name string
 		edit func(*ForceArmInput)
@@ -23,59 +27,50 @@ func TestTheAgentArmsOnlyARequestItsGateCouldUse(t *testing.T) {
 		why  string
 	}{
 		{"a fresh request of this voter, the majority lost: armed", func(*ForceArmInput) {}, ForceArmArm, "majority lost"},
-		{"armed already: kept armed (the mark renewed)", func(in *ForceArmInput) { in.Armed = &mark }, ForceArmArm, ""},
+		{"armed already: kept armed (the mark renewed)", func(in *ForceArmInput) { in.Mark, in.Live, in.Held = &mark, true, true }, ForceArmArm, ""},
 		{"no request, no mark", func(in *ForceArmInput) { in.Request = nil }, ForceArmNothing, ""},
 		{"another member's ID", func(in *ForceArmInput) { in.MemberID = 8 }, ForceArmNothing, "this agent's member is 8"},
 		{"the member not known", func(in *ForceArmInput) { in.MemberID = 0 }, ForceArmNothing, "this agent's member is 0"},
 		{"the cluster not known: no Lease", func(in *ForceArmInput) { in.ClusterID = 0 }, ForceArmNothing, "no Lease"},
-		{"a stale request", func(in *ForceArmInput) {
-			in.Request = &ForceNewClusterRequest{MemberID: 7, RequestedAt: now.Add(-ForceNewClusterFreshFor - time.Second)}
-		},
-			ForceArmNothing, "at most"},
-		{"a stale request, armed: disarmed", func(in *ForceArmInput) {
-			in.Request = &ForceNewClusterRequest{MemberID: 7, RequestedAt: now.Add(-ForceNewClusterFreshFor - time.Second)}
-			in.Armed = &mark
-		}, ForceArmDisarm, "at most"},
-		{"a request from the future", func(in *ForceArmInput) {
-			in.Request = &ForceNewClusterRequest{MemberID: 7, RequestedAt: now.Add(2 * time.Minute)}
-		},
+		{"a stale request", func(in *ForceArmInput) { in.Request = stale }, ForceArmNothing, "at most"},
+		{"a stale request, armed: the mark set aside, the Lease kept", func(in *ForceArmInput) { in.Request, in.Mark, in.Live = stale, &mark, true }, ForceArmDisarm, "at most"},
+		{"a request from the future", func(in *ForceArmInput) { in.Request = &ForceNewClusterRequest{MemberID: 7, RequestedAt: now.Add(2 * time.Minute)} },
 			ForceArmNothing, "at most"},
 		{"unreadable", func(in *ForceArmInput) { in.Request, in.RequestErr = nil, "bad json" }, ForceArmNothing, "bad json"},
-		{"unreadable, armed: disarmed", func(in *ForceArmInput) { in.Request, in.RequestErr, in.Armed = nil, "bad json", &mark }, ForceArmDisarm, "bad json"},
+		{"unreadable, armed: set aside", func(in *ForceArmInput) { in.Request, in.RequestErr, in.Mark, in.Live = nil, "bad json", &mark, true }, ForceArmDisarm, "bad json"},
 		{"a recovery open", func(in *ForceArmInput) { in.JournalOpen = true }, ForceArmNothing, "recovery is open"},
 		{"the agent sees a quorum", func(in *ForceArmInput) { in.MajorityLost = false }, ForceArmNothing, "does not see the majority lost"},
-		{"the agent sees a quorum, armed: disarmed", func(in *ForceArmInput) { in.MajorityLost, in.Armed = false, &mark }, ForceArmDisarm, "majority lost"},
+		{"the agent sees a quorum, armed: set aside", func(in *ForceArmInput) { in.MajorityLost, in.Mark, in.Live = false, &mark, true }, ForceArmDisarm, "majority lost"},
 		{"a learner", func(in *ForceArmInput) { in.Voter = false }, ForceArmNothing, "as a voter"},
-		{"withdrawn or refused after it was armed: disarmed at once", func(in *ForceArmInput) { in.Request, in.Armed = nil, &mark }, ForceArmDisarm, "withdrawn or refused"},
-		{"used, the forced member not serving with a quorum yet: held", func(in *ForceArmInput) {
-			in.Request, in.Armed, in.UsedAt = nil, &mark, now.Add(-time.Minute)
-		}, ForceArmHold, "held until"},
-		{"used, the forced member serves with a quorum: disarmed", func(in *ForceArmInput) {
-			in.Request, in.Armed, in.UsedAt, in.MajorityLost = nil, &mark, now.Add(-time.Minute), false
-		}, ForceArmDisarm, "serves with a quorum"},
-		{"used, no quorum long after: disarmed (bounded)", func(in *ForceArmInput) {
-			in.Request, in.Armed, in.UsedAt = nil, &mark, now.Add(-ForceArmHoldAfterUse-time.Second)
-		}, ForceArmDisarm, "does not serve"},
-		{"a mark removed, its time not over: the Lease kept", func(in *ForceArmInput) {
-			in.Request, in.Disarmed = nil, &mark
-		}, ForceArmNothing, ""},
-		{"a mark removed, its time over: the Lease let go", func(in *ForceArmInput) {
-			in.Request, in.Disarmed = nil, &ForceArm{MemberID: 7, Until: now.Add(-ForceArmReleaseSlack - time.Millisecond)}
+		{"withdrawn after it was armed: set aside", func(in *ForceArmInput) { in.Request, in.Mark, in.Live = nil, &mark, true }, ForceArmDisarm, "withdrawn or refused"},
+		{"set aside, its time not over: the Lease kept", func(in *ForceArmInput) { in.Request, in.Mark = nil, &mark }, ForceArmWait, ""},
+		{"set aside, its time over: let go", func(in *ForceArmInput) { in.Request, in.Mark = nil, &over }, ForceArmRelease, ""},
+		{"a mark that cannot be set aside, its time over: let go (the gate takes it as none)", func(in *ForceArmInput) {
+			in.Request, in.Mark, in.Live = nil, &over, true
 		}, ForceArmRelease, ""},
-		{"a mark removed as the gate used its request: the hold restored", func(in *ForceArmInput) {
-			in.Request, in.Disarmed, in.DisarmedUsedAt = nil, &mark, now.Add(-time.Second)
-		}, ForceArmRestoreHold, "as its mark was removed"},
-		{"a mark removed, a new request armed: armed (the Lease kept)", func(in *ForceArmInput) {
-			in.Disarmed = &ForceArm{MemberID: 7, Until: now.Add(-time.Hour)}
+		{"held without a mark (a take whose fence failed): let go", func(in *ForceArmInput) { in.Request, in.Held = nil, true }, ForceArmRelease, ""},
+		{"used, no quorum yet: held", func(in *ForceArmInput) { in.Request, in.Mark, in.UsedAt = nil, &mark, now.Add(-time.Minute) }, ForceArmHold, "held until"},
+		{"used, long ago, no quorum yet: still held (no other member's request while it may start)", func(in *ForceArmInput) {
+			in.Request, in.Mark, in.UsedAt = nil, &over, now.Add(-time.Hour)
+		}, ForceArmHold, "held until"},
+		{"used, a new request written: held, not armed", func(in *ForceArmInput) {
+			in.Mark, in.UsedAt = &other, now.Add(-time.Second)
+		}, ForceArmHold, "held until"},
+		{"used, the forced member serves with a quorum: let go", func(in *ForceArmInput) {
+			in.Request, in.Mark, in.UsedAt, in.MajorityLost = nil, &mark, now.Add(-time.Minute), false
+		}, ForceArmRelease, "serves with a quorum"},
+		{"another request's mark in force: the new one waits for its time", func(in *ForceArmInput) { in.Mark, in.Live = &other, true }, ForceArmDisarm, "in force until"},
+		{"another request's mark set aside, its time not over: waits", func(in *ForceArmInput) { in.Mark = &other }, ForceArmWait, "in force until"},
+		{"another request's mark, its time over: the new one armed", func(in *ForceArmInput) {
+			o := other
+			o.Until = over.Until
+			in.Mark = &o
 		}, ForceArmArm, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			in := base
 			tc.edit(&in)
 			got := DecideForceArm(in)
-			if got.ReleaseNow != (got.Action == ForceArmDisarm && in.Request == nil && !in.UsedAt.IsZero()) {
-				t.Fatalf("got %+v: a Lease is let go at once only after the hold of a used request", got)
-			}
 			if got.Action != tc.want || !strings.Contains(got.Why, tc.why) {
 				t.Fatalf("got %+v, want action %d saying %q", got, tc.want, tc.why)
 			}
@@ -96,5 +91,8 @@ func TestAMarkArmsOnlyItsRequestUntilItsTime(t *testing.T) {
 	}
 	if mark.Arms(ForceNewClusterRequest{MemberID: 8, RequestedAt: req.RequestedAt}, now) {
 		t.Fatal("a mark arms another member's request")
+	}
+	if mark.Arms(req, now.Add(-ForceArmMarkMaxAhead-time.Second)) {
+		t.Fatal("a mark valid further ahead than a mark is ever written (the clock stepped back) arms")
 	}
 }

@@ -123,8 +123,10 @@ func DecideForceNewCluster(in GateInput, v GateVerdict, req ForceNewClusterReque
 	if in.Obs.MemberListError != "" {
 		why = "the cluster cannot be asked: " + in.Obs.MemberListError
 	}
-	return pass(GateForceNewCluster, fmt.Sprintf("a person asked at %s for member %x to start once with --force-new-cluster, and the cluster has no quorum (%s)",
-		req.RequestedAt.UTC().Format(time.RFC3339), req.MemberID, why)), nil
+	v = pass(GateForceNewCluster, fmt.Sprintf("a person asked at %s for member %x to start once with --force-new-cluster, and the cluster has no quorum (%s)",
+		req.RequestedAt.UTC().Format(time.RFC3339), req.MemberID, why))
+	v.Until = agent.Armed.Until
+	return v, nil
 }
 
 // ForcesNewCluster: etcd starts once with --force-new-cluster.

@@ -100,7 +100,7 @@ func TestAForceNewClusterRequestIsUsedOnlyOnItsSurvivorWithoutAQuorum(t *testing
 				t.Fatalf("forces = %v (%+v, %v), want %v", got.ForcesNewCluster(), got, err, tc.use)
 			}
 			if tc.use {
-				if err != nil || got.Reason != GateForceNewCluster {
+				if err != nil || got.Reason != GateForceNewCluster || !got.Until.Equal(a.Armed.Until) {
 					t.Fatalf("used with %+v, %v", got, err)
 				}
 				return

@@ -84,6 +84,10 @@ type GateVerdict struct {
 	Pass   bool
 	Reason Reason
 	Detail string
+	// Until: a forced start's arm mark is valid until then; the gate sets
+	// the request aside before it, or does not force (the agent keeps the
+	// Lease only until then, unless it sees the request used).
+	Until time.Time
 }
 
 // DecideGate is the start gate's rule (docs/design.md §6, rule 9): etcd may start

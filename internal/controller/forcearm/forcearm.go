@@ -59,12 +59,12 @@ type Arm struct {
 	lease    Lease
 	leaseFor uint64
 	held     bool // acquired by this process, not released since
-	// disarmed: a mark removed while the Lease is kept until its Until
-	// (plan.ForceArmDisarm).
-	disarmed *plan.ForceArm
-	// disarmedUsedAt: the use of its request already known at the disarm
-	// (a hold that ended), not a use in the window.
-	disarmedUsedAt time.Time
+	// mark is the latest mark written, live or set aside: remembered, so
+	// that a mark the disk lost (removed by hand, a failed write) still
+	// ends as plan says.
+	mark        *plan.ForceArm
+	live        bool
+	lastKeepErr string
 	// lastWhy: what was last said ("armed" when armed); "-" at start, so
 	// that the first poll clears a word left by an earlier run.
 	lastWhy string
@@ -83,7 +83,7 @@ func New(c Config) *Arm {
 
 // Close ends the arm with its member's loop: a Lease held stops being
 // renewed but is not cleared, so it expires, unless the member's next loop
-// (same holder name) takes it up again with its mark.
+// (same holder name) takes it up again from the mark on disk.
 func (a *Arm) Close() {
 	if a.held {
 		a.lease.Abandon()
@@ -99,28 +99,27 @@ func (a *Arm) Consider(ctx context.Context, r memberstate.Result) {
 	switch d.Action {
 	case plan.ForceArmArm:
 		a.arm(ctx, in, d)
+		return
 	case plan.ForceArmHold:
-		a.hold(ctx, in.ClusterID, *in.Armed)
+		a.keep(ctx, in, d.Why)
 	case plan.ForceArmDisarm:
-		a.disarm(ctx, in, d.Why)
-		if d.ReleaseNow {
-			a.disarmed = nil
-			a.release(ctx, in.ClusterID)
+		if err := memberruntime.SetForceArmAside(a.c.StateDir); err != nil {
+			a.c.Log.Error("the --force-new-cluster arm mark cannot be set aside (the gate takes it as none once its time is over)", zap.Error(err))
+		} else {
+			a.live = false
 		}
-	case plan.ForceArmRestoreHold:
-		a.restoreHold(ctx, in, d.Why)
+		a.keep(ctx, in, d.Why)
+	case plan.ForceArmWait:
+		a.keep(ctx, in, d.Why)
 	case plan.ForceArmRelease:
-		a.disarmed = nil
 		a.release(ctx, in.ClusterID)
-		a.say(d.Why)
-	default:
-		a.say(d.Why)
 	}
+	a.say(d.Why)
 }
 
 func (a *Arm) observe(r memberstate.Result) plan.ForceArmInput {
 	o := r.Observation
-	in := plan.ForceArmInput{Now: a.c.Now(), MajorityLost: r.Verdict.MajorityLost, MemberID: o.Local.ID, ClusterID: o.ClusterID, Disarmed: a.disarmed}
+	in := plan.ForceArmInput{Now: a.c.Now(), MajorityLost: r.Verdict.MajorityLost, MemberID: o.Local.ID, ClusterID: o.ClusterID, Held: a.held}
 	if in.ClusterID == 0 {
 		in.ClusterID = o.PinnedClusterID
 	}
@@ -135,25 +134,26 @@ func (a *Arm) observe(r memberstate.Result) plan.ForceArmInput {
 	} else if ok {
 		in.Request = &req
 	}
-	mark, err := memberruntime.ReadForceArm(a.c.StateDir)
-	if err != nil { // the gate takes an unreadable mark as none: so does the arm
-		a.c.Log.Warn("the --force-new-cluster arm mark cannot be read; removed", zap.Error(err))
-		if err := memberruntime.RemoveForceArm(a.c.StateDir); err != nil {
-			a.c.Log.Warn("the unreadable arm mark cannot be removed", zap.Error(err))
-		}
-		mark = nil
+	live, err := memberruntime.ReadForceArm(a.c.StateDir)
+	if err != nil { // the gate takes an unreadable mark as none; set aside, it is kept for a person
+		a.c.Log.Warn("the --force-new-cluster arm mark cannot be read; set aside", zap.Error(err))
+		_ = memberruntime.SetForceArmAside(a.c.StateDir)
 	}
-	in.Armed = mark
-	if mark != nil {
-		in.UsedAt = memberruntime.ForceRequestUsedAt(a.c.StateDir, *mark)
+	aside, _ := memberruntime.ReadForceArmAside(a.c.StateDir)
+	switch {
+	case live != nil:
+		a.mark, a.live = live, true
+	case aside != nil && (a.mark == nil || !a.live || aside.Until.After(a.mark.Until)):
+		a.mark, a.live = aside, false
+	default:
+		a.live = false // the disk has no live mark: the gate reads none
 	}
-	if a.disarmed != nil {
-		if at := memberruntime.ForceRequestUsedAt(a.c.StateDir, *a.disarmed); at.After(a.disarmedUsedAt) {
-			in.DisarmedUsedAt = at
-		}
+	in.Mark, in.Live = a.mark, a.live
+	if a.mark != nil {
+		in.UsedAt = memberruntime.ForceRequestUsedAt(a.c.StateDir, *a.mark)
 	}
-	if in.Request == nil && in.RequestErr == "" && in.Armed == nil {
-		return in // nothing asked: the common case, two stats
+	if in.Request == nil && in.RequestErr == "" && in.Mark == nil {
+		return in // nothing asked: the common case, three stats
 	}
 	if j, ok, err := journal.Load(a.c.StateDir, a.c.Member); err != nil || (ok && j.Active()) {
 		in.JournalOpen = true // an unreadable journal may be an open one
@@ -176,20 +176,32 @@ func (a *Arm) arm(ctx context.Context, in plan.ForceArmInput, d plan.ForceArmDec
 	}
 	if err != nil {
 		why := fmt.Sprintf("the cluster's recovery Lease %s is not this agent's: %v", lease.Name(in.ClusterID), err)
-		if errors.Is(err, lease.ErrAPIUnavailable) && in.Armed != nil && !in.Now.After(in.Armed.Until) {
-			// The fence of the mark still stands; it expires on its own.
-			a.say(why + " (the mark stands until its time)")
+		if errors.Is(err, lease.ErrHeldByOther) && l != nil {
+			if holder, info, _, cerr := l.Current(ctx); cerr == nil { // no times: the word changes only with the holder
+				why = fmt.Sprintf("the cluster's recovery Lease %s is held by %q (phase %q)", lease.Name(in.ClusterID), holder, info.Phase)
+			}
+		}
+		if errors.Is(err, lease.ErrAPIUnavailable) && in.Live && !in.Now.After(in.Mark.Until) {
+			a.say(why + " (the mark stands until its time)") // its fence still stands
 			return
 		}
-		a.disarm(ctx, in, why)
+		if in.Live {
+			if err := memberruntime.SetForceArmAside(a.c.StateDir); err == nil {
+				a.live = false
+			}
+		}
+		if in.Mark == nil && a.held { // no mark was written under this take
+			a.release(ctx, in.ClusterID)
+		}
+		a.say(why)
 		return
 	}
 	mark := plan.ForceArm{MemberID: in.Request.MemberID, RequestedAt: in.Request.RequestedAt, Holder: a.c.Holder, Until: start.Add(a.c.ValidFor)}
+	a.mark, a.live = &mark, true // remembered before the write: a failed write may have left it
 	if err := memberruntime.WriteForceArm(a.c.StateDir, mark); err != nil {
-		a.disarm(ctx, in, "the arm mark cannot be written: "+err.Error())
+		a.say("the arm mark cannot be written: " + err.Error())
 		return
 	}
-	a.disarmed = nil
 	if a.lastWhy != "armed" {
 		a.lastWhy = "armed"
 		a.c.Log.Warn("a person's --force-new-cluster request is armed: this agent holds the cluster's recovery Lease for it; the gate uses it at the member's next start",
@@ -197,59 +209,27 @@ func (a *Arm) arm(ctx context.Context, in plan.ForceArmInput, d plan.ForceArmDec
 	}
 }
 
-// hold keeps the Lease after the gate used the request (the renewer renews
-// it); a Lease lost meanwhile is only said: the mark is no longer used.
-func (a *Arm) hold(ctx context.Context, clusterID uint64, mark plan.ForceArm) {
-	l, err := a.leaseOf(clusterID)
-	if err == nil && !a.held { // a restarted agent resumes its own hold
-		err = l.TryAcquire(ctx, lease.Info{Target: a.c.Member, Phase: Phase, StartedAt: mark.RequestedAt})
+// keep keeps the Lease (the renewer renews it); a restarted agent takes up
+// its own hold again.
+func (a *Arm) keep(ctx context.Context, in plan.ForceArmInput, why string) {
+	l, err := a.leaseOf(in.ClusterID)
+	if err == nil && !a.held {
+		err = l.TryAcquire(ctx, lease.Info{Target: a.c.Member, Phase: Phase, StartedAt: in.Mark.RequestedAt})
 		a.held = err == nil
 	}
-	if err == nil {
-		err = l.Confirm(ctx)
-	}
-	if err != nil && a.lastWhy != "hold: "+err.Error() {
-		a.lastWhy = "hold: " + err.Error()
-		a.c.Log.Warn("the forced member's cluster Lease cannot be kept until it serves with a quorum", zap.Error(err))
+	if err != nil && a.lastKeepErr != err.Error() {
+		a.lastKeepErr = err.Error()
+		a.c.Log.Warn("the cluster's recovery Lease cannot be kept", zap.String("why", why), zap.Error(err))
 	}
 }
 
-// restoreHold puts back the mark of a request the gate used as the mark
-// was removed: the hold follows from it (plan.ForceArmHold).
-func (a *Arm) restoreHold(ctx context.Context, in plan.ForceArmInput, why string) {
-	mark := *a.disarmed
-	if err := memberruntime.WriteForceArm(a.c.StateDir, mark); err != nil {
-		a.c.Log.Error("the arm mark of a used request cannot be put back; the Lease is kept until the forced member serves", zap.Error(err))
-	} else {
-		a.disarmed = nil
-	}
-	a.c.Log.Warn(why)
-	a.hold(ctx, in.ClusterID, mark)
-}
-
-// disarm removes the mark (the gate then uses nothing) and keeps the Lease
-// until the mark's time is over (plan.ForceArmRelease), and says why beside
-// a request still there. A mark that cannot be removed keeps the Lease
-// until its time is over too: the gate takes an expired mark as none.
-func (a *Arm) disarm(ctx context.Context, in plan.ForceArmInput, why string) {
-	if in.Armed != nil {
-		if err := memberruntime.RemoveForceArm(a.c.StateDir); err != nil {
-			a.c.Log.Error("the --force-new-cluster arm mark cannot be removed", zap.Error(err))
-		}
-		if a.disarmed == nil || in.Armed.Until.After(a.disarmed.Until) {
-			m := *in.Armed
-			a.disarmed, a.disarmedUsedAt = &m, in.UsedAt
-		}
-	}
-	if a.disarmed == nil && a.held { // a take that failed its fence: no mark was written
-		a.release(ctx, in.ClusterID)
-	}
-	a.say(why)
-}
-
-// release lets go of the Lease: this process's hold, or one an earlier run
-// of this agent left under the arm's name.
+// release removes the marks and lets go of the Lease: this process's hold,
+// or one an earlier run of this agent left under the arm's name.
 func (a *Arm) release(ctx context.Context, clusterID uint64) {
+	if err := memberruntime.RemoveForceArm(a.c.StateDir); err != nil {
+		a.c.Log.Warn("the --force-new-cluster arm marks cannot be removed (the gate takes them as none: their time is over)", zap.Error(err))
+	}
+	a.mark, a.live = nil, false
 	l, err := a.leaseOf(clusterID)
 	if err != nil {
 		return

@@ -225,11 +225,11 @@ func TestTheArmMarksARequestOnlyUnderTheClustersLease(t *testing.T) {
 			t.Fatalf("used, quorum back: mark %+v, released %d", m, f.released)
 		}
 	})
-	t.Run("the gate uses the request as the mark is removed (stale a moment later): the hold is put back", func(t *testing.T) {
+	t.Run("the gate uses the request as the mark is set aside (stale a moment later): held until a quorum", func(t *testing.T) {
 		dir, f, a := setup(t)
 		writeRequest(t, dir, now.Add(-plan.ForceNewClusterFreshFor+time.Second))
 		a.Consider(ctx, result(true))
-		clock = now.Add(2 * time.Second) // the request now stale: disarmed
+		clock = now.Add(2 * time.Second) // the request now stale: set aside
 		a.Consider(ctx, result(true))
 		if m := mark(dir); m != nil || f.released != 0 {
 			t.Fatalf("stale: mark %+v, released %d", m, f.released)
@@ -238,9 +238,73 @@ func TestTheArmMarksARequestOnlyUnderTheClustersLease(t *testing.T) {
 		if _, err := memberruntime.SetForceRequestAside(dir, "used", "", clock); err != nil {
 			t.Fatal(err)
 		}
+		clock = now.Add(time.Hour)
 		a.Consider(ctx, result(true))
-		if m := mark(dir); m == nil || f.released != 0 || f.holder != f.me {
-			t.Fatalf("a use in the window: mark %+v, released %d, holder %q; want the hold back", m, f.released, f.holder)
+		if f.released != 0 || f.holder != f.me {
+			t.Fatalf("a use in the window, an hour on, no quorum: released %d, holder %q; want the Lease held", f.released, f.holder)
+		}
+		a.Consider(ctx, result(false))
+		if f.released != 1 || f.holder != "" {
+			t.Fatalf("the quorum back: released %d, holder %q", f.released, f.holder)
+		}
+	})
+	t.Run("a mark that cannot be set aside or removed: let go once its time is over", func(t *testing.T) {
+		dir, f, a := setup(t)
+		writeRequest(t, dir, now.Add(-time.Minute))
+		a.Consider(ctx, result(true))
+		// A non-empty dir where the mark would be set aside: the rename fails.
+		if err := os.MkdirAll(filepath.Join(dir, memberruntime.ArmAsideFile, "x"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		for range 10 {
+			clock = clock.Add(5 * time.Second)
+			a.Consider(ctx, result(false)) // the agent sees a quorum: set aside, in vain
+		}
+		if f.released != 1 || f.holder != "" {
+			t.Fatalf("after %s: released %d, holder %q", clock.Sub(now), f.released, f.holder)
+		}
+	})
+	t.Run("the mark removed by hand during the hold after use: held until a quorum, then let go", func(t *testing.T) {
+		dir, f, a := setup(t)
+		writeRequest(t, dir, now.Add(-time.Minute))
+		a.Consider(ctx, result(true))
+		if _, err := memberruntime.SetForceRequestAside(dir, "used", "", now); err != nil {
+			t.Fatal(err)
+		}
+		a.Consider(ctx, result(true))
+		os.Remove(filepath.Join(dir, memberruntime.ArmFile))
+		clock = now.Add(10 * time.Minute)
+		a.Consider(ctx, result(true))
+		if f.released != 0 {
+			t.Fatal("the hold ended with its mark removed by hand, the majority still lost")
+		}
+		a.Consider(ctx, result(false))
+		if f.released != 1 || f.holder != "" {
+			t.Fatalf("the quorum back: released %d, holder %q", f.released, f.holder)
+		}
+	})
+	t.Run("a second request of the member while the first one's mark is in force: not armed until its time is over", func(t *testing.T) {
+		dir, f, a := setup(t)
+		writeRequest(t, dir, now.Add(-time.Minute))
+		a.Consider(ctx, result(true))
+		clock = now.Add(2 * time.Second)
+		a.Consider(ctx, result(false)) // a poll without majority-lost: set aside, the Lease kept
+		if _, err := memberruntime.SetForceRequestAside(dir, "used", "", clock); err != nil {
+			t.Fatal(err)
+		}
+		writeRequest(t, dir, now.Add(time.Second))
+		clock = now.Add(4 * time.Second)
+		a.Consider(ctx, result(true))
+		if m := mark(dir); m != nil {
+			t.Fatalf("the second request armed over the first one's use: %+v", m)
+		}
+		os.Remove(filepath.Join(dir, memberruntime.ForceFile))
+		for range 10 {
+			clock = clock.Add(5 * time.Second)
+			a.Consider(ctx, result(true)) // the first one's forced member not serving yet
+		}
+		if f.released != 0 || f.holder != f.me {
+			t.Fatalf("the first request used, its member not serving, yet the Lease was let go (released %d, holder %q)", f.released, f.holder)
 		}
 	})
 	t.Run("a restarted agent: resumes its hold, and lets go of a Lease its last run left", func(t *testing.T) {
