@@ -21,7 +21,8 @@ func TestAForcedStartSetsTheFlagOnceAndSetsTheRequestAside(t *testing.T) {
 	dir := t.TempDir()
 	c := Config{StateDir: dir, Log: zap.NewNop()}
 	argv := []string{"/bin/etcd", "--name=etcd-0", "--data-dir=/var/lib/etcd/data"}
-	forced := plan.GateVerdict{Pass: true, Reason: plan.GateForceNewCluster, Until: time.Now().Add(time.Minute)}
+	asked := plan.ForceNewClusterRequest{MemberID: 7, RequestedAt: time.Date(2026, 12, 7, 10, 0, 0, 0, time.UTC)}
+	forced := plan.GateVerdict{Pass: true, Reason: plan.GateForceNewCluster, Until: time.Now().Add(time.Minute), Request: asked}
 	if _, _, err := gateCommandLine(c, forced, nil, bootstrapFlags{}, argv, nil); err == nil || !strings.Contains(err.Error(), "not started") {
 		t.Fatalf("forced without the request in place: %v, want not started", err)
 	}
@@ -58,6 +59,17 @@ func TestAForcedStartSetsTheFlagOnceAndSetsTheRequestAside(t *testing.T) {
 	}
 	if used, _ := filepath.Glob(req + ".used-*"); len(used) != 1 {
 		t.Fatalf("used requests: %v, want the first one only", used)
+	}
+	// A request rewritten after the gate judged it is not the one it
+	// forces for: set aside as refused, etcd not forced.
+	if err := os.WriteFile(req, []byte(`{"memberID":"7","requestedAt":"2026-12-07T10:05:00Z"}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if got, _, err := gateCommandLine(c, forced, nil, bootstrapFlags{}, argv, nil); err == nil || !strings.Contains(err.Error(), "rewritten") {
+		t.Fatalf("forced for a request rewritten since: %q %v", got, err)
+	}
+	if refused, _ := filepath.Glob(req + ".refused-*"); len(refused) != 2 {
+		t.Fatalf("the rewritten request is not set aside as refused: %v", refused)
 	}
 	// Any other pass runs etcd as it is, a request around or not.
 	if err := os.WriteFile(req, []byte(`{"memberID":"7","requestedAt":"2026-12-07T10:00:00Z"}`), 0o600); err != nil {

@@ -133,13 +133,19 @@ func withForceNewCluster(c Config, v plan.GateVerdict, argv, environ []string) (
 		return nil, nil, fmt.Errorf("start gate: not started: %w", err)
 	}
 	// The agent keeps the Lease past the mark's time only for a request
-	// it sees used: a use set aside after that time is not one.
+	// it sees used (matched by its content): a use set aside after that
+	// time, or of a request rewritten since it was judged, is not one.
+	notUsed := ""
 	if now := time.Now(); now.After(v.Until) {
-		late := fmt.Sprintf("the request was set aside at %s, after its arm mark's time %s: not used", now.UTC().Format(time.RFC3339Nano), v.Until.UTC().Format(time.RFC3339Nano))
+		notUsed = fmt.Sprintf("the request was set aside at %s, after its arm mark's time %s", now.UTC().Format(time.RFC3339Nano), v.Until.UTC().Format(time.RFC3339Nano))
+	} else if r, err := memberruntime.ReadForceRequestAt(used); err != nil || r.MemberID != v.Request.MemberID || !r.RequestedAt.Equal(v.Request.RequestedAt) {
+		notUsed = fmt.Sprintf("the request was rewritten after it was judged (%+v, %v)", r, err)
+	}
+	if notUsed != "" {
 		if err := os.Rename(used, strings.Replace(used, ".used-", ".refused-", 1)); err != nil {
-			return nil, nil, fmt.Errorf("start gate: not started: %s; %w", late, err)
+			return nil, nil, fmt.Errorf("start gate: not started: %s; %w", notUsed, err)
 		}
-		return nil, nil, fmt.Errorf("start gate: not started: %s (etcd starts as judged at its next start)", late)
+		return nil, nil, fmt.Errorf("start gate: not started: %s: not used (etcd starts as judged at its next start)", notUsed)
 	}
 	c.Log.Warn("start gate: etcd starts ONCE with --force-new-cluster, as a person asked: a one-member cluster with this member's data",
 		zap.String("request", used))

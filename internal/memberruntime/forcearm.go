@@ -107,9 +107,7 @@ func ForceRequestUsedAt(stateDir string, a plan.ForceArm) time.Time {
 		if err != nil || !t.After(at) { // a .why beside it does not parse
 			continue
 		}
-		b, err := os.ReadFile(n)
-		var r ForceRequest
-		if err == nil && json.Unmarshal(b, &r) == nil && uint64(r.MemberID) == a.MemberID && r.RequestedAt.Equal(a.RequestedAt) {
+		if r, err := ReadForceRequestAt(n); err == nil && r.MemberID == a.MemberID && r.RequestedAt.Equal(a.RequestedAt) {
 			at = t
 		}
 	}

@@ -29,19 +29,27 @@ type ForceRequest struct {
 
 // ReadForceRequest reads ForceFile (false: there is none).
 func ReadForceRequest(stateDir string) (plan.ForceNewClusterRequest, bool, error) {
-	p := filepath.Join(stateDir, ForceFile)
-	b, err := os.ReadFile(p)
+	r, err := ReadForceRequestAt(filepath.Join(stateDir, ForceFile))
 	if errors.Is(err, os.ErrNotExist) {
 		return plan.ForceNewClusterRequest{}, false, nil
 	}
+	return r, true, err
+}
+
+// ReadForceRequestAt reads a request at p (ForceFile, or one set aside).
+func ReadForceRequestAt(p string) (plan.ForceNewClusterRequest, error) {
+	b, err := os.ReadFile(p)
 	if err != nil {
-		return plan.ForceNewClusterRequest{}, true, fmt.Errorf("%s: %w", p, err)
+		if errors.Is(err, os.ErrNotExist) {
+			return plan.ForceNewClusterRequest{}, err
+		}
+		return plan.ForceNewClusterRequest{}, fmt.Errorf("%s: %w", p, err)
 	}
 	var r ForceRequest
 	if err := json.Unmarshal(b, &r); err != nil {
-		return plan.ForceNewClusterRequest{}, true, fmt.Errorf("%s: %w", p, err)
+		return plan.ForceNewClusterRequest{}, fmt.Errorf("%s: %w", p, err)
 	}
-	return plan.ForceNewClusterRequest{MemberID: uint64(r.MemberID), RequestedAt: r.RequestedAt}, true, nil
+	return plan.ForceNewClusterRequest{MemberID: uint64(r.MemberID), RequestedAt: r.RequestedAt}, nil
 }
 
 // asideStamp is the time in a set-aside request's name.

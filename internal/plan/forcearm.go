@@ -24,7 +24,7 @@ type ForceArm struct {
 // Until may be: a mark is written valid for at most ForceArmValidFor, so a
 // later one says the node's clock stepped back since (the fence it stands
 // for is shorter than it says).
-const ForceArmMarkMaxAhead = time.Minute
+const ForceArmMarkMaxAhead = ForceArmValidFor + 5*time.Second
 
 // ForceArmValidFor caps how long a mark is valid after its fence.
 const ForceArmValidFor = 15 * time.Second
@@ -127,7 +127,7 @@ func DecideForceArm(in ForceArmInput) ForceArmDecision {
 		return ForceArmDecision{Action: ForceArmRelease, Why: why}
 	case m == nil:
 		return ForceArmDecision{Why: why}
-	case in.Now.After(m.Until.Add(ForceArmReleaseSlack)): // the gate takes it as none
+	case in.Now.After(m.Until.Add(ForceArmReleaseSlack)), m.Until.Sub(in.Now) > ForceArmMarkMaxAhead: // the gate takes it as none
 		return ForceArmDecision{Action: ForceArmRelease, Why: why}
 	case in.Live:
 		return ForceArmDecision{Action: ForceArmDisarm, Why: why}

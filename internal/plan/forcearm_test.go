@@ -48,6 +48,11 @@ func TestTheAgentArmsOnlyARequestItsGateCouldUse(t *testing.T) {
 		{"a mark that cannot be set aside, its time over: let go (the gate takes it as none)", func(in *ForceArmInput) {
 			in.Request, in.Mark, in.Live = nil, &over, true
 		}, ForceArmRelease, ""},
+		{"a mark valid further ahead than one is ever written (the clock stepped back): let go", func(in *ForceArmInput) {
+			far := mark
+			far.Until = now.Add(3 * time.Hour)
+			in.Request, in.Mark = nil, &far
+		}, ForceArmRelease, ""},
 		{"held without a mark (a take whose fence failed): let go", func(in *ForceArmInput) { in.Request, in.Held = nil, true }, ForceArmRelease, ""},
 		{"used, no quorum yet: held", func(in *ForceArmInput) { in.Request, in.Mark, in.UsedAt = nil, &mark, now.Add(-time.Minute) }, ForceArmHold, "held until"},
 		{"used, long ago, no quorum yet: still held (no other member's request while it may start)", func(in *ForceArmInput) {

@@ -125,7 +125,7 @@ func DecideForceNewCluster(in GateInput, v GateVerdict, req ForceNewClusterReque
 	}
 	v = pass(GateForceNewCluster, fmt.Sprintf("a person asked at %s for member %x to start once with --force-new-cluster, and the cluster has no quorum (%s)",
 		req.RequestedAt.UTC().Format(time.RFC3339), req.MemberID, why))
-	v.Until = agent.Armed.Until
+	v.Until, v.Request = agent.Armed.Until, req
 	return v, nil
 }
 

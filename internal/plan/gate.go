@@ -88,6 +88,9 @@ type GateVerdict struct {
 	// the request aside before it, or does not force (the agent keeps the
 	// Lease only until then, unless it sees the request used).
 	Until time.Time
+	// Request: a forced start's request, as judged (the gate forces only
+	// if the file it sets aside is this one).
+	Request ForceNewClusterRequest
 }
 
 // DecideGate is the start gate's rule (docs/design.md §6, rule 9): etcd may start

@@ -30,6 +30,7 @@ type Lease interface {
 	Current(ctx context.Context) (holder string, info lease.Info, expired bool, err error)
 	Release(ctx context.Context) error
 	Abandon()
+	Holding() bool
 }
 
 // Phase is what the Lease says its holder does while a request is armed.
@@ -166,6 +167,7 @@ func (a *Arm) observe(r memberstate.Result) plan.ForceArmInput {
 // take the Lease before then.
 func (a *Arm) arm(ctx context.Context, in plan.ForceArmInput, d plan.ForceArmDecision) {
 	l, err := a.leaseOf(in.ClusterID)
+	a.lostHold(l)
 	if err == nil && !a.held {
 		err = l.TryAcquire(ctx, lease.Info{Target: a.c.Member, Phase: Phase, StartedAt: in.Request.RequestedAt})
 		a.held = err == nil
@@ -213,6 +215,7 @@ func (a *Arm) arm(ctx context.Context, in plan.ForceArmInput, d plan.ForceArmDec
 // its own hold again.
 func (a *Arm) keep(ctx context.Context, in plan.ForceArmInput, why string) {
 	l, err := a.leaseOf(in.ClusterID)
+	a.lostHold(l)
 	if err == nil && !a.held {
 		err = l.TryAcquire(ctx, lease.Info{Target: a.c.Member, Phase: Phase, StartedAt: in.Mark.RequestedAt})
 		a.held = err == nil
@@ -220,6 +223,16 @@ func (a *Arm) keep(ctx context.Context, in plan.ForceArmInput, why string) {
 	if err != nil && a.lastKeepErr != err.Error() {
 		a.lastKeepErr = err.Error()
 		a.c.Log.Warn("the cluster's recovery Lease cannot be kept", zap.String("why", why), zap.Error(err))
+	}
+}
+
+// lostHold forgets a hold the renewer lost (the Lease deleted by a
+// person, or taken after the API was gone longer than its TTL): the next
+// take starts afresh.
+func (a *Arm) lostHold(l Lease) {
+	if a.held && l != nil && !l.Holding() {
+		a.c.Log.Warn("the --force-new-cluster arm lost its hold on the cluster's recovery Lease; taking it again")
+		a.held = false
 	}
 }
 

@@ -25,6 +25,7 @@ type fakeLease struct {
 	me                 string
 	acquired, released int
 	abandoned          bool
+	lost               bool  // the renewer found it taken
 	confirmErr         error // Confirm and ConfirmFor
 	acquireErr         error
 	confirmedFor       time.Duration
@@ -56,7 +57,8 @@ func (f *fakeLease) Release(context.Context) error {
 	}
 	return nil
 }
-func (f *fakeLease) Abandon() { f.abandoned = true }
+func (f *fakeLease) Abandon()      { f.abandoned = true }
+func (f *fakeLease) Holding() bool { return f.holder == f.me && !f.lost }
 
 func result(majorityLost bool) memberstate.Result {
 	return memberstate.Result{
@@ -175,6 +177,21 @@ func TestTheArmMarksARequestOnlyUnderTheClustersLease(t *testing.T) {
 		a.Consider(ctx, result(true))
 		if m := mark(dir); m != nil {
 			t.Fatalf("the API gone past the mark's time: mark %+v", m)
+		}
+	})
+	t.Run("the hold lost (the Lease deleted by hand): taken again at the next arm", func(t *testing.T) {
+		dir, f, a := setup(t)
+		writeRequest(t, dir, now.Add(-time.Minute))
+		a.Consider(ctx, result(true))
+		f.holder, f.lost = "", true // deleted; the renewer stopped
+		f.confirmErr = fmt.Errorf("%w: the Lease does not exist", lease.ErrNotHeld)
+		clock = now.Add(time.Second)
+		a.Consider(ctx, result(true)) // the fence fails: set aside
+		f.confirmErr, f.lost = nil, false
+		clock = now.Add(30 * time.Second)
+		a.Consider(ctx, result(true))
+		if m := mark(dir); m == nil || f.acquired != 2 || f.holder != f.me {
+			t.Fatalf("after the Lease was deleted: mark %+v, acquired %d, holder %q; want it taken again and armed", m, f.acquired, f.holder)
 		}
 	})
 	t.Run("the agent sees a quorum: not armed, and why", func(t *testing.T) {
