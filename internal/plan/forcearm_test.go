@@ -34,7 +34,9 @@ func TestTheAgentArmsOnlyARequestItsGateCouldUse(t *testing.T) {
 		{"the cluster not known: no Lease", func(in *ForceArmInput) { in.ClusterID = 0 }, ForceArmNothing, "no Lease"},
 		{"a stale request", func(in *ForceArmInput) { in.Request = stale }, ForceArmNothing, "at most"},
 		{"a stale request, armed: the mark set aside, the Lease kept", func(in *ForceArmInput) { in.Request, in.Mark, in.Live = stale, &mark, true }, ForceArmDisarm, "at most"},
-		{"a request from the future", func(in *ForceArmInput) { in.Request = &ForceNewClusterRequest{MemberID: 7, RequestedAt: now.Add(2 * time.Minute)} },
+		{"a request from the future", func(in *ForceArmInput) {
+			in.Request = &ForceNewClusterRequest{MemberID: 7, RequestedAt: now.Add(2 * time.Minute)}
+		},
 			ForceArmNothing, "at most"},
 		{"unreadable", func(in *ForceArmInput) { in.Request, in.RequestErr = nil, "bad json" }, ForceArmNothing, "bad json"},
 		{"unreadable, armed: set aside", func(in *ForceArmInput) { in.Request, in.RequestErr, in.Mark, in.Live = nil, "bad json", &mark, true }, ForceArmDisarm, "bad json"},
