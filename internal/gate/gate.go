@@ -138,7 +138,7 @@ func withForceNewCluster(c Config, v plan.GateVerdict, argv, environ []string) (
 	notUsed := ""
 	if now := time.Now(); now.After(v.Until) {
 		notUsed = fmt.Sprintf("the request was set aside at %s, after its arm mark's time %s", now.UTC().Format(time.RFC3339Nano), v.Until.UTC().Format(time.RFC3339Nano))
-	} else if r, err := memberruntime.ReadForceRequestAt(used); err != nil || r.MemberID != v.Request.MemberID || !r.RequestedAt.Equal(v.Request.RequestedAt) {
+	} else if r, err := memberruntime.ReadForceRequestAt(used); err != nil || !r.Is(v.Request) {
 		notUsed = fmt.Sprintf("the request was rewritten after it was judged (%+v, %v)", r, err)
 	}
 	if notUsed != "" {
@@ -189,10 +189,7 @@ func gateWaitFlags(ctx context.Context, c Config, timeout time.Duration, etcdArg
 		}
 	}()
 	last, lastLogged := plan.GateVerdict{}, time.Time{}
-	// unarmed: the request the gate holds etcd for until the agent arms
-	// it, and since when (plan.ForceArmWaitFor bounds the wait).
-	var unarmed plan.ForceNewClusterRequest
-	var unarmedSince time.Time
+	var unarmed armWait
 	for {
 		// The agent's word is read before the pin: it writes a pin it
 		// adopts before its word, so a fresh word read first means the pin
@@ -281,12 +278,10 @@ func gateWaitFlags(ctx context.Context, c Config, timeout time.Duration, etcdArg
 		if force != nil && v.Pass {
 			in.Now = time.Now()
 			word := memberruntime.ReadAgentWord(c.StateDir)
-			if unarmed == *force {
-				word.UnarmedSince = unarmedSince
-			}
+			word.UnarmedSince = unarmed.sinceFor(*force)
 			fv, err := plan.DecideForceNewCluster(in, v, *force, word, asked)
 			if fv.WaitsForArm() && word.UnarmedSince.IsZero() {
-				unarmed, unarmedSince = *force, in.Now
+				unarmed = armWait{req: *force, since: in.Now}
 			}
 			if err != nil {
 				log.Warn("start gate: "+err.Error()+"; set aside, etcd starts as the gate judged", zap.String("reason", string(v.Reason)))

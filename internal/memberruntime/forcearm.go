@@ -107,7 +107,7 @@ func ForceRequestUsedAt(stateDir string, a plan.ForceArm) time.Time {
 		if err != nil || !t.After(at) { // a .why beside it does not parse
 			continue
 		}
-		if r, err := ReadForceRequestAt(n); err == nil && r.MemberID == a.MemberID && r.RequestedAt.Equal(a.RequestedAt) {
+		if r, err := ReadForceRequestAt(n); err == nil && r.Is(a.Request()) {
 			at = t
 		}
 	}

@@ -20,6 +20,11 @@ type ForceArm struct {
 	Until  time.Time
 }
 
+// Request is the request the mark is for.
+func (a ForceArm) Request() ForceNewClusterRequest {
+	return ForceNewClusterRequest{MemberID: a.MemberID, RequestedAt: a.RequestedAt}
+}
+
 // ForceArmMarkMaxAhead bounds how far ahead of the gate's clock a mark's
 // Until may be: a mark is written valid for at most ForceArmValidFor, so a
 // later one says the node's clock stepped back since (the fence it stands
@@ -31,7 +36,7 @@ const ForceArmValidFor = 15 * time.Second
 
 // Arms says whether a is the mark of req, valid at now.
 func (a ForceArm) Arms(req ForceNewClusterRequest, now time.Time) bool {
-	return a.MemberID == req.MemberID && a.RequestedAt.Equal(req.RequestedAt) && !now.After(a.Until) && a.Until.Sub(now) <= ForceArmMarkMaxAhead
+	return a.Request().Is(req) && !now.After(a.Until) && a.Until.Sub(now) <= ForceArmMarkMaxAhead
 }
 
 // ForceArmAction is what the agent does about a request.
@@ -114,7 +119,7 @@ func DecideForceArm(in ForceArmInput) ForceArmDecision {
 	}
 	why, armable := armable(in)
 	m := in.Mark
-	if armable && m != nil && (m.MemberID != in.Request.MemberID || !m.RequestedAt.Equal(in.Request.RequestedAt)) && !in.Now.After(m.Until.Add(ForceArmReleaseSlack)) {
+	if armable && m != nil && !m.Request().Is(*in.Request) && !in.Now.After(m.Until.Add(ForceArmReleaseSlack)) {
 		// Another request's mark first runs out its time: a use of it
 		// in that time must be seen (the hold), never replaced.
 		armable, why = false, fmt.Sprintf("the mark of the request of %s is in force until %s", m.RequestedAt.UTC().Format(time.RFC3339), m.Until.Add(ForceArmReleaseSlack).UTC().Format(time.RFC3339))

@@ -23,6 +23,12 @@ type ForceNewClusterRequest struct {
 	RequestedAt time.Time
 }
 
+// Is: the same request (its time compared as an instant: two reads of one
+// file with a non-UTC offset differ in their time.Location).
+func (r ForceNewClusterRequest) Is(o ForceNewClusterRequest) bool {
+	return r.MemberID == o.MemberID && r.RequestedAt.Equal(o.RequestedAt)
+}
+
 // AgentWord is the node's agent's latest report on the member (its status
 // file), which it judged over full probes of every member: the gate's own
 // look is one observation; the agent's is its verdict over polls.
@@ -98,19 +104,6 @@ func DecideForceNewCluster(in GateInput, v GateVerdict, req ForceNewClusterReque
 		return refuse("the agent's latest report (%s) does not say the majority is lost", agent.At.UTC().Format(time.RFC3339))
 	case !agent.Voter:
 		return refuse("the agent's member list does not have it as a voter")
-	case agent.Armed == nil || !agent.Armed.Arms(req, in.Now):
-		why := "the node's agent has not armed it under the cluster's recovery Lease (one request per cluster at a time; its reason is in force-new-cluster.not-armed)"
-		if a := agent.Armed; a != nil {
-			why = fmt.Sprintf("the agent's mark is for member %x's request of %s, valid until %s", a.MemberID,
-				a.RequestedAt.UTC().Format(time.RFC3339), a.Until.UTC().Format(time.RFC3339))
-		}
-		// A poll late, a restarted agent, an API blip: the start waits
-		// for the mark a while before the request is used up.
-		if agent.UnarmedSince.IsZero() || in.Now.Sub(agent.UnarmedSince) < ForceArmWaitFor {
-			return hold(GateAwaitingArm, fmt.Sprintf("the --force-new-cluster request of %s waits (at most %s) for the node's agent to arm it: %s",
-				req.RequestedAt.UTC().Format(time.RFC3339), ForceArmWaitFor, why)), nil
-		}
-		return refuse("%s, for %s", why, ForceArmWaitFor)
 	case !asked:
 		return refuse("the cluster was not asked")
 	case len(in.Obs.ForeignEndpoints) > 0:
@@ -118,6 +111,21 @@ func DecideForceNewCluster(in GateInput, v GateVerdict, req ForceNewClusterReque
 	case !quorumLost(in.Obs):
 		return refuse("the cluster has a quorum (leader %x, %d of %d voters serving): forcing this member would split it",
 			in.Obs.LeaderID, in.Obs.ServingVoters(), in.Obs.Voters())
+	case agent.Armed == nil || !agent.Armed.Arms(req, in.Now):
+		why := "the node's agent has not armed it under the cluster's recovery Lease (one request per cluster at a time; its reason is in force-new-cluster.not-armed)"
+		if a := agent.Armed; a != nil {
+			why = fmt.Sprintf("the agent's mark is for member %x's request of %s, valid until %s", a.MemberID,
+				a.RequestedAt.UTC().Format(time.RFC3339), a.Until.UTC().Format(time.RFC3339))
+		}
+		// Judged last: a request that cannot be used (a quorum seen) is
+		// refused at once. A poll late, a restarted agent, an API blip:
+		// the start waits for the mark a while before the request is
+		// used up.
+		if agent.UnarmedSince.IsZero() || in.Now.Sub(agent.UnarmedSince) < ForceArmWaitFor {
+			return hold(GateAwaitingArm, fmt.Sprintf("the --force-new-cluster request of %s waits (at most %s) for the node's agent to arm it: %s",
+				req.RequestedAt.UTC().Format(time.RFC3339), ForceArmWaitFor, why)), nil
+		}
+		return refuse("%s, for %s", why, ForceArmWaitFor)
 	}
 	why := fmt.Sprintf("%d of %d voters serving, leader %x", in.Obs.ServingVoters(), in.Obs.Voters(), in.Obs.LeaderID)
 	if in.Obs.MemberListError != "" {

@@ -67,6 +67,12 @@ func TestAForceNewClusterRequestIsUsedOnlyOnItsSurvivorWithoutAQuorum(t *testing
 		{"the cluster not asked", func(_ *GateInput, _ *GateVerdict, _ *ForceNewClusterRequest, _ *AgentWord, asked *bool) {
 			*asked = false
 		}, false, "not asked"},
+		{"a cluster with a quorum, the request not armed (yet): refused at once, etcd not held for the arm", func(in *GateInput, _ *GateVerdict, _ *ForceNewClusterRequest, a *AgentWord, _ *bool) {
+			in.Obs, a.Armed, a.UnarmedSince = withQuorum, nil, time.Time{}
+		}, false, "has a quorum"},
+		{"the cluster not asked, the request not armed (yet): refused at once", func(_ *GateInput, _ *GateVerdict, _ *ForceNewClusterRequest, a *AgentWord, asked *bool) {
+			*asked, a.Armed, a.UnarmedSince = false, nil, time.Time{}
+		}, false, "not asked"},
 		{"another member's ID", func(_ *GateInput, _ *GateVerdict, r *ForceNewClusterRequest, _ *AgentWord, _ *bool) { r.MemberID = 8 }, false, "not as the member named"},
 		{"no member ID", func(_ *GateInput, _ *GateVerdict, r *ForceNewClusterRequest, _ *AgentWord, _ *bool) { r.MemberID = 0 }, false, "names no member ID"},
 		{"never seen serving (no pin)", func(in *GateInput, _ *GateVerdict, _ *ForceNewClusterRequest, _ *AgentWord, _ *bool) {
