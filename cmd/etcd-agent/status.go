@@ -51,6 +51,7 @@ func newStatusCmd(g *globalFlags) *cobra.Command {
 			}
 			c.Log = log
 			once := func() error {
+				cluster.say = func(s string) { fmt.Fprintln(cmd.ErrOrStderr(), s) }
 				if cluster.on && memberSource == agent.MemberSourcePods {
 					return podsClusterStatus(cmd.Context(), cmd.OutOrStdout(), c, cluster, cluster.pod, output)
 				}

@@ -35,6 +35,14 @@ type clusterFlags struct {
 	lost []string
 	// pod is the member pod whose cluster to show (--member-source=pods).
 	pod string
+	// say tells the person what takes a while (stderr; nil: nothing).
+	say func(string)
+}
+
+func (f clusterFlags) note(s string) {
+	if f.say != nil {
+		f.say(s)
+	}
 }
 
 // clusterAnswer is status --cluster's JSON output.
@@ -79,6 +87,7 @@ func clusterStatus(ctx context.Context, out io.Writer, c agent.Config, f cluster
 			rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 			agent.AddLogPosition(rctx, &rep)
 			cancel()
+			agent.AddDataDirHash(ctx, &rep, c.StateDir, f.note)
 			r = &rep
 		} else if u := agentURL(m, f); u != "" {
 			r, err = fetchReport(ctx, u, nil)
@@ -146,8 +155,22 @@ func evidence(ctx context.Context, m observation.Member, cluster uint64, tlsCfg 
 	}
 	e.Source, e.Term, e.Commit, e.Applied, e.Leader = survivor.FromEtcd, st.RaftTerm, st.RaftIndex, st.RaftAppliedIndex, st.Leader
 	e.Revision = st.Header.Revision
+	if st.Leader != 0 {
+		return e // in a quorum: nothing is restored, its db is not read
+	}
+	// Answered locally without a leader; a big db takes a while.
+	hctx, hcancel := context.WithTimeout(context.WithoutCancel(ctx), hashKVTimeout)
+	defer hcancel()
+	if h, err := cli.HashKV(hctx, e.ClientURL, 0); err != nil {
+		e.HashNote = "its etcd's HashKV: " + err.Error()
+	} else if h.Header.MemberId == m.ID {
+		e.Hash, e.HashRevision = h.Hash, h.Header.Revision
+	}
 	return e
 }
+
+// hashKVTimeout bounds a member's HashKV (it reads its whole db).
+const hashKVTimeout = 30 * time.Second
 
 // fromAgent adds what m's agent says of it, if the report is m's: the
 // same name and peer URL, and the data dir's WAL naming m and its cluster.
@@ -173,6 +196,11 @@ func fromAgent(e *survivor.Member, r agent.Report, cluster uint64, now time.Time
 	if w := r.Where; w != nil {
 		e.Node = w.Node
 		e.Paths = pathsOf(*w)
+	}
+	if h := r.DataDirHash; h != nil && e.HashRevision == 0 {
+		e.Hash, e.HashRevision = h.Hash, h.Revision
+	} else if r.DataDirHashNote != "" && e.HashRevision == 0 {
+		e.HashNote = "its agent's hash of its db: " + r.DataDirHashNote
 	}
 	if l.DataDirRaftError != "" {
 		e.Note = "its log on disk: " + l.DataDirRaftError
@@ -249,16 +277,24 @@ var staticRestoreIntro = fmt.Sprintf("\nNothing is done for you. First bring mem
 	"whether it sees a quorum first. Stop the agents before the rejoins: the API serves again "+
 	"once the survivor does (kubectl -n <ns> patch daemonset etcd-agent, as the runbooks' \"Stopping the agents\" says).\n", docs.RunbooksFile)
 
+// hashAt is m's hash as HASH@REV ("-": not known).
+func hashAt(m survivor.Member) string {
+	if m.HashRevision == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%d@%d", m.Hash, m.HashRevision)
+}
+
 func printCluster(out io.Writer, a clusterAnswer, now time.Time, intro string) {
 	c := a.Choice
 	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(w, "MEMBER\tNODE\tCOMMIT\tTERM\tAPPLIED\tREVISION\tFROM\tDATA DIR\tREPORTED\tPROBLEM\tNOTE")
+	fmt.Fprintln(w, "MEMBER\tNODE\tCOMMIT\tTERM\tAPPLIED\tREVISION\tHASH@REV\tFROM\tDATA DIR\tREPORTED\tPROBLEM\tNOTE")
 	for _, m := range c.Members {
 		at := ""
 		if !m.ReportedAt.IsZero() {
 			at = timefmt.At(m.ReportedAt, now)
 		}
-		fmt.Fprintf(w, "%s\t%s\t%d\t%d\t%d\t%d\t%s\t%s\t%s\t%s\t%s\n", m.Name, m.Node, m.Commit, m.Term, m.Applied, m.Revision, m.Source, m.DataDir, at, m.Problem, m.Note)
+		fmt.Fprintf(w, "%s\t%s\t%d\t%d\t%d\t%d\t%s\t%s\t%s\t%s\t%s\t%s\n", m.Name, m.Node, m.Commit, m.Term, m.Applied, m.Revision, hashAt(m), m.Source, m.DataDir, at, m.Problem, m.Note)
 	}
 	w.Flush()
 	if c.Survivor == nil {
@@ -267,6 +303,10 @@ func printCluster(out io.Writer, a clusterAnswer, now time.Time, intro string) {
 	}
 	fmt.Fprintf(out, "\nMAJORITY LOST. Restore from %s: %s.\n", c.Survivor.Name, c.Why)
 	fmt.Fprintf(out, "Lost in the restore: %s.\n", c.Lost)
+	if h := c.Survivor; h.HashRevision > 0 {
+		fmt.Fprintf(out, "%s's data hashes to %d at revision %d (etcd's HashKV): once restored, and until the cluster compacts, `etcdctl endpoint hashkv --rev=%d` answers the same on every member.\n",
+			h.Name, h.Hash, h.HashRevision, h.HashRevision)
+	}
 	switch {
 	case c.Survivor.Source == survivor.FromEtcd:
 	case c.Survivor.Pod != "":

@@ -65,6 +65,7 @@ func podsClusterStatus(ctx context.Context, out io.Writer, c agent.Config, f clu
 			rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 			agent.AddLogPosition(rctx, &rep)
 			cancel()
+			agent.AddDataDirHash(ctx, &rep, c.StateDir, f.note)
 			r, mpod = &rep, pod
 		} else if u, why := podAgentURL(ctx, kc, kerr, ns, m.Name, f); u == "" {
 			e.Note = why

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/etcd-agent/etcd-agent/internal/agent"
+	"github.com/etcd-agent/etcd-agent/internal/localdisk"
 	"github.com/etcd-agent/etcd-agent/internal/observation"
 	"github.com/etcd-agent/etcd-agent/internal/survivor"
 )
@@ -76,5 +77,37 @@ func TestAgentEvidenceIsTheMembersOwnAndAgedOnItsClock(t *testing.T) {
 	fromAgent(&e, r, 0xc1, now)
 	if e.Source != survivor.FromDataDir || now.Sub(e.ReportedAt) != 3*time.Minute {
 		t.Fatalf("%+v (age %s)", e, now.Sub(e.ReportedAt))
+	}
+}
+
+// The hash an agent gave of its stopped member's db is the member's
+// (unless its etcd answered HashKV itself), and the table and the
+// survivor's line say it; a hash not known says why in the JSON only.
+func TestTheAgentsHashOfAStoppedMembersDataIsShown(t *testing.T) {
+	r := agent.Report{At: time.Now(), DataDirHash: &localdisk.KVHash{Hash: 3308312853, Revision: 101}}
+	r.Observation.Local = observation.Local{Name: "cp-2", PeerURLs: []string{"https://10.0.0.12:2380"}, DataDirClass: "ok",
+		DataDirRaft: &observation.RaftPosition{Term: 3, Commit: 99, Revision: 101}}
+	e := survivor.Member{Name: "cp-2", PeerURL: "https://10.0.0.12:2380"}
+	fromAgent(&e, r, 0, time.Now())
+	if e.Hash != 3308312853 || e.HashRevision != 101 || hashAt(e) != "3308312853@101" {
+		t.Fatalf("%+v (%s)", e, hashAt(e))
+	}
+	fromEtcd := survivor.Member{Name: "cp-2", PeerURL: "https://10.0.0.12:2380", Hash: 7, HashRevision: 102}
+	fromAgent(&fromEtcd, r, 0, time.Now())
+	if fromEtcd.Hash != 7 || fromEtcd.HashRevision != 102 {
+		t.Fatalf("its etcd's own answer was replaced: %+v", fromEtcd)
+	}
+	r.DataDirHash, r.DataDirHashNote = nil, "being hashed (since …); ask again"
+	unknown := survivor.Member{Name: "cp-2", PeerURL: "https://10.0.0.12:2380"}
+	fromAgent(&unknown, r, 0, time.Now())
+	if unknown.HashRevision != 0 || !strings.Contains(unknown.HashNote, "being hashed") || hashAt(unknown) != "-" {
+		t.Fatalf("%+v", unknown)
+	}
+	var out strings.Builder
+	printCluster(&out, clusterAnswer{Choice: survivor.Choice{Members: []survivor.Member{e}, Survivor: &e, Why: "w", Lost: "l"}}, time.Now(), "")
+	for _, want := range []string{"HASH@REV", "3308312853@101", "cp-2's data hashes to 3308312853 at revision 101", "endpoint hashkv --rev=101"} {
+		if !strings.Contains(out.String(), want) {
+			t.Fatalf("no %q in:\n%s", want, out.String())
+		}
 	}
 }

@@ -58,6 +58,10 @@ type Report struct {
 	// Progress is how far the long steps of a recovery running now are
 	// (the streams, the catch-up), as the daemon last wrote it.
 	Progress []progress.Estimate `json:"progress,omitempty"`
+	// DataDirHash is etcd's HashKV of the stopped member's db, read by
+	// /status when the majority is lost (DataDirHashNote: why none yet).
+	DataDirHash     *localdisk.KVHash `json:"dataDirHash,omitempty"`
+	DataDirHashNote string            `json:"dataDirHashNote,omitempty"`
 }
 
 // NewReport summarises one watchdog result.

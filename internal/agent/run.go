@@ -502,7 +502,11 @@ func serveHTTP(addr string, m *metrics.Metrics, ready *atomic.Bool, status *stat
 // statusOf is /status's handler: the latest report (static pods), or each
 // pod member's from its status file (latest nil).
 func statusOf(latest *atomic.Pointer[Report], c Config) *statusHandler {
-	h := &statusHandler{latest: latest, busy: make(chan struct{}, 1)}
+	log := c.Log
+	if log == nil {
+		log = zap.NewNop()
+	}
+	h := &statusHandler{latest: latest, busy: make(chan struct{}, 1), hasher: newDBHasher(filepath.Join(c.StateDir, hashScratchDir), log)}
 	if latest == nil {
 		h.podsStateDir = c.StateDir
 	}

@@ -28,6 +28,7 @@ type statusHandler struct {
 	// status file under it.
 	podsStateDir string
 	busy         chan struct{} // one WAL read at a time
+	hasher       *dbHasher
 }
 
 func (h *statusHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -54,6 +55,9 @@ func (h *statusHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if err := h.addLogPosition(r, &rep); err != nil {
 			rep.Observation.Local.DataDirRaftError = err.Error()
 		}
+	}
+	if h.hasher != nil {
+		h.hasher.add(r.Context(), &rep, hashWaitInStatus)
 	}
 	rep.ServedAt = time.Now()
 	w.Header().Set("Content-Type", "application/json")

@@ -26,3 +26,6 @@ func (d Dirs) WALDir() string {
 
 // DedicatedWAL: the WAL lives outside the data dir.
 func (d Dirs) DedicatedWAL() bool { return d.WAL != "" }
+
+// DBPath is the member's bbolt db.
+func (d Dirs) DBPath() string { return filepath.Join(d.Data, dbRelPath) }

@@ -85,4 +85,6 @@ type Result struct {
 	// layout check alone (ClassifyLayout, or a deep check that could not
 	// finish) leaves it false: its corrupt can be a member bootstrapping.
 	Verified bool `json:",omitempty"`
+	// KVHash is etcd's HashKV of the db (HashDBIsolated only).
+	KVHash *KVHash `json:",omitempty"`
 }

@@ -19,6 +19,9 @@ type inspectRequest struct {
 	// RaftPositionOnly: read only where the WAL's log stands, without a
 	// lock (ReadRaftPositionIsolated); the db is not opened.
 	RaftPositionOnly bool
+	// HashInto: hash the db (HashDBIsolated), on a copy made in this
+	// scratch dir; nothing else is read.
+	HashInto string `json:",omitempty"`
 }
 
 // inspect does the deep checks on a data dir whose layout is ok. It runs in
@@ -28,6 +31,9 @@ type inspectRequest struct {
 func inspect(req inspectRequest, stage func(step string, partial Result)) Result {
 	if req.RaftPositionOnly {
 		return raftPositionOnly(req, stage)
+	}
+	if req.HashInto != "" {
+		return hashDB(req, stage)
 	}
 	dbPath := filepath.Join(req.DataDir, dbRelPath)
 	walDir := Dirs{Data: req.DataDir, WAL: req.WALDir}.WALDir()

@@ -51,6 +51,14 @@ type Member struct {
 	// revision, when known.
 	Applied  uint64 `json:"applied,omitempty"`
 	Revision int64  `json:"revision,omitempty"`
+	// Hash is etcd's HashKV of its data at HashRevision (known when
+	// HashRevision > 0): its etcd's answer, or its agent's hash of its
+	// stopped db. Equal at one revision: the same keys and values; the
+	// restored cluster's at that revision is the survivor's. HashNote:
+	// why none.
+	Hash         uint32 `json:"hash,omitempty"`
+	HashRevision int64  `json:"hashRevision,omitempty"`
+	HashNote     string `json:"hashNote,omitempty"`
 	// DataDir is its agent's verdict on its data dir (ok, missing, empty,
 	// corrupt, foreign, stale, in-use), "" when no agent reported.
 	DataDir string `json:"dataDir,omitempty"`

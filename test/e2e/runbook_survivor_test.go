@@ -87,13 +87,14 @@ func TestStatusClusterNamesTheSurvivorAndItsCommandsRestore(t *testing.T) {
 	// node5, restarted without a quorum, runs but never serves: its agent
 	// reads its WAL while etcd holds the db.
 	n5 := nodeOf(t, l, "node5")
-	statusCluster(t, args, n4.Member, map[string]string{n4.Member: "ok", n5.Member: "in-use"})
+	// node4's agent hashes its stopped member's db as etcd would.
+	stopped := statusCluster(t, args, n4.Member, map[string]string{n4.Member: "ok", n5.Member: "in-use"}, true).Choice.Survivor
 	// The same once node4 runs too (2 of 5: no quorum, neither serves).
 	if err := l.StartMember("node4"); err != nil {
 		t.Fatal(err)
 	}
 	waitAgentState(t, l, "node4", "", "in-use", 60*time.Second)
-	ans := statusCluster(t, args, n4.Member, map[string]string{n4.Member: "in-use", n5.Member: "in-use"})
+	ans := statusCluster(t, args, n4.Member, map[string]string{n4.Member: "in-use", n5.Member: "in-use"}, false)
 	table, _ := runStatus(t, args)
 	if !strings.Contains(string(table), "MAJORITY LOST. Restore from "+n4.Member) || !strings.Contains(string(table), "### 9. on node") {
 		t.Fatalf("status --cluster's table:\n%s", table)
@@ -173,9 +174,14 @@ func TestStatusClusterNamesTheSurvivorAndItsCommandsRestore(t *testing.T) {
 		if err == nil && rev == 0 {
 			rev = resp.Header.Revision
 		}
-		var h *clientv3.HashKVResponse
+		var h, hs *clientv3.HashKVResponse
 		if err == nil {
 			h, err = mc.HashKV(ctx, n.ClientURL, rev)
+		}
+		// The hash status --cluster gave of node4's stopped data: the
+		// restored cluster holds exactly that at its revision.
+		if err == nil {
+			hs, err = mc.HashKV(ctx, n.ClientURL, stopped.HashRevision)
 		}
 		cancel()
 		mc.Close()
@@ -186,7 +192,11 @@ func TestStatusClusterNamesTheSurvivorAndItsCommandsRestore(t *testing.T) {
 			t.Fatalf("%s serves %d of node4's 100 keys", n.Name, resp.Count)
 		}
 		hashes = append(hashes, h.Hash)
+		if hs.Hash != stopped.Hash {
+			t.Fatalf("%s: HashKV at revision %d is %d; status --cluster said node4's stopped data hashes to %d", n.Name, stopped.HashRevision, hs.Hash, stopped.Hash)
+		}
 	}
+	t.Logf("node4's stopped data hashed to %d at revision %d; every restored member's HashKV at it is the same", stopped.Hash, stopped.HashRevision)
 	for _, h := range hashes[1:] {
 		if h != hashes[0] {
 			t.Fatalf("HashKV at revision %d differs: %v", rev, hashes)
@@ -198,7 +208,7 @@ func TestStatusClusterNamesTheSurvivorAndItsCommandsRestore(t *testing.T) {
 // agent read of its data dir, with each member of dataDirs a candidate
 // whose agent says that of its data dir and the others not candidates;
 // it returns the answer.
-func statusCluster(t *testing.T, args []string, want string, dataDirs map[string]string) clusterAnswer {
+func statusCluster(t *testing.T, args []string, want string, dataDirs map[string]string, withHash bool) clusterAnswer {
 	t.Helper()
 	var ans clusterAnswer
 	eventually(t, 90*time.Second, "status --cluster names "+want+" from its agent's read of its disk", func() error {
@@ -220,6 +230,9 @@ func statusCluster(t *testing.T, args []string, want string, dataDirs map[string
 				!cand && (m.Problem == "" || m.DataDir != "missing" && m.DataDir != "empty") {
 				return fmt.Errorf("%s: %+v", m.Name, m)
 			}
+		}
+		if s := c.Survivor; withHash && (s.HashRevision == 0 || s.HashRevision != s.Revision) {
+			return fmt.Errorf("the survivor's hash: %d at revision %d (its data's newest revision %d; %s)", s.Hash, s.HashRevision, s.Revision, s.HashNote)
 		}
 		if ans.CommandsError != "" || len(ans.Steps) != 9 {
 			return fmt.Errorf("commands: %d steps, error %q; want 4 stops, the survivor's, 4 rejoins", len(ans.Steps), ans.CommandsError)

@@ -1,0 +1,60 @@
+package localdisk
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// TestAStoppedMembersHashIsTheOneItsEtcdGave: the hash a person compares
+// survivors by is etcd's own HashKV: read from a stopped member's data dir,
+// it equals what the member's etcd answered before it stopped, with its
+// compaction in it (3.5 and 3.6 data dirs), and leaves no copy behind.
+func TestAStoppedMembersHashIsTheOneItsEtcdGave(t *testing.T) {
+	onEtcdBinaries(t, func(t *testing.T, bin string) {
+		dataDir := filepath.Join(t.TempDir(), "data")
+		p := startEtcdWith(t, bin, dataDir, "m0")
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		cli := p.client()
+		for i := range 50 {
+			if _, err := cli.Put(ctx, fmt.Sprintf("k%d", i%7), fmt.Sprintf("v%d", i)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if _, err := cli.Compact(ctx, 20, clientv3.WithCompactPhysical()); err != nil {
+			t.Fatal(err)
+		}
+		want, err := cli.HashKV(ctx, cli.Endpoints()[0], 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		scratch := t.TempDir()
+		if _, err := HashDBIsolated(ctx, Dirs{Data: dataDir}, scratch); err == nil || !strings.Contains(err.Error(), "held by a running member") {
+			t.Fatalf("hash of a running member's db: %v; want it refused as held", err)
+		}
+		p.stop(t)
+		dbPath := filepath.Join(dataDir, dbRelPath)
+		before, _ := os.ReadFile(dbPath)
+		got, err := HashDBIsolated(ctx, Dirs{Data: dataDir}, scratch)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if after, _ := os.ReadFile(dbPath); len(before) == 0 || !bytes.Equal(before, after) {
+			t.Fatalf("the member's db changed while hashed (%d bytes before, %d after)", len(before), len(after))
+		}
+		if got.Hash != want.Hash || got.Revision != want.Header.Revision || got.CompactRevision != want.CompactRevision {
+			t.Fatalf("hash of the stopped member's db %+v; its etcd said %d at revision %d (compacted at %d)", got, want.Hash, want.Header.Revision, want.CompactRevision)
+		}
+		if left, _ := os.ReadDir(scratch); len(left) != 0 {
+			t.Fatalf("the copy was left in %s: %v", scratch, left)
+		}
+	})
+}
