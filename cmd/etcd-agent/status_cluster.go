@@ -80,7 +80,7 @@ func clusterStatus(ctx context.Context, out io.Writer, c agent.Config, f cluster
 	rep.MajorityLost = rep.MajorityLost || majorityLost // (the daemon's verdict when this process saw no list)
 	var ev []survivor.Member
 	for _, m := range members {
-		e := evidence(ctx, m, cluster, tlsCfg)
+		e := evidence(ctx, m, cluster, tlsCfg, majorityLost)
 		var r *agent.Report
 		if rep.Observation.Local.Name == m.Name {
 			// This node's member: read here, as its agent would.
@@ -131,7 +131,7 @@ func clusterStatus(ctx context.Context, out io.Writer, c agent.Config, f cluster
 // evidence is what m's etcd says of its log now: a member with no leader
 // still answers Status with its term and committed index. The member list
 // may be the daemon's last one, whose probes are old: m is asked again.
-func evidence(ctx context.Context, m observation.Member, cluster uint64, tlsCfg *tls.Config) survivor.Member {
+func evidence(ctx context.Context, m observation.Member, cluster uint64, tlsCfg *tls.Config, majorityLost bool) survivor.Member {
 	e := survivor.Member{Name: m.Name, ID: m.ID, IsLearner: m.IsLearner}
 	if len(m.PeerURLs) > 0 {
 		e.PeerURL, e.OtherPeerURLs = m.PeerURLs[0], m.PeerURLs[1:]
@@ -155,8 +155,8 @@ func evidence(ctx context.Context, m observation.Member, cluster uint64, tlsCfg 
 	}
 	e.Source, e.Term, e.Commit, e.Applied, e.Leader = survivor.FromEtcd, st.RaftTerm, st.RaftIndex, st.RaftAppliedIndex, st.Leader
 	e.Revision = st.Header.Revision
-	if st.Leader != 0 {
-		return e // in a quorum: nothing is restored, its db is not read
+	if st.Leader != 0 || !majorityLost {
+		return e // a quorum: nothing is restored, its db is not read
 	}
 	// Answered locally without a leader; a big db takes a while.
 	hctx, hcancel := context.WithTimeout(context.WithoutCancel(ctx), hashKVTimeout)
@@ -231,7 +231,7 @@ func agentURL(m observation.Member, f clusterFlags) string {
 
 // fetchReport asks an agent for its latest report, bounded.
 func fetchReport(ctx context.Context, base string, query url.Values) (*agent.Report, error) {
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, agent.StatusAnswersWithin+3*time.Second)
 	defer cancel()
 	u := strings.TrimSuffix(base, "/") + "/status"
 	if len(query) > 0 {

@@ -55,7 +55,7 @@ func podsClusterStatus(ctx context.Context, out io.Writer, c agent.Config, f clu
 	kc, kerr := c.KubeClient(nil) // (without it, only --agent-url reaches the other agents)
 	var ev []survivor.Member
 	for _, m := range members {
-		e := evidence(ctx, m, cluster, tlsCfg)
+		e := evidence(ctx, m, cluster, tlsCfg, rep.MajorityLost)
 		var r *agent.Report
 		// Its pod: --pod for this node's member; for another, the pod
 		// named as the member (a StatefulSet's --name=$(POD_NAME)), once

@@ -15,7 +15,17 @@ import (
 
 // hashWaitInStatus is how long /status waits for a hash it started: a
 // small db's comes with the first answer, a big one's with a later one.
-const hashWaitInStatus = 10 * time.Second
+// Within StatusAnswersWithin: a status --cluster that gave up on the
+// answer would lose the rest of the member's evidence.
+const hashWaitInStatus = 3 * time.Second
+
+// StatusAnswersWithin bounds /status's answer (its WAL read, or its wait
+// for a hash): a reader waits longer than this.
+const StatusAnswersWithin = max(walReadTimeout, hashWaitInStatus)
+
+// hashErrorKeptFor is how long a failed hash's reason is given before the
+// db is hashed again (a disk freed, a crash loop's etcd gone).
+const hashErrorKeptFor = 30 * time.Second
 
 // hashScratchDir, under the state dir, holds the copy being hashed.
 const hashScratchDir = "hashkv-scratch"
@@ -40,6 +50,12 @@ type dbHash struct {
 	mod  time.Time
 	hash localdisk.KVHash
 	err  string
+	at   time.Time // when it ended
+}
+
+// of: r is the hash of the db as st says it is now.
+func (r dbHash) of(st os.FileInfo, now time.Time) bool {
+	return r.size == st.Size() && r.mod.Equal(st.ModTime()) && (r.err == "" || now.Sub(r.at) < hashErrorKeptFor)
 }
 
 type dbHashJob struct {
@@ -48,42 +64,51 @@ type dbHashJob struct {
 	done   chan struct{}
 }
 
-// newDBHasher is the agent's hasher; it removes copies a killed agent and
-// child left under scratch (older than any hash still running: the
-// child removes its own copy when it ends, and a status --cluster's hash
-// is bounded by cliHashTimeout).
+// newDBHasher is the agent's hasher (copies earlier hashes left are
+// removed by the next hash, under its lock: localdisk.HashDBIsolated).
 func newDBHasher(scratch string, log *zap.Logger) *dbHasher {
-	if old, err := filepath.Glob(filepath.Join(scratch, "hashkv-*")); err == nil {
-		for _, d := range old {
-			if st, err := os.Stat(d); err == nil && time.Since(st.ModTime()) > hashTimeout+cliHashTimeout {
-				log.Info("removing a copy an earlier hash left", zap.String("dir", d))
-				os.RemoveAll(d)
-			}
-		}
-	}
 	return &dbHasher{scratch: scratch, log: log, done: map[string]dbHash{}}
 }
 
 // cliHashTimeout bounds status --cluster's own hash of this node's member.
 const cliHashTimeout = 5 * time.Minute
 
+// cliHashes keeps AddDataDirHash's hashes for the process (status
+// --cluster --watch asks again at every interval).
+var cliHashes = struct {
+	sync.Mutex
+	done map[string]dbHash
+}{done: map[string]dbHash{}}
+
 // AddDataDirHash is /status's hash for a process that reads this node's
 // member itself (status --cluster): the hash, or why none, in rep, waited
-// for within ctx and cliHashTimeout; note says it starts.
+// for within ctx and cliHashTimeout (note says it starts), kept for the
+// process while the db is unchanged.
 func AddDataDirHash(ctx context.Context, rep *Report, stateDir string, note func(string)) {
 	if !needsDataDirHash(*rep) {
 		return
 	}
 	d := localdisk.Dirs{Data: rep.Where.DataDir, WAL: rep.Where.WALDir}
-	note(fmt.Sprintf("hashing %s (a copy, at most %s), to say what the restore keeps", d.DBPath(), cliHashTimeout))
-	ctx, cancel := context.WithTimeout(ctx, cliHashTimeout)
-	defer cancel()
-	kv, err := localdisk.HashDBIsolated(ctx, d, filepath.Join(stateDir, hashScratchDir))
+	st, err := os.Stat(d.DBPath())
 	if err != nil {
 		rep.DataDirHashNote = err.Error()
 		return
 	}
-	rep.DataDirHash = &kv
+	cliHashes.Lock()
+	defer cliHashes.Unlock()
+	r, ok := cliHashes.done[d.DBPath()]
+	if !ok || !r.of(st, time.Now()) {
+		note(fmt.Sprintf("hashing %s (a copy, at most %s), to say what the restore keeps", d.DBPath(), cliHashTimeout))
+		ctx, cancel := context.WithTimeout(ctx, cliHashTimeout)
+		defer cancel()
+		kv, err := localdisk.HashDBIsolated(ctx, d, filepath.Join(stateDir, hashScratchDir))
+		r = dbHash{size: st.Size(), mod: st.ModTime(), hash: kv, at: time.Now()}
+		if err != nil {
+			r.err = err.Error()
+		}
+		cliHashes.done[d.DBPath()] = r
+	}
+	(&dbHasher{}).say(rep, r)
 }
 
 // needsDataDirHash: the majority is lost and the member's etcd neither
@@ -108,7 +133,7 @@ func (h *dbHasher) add(ctx context.Context, rep *Report, wait time.Duration) {
 		return
 	}
 	h.mu.Lock()
-	if r, ok := h.done[dbPath]; ok && r.size == st.Size() && r.mod.Equal(st.ModTime()) {
+	if r, ok := h.done[dbPath]; ok && r.of(st, time.Now()) {
 		h.mu.Unlock()
 		h.say(rep, r)
 		return
@@ -154,7 +179,7 @@ func (h *dbHasher) hash(job *dbHashJob, d localdisk.Dirs, st os.FileInfo) {
 	defer cancel()
 	h.log.Info("hashing the stopped member's db for status --cluster (the majority is lost)", zap.String("db", job.dbPath), zap.Duration("timeout", hashTimeout))
 	kv, err := localdisk.HashDBIsolated(ctx, d, h.scratch)
-	r := dbHash{size: st.Size(), mod: st.ModTime(), hash: kv}
+	r := dbHash{size: st.Size(), mod: st.ModTime(), hash: kv, at: time.Now()}
 	if err != nil {
 		r.err = err.Error()
 		h.log.Warn("the stopped member's db could not be hashed", zap.String("db", job.dbPath), zap.Error(err))

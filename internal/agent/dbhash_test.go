@@ -11,6 +11,7 @@ import (
 	"github.com/etcd-agent/etcd-agent/internal/lab/realetcd"
 	"github.com/etcd-agent/etcd-agent/internal/localdisk"
 	"github.com/etcd-agent/etcd-agent/internal/observation"
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 )
 
@@ -33,6 +34,13 @@ func TestStatusHashesAStoppedMembersDBOnlyWhenTheMajorityIsLost(t *testing.T) {
 		if _, err := cli.Put(ctx, k, k+"1"); err != nil {
 			t.Fatal(err)
 		}
+	}
+	lease, err := cli.Grant(ctx, 3600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cli.Put(ctx, "leased", "v", clientv3.WithLease(lease.ID)); err != nil {
+		t.Fatal(err)
 	}
 	want, err := cli.HashKV(ctx, cli.Endpoints()[0], 0)
 	if err != nil {
@@ -64,7 +72,7 @@ func TestStatusHashesAStoppedMembersDBOnlyWhenTheMajorityIsLost(t *testing.T) {
 			t.Fatalf("%s: %+v (%q); its etcd said %d at revision %d", n, r.DataDirHash, r.DataDirHashNote, want.Hash, want.Header.Revision)
 		}
 	}
-	if left, _ := os.ReadDir(scratch); len(left) != 0 {
+	if left, _ := os.ReadDir(scratch); len(left) != 1 || left[0].Name() != ".lock" {
 		t.Fatalf("the copy was left in %s: %v", scratch, left)
 	}
 	// A db that changed is hashed again (here: it cannot be, and says why).

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"strings"
+	"syscall"
 	"time"
 )
 
@@ -80,6 +81,13 @@ var inspectTimeout = 10 * time.Minute
 // did not finish within inspectTimeout, could not run or was killed from
 // outside).
 func runInspection(ctx context.Context, req inspectRequest) (Result, error) {
+	return runInspectionWith(ctx, req, nil)
+}
+
+// runInspectionWith is runInspection with files the child inherits (fd 3
+// on), and, when there are any, the child in its own process group (a
+// terminal's Ctrl-C does not end it before it cleans up after itself).
+func runInspectionWith(ctx context.Context, req inspectRequest, extra []*os.File) (Result, error) {
 	reqJSON, err := json.Marshal(req)
 	if err != nil {
 		return Result{}, err
@@ -96,6 +104,10 @@ func runInspection(ctx context.Context, req inspectRequest) (Result, error) {
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	cmd.WaitDelay = time.Second
+	if len(extra) > 0 {
+		cmd.ExtraFiles = extra
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	}
 
 	runErr := cmd.Run()
 	if err := parent.Err(); err != nil {

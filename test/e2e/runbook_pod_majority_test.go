@@ -131,11 +131,15 @@ func TestPodMajorityLostRestoreFromTheSurvivorRunsAsWritten(t *testing.T) {
 				return fmt.Errorf("%s: %+v", m.Name, m)
 			}
 		}
+		if s := c.Survivor; s.HashRevision == 0 {
+			return fmt.Errorf("no hash of the survivor's data (its etcd answers HashKV without a leader): %s", s.HashNote)
+		}
 		if ans.CommandsError != "" || len(ans.Steps) != 2 {
 			return fmt.Errorf("commands: %d steps, error %q; want the request and the restart", len(ans.Steps), ans.CommandsError)
 		}
 		return nil
 	})
+	survivorHash := *ans.Choice.Survivor
 	table, _ := runStatus(t, args)
 	if !strings.Contains(string(table), "MAJORITY LOST. Restore from "+survivorPod) || !strings.Contains(string(table), "### 1. on "+survivorNode+": pod-force-request") {
 		t.Fatalf("status --cluster's table:\n%s", table)
@@ -242,6 +246,16 @@ func TestPodMajorityLostRestoreFromTheSurvivorRunsAsWritten(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The hash status --cluster gave of the survivor's data, at its
+	// revision: every restored member holds exactly that.
+	for _, ep := range cli.Endpoints() {
+		hctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		hs, err := cli.HashKV(hctx, ep, survivorHash.HashRevision)
+		cancel()
+		if err != nil || hs.Hash != survivorHash.Hash {
+			t.Fatalf("%s: HashKV at revision %d: %v, %v; status --cluster said the survivor's data hashes to %d", ep, survivorHash.HashRevision, hs, err, survivorHash.Hash)
+		}
+	}
 	// The survivor's agent let go of the Lease once its member served
 	// with a quorum (the others' agents took it to rejoin them).
 	if m, err := memberruntime.ReadForceArm(survivorState); m != nil || err != nil {
@@ -254,7 +268,8 @@ func TestPodMajorityLostRestoreFromTheSurvivorRunsAsWritten(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(survivorState, memberruntime.ForceFile)); !os.IsNotExist(err) {
 		t.Fatalf("the request is still in place: %v", err)
 	}
-	t.Logf("restored from %s (%s) on %s: %d writes back, HashKV %v; members now %s %s %s", survivorPod, ids[survivorPod], survivorNode, writes, h,
+	t.Logf("restored from %s (%s) on %s: %d writes back, HashKV %v (at revision %d: %d on every member, as status --cluster said); members now %s %s %s", survivorPod, ids[survivorPod], survivorNode, writes, h,
+		survivorHash.HashRevision, survivorHash.Hash,
 		hostedMemberID(t, l, ns, "etcd-0"), hostedMemberID(t, l, ns, "etcd-1"), hostedMemberID(t, l, ns, "etcd-2"))
 }
 
