@@ -108,7 +108,7 @@ func AddDataDirHash(ctx context.Context, rep *Report, stateDir string, note func
 		}
 		cliHashes.done[d.DBPath()] = r
 	}
-	(&dbHasher{}).say(rep, r)
+	sayHash(rep, r)
 }
 
 // needsDataDirHash: the majority is lost and the member's etcd neither
@@ -135,7 +135,7 @@ func (h *dbHasher) add(ctx context.Context, rep *Report, wait time.Duration) {
 	h.mu.Lock()
 	if r, ok := h.done[dbPath]; ok && r.of(st, time.Now()) {
 		h.mu.Unlock()
-		h.say(rep, r)
+		sayHash(rep, r)
 		return
 	}
 	job := h.running
@@ -155,7 +155,7 @@ func (h *dbHasher) add(ctx context.Context, rep *Report, wait time.Duration) {
 		h.mu.Lock()
 		r := h.done[dbPath]
 		h.mu.Unlock()
-		h.say(rep, r)
+		sayHash(rep, r)
 	case <-time.After(wait):
 		rep.DataDirHashNote = fmt.Sprintf("being hashed (since %s); ask again", timefmt.At(job.since, time.Now()))
 	case <-ctx.Done():
@@ -163,7 +163,8 @@ func (h *dbHasher) add(ctx context.Context, rep *Report, wait time.Duration) {
 	}
 }
 
-func (h *dbHasher) say(rep *Report, r dbHash) {
+// sayHash puts r in rep: the hash, or why none.
+func sayHash(rep *Report, r dbHash) {
 	if r.err != "" {
 		rep.DataDirHashNote = r.err
 		return
