@@ -27,3 +27,9 @@ func renameNoReplace(from, to string) error {
 func startWriteback(f *os.File, off, n int64) {
 	_ = unix.SyncFileRange(int(f.Fd()), off, n, unix.SYNC_FILE_RANGE_WRITE)
 }
+
+// awaitWriteback waits until f's bytes [off, off+n) are on disk (their
+// writeback started, and finished). Best effort.
+func awaitWriteback(f *os.File, off, n int64) {
+	_ = unix.SyncFileRange(int(f.Fd()), off, n, unix.SYNC_FILE_RANGE_WAIT_BEFORE|unix.SYNC_FILE_RANGE_WRITE|unix.SYNC_FILE_RANGE_WAIT_AFTER)
+}

@@ -26,26 +26,30 @@ import (
 )
 
 // TestAHealSaysHowFarItsStreamIs (issue 44): node2's data dir is wiped
-// while the db holds about 600 MiB. While the pre-change backup streams,
+// while the db holds about 400 MiB. While the pre-change backup streams,
 // node2's Node status line, its agent's status file (what `etcd-agent
 // status` prints) and its metrics say how far the stream is; once the heal
 // is done, none of them does.
 func TestAHealSaysHowFarItsStreamIs(t *testing.T) {
 	// The status file and the Node's line are written at each observation
 	// while a step runs: polled every 200 ms here, so that a stream of a
-	// few seconds (600 MiB on loopback) is seen many times.
+	// few seconds (400 MiB on loopback) is seen many times.
 	// It runs alone. In a CI rehearsal, beside the real node's heal,
 	// node1 and node3 both failed their health checks for 2.0 s. That was
 	// 3.6 s after the wipe and before this heal had begun: no step of this
 	// agent's was running. Most likely the other lab's load on the shared
 	// disk and cores stalled this 200 MiB cluster.
-	// 600 MiB: a stream of several seconds, as the steps this is for. A
+	// 400 MiB: a stream of several seconds, as the steps this is for. A
 	// 200 MiB one (about 2 s) ended, in a CI rehearsal, before any Node
 	// write with it landed: the Node's line is paced at one a second and
 	// written by one writer, and under load a write took longer than the
 	// whole stream (the status file and the metric had 9 samples each).
+	// A 600 MiB one (two files of 726 MiB on the lab's one disk) stalled
+	// the leader's applies for 2.3 s in another, until the stream waited
+	// for its writeback (peerseed's writeback): 739 MiB then took 9.9 s
+	// alone, with a longest read outage of 1.0 s.
 	l := newSerialLab(t, lab.Options{Nodes: 3, Agents: true, AgentArgs: []string{"--poll-interval=200ms"}})
-	fillDB(t, l, 600<<20)
+	fillDB(t, l, 400<<20)
 	n2, err := l.Spec.Node("node2")
 	if err != nil {
 		t.Fatal(err)
